@@ -1,0 +1,3 @@
+//! `scripted-model`: serves the Anthropic Messages streaming protocol from a scenario file.
+
+fn main() {}

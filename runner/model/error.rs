@@ -1,0 +1,78 @@
+//! Errors of the model layer. Each variant says whether a retry can help.
+
+use thiserror::Error;
+
+/// A failed model call, after the provider's own retries.
+#[derive(Debug, Error)]
+pub enum ModelError {
+    /// 401/403: the credentials were refused. Not retried; the user must reconfigure.
+    #[error("凭证被拒 (HTTP {status}): {message}")]
+    Auth {
+        /// HTTP status.
+        status: u16,
+        /// The response body's message.
+        message: String,
+    },
+    /// 404, or a 400 naming an unknown model/endpoint. Not retried.
+    #[error("网关地址或模型名不对 (HTTP {status}): {message}")]
+    Config {
+        /// HTTP status.
+        status: u16,
+        /// The response body's message.
+        message: String,
+    },
+    /// Other 400s: the request itself is invalid. Not retried. `prompt_too_long` is true when
+    /// the message says the prompt exceeds the context window (triggers a handoff).
+    #[error("invalid request (HTTP {status}): {message}")]
+    InvalidRequest {
+        /// HTTP status.
+        status: u16,
+        /// The response body's message.
+        message: String,
+        /// The prompt is longer than the model's window.
+        prompt_too_long: bool,
+    },
+    /// 429 with a `retry-after` beyond the configured cap: fails at once.
+    #[error("rate-limited until {until}")]
+    RateLimitedUntil {
+        /// RFC 3339 time when the limit lifts.
+        until: String,
+    },
+    /// Retryable failures (429/5xx/529, resets, idle, broken streams) that exhausted the
+    /// attempts. `errors` lists every attempt's reason.
+    #[error("model call failed after {attempts} attempts: {last}")]
+    Exhausted {
+        /// Attempts made.
+        attempts: u32,
+        /// Last reason.
+        last: String,
+        /// All reasons, oldest first.
+        errors: Vec<String>,
+    },
+    /// The endpoint stayed unreachable past the resilience limit (an hour by default).
+    #[error("endpoint unreachable for {waited_s} s: {last}")]
+    Unreachable {
+        /// Seconds waited.
+        waited_s: u64,
+        /// Last connection error.
+        last: String,
+    },
+    /// The call was cancelled by the runner (interrupt, shutdown).
+    #[error("interrupted")]
+    Interrupted,
+    /// Misconfiguration detected before sending (unknown provider, missing key, bad URL).
+    #[error("{0}")]
+    Setup(String),
+}
+
+impl ModelError {
+    /// True when the failure is the credentials' fault (the auto-reconfigure path keys on this).
+    pub fn is_auth(&self) -> bool {
+        matches!(self, ModelError::Auth { .. })
+    }
+
+    /// True when the model said the prompt exceeds its window.
+    pub fn is_prompt_too_long(&self) -> bool {
+        matches!(self, ModelError::InvalidRequest { prompt_too_long: true, .. })
+    }
+}

@@ -1,0 +1,153 @@
+//! Where agents' commands run: the [`Sandbox`] trait and its backends (Docker containers in a
+//! run pod, or host processes by explicit choice). DESIGN.md "What it adds" 1, "Pod".
+//!
+//! A [`SandboxFactory`] belongs to one run; it hands each agent that executes commands its own
+//! [`Sandbox`] (a container, created on first use) with that agent's [`Mount`]s, and tears
+//! everything down at the end of the run.
+
+pub mod output;
+
+pub use output::{OutputCollector, CapturedOutput};
+
+use async_trait::async_trait;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+use tokio_util::sync::CancellationToken;
+
+use crate::model::Role;
+
+/// One bind mount. Mounted at the same absolute path inside the container as on the host
+/// (path identity), so paths in tool results mean the same everywhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// Canonical absolute host path.
+    pub path: PathBuf,
+    /// Read-only inside the container (and for the host-side file tools).
+    pub read_only: bool,
+}
+
+/// What an agent's sandbox looks like: who it is and what it can see.
+#[derive(Debug, Clone)]
+pub struct AgentBox {
+    /// Agent instance name (`coordinator`, `worker-2`, `judge-1`), unique within the run.
+    pub agent: String,
+    /// The agent's role (labels, judge ulimits).
+    pub role: Role,
+    /// Mounts, workspace (or worktree) first.
+    pub mounts: Vec<Mount>,
+    /// Default working directory for commands (the workspace or the agent's worktree).
+    pub workdir: PathBuf,
+}
+
+/// One command to execute.
+#[derive(Debug, Clone)]
+pub struct ExecRequest {
+    /// Shell command line, run with `bash -c` (`sh -c` if bash is missing).
+    pub command: String,
+    /// Working directory; must be inside a mount.
+    pub cwd: PathBuf,
+    /// Extra environment (never credentials).
+    pub env: Vec<(String, String)>,
+    /// Wall-clock limit; the whole process group is killed at expiry.
+    pub timeout: Duration,
+    /// Cap on the captured text kept in memory, in bytes (head and tail are kept).
+    pub output_cap: usize,
+    /// When the output exceeds `output_cap`, the full output (stdout then stderr, up to
+    /// [`output::FULL_OUTPUT_LIMIT`] bytes) is written here as `<sha256 prefix>.txt`.
+    pub spill_dir: Option<PathBuf>,
+    /// Cancelled on interruption: the process group is killed and `interrupted` set.
+    pub cancel: CancellationToken,
+}
+
+/// The result of one command. Exit status and cancellation are independent facts (DESIGN.md
+/// invariant 4): a timed-out or interrupted command is never a success whatever its code.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExecOutput {
+    /// Captured stdout (lossy UTF-8, capped).
+    pub stdout: String,
+    /// Captured stderr (lossy UTF-8, capped).
+    pub stderr: String,
+    /// Exit code, read after the process ended; `None` when killed or unknown.
+    pub exit_code: Option<i64>,
+    /// Signal name when the process died by a signal.
+    pub signal: Option<String>,
+    /// The timeout fired and the group was killed.
+    pub timed_out: bool,
+    /// The cancel token fired and the group was killed.
+    pub interrupted: bool,
+    /// Some output was dropped from the middle of `stdout`/`stderr`.
+    pub truncated: bool,
+    /// Total bytes the command wrote (both streams).
+    pub total_bytes: u64,
+    /// Where the full output went when truncated.
+    pub full_output: Option<PathBuf>,
+    /// Notes for the model (background child kept running, program not found in the image...).
+    pub notes: Vec<String>,
+}
+
+impl ExecOutput {
+    /// Exit code 0, not timed out, not interrupted, no signal.
+    pub fn success(&self) -> bool {
+        self.exit_code == Some(0) && !self.timed_out && !self.interrupted && self.signal.is_none()
+    }
+}
+
+/// Sandbox failures (infrastructure, not command failures: a command that exits 1 is an
+/// `Ok(ExecOutput)`).
+#[derive(Debug, Error)]
+pub enum SandboxError {
+    /// The Docker engine cannot be reached; the message names `DOCKER_HOST` and
+    /// `--sandbox host`.
+    #[error("{0}")]
+    EngineUnavailable(String),
+    /// The agent image is missing or could not be built.
+    #[error("{0}")]
+    Image(String),
+    /// Creating or starting a container failed.
+    #[error("container: {0}")]
+    Container(String),
+    /// A path is outside every mount.
+    #[error("{0} is outside the sandbox")]
+    OutsideMounts(PathBuf),
+    /// The sandbox was already torn down.
+    #[error("sandbox is shut down")]
+    ShutDown,
+    /// I/O on the host.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// Anything else from the engine.
+    #[error("docker: {0}")]
+    Docker(String),
+}
+
+/// One agent's place to run commands.
+#[async_trait]
+pub trait Sandbox: Send + Sync {
+    /// Runs one command to completion (or timeout / cancellation).
+    async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, SandboxError>;
+
+    /// One line for logs and `-v`: `docker container fbx-…` or `host`.
+    fn describe(&self) -> String;
+
+    /// The agent's box (mounts, workdir).
+    fn agent_box(&self) -> &AgentBox;
+}
+
+/// Hands out sandboxes for one run and tears them down.
+#[async_trait]
+pub trait SandboxFactory: Send + Sync {
+    /// `docker` or `host`.
+    fn kind(&self) -> &'static str;
+
+    /// The sandbox for this agent, created on first use, reused afterwards for the same
+    /// `agent` name.
+    async fn sandbox(&self, spec: &AgentBox) -> Result<Arc<dyn Sandbox>, SandboxError>;
+
+    /// Removes one agent's sandbox (its container) when the step that owns it ends.
+    async fn release(&self, agent: &str) -> Result<(), SandboxError>;
+
+    /// Removes every sandbox of the run (and the pod). Idempotent.
+    async fn teardown(&self) -> Result<(), SandboxError>;
+}

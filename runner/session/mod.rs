@@ -1,0 +1,107 @@
+//! Session persistence (seed 001 "会话存储", "裁剪", "剪除"): every message of every session
+//! appended to `runs/sessions.db`; resume loads through trim and prune without ever modifying
+//! the stored rows.
+
+use crate::model::{Message, Role};
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// Session-store failures.
+#[derive(Debug, Error)]
+pub enum SessionError {
+    /// The session id is not in the store.
+    #[error("session {0} not found")]
+    NotFound(String),
+    /// SQLite failed.
+    #[error("sessions.db: {0}")]
+    Db(String),
+    /// A stored row could not be decoded.
+    #[error("sessions.db: corrupt row in session {session}: {reason}")]
+    Corrupt {
+        /// Session id.
+        session: String,
+        /// Why.
+        reason: String,
+    },
+    /// I/O (spill files written by trim).
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Who a session belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionMeta {
+    /// Agent instance name.
+    pub agent: String,
+    /// Role.
+    pub role: Role,
+    /// Workflow step name, if any (`干活`, `干活·判定#1`, `ad-hoc`).
+    pub step: Option<String>,
+    /// The dispatching agent's session (subagents), if any.
+    pub parent: Option<String>,
+    /// The run marker (`YYYYmmdd-HHMMSS-<6 hex>`) that created it.
+    pub run: String,
+}
+
+/// A record that is not a conversation message but must not be lost (seed 001 "剪除": errors
+/// produced while the network was down). Stored in order with the messages; never loaded into a
+/// context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoticeKind {
+    /// A model-call error while waiting or retrying.
+    NetworkError,
+    /// The turn was interrupted at this point.
+    Interrupted,
+}
+
+/// How resume rewrites the history it feeds back (never the stored rows).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrimPolicy {
+    /// Replace large tool results with spill pointers (`-T`, on by default on `go`).
+    pub trim_large: bool,
+    /// Large results (>= `min_chars`) among the `keep_recent` most recent stay verbatim.
+    pub keep_recent: usize,
+    /// What counts as large, in characters.
+    pub min_chars: usize,
+    /// Ephemeral Bash results (< `min_chars`) among the `keep_ephemeral` most recent stay.
+    pub keep_ephemeral: usize,
+    /// Where trimmed results are written (`<workbench>/spill`).
+    pub spill_dir: PathBuf,
+}
+
+impl TrimPolicy {
+    /// flower's defaults: 20 recent large results, 2000 characters, 6 ephemeral results.
+    pub fn new(spill_dir: PathBuf, trim_large: bool) -> Self {
+        TrimPolicy { trim_large, keep_recent: 20, min_chars: 2000, keep_ephemeral: 6, spill_dir }
+    }
+}
+
+/// The persistence interface the agent runtime uses. Implementations must be safe to share
+/// across threads and processes (the SQLite one uses WAL, a busy timeout and
+/// `BEGIN IMMEDIATE`).
+pub trait SessionStore: Send + Sync {
+    /// Creates a new, empty session; returns its id (a UUID).
+    fn create(&self, meta: &SessionMeta) -> Result<String, SessionError>;
+
+    /// Appends one message. `context_tokens` is the context size the model reported for the
+    /// call that produced it (assistant messages), for the wake banner.
+    fn append(&self, session: &str, msg: &Message, context_tokens: Option<u64>) -> Result<(), SessionError>;
+
+    /// Appends a notice (kept for the record, never loaded into a context).
+    fn append_notice(&self, session: &str, kind: NoticeKind, text: &str) -> Result<(), SessionError>;
+
+    /// Every stored message, exactly as appended.
+    fn load_raw(&self, session: &str) -> Result<Vec<Message>, SessionError>;
+
+    /// What resume feeds the model: the stored messages through trim and prune.
+    fn load(&self, session: &str, policy: &TrimPolicy) -> Result<Vec<Message>, SessionError>;
+
+    /// A new session with the same history; returns its id.
+    fn fork(&self, session: &str) -> Result<String, SessionError>;
+
+    /// The session's metadata, `None` when it does not exist.
+    fn meta(&self, session: &str) -> Result<Option<SessionMeta>, SessionError>;
+
+    /// The last reported context size of the session, in tokens.
+    fn last_context(&self, session: &str) -> Result<Option<u64>, SessionError>;
+}

@@ -1,0 +1,1 @@
+//! The terminal: line editor, sanitised output port, screen rendering, input thread, progress.
