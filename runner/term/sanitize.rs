@@ -1,0 +1,439 @@
+//! The output port's safety and geometry (seed 000 "屏幕上都是什么": "所有输出行先过一遍消毒,
+//! 只放行 flower 自己的 SGR 颜色码 … 宽度取 max(40, min(终端列数, 110))").
+//!
+//! Model and tool text may carry any byte: `ESC[2J` (clear screen), cursor moves, OSC titles,
+//! DCS strings, bare `\r`. [`sanitize`] removes every escape and control sequence *whole* (a
+//! lone `ESC` removed from `ESC[2J` would leave `[2J` on screen). flowerbox's own colours are
+//! applied afterwards with [`Style::paint`], the only source of SGR in the process.
+//!
+//! Widths: [`display_width`] is what a terminal renders (East Asian ambiguous characters count
+//! 1, as in xterm/tmux defaults; SGR counts 0) and is what cursor placement uses.
+//! [`wrap`] and [`fit`] measure conservatively (ambiguous counts 2), so a wrapped line never
+//! overflows even on a terminal that renders `—` or `·` double width.
+
+use unicode_width::UnicodeWidthChar;
+
+/// The SGR reset sequence.
+const RESET: &str = "\x1b[0m";
+
+/// Width of the screen flowerbox draws on, in columns: `max(40, min(columns, 110))`
+/// (seed 000: wide terminals are deliberately not filled).
+pub fn screen_width(columns: usize) -> usize {
+    columns.clamp(40, 110)
+}
+
+/// Removes every escape/control sequence from untrusted text, keeping `\n` and `\t`.
+///
+/// Removed whole: CSI (`ESC [` … final byte, and 8-bit `U+009B`), OSC (`ESC ]` … BEL/ST),
+/// DCS/SOS/PM/APC strings (`ESC P`, `ESC X`, `ESC ^`, `ESC _` … ST) and their 8-bit forms,
+/// two-byte and nF escapes (`ESC c`, `ESC 7`, `ESC ( B`), a lone `ESC`. Removed characters: C0
+/// controls except `\n` and `\t` (so `\r` and BEL go), DEL, and C1 controls `U+0080–U+009F`.
+/// An unterminated string sequence ends at the next newline, so one stray `ESC ]` cannot
+/// swallow the rest of a long tool output.
+pub fn sanitize(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            '\u{1b}' => i = skip_escape(&chars, i + 1),
+            '\u{9b}' => i = skip_csi(&chars, i + 1),
+            '\u{9d}' | '\u{90}' | '\u{98}' | '\u{9e}' | '\u{9f}' => i = skip_string(&chars, i + 1),
+            '\n' | '\t' => {
+                out.push(c);
+                i += 1;
+            }
+            c if (c as u32) < 0x20 || c == '\u{7f}' || ('\u{80}'..='\u{9f}').contains(&c) => {
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Skips what follows an `ESC` at `i`; returns the index after the sequence.
+fn skip_escape(chars: &[char], i: usize) -> usize {
+    let Some(&next) = chars.get(i) else {
+        return i;
+    };
+    match next {
+        '[' => skip_csi(chars, i + 1),
+        ']' | 'P' | 'X' | '^' | '_' => skip_string(chars, i + 1),
+        // nF escapes: intermediates 0x20–0x2F, then a final 0x30–0x7E (`ESC ( B`).
+        '\u{20}'..='\u{2f}' => {
+            let mut j = i;
+            while matches!(chars.get(j), Some('\u{20}'..='\u{2f}')) {
+                j += 1;
+            }
+            match chars.get(j) {
+                Some('\u{30}'..='\u{7e}') => j + 1,
+                _ => j,
+            }
+        }
+        // Fp/Fe/Fs two-character escapes (`ESC 7`, `ESC M`, `ESC c`).
+        '\u{30}'..='\u{7e}' => i + 1,
+        // Not a sequence: drop the ESC alone and keep what follows.
+        _ => i,
+    }
+}
+
+/// Skips a CSI body (parameters 0x30–0x3F, intermediates 0x20–0x2F, final 0x40–0x7E).
+/// A malformed body ends where the first out-of-range character appears; that character is
+/// processed normally.
+fn skip_csi(chars: &[char], mut i: usize) -> usize {
+    while let Some(&c) = chars.get(i) {
+        match c {
+            '\u{20}'..='\u{3f}' => i += 1,
+            '\u{40}'..='\u{7e}' => return i + 1,
+            _ => return i,
+        }
+    }
+    i
+}
+
+/// Skips a string sequence body up to BEL, ST (`ESC \` or `U+009C`) or, defensively, a
+/// newline (kept for the caller).
+fn skip_string(chars: &[char], mut i: usize) -> usize {
+    while let Some(&c) = chars.get(i) {
+        match c {
+            '\u{7}' | '\u{9c}' => return i + 1,
+            '\u{1b}' if chars.get(i + 1) == Some(&'\\') => return i + 2,
+            '\n' => return i,
+            _ => i += 1,
+        }
+    }
+    i
+}
+
+/// flowerbox's colours. The hue says who is talking (flower's rule), never decoration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// Failures and errors (`x`).
+    Red,
+    /// Done, answered, received (`+`).
+    Green,
+    /// Questions, warnings, handoffs, retries (`?`, `!`, `#`, `~`).
+    Yellow,
+    /// The main thread's tool calls (`*`).
+    Blue,
+    /// Dispatch and the aside oracle (`>`, `# 旁路`).
+    Magenta,
+    /// The main thread's thinking (`~`).
+    Cyan,
+    /// Secondary text: status lines, subagents, hints.
+    Dim,
+    /// Emphasis.
+    Bold,
+    /// Step separators.
+    BoldCyan,
+    /// Questions and the handoff header.
+    BoldYellow,
+}
+
+impl Style {
+    /// The SGR parameters of this style.
+    fn code(self) -> &'static str {
+        match self {
+            Style::Red => "31",
+            Style::Green => "32",
+            Style::Yellow => "33",
+            Style::Blue => "34",
+            Style::Magenta => "35",
+            Style::Cyan => "36",
+            Style::Dim => "2",
+            Style::Bold => "1",
+            Style::BoldCyan => "1;36",
+            Style::BoldYellow => "1;33",
+        }
+    }
+
+    /// Wraps `text` in this style's SGR and a reset. `text` must already be sanitised and must
+    /// be one screen line (a style never spans lines, so erasing and redrawing the prompt
+    /// cannot leave a colour switched on).
+    pub fn paint(self, text: &str) -> String {
+        if text.is_empty() {
+            return String::new();
+        }
+        format!("\x1b[{}m{text}{RESET}", self.code())
+    }
+
+    /// [`Style::paint`] when `on`, the plain text otherwise (pipes, `NO_COLOR`).
+    pub fn paint_if(self, text: &str, on: bool) -> String {
+        if on {
+            self.paint(text)
+        } else {
+            text.to_string()
+        }
+    }
+}
+
+/// Removes SGR sequences (`ESC [ digits/; m`) and nothing else; for measuring styled lines.
+pub fn strip_sgr(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(pos) = rest.find('\u{1b}') {
+        out.push_str(&rest[..pos]);
+        let tail = &rest[pos..];
+        match sgr_len(tail) {
+            Some(n) => rest = &tail[n..],
+            None => {
+                out.push('\u{1b}');
+                rest = &tail[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Length in bytes of an SGR sequence at the start of `s`, if there is one.
+fn sgr_len(s: &str) -> Option<usize> {
+    let body = s.strip_prefix("\u{1b}[")?;
+    let params = body
+        .bytes()
+        .take_while(|b| b.is_ascii_digit() || *b == b';')
+        .count();
+    (body.as_bytes().get(params) == Some(&b'm')).then_some(2 + params + 1)
+}
+
+/// Columns `text` occupies on a terminal: CJK wide characters 2, ambiguous 1, combining and
+/// control 0, SGR 0. Used for placing the cursor after "prompt + buffer".
+pub fn display_width(text: &str) -> usize {
+    strip_sgr(text)
+        .chars()
+        .map(|c| UnicodeWidthChar::width(c).unwrap_or(0))
+        .sum()
+}
+
+/// Conservative width of one character for layout: ambiguous characters count 2, tab 4.
+fn layout_char_width(c: char) -> usize {
+    if c == '\t' {
+        return 4;
+    }
+    UnicodeWidthChar::width_cjk(c).unwrap_or(0)
+}
+
+/// Conservative layout width of a plain (unstyled) string; see the module doc.
+pub fn layout_width(text: &str) -> usize {
+    strip_sgr(text).chars().map(layout_char_width).sum()
+}
+
+/// Characters that must not start a line (Chinese typesetting, 避头尾): a full stop pushed
+/// onto its own line reads like a broken paragraph.
+const NO_LEAD: &str = "。，、；：！？」』）】》〉,.;:!?)]}%…";
+
+/// Splits a paragraph into breakable tokens: each wide character alone, other runs up to and
+/// including their trailing whitespace (so Latin words break only at spaces).
+fn tokens(para: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut buf = String::new();
+    for c in para.chars() {
+        if UnicodeWidthChar::width(c) == Some(2) {
+            if !buf.is_empty() {
+                out.push(std::mem::take(&mut buf));
+            }
+            out.push(c.to_string());
+        } else if c.is_whitespace() {
+            buf.push(c);
+            out.push(std::mem::take(&mut buf));
+        } else {
+            buf.push(c);
+        }
+    }
+    if !buf.is_empty() {
+        out.push(buf);
+    }
+    out
+}
+
+/// Wraps plain text to `width` columns. The first line starts with `first`, the following
+/// ones with `rest` (a marker such as `~ ` belongs on the first line only). Each input line is
+/// a paragraph; blank paragraphs are dropped. Wide characters break anywhere, Latin words at
+/// spaces, a word longer than the line is cut, and closing punctuation never starts a line
+/// (it may overhang by its own width instead). Tabs become four spaces. Returns at least one
+/// line. Input must already be sanitised; output lines carry no SGR.
+pub fn wrap(text: &str, width: usize, first: &str, rest: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for para in text.split('\n') {
+        let para = para.replace('\t', "    ");
+        if para.trim().is_empty() {
+            continue;
+        }
+        let prefix = if out.is_empty() { first } else { rest };
+        let mut line = prefix.to_string();
+        let mut cur = layout_width(prefix);
+        let mut fresh = true; // nothing but the prefix on this line yet
+        for tok in tokens(para.trim_end()) {
+            let w = layout_width(&tok);
+            let lead_punct = tok.chars().count() == 1 && NO_LEAD.contains(tok.as_str());
+            if cur + w > width && !fresh && !lead_punct {
+                out.push(line.trim_end().to_string());
+                line = rest.to_string();
+                cur = layout_width(rest);
+                fresh = true;
+                if tok.trim().is_empty() {
+                    continue; // no dangling space at a break
+                }
+            }
+            if fresh && cur + w > width {
+                // A single token wider than the line: cut it by characters.
+                for c in tok.chars() {
+                    let cw = layout_char_width(c);
+                    if cur + cw > width && !fresh {
+                        out.push(line.trim_end().to_string());
+                        line = rest.to_string();
+                        cur = layout_width(rest);
+                    }
+                    line.push(c);
+                    cur += cw;
+                    fresh = false;
+                }
+                continue;
+            }
+            line.push_str(&tok);
+            cur += w;
+            fresh = false;
+        }
+        out.push(line.trim_end().to_string());
+    }
+    if out.is_empty() {
+        out.push(first.trim_end().to_string());
+    }
+    out
+}
+
+/// Cuts one plain line to at most `width` columns (conservative measure), ending it with
+/// `...` when something was cut. The last guard before the screen: every path wraps already.
+pub fn fit(line: &str, width: usize) -> String {
+    if layout_width(line) <= width {
+        return line.to_string();
+    }
+    let budget = width.saturating_sub(3);
+    let mut out = String::new();
+    let mut cur = 0;
+    for c in line.chars() {
+        let cw = layout_char_width(c);
+        if cur + cw > budget {
+            break;
+        }
+        out.push(c);
+        cur += cw;
+    }
+    out.push_str("...");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn screen_width_clamps_between_40_and_110() {
+        assert_eq!(screen_width(10), 40);
+        assert_eq!(screen_width(80), 80);
+        assert_eq!(screen_width(300), 110);
+    }
+
+    #[test]
+    fn sanitize_removes_csi_whole() {
+        assert_eq!(sanitize("a\x1b[2Jb\x1b[10;20Hc\x1b[31md"), "abcd");
+        assert_eq!(sanitize("x\x1b[?1049hy"), "xy");
+        // 8-bit CSI.
+        assert_eq!(sanitize("a\u{9b}2Jb"), "ab");
+    }
+
+    #[test]
+    fn sanitize_removes_osc_dcs_and_strings() {
+        assert_eq!(sanitize("a\x1b]0;title\x07b"), "ab");
+        assert_eq!(sanitize("a\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\b"), "alinkb");
+        assert_eq!(sanitize("a\x1bPq#0;2;0;0;0\x1b\\b"), "ab");
+        assert_eq!(sanitize("a\x1b_apc\x1b\\b\x1b^pm\x07c"), "abc");
+        assert_eq!(sanitize("a\u{9d}0;t\u{9c}b"), "ab");
+    }
+
+    #[test]
+    fn sanitize_unterminated_string_stops_at_newline() {
+        assert_eq!(sanitize("a\x1b]0;never ends\nnext line"), "a\nnext line");
+    }
+
+    #[test]
+    fn sanitize_removes_single_escapes_and_lone_esc() {
+        assert_eq!(sanitize("a\x1bcb\x1b7c\x1b8d\x1bMe"), "abcde");
+        assert_eq!(sanitize("a\x1b(Bb"), "ab");
+        assert_eq!(sanitize("end\x1b"), "end");
+        assert_eq!(sanitize("a\x1b\u{4e2d}"), "a\u{4e2d}");
+    }
+
+    #[test]
+    fn sanitize_removes_controls_but_keeps_newline_and_tab() {
+        assert_eq!(sanitize("a\rb\x07c\x08d\x7fe\u{85}f\u{8f}g"), "abcdefg");
+        assert_eq!(sanitize("line1\n\tline2"), "line1\n\tline2");
+        assert_eq!(sanitize("中文 ok"), "中文 ok");
+    }
+
+    #[test]
+    fn nothing_after_sanitize_starts_an_escape() {
+        let nasty = "\x1b[2J\x1b[H\x1b]0;x\x07\x1bP1$r\x1b\\\u{9b}1A\r\x1b";
+        let s = sanitize(nasty);
+        assert!(!s.contains('\u{1b}') && !s.contains('\r'), "{s:?}");
+    }
+
+    #[test]
+    fn style_is_the_only_sgr_and_strip_measures_it() {
+        let p = Style::Red.paint("失败");
+        assert_eq!(p, "\x1b[31m失败\x1b[0m");
+        assert_eq!(strip_sgr(&p), "失败");
+        assert_eq!(display_width(&p), 4);
+        assert_eq!(Style::Dim.paint_if("x", false), "x");
+        assert_eq!(Style::Bold.paint(""), "");
+    }
+
+    #[test]
+    fn display_width_counts_cjk_double() {
+        assert_eq!(display_width("ab"), 2);
+        assert_eq!(display_width("中文"), 4);
+        assert_eq!(display_width("a中b"), 4);
+        // Ambiguous: 1 on screen, 2 for layout.
+        assert_eq!(display_width("—"), 1);
+        assert_eq!(layout_width("—"), 2);
+    }
+
+    #[test]
+    fn wrap_breaks_cjk_anywhere_and_latin_at_spaces() {
+        let lines = wrap("一二三四五六七八九十", 10, "  ", "  ");
+        assert_eq!(lines, vec!["  一二三四", "  五六七八", "  九十"]);
+        let lines = wrap("alpha beta gamma delta", 12, "", "");
+        assert_eq!(lines, vec!["alpha beta", "gamma delta"]);
+        for l in wrap("中文 mixed with English words 和更多中文字符在这里", 16, "  ~ ", "    ") {
+            assert!(layout_width(&l) <= 16, "{l:?}");
+        }
+    }
+
+    #[test]
+    fn wrap_uses_hang_prefix_and_keeps_punctuation_off_line_start() {
+        let lines = wrap("一二三四。", 8, "~ ", "  ");
+        assert_eq!(lines, vec!["~ 一二三", "  四。"]);
+        // "~ 一二三" fills 8 columns; the full stop overhangs rather than start a line.
+        let lines = wrap("一二三。", 8, "~ ", "  ");
+        assert_eq!(lines, vec!["~ 一二三。"]);
+    }
+
+    #[test]
+    fn wrap_cuts_overlong_words_and_drops_blank_paragraphs() {
+        let lines = wrap("abcdefghij\n\n  \nk", 4, "", "");
+        assert_eq!(lines, vec!["abcd", "efgh", "ij", "k"]);
+        assert_eq!(wrap("", 10, "  + ", "    "), vec!["  +"]);
+    }
+
+    #[test]
+    fn fit_truncates_by_columns() {
+        assert_eq!(fit("short", 10), "short");
+        assert_eq!(fit("abcdefghijkl", 8), "abcde...");
+        assert_eq!(fit("中文中文中文", 8), "中文...");
+    }
+}
