@@ -122,7 +122,10 @@ impl LineEditor {
                 }
                 let bytes = std::mem::take(&mut self.utf8);
                 self.utf8_need = 0;
-                return match std::str::from_utf8(&bytes).ok().and_then(|s| s.chars().next()) {
+                return match std::str::from_utf8(&bytes)
+                    .ok()
+                    .and_then(|s| s.chars().next())
+                {
                     Some(c) => self.insert(c),
                     None => EditOutcome::None, // overlong or surrogate: dropped
                 };
@@ -412,7 +415,10 @@ mod tests {
         assert_eq!(e.cursor_column(), 4);
         e.feed(&[0x7f, 0x7f]);
         assert_eq!(e.text(), "");
-        assert!(e.feed(&[0x7f]).is_empty(), "backspace on empty does nothing");
+        assert!(
+            e.feed(&[0x7f]).is_empty(),
+            "backspace on empty does nothing"
+        );
     }
 
     #[test]
@@ -461,7 +467,10 @@ mod tests {
         assert_eq!(e.text(), "文字");
         assert_eq!(e.cursor(), 0);
         e.feed(b"\x1b[F");
-        assert!(e.feed(b"\x1b[3~").is_empty(), "delete at the end does nothing");
+        assert!(
+            e.feed(b"\x1b[3~").is_empty(),
+            "delete at the end does nothing"
+        );
         assert_eq!(e.text(), "文字");
     }
 
@@ -501,7 +510,9 @@ mod tests {
     #[test]
     fn other_control_characters_are_ignored() {
         let mut e = ed("中");
-        assert!(e.feed(&[0x00, 0x02, 0x03, 0x06, 0x07, 0x09, 0x0b, 0x0c, 0x1f]).is_empty());
+        assert!(e
+            .feed(&[0x00, 0x02, 0x03, 0x06, 0x07, 0x09, 0x0b, 0x0c, 0x1f])
+            .is_empty());
         assert_eq!(e.text(), "中");
     }
 

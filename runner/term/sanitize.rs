@@ -350,7 +350,10 @@ mod tests {
     #[test]
     fn sanitize_removes_osc_dcs_and_strings() {
         assert_eq!(sanitize("a\x1b]0;title\x07b"), "ab");
-        assert_eq!(sanitize("a\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\b"), "alinkb");
+        assert_eq!(
+            sanitize("a\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\b"),
+            "alinkb"
+        );
         assert_eq!(sanitize("a\x1bPq#0;2;0;0;0\x1b\\b"), "ab");
         assert_eq!(sanitize("a\x1b_apc\x1b\\b\x1b^pm\x07c"), "abc");
         assert_eq!(sanitize("a\u{9d}0;t\u{9c}b"), "ab");
@@ -409,7 +412,12 @@ mod tests {
         assert_eq!(lines, vec!["  一二三四", "  五六七八", "  九十"]);
         let lines = wrap("alpha beta gamma delta", 12, "", "");
         assert_eq!(lines, vec!["alpha beta", "gamma delta"]);
-        for l in wrap("中文 mixed with English words 和更多中文字符在这里", 16, "  ~ ", "    ") {
+        for l in wrap(
+            "中文 mixed with English words 和更多中文字符在这里",
+            16,
+            "  ~ ",
+            "    ",
+        ) {
             assert!(layout_width(&l) <= 16, "{l:?}");
         }
     }
