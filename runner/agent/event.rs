@@ -143,6 +143,16 @@ pub enum EventKind {
         /// The text.
         text: String,
     },
+    /// The frozen goal has checks this environment cannot verify (seed 002 "验不了的条目,
+    /// 设目标时就会喊"): emitted once when the goal is set, rendered as the seed's block.
+    GoalUnverifiable {
+        /// Number of checks in the goal.
+        total: usize,
+        /// The unverifiable checks as written, with their `[此环境无法验证:…]` marker.
+        items: Vec<String>,
+        /// The goal file as the human should see it (`.flower/notes/目标.md`).
+        path: String,
+    },
     /// A human message reached the agent through `inbox`.
     Inbox {
         /// What was delivered.

@@ -43,7 +43,7 @@ enum Esc {
     /// Inside an OSC/DCS/APC/PM/SOS string, until BEL or ST.
     Str,
     /// Inside a string, right after an `ESC` (an ST is `ESC \`).
-    StrEsc,
+    StrMaybeEnd,
     /// After `ESC` + intermediates (nF escape), until a final byte.
     Inter,
 }
@@ -302,12 +302,12 @@ impl LineEditor {
             Esc::Str => {
                 match b {
                     0x07 => {}
-                    0x1b => self.esc = Esc::StrEsc,
+                    0x1b => self.esc = Esc::StrMaybeEnd,
                     _ => self.esc = Esc::Str,
                 }
                 EditOutcome::None
             }
-            Esc::StrEsc => {
+            Esc::StrMaybeEnd => {
                 if b != b'\\' {
                     self.esc = Esc::Str;
                 }
