@@ -14,6 +14,9 @@ pub mod spill;
 pub mod tools;
 pub mod workbench;
 
+#[cfg(test)]
+mod loop_tests;
+
 pub use event::{Event, EventKind, EventSink};
 pub use place::{Placement, SharedPlacement, WorkerPlace};
 pub use runtime::{RunOptions, Runtime, RuntimeConfig, Spend, StepResult};
