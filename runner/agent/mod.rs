@@ -1,6 +1,24 @@
 //! The agent runtime (flower's `Runtime`): runs one agent from a prompt, or a resumed session,
 //! to the end of its turn, with tools, guards, spill and the workbench.
 
+pub mod confine;
 pub mod event;
+pub mod glance;
+pub mod guard;
+pub mod place;
+pub mod roles;
+pub mod runtime;
+mod session_loop;
+pub mod spec;
+pub mod spill;
+pub mod tools;
+pub mod workbench;
+
+#[cfg(test)]
+mod loop_tests;
 
 pub use event::{Event, EventKind, EventSink};
+pub use place::{Placement, SharedPlacement, WorkerPlace};
+pub use runtime::{RunOptions, Runtime, RuntimeConfig, Spend, StepResult};
+pub use spec::{AgentSpec, WorkerDef};
+pub use workbench::Workbench;

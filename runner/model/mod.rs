@@ -3,6 +3,7 @@
 //! (issue "Model layer").
 
 pub mod error;
+pub mod price;
 pub mod provider;
 pub mod types;
 

@@ -5,9 +5,10 @@
 //! [`Sandbox`] (a container, created on first use) with that agent's [`Mount`]s, and tears
 //! everything down at the end of the run.
 
+pub mod host;
 pub mod output;
 
-pub use output::{OutputCollector, CapturedOutput};
+pub use output::{CapturedOutput, OutputCollector};
 
 use async_trait::async_trait;
 use std::path::PathBuf;

@@ -1,0 +1,357 @@
+//! Unit tests of the agent loop with an in-process fake provider, an in-memory session store and
+//! the host sandbox. (The same behaviour over real HTTP is in `tests/agent_*.rs`.)
+
+use async_trait::async_trait;
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
+
+use super::event::{Event, EventKind};
+use super::roles;
+use super::runtime::{RunOptions, Runtime, RuntimeConfig};
+use super::workbench::Workbench;
+use crate::channel::Absent;
+use crate::model::*;
+use crate::sandbox::host::HostSandboxFactory;
+use crate::session::{NoticeKind, SessionError, SessionMeta, SessionStore, TrimPolicy};
+
+/// Replays turns by agent-name prefix; the k-th turn is chosen by the number of assistant
+/// messages in the request (like the scripted server).
+struct Fake {
+    turns: HashMap<String, Vec<Vec<ContentBlock>>>,
+    seen: Mutex<Vec<Request>>,
+}
+
+#[async_trait]
+impl Provider for Fake {
+    fn name(&self) -> &str {
+        "fake"
+    }
+    fn default_model(&self) -> &str {
+        "fake-model"
+    }
+    async fn stream_turn(
+        &self,
+        req: &Request,
+        _sink: EventSink<'_>,
+        _c: &CancellationToken,
+    ) -> Result<Turn, ModelError> {
+        self.seen.lock().unwrap().push(req.clone());
+        let k = req
+            .messages
+            .iter()
+            .filter(|m| m.role == Speaker::Assistant)
+            .count();
+        let key = self
+            .turns
+            .keys()
+            .find(|p| req.caller.agent.starts_with(p.as_str()))
+            .cloned()
+            .unwrap_or_default();
+        let content = self
+            .turns
+            .get(&key)
+            .and_then(|t| t.get(k))
+            .cloned()
+            .ok_or_else(|| ModelError::InvalidRequest {
+                status: 400,
+                message: format!("no turn {k} for {}", req.caller.agent),
+                prompt_too_long: false,
+            })?;
+        let stop = if content
+            .iter()
+            .any(|b| matches!(b, ContentBlock::ToolUse { .. }))
+        {
+            StopReason::ToolUse
+        } else {
+            StopReason::EndTurn
+        };
+        Ok(Turn {
+            content,
+            stop_reason: stop,
+            usage: Usage {
+                input_tokens: Some(100),
+                output_tokens: Some(10),
+                ..Default::default()
+            },
+            model: req.model.clone(),
+            retried_errors: vec![],
+            truncated_tool_use: false,
+        })
+    }
+}
+
+#[derive(Default)]
+struct MemStore {
+    sessions: Mutex<HashMap<String, (SessionMeta, Vec<Message>)>>,
+}
+
+impl SessionStore for MemStore {
+    fn create(&self, meta: &SessionMeta) -> Result<String, SessionError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        self.sessions
+            .lock()
+            .unwrap()
+            .insert(id.clone(), (meta.clone(), vec![]));
+        Ok(id)
+    }
+    fn append(&self, s: &str, msg: &Message, _c: Option<u64>) -> Result<(), SessionError> {
+        self.sessions
+            .lock()
+            .unwrap()
+            .get_mut(s)
+            .ok_or(SessionError::NotFound(s.into()))?
+            .1
+            .push(msg.clone());
+        Ok(())
+    }
+    fn append_notice(&self, _s: &str, _k: NoticeKind, _t: &str) -> Result<(), SessionError> {
+        Ok(())
+    }
+    fn load_raw(&self, s: &str) -> Result<Vec<Message>, SessionError> {
+        Ok(self
+            .sessions
+            .lock()
+            .unwrap()
+            .get(s)
+            .ok_or(SessionError::NotFound(s.into()))?
+            .1
+            .clone())
+    }
+    fn load(&self, s: &str, _p: &TrimPolicy) -> Result<Vec<Message>, SessionError> {
+        self.load_raw(s)
+    }
+    fn fork(&self, s: &str) -> Result<String, SessionError> {
+        let (m, h) = self
+            .sessions
+            .lock()
+            .unwrap()
+            .get(s)
+            .cloned()
+            .ok_or(SessionError::NotFound(s.into()))?;
+        let id = uuid::Uuid::new_v4().to_string();
+        self.sessions.lock().unwrap().insert(id.clone(), (m, h));
+        Ok(id)
+    }
+    fn meta(&self, s: &str) -> Result<Option<SessionMeta>, SessionError> {
+        Ok(self.sessions.lock().unwrap().get(s).map(|v| v.0.clone()))
+    }
+    fn last_context(&self, _s: &str) -> Result<Option<u64>, SessionError> {
+        Ok(None)
+    }
+}
+
+fn tool(id: &str, name: &str, input: serde_json::Value) -> ContentBlock {
+    ContentBlock::ToolUse {
+        id: id.into(),
+        name: name.into(),
+        input,
+    }
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    ws: std::path::PathBuf,
+    rt: Arc<Runtime>,
+    fake: Arc<Fake>,
+    events: Arc<Mutex<Vec<Event>>>,
+}
+
+fn setup(turns: Vec<(&str, Vec<Vec<ContentBlock>>)>) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let wb = Workbench::at(ws.join(".flower")).ensure().unwrap();
+    let fake = Arc::new(Fake {
+        turns: turns.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+        seen: Mutex::new(vec![]),
+    });
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let ev = events.clone();
+    let rt = Runtime::new(
+        RuntimeConfig::new(
+            ws.clone(),
+            "fake-model".into(),
+            "20260101-000000-abcdef".into(),
+        ),
+        fake.clone(),
+        Arc::new(MemStore::default()),
+        Arc::new(HostSandboxFactory::new()),
+        Some(wb),
+        Arc::new(Absent),
+        Arc::new(move |e| ev.lock().unwrap().push(e)),
+    );
+    Setup {
+        _dir: dir,
+        ws,
+        rt: Arc::new(rt),
+        fake,
+        events,
+    }
+}
+
+fn results_of(req: &Request) -> Vec<(String, bool)> {
+    req.messages
+        .last()
+        .unwrap()
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult {
+                content, is_error, ..
+            } => Some((content.clone(), *is_error)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn tool_loop_with_parallel_calls_and_errors() {
+    let s = setup(vec![(
+        "ad-hoc",
+        vec![
+            vec![
+                ContentBlock::text("先干活"),
+                tool(
+                    "a",
+                    "Write",
+                    json!({"file_path": "x.txt", "content": "hello\n"}),
+                ),
+                tool("b", "Bash", json!({"command": "sleep 0.3; echo one"})),
+                tool("c", "Bash", json!({"command": "sleep 0.3; echo two"})),
+                tool("d", "Nope", json!({})),
+                tool("e", "Read", json!({"path": "x"})),
+                tool("f", "Read", json!({"file_path": "../../etc/passwd"})),
+            ],
+            vec![tool("g", "Read", json!({"file_path": "x.txt"}))],
+            vec![ContentBlock::text("完成")],
+        ],
+    )]);
+    let spec = roles::once(
+        "",
+        ["Read", "Write", "Bash"].map(String::from).to_vec(),
+        None,
+    );
+    let t = std::time::Instant::now();
+    let r = s.rt.run(&spec, "做事", RunOptions::default()).await;
+    assert!(r.ok, "{:?}", r.error);
+    assert_eq!(r.text, "完成");
+    assert_eq!(r.num_turns, 3);
+    // Two 0.3 s commands ran concurrently.
+    assert!(
+        t.elapsed() < std::time::Duration::from_millis(1500),
+        "{:?}",
+        t.elapsed()
+    );
+    let seen = s.fake.seen.lock().unwrap();
+    let res = results_of(&seen[1]);
+    assert_eq!(res.len(), 6);
+    assert!(!res[0].1 && res[0].0.contains("已创建"));
+    assert_eq!(res[1], ("one".into(), false));
+    assert_eq!(res[2], ("two".into(), false));
+    assert!(res[3].1 && res[3].0.contains("白名单"), "{:?}", res[3]);
+    assert!(res[4].1 && res[4].0.contains("输入不合法"), "{:?}", res[4]);
+    assert!(
+        res[5].1 && res[5].0.contains("越过了根目录") || res[5].0.contains("不在"),
+        "{:?}",
+        res[5]
+    );
+    assert!(results_of(&seen[2])[0].0.contains("hello"));
+    assert_eq!(
+        std::fs::read_to_string(s.ws.join("x.txt")).unwrap(),
+        "hello\n"
+    );
+}
+
+#[tokio::test]
+async fn coordinator_dispatches_a_worker_whose_report_returns() {
+    let report = "## 结论\n写好了\n## 依据\ncat 看过\n## 产出\nout.txt\n## 未验证\n无";
+    let s = setup(vec![
+        (
+            "协调者",
+            vec![
+                vec![
+                    tool("1", "Bash", json!({"command": "git status && rm x"})),
+                    tool("2", "Write", json!({"file_path": "y", "content": "z"})),
+                    tool(
+                        "3",
+                        "Agent",
+                        json!({"description": "写文件", "prompt": "写 out.txt"}),
+                    ),
+                ],
+                vec![ContentBlock::text("都好了")],
+            ],
+        ),
+        (
+            "worker",
+            vec![
+                vec![tool(
+                    "w1",
+                    "Write",
+                    json!({"file_path": "out.txt", "content": "ok"}),
+                )],
+                vec![ContentBlock::text("写完了")],
+                vec![ContentBlock::text(report)],
+            ],
+        ),
+    ]);
+    let spec = roles::coordinator("协调者", "", vec![]);
+    let r = s.rt.run(&spec, "派活", RunOptions::default()).await;
+    assert!(r.ok, "{:?}", r.error);
+    let seen = s.fake.seen.lock().unwrap();
+    let coord_second = seen
+        .iter()
+        .filter(|q| q.caller.agent == "协调者")
+        .nth(1)
+        .unwrap();
+    let res = results_of(coord_second);
+    assert!(res[0].1 && res[0].0.contains("只读命令"), "{:?}", res[0]);
+    assert!(res[1].1 && res[1].0.contains("白名单"));
+    assert!(
+        !res[2].1 && res[2].0.contains("写好了") && res[2].0.starts_with("[worker-1]"),
+        "{:?}",
+        res[2]
+    );
+    // The worker was asked once to fix its report format.
+    assert!(seen.iter().any(|q| q.caller.agent == "worker-1"
+        && q.messages.last().unwrap().text().contains("回话格式不对")));
+    assert_eq!(std::fs::read_to_string(s.ws.join("out.txt")).unwrap(), "ok");
+    // The coordinator's first message carries the workbench index, not its system prompt.
+    let first = &seen[0];
+    assert!(first.messages[0].text().contains("工作台索引"));
+    assert!(!first.system.join("").contains("工作台索引"));
+    let ev = s.events.lock().unwrap();
+    assert!(ev
+        .iter()
+        .any(|e| matches!(&e.kind, EventKind::Dispatch { child, .. } if child == "worker-1")));
+    assert!(ev.iter().any(|e| e.depth == 1 && e.agent == "worker-1"));
+}
+
+#[tokio::test]
+async fn large_bash_output_is_spilled() {
+    let s = setup(vec![(
+        "ad-hoc",
+        vec![
+            vec![tool(
+                "a",
+                "Bash",
+                json!({"command": "yes 0123456789 | head -c 50000"}),
+            )],
+            vec![ContentBlock::text("ok")],
+        ],
+    )]);
+    let spec = roles::once("", vec!["Bash".into()], None);
+    let r = s.rt.run(&spec, "跑", RunOptions::default()).await;
+    assert!(r.ok);
+    let seen = s.fake.seen.lock().unwrap();
+    let res = results_of(&seen[1]);
+    assert!(res[0].0.starts_with("[结果共"), "{}", &res[0].0[..100]);
+    assert!(res[0].0.len() < 1200);
+    let spill = s.ws.join(".flower/spill");
+    assert_eq!(
+        std::fs::read_dir(spill).unwrap().count(),
+        2,
+        "the capped result plus the full output"
+    );
+}

@@ -1,0 +1,491 @@
+//! [`Runtime`]: runs one agent from a prompt, or a resumed session, to the end of its turn —
+//! flower's `Runtime.run` (api.md "Runtime"). Retries after network failures, resumes after a
+//! human interrupt, and hands off full contexts all happen inside one [`Runtime::run`] call.
+
+use chrono::Utc;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tokio_util::sync::CancellationToken;
+
+use super::event::{Event, EventKind, EventSink};
+use super::place::{role_mounts, Placement, SharedPlacement};
+use super::session_loop::{AgentRun, LoopEnd};
+use super::spec::AgentSpec;
+use super::tools::{ToolLimits, ToolRegistry};
+use super::workbench::Workbench;
+use crate::channel::Human;
+use crate::model::{Provider, Role};
+use crate::sandbox::{AgentBox, SandboxFactory};
+use crate::session::{SessionMeta, SessionStore, TrimPolicy};
+
+/// `StepResult.error` of a step stopped by the human (api.md `INTERRUPTED`).
+pub const INTERRUPTED: &str = "interrupted-by-human";
+/// Appended after the human's words when resuming from an interrupt.
+pub const INTERRUPT_NOTE: &str =
+    "(上一轮被人打断了。在飞的工具调用返回 interrupted 是打断的正常副作用,不是环境故障;\
+需要的话重跑那条命令。)";
+/// The prompt of a resume after a network failure.
+pub const RESILIENCE_PROMPT: &str = "网络中断过,现在恢复了。接着刚才的工作继续,不要从头开始。";
+
+/// Money spent, in USD. Unknown costs are never counted as zero (DESIGN.md invariant 7).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Spend {
+    /// Sum of the known costs.
+    pub known_usd: f64,
+    /// Calls whose cost is unknown (model not in the price table).
+    pub unknown_calls: u32,
+}
+
+impl Spend {
+    /// Adds one call's cost.
+    pub fn add_call(&mut self, cost: Option<f64>) {
+        match cost {
+            Some(c) => self.known_usd += c,
+            None => self.unknown_calls += 1,
+        }
+    }
+    /// Adds another total.
+    pub fn add(&mut self, other: Spend) {
+        self.known_usd += other.known_usd;
+        self.unknown_calls += other.unknown_calls;
+    }
+    /// The exact cost, `None` when some part is unknown (the manifest's `cost_usd`).
+    pub fn exact(&self) -> Option<f64> {
+        (self.unknown_calls == 0).then_some(self.known_usd)
+    }
+    /// `$1.2345`, or `≥ $1.2345` when some part is unknown.
+    pub fn display(&self) -> String {
+        if self.unknown_calls == 0 {
+            format!("${:.4}", self.known_usd)
+        } else {
+            format!("≥ ${:.4}", self.known_usd)
+        }
+    }
+}
+
+/// The complete books of one finished step (api.md `StepResult`; the manifest row).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepResult {
+    /// Step name as recorded (`干活#round2`).
+    pub step: String,
+    /// The last session that worked on it (handoffs retire earlier ones).
+    pub session_id: Option<String>,
+    /// It succeeded.
+    pub ok: bool,
+    /// Cost, accumulated across retries, handoffs and subagents.
+    pub spend: Spend,
+    /// Main-thread model turns, accumulated.
+    pub num_turns: u32,
+    /// The main thread's final text.
+    pub text: String,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// Start, UTC.
+    pub started_at: chrono::DateTime<Utc>,
+    /// End, UTC.
+    pub ended_at: chrono::DateTime<Utc>,
+    /// Attempts (interrupts and handoffs do not count).
+    pub attempts: u32,
+    /// Model errors met on the way (never part of `text`).
+    pub errors: Vec<String>,
+    /// A resume happened mid-step.
+    pub resumed: bool,
+    /// Sessions retired by handoffs, in order.
+    pub retired: Vec<String>,
+    /// Context size of the main thread's last call, in tokens.
+    pub context: u64,
+}
+
+impl StepResult {
+    /// Seconds between start and end.
+    pub fn duration_s(&self) -> f64 {
+        ((self.ended_at - self.started_at).num_milliseconds() as f64 / 1000.0 * 100.0).round()
+            / 100.0
+    }
+}
+
+/// How to run one step.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Step name (manifest, lineage); the spec's name when `None`.
+    pub step: Option<String>,
+    /// Resume this session.
+    pub resume: Option<String>,
+    /// Fork the resumed session instead of continuing it.
+    pub fork: bool,
+}
+
+/// Settings of a runtime.
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Canonical workspace.
+    pub workspace: PathBuf,
+    /// Model id used when a spec names none.
+    pub model: String,
+    /// Output cap of a model call, in tokens.
+    pub max_tokens: u32,
+    /// Largest `max_tokens` a cut-off retry may raise it to.
+    pub max_tokens_ceiling: u32,
+    /// This process's run marker.
+    pub run_id: String,
+    /// Tool limits.
+    pub tool_limits: ToolLimits,
+    /// Replace large old tool results with spill pointers on resume.
+    pub trim_large: bool,
+    /// Runtime-level attempts after the provider's own retries gave up.
+    pub max_attempts: u32,
+    /// Text before every agent's rules in its system prompt.
+    pub base_system: String,
+}
+
+impl RuntimeConfig {
+    /// Defaults for `workspace` and `model`.
+    pub fn new(workspace: PathBuf, model: String, run_id: String) -> Self {
+        RuntimeConfig {
+            base_system: base_system(&workspace),
+            workspace,
+            model,
+            max_tokens: 16_384,
+            max_tokens_ceiling: 64_000,
+            run_id,
+            tool_limits: ToolLimits::default(),
+            trim_large: true,
+            max_attempts: 3,
+        }
+    }
+}
+
+fn base_system(workspace: &std::path::Path) -> String {
+    format!(
+        "你是 flowerbox 里的一个 agent,在长程编码运行中承担一个角色。工作区在 {ws}。\
+         你的命令(Bash)在你自己的 Docker 容器里执行,路径和宿主机上一模一样;文件工具只能碰你被挂载的目录。\
+         工具报错是给你看的结果,读懂再决定下一步。",
+        ws = workspace.display()
+    )
+}
+
+/// The agent runtime. Cheap to share (`Arc<Runtime>`); one per workflow run.
+pub struct Runtime {
+    pub(crate) provider: Arc<dyn Provider>,
+    pub(crate) store: Arc<dyn SessionStore>,
+    pub(crate) sandboxes: Arc<dyn SandboxFactory>,
+    pub(crate) workbench: Option<Workbench>,
+    pub(crate) human: Arc<dyn Human>,
+    pub(crate) events: EventSink,
+    pub(crate) registry: ToolRegistry,
+    pub(crate) placement: Arc<dyn Placement>,
+    pub(crate) config: RuntimeConfig,
+    interrupt: Mutex<(CancellationToken, Option<String>)>,
+    counters: Mutex<HashMap<String, u32>>,
+    started_agents: Mutex<Vec<String>>,
+}
+
+impl Runtime {
+    /// A runtime over the given services. Workers share the workspace until
+    /// [`Runtime::with_placement`] installs another placement.
+    pub fn new(
+        config: RuntimeConfig,
+        provider: Arc<dyn Provider>,
+        store: Arc<dyn SessionStore>,
+        sandboxes: Arc<dyn SandboxFactory>,
+        workbench: Option<Workbench>,
+        human: Arc<dyn Human>,
+        events: EventSink,
+    ) -> Self {
+        let placement = Arc::new(SharedPlacement::new(
+            config.workspace.clone(),
+            workbench.as_ref().map(|w| w.root().to_path_buf()),
+        ));
+        Runtime {
+            provider,
+            store,
+            sandboxes,
+            workbench,
+            human,
+            events,
+            registry: ToolRegistry::standard(),
+            placement,
+            config,
+            interrupt: Mutex::new((CancellationToken::new(), None)),
+            counters: Mutex::new(HashMap::new()),
+            started_agents: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Replaces how workers are placed (worktrees with `--isolate`).
+    pub fn with_placement(mut self, placement: Arc<dyn Placement>) -> Self {
+        self.placement = placement;
+        self
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.config
+    }
+
+    /// The workbench, if any.
+    pub fn workbench(&self) -> Option<&Workbench> {
+        self.workbench.as_ref()
+    }
+
+    /// The session store.
+    pub fn store(&self) -> &Arc<dyn SessionStore> {
+        &self.store
+    }
+
+    /// The sandbox factory.
+    pub fn sandboxes(&self) -> &Arc<dyn SandboxFactory> {
+        &self.sandboxes
+    }
+
+    /// Interrupts the current turn cooperatively (any thread): in-flight tool calls return
+    /// "interrupted", and the step resumes its session with `message` (empty = say nothing).
+    pub fn interrupt(&self, message: &str) {
+        let mut g = self.interrupt.lock().unwrap_or_else(|e| e.into_inner());
+        g.1 = Some(message.to_string());
+        g.0.cancel();
+    }
+
+    pub(crate) fn cancel_token(&self) -> CancellationToken {
+        self.interrupt
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .0
+            .clone()
+    }
+
+    /// Takes the pending interrupt message and arms a fresh token.
+    fn take_interrupt(&self) -> Option<String> {
+        let mut g = self.interrupt.lock().unwrap_or_else(|e| e.into_inner());
+        if g.0.is_cancelled() {
+            g.0 = CancellationToken::new();
+        }
+        g.1.take()
+    }
+
+    /// A fresh instance name: `worker-1`, `worker-2`, ... (per base name).
+    pub fn instance_name(&self, base: &str) -> String {
+        let mut c = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+        let n = c.entry(base.to_string()).or_insert(0);
+        *n += 1;
+        format!("{base}-{n}")
+    }
+
+    pub(crate) fn note_agent(&self, agent: &str) {
+        self.started_agents
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(agent.to_string());
+    }
+
+    /// Removes the sandboxes (containers) of every agent started so far — called when the step
+    /// that owns them is done (after its judge).
+    pub async fn release_agents(&self) {
+        let agents: Vec<String> = std::mem::take(
+            &mut *self
+                .started_agents
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for a in agents {
+            if let Err(e) = self.sandboxes.release(&a).await {
+                tracing::warn!(agent = %a, error = %e, "sandbox release failed");
+            }
+        }
+    }
+
+    pub(crate) fn emit(&self, agent: &str, role: Role, depth: u32, kind: EventKind) {
+        (self.events)(Event {
+            agent: agent.to_string(),
+            role,
+            depth,
+            kind,
+        });
+    }
+
+    /// The policy resume uses to load a session.
+    pub fn trim_policy(&self) -> TrimPolicy {
+        let spill = match &self.workbench {
+            Some(w) => w.spill(),
+            None => self.config.workspace.join(".flower").join("spill"),
+        };
+        TrimPolicy::new(spill, self.config.trim_large)
+    }
+
+    /// The box of a main-thread agent of `role` (no worktree).
+    pub fn main_box(&self, agent: &str, role: Role) -> AgentBox {
+        AgentBox {
+            agent: agent.to_string(),
+            role,
+            mounts: role_mounts(
+                role,
+                &self.config.workspace,
+                self.workbench.as_ref().map(|w| w.root()),
+            ),
+            workdir: self.config.workspace.clone(),
+        }
+    }
+
+    /// Runs one step: `spec` with `prompt`, new or resumed, to the end of its turn. Never
+    /// panics on model or tool failures: they end up in the result.
+    pub async fn run(
+        self: &Arc<Self>,
+        spec: &AgentSpec,
+        prompt: &str,
+        opts: RunOptions,
+    ) -> StepResult {
+        let step = opts.step.clone().unwrap_or_else(|| spec.name.clone());
+        let started_at = Utc::now();
+        let agent = match spec.role {
+            Role::Once => spec.name.clone(),
+            Role::Coordinator | Role::Clarifier => spec.name.clone(),
+            _ => self.instance_name(spec.role.as_str()),
+        };
+        let mut result = StepResult {
+            step: step.clone(),
+            session_id: None,
+            ok: false,
+            spend: Spend::default(),
+            num_turns: 0,
+            text: String::new(),
+            error: None,
+            started_at,
+            ended_at: started_at,
+            attempts: 1,
+            errors: Vec::new(),
+            resumed: opts.resume.is_some(),
+            retired: Vec::new(),
+            context: 0,
+        };
+        self.emit(
+            &agent,
+            spec.role,
+            0,
+            EventKind::StepStart { step: step.clone() },
+        );
+        self.take_interrupt();
+
+        // Open or create the session.
+        let meta = SessionMeta {
+            agent: agent.clone(),
+            role: spec.role,
+            step: Some(step.clone()),
+            parent: None,
+            run: self.config.run_id.clone(),
+        };
+        let (session, history) = match self.open_session(&meta, opts.resume.as_deref(), opts.fork) {
+            Ok(v) => v,
+            Err(e) => {
+                result.error = Some(e);
+                return self.finish(result, spec, &agent);
+            }
+        };
+        result.session_id = Some(session.clone());
+        let mut run = AgentRun::new(
+            self.clone(),
+            spec.clone(),
+            agent.clone(),
+            0,
+            session,
+            history,
+            self.main_box(&agent, spec.role),
+        );
+        let mut next_prompt = prompt.to_string();
+        loop {
+            let end = run.turn(&next_prompt).await;
+            result.spend = run.spend();
+            result.num_turns = run.turns;
+            result.context = run.context_tokens;
+            result.errors.extend(run.take_errors());
+            match end {
+                LoopEnd::Done => {
+                    result.ok = true;
+                    result.text = run.final_text();
+                    break;
+                }
+                LoopEnd::Interrupted => {
+                    // Not a failed attempt: resume the same session with the human's words.
+                    let said = self.take_interrupt().unwrap_or_default();
+                    next_prompt = if said.trim().is_empty() {
+                        format!("继续。{INTERRUPT_NOTE}")
+                    } else {
+                        format!("{said}\n\n{INTERRUPT_NOTE}")
+                    };
+                    result.resumed = true;
+                }
+                LoopEnd::Failed { error, retryable } => {
+                    if retryable && result.attempts < self.config.max_attempts {
+                        result.attempts += 1;
+                        result.resumed = true;
+                        next_prompt = RESILIENCE_PROMPT.to_string();
+                        self.emit(&agent, spec.role, 0, EventKind::Retry { reason: error });
+                        continue;
+                    }
+                    result.text = run.final_text();
+                    result.error = Some(error);
+                    break;
+                }
+                LoopEnd::Stopped(reason) => {
+                    result.text = run.final_text();
+                    result.error = Some(reason);
+                    break;
+                }
+            }
+        }
+        result.session_id = Some(run.session_id().to_string());
+        self.finish(result, spec, &agent)
+    }
+
+    fn finish(&self, mut result: StepResult, spec: &AgentSpec, agent: &str) -> StepResult {
+        result.ended_at = Utc::now();
+        self.emit(
+            agent,
+            spec.role,
+            0,
+            EventKind::StepEnd {
+                step: result.step.clone(),
+                ok: result.ok,
+                cost_usd: result.spend.exact(),
+                turns: result.num_turns,
+                context_tokens: result.context,
+                error: result.error.clone(),
+            },
+        );
+        result
+    }
+
+    /// Creates, resumes or forks a session; returns (id, history to continue from).
+    pub(crate) fn open_session(
+        &self,
+        meta: &SessionMeta,
+        resume: Option<&str>,
+        fork: bool,
+    ) -> Result<(String, Vec<crate::model::Message>), String> {
+        let store_err = |e: crate::session::SessionError| format!("sessions.db: {e}");
+        if let Some(id) = resume {
+            if self.store.meta(id).map_err(store_err)?.is_some() {
+                let id = if fork {
+                    self.store.fork(id).map_err(store_err)?
+                } else {
+                    id.to_string()
+                };
+                let history = self
+                    .store
+                    .load(&id, &self.trim_policy())
+                    .map_err(store_err)?;
+                return Ok((id, history));
+            }
+            self.emit(
+                &meta.agent,
+                meta.role,
+                0,
+                EventKind::Warning {
+                    text: format!("会话 {id} 查不到,开新会话"),
+                },
+            );
+        }
+        let id = self.store.create(meta).map_err(store_err)?;
+        Ok((id, Vec::new()))
+    }
+}

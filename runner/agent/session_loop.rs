@@ -1,0 +1,583 @@
+//! The agent loop for one session: request → stream → tool calls → guard → execute (concurrently)
+//! → tool results → next request, until `end_turn`, a turn limit, the budget, an interruption at
+//! a message boundary, or a model failure. Subagents (`Agent`) run the same loop one level down.
+
+use async_trait::async_trait;
+use futures::future::join_all;
+use serde_json::Value;
+use std::sync::{Arc, Mutex};
+
+use super::event::EventKind;
+use super::guard::{self, check_report, one_line, Decision};
+use super::roles;
+use super::runtime::{Runtime, Spend};
+use super::spec::{AgentSpec, WorkerDef};
+use super::spill::maybe_spill;
+use super::tools::{DispatchRequest, Dispatcher, ToolContext, ToolError};
+use crate::model::{
+    Caller, ContentBlock, Message, ModelError, ModelEvent, Request, Speaker, StopReason, ToolCall,
+    ToolDef,
+};
+use crate::sandbox::AgentBox;
+use crate::session::{NoticeKind, SessionMeta};
+
+/// Most consecutive cut-off turns before the agent is stopped.
+const MAX_CUTOFFS: u32 = 3;
+
+/// How a loop ended.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum LoopEnd {
+    /// The model ended its turn.
+    Done,
+    /// The human interrupted (cooperatively, at a message boundary).
+    Interrupted,
+    /// A model call failed; `retryable` when a later attempt may succeed.
+    Failed { error: String, retryable: bool },
+    /// A limit stopped it (turns, budget, cut-offs).
+    Stopped(String),
+}
+
+/// One agent working in one session.
+pub(crate) struct AgentRun {
+    rt: Arc<Runtime>,
+    spec: AgentSpec,
+    agent: String,
+    depth: u32,
+    session: String,
+    messages: Vec<Message>,
+    agent_box: AgentBox,
+    system: Vec<String>,
+    tools: Vec<ToolDef>,
+    todos: Vec<Value>,
+    own_spend: Spend,
+    children: Arc<Mutex<Spend>>,
+    /// Main-thread model calls.
+    pub turns: u32,
+    /// Context size of the last call, in tokens.
+    pub context_tokens: u64,
+    errors: Vec<String>,
+    last_text: String,
+    max_tokens: u32,
+    cutoffs: u32,
+    report_retry_used: bool,
+    budget_warned: bool,
+}
+
+impl AgentRun {
+    /// `history` is the (trimmed) conversation of a resumed session, empty for a new one.
+    pub(crate) fn new(
+        rt: Arc<Runtime>,
+        spec: AgentSpec,
+        agent: String,
+        depth: u32,
+        session: String,
+        history: Vec<Message>,
+        agent_box: AgentBox,
+    ) -> Self {
+        let system = vec![rt.config.base_system.clone(), spec.instructions.clone()];
+        let mut tools = rt.registry.definitions(&spec.tools);
+        if let Some(def) = tools.iter_mut().find(|d| d.name == "Agent") {
+            let kinds = workers_of(&spec);
+            def.description
+                .push_str("\nAvailable subagent_type values:");
+            for w in &kinds {
+                def.description
+                    .push_str(&format!("\n- {}: {}", w.kind, w.description));
+            }
+        }
+        let max_tokens = rt.config.max_tokens;
+        AgentRun {
+            rt,
+            spec,
+            agent,
+            depth,
+            session,
+            messages: history,
+            agent_box,
+            system,
+            tools,
+            todos: Vec::new(),
+            own_spend: Spend::default(),
+            children: Arc::new(Mutex::new(Spend::default())),
+            turns: 0,
+            context_tokens: 0,
+            errors: Vec::new(),
+            last_text: String::new(),
+            max_tokens,
+            cutoffs: 0,
+            report_retry_used: false,
+            budget_warned: false,
+        }
+    }
+
+    /// The session id.
+    pub(crate) fn session_id(&self) -> &str {
+        &self.session
+    }
+
+    /// Cost so far, subagents included.
+    pub(crate) fn spend(&self) -> Spend {
+        let mut s = self.own_spend;
+        s.add(*self.children.lock().unwrap_or_else(|e| e.into_inner()));
+        s
+    }
+
+    /// Model errors met so far (drained).
+    pub(crate) fn take_errors(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.errors)
+    }
+
+    /// The agent's final text: its last assistant text.
+    pub(crate) fn final_text(&self) -> String {
+        self.last_text.clone()
+    }
+
+    fn emit(&self, kind: EventKind) {
+        self.rt.emit(&self.agent, self.spec.role, self.depth, kind);
+    }
+
+    fn append(&mut self, msg: Message, context: Option<u64>) {
+        if let Err(e) = self.rt.store.append(&self.session, &msg, context) {
+            // The record matters, but a full disk must not kill a long run silently.
+            self.emit(EventKind::Error {
+                text: format!("会话落盘失败:{e}"),
+            });
+        }
+        self.messages.push(msg);
+    }
+
+    /// Says `prompt` and runs until the agent ends its turn or something stops it.
+    pub(crate) async fn turn(&mut self, prompt: &str) -> LoopEnd {
+        let mut text = prompt.to_string();
+        if self.messages.is_empty() && self.spec.workbench_index {
+            if let Some(wb) = &self.rt.workbench {
+                text = format!("{}\n\n---\n\n{}", wb.prompt_block(), prompt);
+            }
+        }
+        self.emit(EventKind::Prompt {
+            text: prompt.to_string(),
+        });
+        self.say(text);
+        let cancel = self.rt.cancel_token();
+        let ctx = self.tool_context(cancel.clone());
+        let end = self.run_loop(&ctx).await;
+        self.todos = std::mem::take(&mut *ctx.todos.lock().unwrap_or_else(|e| e.into_inner()));
+        end
+    }
+
+    /// Appends a user text, merging into a trailing user message (the API wants alternation).
+    fn say(&mut self, text: String) {
+        match self.messages.last_mut() {
+            Some(last) if last.role == Speaker::User => {
+                last.content.push(ContentBlock::text(text.clone()));
+                let msg = Message {
+                    role: Speaker::User,
+                    content: vec![ContentBlock::text(text)],
+                };
+                if let Err(e) = self.rt.store.append(&self.session, &msg, None) {
+                    self.emit(EventKind::Error {
+                        text: format!("会话落盘失败:{e}"),
+                    });
+                }
+            }
+            _ => self.append(Message::user_text(text), None),
+        }
+    }
+
+    fn tool_context(&self, cancel: tokio_util::sync::CancellationToken) -> ToolContext {
+        let sandboxes = self.spec.needs_sandbox().then(|| self.rt.sandboxes.clone());
+        let dispatcher: Option<Arc<dyn Dispatcher>> = self.spec.allows("Agent").then(|| {
+            Arc::new(SubDispatch {
+                rt: self.rt.clone(),
+                workers: workers_of(&self.spec),
+                parent_session: self.session.clone(),
+                parent_agent: self.agent.clone(),
+                parent_depth: self.depth,
+                parent_role: self.spec.role,
+                children: self.children.clone(),
+            }) as Arc<dyn Dispatcher>
+        });
+        let ctx = ToolContext::new(
+            self.agent.clone(),
+            self.spec.role,
+            self.depth,
+            self.agent_box.clone(),
+            sandboxes,
+            self.rt.workbench.clone(),
+            self.rt.human.clone(),
+            cancel,
+            dispatcher,
+            self.rt.config.tool_limits.clone(),
+        );
+        *ctx.todos.lock().unwrap_or_else(|e| e.into_inner()) = self.todos.clone();
+        ctx
+    }
+
+    async fn run_loop(&mut self, ctx: &ToolContext) -> LoopEnd {
+        loop {
+            if ctx.cancel.is_cancelled() {
+                return LoopEnd::Interrupted;
+            }
+            if let Some(max) = self.spec.max_turns {
+                if self.turns >= max {
+                    return LoopEnd::Stopped(format!("到了轮数上限({max} 轮)"));
+                }
+            }
+            if let Some(limit) = self.spec.max_budget_usd {
+                let spent = self.spend();
+                if spent.known_usd >= limit {
+                    return LoopEnd::Stopped(format!(
+                        "预算用完:已花 {},上限 ${limit:.4}",
+                        spent.display()
+                    ));
+                }
+                if spent.unknown_calls > 0 && !self.budget_warned {
+                    self.budget_warned = true;
+                    self.emit(EventKind::Warning {
+                        text: format!(
+                            "模型 {} 的价格未知,预算上限 ${limit} 只按已知花费执行",
+                            self.model()
+                        ),
+                    });
+                }
+            }
+            let turn = match self.call_model(ctx).await {
+                Ok(t) => t,
+                Err(end) => return end,
+            };
+            self.turns += 1;
+            let calls: Vec<ToolCall> = turn.to_message().tool_uses().collect();
+            let text = turn.to_message().text();
+            if !text.trim().is_empty() {
+                self.last_text = text;
+            }
+            self.append(turn.to_message(), Some(self.context_tokens));
+
+            let mut notes = Vec::new();
+            if turn.truncated_tool_use
+                || (turn.stop_reason == StopReason::MaxTokens && calls.is_empty())
+            {
+                self.cutoffs += 1;
+                if self.cutoffs > MAX_CUTOFFS {
+                    return LoopEnd::Stopped(format!(
+                        "输出连续 {MAX_CUTOFFS} 次在 max_tokens 处被截断"
+                    ));
+                }
+                self.max_tokens = (self.max_tokens * 2).min(self.rt.config.max_tokens_ceiling);
+                notes.push(if turn.truncated_tool_use {
+                    "[你上一条输出在 max_tokens 处被截断,正在写的那个工具调用没有执行。把大内容拆小(分几次 Write/Edit),再继续。]"
+                } else {
+                    "[你上一条输出在 max_tokens 处被截断了。从断的地方接着写。]"
+                });
+            } else {
+                self.cutoffs = 0;
+            }
+
+            if calls.is_empty() && notes.is_empty() {
+                if self.spec.report_format && !self.report_retry_used {
+                    if let Err(problem) = check_report(&self.last_text) {
+                        self.report_retry_used = true;
+                        self.say(format!(
+                            "回话格式不对({problem})。按四段重写,总共不超过 {} 行:结论 / 依据 / 产出 / 未验证。只回这份报告。",
+                            guard::REPORT_MAX_LINES
+                        ));
+                        continue;
+                    }
+                }
+                return LoopEnd::Done;
+            }
+
+            let results = join_all(calls.iter().map(|c| self.exec_call(c, ctx))).await;
+            let mut content: Vec<ContentBlock> = results;
+            content.extend(notes.iter().map(|n| ContentBlock::text(*n)));
+            self.append(
+                Message {
+                    role: Speaker::User,
+                    content,
+                },
+                None,
+            );
+        }
+    }
+
+    fn model(&self) -> String {
+        self.spec
+            .model
+            .clone()
+            .unwrap_or_else(|| self.rt.config.model.clone())
+    }
+
+    async fn call_model(&mut self, ctx: &ToolContext) -> Result<crate::model::Turn, LoopEnd> {
+        let req = Request {
+            model: self.model(),
+            system: self.system.clone(),
+            messages: self.messages.clone(),
+            tools: self.tools.clone(),
+            max_tokens: self.max_tokens,
+            caller: Caller {
+                role: self.spec.role,
+                agent: self.agent.clone(),
+            },
+        };
+        let rt = self.rt.clone();
+        let (agent, role, depth) = (self.agent.clone(), self.spec.role, self.depth);
+        let sink = move |ev: ModelEvent| {
+            let kind = match ev {
+                ModelEvent::TextDelta(t) if depth == 0 => EventKind::TextDelta { text: t },
+                ModelEvent::Retrying {
+                    attempt,
+                    delay_ms,
+                    reason,
+                } => EventKind::Retry {
+                    reason: format!(
+                        "第 {attempt} 次失败({reason}),{:.1} 秒后重试",
+                        delay_ms as f64 / 1000.0
+                    ),
+                },
+                ModelEvent::Waiting { status } => EventKind::Retry { reason: status },
+                _ => return,
+            };
+            rt.emit(&agent, role, depth, kind);
+        };
+        let result = self.rt.provider.stream_turn(&req, &sink, &ctx.cancel).await;
+        match result {
+            Ok(turn) => {
+                for e in &turn.retried_errors {
+                    let _ = self
+                        .rt
+                        .store
+                        .append_notice(&self.session, NoticeKind::NetworkError, e);
+                }
+                self.errors.extend(turn.retried_errors.iter().cloned());
+                let cost = crate::model::price::cost_usd(&turn.model, &turn.usage);
+                self.own_spend.add_call(cost);
+                self.context_tokens = turn.usage.context_tokens();
+                self.emit(EventKind::Usage {
+                    usage: turn.usage,
+                    cost_usd: cost,
+                    context_tokens: self.context_tokens,
+                });
+                for b in &turn.content {
+                    match b {
+                        ContentBlock::Text { text } if !text.trim().is_empty() => {
+                            self.emit(EventKind::Text { text: text.clone() })
+                        }
+                        ContentBlock::Thinking { thinking, .. } if !thinking.trim().is_empty() => {
+                            self.emit(EventKind::Thinking {
+                                text: thinking.clone(),
+                            })
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(turn)
+            }
+            Err(ModelError::Interrupted) => {
+                let _ = self.rt.store.append_notice(
+                    &self.session,
+                    NoticeKind::Interrupted,
+                    "interrupted during a model call",
+                );
+                Err(LoopEnd::Interrupted)
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                let _ = self
+                    .rt
+                    .store
+                    .append_notice(&self.session, NoticeKind::NetworkError, &msg);
+                if let ModelError::Exhausted { errors, .. } = &e {
+                    self.errors.extend(errors.iter().cloned());
+                } else {
+                    self.errors.push(msg.clone());
+                }
+                let retryable = matches!(
+                    e,
+                    ModelError::Exhausted { .. } | ModelError::Unreachable { .. }
+                );
+                self.emit(EventKind::Error { text: msg.clone() });
+                Err(LoopEnd::Failed {
+                    error: msg,
+                    retryable,
+                })
+            }
+        }
+    }
+
+    /// Guards, runs and spills one tool call; always yields a tool_result.
+    async fn exec_call(&self, call: &ToolCall, ctx: &ToolContext) -> ContentBlock {
+        self.emit(EventKind::ToolCall {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            summary: summarize(call),
+        });
+        let tool = self.rt.registry.get(&call.name);
+        let outcome: Result<String, ToolError> = match guard::check(&self.spec, call) {
+            Decision::Deny(m) => Err(ToolError::Denied(m)),
+            Decision::Allow => match &tool {
+                None => Err(ToolError::Denied(format!("没有叫 {} 的工具", call.name))),
+                Some(_) if !call.input.is_object() => {
+                    Err(ToolError::InvalidInput("输入必须是 JSON 对象".into()))
+                }
+                Some(t) => t.call(&call.input, ctx).await,
+            },
+        };
+        let (mut text, is_error) = match outcome {
+            Ok(t) => (t, false),
+            Err(e) => (e.to_string(), true),
+        };
+        if let (Some(t), Some(wb)) = (&tool, &self.rt.workbench) {
+            let reads_spill = call.name == "Read"
+                && call
+                    .input
+                    .get("file_path")
+                    .and_then(|p| p.as_str())
+                    .and_then(|p| ctx.confine.resolve(p, super::confine::Access::Read).ok())
+                    .is_some_and(|p| ctx.is_spill_file(&p));
+            if t.spills() && !reads_spill {
+                text = maybe_spill(text, &wb.spill());
+            }
+        }
+        self.emit(EventKind::ToolResult {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            is_error,
+            text: text.clone(),
+        });
+        ContentBlock::ToolResult {
+            tool_use_id: call.id.clone(),
+            content: text,
+            is_error,
+        }
+    }
+}
+
+/// One line describing a call: `Bash: cargo build`.
+fn summarize(call: &ToolCall) -> String {
+    let key = [
+        "command",
+        "file_path",
+        "pattern",
+        "url",
+        "description",
+        "question",
+    ]
+    .into_iter()
+    .find_map(|k| call.input.get(k).and_then(|v| v.as_str()));
+    match key {
+        Some(v) => format!("{}: {}", call.name, one_line(v, 100)),
+        None => call.name.clone(),
+    }
+}
+
+/// The workers an agent may dispatch; a general worker when none are declared.
+fn workers_of(spec: &AgentSpec) -> Vec<WorkerDef> {
+    if spec.workers.is_empty() {
+        vec![roles::worker(
+            "worker",
+            "通用执行者:写代码、跑命令、做验证",
+            "你负责实现。每改一处就跑一次验证,别攒到最后。",
+        )]
+    } else {
+        spec.workers.clone()
+    }
+}
+
+/// Runs workers for one agent's `Agent` tool.
+struct SubDispatch {
+    rt: Arc<Runtime>,
+    workers: Vec<WorkerDef>,
+    parent_session: String,
+    parent_agent: String,
+    parent_depth: u32,
+    parent_role: crate::model::Role,
+    children: Arc<Mutex<Spend>>,
+}
+
+#[async_trait]
+impl Dispatcher for SubDispatch {
+    async fn dispatch(
+        &self,
+        _parent: &ToolContext,
+        req: DispatchRequest,
+    ) -> Result<String, String> {
+        let def = match &req.subagent_type {
+            Some(k) => self.workers.iter().find(|w| &w.kind == k).ok_or_else(|| {
+                format!(
+                    "没有叫 {k} 的执行者;可用:{}",
+                    self.workers
+                        .iter()
+                        .map(|w| w.kind.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })?,
+            None => &self.workers[0],
+        };
+        let agent = self.rt.instance_name("worker");
+        let place = self.rt.placement.prepare(&agent).await?;
+        self.rt.emit(
+            &self.parent_agent,
+            self.parent_role,
+            self.parent_depth,
+            EventKind::Dispatch {
+                child: agent.clone(),
+                description: req.description.clone(),
+            },
+        );
+        let meta = SessionMeta {
+            agent: agent.clone(),
+            role: def.spec.role,
+            step: None,
+            parent: Some(self.parent_session.clone()),
+            run: self.rt.config.run_id.clone(),
+        };
+        let session = self
+            .rt
+            .store
+            .create(&meta)
+            .map_err(|e| format!("sessions.db: {e}"))?;
+        let abox = AgentBox {
+            agent: agent.clone(),
+            role: def.spec.role,
+            mounts: place.mounts.clone(),
+            workdir: place.workdir.clone(),
+        };
+        self.rt.note_agent(&agent);
+        let mut run = AgentRun::new(
+            self.rt.clone(),
+            def.spec.clone(),
+            agent.clone(),
+            self.parent_depth + 1,
+            session,
+            Vec::new(),
+            abox,
+        );
+        let end = run.turn(&req.prompt).await;
+        self.children
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .add(run.spend());
+        let ok = end == LoopEnd::Done;
+        let integration = self.rt.placement.finish(&agent, &place, ok).await;
+        let mut text = match &end {
+            LoopEnd::Done => run.final_text(),
+            LoopEnd::Interrupted => return Err(format!("执行者 {agent} 被打断了,半成品没有回报")),
+            LoopEnd::Failed { error, .. } | LoopEnd::Stopped(error) => {
+                format!(
+                    "执行者 {agent} 没做完:{error}\n它最后说:{}",
+                    run.final_text()
+                )
+            }
+        };
+        if let Some(i) = integration {
+            text.push_str("\n\n");
+            text.push_str(&i);
+        }
+        if ok {
+            Ok(format!("[{agent}]\n{text}"))
+        } else {
+            Err(text)
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! [`AgentSpec`]: the complete declaration of one agent (flower's `AgentSpec`, seed 001 "角色"):
+//! rules text, tool whitelist, limits, and how it may act.
+
+use crate::model::Role;
+
+/// One agent's declaration. Role factories in [`crate::agent::roles`] build these; a workflow
+/// file or a Rust user can build one directly.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentSpec {
+    /// Role name; also the default step name and the prefix of instance names.
+    pub name: String,
+    /// The role (headers, container rights, guards).
+    pub role: Role,
+    /// Rules and domain instructions, appended to the base system prompt.
+    pub instructions: String,
+    /// The exclusive tool whitelist: tools offered to the model, and the only ones the
+    /// runtime executes (whitelist guard), whatever the model calls.
+    pub tools: Vec<String>,
+    /// Model id; `None` inherits the runtime's model.
+    pub model: Option<String>,
+    /// Most model turns (calls) for one run of this agent; `None` is unlimited.
+    pub max_turns: Option<u32>,
+    /// Budget in USD; the agent stops before a call would start past it.
+    pub max_budget_usd: Option<f64>,
+    /// Bash is restricted to glance (ephemeral, read-only) commands: the delegate guard.
+    pub glance_only: bool,
+    /// Show the workbench index to this agent in its first message.
+    pub workbench_index: bool,
+    /// Worker definitions this agent may dispatch with the `Agent` tool.
+    pub workers: Vec<WorkerDef>,
+    /// Hold the final report to the four-part worker format (结论 / 依据 / 产出 / 未验证).
+    pub report_format: bool,
+}
+
+/// A worker the coordinator can dispatch (flower's `worker()` `AgentDefinition`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerDef {
+    /// Name the coordinator picks it by (`subagent_type`).
+    pub kind: String,
+    /// What kind of work goes to it (shown to the coordinator).
+    pub description: String,
+    /// The worker's own spec.
+    pub spec: AgentSpec,
+}
+
+impl AgentSpec {
+    /// A bare spec with read-only tools; role factories fill in the rest.
+    pub fn new(name: impl Into<String>, role: Role, instructions: impl Into<String>) -> Self {
+        AgentSpec {
+            name: name.into(),
+            role,
+            instructions: instructions.into(),
+            tools: vec!["Read".into(), "Glob".into(), "Grep".into()],
+            model: None,
+            max_turns: None,
+            max_budget_usd: None,
+            glance_only: false,
+            workbench_index: false,
+            workers: Vec::new(),
+            report_format: false,
+        }
+    }
+
+    /// True when `tool` is on the whitelist.
+    pub fn allows(&self, tool: &str) -> bool {
+        self.tools.iter().any(|t| t == tool)
+    }
+
+    /// True when the agent executes commands, so it needs a sandbox (container).
+    pub fn needs_sandbox(&self) -> bool {
+        self.allows("Bash")
+    }
+
+    /// Builder-style: replace the tool list.
+    pub fn with_tools<I, S>(mut self, tools: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.tools = tools.into_iter().map(Into::into).collect();
+        self
+    }
+}

@@ -1,0 +1,69 @@
+//! `Agent`: dispatches a worker with a description and a prompt (the task brief) and returns
+//! its final report. Several `Agent` calls in one assistant message run in parallel.
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{parse_input, Tool, ToolContext, ToolError};
+
+pub(super) struct AgentTool;
+
+/// What the coordinator asked for.
+#[derive(Debug, Clone, Deserialize)]
+pub struct DispatchRequest {
+    /// Three to five words on the task.
+    pub description: String,
+    /// The task brief.
+    pub prompt: String,
+    /// Which worker definition (`subagent_type`); the first one when absent.
+    #[serde(default)]
+    pub subagent_type: Option<String>,
+}
+
+/// Runs subagents; implemented by the runtime.
+#[async_trait]
+pub trait Dispatcher: Send + Sync {
+    /// Runs one worker to the end of its turn; `Ok` is its report (plus any integration report),
+    /// `Err` a message for the coordinator.
+    async fn dispatch(&self, parent: &ToolContext, req: DispatchRequest) -> Result<String, String>;
+}
+
+#[async_trait]
+impl Tool for AgentTool {
+    fn name(&self) -> &'static str {
+        "Agent"
+    }
+    fn description(&self) -> String {
+        "Dispatches a worker subagent with a task brief and returns its final report. The worker has its own \
+         sandbox and context; it does not see your conversation, so the prompt must say everything task-specific \
+         (goal, acceptance, paths, where the workbench is). Independent tasks: several Agent calls in one message \
+         run in parallel."
+            .into()
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "description": {"type": "string", "description": "3-5 words"},
+            "prompt": {"type": "string", "description": "the task brief"},
+            "subagent_type": {"type": "string"}
+        }, "required": ["description", "prompt"]})
+    }
+    fn mutating(&self) -> bool {
+        true
+    }
+
+    async fn call(&self, input: &Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let req: DispatchRequest = parse_input(input)?;
+        if req.prompt.trim().is_empty() {
+            return Err(ToolError::InvalidInput("prompt(任务书)是空的".into()));
+        }
+        let d = ctx
+            .dispatcher
+            .clone()
+            .ok_or_else(|| ToolError::Denied(format!("{} 不能派 subagent", ctx.agent)))?;
+        if ctx.cancel.is_cancelled() {
+            return Err(ToolError::Interrupted);
+        }
+        d.dispatch(ctx, req).await.map_err(ToolError::Failed)
+    }
+}

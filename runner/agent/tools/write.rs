@@ -1,0 +1,63 @@
+//! `Write`: creates or overwrites a file (parents created), inside the agent's writable mounts.
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{parse_input, Tool, ToolContext, ToolError};
+use crate::agent::confine::Access;
+
+pub(super) struct WriteTool;
+
+#[derive(Deserialize)]
+struct Args {
+    file_path: String,
+    content: String,
+}
+
+#[async_trait]
+impl Tool for WriteTool {
+    fn name(&self) -> &'static str {
+        "Write"
+    }
+    fn description(&self) -> String {
+        "Writes a file, replacing it if it exists; parent directories are created.".into()
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "file_path": {"type": "string"},
+            "content": {"type": "string"}
+        }, "required": ["file_path", "content"]})
+    }
+    fn mutating(&self) -> bool {
+        true
+    }
+
+    async fn call(&self, input: &Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let a: Args = parse_input(input)?;
+        let path = ctx.path(&a.file_path, Access::Write)?;
+        if path.is_dir() {
+            return Err(ToolError::Failed(format!("{} 是目录", a.file_path)));
+        }
+        if let Some(parent) = path.parent() {
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(|e| ToolError::Failed(format!("{}: {e}", parent.display())))?;
+        }
+        let existed = path.exists();
+        tokio::fs::write(&path, a.content.as_bytes())
+            .await
+            .map_err(|e| ToolError::Failed(format!("{}: {e}", a.file_path)))?;
+        if let Some(wb) = &ctx.workbench {
+            if path.starts_with(wb.root()) {
+                let _ = wb.refresh();
+            }
+        }
+        Ok(format!(
+            "{} {}({} 行)",
+            if existed { "已覆盖" } else { "已创建" },
+            path.display(),
+            a.content.lines().count()
+        ))
+    }
+}

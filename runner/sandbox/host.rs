@@ -1,0 +1,377 @@
+//! The host backend (`--sandbox host`, by explicit choice only): commands run as host processes,
+//! one process group per command, with the same caps and timeouts as containers. Credentials
+//! are removed from every command's environment.
+//!
+//! A command that leaves a background child holding its output returns when its shell exits;
+//! the child keeps running (a server under test) and its group is killed at teardown.
+
+use async_trait::async_trait;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use std::collections::{HashMap, HashSet};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+
+use super::output::{OutputCollector, Stream};
+use super::{AgentBox, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxFactory};
+
+/// How long to wait for the pipes to close after the shell exited.
+const PIPE_GRACE: Duration = Duration::from_millis(300);
+
+/// Environment variables never passed to commands (credentials of every provider).
+pub fn is_secret_env(name: &str) -> bool {
+    name.starts_with("ANTHROPIC_")
+        || name.starts_with("OPENAI_")
+        || name == "FLOWERBOX_PROVIDER"
+        || name.starts_with("CLAUDE_")
+}
+
+/// Hands out host sandboxes; remembers process groups left running for teardown.
+#[derive(Default)]
+pub struct HostSandboxFactory {
+    boxes: Mutex<HashMap<String, Arc<HostSandbox>>>,
+    leftovers: Arc<Mutex<HashSet<i32>>>,
+}
+
+impl HostSandboxFactory {
+    /// A factory with no sandboxes yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+#[async_trait]
+impl SandboxFactory for HostSandboxFactory {
+    fn kind(&self) -> &'static str {
+        "host"
+    }
+
+    async fn sandbox(&self, spec: &AgentBox) -> Result<Arc<dyn Sandbox>, SandboxError> {
+        let mut boxes = self.boxes.lock().unwrap_or_else(|e| e.into_inner());
+        let sb = boxes
+            .entry(spec.agent.clone())
+            .or_insert_with(|| {
+                Arc::new(HostSandbox {
+                    spec: spec.clone(),
+                    leftovers: self.leftovers.clone(),
+                })
+            })
+            .clone();
+        Ok(sb)
+    }
+
+    async fn release(&self, agent: &str) -> Result<(), SandboxError> {
+        self.boxes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(agent);
+        Ok(())
+    }
+
+    async fn teardown(&self) -> Result<(), SandboxError> {
+        self.boxes.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        let groups: Vec<i32> = self
+            .leftovers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .collect();
+        for g in &groups {
+            let _ = killpg(Pid::from_raw(*g), Signal::SIGTERM);
+        }
+        if !groups.is_empty() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            for g in groups {
+                let _ = killpg(Pid::from_raw(g), Signal::SIGKILL);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One agent's host sandbox.
+pub struct HostSandbox {
+    spec: AgentBox,
+    leftovers: Arc<Mutex<HashSet<i32>>>,
+}
+
+type Shared = Arc<Mutex<Option<OutputCollector>>>;
+
+fn spawn_reader<R: AsyncRead + Unpin + Send + 'static>(
+    mut r: R,
+    stream: Stream,
+    sink: Shared,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match r.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                // After the result is returned the collector is gone: keep draining so a
+                // background child writing to the pipe never gets EPIPE.
+                Ok(n) => {
+                    if let Some(c) = sink.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                        c.push(stream, &buf[..n]);
+                    }
+                }
+            }
+        }
+    })
+}
+
+fn group_alive(pgid: i32) -> bool {
+    killpg(Pid::from_raw(pgid), None).is_ok()
+}
+
+#[async_trait]
+impl Sandbox for HostSandbox {
+    async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, SandboxError> {
+        if !self
+            .spec
+            .mounts
+            .iter()
+            .any(|m| req.cwd.starts_with(&m.path))
+            && !self.spec.mounts.is_empty()
+        {
+            return Err(SandboxError::OutsideMounts(req.cwd));
+        }
+        let shell = if std::path::Path::new("/bin/bash").exists() {
+            "/bin/bash"
+        } else {
+            "/bin/sh"
+        };
+        let mut cmd = Command::new(shell);
+        cmd.arg("-c").arg(&req.command).current_dir(&req.cwd);
+        for (k, _) in std::env::vars_os() {
+            if is_secret_env(&k.to_string_lossy()) {
+                cmd.env_remove(&k);
+            }
+        }
+        cmd.env("GIT_CONFIG_COUNT", "2")
+            .env("GIT_CONFIG_KEY_0", "gc.auto")
+            .env("GIT_CONFIG_VALUE_0", "0")
+            .env("GIT_CONFIG_KEY_1", "gc.worktreePruneExpire")
+            .env("GIT_CONFIG_VALUE_1", "never");
+        for (k, v) in &req.env {
+            cmd.env(k, v);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut child = cmd.spawn()?;
+        let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+        let sink: Shared = Arc::new(Mutex::new(Some(OutputCollector::new(
+            req.output_cap,
+            req.spill_dir.as_deref(),
+        ))));
+        let r1 = spawn_reader(
+            child.stdout.take().expect("piped"),
+            Stream::Stdout,
+            sink.clone(),
+        );
+        let r2 = spawn_reader(
+            child.stderr.take().expect("piped"),
+            Stream::Stderr,
+            sink.clone(),
+        );
+
+        let mut out = ExecOutput::default();
+        let status = tokio::select! {
+            s = child.wait() => Some(s?),
+            _ = tokio::time::sleep(req.timeout) => { out.timed_out = true; None }
+            _ = req.cancel.cancelled() => { out.interrupted = true; None }
+        };
+        let status = match status {
+            Some(s) => s,
+            None => {
+                let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+                child.wait().await?
+            }
+        };
+        // Dropping the handles on timeout detaches the readers; they drain until EOF.
+        let drained = tokio::time::timeout(PIPE_GRACE, async move {
+            let _ = r1.await;
+            let _ = r2.await;
+        })
+        .await
+        .is_ok();
+        if !drained {
+            out.notes.push(
+                "命令的 shell 已退出,但后台进程还握着输出管道、仍在运行;输出只收到这里".into(),
+            );
+        }
+        if !out.timed_out && !out.interrupted && group_alive(pgid) {
+            self.leftovers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(pgid);
+        }
+        let captured = sink
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .map(|c| c.finish())
+            .unwrap_or_default();
+        use std::os::unix::process::ExitStatusExt;
+        out.exit_code = if out.timed_out || out.interrupted {
+            None
+        } else {
+            status.code().map(i64::from)
+        };
+        if let Some(sig) = status.signal() {
+            if !out.timed_out && !out.interrupted {
+                out.signal = Some(
+                    Signal::try_from(sig)
+                        .map(|s| s.as_str().to_string())
+                        .unwrap_or_else(|_| sig.to_string()),
+                );
+            }
+        }
+        if out.exit_code == Some(127) && captured.stderr.contains("not found") {
+            out.notes
+                .push("程序不存在:这台机器上找不到它(命令在宿主机上执行)".into());
+        }
+        out.stdout = captured.stdout;
+        out.stderr = captured.stderr;
+        out.truncated = captured.truncated;
+        out.total_bytes = captured.total_bytes;
+        out.full_output = captured.full_output;
+        Ok(out)
+    }
+
+    fn describe(&self) -> String {
+        format!("host ({})", self.spec.agent)
+    }
+
+    fn agent_box(&self) -> &AgentBox {
+        &self.spec
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Role;
+    use crate::sandbox::Mount;
+    use std::time::Instant;
+    use tokio_util::sync::CancellationToken;
+
+    fn setup() -> (tempfile::TempDir, HostSandboxFactory, AgentBox) {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().canonicalize().unwrap();
+        let b = AgentBox {
+            agent: "worker-1".into(),
+            role: Role::Worker,
+            mounts: vec![Mount {
+                path: p.clone(),
+                read_only: false,
+            }],
+            workdir: p,
+        };
+        (d, HostSandboxFactory::new(), b)
+    }
+
+    fn req(b: &AgentBox, cmd: &str, timeout_ms: u64) -> ExecRequest {
+        ExecRequest {
+            command: cmd.into(),
+            cwd: b.workdir.clone(),
+            env: vec![],
+            timeout: Duration::from_millis(timeout_ms),
+            output_cap: 4096,
+            spill_dir: None,
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn runs_and_reports_exit_codes() {
+        let (_d, f, b) = setup();
+        let sb = f.sandbox(&b).await.unwrap();
+        let o = sb
+            .exec(req(&b, "echo hi; echo err >&2; exit 3", 5000))
+            .await
+            .unwrap();
+        assert_eq!(o.stdout, "hi\n");
+        assert_eq!(o.stderr, "err\n");
+        assert_eq!(o.exit_code, Some(3));
+        assert!(!o.success());
+        let o = sb.exec(req(&b, "pwd", 5000)).await.unwrap();
+        assert_eq!(o.stdout.trim(), b.workdir.display().to_string());
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_whole_group() {
+        let (d, f, b) = setup();
+        let sb = f.sandbox(&b).await.unwrap();
+        let marker = d.path().join("alive");
+        let cmd = format!("(sleep 2; touch {}) & sleep 30", marker.display());
+        let t = Instant::now();
+        let o = sb.exec(req(&b, &cmd, 300)).await.unwrap();
+        assert!(o.timed_out && o.exit_code.is_none() && !o.success());
+        assert!(t.elapsed() < Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert!(
+            !marker.exists(),
+            "a process of the group survived the timeout"
+        );
+    }
+
+    #[tokio::test]
+    async fn background_child_holding_stdout_does_not_hang() {
+        let (_d, f, b) = setup();
+        let sb = f.sandbox(&b).await.unwrap();
+        let t = Instant::now();
+        let o = sb
+            .exec(req(&b, "sleep 20 & echo started", 30_000))
+            .await
+            .unwrap();
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert_eq!(o.stdout, "started\n");
+        assert_eq!(o.exit_code, Some(0));
+        assert!(!o.notes.is_empty());
+        f.teardown().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn cancel_interrupts() {
+        let (_d, f, b) = setup();
+        let sb = f.sandbox(&b).await.unwrap();
+        let r = req(&b, "sleep 30", 60_000);
+        let c = r.cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            c.cancel();
+        });
+        let o = sb.exec(r).await.unwrap();
+        assert!(o.interrupted && !o.success());
+    }
+
+    #[tokio::test]
+    async fn credentials_do_not_reach_commands() {
+        let (_d, f, b) = setup();
+        let sb = f.sandbox(&b).await.unwrap();
+        let o = sb.exec(req(&b, "env", 5000)).await.unwrap();
+        assert!(!o
+            .stdout
+            .lines()
+            .any(|l| is_secret_env(l.split('=').next().unwrap_or(""))));
+        assert!(o.stdout.contains("GIT_CONFIG_KEY_0=gc.auto"));
+    }
+
+    #[tokio::test]
+    async fn huge_and_binary_output_is_capped() {
+        let (_d, f, b) = setup();
+        let sb = f.sandbox(&b).await.unwrap();
+        let o = sb
+            .exec(req(&b, "head -c 10000000 /dev/urandom", 20_000))
+            .await
+            .unwrap();
+        assert!(o.truncated);
+        assert_eq!(o.total_bytes, 10_000_000);
+        assert!(o.stdout.len() < 16_384);
+    }
+}
