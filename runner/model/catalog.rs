@@ -36,11 +36,27 @@ pub struct ModelInfo {
 }
 
 const fn p(input: f64, output: f64, cache_write: f64, cache_read: f64) -> Prices {
-    Prices { input, output, cache_write, cache_read }
+    Prices {
+        input,
+        output,
+        cache_write,
+        cache_read,
+    }
 }
 
-const fn m(id: &'static str, prices: Prices, max_output_tokens: u32, context_window: u64) -> ModelInfo {
-    ModelInfo { id, prices, long_context: None, max_output_tokens, context_window }
+const fn m(
+    id: &'static str,
+    prices: Prices,
+    max_output_tokens: u32,
+    context_window: u64,
+) -> ModelInfo {
+    ModelInfo {
+        id,
+        prices,
+        long_context: None,
+        max_output_tokens,
+        context_window,
+    }
 }
 
 const SONNET: Prices = p(3.0, 15.0, 3.75, 0.30);
@@ -54,9 +70,18 @@ pub const MODELS: &[ModelInfo] = &[
     m("claude-opus-4-1", OPUS_4, 32_000, 200_000),
     m("claude-opus-4", OPUS_4, 32_000, 200_000),
     m("claude-opus-4-0", OPUS_4, 32_000, 200_000),
-    ModelInfo { long_context: SONNET_LONG, ..m("claude-sonnet-4-5", SONNET, 64_000, 200_000) },
-    ModelInfo { long_context: SONNET_LONG, ..m("claude-sonnet-4", SONNET, 64_000, 200_000) },
-    ModelInfo { long_context: SONNET_LONG, ..m("claude-sonnet-4-0", SONNET, 64_000, 200_000) },
+    ModelInfo {
+        long_context: SONNET_LONG,
+        ..m("claude-sonnet-4-5", SONNET, 64_000, 200_000)
+    },
+    ModelInfo {
+        long_context: SONNET_LONG,
+        ..m("claude-sonnet-4", SONNET, 64_000, 200_000)
+    },
+    ModelInfo {
+        long_context: SONNET_LONG,
+        ..m("claude-sonnet-4-0", SONNET, 64_000, 200_000)
+    },
     m("claude-3-7-sonnet", SONNET, 64_000, 200_000),
     m("claude-3-5-sonnet", SONNET, 8_192, 200_000),
     m("claude-haiku-4-5", p(1.0, 5.0, 1.25, 0.10), 64_000, 200_000),
@@ -67,7 +92,12 @@ pub const MODELS: &[ModelInfo] = &[
     m("gpt-4o-mini", p(0.15, 0.60, 0.15, 0.075), 16_384, 128_000),
     m("gpt-4-1", p(2.0, 8.0, 2.0, 0.50), 32_768, 1_047_576),
     m("gpt-4-1-mini", p(0.40, 1.60, 0.40, 0.10), 32_768, 1_047_576),
-    m("gpt-4-1-nano", p(0.10, 0.40, 0.10, 0.025), 32_768, 1_047_576),
+    m(
+        "gpt-4-1-nano",
+        p(0.10, 0.40, 0.10, 0.025),
+        32_768,
+        1_047_576,
+    ),
 ];
 
 /// Normalises a model id for lookup (see the module doc).
@@ -111,11 +141,17 @@ mod tests {
     #[test]
     fn ids_normalise_to_families() {
         assert_eq!(normalize("claude-sonnet-4-5-20250929"), "claude-sonnet-4-5");
-        assert_eq!(normalize("anthropic/claude-sonnet-4.5"), "claude-sonnet-4-5");
+        assert_eq!(
+            normalize("anthropic/claude-sonnet-4.5"),
+            "claude-sonnet-4-5"
+        );
         assert_eq!(normalize("claude-3-5-haiku@20241022"), "claude-3-5-haiku");
         assert_eq!(normalize("claude-3-7-sonnet-latest"), "claude-3-7-sonnet");
         assert_eq!(normalize("gpt-4o-2024-05-13"), "gpt-4o-2024-05-13");
-        assert_eq!(lookup("claude-haiku-4-5-20251001").unwrap().prices.input, 1.0);
+        assert_eq!(
+            lookup("claude-haiku-4-5-20251001").unwrap().prices.input,
+            1.0
+        );
         assert!(lookup("gpt-4o-2024-05-13").is_none());
         assert!(lookup("qwen2.5-coder:32b").is_none());
     }

@@ -33,7 +33,9 @@ impl Endpoint {
         let parsed = reqwest::Url::parse(url)
             .map_err(|e| ModelError::Setup(format!("bad endpoint URL {url}: {e}")))?;
         if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(ModelError::Setup(format!("endpoint URL {url} is not http(s)")));
+            return Err(ModelError::Setup(format!(
+                "endpoint URL {url} is not http(s)"
+            )));
         }
         let host = parsed
             .host_str()
@@ -42,7 +44,11 @@ impl Endpoint {
             .trim_end_matches(']')
             .to_string();
         let port = parsed.port_or_known_default().unwrap_or(443);
-        Ok(Endpoint { url: url.to_string(), host, port })
+        Ok(Endpoint {
+            url: url.to_string(),
+            host,
+            port,
+        })
     }
 }
 
@@ -91,7 +97,10 @@ pub(crate) async fn stream_turn<P: WireProtocol>(
         let (reason, retry_after, rate_limited) = match outcome {
             Ok(mut turn) => {
                 turn.retried_errors = errors;
-                sink(ModelEvent::Done { stop_reason: turn.stop_reason, usage: turn.usage });
+                sink(ModelEvent::Done {
+                    stop_reason: turn.stop_reason,
+                    usage: turn.usage,
+                });
                 return Ok(turn);
             }
             Err(AttemptError::Fatal(e)) => return Err(e),
@@ -108,7 +117,11 @@ pub(crate) async fn stream_turn<P: WireProtocol>(
                     false => (reason, None, false),
                 }
             }
-            Err(AttemptError::Retry { reason, retry_after, rate_limited }) => {
+            Err(AttemptError::Retry {
+                reason,
+                retry_after,
+                rate_limited,
+            }) => {
                 errors.push(reason.clone());
                 (reason, retry_after, rate_limited)
             }
@@ -123,12 +136,20 @@ pub(crate) async fn stream_turn<P: WireProtocol>(
             }
         }
         if attempt >= policy.max_attempts {
-            return Err(ModelError::Exhausted { attempts: attempt, last: reason, errors });
+            return Err(ModelError::Exhausted {
+                attempts: attempt,
+                last: reason,
+                errors,
+            });
         }
         let delay = retry_after
             .filter(|w| *w <= policy.retry_after_cap)
             .unwrap_or_else(|| policy.backoff(attempt));
-        sink(ModelEvent::Retrying { attempt, delay_ms: delay.as_millis() as u64, reason });
+        sink(ModelEvent::Retrying {
+            attempt,
+            delay_ms: delay.as_millis() as u64,
+            reason,
+        });
         tokio::select! {
             _ = cancel.cancelled() => return Err(ModelError::Interrupted),
             _ = tokio::time::sleep(delay) => {}
@@ -148,7 +169,10 @@ async fn one_attempt<P: WireProtocol>(
     let http = proto.build(req);
     let resp = match tokio::time::timeout(idle, transport.post_stream(http)).await {
         Err(_) => {
-            return Err(AttemptError::retry(format!("no response within {} s", idle.as_secs_f64())))
+            return Err(AttemptError::retry(format!(
+                "no response within {} s",
+                idle.as_secs_f64()
+            )))
         }
         Ok(Err(TransportError::Connect(e))) => return Err(AttemptError::Offline(e)),
         Ok(Err(TransportError::Io(e))) => return Err(AttemptError::retry(e)),
@@ -224,15 +248,23 @@ async fn wait_online(
     cancel: &CancellationToken,
 ) -> Result<bool, ModelError> {
     let hostport = format!("{}:{}", ep.host, ep.port);
-    let mut last = match transport.probe(&ep.host, ep.port, policy.probe_timeout).await {
+    let mut last = match transport
+        .probe(&ep.host, ep.port, policy.probe_timeout)
+        .await
+    {
         Ok(()) => return Ok(false),
         Err(e) => e,
     };
     let minutes = policy.max_offline_wait.as_secs().div_ceil(60);
-    sink(ModelEvent::Waiting { status: format!("{hostport} 不可达,等待恢复(最多 {minutes} 分钟)") });
+    sink(ModelEvent::Waiting {
+        status: format!("{hostport} 不可达,等待恢复(最多 {minutes} 分钟)"),
+    });
     loop {
         if *waited >= policy.max_offline_wait {
-            return Err(ModelError::Unreachable { waited_s: waited.as_secs(), last: one_line(&last) });
+            return Err(ModelError::Unreachable {
+                waited_s: waited.as_secs(),
+                last: one_line(&last),
+            });
         }
         let step = policy.probe_interval.min(policy.max_offline_wait - *waited);
         let started = Instant::now();
@@ -247,7 +279,9 @@ async fn wait_online(
         *waited += started.elapsed();
         match probe {
             Ok(()) => {
-                sink(ModelEvent::Waiting { status: format!("{hostport} 恢复,继续") });
+                sink(ModelEvent::Waiting {
+                    status: format!("{hostport} 恢复,继续"),
+                });
                 return Ok(true);
             }
             Err(e) => last = e,

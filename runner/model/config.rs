@@ -84,7 +84,9 @@ impl ModelTier {
 
 /// `get(name)` with empty values treated as unset.
 fn value(get: Lookup<'_>, name: &str) -> Option<String> {
-    get(name).map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
+    get(name)
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
 }
 
 /// The model a tier maps to, if configured.
@@ -115,7 +117,10 @@ pub fn provider_kind(get: Lookup<'_>) -> Result<ProviderKind, ModelError> {
 /// The anthropic configuration from flower's variables. Without a credential the requests carry
 /// none (the credentials module decides whether that is acceptable before a run).
 pub fn anthropic_config(get: Lookup<'_>) -> AnthropicConfig {
-    let auth = match (value(get, "ANTHROPIC_API_KEY"), value(get, "ANTHROPIC_AUTH_TOKEN")) {
+    let auth = match (
+        value(get, "ANTHROPIC_API_KEY"),
+        value(get, "ANTHROPIC_AUTH_TOKEN"),
+    ) {
         (Some(key), _) => AnthropicAuth::ApiKey(key),
         (None, Some(token)) => AnthropicAuth::Bearer(token),
         (None, None) => AnthropicAuth::None,
@@ -131,7 +136,9 @@ pub fn anthropic_config(get: Lookup<'_>) -> AnthropicConfig {
 /// The openai configuration; `OPENAI_MODEL` is required.
 pub fn openai_config(get: Lookup<'_>) -> Result<OpenAiConfig, ModelError> {
     let model = value(get, "OPENAI_MODEL").ok_or_else(|| {
-        ModelError::Setup("FLOWERBOX_PROVIDER=openai needs OPENAI_MODEL (the model id to call)".into())
+        ModelError::Setup(
+            "FLOWERBOX_PROVIDER=openai needs OPENAI_MODEL (the model id to call)".into(),
+        )
     })?;
     Ok(OpenAiConfig {
         base_url: value(get, "OPENAI_BASE_URL")
@@ -157,12 +164,16 @@ pub fn build_provider(
         ),
     };
     Ok(match kind {
-        ProviderKind::Anthropic => {
-            Arc::new(AnthropicProvider::new(anthropic_config(get), opts.retry, transport)?)
-        }
-        ProviderKind::OpenAi => {
-            Arc::new(OpenAiProvider::new(openai_config(get)?, opts.retry, transport)?)
-        }
+        ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(
+            anthropic_config(get),
+            opts.retry,
+            transport,
+        )?),
+        ProviderKind::OpenAi => Arc::new(OpenAiProvider::new(
+            openai_config(get)?,
+            opts.retry,
+            transport,
+        )?),
     })
 }
 
@@ -172,8 +183,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         move |k| map.get(k).cloned()
     }
 
@@ -189,13 +202,20 @@ mod tests {
         let cfg = anthropic_config(&get);
         assert_eq!(cfg.auth, AnthropicAuth::Bearer("tok".into()));
         assert_eq!(cfg.model, "opus-x");
-        assert_eq!(tier_model(&get, ModelTier::Haiku).as_deref(), Some("haiku-x"));
+        assert_eq!(
+            tier_model(&get, ModelTier::Haiku).as_deref(),
+            Some("haiku-x")
+        );
         assert_eq!(tier_model(&get, ModelTier::Sonnet), None);
         let p = build_provider(&get, ProviderOptions::default()).unwrap();
         assert_eq!(p.name(), "anthropic");
         assert_eq!(p.default_model(), "opus-x");
 
-        let get = env(&[("ANTHROPIC_API_KEY", "k"), ("ANTHROPIC_AUTH_TOKEN", "t"), ("ANTHROPIC_MODEL", "m")]);
+        let get = env(&[
+            ("ANTHROPIC_API_KEY", "k"),
+            ("ANTHROPIC_AUTH_TOKEN", "t"),
+            ("ANTHROPIC_MODEL", "m"),
+        ]);
         let cfg = anthropic_config(&get);
         assert_eq!(cfg.auth, AnthropicAuth::ApiKey("k".into()));
         assert_eq!(cfg.model, "m");
@@ -206,15 +226,23 @@ mod tests {
     #[test]
     fn openai_needs_a_model_and_unknown_providers_fail() {
         let get = env(&[("FLOWERBOX_PROVIDER", "openai")]);
-        let err = build_provider(&get, ProviderOptions::default()).err().expect("an error");
+        let err = build_provider(&get, ProviderOptions::default())
+            .err()
+            .expect("an error");
         assert!(err.to_string().contains("OPENAI_MODEL"), "{err}");
 
-        let get = env(&[("FLOWERBOX_PROVIDER", "openai"), ("OPENAI_MODEL", "llama"), ("OPENAI_BASE_URL", "http://127.0.0.1:8000/v1")]);
+        let get = env(&[
+            ("FLOWERBOX_PROVIDER", "openai"),
+            ("OPENAI_MODEL", "llama"),
+            ("OPENAI_BASE_URL", "http://127.0.0.1:8000/v1"),
+        ]);
         let p = build_provider(&get, ProviderOptions::default()).unwrap();
         assert_eq!((p.name(), p.default_model()), ("openai", "llama"));
 
         let get = env(&[("FLOWERBOX_PROVIDER", "gemini")]);
-        let err = build_provider(&get, ProviderOptions::default()).err().expect("an error");
+        let err = build_provider(&get, ProviderOptions::default())
+            .err()
+            .expect("an error");
         assert!(matches!(err, ModelError::Setup(_)));
         assert!(err.to_string().contains("gemini"));
 

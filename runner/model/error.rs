@@ -73,6 +73,12 @@ impl ModelError {
 
     /// True when the model said the prompt exceeds its window.
     pub fn is_prompt_too_long(&self) -> bool {
-        matches!(self, ModelError::InvalidRequest { prompt_too_long: true, .. })
+        matches!(
+            self,
+            ModelError::InvalidRequest {
+                prompt_too_long: true,
+                ..
+            }
+        )
     }
 }

@@ -121,7 +121,10 @@ mod tests {
     #[test]
     fn priced_per_token_kind() {
         // A 170k-token prompt: the standard tier.
-        let c = cost_usd("claude-sonnet-4-5-20250929", &usage(100_000, 10_000, 20_000, 50_000));
+        let c = cost_usd(
+            "claude-sonnet-4-5-20250929",
+            &usage(100_000, 10_000, 20_000, 50_000),
+        );
         let want = (100_000.0 * 3.0 + 10_000.0 * 15.0 + 20_000.0 * 3.75 + 50_000.0 * 0.30) / 1e6;
         assert!((c.unwrap() - want).abs() < 1e-12);
         let long = cost_usd("claude-sonnet-4-5", &usage(150_000, 1_000, 0, 100_000)).unwrap();
@@ -132,9 +135,16 @@ mod tests {
     #[test]
     fn unknown_model_or_missing_counts_are_unknown_not_zero() {
         assert_eq!(cost_usd("llama-3-70b", &usage(1, 1, 0, 0)), None);
-        let no_output = Usage { input_tokens: Some(5), ..Default::default() };
+        let no_output = Usage {
+            input_tokens: Some(5),
+            ..Default::default()
+        };
         assert_eq!(cost_usd("claude-haiku-4-5", &no_output), None);
-        let no_cache = Usage { input_tokens: Some(1_000_000), output_tokens: Some(0), ..Default::default() };
+        let no_cache = Usage {
+            input_tokens: Some(1_000_000),
+            output_tokens: Some(0),
+            ..Default::default()
+        };
         assert_eq!(cost_usd("claude-haiku-4-5", &no_cache), Some(1.0));
     }
 

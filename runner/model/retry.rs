@@ -57,7 +57,10 @@ impl RetryPolicy {
     /// Backoff after the `failed_attempt`-th (1-based) failure, jitter included.
     pub fn backoff(&self, failed_attempt: u32) -> Duration {
         let exp = failed_attempt.saturating_sub(1).min(30);
-        let raw = self.base_delay.saturating_mul(1u32 << exp).min(self.max_delay);
+        let raw = self
+            .base_delay
+            .saturating_mul(1u32 << exp)
+            .min(self.max_delay);
         let j = self.jitter.clamp(0.0, 1.0);
         if j == 0.0 {
             return raw;
@@ -88,7 +91,11 @@ pub(crate) enum AttemptError {
 impl AttemptError {
     /// A plain retryable failure.
     pub(crate) fn retry(reason: impl Into<String>) -> Self {
-        AttemptError::Retry { reason: reason.into(), retry_after: None, rate_limited: false }
+        AttemptError::Retry {
+            reason: reason.into(),
+            retry_after: None,
+            rate_limited: false,
+        }
     }
 }
 
@@ -144,12 +151,14 @@ pub(crate) fn classify_status(
 pub(crate) fn classify_stream_error(err: ApiError) -> AttemptError {
     let kind = err.kind.clone().unwrap_or_else(|| "error".into());
     match kind.as_str() {
-        "authentication_error" | "permission_error" => {
-            AttemptError::Fatal(ModelError::Auth { status: 200, message: err.message })
-        }
-        "not_found_error" => {
-            AttemptError::Fatal(ModelError::Config { status: 200, message: err.message })
-        }
+        "authentication_error" | "permission_error" => AttemptError::Fatal(ModelError::Auth {
+            status: 200,
+            message: err.message,
+        }),
+        "not_found_error" => AttemptError::Fatal(ModelError::Config {
+            status: 200,
+            message: err.message,
+        }),
         "invalid_request_error" => AttemptError::Fatal(ModelError::InvalidRequest {
             status: 200,
             message: err.message,
@@ -194,7 +203,10 @@ mod tests {
 
     #[test]
     fn backoff_follows_flower_formula_without_jitter() {
-        let p = RetryPolicy { jitter: 0.0, ..Default::default() };
+        let p = RetryPolicy {
+            jitter: 0.0,
+            ..Default::default()
+        };
         let secs: Vec<u64> = (1..=7).map(|n| p.backoff(n).as_secs()).collect();
         assert_eq!(secs, vec![4, 8, 16, 32, 64, 120, 120]);
     }
@@ -211,17 +223,37 @@ mod tests {
     #[test]
     fn statuses_are_classified() {
         let e = |status| classify_status(status, None, ApiError::default());
-        assert!(matches!(e(401), AttemptError::Fatal(ModelError::Auth { status: 401, .. })));
-        assert!(matches!(e(403), AttemptError::Fatal(ModelError::Auth { .. })));
-        assert!(matches!(e(404), AttemptError::Fatal(ModelError::Config { .. })));
-        assert!(matches!(e(400), AttemptError::Fatal(ModelError::InvalidRequest { .. })));
+        assert!(matches!(
+            e(401),
+            AttemptError::Fatal(ModelError::Auth { status: 401, .. })
+        ));
+        assert!(matches!(
+            e(403),
+            AttemptError::Fatal(ModelError::Auth { .. })
+        ));
+        assert!(matches!(
+            e(404),
+            AttemptError::Fatal(ModelError::Config { .. })
+        ));
+        assert!(matches!(
+            e(400),
+            AttemptError::Fatal(ModelError::InvalidRequest { .. })
+        ));
         for s in [429, 500, 502, 503, 504, 529] {
             assert!(matches!(e(s), AttemptError::Retry { .. }), "{s}");
         }
-        let ptl = ApiError { prompt_too_long: true, ..Default::default() };
-        let AttemptError::Fatal(err) = classify_status(400, None, ptl) else { panic!() };
+        let ptl = ApiError {
+            prompt_too_long: true,
+            ..Default::default()
+        };
+        let AttemptError::Fatal(err) = classify_status(400, None, ptl) else {
+            panic!()
+        };
         assert!(err.is_prompt_too_long());
-        let nf = ApiError { kind: Some("not_found_error".into()), ..Default::default() };
+        let nf = ApiError {
+            kind: Some("not_found_error".into()),
+            ..Default::default()
+        };
         assert!(matches!(
             classify_status(400, None, nf),
             AttemptError::Fatal(ModelError::Config { .. })
@@ -230,11 +262,16 @@ mod tests {
 
     #[test]
     fn retry_after_forms() {
-        let now = chrono::DateTime::parse_from_rfc3339("2025-01-01T00:00:00Z").unwrap().to_utc();
+        let now = chrono::DateTime::parse_from_rfc3339("2025-01-01T00:00:00Z")
+            .unwrap()
+            .to_utc();
         let h = |name: &'static str, val: &'static str| {
             move |n: &str| (n == name).then(|| val.to_string())
         };
-        assert_eq!(parse_retry_after(h("retry-after", "1"), now), Some(Duration::from_secs(1)));
+        assert_eq!(
+            parse_retry_after(h("retry-after", "1"), now),
+            Some(Duration::from_secs(1))
+        );
         assert_eq!(
             parse_retry_after(h("retry-after-ms", "250"), now),
             Some(Duration::from_millis(250))
@@ -249,9 +286,18 @@ mod tests {
 
     #[test]
     fn stream_errors_by_kind() {
-        let k = |kind: &str| ApiError { kind: Some(kind.into()), ..Default::default() };
-        assert!(matches!(classify_stream_error(k("overloaded_error")), AttemptError::Retry { .. }));
-        assert!(matches!(classify_stream_error(k("api_error")), AttemptError::Retry { .. }));
+        let k = |kind: &str| ApiError {
+            kind: Some(kind.into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            classify_stream_error(k("overloaded_error")),
+            AttemptError::Retry { .. }
+        ));
+        assert!(matches!(
+            classify_stream_error(k("api_error")),
+            AttemptError::Retry { .. }
+        ));
         assert!(matches!(
             classify_stream_error(k("authentication_error")),
             AttemptError::Fatal(ModelError::Auth { .. })

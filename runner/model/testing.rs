@@ -28,21 +28,38 @@ pub(crate) enum Canned {
     /// The connect phase fails.
     Connect,
     /// A response with `status`, `headers`, body `chunks`, ending as `end`.
-    Resp { status: u16, headers: Vec<(String, String)>, chunks: Vec<Bytes>, end: End },
+    Resp {
+        status: u16,
+        headers: Vec<(String, String)>,
+        chunks: Vec<Bytes>,
+        end: End,
+    },
 }
 
 impl Canned {
     /// 200 with `body` delivered in chunks of `chunk` bytes (splitting UTF-8 characters).
     pub(crate) fn sse(body: &str, chunk: usize, end: End) -> Canned {
-        let chunks = body.as_bytes().chunks(chunk).map(Bytes::copy_from_slice).collect();
-        Canned::Resp { status: 200, headers: vec![], chunks, end }
+        let chunks = body
+            .as_bytes()
+            .chunks(chunk)
+            .map(Bytes::copy_from_slice)
+            .collect();
+        Canned::Resp {
+            status: 200,
+            headers: vec![],
+            chunks,
+            end,
+        }
     }
 
     /// A non-2xx response with a JSON body.
     pub(crate) fn status(status: u16, headers: &[(&str, &str)], body: &str) -> Canned {
         Canned::Resp {
             status,
-            headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            headers: headers
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             chunks: vec![Bytes::copy_from_slice(body.as_bytes())],
             end: End::Clean,
         }
@@ -63,7 +80,10 @@ pub(crate) struct FakeTransport {
 impl FakeTransport {
     /// A transport answering with `responses` in order (panics when they run out).
     pub(crate) fn new(responses: Vec<Canned>) -> Self {
-        FakeTransport { responses: Mutex::new(responses.into()), ..Default::default() }
+        FakeTransport {
+            responses: Mutex::new(responses.into()),
+            ..Default::default()
+        }
     }
 
     /// Probe results in order; `Ok` once they run out.
@@ -82,10 +102,20 @@ impl FakeTransport {
 impl HttpTransport for FakeTransport {
     async fn post_stream(&self, req: HttpRequest) -> Result<HttpResponse, TransportError> {
         self.requests.lock().unwrap().push(req);
-        let next = self.responses.lock().unwrap().pop_front().expect("no canned response left");
+        let next = self
+            .responses
+            .lock()
+            .unwrap()
+            .pop_front()
+            .expect("no canned response left");
         match next {
             Canned::Connect => Err(TransportError::Connect("connection refused".into())),
-            Canned::Resp { status, headers, chunks, end } => {
+            Canned::Resp {
+                status,
+                headers,
+                chunks,
+                end,
+            } => {
                 let head = futures::stream::iter(chunks.into_iter().map(Ok));
                 let tail = futures::stream::once(async move {
                     match end {
@@ -98,14 +128,22 @@ impl HttpTransport for FakeTransport {
                     }
                 })
                 .filter_map(|x| async move { x });
-                Ok(HttpResponse { status, headers, body: head.chain(tail).boxed() })
+                Ok(HttpResponse {
+                    status,
+                    headers,
+                    body: head.chain(tail).boxed(),
+                })
             }
         }
     }
 
     async fn probe(&self, _host: &str, _port: u16, _timeout: Duration) -> Result<(), String> {
         *self.probes.lock().unwrap() += 1;
-        self.probe_results.lock().unwrap().pop_front().unwrap_or(Ok(()))
+        self.probe_results
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or(Ok(()))
     }
 }
 
@@ -140,7 +178,10 @@ pub(crate) fn request(text: &str) -> Request {
         messages: vec![Message::user_text(text)],
         tools: vec![],
         max_tokens: 1024,
-        caller: Caller { role: Role::Worker, agent: "worker-1".into() },
+        caller: Caller {
+            role: Role::Worker,
+            agent: "worker-1".into(),
+        },
     }
 }
 

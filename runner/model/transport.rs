@@ -44,7 +44,10 @@ pub struct HttpRequest {
 impl HttpRequest {
     /// The first value of header `name` (lowercase), if any.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -80,7 +83,10 @@ pub struct HttpResponse {
 impl HttpResponse {
     /// The first value of header `name` (lowercase), if any.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -125,7 +131,10 @@ pub async fn tcp_probe(host: &str, port: u16, timeout: Duration) -> Result<(), S
     };
     match tokio::time::timeout(timeout, attempt).await {
         Ok(r) => r,
-        Err(_) => Err(format!("{host}:{port}: no answer within {} s", timeout.as_secs_f64())),
+        Err(_) => Err(format!(
+            "{host}:{port}: no answer within {} s",
+            timeout.as_secs_f64()
+        )),
     }
 }
 
@@ -164,7 +173,8 @@ impl HttpTransport for ReqwestTransport {
         for (k, v) in &req.headers {
             builder = builder.header(k.as_str(), v.as_str());
         }
-        let body = serde_json::to_vec(&req.body).map_err(|e| TransportError::Invalid(e.to_string()))?;
+        let body =
+            serde_json::to_vec(&req.body).map_err(|e| TransportError::Invalid(e.to_string()))?;
         let resp = builder.body(body).send().await.map_err(Self::map_err)?;
         let status = resp.status().as_u16();
         let headers = resp
@@ -172,8 +182,15 @@ impl HttpTransport for ReqwestTransport {
             .iter()
             .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
             .collect();
-        let body = resp.bytes_stream().map(|r| r.map_err(Self::map_err)).boxed();
-        Ok(HttpResponse { status, headers, body })
+        let body = resp
+            .bytes_stream()
+            .map(|r| r.map_err(Self::map_err))
+            .boxed();
+        Ok(HttpResponse {
+            status,
+            headers,
+            body,
+        })
     }
 }
 
@@ -216,9 +233,13 @@ mod tests {
     async fn probe_sees_open_and_closed_ports() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        assert!(tcp_probe("127.0.0.1", port, Duration::from_secs(5)).await.is_ok());
+        assert!(tcp_probe("127.0.0.1", port, Duration::from_secs(5))
+            .await
+            .is_ok());
         drop(listener);
-        let err = tcp_probe("127.0.0.1", port, Duration::from_secs(5)).await.unwrap_err();
+        let err = tcp_probe("127.0.0.1", port, Duration::from_secs(5))
+            .await
+            .unwrap_err();
         assert!(err.contains("TCP"), "{err}");
     }
 }

@@ -126,12 +126,18 @@ pub struct Message {
 impl Message {
     /// A user message with one text block.
     pub fn user_text(s: impl Into<String>) -> Self {
-        Message { role: Speaker::User, content: vec![ContentBlock::text(s)] }
+        Message {
+            role: Speaker::User,
+            content: vec![ContentBlock::text(s)],
+        }
     }
 
     /// An assistant message with one text block.
     pub fn assistant_text(s: impl Into<String>) -> Self {
-        Message { role: Speaker::Assistant, content: vec![ContentBlock::text(s)] }
+        Message {
+            role: Speaker::Assistant,
+            content: vec![ContentBlock::text(s)],
+        }
     }
 
     /// All text blocks joined by newlines.
@@ -151,9 +157,11 @@ impl Message {
     /// The tool calls in this message, in order.
     pub fn tool_uses(&self) -> impl Iterator<Item = ToolCall> + '_ {
         self.content.iter().filter_map(|b| match b {
-            ContentBlock::ToolUse { id, name, input } => {
-                Some(ToolCall { id: id.clone(), name: name.clone(), input: input.clone() })
-            }
+            ContentBlock::ToolUse { id, name, input } => Some(ToolCall {
+                id: id.clone(),
+                name: name.clone(),
+                input: input.clone(),
+            }),
             _ => None,
         })
     }
@@ -284,7 +292,10 @@ pub struct Turn {
 impl Turn {
     /// The turn as an assistant message.
     pub fn to_message(&self) -> Message {
-        Message { role: Speaker::Assistant, content: self.content.clone() }
+        Message {
+            role: Speaker::Assistant,
+            content: self.content.clone(),
+        }
     }
 }
 

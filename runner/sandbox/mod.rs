@@ -7,7 +7,7 @@
 
 pub mod output;
 
-pub use output::{OutputCollector, CapturedOutput};
+pub use output::{CapturedOutput, OutputCollector};
 
 use async_trait::async_trait;
 use std::path::PathBuf;

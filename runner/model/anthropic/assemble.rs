@@ -17,8 +17,16 @@ use std::collections::BTreeMap;
 #[derive(Debug)]
 enum Block {
     Text(String),
-    Thinking { thinking: String, signature: String },
-    Tool { id: String, name: String, json: String, input: Option<Value> },
+    Thinking {
+        thinking: String,
+        signature: String,
+    },
+    Tool {
+        id: String,
+        name: String,
+        json: String,
+        input: Option<Value>,
+    },
     /// Block types we do not model (server tools, redacted thinking); dropped.
     Other,
 }
@@ -46,7 +54,9 @@ impl AnthropicAssembler {
     }
 
     fn block(&mut self, data: &Value) -> Result<&mut Block, AttemptError> {
-        let index = data["index"].as_u64().ok_or_else(|| AttemptError::retry("event without index"))?;
+        let index = data["index"]
+            .as_u64()
+            .ok_or_else(|| AttemptError::retry("event without index"))?;
         self.blocks
             .get_mut(&index)
             .ok_or_else(|| AttemptError::retry(format!("delta for unknown block {index}")))
@@ -75,7 +85,9 @@ fn parse_tool_input(json: &str) -> Option<Value> {
     if json.trim().is_empty() {
         return Some(Value::Object(Default::default()));
     }
-    serde_json::from_str::<Value>(json).ok().filter(Value::is_object)
+    serde_json::from_str::<Value>(json)
+        .ok()
+        .filter(Value::is_object)
 }
 
 impl TurnAssembler for AnthropicAssembler {
@@ -85,7 +97,10 @@ impl TurnAssembler for AnthropicAssembler {
         }
         let data: Value = serde_json::from_str(&ev.data)
             .map_err(|e| AttemptError::retry(format!("malformed {} event: {e}", ev.event)))?;
-        let kind = data["type"].as_str().unwrap_or(ev.event.as_str()).to_string();
+        let kind = data["type"]
+            .as_str()
+            .unwrap_or(ev.event.as_str())
+            .to_string();
         match kind.as_str() {
             "message_start" => {
                 let msg = &data["message"];
@@ -112,9 +127,12 @@ impl TurnAssembler for AnthropicAssembler {
                     },
                     // The start event's `input` is always `{}`; the real input follows as
                     // fragments.
-                    Some("tool_use") => {
-                        Block::Tool { id: s("id"), name: s("name"), json: String::new(), input: None }
-                    }
+                    Some("tool_use") => Block::Tool {
+                        id: s("id"),
+                        name: s("name"),
+                        json: String::new(),
+                        input: None,
+                    },
                     _ => Block::Other,
                 };
                 self.blocks.insert(index, block);
@@ -142,7 +160,13 @@ impl TurnAssembler for AnthropicAssembler {
                 }
             }
             "content_block_stop" => {
-                if let Block::Tool { id, name, json, input } = self.block(&data)? {
+                if let Block::Tool {
+                    id,
+                    name,
+                    json,
+                    input,
+                } = self.block(&data)?
+                {
                     // Unparsable input stays `None`: cut off by max_tokens, or a broken turn.
                     *input = parse_tool_input(json);
                     if let Some(v) = input {
@@ -162,7 +186,9 @@ impl TurnAssembler for AnthropicAssembler {
             }
             "message_stop" => return Ok(true),
             "error" => {
-                return Err(classify_stream_error(super::wire::api_error(&data["error"])));
+                return Err(classify_stream_error(super::wire::api_error(
+                    &data["error"],
+                )));
             }
             // `ping` and event types added after this was written.
             _ => {}
@@ -180,13 +206,25 @@ impl TurnAssembler for AnthropicAssembler {
         for block in self.blocks.into_values() {
             match block {
                 Block::Text(text) if !text.is_empty() => content.push(ContentBlock::Text { text }),
-                Block::Thinking { thinking, signature } => {
-                    content.push(ContentBlock::Thinking { thinking, signature })
-                }
-                Block::Tool { id, name, input: Some(input), .. } => {
-                    content.push(ContentBlock::ToolUse { id, name, input })
-                }
-                Block::Tool { name, json, input: None, .. } => {
+                Block::Thinking {
+                    thinking,
+                    signature,
+                } => content.push(ContentBlock::Thinking {
+                    thinking,
+                    signature,
+                }),
+                Block::Tool {
+                    id,
+                    name,
+                    input: Some(input),
+                    ..
+                } => content.push(ContentBlock::ToolUse { id, name, input }),
+                Block::Tool {
+                    name,
+                    json,
+                    input: None,
+                    ..
+                } => {
                     if stop_reason == StopReason::MaxTokens {
                         // Cut off mid-call: never executed; the runtime tells the model.
                         truncated_tool_use = true;

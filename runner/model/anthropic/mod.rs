@@ -81,7 +81,11 @@ impl AnthropicProvider {
     ) -> Result<Self, ModelError> {
         let url = format!("{}/v1/messages", config.base_url.trim_end_matches('/'));
         let endpoint = Endpoint::parse(&url)?;
-        Ok(AnthropicProvider { proto: AnthropicProtocol { config, endpoint }, policy, transport })
+        Ok(AnthropicProvider {
+            proto: AnthropicProtocol { config, endpoint },
+            policy,
+            transport,
+        })
     }
 
     /// The resolved configuration.
@@ -106,8 +110,15 @@ impl Provider for AnthropicProvider {
         sink: EventSink<'_>,
         cancel: &CancellationToken,
     ) -> Result<Turn, ModelError> {
-        client::stream_turn(self.transport.as_ref(), &self.policy, &self.proto, req, sink, cancel)
-            .await
+        client::stream_turn(
+            self.transport.as_ref(),
+            &self.policy,
+            &self.proto,
+            req,
+            sink,
+            cancel,
+        )
+        .await
     }
 }
 
@@ -137,13 +148,21 @@ impl WireProtocol for AnthropicProtocol {
         let mut headers = vec![
             ("content-type".to_string(), "application/json".to_string()),
             ("accept".to_string(), "text/event-stream".to_string()),
-            ("anthropic-version".to_string(), ANTHROPIC_VERSION.to_string()),
-            ("x-flowerbox-role".to_string(), req.caller.role.as_str().to_string()),
+            (
+                "anthropic-version".to_string(),
+                ANTHROPIC_VERSION.to_string(),
+            ),
+            (
+                "x-flowerbox-role".to_string(),
+                req.caller.role.as_str().to_string(),
+            ),
             ("x-flowerbox-agent".to_string(), req.caller.agent.clone()),
         ];
         match &self.config.auth {
             AnthropicAuth::ApiKey(k) => headers.push(("x-api-key".into(), k.clone())),
-            AnthropicAuth::Bearer(t) => headers.push(("authorization".into(), format!("Bearer {t}"))),
+            AnthropicAuth::Bearer(t) => {
+                headers.push(("authorization".into(), format!("Bearer {t}")))
+            }
             AnthropicAuth::None => {}
         }
         HttpRequest {

@@ -61,7 +61,11 @@ fn fast() -> RetryPolicy {
     }
 }
 
-fn provider(fake: Arc<FakeTransport>, policy: RetryPolicy, auth: AnthropicAuth) -> AnthropicProvider {
+fn provider(
+    fake: Arc<FakeTransport>,
+    policy: RetryPolicy,
+    auth: AnthropicAuth,
+) -> AnthropicProvider {
     let cfg = AnthropicConfig {
         base_url: "http://gateway.test:8080/".into(),
         auth,
@@ -73,12 +77,22 @@ fn provider(fake: Arc<FakeTransport>, policy: RetryPolicy, auth: AnthropicAuth) 
 async fn run(
     responses: Vec<Canned>,
     policy: RetryPolicy,
-) -> (Result<Turn, ModelError>, Vec<ModelEvent>, Arc<FakeTransport>) {
+) -> (
+    Result<Turn, ModelError>,
+    Vec<ModelEvent>,
+    Arc<FakeTransport>,
+) {
     let fake = Arc::new(FakeTransport::new(responses));
-    let p = provider(fake.clone(), policy, AnthropicAuth::ApiKey("sk-test".into()));
+    let p = provider(
+        fake.clone(),
+        policy,
+        AnthropicAuth::ApiKey("sk-test".into()),
+    );
     let events = Events::default();
     let sink = |e| events.push(e);
-    let r = p.stream_turn(&request("hi"), &sink, &CancellationToken::new()).await;
+    let r = p
+        .stream_turn(&request("hi"), &sink, &CancellationToken::new())
+        .await;
     (r, events.all(), fake)
 }
 
@@ -127,8 +141,16 @@ async fn text_and_fragmented_tool_json_with_utf8_split_in_every_chunk() {
         })
         .collect();
     assert_eq!(texts, "写入 €uro");
-    assert!(events.iter().any(|e| matches!(e, ModelEvent::ToolCall(ToolCall { name, .. }) if name == "Write")));
-    assert!(matches!(events.last(), Some(ModelEvent::Done { stop_reason: StopReason::ToolUse, .. })));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, ModelEvent::ToolCall(ToolCall { name, .. }) if name == "Write")));
+    assert!(matches!(
+        events.last(),
+        Some(ModelEvent::Done {
+            stop_reason: StopReason::ToolUse,
+            ..
+        })
+    ));
 }
 
 #[tokio::test]
@@ -151,8 +173,14 @@ async fn interleaved_tool_blocks_stay_separate_and_empty_input_is_object() {
     let (r, _, _) = run(vec![Canned::sse(&body, 7, End::Clean)], fast()).await;
     let calls: Vec<ToolCall> = r.unwrap().to_message().tool_uses().collect();
     assert_eq!(calls.len(), 3);
-    assert_eq!((calls[0].id.as_str(), &calls[0].input), ("a", &json!({"path": "x"})));
-    assert_eq!((calls[1].id.as_str(), &calls[1].input), ("b", &json!({"command": "ls"})));
+    assert_eq!(
+        (calls[0].id.as_str(), &calls[0].input),
+        ("a", &json!({"path": "x"}))
+    );
+    assert_eq!(
+        (calls[1].id.as_str(), &calls[1].input),
+        ("b", &json!({"command": "ls"}))
+    );
     assert_eq!((calls[2].id.as_str(), &calls[2].input), ("c", &json!({})));
 }
 
@@ -160,16 +188,25 @@ async fn interleaved_tool_blocks_stay_separate_and_empty_input_is_object() {
 async fn missing_message_stop_is_retried_from_scratch() {
     let partial = sse(&[msg_start(), text_start(0), text_delta(0, "half"), stop(0)]);
     let (r, events, fake) = run(
-        vec![Canned::sse(&partial, 64, End::Clean), Canned::sse(&simple_text_turn("whole"), 64, End::Clean)],
+        vec![
+            Canned::sse(&partial, 64, End::Clean),
+            Canned::sse(&simple_text_turn("whole"), 64, End::Clean),
+        ],
         fast(),
     )
     .await;
     let turn = r.unwrap();
     assert_eq!(turn.content, vec![ContentBlock::text("whole")]);
     assert_eq!(turn.retried_errors.len(), 1);
-    assert!(turn.retried_errors[0].contains("message_stop"), "{:?}", turn.retried_errors);
+    assert!(
+        turn.retried_errors[0].contains("message_stop"),
+        "{:?}",
+        turn.retried_errors
+    );
     assert_eq!(fake.request_count(), 2);
-    assert!(events.iter().any(|e| matches!(e, ModelEvent::Retrying { attempt: 1, .. })));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, ModelEvent::Retrying { attempt: 1, .. })));
 }
 
 #[tokio::test]
@@ -250,14 +287,18 @@ async fn thinking_blocks_keep_their_signature() {
     let turn = r.unwrap();
     assert_eq!(
         turn.content[0],
-        ContentBlock::Thinking { thinking: "hmm".into(), signature: "sig".into() }
+        ContentBlock::Thinking {
+            thinking: "hmm".into(),
+            signature: "sig".into()
+        }
     );
     assert!(events.contains(&ModelEvent::ThinkingDelta("hmm".into())));
 }
 
 #[tokio::test]
 async fn auth_and_invalid_requests_are_not_retried() {
-    let body = r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
+    let body =
+        r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
     let (r, _, fake) = run(vec![Canned::status(401, &[], body)], fast()).await;
     let err = r.unwrap_err();
     assert!(err.is_auth());
@@ -269,15 +310,23 @@ async fn auth_and_invalid_requests_are_not_retried() {
     assert!(r.unwrap_err().is_prompt_too_long());
     assert_eq!(fake.request_count(), 1);
 
-    let body = r#"{"type":"error","error":{"type":"not_found_error","message":"model: claude-nope"}}"#;
+    let body =
+        r#"{"type":"error","error":{"type":"not_found_error","message":"model: claude-nope"}}"#;
     let (r, _, _) = run(vec![Canned::status(404, &[], body)], fast()).await;
-    assert!(matches!(r.unwrap_err(), ModelError::Config { status: 404, .. }));
+    assert!(matches!(
+        r.unwrap_err(),
+        ModelError::Config { status: 404, .. }
+    ));
 }
 
 #[tokio::test]
 async fn rate_limit_beyond_cap_fails_at_once() {
     let body = r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#;
-    let (r, _, fake) = run(vec![Canned::status(429, &[("retry-after", "3600")], body)], fast()).await;
+    let (r, _, fake) = run(
+        vec![Canned::status(429, &[("retry-after", "3600")], body)],
+        fast(),
+    )
+    .await;
     match r.unwrap_err() {
         e @ ModelError::RateLimitedUntil { .. } => {
             assert!(e.to_string().starts_with("rate-limited until 20"), "{e}")
@@ -309,11 +358,18 @@ async fn retry_after_within_cap_is_the_delay() {
 #[tokio::test]
 async fn attempts_are_bounded() {
     let body = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-    let policy = RetryPolicy { max_attempts: 3, ..fast() };
+    let policy = RetryPolicy {
+        max_attempts: 3,
+        ..fast()
+    };
     let canned = vec![Canned::status(529, &[], body); 3];
     let (r, _, fake) = run(canned, policy).await;
     match r.unwrap_err() {
-        ModelError::Exhausted { attempts, errors, last } => {
+        ModelError::Exhausted {
+            attempts,
+            errors,
+            last,
+        } => {
             assert_eq!(attempts, 3);
             assert_eq!(errors.len(), 3);
             assert!(last.contains("529"));
@@ -327,25 +383,41 @@ async fn attempts_are_bounded() {
 async fn idle_stream_is_retried() {
     let partial = sse(&[msg_start(), text_start(0)]);
     let (r, _, _) = run(
-        vec![Canned::sse(&partial, 64, End::Hang), Canned::sse(&simple_text_turn("ok"), 64, End::Clean)],
+        vec![
+            Canned::sse(&partial, 64, End::Hang),
+            Canned::sse(&simple_text_turn("ok"), 64, End::Clean),
+        ],
         fast(),
     )
     .await;
     let turn = r.unwrap();
-    assert!(turn.retried_errors[0].contains("idle"), "{:?}", turn.retried_errors);
+    assert!(
+        turn.retried_errors[0].contains("idle"),
+        "{:?}",
+        turn.retried_errors
+    );
 }
 
 #[tokio::test]
 async fn network_down_waits_without_spending_attempts() {
     let fake = Arc::new(
-        FakeTransport::new(vec![Canned::Connect, Canned::sse(&simple_text_turn("back"), 64, End::Clean)])
-            .with_probes(vec![Err("refused".into()), Err("refused".into())]),
+        FakeTransport::new(vec![
+            Canned::Connect,
+            Canned::sse(&simple_text_turn("back"), 64, End::Clean),
+        ])
+        .with_probes(vec![Err("refused".into()), Err("refused".into())]),
     );
-    let policy = RetryPolicy { max_attempts: 1, ..fast() };
+    let policy = RetryPolicy {
+        max_attempts: 1,
+        ..fast()
+    };
     let p = provider(fake.clone(), policy, AnthropicAuth::None);
     let events = Events::default();
     let sink = |e| events.push(e);
-    let turn = p.stream_turn(&request("hi"), &sink, &CancellationToken::new()).await.unwrap();
+    let turn = p
+        .stream_turn(&request("hi"), &sink, &CancellationToken::new())
+        .await
+        .unwrap();
     assert_eq!(turn.content, vec![ContentBlock::text("back")]);
     assert_eq!(turn.retried_errors.len(), 1);
     assert_eq!(*fake.probes.lock().unwrap(), 3);
@@ -357,7 +429,13 @@ async fn network_down_waits_without_spending_attempts() {
             _ => None,
         })
         .collect();
-    assert_eq!(waiting, vec!["gateway.test:8080 不可达,等待恢复(最多 1 分钟)", "gateway.test:8080 恢复,继续"]);
+    assert_eq!(
+        waiting,
+        vec![
+            "gateway.test:8080 不可达,等待恢复(最多 1 分钟)",
+            "gateway.test:8080 恢复,继续"
+        ]
+    );
 }
 
 #[tokio::test]
@@ -370,14 +448,20 @@ async fn network_down_gives_up_after_the_offline_limit() {
         ..fast()
     };
     let p = provider(fake, policy, AnthropicAuth::None);
-    let err = p.stream_turn(&request("hi"), &|_| {}, &CancellationToken::new()).await.unwrap_err();
+    let err = p
+        .stream_turn(&request("hi"), &|_| {}, &CancellationToken::new())
+        .await
+        .unwrap_err();
     assert!(matches!(err, ModelError::Unreachable { .. }), "{err:?}");
 }
 
 #[tokio::test]
 async fn cancel_interrupts_a_hanging_stream() {
     let fake = Arc::new(FakeTransport::new(vec![Canned::sse("", 1, End::Hang)]));
-    let policy = RetryPolicy { idle_timeout: Duration::from_secs(3600), ..fast() };
+    let policy = RetryPolicy {
+        idle_timeout: Duration::from_secs(3600),
+        ..fast()
+    };
     let p = provider(fake, policy, AnthropicAuth::None);
     let cancel = CancellationToken::new();
     let c2 = cancel.clone();
@@ -385,7 +469,10 @@ async fn cancel_interrupts_a_hanging_stream() {
         tokio::time::sleep(Duration::from_millis(20)).await;
         c2.cancel();
     });
-    let err = p.stream_turn(&request("hi"), &|_| {}, &cancel).await.unwrap_err();
+    let err = p
+        .stream_turn(&request("hi"), &|_| {}, &cancel)
+        .await
+        .unwrap_err();
     assert!(matches!(err, ModelError::Interrupted));
 }
 
@@ -393,11 +480,21 @@ async fn cancel_interrupts_a_hanging_stream() {
 async fn request_headers_and_model_fallback() {
     for (auth, header, value) in [
         (AnthropicAuth::ApiKey("k1".into()), "x-api-key", "k1"),
-        (AnthropicAuth::Bearer("t1".into()), "authorization", "Bearer t1"),
+        (
+            AnthropicAuth::Bearer("t1".into()),
+            "authorization",
+            "Bearer t1",
+        ),
     ] {
-        let fake = Arc::new(FakeTransport::new(vec![Canned::sse(&simple_text_turn("x"), 64, End::Clean)]));
+        let fake = Arc::new(FakeTransport::new(vec![Canned::sse(
+            &simple_text_turn("x"),
+            64,
+            End::Clean,
+        )]));
         let p = provider(fake.clone(), fast(), auth);
-        p.stream_turn(&request("hi"), &|_| {}, &CancellationToken::new()).await.unwrap();
+        p.stream_turn(&request("hi"), &|_| {}, &CancellationToken::new())
+            .await
+            .unwrap();
         let reqs = fake.requests.lock().unwrap();
         let r = &reqs[0];
         assert_eq!(r.url, "http://gateway.test:8080/v1/messages");

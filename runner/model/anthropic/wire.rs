@@ -39,7 +39,10 @@ pub(crate) fn request_body(req: &Request, model: &str) -> Value {
     }
 
     let mut messages: Vec<Value> = req.messages.iter().map(message_json).collect();
-    if let Some(last) = messages.last_mut().and_then(|m| m["content"].as_array_mut()) {
+    if let Some(last) = messages
+        .last_mut()
+        .and_then(|m| m["content"].as_array_mut())
+    {
         // Thinking blocks cannot carry cache_control.
         if let Some(block) = last.iter_mut().rev().find(|b| b["type"] != "thinking") {
             block["cache_control"] = ephemeral();
@@ -87,17 +90,29 @@ pub(crate) fn parse_error(body: &str) -> ApiError {
     let err = parsed.as_ref().and_then(|v| v.get("error"));
     match err {
         Some(e) => api_error(e),
-        None => ApiError { kind: None, message: one_line(body), prompt_too_long: false },
+        None => ApiError {
+            kind: None,
+            message: one_line(body),
+            prompt_too_long: false,
+        },
     }
 }
 
 /// The `error` object of an error body or an `error` stream event.
 pub(crate) fn api_error(e: &Value) -> ApiError {
     let kind = e.get("type").and_then(Value::as_str).map(str::to_string);
-    let message = e.get("message").and_then(Value::as_str).unwrap_or_default().to_string();
+    let message = e
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     let prompt_too_long = kind.as_deref() == Some("invalid_request_error")
         && message.to_ascii_lowercase().contains("prompt is too long");
-    ApiError { kind, message, prompt_too_long }
+    ApiError {
+        kind,
+        message,
+        prompt_too_long,
+    }
 }
 
 #[cfg(test)]
@@ -132,11 +147,22 @@ mod tests {
                 },
             ],
             tools: vec![
-                ToolDef { name: "Read".into(), description: "r".into(), input_schema: json!({}) },
-                ToolDef { name: "Bash".into(), description: "b".into(), input_schema: json!({}) },
+                ToolDef {
+                    name: "Read".into(),
+                    description: "r".into(),
+                    input_schema: json!({}),
+                },
+                ToolDef {
+                    name: "Bash".into(),
+                    description: "b".into(),
+                    input_schema: json!({}),
+                },
             ],
             max_tokens: 1000,
-            caller: Caller { role: Role::Worker, agent: "worker-1".into() },
+            caller: Caller {
+                role: Role::Worker,
+                agent: "worker-1".into(),
+            },
         }
     }
 

@@ -78,7 +78,9 @@ impl TurnAssembler for OpenAiAssembler {
         if chunk["usage"].is_object() {
             self.usage = usage_from(&chunk["usage"]);
         }
-        let Some(choice) = chunk["choices"].get(0) else { return Ok(false) };
+        let Some(choice) = chunk["choices"].get(0) else {
+            return Ok(false);
+        };
         let delta = &choice["delta"];
         if let Some(t) = delta["content"].as_str().filter(|t| !t.is_empty()) {
             self.text.push_str(t);
@@ -119,7 +121,10 @@ impl TurnAssembler for OpenAiAssembler {
         let mut stop_reason = self.finish.unwrap_or(StopReason::Other);
         let mut content = Vec::new();
         if !self.reasoning.is_empty() {
-            content.push(ContentBlock::Thinking { thinking: self.reasoning, signature: String::new() });
+            content.push(ContentBlock::Thinking {
+                thinking: self.reasoning,
+                signature: String::new(),
+            });
         }
         if !self.text.is_empty() {
             content.push(ContentBlock::Text { text: self.text });
@@ -130,13 +135,23 @@ impl TurnAssembler for OpenAiAssembler {
             let input = if acc.args.trim().is_empty() {
                 Some(Value::Object(Default::default()))
             } else {
-                serde_json::from_str::<Value>(&acc.args).ok().filter(Value::is_object)
+                serde_json::from_str::<Value>(&acc.args)
+                    .ok()
+                    .filter(Value::is_object)
             };
             match input {
                 Some(input) => {
                     // Some servers send no id; the conversation still needs one per call.
-                    let id = if acc.id.is_empty() { format!("call_{index}") } else { acc.id };
-                    calls.push(ToolCall { id, name: acc.name, input });
+                    let id = if acc.id.is_empty() {
+                        format!("call_{index}")
+                    } else {
+                        acc.id
+                    };
+                    calls.push(ToolCall {
+                        id,
+                        name: acc.name,
+                        input,
+                    });
                 }
                 None if stop_reason == StopReason::MaxTokens => truncated_tool_use = true,
                 None => {
@@ -153,7 +168,11 @@ impl TurnAssembler for OpenAiAssembler {
         }
         for c in calls {
             sink(ModelEvent::ToolCall(c.clone()));
-            content.push(ContentBlock::ToolUse { id: c.id, name: c.name, input: c.input });
+            content.push(ContentBlock::ToolUse {
+                id: c.id,
+                name: c.name,
+                input: c.input,
+            });
         }
         Ok(Turn {
             content,

@@ -67,7 +67,11 @@ impl OpenAiProvider {
     ) -> Result<Self, ModelError> {
         let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
         let endpoint = Endpoint::parse(&url)?;
-        Ok(OpenAiProvider { proto: OpenAiProtocol { config, endpoint }, policy, transport })
+        Ok(OpenAiProvider {
+            proto: OpenAiProtocol { config, endpoint },
+            policy,
+            transport,
+        })
     }
 
     /// The resolved configuration.
@@ -92,8 +96,15 @@ impl Provider for OpenAiProvider {
         sink: EventSink<'_>,
         cancel: &CancellationToken,
     ) -> Result<Turn, ModelError> {
-        client::stream_turn(self.transport.as_ref(), &self.policy, &self.proto, req, sink, cancel)
-            .await
+        client::stream_turn(
+            self.transport.as_ref(),
+            &self.policy,
+            &self.proto,
+            req,
+            sink,
+            cancel,
+        )
+        .await
     }
 }
 
@@ -123,7 +134,10 @@ impl WireProtocol for OpenAiProtocol {
         let mut headers = vec![
             ("content-type".to_string(), "application/json".to_string()),
             ("accept".to_string(), "text/event-stream".to_string()),
-            ("x-flowerbox-role".to_string(), req.caller.role.as_str().to_string()),
+            (
+                "x-flowerbox-role".to_string(),
+                req.caller.role.as_str().to_string(),
+            ),
             ("x-flowerbox-agent".to_string(), req.caller.agent.clone()),
         ];
         if let Some(key) = &self.config.api_key {
@@ -159,7 +173,11 @@ mod tests {
             api_key: Some("k".into()),
             model: "qwen".into(),
         };
-        let policy = RetryPolicy { base_delay: Duration::from_millis(1), jitter: 0.0, ..Default::default() };
+        let policy = RetryPolicy {
+            base_delay: Duration::from_millis(1),
+            jitter: 0.0,
+            ..Default::default()
+        };
         OpenAiProvider::new(cfg, policy, fake).unwrap()
     }
 
@@ -174,13 +192,28 @@ mod tests {
             &[
                 chunk(json!({"role": "assistant", "content": "看"}), None),
                 chunk(json!({"content": "一下"}), None),
-                chunk(json!({"tool_calls": [{"index": 0, "id": "call_a", "type": "function",
-                    "function": {"name": "Bash", "arguments": ""}}]}), None),
-                chunk(json!({"tool_calls": [{"index": 1, "id": "call_b", "type": "function",
-                    "function": {"name": "Read", "arguments": "{\"pa"}}]}), None),
-                chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"command\":"}}]}), None),
-                chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": " \"ls\"}"}}]}), None),
-                chunk(json!({"tool_calls": [{"index": 1, "function": {"arguments": "th\": \"中\"}"}}]}), None),
+                chunk(
+                    json!({"tool_calls": [{"index": 0, "id": "call_a", "type": "function",
+                    "function": {"name": "Bash", "arguments": ""}}]}),
+                    None,
+                ),
+                chunk(
+                    json!({"tool_calls": [{"index": 1, "id": "call_b", "type": "function",
+                    "function": {"name": "Read", "arguments": "{\"pa"}}]}),
+                    None,
+                ),
+                chunk(
+                    json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"command\":"}}]}),
+                    None,
+                ),
+                chunk(
+                    json!({"tool_calls": [{"index": 0, "function": {"arguments": " \"ls\"}"}}]}),
+                    None,
+                ),
+                chunk(
+                    json!({"tool_calls": [{"index": 1, "function": {"arguments": "th\": \"中\"}"}}]}),
+                    None,
+                ),
                 chunk(json!({}), Some("tool_calls")),
                 json!({"id": "c", "choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 20,
                     "prompt_tokens_details": {"cached_tokens": 60}}}),
@@ -191,22 +224,40 @@ mod tests {
         let p = provider(fake.clone());
         let events = Events::default();
         let sink = |e| events.push(e);
-        let turn = p.stream_turn(&request("hi"), &sink, &CancellationToken::new()).await.unwrap();
+        let turn = p
+            .stream_turn(&request("hi"), &sink, &CancellationToken::new())
+            .await
+            .unwrap();
         assert_eq!(turn.stop_reason, StopReason::ToolUse);
         assert_eq!(turn.model, "qwen-served");
         assert_eq!(turn.content[0], ContentBlock::text("看一下"));
         assert_eq!(
             turn.content[1],
-            ContentBlock::ToolUse { id: "call_a".into(), name: "Bash".into(), input: json!({"command": "ls"}) }
+            ContentBlock::ToolUse {
+                id: "call_a".into(),
+                name: "Bash".into(),
+                input: json!({"command": "ls"})
+            }
         );
         assert_eq!(
             turn.content[2],
-            ContentBlock::ToolUse { id: "call_b".into(), name: "Read".into(), input: json!({"path": "中"}) }
+            ContentBlock::ToolUse {
+                id: "call_b".into(),
+                name: "Read".into(),
+                input: json!({"path": "中"})
+            }
         );
         assert_eq!(turn.usage.input_tokens, Some(40));
         assert_eq!(turn.usage.cache_read_input_tokens, Some(60));
         assert_eq!(turn.usage.output_tokens, Some(20));
-        assert_eq!(events.all().iter().filter(|e| matches!(e, ModelEvent::ToolCall(_))).count(), 2);
+        assert_eq!(
+            events
+                .all()
+                .iter()
+                .filter(|e| matches!(e, ModelEvent::ToolCall(_)))
+                .count(),
+            2
+        );
         let req = &fake.requests.lock().unwrap()[0];
         assert_eq!(req.url, "http://localhost:11434/v1/chat/completions");
         assert_eq!(req.header("authorization"), Some("Bearer k"));
@@ -220,8 +271,11 @@ mod tests {
         let full = sse_data(
             &[
                 chunk(json!({"content": "ok"}), None),
-                chunk(json!({"tool_calls": [{"index": 0, "id": "x", "function": {"name": "Write",
-                    "arguments": "{\"content\": \"abc"}}]}), None),
+                chunk(
+                    json!({"tool_calls": [{"index": 0, "id": "x", "function": {"name": "Write",
+                    "arguments": "{\"content\": \"abc"}}]}),
+                    None,
+                ),
                 chunk(json!({}), Some("length")),
             ],
             true,
@@ -230,7 +284,10 @@ mod tests {
             Canned::sse(&partial, 64, End::Reset),
             Canned::sse(&full, 64, End::Clean),
         ]));
-        let turn = provider(fake).stream_turn(&request("hi"), &|_| {}, &CancellationToken::new()).await.unwrap();
+        let turn = provider(fake)
+            .stream_turn(&request("hi"), &|_| {}, &CancellationToken::new())
+            .await
+            .unwrap();
         assert_eq!(turn.retried_errors.len(), 1);
         assert!(turn.truncated_tool_use);
         assert_eq!(turn.stop_reason, StopReason::MaxTokens);
@@ -245,7 +302,10 @@ mod tests {
             Canned::sse(&partial, 64, End::Clean),
             Canned::sse(&done_less, 64, End::Clean),
         ]));
-        let turn = provider(fake).stream_turn(&request("hi"), &|_| {}, &CancellationToken::new()).await.unwrap();
+        let turn = provider(fake)
+            .stream_turn(&request("hi"), &|_| {}, &CancellationToken::new())
+            .await
+            .unwrap();
         assert_eq!(turn.content, vec![ContentBlock::text("fine")]);
         assert!(turn.retried_errors[0].contains("[DONE]"));
         assert_eq!(turn.usage.input_tokens, None, "unknown usage stays unknown");

@@ -14,7 +14,12 @@ use serde_json::{json, Value};
 /// `stream_options.include_usage` asks for usage in the final chunk.
 pub(crate) fn request_body(req: &Request, model: &str) -> Value {
     let mut messages = Vec::new();
-    let system: Vec<&str> = req.system.iter().map(String::as_str).filter(|s| !s.is_empty()).collect();
+    let system: Vec<&str> = req
+        .system
+        .iter()
+        .map(String::as_str)
+        .filter(|s| !s.is_empty())
+        .collect();
     if !system.is_empty() {
         messages.push(json!({"role": "system", "content": system.join("\n\n")}));
     }
@@ -28,10 +33,19 @@ pub(crate) fn request_body(req: &Request, model: &str) -> Value {
                     "id": id, "type": "function",
                     "function": {"name": name, "arguments": input.to_string()},
                 })),
-                ContentBlock::ToolResult { tool_use_id, content, is_error } => {
-                    let content =
-                        if *is_error { format!("[error] {content}") } else { content.clone() };
-                    messages.push(json!({"role": "tool", "tool_call_id": tool_use_id, "content": content}));
+                ContentBlock::ToolResult {
+                    tool_use_id,
+                    content,
+                    is_error,
+                } => {
+                    let content = if *is_error {
+                        format!("[error] {content}")
+                    } else {
+                        content.clone()
+                    };
+                    messages.push(
+                        json!({"role": "tool", "tool_call_id": tool_use_id, "content": content}),
+                    );
                 }
                 _ => {}
             }
@@ -62,8 +76,10 @@ pub(crate) fn request_body(req: &Request, model: &str) -> Value {
         let tools: Vec<Value> = req
             .tools
             .iter()
-            .map(|t| json!({"type": "function", "function": {
-                "name": t.name, "description": t.description, "parameters": t.input_schema}}))
+            .map(|t| {
+                json!({"type": "function", "function": {
+                "name": t.name, "description": t.description, "parameters": t.input_schema}})
+            })
             .collect();
         body["tools"] = Value::Array(tools);
     }
@@ -77,21 +93,35 @@ pub(crate) fn parse_error(body: &str) -> ApiError {
     let parsed: Option<Value> = serde_json::from_str(body).ok();
     match parsed.as_ref().and_then(|v| v.get("error")) {
         Some(e) => api_error(e),
-        None => ApiError { kind: None, message: one_line(body), prompt_too_long: false },
+        None => ApiError {
+            kind: None,
+            message: one_line(body),
+            prompt_too_long: false,
+        },
     }
 }
 
 /// The `error` object of an error body or an error chunk.
 pub(crate) fn api_error(e: &Value) -> ApiError {
     if let Some(s) = e.as_str() {
-        return ApiError { kind: None, message: s.to_string(), prompt_too_long: false };
+        return ApiError {
+            kind: None,
+            message: s.to_string(),
+            prompt_too_long: false,
+        };
     }
     let message = e["message"].as_str().unwrap_or_default().to_string();
     let code = e["code"].as_str().unwrap_or_default();
     let prompt_too_long = code == "context_length_exceeded"
-        || message.to_ascii_lowercase().contains("maximum context length");
+        || message
+            .to_ascii_lowercase()
+            .contains("maximum context length");
     let kind = e["type"].as_str().map(str::to_string);
-    ApiError { kind, message, prompt_too_long }
+    ApiError {
+        kind,
+        message,
+        prompt_too_long,
+    }
 }
 
 #[cfg(test)]
@@ -111,15 +141,26 @@ mod tests {
         r.messages.push(Message {
             role: Speaker::Assistant,
             content: vec![
-                ContentBlock::Thinking { thinking: "t".into(), signature: String::new() },
+                ContentBlock::Thinking {
+                    thinking: "t".into(),
+                    signature: String::new(),
+                },
                 ContentBlock::text("running"),
-                ContentBlock::ToolUse { id: "c1".into(), name: "Bash".into(), input: json!({"command": "ls"}) },
+                ContentBlock::ToolUse {
+                    id: "c1".into(),
+                    name: "Bash".into(),
+                    input: json!({"command": "ls"}),
+                },
             ],
         });
         r.messages.push(Message {
             role: Speaker::User,
             content: vec![
-                ContentBlock::ToolResult { tool_use_id: "c1".into(), content: "boom".into(), is_error: true },
+                ContentBlock::ToolResult {
+                    tool_use_id: "c1".into(),
+                    content: "boom".into(),
+                    is_error: true,
+                },
                 ContentBlock::text("and then?"),
             ],
         });
@@ -131,16 +172,26 @@ mod tests {
         assert_eq!(m[0], json!({"role": "system", "content": "sys"}));
         assert_eq!(m[1], json!({"role": "user", "content": "do it"}));
         assert_eq!(m[2]["content"], "running");
-        assert_eq!(m[2]["tool_calls"][0]["function"]["arguments"], "{\"command\":\"ls\"}");
-        assert_eq!(m[3], json!({"role": "tool", "tool_call_id": "c1", "content": "[error] boom"}));
+        assert_eq!(
+            m[2]["tool_calls"][0]["function"]["arguments"],
+            "{\"command\":\"ls\"}"
+        );
+        assert_eq!(
+            m[3],
+            json!({"role": "tool", "tool_call_id": "c1", "content": "[error] boom"})
+        );
         assert_eq!(m[4], json!({"role": "user", "content": "and then?"}));
     }
 
     #[test]
     fn context_length_errors_are_recognised() {
-        let e = parse_error(r#"{"error":{"message":"too long","type":"invalid_request_error","code":"context_length_exceeded"}}"#);
+        let e = parse_error(
+            r#"{"error":{"message":"too long","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
+        );
         assert!(e.prompt_too_long);
-        let e = parse_error(r#"{"error":{"message":"This model's maximum context length is 32768 tokens","type":"BadRequestError","code":400}}"#);
+        let e = parse_error(
+            r#"{"error":{"message":"This model's maximum context length is 32768 tokens","type":"BadRequestError","code":400}}"#,
+        );
         assert!(e.prompt_too_long);
         assert!(!parse_error("oops").prompt_too_long);
     }
