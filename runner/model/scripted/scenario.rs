@@ -117,6 +117,7 @@ pub struct ScriptedUsage {
 fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Fault>, D::Error> {
     use serde::de::Error;
     match Value::deserialize(d)? {
+        Value::Null => Ok(Vec::new()),
         Value::Array(items) => items
             .into_iter()
             .map(|v| serde_json::from_value(v).map_err(D::Error::custom))

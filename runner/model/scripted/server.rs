@@ -295,6 +295,8 @@ fn plan(events: Vec<Value>, fault: &Fault, rng: &mut StdRng) -> Vec<Step> {
         let ev = json!({"type": "error", "error": {"type": kind, "message": msg}});
         steps.push(Step::Chunk(encode(&ev)));
     } else if fault.drop_after_events.is_some() {
+        // Let hyper flush the headers and events first, so the drop really is mid-stream.
+        steps.push(Step::Sleep(Duration::from_millis(20)));
         steps.push(Step::Abort);
     }
     steps
