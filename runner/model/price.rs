@@ -1,4 +1,4 @@
-//! Cost of model calls from [`Usage`] and the [`catalog`](super::catalog) price table.
+//! Cost of model calls from [`Usage`] and the [`catalog`] price table.
 //!
 //! Unknown is not zero (DESIGN.md invariant 7): a model missing from the table, or a call whose
 //! input or output token count the provider did not report, has cost `None`; totals that

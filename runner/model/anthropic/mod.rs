@@ -4,7 +4,7 @@
 //! `x-api-key` (`ANTHROPIC_API_KEY`) or `authorization: Bearer` (`ANTHROPIC_AUTH_TOKEN`) as
 //! flower's probe does, and the `x-flowerbox-role` / `x-flowerbox-agent` pair from
 //! [`Request::caller`](crate::model::Request). Retries and waiting live in
-//! [`client`](crate::model::client); this module only speaks the wire format.
+//! `model::client`; this module only speaks the wire format.
 
 mod assemble;
 pub mod wire;

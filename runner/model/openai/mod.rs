@@ -1,7 +1,7 @@
 //! The `openai` provider: Chat Completions with `stream: true` and tools, for vLLM, llama.cpp
 //! server, Ollama and gateways (`FLOWERBOX_PROVIDER=openai`, `OPENAI_BASE_URL`, `OPENAI_API_KEY`,
-//! `OPENAI_MODEL`). It converts our conversation types at its edge ([`wire`]); retries and
-//! waiting are the shared [`client`](crate::model::client)'s.
+//! `OPENAI_MODEL`). It converts our conversation types at its edge (`wire`); retries and
+//! waiting are the shared `model::client`'s.
 
 mod assemble;
 pub(crate) mod wire;
