@@ -184,6 +184,21 @@ async fn one_attempt<P: WireProtocol>(
     if !(200..300).contains(&resp.status) {
         return Err(error_response(proto, resp, idle).await);
     }
+    // A gateway that ignores `stream: true` answers the same way every time: retrying is futile.
+    let json = resp
+        .header("content-type")
+        .is_some_and(|c| c.trim().starts_with("application/json"));
+    if json {
+        let status = resp.status;
+        let body = read_body(resp, idle).await;
+        return Err(AttemptError::Fatal(ModelError::Config {
+            status,
+            message: format!(
+                "the endpoint answered with JSON instead of an event stream (no streaming support?): {}",
+                one_line(&body)
+            ),
+        }));
+    }
     let mut events = resp.body.eventsource();
     let mut assembler = proto.assembler(req);
     loop {
@@ -220,6 +235,16 @@ async fn error_response<P: WireProtocol>(
 ) -> AttemptError {
     let status = resp.status;
     let retry_after = parse_retry_after(|n| resp.header(n).map(str::to_string), chrono::Utc::now());
+    let text = read_body(resp, idle).await;
+    let mut err = proto.parse_error(status, &text);
+    if err.message.is_empty() {
+        err.message = format!("HTTP {status} with an empty body");
+    }
+    classify_status(status, retry_after, err)
+}
+
+/// Reads a body up to [`MAX_ERROR_BODY`] bytes; a broken or idle body ends the read.
+async fn read_body(resp: HttpResponse, idle: Duration) -> String {
     let mut body = Vec::new();
     let mut stream = resp.body;
     while body.len() < MAX_ERROR_BODY {
@@ -228,12 +253,7 @@ async fn error_response<P: WireProtocol>(
             _ => break,
         }
     }
-    let text = String::from_utf8_lossy(&body);
-    let mut err = proto.parse_error(status, &text);
-    if err.message.is_empty() {
-        err.message = format!("HTTP {status} with an empty body");
-    }
-    classify_status(status, retry_after, err)
+    String::from_utf8_lossy(&body).into_owned()
 }
 
 /// Waits until the endpoint answers a DNS + TCP probe. Emits one `Waiting` line when it goes

@@ -506,3 +506,23 @@ async fn request_headers_and_model_fallback() {
         assert_eq!(r.body["stream"], true);
     }
 }
+
+#[tokio::test]
+async fn a_json_answer_to_a_streaming_request_is_a_config_error() {
+    let canned = Canned::Resp {
+        status: 200,
+        headers: vec![("content-type".into(), "application/json".into())],
+        chunks: vec![bytes::Bytes::from_static(
+            b"{\"type\":\"message\",\"content\":[]}",
+        )],
+        end: End::Clean,
+    };
+    let (r, _, fake) = run(vec![canned], fast()).await;
+    let err = r.unwrap_err();
+    assert!(
+        matches!(err, ModelError::Config { status: 200, .. }),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("event stream"));
+    assert_eq!(fake.request_count(), 1);
+}

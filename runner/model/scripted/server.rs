@@ -8,6 +8,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::Router;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -84,7 +85,12 @@ impl ScriptedServer {
             .route("/v1/messages", post(messages))
             .route("/health", get(|| async { "ok" }))
             .with_state(self.state);
-        axum::serve(self.listener, app)
+        // Events go out as many small writes: without NODELAY, Nagle plus delayed ACKs add
+        // tens of milliseconds per turn.
+        let listener = self.listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        axum::serve(listener, app)
             .with_graceful_shutdown(shutdown)
             .await
             .map_err(|e| ScriptedError::Io(e.to_string()))
