@@ -5,13 +5,11 @@
 use async_trait::async_trait;
 
 /// The seed's fixed text fed back when the ask budget is used up (seed 000 "超时").
-pub const OVER_BUDGET_TEXT: &str =
-    "提问额度已用完。不要再问了 —— 把剩下的不确定项写进「未知与假设」那一段,按你自己的判断继续。";
+pub const OVER_BUDGET_TEXT: &str = "提问额度已用完。不要再问了 —— 把剩下的不确定项写进「未知与假设」那一段,按你自己的判断继续。";
 /// The seed's fixed text fed back when nobody answered in time.
 pub const TIMEOUT_TEXT: &str = "无人应答。按你自己的判断继续,并把这个问题和你采用的假设写进「未知与假设」那一段。不要重复提问,也不要停在这里。";
 /// The seed's fixed text fed back when the human skipped.
-pub const DECLINED_TEXT: &str =
-    "对方跳过了这个问题。按你自己的判断继续,并把假设写进「未知与假设」。";
+pub const DECLINED_TEXT: &str = "对方跳过了这个问题。按你自己的判断继续,并把假设写进「未知与假设」。";
 /// The seed's fixed text fed back for an empty question.
 pub const EMPTY_QUESTION_TEXT: &str = "问题是空的。把问题写清楚再问。";
 

@@ -7,7 +7,7 @@
 
 pub mod output;
 
-pub use output::{CapturedOutput, OutputCollector};
+pub use output::{OutputCollector, CapturedOutput};
 
 use async_trait::async_trait;
 use std::path::PathBuf;

@@ -76,13 +76,7 @@ fn trim_to_char_end(b: &[u8]) -> &[u8] {
         let byte = b[n - back];
         if byte & 0b1100_0000 == 0b1100_0000 {
             // A lead byte: is its sequence complete?
-            let need = if byte >= 0xF0 {
-                4
-            } else if byte >= 0xE0 {
-                3
-            } else {
-                2
-            };
+            let need = if byte >= 0xF0 { 4 } else if byte >= 0xE0 { 3 } else { 2 };
             return if back >= need { b } else { &b[..n - back] };
         }
         if byte & 0b1000_0000 == 0 {
@@ -94,11 +88,7 @@ fn trim_to_char_end(b: &[u8]) -> &[u8] {
 
 /// Drops continuation bytes at the start of `b` (at most 3).
 fn trim_to_char_start(b: &[u8]) -> &[u8] {
-    let skip = b
-        .iter()
-        .take(3)
-        .take_while(|&&x| x & 0b1100_0000 == 0b1000_0000)
-        .count();
+    let skip = b.iter().take(3).take_while(|&&x| x & 0b1100_0000 == 0b1000_0000).count();
     &b[skip..]
 }
 
@@ -132,19 +122,10 @@ impl OutputCollector {
     pub fn new(cap: usize, spill_dir: Option<&Path>) -> Self {
         let spill = spill_dir.and_then(|dir| {
             std::fs::create_dir_all(dir).ok()?;
-            let f = tempfile::Builder::new()
-                .prefix(".partial-")
-                .suffix(".txt")
-                .tempfile_in(dir)
-                .ok()?;
+            let f = tempfile::Builder::new().prefix(".partial-").suffix(".txt").tempfile_in(dir).ok()?;
             Some((dir.to_path_buf(), f, Sha256::new(), 0u64))
         });
-        OutputCollector {
-            half: cap.max(64) / 2,
-            out: Capped::default(),
-            err: Capped::default(),
-            spill,
-        }
+        OutputCollector { half: cap.max(64) / 2, out: Capped::default(), err: Capped::default(), spill }
     }
 
     /// Adds a chunk from one stream.
@@ -185,13 +166,7 @@ impl OutputCollector {
                 }
             }
         }
-        CapturedOutput {
-            stdout,
-            stderr,
-            truncated,
-            total_bytes,
-            full_output,
-        }
+        CapturedOutput { stdout, stderr, truncated, total_bytes, full_output }
     }
 }
 

@@ -72,13 +72,7 @@ pub struct TrimPolicy {
 impl TrimPolicy {
     /// flower's defaults: 20 recent large results, 2000 characters, 6 ephemeral results.
     pub fn new(spill_dir: PathBuf, trim_large: bool) -> Self {
-        TrimPolicy {
-            trim_large,
-            keep_recent: 20,
-            min_chars: 2000,
-            keep_ephemeral: 6,
-            spill_dir,
-        }
+        TrimPolicy { trim_large, keep_recent: 20, min_chars: 2000, keep_ephemeral: 6, spill_dir }
     }
 }
 
@@ -91,20 +85,10 @@ pub trait SessionStore: Send + Sync {
 
     /// Appends one message. `context_tokens` is the context size the model reported for the
     /// call that produced it (assistant messages), for the wake banner.
-    fn append(
-        &self,
-        session: &str,
-        msg: &Message,
-        context_tokens: Option<u64>,
-    ) -> Result<(), SessionError>;
+    fn append(&self, session: &str, msg: &Message, context_tokens: Option<u64>) -> Result<(), SessionError>;
 
     /// Appends a notice (kept for the record, never loaded into a context).
-    fn append_notice(
-        &self,
-        session: &str,
-        kind: NoticeKind,
-        text: &str,
-    ) -> Result<(), SessionError>;
+    fn append_notice(&self, session: &str, kind: NoticeKind, text: &str) -> Result<(), SessionError>;
 
     /// Every stored message, exactly as appended.
     fn load_raw(&self, session: &str) -> Result<Vec<Message>, SessionError>;
