@@ -15,6 +15,7 @@ use super::spec::AgentSpec;
 use super::tools::{ToolLimits, ToolRegistry};
 use super::workbench::Workbench;
 use crate::channel::Human;
+use crate::model::price::Cost;
 use crate::model::{Provider, Role};
 use crate::sandbox::{AgentBox, SandboxFactory};
 use crate::session::{SessionMeta, SessionStore, TrimPolicy};
@@ -28,42 +29,6 @@ pub const INTERRUPT_NOTE: &str =
 /// The prompt of a resume after a network failure.
 pub const RESILIENCE_PROMPT: &str = "网络中断过,现在恢复了。接着刚才的工作继续,不要从头开始。";
 
-/// Money spent, in USD. Unknown costs are never counted as zero (DESIGN.md invariant 7).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Spend {
-    /// Sum of the known costs.
-    pub known_usd: f64,
-    /// Calls whose cost is unknown (model not in the price table).
-    pub unknown_calls: u32,
-}
-
-impl Spend {
-    /// Adds one call's cost.
-    pub fn add_call(&mut self, cost: Option<f64>) {
-        match cost {
-            Some(c) => self.known_usd += c,
-            None => self.unknown_calls += 1,
-        }
-    }
-    /// Adds another total.
-    pub fn add(&mut self, other: Spend) {
-        self.known_usd += other.known_usd;
-        self.unknown_calls += other.unknown_calls;
-    }
-    /// The exact cost, `None` when some part is unknown (the manifest's `cost_usd`).
-    pub fn exact(&self) -> Option<f64> {
-        (self.unknown_calls == 0).then_some(self.known_usd)
-    }
-    /// `$1.2345`, or `≥ $1.2345` when some part is unknown.
-    pub fn display(&self) -> String {
-        if self.unknown_calls == 0 {
-            format!("${:.4}", self.known_usd)
-        } else {
-            format!("≥ ${:.4}", self.known_usd)
-        }
-    }
-}
-
 /// The complete books of one finished step (api.md `StepResult`; the manifest row).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepResult {
@@ -74,7 +39,7 @@ pub struct StepResult {
     /// It succeeded.
     pub ok: bool,
     /// Cost, accumulated across retries, handoffs and subagents.
-    pub spend: Spend,
+    pub spend: Cost,
     /// Main-thread model turns, accumulated.
     pub num_turns: u32,
     /// The main thread's final text.
@@ -346,7 +311,7 @@ impl Runtime {
             step: step.clone(),
             session_id: None,
             ok: false,
-            spend: Spend::default(),
+            spend: Cost::default(),
             num_turns: 0,
             text: String::new(),
             error: None,

@@ -10,10 +10,11 @@ use std::sync::{Arc, Mutex};
 use super::event::EventKind;
 use super::guard::{self, check_report, one_line, Decision};
 use super::roles;
-use super::runtime::{Runtime, Spend};
+use super::runtime::Runtime;
 use super::spec::{AgentSpec, WorkerDef};
 use super::spill::maybe_spill;
 use super::tools::{DispatchRequest, Dispatcher, ToolContext, ToolError};
+use crate::model::price::Cost;
 use crate::model::{
     Caller, ContentBlock, Message, ModelError, ModelEvent, Request, Speaker, StopReason, ToolCall,
     ToolDef,
@@ -49,8 +50,8 @@ pub(crate) struct AgentRun {
     system: Vec<String>,
     tools: Vec<ToolDef>,
     todos: Vec<Value>,
-    own_spend: Spend,
-    children: Arc<Mutex<Spend>>,
+    own_spend: Cost,
+    children: Arc<Mutex<Cost>>,
     /// Main-thread model calls.
     pub turns: u32,
     /// Context size of the last call, in tokens.
@@ -97,8 +98,8 @@ impl AgentRun {
             system,
             tools,
             todos: Vec::new(),
-            own_spend: Spend::default(),
-            children: Arc::new(Mutex::new(Spend::default())),
+            own_spend: Cost::default(),
+            children: Arc::new(Mutex::new(Cost::default())),
             turns: 0,
             context_tokens: 0,
             errors: Vec::new(),
@@ -116,9 +117,9 @@ impl AgentRun {
     }
 
     /// Cost so far, subagents included.
-    pub(crate) fn spend(&self) -> Spend {
+    pub(crate) fn spend(&self) -> Cost {
         let mut s = self.own_spend;
-        s.add(*self.children.lock().unwrap_or_else(|e| e.into_inner()));
+        s += *self.children.lock().unwrap_or_else(|e| e.into_inner());
         s
     }
 
@@ -226,12 +227,9 @@ impl AgentRun {
             if let Some(limit) = self.spec.max_budget_usd {
                 let spent = self.spend();
                 if spent.known_usd >= limit {
-                    return LoopEnd::Stopped(format!(
-                        "预算用完:已花 {},上限 ${limit:.4}",
-                        spent.display()
-                    ));
+                    return LoopEnd::Stopped(format!("预算用完:已花 {spent},上限 ${limit:.4}"));
                 }
-                if spent.unknown_calls > 0 && !self.budget_warned {
+                if spent.unknown && !self.budget_warned {
                     self.budget_warned = true;
                     self.emit(EventKind::Warning {
                         text: format!(
@@ -350,7 +348,7 @@ impl AgentRun {
                 }
                 self.errors.extend(turn.retried_errors.iter().cloned());
                 let cost = crate::model::price::cost_usd(&turn.model, &turn.usage);
-                self.own_spend.add_call(cost);
+                self.own_spend.add(cost);
                 self.context_tokens = turn.usage.context_tokens();
                 self.emit(EventKind::Usage {
                     usage: turn.usage,
@@ -491,7 +489,7 @@ struct SubDispatch {
     parent_agent: String,
     parent_depth: u32,
     parent_role: crate::model::Role,
-    children: Arc<Mutex<Spend>>,
+    children: Arc<Mutex<Cost>>,
 }
 
 #[async_trait]
@@ -554,10 +552,7 @@ impl Dispatcher for SubDispatch {
             abox,
         );
         let end = run.turn(&req.prompt).await;
-        self.children
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .add(run.spend());
+        *self.children.lock().unwrap_or_else(|e| e.into_inner()) += run.spend();
         let ok = end == LoopEnd::Done;
         let integration = self.rt.placement.finish(&agent, &place, ok).await;
         let mut text = match &end {
