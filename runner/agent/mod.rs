@@ -2,5 +2,6 @@
 //! to the end of its turn, with tools, guards, spill and the workbench.
 
 pub mod event;
+pub mod glance;
 
 pub use event::{Event, EventKind, EventSink};
