@@ -136,7 +136,10 @@ impl WordBuf {
 
     /// An unquoted all-digit word right before `<`/`>` is a descriptor number (`2>`).
     fn is_io_number(&self) -> bool {
-        self.started && !self.quoted && !self.text.is_empty() && self.text.bytes().all(|b| b.is_ascii_digit())
+        self.started
+            && !self.quoted
+            && !self.text.is_empty()
+            && self.text.bytes().all(|b| b.is_ascii_digit())
     }
 }
 
@@ -151,7 +154,12 @@ fn is_name_char(c: char) -> bool {
 /// Handles a `$` at `chars[i]` (unquoted or inside double quotes). Returns the index after the
 /// expansion. Only plain parameter expansions pass; everything that runs code or assigns is
 /// refused.
-fn lex_dollar(chars: &[char], i: usize, buf: &mut WordBuf, in_dquote: bool) -> Result<usize, Refusal> {
+fn lex_dollar(
+    chars: &[char],
+    i: usize,
+    buf: &mut WordBuf,
+    in_dquote: bool,
+) -> Result<usize, Refusal> {
     let push = |buf: &mut WordBuf, c: char| {
         if in_dquote {
             buf.push_quoted(c)
@@ -263,7 +271,9 @@ fn lex(src: &str) -> Result<Vec<Tok>, Refusal> {
                     match chars.get(j) {
                         None => return refuse("unterminated double quote"),
                         Some('"') => break,
-                        Some('`') => return refuse("command substitution with backticks is not a glance"),
+                        Some('`') => {
+                            return refuse("command substitution with backticks is not a glance")
+                        }
                         Some('\\') => {
                             match chars.get(j + 1) {
                                 Some('\n') => {}
@@ -355,7 +365,9 @@ fn lex(src: &str) -> Result<Vec<Tok>, Refusal> {
                     ('>', Some('&'), _) => (RedirKind::DupOut, 2),
                     ('>', _, _) => (RedirKind::Write, 1),
                     ('<', Some('<'), Some('<')) => (RedirKind::Other, 3),
-                    ('<', Some('<'), _) | ('<', Some('&'), _) | ('<', Some('>'), _) => (RedirKind::Other, 2),
+                    ('<', Some('<'), _) | ('<', Some('&'), _) | ('<', Some('>'), _) => {
+                        (RedirKind::Other, 2)
+                    }
                     _ => (RedirKind::Read, 1),
                 };
                 toks.push(Tok::Redir(kind));
@@ -442,7 +454,10 @@ fn check_redirection(kind: RedirKind, target: &Word) -> Result<(), Refusal> {
     match kind {
         RedirKind::Write if target.text == "/dev/null" && !target.dynamic => Ok(()),
         RedirKind::Write => refuse("redirecting output to a file writes it: not a glance"),
-        RedirKind::DupOut if !target.dynamic && (target.text == "-" || target.text.bytes().all(|b| b.is_ascii_digit())) => {
+        RedirKind::DupOut
+            if !target.dynamic
+                && (target.text == "-" || target.text.bytes().all(|b| b.is_ascii_digit())) =>
+        {
             Ok(())
         }
         RedirKind::DupOut => refuse("`>&file` writes a file: not a glance"),
@@ -491,17 +506,28 @@ const ANY: Spec = Spec {
 
 fn simple_spec(name: &str) -> Option<Spec> {
     Some(match name {
-        "ls" | "pwd" | "cat" | "tac" | "head" | "wc" | "stat" | "du" | "df" | "echo" | "which" | "type" | "whoami"
-        | "id" | "uname" | "nproc" | "uptime" | "free" | "ps" | "pgrep" | "lsof" | "basename" | "dirname"
-        | "realpath" | "readlink" | "grep" | "egrep" | "fgrep" | "cut" | "tr" | "nl" | "rev" | "comm" | "diff"
-        | "cmp" | "md5sum" | "sha1sum" | "sha256sum" | "sha512sum" | "strings" | "hexdump" | "od" | "column"
+        "ls" | "pwd" | "cat" | "tac" | "head" | "wc" | "stat" | "du" | "df" | "echo" | "which"
+        | "type" | "whoami" | "id" | "uname" | "nproc" | "uptime" | "free" | "ps" | "pgrep"
+        | "lsof" | "basename" | "dirname" | "realpath" | "readlink" | "grep" | "egrep"
+        | "fgrep" | "cut" | "tr" | "nl" | "rev" | "comm" | "diff" | "cmp" | "md5sum"
+        | "sha1sum" | "sha256sum" | "sha512sum" | "strings" | "hexdump" | "od" | "column"
         | "jq" | "printenv" | "true" | "file" => match name {
             // `file -C` compiles a magic database into the current directory.
-            "file" => Spec { globs: Globs::AfterDashDash, bad_short: "C", bad_long: &["--compile"], ..ANY },
+            "file" => Spec {
+                globs: Globs::AfterDashDash,
+                bad_short: "C",
+                bad_long: &["--compile"],
+                ..ANY
+            },
             _ => ANY,
         },
         // `tail -f` never ends.
-        "tail" => Spec { bad_short: "fF", bad_long: &["--follow", "--retry"], value_short: "nc", ..ANY },
+        "tail" => Spec {
+            bad_short: "fF",
+            bad_long: &["--follow", "--retry"],
+            value_short: "nc",
+            ..ANY
+        },
         // `sort -o` writes; `--compress-program` runs a program.
         "sort" => Spec {
             globs: Globs::AfterDashDash,
@@ -511,20 +537,45 @@ fn simple_spec(name: &str) -> Option<Spec> {
             ..ANY
         },
         // `uniq in out` writes `out`.
-        "uniq" => Spec { globs: Globs::AfterDashDash, max_positional: Some(1), value_short: "fsw", ..ANY },
+        "uniq" => Spec {
+            globs: Globs::AfterDashDash,
+            max_positional: Some(1),
+            value_short: "fsw",
+            ..ANY
+        },
         // `tree -o` writes; `-R` writes HTML files.
-        "tree" => Spec { globs: Globs::AfterDashDash, bad_short: "oR", bad_long: &["--output"], ..ANY },
+        "tree" => Spec {
+            globs: Globs::AfterDashDash,
+            bad_short: "oR",
+            bad_long: &["--output"],
+            ..ANY
+        },
         // `date -s` sets the clock.
-        "date" => Spec { globs: Globs::AfterDashDash, bad_short: "s", bad_long: &["--set"], ..ANY },
+        "date" => Spec {
+            globs: Globs::AfterDashDash,
+            bad_short: "s",
+            bad_long: &["--set"],
+            ..ANY
+        },
         // `rg --pre cmd` runs `cmd` on every file searched.
-        "rg" => Spec { globs: Globs::AfterDashDash, bad_long: &["--pre"], ..ANY },
+        "rg" => Spec {
+            globs: Globs::AfterDashDash,
+            bad_long: &["--pre"],
+            ..ANY
+        },
         // `find -delete`, `-exec` and friends write or execute.
         "find" => Spec {
             globs: Globs::AfterDashDash,
-            bad_exact: &["-delete", "-exec", "-execdir", "-ok", "-okdir", "-fprint", "-fprint0", "-fprintf", "-fls"],
+            bad_exact: &[
+                "-delete", "-exec", "-execdir", "-ok", "-okdir", "-fprint", "-fprint0", "-fprintf",
+                "-fls",
+            ],
             ..ANY
         },
-        "cd" => Spec { max_positional: Some(1), ..ANY },
+        "cd" => Spec {
+            max_positional: Some(1),
+            ..ANY
+        },
         _ => return None,
     })
 }
@@ -537,9 +588,11 @@ fn check_segment(words: &[Word]) -> Result<(), Refusal> {
     if first.dynamic {
         return refuse("the command name must be literal");
     }
-    if first.bare.split_once('=').is_some_and(|(lhs, _)| {
-        lhs.starts_with(is_name_start) && lhs.chars().all(is_name_char)
-    }) {
+    if first
+        .bare
+        .split_once('=')
+        .is_some_and(|(lhs, _)| lhs.starts_with(is_name_start) && lhs.chars().all(is_name_char))
+    {
         return refuse("variable assignments are not a glance");
     }
     if name.contains('/') {
@@ -566,17 +619,38 @@ fn check_segment(words: &[Word]) -> Result<(), Refusal> {
         }
         "hostname" => {
             const OK: &[&str] = &[
-                "-f", "-s", "-i", "-I", "-d", "-a", "-A", "--fqdn", "--long", "--short", "--ip-address",
-                "--all-ip-addresses", "--domain", "--alias", "--all-fqdns",
+                "-f",
+                "-s",
+                "-i",
+                "-I",
+                "-d",
+                "-a",
+                "-A",
+                "--fqdn",
+                "--long",
+                "--short",
+                "--ip-address",
+                "--all-ip-addresses",
+                "--domain",
+                "--alias",
+                "--all-fqdns",
             ];
-            match args.iter().find(|a| !OK.contains(&a.text.as_str()) || a.dynamic) {
+            match args
+                .iter()
+                .find(|a| !OK.contains(&a.text.as_str()) || a.dynamic)
+            {
                 None => Ok(()),
-                Some(a) => refuse(format!("`hostname {}` may change the host name: not a glance", a.text)),
+                Some(a) => refuse(format!(
+                    "`hostname {}` may change the host name: not a glance",
+                    a.text
+                )),
             }
         }
         _ => match simple_spec(name) {
             Some(spec) => check_spec(name, &spec, args),
-            None => refuse(format!("`{name}` is not an ephemeral read-only command; delegate it")),
+            None => refuse(format!(
+                "`{name}` is not an ephemeral read-only command; delegate it"
+            )),
         },
     }
 }
@@ -586,7 +660,9 @@ fn is_brace_expansion(bare: &str) -> bool {
     let mut rest = bare;
     while let Some(open) = rest.find('{') {
         let after = &rest[open + 1..];
-        let Some(close) = after.find('}') else { return false };
+        let Some(close) = after.find('}') else {
+            return false;
+        };
         let inner = &after[..close];
         if inner.contains(',') || inner.contains("..") {
             return true;
@@ -606,7 +682,9 @@ fn check_spec(name: &str, spec: &Spec, args: &[Word]) -> Result<(), Refusal> {
         let t = a.text.as_str();
         i += 1;
         if a.dynamic && !after_dd && spec.globs == Globs::AfterDashDash {
-            return refuse(format!("`{name}`: put patterns and variables after `--` (or quote them)"));
+            return refuse(format!(
+                "`{name}`: put patterns and variables after `--` (or quote them)"
+            ));
         }
         if after_dd || t == "-" || !t.starts_with('-') {
             positional += 1;
@@ -621,8 +699,14 @@ fn check_spec(name: &str, spec: &Spec, args: &[Word]) -> Result<(), Refusal> {
         }
         if let Some(long) = t.strip_prefix("--") {
             let key = long.split('=').next().unwrap_or(long);
-            if spec.bad_long.iter().any(|b| b.trim_start_matches("--") == key) {
-                return refuse(format!("`{name} --{key}` writes, executes or never ends: not a glance"));
+            if spec
+                .bad_long
+                .iter()
+                .any(|b| b.trim_start_matches("--") == key)
+            {
+                return refuse(format!(
+                    "`{name} --{key}` writes, executes or never ends: not a glance"
+                ));
             }
             continue;
         }
@@ -630,7 +714,9 @@ fn check_spec(name: &str, spec: &Spec, args: &[Word]) -> Result<(), Refusal> {
         let cluster = &t[1..];
         for (k, ch) in cluster.char_indices() {
             if spec.bad_short.contains(ch) {
-                return refuse(format!("`{name} -{ch}` writes, executes or never ends: not a glance"));
+                return refuse(format!(
+                    "`{name} -{ch}` writes, executes or never ends: not a glance"
+                ));
             }
             if spec.value_short.contains(ch) {
                 if k + ch.len_utf8() == cluster.len() {
@@ -642,7 +728,9 @@ fn check_spec(name: &str, spec: &Spec, args: &[Word]) -> Result<(), Refusal> {
     }
     if let Some(max) = spec.max_positional {
         if positional > max {
-            return refuse(format!("`{name}` with {positional} file arguments may write the last one"));
+            return refuse(format!(
+                "`{name}` with {positional} file arguments may write the last one"
+            ));
         }
     }
     Ok(())
@@ -661,11 +749,15 @@ fn check_git(args: &[Word]) -> Result<(), Refusal> {
             return refuse("`git`: patterns and variables only after `--`");
         }
         match t {
-            "--no-pager" | "-P" | "--no-optional-locks" | "--literal-pathspecs" | "--bare" => i += 1,
+            "--no-pager" | "-P" | "--no-optional-locks" | "--literal-pathspecs" | "--bare" => {
+                i += 1
+            }
             "-C" => i += 2,
             "--version" | "--help" if i + 1 == args.len() => return Ok(()),
             _ if t.starts_with("--git-dir=") || t.starts_with("--work-tree=") => i += 1,
-            _ if t.starts_with('-') => return refuse(format!("`git {t}` is not allowed in a glance")),
+            _ if t.starts_with('-') => {
+                return refuse(format!("`git {t}` is not allowed in a glance"))
+            }
             _ => break,
         }
     }
@@ -683,30 +775,70 @@ fn check_git(args: &[Word]) -> Result<(), Refusal> {
             return refuse("`git`: put patterns and variables after `--`");
         }
     }
-    let opts: Vec<&str> = rest.iter().take_while(|w| w.text != "--").map(|w| w.text.as_str()).collect();
+    let opts: Vec<&str> = rest
+        .iter()
+        .take_while(|w| w.text != "--")
+        .map(|w| w.text.as_str())
+        .collect();
     let has = |names: &[&str]| opts.iter().any(|o| names.contains(o));
     let long_prefixed = |prefix: &str| opts.iter().any(|o| o.starts_with(prefix));
-    let positional: Vec<&str> = opts.iter().copied().filter(|o| !o.starts_with('-')).collect();
+    let positional: Vec<&str> = opts
+        .iter()
+        .copied()
+        .filter(|o| !o.starts_with('-'))
+        .collect();
     match sub {
-        "status" | "show-ref" | "rev-parse" | "describe" | "ls-files" | "ls-tree" | "cat-file" | "rev-list"
-        | "count-objects" | "check-ignore" | "merge-base" | "name-rev" | "var" | "for-each-ref" | "cherry"
-        | "blame" | "shortlog" | "whatchanged" | "diff" | "log" | "show" => {
+        "status" | "show-ref" | "rev-parse" | "describe" | "ls-files" | "ls-tree" | "cat-file"
+        | "rev-list" | "count-objects" | "check-ignore" | "merge-base" | "name-rev" | "var"
+        | "for-each-ref" | "cherry" | "blame" | "shortlog" | "whatchanged" | "diff" | "log"
+        | "show" => {
             if long_prefixed("--output") {
                 return refuse("`git --output` writes a file: not a glance");
             }
             Ok(())
         }
         "grep" => {
-            if has(&["-O"]) || long_prefixed("--open-files-in-pager") || opts.iter().any(|o| o.starts_with("-O")) {
+            if has(&["-O"])
+                || long_prefixed("--open-files-in-pager")
+                || opts.iter().any(|o| o.starts_with("-O"))
+            {
                 return refuse("`git grep -O` runs a pager program: not a glance");
             }
             Ok(())
         }
         "branch" | "tag" => {
             let (bad_short, bad_long): (&str, &[&str]) = if sub == "branch" {
-                ("dDmMcCfu", &["--delete", "--move", "--copy", "--force", "--set-upstream-to", "--unset-upstream", "--edit-description", "--track", "--no-track", "--create-reflog"])
+                (
+                    "dDmMcCfu",
+                    &[
+                        "--delete",
+                        "--move",
+                        "--copy",
+                        "--force",
+                        "--set-upstream-to",
+                        "--unset-upstream",
+                        "--edit-description",
+                        "--track",
+                        "--no-track",
+                        "--create-reflog",
+                    ],
+                )
             } else {
-                ("dasmfFue", &["--delete", "--annotate", "--sign", "--message", "--file", "--force", "--edit", "--local-user", "--create-reflog", "--cleanup"])
+                (
+                    "dasmfFue",
+                    &[
+                        "--delete",
+                        "--annotate",
+                        "--sign",
+                        "--message",
+                        "--file",
+                        "--force",
+                        "--edit",
+                        "--local-user",
+                        "--create-reflog",
+                        "--cleanup",
+                    ],
+                )
             };
             for o in &opts {
                 if let Some(long) = o.strip_prefix("--") {
@@ -723,7 +855,15 @@ fn check_git(args: &[Word]) -> Result<(), Refusal> {
             // Positional arguments create a branch or tag unless listing with a pattern, or they
             // are the value of a filter option.
             let listing = has(&["-l", "--list"]);
-            const VALUE_OPTS: &[&str] = &["--contains", "--no-contains", "--merged", "--no-merged", "--points-at", "--sort", "--format"];
+            const VALUE_OPTS: &[&str] = &[
+                "--contains",
+                "--no-contains",
+                "--merged",
+                "--no-merged",
+                "--points-at",
+                "--sort",
+                "--format",
+            ];
             let mut k = 0;
             while k < opts.len() {
                 let o = opts[k];
@@ -732,7 +872,9 @@ fn check_git(args: &[Word]) -> Result<(), Refusal> {
                     continue;
                 }
                 if !o.starts_with('-') && !listing {
-                    return refuse(format!("`git {sub} {o}` creates a {sub}: not a glance (list with `--list`)"));
+                    return refuse(format!(
+                        "`git {sub} {o}` creates a {sub}: not a glance (list with `--list`)"
+                    ));
                 }
                 k += 1;
             }
@@ -747,7 +889,9 @@ fn check_git(args: &[Word]) -> Result<(), Refusal> {
             _ => refuse("only `git worktree list` is a glance"),
         },
         "reflog" => match positional.first() {
-            Some(&"expire") | Some(&"delete") => refuse("only `git reflog` / `git reflog show` are a glance"),
+            Some(&"expire") | Some(&"delete") => {
+                refuse("only `git reflog` / `git reflog show` are a glance")
+            }
             _ => Ok(()),
         },
         "remote" => match positional.first() {
@@ -755,14 +899,39 @@ fn check_git(args: &[Word]) -> Result<(), Refusal> {
             _ => refuse("only `git remote [-v]` / `git remote get-url` are a glance"),
         },
         "config" => {
-            const READS: &[&str] = &["--get", "--get-all", "--get-regexp", "--list", "-l", "--get-urlmatch", "get", "list"];
-            const WRITES: &[&str] = &["--add", "--unset", "--unset-all", "--replace-all", "--edit", "-e", "--rename-section", "--remove-section", "set", "unset", "edit", "rename-section", "remove-section"];
+            const READS: &[&str] = &[
+                "--get",
+                "--get-all",
+                "--get-regexp",
+                "--list",
+                "-l",
+                "--get-urlmatch",
+                "get",
+                "list",
+            ];
+            const WRITES: &[&str] = &[
+                "--add",
+                "--unset",
+                "--unset-all",
+                "--replace-all",
+                "--edit",
+                "-e",
+                "--rename-section",
+                "--remove-section",
+                "set",
+                "unset",
+                "edit",
+                "rename-section",
+                "remove-section",
+            ];
             if has(WRITES) || !has(READS) {
                 return refuse("only reading `git config` (`--get`, `--list`) is a glance");
             }
             Ok(())
         }
-        _ => refuse(format!("`git {sub}` is not a read-only glance; delegate it")),
+        _ => refuse(format!(
+            "`git {sub}` is not a read-only glance; delegate it"
+        )),
     }
 }
 
@@ -799,8 +968,8 @@ fn check_sed(args: &[Word]) -> Result<(), Refusal> {
                 None => (long, None),
             };
             match key {
-                "quiet" | "silent" | "regexp-extended" | "separate" | "null-data" | "unbuffered" | "posix"
-                | "debug" | "sandbox" => {}
+                "quiet" | "silent" | "regexp-extended" | "separate" | "null-data"
+                | "unbuffered" | "posix" | "debug" | "sandbox" => {}
                 "expression" => match val {
                     Some(v) => scripts.push(v),
                     None => match args.get(i) {
@@ -917,7 +1086,8 @@ fn check_sed_script(script: &str) -> Result<(), Refusal> {
         };
         i += 1;
         match cmd {
-            'p' | 'P' | 'd' | 'D' | '=' | 'l' | 'n' | 'N' | 'g' | 'G' | 'h' | 'H' | 'x' | 'z' | '{' | '}' => {}
+            'p' | 'P' | 'd' | 'D' | '=' | 'l' | 'n' | 'N' | 'g' | 'G' | 'h' | 'H' | 'x' | 'z'
+            | '{' | '}' => {}
             'q' | 'Q' => {
                 while i < c.len() && c[i].is_ascii_digit() {
                     i += 1;
@@ -982,7 +1152,11 @@ mod tests {
     use super::*;
 
     fn yes(cmd: &str) {
-        assert!(check(cmd).is_ok(), "should be ephemeral: {cmd:?} ({:?})", check(cmd));
+        assert!(
+            check(cmd).is_ok(),
+            "should be ephemeral: {cmd:?} ({:?})",
+            check(cmd)
+        );
     }
 
     fn no(cmd: &str) {

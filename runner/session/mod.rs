@@ -6,6 +6,13 @@ use crate::model::{Message, Role};
 use std::path::PathBuf;
 use thiserror::Error;
 
+mod migrations;
+pub mod rewrite;
+pub mod sqlite;
+
+pub use rewrite::{Entry, TrimReport, INTERRUPTED_NOTE};
+pub use sqlite::SqliteSessionStore;
+
 /// Session-store failures.
 #[derive(Debug, Error)]
 pub enum SessionError {
@@ -50,8 +57,30 @@ pub struct SessionMeta {
 pub enum NoticeKind {
     /// A model-call error while waiting or retrying.
     NetworkError,
-    /// The turn was interrupted at this point.
+    /// The turn was interrupted at this point. Tool calls still waiting for their result when
+    /// this notice is appended are "left by the interruption": whatever result is appended for
+    /// them later is replaced on load by [`INTERRUPTED_NOTE`] (the block stays). So append this
+    /// notice *before* the results of the calls the interruption cut short.
     Interrupted,
+}
+
+impl NoticeKind {
+    /// The name stored in `sessions.db` (`network_error`, `interrupted`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoticeKind::NetworkError => "network_error",
+            NoticeKind::Interrupted => "interrupted",
+        }
+    }
+
+    /// Parses [`NoticeKind::as_str`] back.
+    pub fn parse(s: &str) -> Option<NoticeKind> {
+        match s {
+            "network_error" => Some(NoticeKind::NetworkError),
+            "interrupted" => Some(NoticeKind::Interrupted),
+            _ => None,
+        }
+    }
 }
 
 /// How resume rewrites the history it feeds back (never the stored rows).
@@ -72,7 +101,13 @@ pub struct TrimPolicy {
 impl TrimPolicy {
     /// flower's defaults: 20 recent large results, 2000 characters, 6 ephemeral results.
     pub fn new(spill_dir: PathBuf, trim_large: bool) -> Self {
-        TrimPolicy { trim_large, keep_recent: 20, min_chars: 2000, keep_ephemeral: 6, spill_dir }
+        TrimPolicy {
+            trim_large,
+            keep_recent: 20,
+            min_chars: 2000,
+            keep_ephemeral: 6,
+            spill_dir,
+        }
     }
 }
 
@@ -85,10 +120,20 @@ pub trait SessionStore: Send + Sync {
 
     /// Appends one message. `context_tokens` is the context size the model reported for the
     /// call that produced it (assistant messages), for the wake banner.
-    fn append(&self, session: &str, msg: &Message, context_tokens: Option<u64>) -> Result<(), SessionError>;
+    fn append(
+        &self,
+        session: &str,
+        msg: &Message,
+        context_tokens: Option<u64>,
+    ) -> Result<(), SessionError>;
 
     /// Appends a notice (kept for the record, never loaded into a context).
-    fn append_notice(&self, session: &str, kind: NoticeKind, text: &str) -> Result<(), SessionError>;
+    fn append_notice(
+        &self,
+        session: &str,
+        kind: NoticeKind,
+        text: &str,
+    ) -> Result<(), SessionError>;
 
     /// Every stored message, exactly as appended.
     fn load_raw(&self, session: &str) -> Result<Vec<Message>, SessionError>;
