@@ -491,6 +491,8 @@ struct Spec {
     bad_exact: &'static [&'static str],
     /// Most positional arguments allowed (`uniq in out` writes `out`).
     max_positional: Option<usize>,
+    /// Argument prefixes that are refused before `--` (`lsof +r` repeats forever).
+    bad_prefix: &'static [&'static str],
     /// Options that take the next word as their value (so it is not counted as positional).
     value_short: &'static str,
 }
@@ -501,6 +503,7 @@ const ANY: Spec = Spec {
     bad_long: &[],
     bad_exact: &[],
     max_positional: None,
+    bad_prefix: &[],
     value_short: "",
 };
 
@@ -508,10 +511,10 @@ fn simple_spec(name: &str) -> Option<Spec> {
     Some(match name {
         "ls" | "pwd" | "cat" | "tac" | "head" | "wc" | "stat" | "du" | "df" | "echo" | "which"
         | "type" | "whoami" | "id" | "uname" | "nproc" | "uptime" | "free" | "ps" | "pgrep"
-        | "lsof" | "basename" | "dirname" | "realpath" | "readlink" | "grep" | "egrep"
-        | "fgrep" | "cut" | "tr" | "nl" | "rev" | "comm" | "diff" | "cmp" | "md5sum"
-        | "sha1sum" | "sha256sum" | "sha512sum" | "strings" | "hexdump" | "od" | "column"
-        | "jq" | "printenv" | "true" | "file" => match name {
+        | "basename" | "dirname" | "realpath" | "readlink" | "grep" | "egrep" | "fgrep" | "cut"
+        | "tr" | "nl" | "rev" | "comm" | "diff" | "cmp" | "md5sum" | "sha1sum" | "sha256sum"
+        | "sha512sum" | "strings" | "hexdump" | "od" | "column" | "jq" | "printenv" | "true"
+        | "file" => match name {
             // `file -C` compiles a magic database into the current directory.
             "file" => Spec {
                 globs: Globs::AfterDashDash,
@@ -570,6 +573,12 @@ fn simple_spec(name: &str) -> Option<Spec> {
                 "-delete", "-exec", "-execdir", "-ok", "-okdir", "-fprint", "-fprint0", "-fprintf",
                 "-fls",
             ],
+            ..ANY
+        },
+        // `lsof -r` / `+r` repeat forever.
+        "lsof" => Spec {
+            bad_short: "r",
+            bad_prefix: &["+r"],
             ..ANY
         },
         "cd" => Spec {
@@ -685,6 +694,9 @@ fn check_spec(name: &str, spec: &Spec, args: &[Word]) -> Result<(), Refusal> {
             return refuse(format!(
                 "`{name}`: put patterns and variables after `--` (or quote them)"
             ));
+        }
+        if !after_dd && spec.bad_prefix.iter().any(|p| t.starts_with(p)) {
+            return refuse(format!("`{name} {t}` never ends: not a glance"));
         }
         if after_dd || t == "-" || !t.starts_with('-') {
             positional += 1;
@@ -1349,6 +1361,8 @@ mod tests {
             "tail -F log",
             "tail -fn 10 log",
             "tail --follow=name log",
+            "lsof -r 1 -i :80",
+            "lsof +r1 -p 1",
             "tree -o out.txt",
             "date -s '2020-01-01'",
             "date --set=now",

@@ -373,6 +373,17 @@ mod tests {
         assert_eq!(rows[2]["run"], "20260101-120000-bbbbbb");
         assert_eq!(rows[3]["step"], "干活·判定#1");
         assert_eq!(m.rows().len(), 2);
+        // This process's rows keep the seed's field order in the file.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let at = |needle: &str| {
+            text.find(needle)
+                .unwrap_or_else(|| panic!("{needle} in {text}"))
+        };
+        let start = at("\"step\": \"干活\"");
+        assert!(
+            start < at("\"session_id\": null")
+                && at("\"session_id\": null") < at("\"run\": \"20260101")
+        );
         assert_eq!(read_manifest(&path).unwrap().len(), 2);
     }
 
