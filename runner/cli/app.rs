@@ -189,11 +189,7 @@ fn finish(result: Result<ExitStatus, CliError>, io: &mut Io<'_>, log: Option<&Pa
     let code = error.exit_code();
     match &error {
         CliError::Clap(e) => {
-            let out: &mut dyn Write = if e.use_stderr() {
-                io.stderr
-            } else {
-                io.stdout
-            };
+            let out: &mut dyn Write = if e.use_stderr() { io.stderr } else { io.stdout };
             // A closed pipe while printing help is not worth a second message.
             let _ = write!(out, "{}", e.render());
         }

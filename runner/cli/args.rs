@@ -168,7 +168,12 @@ pub struct GoArgs {
     #[arg(long, value_name = "N", default_value_t = -1, allow_negative_numbers = true)]
     pub asks: i64,
     /// 干活的总轮数上限(不是额外轮数)。0 和 1 一样,都跑 1 轮
-    #[arg(long, value_name = "N", default_value_t = 3, allow_negative_numbers = true)]
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 3,
+        allow_negative_numbers = true
+    )]
     pub rounds: i64,
     /// 关掉目标看守:不生成 目标.md、不做判定,干活跑完就算完
     #[arg(long)]
@@ -177,7 +182,12 @@ pub struct GoArgs {
     #[arg(long)]
     pub judge_can_run: bool,
     /// 等人回答多久(秒)。0 或负数 = 全自动,所有提问立刻落空
-    #[arg(long, value_name = "秒", default_value_t = 1800.0, allow_negative_numbers = true)]
+    #[arg(
+        long,
+        value_name = "秒",
+        default_value_t = 1800.0,
+        allow_negative_numbers = true
+    )]
     pub timeout: f64,
     /// 每个 subagent 分一份 git worktree(隔离)。要求 workspace 是 git 仓库;工作台挪到仓库外
     #[arg(long)]
@@ -214,10 +224,21 @@ pub struct OnceArgs {
     #[arg(value_name = "PROMPT")]
     pub prompt: String,
     /// 领域指令,叠加在系统提示词之后,不替换它
-    #[arg(short = 'i', long, value_name = "TEXT", default_value = "", hide_default_value = true)]
+    #[arg(
+        short = 'i',
+        long,
+        value_name = "TEXT",
+        default_value = "",
+        hide_default_value = true
+    )]
     pub instructions: String,
     /// 逗号分隔的工具白名单。可用:Read Write Edit Bash Glob Grep WebFetch TodoWrite Agent。WebSearch 不可用:flowerbox 没有接搜索服务
-    #[arg(short = 't', long, value_name = "LIST", default_value = "Read,Glob,Grep")]
+    #[arg(
+        short = 't',
+        long,
+        value_name = "LIST",
+        default_value = "Read,Glob,Grep"
+    )]
     pub tools: String,
     /// 权限模式
     #[arg(short = 'p', long = "permission-mode", value_name = "MODE", default_value = "default", value_parser = PermissionMode::NAMES)]

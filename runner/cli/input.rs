@@ -50,7 +50,12 @@ pub struct ScriptedLines(pub VecDeque<LineRead>);
 impl ScriptedLines {
     /// A script of plain lines.
     pub fn lines<I: IntoIterator<Item = S>, S: Into<String>>(lines: I) -> Self {
-        Self(lines.into_iter().map(|l| LineRead::Line(l.into())).collect())
+        Self(
+            lines
+                .into_iter()
+                .map(|l| LineRead::Line(l.into()))
+                .collect(),
+        )
     }
 }
 

@@ -244,11 +244,9 @@ impl GoOptions {
         let window = match window {
             None => None,
             Some(w) if w > 0 => Some(w as u64),
-            Some(w) => {
-                return Err(CliError::Usage(format!(
-                    "--window {w} 不行:上下文窗口要是正整数(token 数)。想按模型名推算就别写 --window。"
-                )))
-            }
+            Some(w) => return Err(CliError::Usage(format!(
+                "--window {w} 不行:上下文窗口要是正整数(token 数)。想按模型名推算就别写 --window。"
+            ))),
         };
         if isolate && git2::Repository::open(&global.workspace).is_err() {
             return Err(CliError::IsolateNotGit(global.workspace.clone()));
@@ -534,7 +532,9 @@ mod tests {
         e.host
             .vars
             .insert("FLOWERBOX_IMAGE".into(), "from-env:1".into());
-        let o = resolve(&e.host, &["--sandbox", "host", "go"]).unwrap().global;
+        let o = resolve(&e.host, &["--sandbox", "host", "go"])
+            .unwrap()
+            .global;
         assert_eq!(o.sandbox, SandboxKind::Host);
         assert_eq!(o.image.as_deref(), Some("from-env:1"));
         let o = resolve(&e.host, &["go", "--image=given:2"]).unwrap().global;

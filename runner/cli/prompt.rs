@@ -47,7 +47,11 @@ pub fn ask_for_request(
     loop {
         let woken_now = woken && !new;
         if interactive {
-            let header = if woken_now { PROMPT_WOKEN } else { PROMPT_FRESH };
+            let header = if woken_now {
+                PROMPT_WOKEN
+            } else {
+                PROMPT_FRESH
+            };
             writeln!(out, "{header}").map_err(CliError::terminal)?;
         }
         write!(out, "> ").map_err(CliError::terminal)?;
@@ -130,7 +134,13 @@ mod tests {
     #[test]
     fn woken_terminal_prompt_and_bare_enter() {
         let (r, out) = run(true, false, true, vec![line("")]);
-        assert_eq!(r.unwrap(), StartAnswer { ask: None, new: false });
+        assert_eq!(
+            r.unwrap(),
+            StartAnswer {
+                ask: None,
+                new: false
+            }
+        );
         assert!(out.starts_with(PROMPT_WOKEN));
     }
 

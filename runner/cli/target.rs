@@ -104,9 +104,9 @@ pub fn resolve(spec: &str, cwd: &Path) -> Result<RunTarget, TargetError> {
         file
     };
     let text = std::fs::read_to_string(&file).map_err(|e| import(e.to_string()))?;
-    let mut doc: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-        import(e.to_string().trim_end().to_string())
-    })?;
+    let mut doc: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| import(e.to_string().trim_end().to_string()))?;
     let workflow = match doc.remove(name) {
         None => {
             return Err(TargetError::NoAttr {
@@ -187,10 +187,7 @@ mod tests {
     fn import_failures() {
         let d = dir();
         let e = resolve("bad.toml:main", d.path()).unwrap_err();
-        assert!(
-            e.to_string().starts_with("导入 'bad.toml' 失败:"),
-            "{e}"
-        );
+        assert!(e.to_string().starts_with("导入 'bad.toml' 失败:"), "{e}");
         let e = resolve("nomodule:main", d.path()).unwrap_err();
         assert!(
             e.to_string().starts_with("导入 'nomodule' 失败:没有 "),
@@ -202,7 +199,9 @@ mod tests {
     fn missing_or_wrong_attribute() {
         let d = dir();
         assert_eq!(
-            resolve("flows.toml:nope", d.path()).unwrap_err().to_string(),
+            resolve("flows.toml:nope", d.path())
+                .unwrap_err()
+                .to_string(),
             "'flows.toml' 里没有 'nope'"
         );
         assert!(matches!(

@@ -206,7 +206,10 @@ mod tests {
         let d = dirs();
         let xdg = d.home.join("xdg");
         write(&xdg.join("flower/.env"), "ANTHROPIC_API_KEY=sk-ant-xdg\n");
-        write(&d.home.join(".config/flower/.env"), "ANTHROPIC_API_KEY=sk-ant-default\n");
+        write(
+            &d.home.join(".config/flower/.env"),
+            "ANTHROPIC_API_KEY=sk-ant-default\n",
+        );
         let l = lookup(&d, &[("XDG_CONFIG_HOME", &xdg.display().to_string())]);
         assert_eq!(l.user_env_file(), Some(xdg.join("flower/.env")));
         assert_eq!(l.discover().get("ANTHROPIC_API_KEY"), Some("sk-ant-xdg"));
@@ -216,7 +219,10 @@ mod tests {
     fn flower_env_comes_before_cwd() {
         let d = dirs();
         write(&d.cwd.join(".env"), "ANTHROPIC_MODEL=from-cwd\n");
-        write(&d.cwd.join("custom.env"), "ANTHROPIC_MODEL=from-flower-env\n");
+        write(
+            &d.cwd.join("custom.env"),
+            "ANTHROPIC_MODEL=from-flower-env\n",
+        );
         let c = lookup(&d, &[("FLOWER_ENV", "custom.env")]).discover();
         assert_eq!(c.get("ANTHROPIC_MODEL"), Some("from-flower-env"));
     }
@@ -243,8 +249,14 @@ mod tests {
     fn broken_files_are_skipped() {
         let d = dirs();
         write(&d.home.join(".claude/settings.json"), "{not json");
-        write(&d.home.join(".claude/settings.local.json"), r#"{"env":[1,2]}"#);
-        write(&d.cwd.join(".env"), "garbage line\nANTHROPIC_API_KEY=sk-ant-ok\n");
+        write(
+            &d.home.join(".claude/settings.local.json"),
+            r#"{"env":[1,2]}"#,
+        );
+        write(
+            &d.cwd.join(".env"),
+            "garbage line\nANTHROPIC_API_KEY=sk-ant-ok\n",
+        );
         let c = lookup(&d, &[]).discover();
         assert_eq!(c.get("ANTHROPIC_API_KEY"), Some("sk-ant-ok"));
     }
@@ -253,7 +265,10 @@ mod tests {
     fn empty_value_blocks_fallback() {
         let d = dirs();
         write(&d.cwd.join(".env"), "ANTHROPIC_AUTH_TOKEN=\n");
-        write(&d.home.join(".config/flower/.env"), "ANTHROPIC_AUTH_TOKEN=tok-global\n");
+        write(
+            &d.home.join(".config/flower/.env"),
+            "ANTHROPIC_AUTH_TOKEN=tok-global\n",
+        );
         let c = lookup(&d, &[]).discover();
         assert!(!c.has_token());
     }
@@ -261,7 +276,10 @@ mod tests {
     #[test]
     fn only_lookup_keys_are_kept() {
         let d = dirs();
-        write(&d.cwd.join(".env"), "UNRELATED=1\nOPENAI_BASE_URL=http://llm\n");
+        write(
+            &d.cwd.join(".env"),
+            "UNRELATED=1\nOPENAI_BASE_URL=http://llm\n",
+        );
         let c = lookup(&d, &[("PATH", "/bin")]).discover();
         assert_eq!(c.get("UNRELATED"), None);
         assert_eq!(c.get("PATH"), None);

@@ -189,7 +189,10 @@ mod tests {
         c.claim("ANTHROPIC_API_KEY", "sk-ant-secret-value", &Source::Process);
         c.claim("ANTHROPIC_MODEL", "claude-x", &Source::Process);
         let lines = c.describe().join("\n");
-        assert!(lines.contains("ANTHROPIC_API_KEY=sk-a…  (进程环境)"), "{lines}");
+        assert!(
+            lines.contains("ANTHROPIC_API_KEY=sk-a…  (进程环境)"),
+            "{lines}"
+        );
         assert!(lines.contains("ANTHROPIC_MODEL=claude-x"), "{lines}");
         assert!(!lines.contains("secret-value"));
         assert!(!format!("{c:?}").contains("secret-value"));

@@ -109,7 +109,10 @@ mod tests {
 
     #[test]
     fn export_prefix_is_dropped() {
-        assert_eq!(pairs("export A=1\nexport\tB=2\n"), vec![p("A", "1"), p("B", "2")]);
+        assert_eq!(
+            pairs("export A=1\nexport\tB=2\n"),
+            vec![p("A", "1"), p("B", "2")]
+        );
         // A key that merely starts with "export" stays.
         assert_eq!(pairs("exporter=3"), vec![p("exporter", "3")]);
     }

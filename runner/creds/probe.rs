@@ -85,10 +85,7 @@ pub async fn probe(creds: &Credentials, settings: &ProbeSettings) -> Verdict {
         .unwrap_or(DEFAULT_BASE_URL)
         .trim_end_matches('/');
     let url = format!("{base}/v1/messages");
-    let client = match reqwest::Client::builder()
-        .timeout(settings.timeout)
-        .build()
-    {
+    let client = match reqwest::Client::builder().timeout(settings.timeout).build() {
         Ok(c) => c,
         Err(e) => return Verdict::Net(head(&cause(&e), 80)),
     };
@@ -113,10 +110,7 @@ pub async fn probe(creds: &Credentials, settings: &ProbeSettings) -> Verdict {
         // A URL that cannot even form a request is a wrong gateway address, not the network.
         Err(e) if e.is_builder() => return Verdict::Config(head(&cause(&e), 160)),
         Err(e) if e.is_timeout() => {
-            return Verdict::Net(format!(
-                "{} 秒内没有回应",
-                settings.timeout.as_secs_f64()
-            ))
+            return Verdict::Net(format!("{} 秒内没有回应", settings.timeout.as_secs_f64()))
         }
         Err(e) => return Verdict::Net(head(&cause(&e), 80)),
     };
@@ -164,12 +158,21 @@ mod tests {
         assert!(matches!(classify(403, "forbidden"), Verdict::Auth(_)));
         assert!(matches!(classify(404, "nope"), Verdict::Config(_)));
         for phrase in CONFIG_PHRASES {
-            let body = format!("{{\"error\":{{\"message\":\"model x: {}\"}}}}", phrase.to_uppercase());
-            assert!(matches!(classify(400, &body), Verdict::Config(_)), "{phrase}");
+            let body = format!(
+                "{{\"error\":{{\"message\":\"model x: {}\"}}}}",
+                phrase.to_uppercase()
+            );
+            assert!(
+                matches!(classify(400, &body), Verdict::Config(_)),
+                "{phrase}"
+            );
         }
         // The tightened rule: "model" alone is not a configuration error.
         assert_eq!(
-            classify(400, r#"{"error":{"type":"invalid_request_error","message":"model: max_tokens too large"}}"#),
+            classify(
+                400,
+                r#"{"error":{"type":"invalid_request_error","message":"model: max_tokens too large"}}"#
+            ),
             Verdict::Ok
         );
         assert!(matches!(classify(500, "boom"), Verdict::Net(m) if m == "HTTP 500: boom"));

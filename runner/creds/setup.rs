@@ -215,7 +215,12 @@ mod tests {
 
     #[test]
     fn key_mapping() {
-        let keys = |a: &Answers| a.env_pairs().into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+        let keys = |a: &Answers| {
+            a.env_pairs()
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect::<Vec<_>>()
+        };
         assert_eq!(keys(&answers("sk-ant-abc", "", "")), ["ANTHROPIC_API_KEY"]);
         assert_eq!(keys(&answers("gw-token", "", "")), ["ANTHROPIC_AUTH_TOKEN"]);
         assert_eq!(
