@@ -210,3 +210,126 @@ fn finish(result: Result<ExitStatus, CliError>, io: &mut Io<'_>, log: Option<&Pa
 fn points_to_log(error: &CliError) -> bool {
     matches!(error, CliError::StepAborted(_) | CliError::Io { .. })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::input::ScriptedLines;
+    use std::collections::BTreeMap;
+
+    struct Run {
+        exit: Exit,
+        out: String,
+        err: String,
+    }
+
+    fn run_with(
+        args: &[&str],
+        host: &Host,
+        lines: &[&str],
+        was_woken: impl Fn(&Path) -> bool + Send + Sync + 'static,
+    ) -> Run {
+        let mut stdin = ScriptedLines::lines(lines.iter().copied());
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let hooks = Hooks {
+            was_woken: Box::new(was_woken),
+            init_logging: false,
+            probe: ProbeSettings::default(),
+        };
+        let exit = {
+            let mut io = Io {
+                stdin: &mut stdin,
+                stdout: &mut out,
+                stderr: &mut err,
+            };
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(run(
+                args.iter().map(OsString::from).collect(),
+                host,
+                &mut io,
+                &hooks,
+            ))
+        };
+        Run {
+            exit,
+            out: String::from_utf8(out).unwrap(),
+            err: String::from_utf8(err).unwrap(),
+        }
+    }
+
+    fn host(dir: &Path, interactive: bool, vars: &[(&str, &str)]) -> Host {
+        let mut map = BTreeMap::new();
+        map.insert("HOME".to_string(), dir.join("home").display().to_string());
+        for (k, v) in vars {
+            map.insert(k.to_string(), v.to_string());
+        }
+        Host {
+            vars: map,
+            cwd: dir.to_path_buf(),
+            stdin_is_terminal: interactive,
+        }
+    }
+
+    const KEY: [(&str, &str); 2] = [
+        ("ANTHROPIC_API_KEY", "sk-ant-unit-0123456789"),
+        ("FLOWER_NO_PROBE", "1"),
+    ];
+
+    #[test]
+    fn help_goes_to_stdout_and_errors_to_stderr() {
+        let d = tempfile::tempdir().unwrap();
+        let h = host(d.path(), false, &[]);
+        let r = run_with(&["--help"], &h, &[], |_| false);
+        assert_eq!(r.exit, Exit::Code(0));
+        assert!(r.out.contains("Usage: flowerbox"));
+        assert!(r.err.is_empty());
+        let r = run_with(&["--nope"], &h, &[], |_| false);
+        assert_eq!(r.exit, Exit::Code(2));
+        assert!(r.err.contains("--nope"), "{}", r.err);
+    }
+
+    #[test]
+    fn the_wake_hook_decides_the_prompt() {
+        let d = tempfile::tempdir().unwrap();
+        let h = host(d.path(), true, &KEY);
+        let expected_workbench = d.path().canonicalize().unwrap().join(".flower");
+        let r = run_with(&[], &h, &[""], move |wb| {
+            assert_eq!(wb, expected_workbench);
+            true
+        });
+        assert!(r.out.starts_with(prompt::PROMPT_WOKEN), "{}", r.out);
+        // Bare Enter continues: the call reaches the entry seam.
+        assert_eq!(r.exit, Exit::Code(1));
+        assert!(r.err.starts_with("flowerbox go 还没接上"), "{}", r.err);
+
+        let r = run_with(&[], &h, &[""], |_| false);
+        assert!(r.out.starts_with(prompt::PROMPT_FRESH), "{}", r.out);
+        assert!(r.err.starts_with("诉求是空的"), "{}", r.err);
+    }
+
+    #[test]
+    fn verbose_masks_secrets() {
+        let d = tempfile::tempdir().unwrap();
+        let h = host(d.path(), false, &KEY);
+        let r = run_with(&["-v", "once", "hi"], &h, &[], |_| false);
+        assert!(
+            r.out.contains("ANTHROPIC_API_KEY=sk-a…  (进程环境)"),
+            "{}",
+            r.out
+        );
+        assert!(!r.out.contains("0123456789"));
+    }
+
+    #[test]
+    fn setup_writes_the_user_file_and_no_run_dir() {
+        let d = tempfile::tempdir().unwrap();
+        let h = host(d.path(), false, &[]);
+        let r = run_with(&["setup"], &h, &["tok-abcdefgh", "", ""], |_| false);
+        assert_eq!(r.exit, Exit::Code(0), "{}", r.err);
+        assert!(d.path().join("home/.config/flower/.env").exists());
+        assert!(!d.path().join("runs").exists());
+    }
+}

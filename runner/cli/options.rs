@@ -244,9 +244,11 @@ impl GoOptions {
         let window = match window {
             None => None,
             Some(w) if w > 0 => Some(w as u64),
-            Some(w) => return Err(CliError::Usage(format!(
+            Some(w) => {
+                return Err(CliError::Usage(format!(
                 "--window {w} 不行:上下文窗口要是正整数(token 数)。想按模型名推算就别写 --window。"
-            ))),
+            )))
+            }
         };
         if isolate && git2::Repository::open(&global.workspace).is_err() {
             return Err(CliError::IsolateNotGit(global.workspace.clone()));
