@@ -422,3 +422,33 @@ fn go_setup_makes_setup_the_request() {
         .stdout(predicate::str::contains("配置 flower").not())
         .stderr(predicate::str::starts_with("缺少凭证"));
 }
+
+#[test]
+fn panic_hook_prints_one_clean_line() {
+    // The child half: this same test, re-run in a subprocess, panics under the hook.
+    if std::env::var_os("FLOWERBOX_PANIC_CHILD").is_some() {
+        flowerbox::cli::install_panic_hook(Some(PathBuf::from("/x/runs/flowerbox.log")));
+        panic!("boom");
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "panic_hook_prints_one_clean_line",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("FLOWERBOX_PANIC_CHILD", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("x flowerbox 内部错误:boom(tests/cli_exit.rs:"),
+        "{err}"
+    );
+    assert!(
+        err.contains("这是 bug;详情见 /x/runs/flowerbox.log"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked at"), "{err}");
+    assert!(!err.contains("RUST_BACKTRACE"), "{err}");
+}
