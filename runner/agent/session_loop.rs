@@ -36,6 +36,9 @@ pub(crate) enum LoopEnd {
     Failed { error: String, retryable: bool },
     /// A limit stopped it (turns, budget, cut-offs).
     Stopped(String),
+    /// The main thread's context reached the handoff threshold, or the model said the prompt
+    /// is too long (then the agent cannot write its own handoff).
+    HandoffDue { prompt_too_long: bool },
 }
 
 /// One agent working in one session.
@@ -114,6 +117,37 @@ impl AgentRun {
     /// The session id.
     pub(crate) fn session_id(&self) -> &str {
         &self.session
+    }
+
+    /// The agent instance name.
+    pub(crate) fn agent(&self) -> &str {
+        &self.agent
+    }
+
+    /// The role.
+    pub(crate) fn role(&self) -> crate::model::Role {
+        self.spec.role
+    }
+
+    /// One budget-exempt model call asking for the handoff document; its text, or why not.
+    /// Tool calls in the answer are not executed (the session is retired next).
+    pub(crate) async fn handoff_turn(&mut self, prompt: &str) -> Result<String, String> {
+        self.say(prompt.to_string());
+        let ctx = self.tool_context(self.rt.cancel_token());
+        match self.call_model(&ctx).await {
+            Ok(turn) => {
+                self.turns += 1;
+                self.append(turn.to_message(), Some(self.context_tokens));
+                let text = turn.to_message().text();
+                if text.trim().is_empty() {
+                    Err("它没写出任何文字".into())
+                } else {
+                    Ok(text)
+                }
+            }
+            Err(LoopEnd::Failed { error, .. }) => Err(error),
+            Err(_) => Err("写交接书的那一轮没有完成".into()),
+        }
     }
 
     /// Cost so far, subagents included.
@@ -295,7 +329,20 @@ impl AgentRun {
                 },
                 None,
             );
+            if self.handoff_due() {
+                return LoopEnd::HandoffDue {
+                    prompt_too_long: false,
+                };
+            }
         }
+    }
+
+    /// Only the main thread's context counts (seed 001 "换代").
+    fn handoff_due(&self) -> bool {
+        self.depth == 0
+            && self.rt.config.handoff_window.is_some_and(|w| {
+                self.context_tokens >= crate::record::handoff::handoff_threshold(w)
+            })
     }
 
     fn model(&self) -> String {
@@ -388,6 +435,14 @@ impl AgentRun {
                     self.errors.extend(errors.iter().cloned());
                 } else {
                     self.errors.push(msg.clone());
+                }
+                if e.is_prompt_too_long()
+                    && self.depth == 0
+                    && self.rt.config.handoff_window.is_some()
+                {
+                    return Err(LoopEnd::HandoffDue {
+                        prompt_too_long: true,
+                    });
                 }
                 let retryable = matches!(
                     e,
@@ -558,6 +613,12 @@ impl Dispatcher for SubDispatch {
         let mut text = match &end {
             LoopEnd::Done => run.final_text(),
             LoopEnd::Interrupted => return Err(format!("执行者 {agent} 被打断了,半成品没有回报")),
+            LoopEnd::HandoffDue { .. } => {
+                return Err(format!(
+                    "执行者 {agent} 的上下文满了,没做完:{}",
+                    run.final_text()
+                ))
+            }
             LoopEnd::Failed { error, .. } | LoopEnd::Stopped(error) => {
                 format!(
                     "执行者 {agent} 没做完:{error}\n它最后说:{}",

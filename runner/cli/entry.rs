@@ -47,8 +47,7 @@ pub async fn once(
     globals: GlobalOptions,
     creds: Credentials,
 ) -> Result<ExitStatus, CliError> {
-    let _ = (opts, globals, creds);
-    Err(not_built("once"))
+    crate::app::once::once(opts, globals, creds).await
 }
 
 /// `flowerbox doctor`: check the Docker engine, the agent image and the credentials. `creds`

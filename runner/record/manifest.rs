@@ -84,7 +84,7 @@ impl ManifestEntry {
     /// Sets `ended_at` and the matching `duration_s`.
     pub fn end_at(&mut self, ended_at: f64) {
         self.ended_at = ended_at;
-        self.duration_s = (ended_at - self.started_at).max(0.0);
+        self.duration_s = ((ended_at - self.started_at).max(0.0) * 100.0).round() / 100.0;
     }
 
     /// Adds one call's cost: an unknown cost makes the step's cost unknown for good.
