@@ -219,11 +219,10 @@ async fn a_dispatched_worker_reports_back_to_the_coordinator() {
         .model
         .recorded()
         .into_iter()
-        .filter(|q| {
+        .find(|q| {
             q["messages"].as_array().unwrap().len() == 3
                 && q["system"].to_string().contains("协调者")
         })
-        .next()
         .expect("coordinator's second request");
     let tr = &coordinator_second["messages"][2]["content"][0];
     assert!(tr.to_string().contains("写好了"), "{tr}");
