@@ -158,7 +158,7 @@ async fn background_child_holding_stdout_does_not_hang_and_stays_visible_in_the_
     let judge = run.factory.sandbox(&run.agent("judge-1", Role::Judge, true)).await.unwrap();
     let probe = exec_ok(
         &*judge,
-        "for i in $(seq 50); do curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8765/ && break; sleep 0.1; done; \
+        "sleep 3; for i in $(seq 50); do curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8765/ && break; sleep 0.1; done; \
          echo; ps -eo args | grep -c '[h]ttp.server'; ulimit -n; touch judged 2>/dev/null || echo read-only",
         &run.workspace,
     )

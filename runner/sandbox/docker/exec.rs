@@ -1,8 +1,8 @@
 //! One agent's container as a [`Sandbox`]: `exec` that never hangs (issue "Exec").
 //!
-//! Each command is a Docker exec of `bash -c COMMAND`; the engine makes every exec process a
-//! session and process-group leader, and the command's environment carries a unique marker
-//! (`FLOWERBOX_EXEC=<id>`). Output streams through the [`OutputCollector`] (bounded memory,
+//! Each command is a Docker exec of `bash -c COMMAND` behind a small relay (see [`RELAY`]); the
+//! engine makes every exec process a session and process-group leader, and the command's
+//! environment carries a unique marker (`FLOWERBOX_EXEC=<id>`). Output streams through the [`OutputCollector`] (bounded memory,
 //! full-output spill). The exit code is read from the engine after the process has ended.
 //!
 //! - Timeout or cancellation: a second exec kills the command's process group and every
@@ -56,6 +56,15 @@ while [ "$i" -lt 50 ]; do
   sleep 0.05
 done
 exit 1"#;
+
+/// Runs the command `$1` with its stdout and stderr relayed by `tee -p`, which keeps draining
+/// (into /dev/null) after the engine has closed the exec's pipes. Without the relay, a
+/// background child (a server under test) would die of EPIPE on its next write once the
+/// command's shell has exited and the engine has hung up.
+const RELAY: &str = r#"bash -c "$1" 2> >(exec tee -p /dev/null >&2) > >(exec tee -p /dev/null)"#;
+
+/// The relay processes, left out of "still running" notes.
+const RELAY_ARGS: &str = "tee -p /dev/null";
 
 /// Lists `pid command` of every live process carrying the marker `$1`.
 const LIST_SCRIPT: &str = r#"m="FLOWERBOX_EXEC=$1"
@@ -170,7 +179,10 @@ impl DockerSandbox {
             attach_stderr: Some(true),
             tty: Some(false),
             env: Some(env),
-            cmd: Some(vec![self.shell.into(), "-c".into(), req.command.clone()]),
+            cmd: Some(match self.shell {
+                "bash" => vec!["bash".into(), "-c".into(), RELAY.into(), "flowerbox".into(), req.command.clone()],
+                shell => vec![shell.into(), "-c".into(), req.command.clone()],
+            }),
             user: Some(self.user.clone()),
             working_dir: Some(cwd.to_string()),
             ..Default::default()
@@ -272,7 +284,11 @@ impl DockerSandbox {
                 result.exit_code = exit.flatten();
                 if left_running {
                     let listed = self.helper(LIST_SCRIPT, &marker).await.unwrap_or_default();
-                    let procs: Vec<&str> = listed.lines().filter(|l| !l.trim().is_empty()).take(5).collect();
+                    let procs: Vec<&str> = listed
+                        .lines()
+                        .filter(|l| !l.trim().is_empty() && !l.contains(RELAY_ARGS))
+                        .take(5)
+                        .collect();
                     if !procs.is_empty() {
                         notes.push(format!(
                             "the shell exited but background process(es) still hold its output and keep \
