@@ -1,6 +1,6 @@
 //! One agent's container as a [`Sandbox`]: `exec` that never hangs (issue "Exec").
 //!
-//! Each command is a Docker exec of `bash -c COMMAND` behind a small relay (see [`RELAY`]); the
+//! Each command is a Docker exec of `bash -c COMMAND` inside a small relay (see [`RELAY`]); the
 //! engine makes every exec process a session and process-group leader, and the command's
 //! environment carries a unique marker (`FLOWERBOX_EXEC=<id>`). Output streams through the [`OutputCollector`] (bounded memory,
 //! full-output spill). The exit code is read from the engine after the process has ended.
@@ -9,9 +9,9 @@
 //!   process carrying its marker (also those that escaped with `setsid`), then the result says
 //!   `timed_out` / `interrupted`.
 //! - The shell exits while a background child still holds stdout (`server & echo started`):
-//!   the engine reports the exit, we wait briefly for trailing output and return with the
-//!   output so far and a note naming the processes left running (they keep running: a judge
-//!   may inspect them).
+//!   the relay lets go of the exec's pipes about 200 ms later and we return with the output so
+//!   far and a note naming the processes left running (they keep running and their writes keep
+//!   succeeding: a judge may inspect and reach them).
 //! - Exit 127 with the shell's "not found" message: a note says the program is not found in
 //!   the image.
 
@@ -26,15 +26,18 @@ use std::sync::LazyLock;
 use std::time::Duration;
 use tokio::time::Instant;
 
+use super::sentinel::EndLine;
 use crate::sandbox::output::Stream;
 use crate::sandbox::{AgentBox, ExecOutput, ExecRequest, OutputCollector, Sandbox, SandboxError};
 
 /// Environment variable marking every process of one command.
 pub const MARKER_VAR: &str = "FLOWERBOX_EXEC";
 
-/// After the engine reports the shell's exit, output that keeps arriving is still collected
-/// until the stream has been quiet this long.
+/// Safety net when the stream stays open after the exit is known (no relay: plain `sh`):
+/// output is still collected until the stream has been quiet this long...
 const EXIT_GRACE: Duration = Duration::from_millis(300);
+/// ...but no longer than this after the exit (a background child may write forever).
+const EXIT_GRACE_MAX: Duration = Duration::from_secs(2);
 /// Longest pause between exit polls while a command runs.
 const MAX_POLL: Duration = Duration::from_millis(500);
 /// Time the kill exec and the final drain get.
@@ -57,11 +60,32 @@ while [ "$i" -lt 50 ]; do
 done
 exit 1"#;
 
-/// Runs the command `$1` with its stdout and stderr relayed by `tee -p`, which keeps draining
-/// (into /dev/null) after the engine has closed the exec's pipes. Without the relay, a
-/// background child (a server under test) would die of EPIPE on its next write once the
-/// command's shell has exited and the engine has hung up.
-const RELAY: &str = r#"bash -c "$1" 2> >(exec tee -p /dev/null >&2) > >(exec tee -p /dev/null)"#;
+/// Runs the command `$1` with each output stream relayed by `tee -p` (which keeps draining,
+/// into /dev/null, whatever happens to its output) and then `cat` (which writes to the exec's
+/// pipe). When the command's shell exits, the relays normally end at once; if a background
+/// child still holds the command's output (a server under test), the `cat`s are killed after
+/// about 200 ms: the exec's pipes close, so the engine reports the end now and not 2 s later
+/// (with its pipes held it would also stall the container's next exec), while `tee` keeps the
+/// child's writes succeeding so the child lives on. Finally the end line (see [`EndLine`]) with
+/// marker `$2`, the exit code and whether the relay was cut goes to the exec's stderr.
+/// Waiting is fork-free: `read -t` on fd 9, a pipe that never delivers.
+const RELAY: &str = r#"exec 3>&1 4>&2 9<> <(:)
+exec 5> >(exec cat >&3 4>&- 9>&-); co=$!
+exec 6> >(exec cat >&4 3>&- 9>&-); ce=$!
+exec 7> >(exec tee -p /dev/null >&5 2>/dev/null 3>&- 4>&- 6>&- 9>&-)
+exec 8> >(exec tee -p /dev/null >&6 2>/dev/null 3>&- 4>&- 5>&- 7>&- 9>&-)
+exec 5>&- 6>&-
+bash -c "$1" >&7 2>&8 3>&- 4>&- 7>&- 8>&- 9>&-
+rc=$?
+exec 7>&- 8>&-
+n=0 cut=0
+while kill -0 "$co" 2>/dev/null || kill -0 "$ce" 2>/dev/null; do
+  n=$((n+1))
+  if [ "$n" -gt 25 ]; then kill "$co" "$ce" 2>/dev/null; cut=1; break; fi
+  if [ "$n" -le 5 ]; then read -t 0.001 -u 9; else read -t 0.01 -u 9; fi
+done
+printf '\037FBXEND-%s:%s:%s\n' "$2" "$rc" "$cut" >&4
+exit "$rc""#;
 
 /// The relay processes, left out of "still running" notes.
 const RELAY_ARGS: &str = "tee -p /dev/null";
@@ -180,7 +204,14 @@ impl DockerSandbox {
             tty: Some(false),
             env: Some(env),
             cmd: Some(match self.shell {
-                "bash" => vec!["bash".into(), "-c".into(), RELAY.into(), "flowerbox".into(), req.command.clone()],
+                "bash" => vec![
+                    "bash".into(),
+                    "-c".into(),
+                    RELAY.into(),
+                    "flowerbox".into(),
+                    req.command.clone(),
+                    marker.clone(),
+                ],
                 shell => vec![shell.into(), "-c".into(), req.command.clone()],
             }),
             user: Some(self.user.clone()),
@@ -195,12 +226,20 @@ impl DockerSandbox {
         };
 
         let mut collector = OutputCollector::new(req.output_cap, req.spill_dir.as_deref());
+        let mut end_line = EndLine::new(&marker);
+        // With the relay the end line reports the exit; polling the engine is the fallback
+        // (plain `sh`, or the wrapper died) and only once the stream has closed, because the
+        // engine answers exec inspection only after the streams are done (up to 2 s).
+        let relayed = self.shell == "bash";
         let deadline = Instant::now() + req.timeout;
         let mut stream_open = true;
         let mut exit: Option<Option<i64>> = None;
-        let mut poll_every = Duration::from_millis(50);
+        // Quick at first (a shell that leaves a background child exits within milliseconds), then
+        // backing off for long commands.
+        let mut poll_every = Duration::from_millis(10);
         let mut next_poll = Instant::now() + poll_every;
         let mut last_data = Instant::now();
+        let mut exit_at = Instant::now();
         let mut left_running = false;
         let mut stream_error = None;
         let stop = loop {
@@ -216,7 +255,11 @@ impl DockerSandbox {
                         last_data = Instant::now();
                     }
                     Some(Ok(LogOutput::StdErr { message })) => {
-                        collector.push(Stream::Stderr, &message);
+                        collector.push(Stream::Stderr, &end_line.feed(&message));
+                        if exit.is_none() && end_line.code().is_some() {
+                            exit = Some(end_line.code());
+                            exit_at = Instant::now();
+                        }
                         last_data = Instant::now();
                     }
                     Some(Ok(_)) => {}
@@ -232,17 +275,19 @@ impl DockerSandbox {
                         poll_every = Duration::from_millis(5);
                     }
                 },
-                _ = tokio::time::sleep_until(next_poll), if exit.is_none() => {
+                _ = tokio::time::sleep_until(next_poll), if exit.is_none() && (!relayed || !stream_open) => {
                     let info = self.docker.inspect_exec(&exec_id).await.map_err(Self::err)?;
                     if info.running == Some(false) {
                         exit = Some(info.exit_code);
-                        last_data = Instant::now();
+                        exit_at = Instant::now();
+                        last_data = exit_at;
                     } else {
                         poll_every = (poll_every * 2).min(MAX_POLL);
                         next_poll = Instant::now() + poll_every;
                     }
                 },
-                _ = tokio::time::sleep_until(last_data + EXIT_GRACE), if stream_open && exit.is_some() => {
+                _ = tokio::time::sleep_until((last_data + EXIT_GRACE).min(exit_at + EXIT_GRACE_MAX)),
+                    if stream_open && exit.is_some() => {
                     left_running = true;
                     break None;
                 },
@@ -262,7 +307,7 @@ impl DockerSandbox {
                     while let Some(Ok(item)) = output.next().await {
                         match item {
                             LogOutput::StdOut { message } => collector.push(Stream::Stdout, &message),
-                            LogOutput::StdErr { message } => collector.push(Stream::Stderr, &message),
+                            LogOutput::StdErr { message } => collector.push(Stream::Stderr, &end_line.feed(&message)),
                             _ => {}
                         }
                     }
@@ -282,7 +327,7 @@ impl DockerSandbox {
             }
             None => {
                 result.exit_code = exit.flatten();
-                if left_running {
+                if left_running || end_line.cut() {
                     let listed = self.helper(LIST_SCRIPT, &marker).await.unwrap_or_default();
                     let procs: Vec<&str> = listed
                         .lines()
@@ -291,8 +336,8 @@ impl DockerSandbox {
                         .collect();
                     if !procs.is_empty() {
                         notes.push(format!(
-                            "the shell exited but background process(es) still hold its output and keep \
-                             running: {}; output after this point is not captured",
+                            "the shell exited, leaving background process(es) running: {}; their output from \
+                             here on is not captured",
                             procs.join("; ")
                         ));
                     }
@@ -302,6 +347,8 @@ impl DockerSandbox {
                 }
             }
         }
+        let held = end_line.flush();
+        collector.push(Stream::Stderr, &held);
         let captured = collector.finish();
         if result.exit_code == Some(127) {
             for cap in NOT_FOUND.captures_iter(&captured.stderr) {

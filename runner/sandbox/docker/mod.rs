@@ -13,6 +13,7 @@ pub mod engine;
 pub mod exec;
 pub mod image;
 pub mod labels;
+mod sentinel;
 mod signals;
 
 pub use container::{Limits, UserIds};
