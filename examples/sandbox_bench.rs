@@ -54,13 +54,20 @@ fn agent(name: &str, ws: &Path) -> AgentBox {
     AgentBox {
         agent: name.into(),
         role: Role::Worker,
-        mounts: vec![Mount { path: ws.to_path_buf(), read_only: false }],
+        mounts: vec![Mount {
+            path: ws.to_path_buf(),
+            read_only: false,
+        }],
         workdir: ws.to_path_buf(),
     }
 }
 
 async fn factory(image: &str, ws: &Path, tag: &str) -> DockerSandboxFactory {
-    let run = format!("bench-{}-{tag}-{}", std::process::id(), &uuid::Uuid::new_v4().simple().to_string()[..6]);
+    let run = format!(
+        "bench-{}-{tag}-{}",
+        std::process::id(),
+        &uuid::Uuid::new_v4().simple().to_string()[..6]
+    );
     let mut opts = DockerOptions::new(run, ws);
     opts.image = Some(image.into());
     opts.show_progress = false;
@@ -78,18 +85,34 @@ async fn first_result(f: &DockerSandboxFactory, name: &str, ws: &Path) -> Durati
 #[tokio::main]
 async fn main() {
     let mut args = std::env::args().skip(1);
-    let (mut repeat, mut roundtrips, mut json, mut exec) = (5usize, 50usize, None::<PathBuf>, None::<String>);
+    let (mut repeat, mut roundtrips, mut json, mut exec) =
+        (5usize, 50usize, None::<PathBuf>, None::<String>);
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--repeat" => repeat = args.next().and_then(|v| v.parse().ok()).expect("--repeat N"),
-            "--roundtrips" => roundtrips = args.next().and_then(|v| v.parse().ok()).expect("--roundtrips N"),
+            "--repeat" => {
+                repeat = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--repeat N")
+            }
+            "--roundtrips" => {
+                roundtrips = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--roundtrips N")
+            }
             "--json" => json = Some(args.next().expect("--json FILE").into()),
             "--exec" => exec = Some(args.next().expect("--exec CMD")),
             other => panic!("unknown argument {other}"),
         }
     }
-    let engine = Engine::connect(None, Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
-    let image = ensure_image(&engine, None, true).await.expect("image").image;
+    let engine = Engine::connect(None, Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let image = ensure_image(&engine, None, true)
+        .await
+        .expect("image")
+        .image;
     let dir = tempfile::tempdir().expect("tempdir");
     let ws = std::fs::canonicalize(dir.path()).unwrap();
 
@@ -110,7 +133,10 @@ async fn main() {
         cold.push(ms(first_result(&f, "worker-1", &ws).await));
         f.teardown().await.expect("teardown");
         let t = Instant::now();
-        let st = std::process::Command::new("docker").args(["run", "--rm", &image, "true"]).status().unwrap();
+        let st = std::process::Command::new("docker")
+            .args(["run", "--rm", &image, "true"])
+            .status()
+            .unwrap();
         assert!(st.success());
         run_rm.push(ms(t.elapsed()));
     }
@@ -126,7 +152,10 @@ async fn main() {
         rt.push(ms(t.elapsed()));
         assert!(out.success());
         let t = Instant::now();
-        std::process::Command::new("sh").args(["-c", "true"]).status().unwrap();
+        std::process::Command::new("sh")
+            .args(["-c", "true"])
+            .status()
+            .unwrap();
         host.push(ms(t.elapsed()));
     }
     f.teardown().await.expect("teardown");
@@ -168,7 +197,10 @@ async fn main() {
         },
     ];
     println!("image {image}; medians of {repeat} runs ({roundtrips} round trips)");
-    println!("{:<46} {:>10}   {:<30} {:>10} {:>8}", "figure", "median", "baseline", "median", "ratio");
+    println!(
+        "{:<46} {:>10}   {:<30} {:>10} {:>8}",
+        "figure", "median", "baseline", "median", "ratio"
+    );
     for f in &figures {
         println!(
             "{:<46} {:>7.1} {}   {:<30} {:>7.1} {} {:>7.2}x",

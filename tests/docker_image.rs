@@ -7,7 +7,9 @@ use flowerbox::sandbox::docker::image::{base_image, default_image, image_exists}
 
 #[tokio::test]
 async fn image_builds_on_this_engine_and_has_the_tools() {
-    let Some(engine) = engine_or_skip("image_builds_on_this_engine_and_has_the_tools").await else { return };
+    let Some(engine) = engine_or_skip("image_builds_on_this_engine_and_has_the_tools").await else {
+        return;
+    };
     let _serial = SERIAL.lock().await;
     let image = agent_image(&engine).await;
     assert_eq!(image, default_image());

@@ -2,9 +2,9 @@
 //! engine, the agent image and its tools, git, credentials (names only, never values), and
 //! orphaned containers. The CLI prints [`Check`]s and exits 1 when any failed.
 
+use bollard::container::LogOutput;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{LogsOptions, RemoveContainerOptions};
-use bollard::container::LogOutput;
 use futures::StreamExt;
 use std::fmt;
 use std::path::PathBuf;
@@ -15,8 +15,9 @@ use super::docker::{Engine, UserIds};
 use super::gc;
 
 /// Tools an agent image should have; judges need `file` and `lsof`.
-pub const AGENT_TOOLS: &[&str] =
-    &["bash", "git", "file", "lsof", "ps", "rg", "python3", "curl", "make", "gcc", "tini"];
+pub const AGENT_TOOLS: &[&str] = &[
+    "bash", "git", "file", "lsof", "ps", "rg", "python3", "curl", "make", "gcc", "tini",
+];
 
 /// Outcome of one check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +53,13 @@ pub struct Check {
 
 impl fmt::Display for Check {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}  {:<11} {}", self.status.label(), self.name, self.detail)
+        write!(
+            f,
+            "{}  {:<11} {}",
+            self.status.label(),
+            self.name,
+            self.detail
+        )
     }
 }
 
@@ -77,7 +84,11 @@ pub fn exit_code(checks: &[Check]) -> i32 {
 }
 
 fn check(name: &'static str, status: CheckStatus, detail: impl Into<String>) -> Check {
-    Check { name, status, detail: detail.into() }
+    Check {
+        name,
+        status,
+        detail: detail.into(),
+    }
 }
 
 /// Runs every check; never fails as a whole.
@@ -89,7 +100,12 @@ pub async fn doctor(input: &DoctorInput) -> Vec<Check> {
         Ok(e) => checks.push(check(
             "engine",
             Pass,
-            format!("Docker engine at {} answers (API {}; {})", e.endpoint().host, e.api_version(), e.endpoint().origin()),
+            format!(
+                "Docker engine at {} answers (API {}; {})",
+                e.endpoint().host,
+                e.api_version(),
+                e.endpoint().origin()
+            ),
         )),
         Err(e) => checks.push(check("engine", Fail, e.to_string())),
     }
@@ -108,17 +124,30 @@ pub async fn doctor(input: &DoctorInput) -> Vec<Check> {
     checks.push(if input.credential_names.is_empty() {
         check("credentials", Fail, "no credential found")
     } else {
-        check("credentials", Pass, format!("found {}", input.credential_names.join(", ")))
+        check(
+            "credentials",
+            Pass,
+            format!("found {}", input.credential_names.join(", ")),
+        )
     });
     if let Ok(engine) = &engine {
-        let ws = std::fs::canonicalize(&input.workspace).unwrap_or_else(|_| input.workspace.clone());
+        let ws =
+            std::fs::canonicalize(&input.workspace).unwrap_or_else(|_| input.workspace.clone());
         checks.push(match gc::list(engine, Some(&ws)).await {
             Ok(all) => {
                 let orphans = all.iter().filter(|c| c.is_orphan()).count();
                 if orphans == 0 {
-                    check("orphans", Pass, format!("no orphaned container ({} of live runs)", all.len()))
+                    check(
+                        "orphans",
+                        Pass,
+                        format!("no orphaned container ({} of live runs)", all.len()),
+                    )
                 } else {
-                    check("orphans", Warn, format!("{orphans} orphaned container(s); `flowerbox gc` removes them"))
+                    check(
+                        "orphans",
+                        Warn,
+                        format!("{orphans} orphaned container(s); `flowerbox gc` removes them"),
+                    )
                 }
             }
             Err(e) => check("orphans", Warn, format!("could not list containers: {e}")),
@@ -131,10 +160,18 @@ async fn image_check(engine: &Engine, requested: Option<&str>) -> (Check, Option
     use CheckStatus::*;
     let image = requested.map(str::to_string).unwrap_or_else(default_image);
     match image_exists(engine, &image).await {
-        Ok(true) => (check("image", Pass, format!("{image} present")), Some(image)),
-        Ok(false) if requested.is_some() => {
-            (check("image", Fail, format!("{image} (--image / FLOWERBOX_IMAGE) is not on the engine")), None)
-        }
+        Ok(true) => (
+            check("image", Pass, format!("{image} present")),
+            Some(image),
+        ),
+        Ok(false) if requested.is_some() => (
+            check(
+                "image",
+                Fail,
+                format!("{image} (--image / FLOWERBOX_IMAGE) is not on the engine"),
+            ),
+            None,
+        ),
         Ok(false) => {
             let base = base_image();
             let how = if image_exists(engine, &base).await.unwrap_or(false) {
@@ -146,7 +183,14 @@ async fn image_check(engine: &Engine, requested: Option<&str>) -> (Check, Option
             } else {
                 format!("— but {base} and {SLIM_BASE} are missing and debootstrap is not installed")
             };
-            (check("image", Warn, format!("{image} missing; built on first use {how}")), None)
+            (
+                check(
+                    "image",
+                    Warn,
+                    format!("{image} missing; built on first use {how}"),
+                ),
+                None,
+            )
         }
         Err(e) => (check("image", Fail, e.to_string()), None),
     }
@@ -182,7 +226,13 @@ async fn tools_check(engine: &Engine, image: &str) -> Check {
     let docker = engine.docker();
     let id = match docker.create_container(None, body).await {
         Ok(r) => r.id,
-        Err(e) => return check("tools", Warn, format!("could not start a container of {image}: {e}")),
+        Err(e) => {
+            return check(
+                "tools",
+                Warn,
+                format!("could not start a container of {image}: {e}"),
+            )
+        }
     };
     let run = async {
         docker.start_container(&id, None).await?;
@@ -195,7 +245,13 @@ async fn tools_check(engine: &Engine, image: &str) -> Check {
             }
         }
         let mut out = String::new();
-        let mut logs = docker.logs(&id, Some(LogsOptions { stdout: true, ..Default::default() }));
+        let mut logs = docker.logs(
+            &id,
+            Some(LogsOptions {
+                stdout: true,
+                ..Default::default()
+            }),
+        );
         while let Some(item) = logs.next().await {
             if let LogOutput::StdOut { message } = item? {
                 out.push_str(&String::from_utf8_lossy(&message));
@@ -204,20 +260,31 @@ async fn tools_check(engine: &Engine, image: &str) -> Check {
         Ok::<_, bollard::errors::Error>(out)
     };
     let result = tokio::time::timeout(Duration::from_secs(30), run).await;
-    let rm = RemoveContainerOptions { force: true, ..Default::default() };
+    let rm = RemoveContainerOptions {
+        force: true,
+        ..Default::default()
+    };
     let _ = docker.remove_container(&id, Some(rm)).await;
     match result {
         Ok(Ok(out)) => {
             let missing: Vec<&str> = out.split_whitespace().collect();
             if missing.is_empty() {
-                check("tools", Pass, format!("{image} has {}", AGENT_TOOLS.join(", ")))
+                check(
+                    "tools",
+                    Pass,
+                    format!("{image} has {}", AGENT_TOOLS.join(", ")),
+                )
             } else {
                 let judges = if missing.iter().any(|m| *m == "file" || *m == "lsof") {
                     "; judges cannot inspect artifacts"
                 } else {
                     ""
                 };
-                check("tools", Warn, format!("{image} lacks {}{judges}", missing.join(", ")))
+                check(
+                    "tools",
+                    Warn,
+                    format!("{image} lacks {}{judges}", missing.join(", ")),
+                )
             }
         }
         Ok(Err(e)) => check("tools", Warn, format!("could not run {image}: {e}")),
@@ -226,27 +293,51 @@ async fn tools_check(engine: &Engine, image: &str) -> Check {
 }
 
 async fn git_check() -> Check {
-    match tokio::process::Command::new("git").arg("--version").output().await {
-        Ok(o) if o.status.success() => {
-            check("git", CheckStatus::Pass, String::from_utf8_lossy(&o.stdout).trim().to_string())
-        }
-        _ => check("git", CheckStatus::Warn, "git is not on PATH (the host needs it for worktrees and merges)"),
+    match tokio::process::Command::new("git")
+        .arg("--version")
+        .output()
+        .await
+    {
+        Ok(o) if o.status.success() => check(
+            "git",
+            CheckStatus::Pass,
+            String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        ),
+        _ => check(
+            "git",
+            CheckStatus::Warn,
+            "git is not on PATH (the host needs it for worktrees and merges)",
+        ),
     }
 }
 
 fn workspace_check(workspace: &std::path::Path) -> Check {
     if !workspace.is_dir() {
-        return check("workspace", CheckStatus::Fail, format!("{} is not a directory", workspace.display()));
+        return check(
+            "workspace",
+            CheckStatus::Fail,
+            format!("{} is not a directory", workspace.display()),
+        );
     }
     match git2::Repository::discover(workspace) {
         Ok(repo) => {
-            let root = repo.workdir().map(|p| p.display().to_string()).unwrap_or_default();
-            check("workspace", CheckStatus::Pass, format!("{} is in git repository {root}", workspace.display()))
+            let root = repo
+                .workdir()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            check(
+                "workspace",
+                CheckStatus::Pass,
+                format!("{} is in git repository {root}", workspace.display()),
+            )
         }
         Err(_) => check(
             "workspace",
             CheckStatus::Warn,
-            format!("{} is not in a git repository (--isolate needs one)", workspace.display()),
+            format!(
+                "{} is not in a git repository (--isolate needs one)",
+                workspace.display()
+            ),
         ),
     }
 }

@@ -10,9 +10,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::docker::engine::status_code;
-use super::docker::labels::{
-    Liveness, Owner, LABEL_AGENT, LABEL_ROLE, LABEL_RUN, LABEL_WORKSPACE,
-};
+use super::docker::labels::{Liveness, Owner, LABEL_AGENT, LABEL_ROLE, LABEL_RUN, LABEL_WORKSPACE};
 use super::docker::Engine;
 use super::SandboxError;
 
@@ -51,7 +49,10 @@ impl Labelled {
 }
 
 /// Every flowerbox container (any state), of `workspace` only when given (canonical path).
-pub async fn list(engine: &Engine, workspace: Option<&Path>) -> Result<Vec<Labelled>, SandboxError> {
+pub async fn list(
+    engine: &Engine,
+    workspace: Option<&Path>,
+) -> Result<Vec<Labelled>, SandboxError> {
     let mut label_filters = vec![LABEL_RUN.to_string()];
     if let Some(ws) = workspace {
         label_filters.push(format!("{LABEL_WORKSPACE}={}", ws.to_string_lossy()));
@@ -109,7 +110,12 @@ pub struct GcReport {
 impl GcReport {
     /// Printable lines: removed, then failed, then kept.
     pub fn lines(&self) -> Vec<String> {
-        self.removed.iter().chain(&self.failed).chain(&self.kept).cloned().collect()
+        self.removed
+            .iter()
+            .chain(&self.failed)
+            .chain(&self.kept)
+            .cloned()
+            .collect()
     }
 }
 
@@ -121,17 +127,35 @@ async fn remove_orphans(engine: &Engine, all: Vec<Labelled>) -> GcReport {
             Liveness::Alive => "owner is running".to_string(),
             Liveness::Unknown(r) | Liveness::Dead(r) => r.clone(),
         };
-        report.kept.push(format!("kept container {} ({why})", c.describe()));
+        report
+            .kept
+            .push(format!("kept container {} ({why})", c.describe()));
     }
     // Agent containers before pods: they live in the pods' namespaces.
     let (pods, agents): (Vec<_>, Vec<_>) = orphans.into_iter().partition(|c| c.role == "pod");
-    let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+    let opts = RemoveContainerOptions {
+        force: true,
+        v: true,
+        ..Default::default()
+    };
     for c in agents.into_iter().chain(pods) {
-        let Liveness::Dead(reason) = &c.liveness else { continue };
-        match engine.docker().remove_container(&c.id, Some(opts.clone())).await {
-            Ok(()) => report.removed.push(format!("removed orphaned container {} ({reason})", c.describe())),
+        let Liveness::Dead(reason) = &c.liveness else {
+            continue;
+        };
+        match engine
+            .docker()
+            .remove_container(&c.id, Some(opts.clone()))
+            .await
+        {
+            Ok(()) => report.removed.push(format!(
+                "removed orphaned container {} ({reason})",
+                c.describe()
+            )),
             Err(e) if status_code(&e) == Some(404) => {}
-            Err(e) => report.failed.push(format!("could not remove orphaned container {}: {e}", c.describe())),
+            Err(e) => report.failed.push(format!(
+                "could not remove orphaned container {}: {e}",
+                c.describe()
+            )),
         }
     }
     report

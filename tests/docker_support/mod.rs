@@ -45,7 +45,12 @@ pub async fn agent_image(engine: &Engine) -> String {
 
 /// A unique run id for this test.
 pub fn run_id(test: &str) -> String {
-    format!("t{}-{}", std::process::id(), &uuid::Uuid::new_v4().simple().to_string()[..8]).replace(' ', "")
+    format!(
+        "t{}-{}",
+        std::process::id(),
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    )
+    .replace(' ', "")
         + "-"
         + test
 }
@@ -76,20 +81,31 @@ impl TestRun {
         opts.image = Some(image);
         opts.show_progress = false;
         let factory = Arc::new(DockerSandboxFactory::connect(opts).await.expect("connect"));
-        TestRun { factory, workspace, run_id, _dir: dir }
+        TestRun {
+            factory,
+            workspace,
+            run_id,
+            _dir: dir,
+        }
     }
 
     pub fn agent(&self, agent: &str, role: Role, read_only: bool) -> AgentBox {
         AgentBox {
             agent: agent.into(),
             role,
-            mounts: vec![Mount { path: self.workspace.clone(), read_only }],
+            mounts: vec![Mount {
+                path: self.workspace.clone(),
+                read_only,
+            }],
             workdir: self.workspace.clone(),
         }
     }
 
     pub async fn sandbox(&self, agent: &str, role: Role) -> Arc<dyn Sandbox> {
-        self.factory.sandbox(&self.agent(agent, role, false)).await.expect("sandbox")
+        self.factory
+            .sandbox(&self.agent(agent, role, false))
+            .await
+            .expect("sandbox")
     }
 }
 
@@ -97,7 +113,10 @@ impl Drop for TestRun {
     fn drop(&mut self) {
         let factory = self.factory.clone();
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             let _ = rt.block_on(factory.teardown());
         })
         .join();
@@ -119,7 +138,9 @@ pub fn req(cmd: &str, cwd: &Path, timeout: Duration) -> ExecRequest {
 
 /// Runs `cmd` and returns the output (panics on sandbox errors).
 pub async fn exec_ok(sb: &dyn Sandbox, cmd: &str, cwd: &Path) -> ExecOutput {
-    sb.exec(req(cmd, cwd, Duration::from_secs(60))).await.expect("exec")
+    sb.exec(req(cmd, cwd, Duration::from_secs(60)))
+        .await
+        .expect("exec")
 }
 
 /// Ids of every container labelled with this run (any state), via the engine.
@@ -127,7 +148,11 @@ pub async fn run_containers(engine: &Engine, run_id: &str) -> Vec<String> {
     use bollard::query_parameters::ListContainersOptions;
     use std::collections::HashMap;
     let filters = HashMap::from([("label".to_string(), vec![format!("flowerbox.run={run_id}")])]);
-    let opts = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
+    let opts = ListContainersOptions {
+        all: true,
+        filters: Some(filters),
+        ..Default::default()
+    };
     engine
         .docker()
         .list_containers(Some(opts))

@@ -33,7 +33,11 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { memory_bytes: 4 << 30, pids: 2048, judge_nofile: 1024 }
+        Limits {
+            memory_bytes: 4 << 30,
+            pids: 2048,
+            judge_nofile: 1024,
+        }
     }
 }
 
@@ -49,7 +53,10 @@ pub struct UserIds {
 impl UserIds {
     /// The invoking (real) user of this process.
     pub fn current() -> UserIds {
-        UserIds { uid: nix::unistd::getuid().as_raw(), gid: nix::unistd::getgid().as_raw() }
+        UserIds {
+            uid: nix::unistd::getuid().as_raw(),
+            gid: nix::unistd::getgid().as_raw(),
+        }
     }
 }
 
@@ -70,10 +77,22 @@ impl Identity {
             .ok()
             .flatten()
             .map(|u| u.name)
-            .filter(|n| n.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) && !n.is_empty());
+            .filter(|n| {
+                n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+                    && !n.is_empty()
+            });
         let name = host_name.unwrap_or_else(|| "flowerbox".to_string());
-        let mut home = if ids.uid == 0 { "/root".to_string() } else { format!("/home/{name}") };
-        let overlaps = |h: &str| mounts.iter().any(|m| m.starts_with(h) || Path::new(h).starts_with(m));
+        let mut home = if ids.uid == 0 {
+            "/root".to_string()
+        } else {
+            format!("/home/{name}")
+        };
+        let overlaps = |h: &str| {
+            mounts
+                .iter()
+                .any(|m| m.starts_with(h) || Path::new(h).starts_with(m))
+        };
         if overlaps(&home) {
             home = format!("/tmp/.flowerbox-home-{}", ids.uid);
         }
@@ -103,17 +122,32 @@ pub(crate) fn patch_passwd(facts: &ImageFacts, id: &Identity) -> (String, String
         passwd.push('\n');
     }
     let uid = id.ids.uid.to_string();
-    if !passwd.lines().any(|l| field(l, 2).as_deref() == Some(uid.as_str())) {
-        let name_taken = passwd.lines().any(|l| field(l, 0).as_deref() == Some(id.name.as_str()));
-        let name = if name_taken { format!("u{}", id.ids.uid) } else { id.name.clone() };
-        passwd.push_str(&format!("{name}:x:{}:{}:flowerbox agent:{}:/bin/bash\n", id.ids.uid, id.ids.gid, id.home));
+    if !passwd
+        .lines()
+        .any(|l| field(l, 2).as_deref() == Some(uid.as_str()))
+    {
+        let name_taken = passwd
+            .lines()
+            .any(|l| field(l, 0).as_deref() == Some(id.name.as_str()));
+        let name = if name_taken {
+            format!("u{}", id.ids.uid)
+        } else {
+            id.name.clone()
+        };
+        passwd.push_str(&format!(
+            "{name}:x:{}:{}:flowerbox agent:{}:/bin/bash\n",
+            id.ids.uid, id.ids.gid, id.home
+        ));
     }
     let mut group = facts.group.clone();
     if !group.is_empty() && !group.ends_with('\n') {
         group.push('\n');
     }
     let gid = id.ids.gid.to_string();
-    if !group.lines().any(|l| field(l, 2).as_deref() == Some(gid.as_str())) {
+    if !group
+        .lines()
+        .any(|l| field(l, 2).as_deref() == Some(gid.as_str()))
+    {
         group.push_str(&format!("g{gid}:x:{gid}:\n"));
     }
     (passwd, group)
@@ -138,7 +172,13 @@ pub(crate) fn etc_archive(passwd: &str, group: &str) -> Result<Vec<u8>, SandboxE
 pub(crate) fn sanitize(part: &str) -> String {
     let s: String = part
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "_.-".contains(c) { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "_.-".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
         .take(40)
         .collect();
     if s.is_empty() {
@@ -151,7 +191,11 @@ pub(crate) fn sanitize(part: &str) -> String {
 /// `fbx-<run>-<what>-<4 hex>`: readable in `docker ps`, never colliding with a leftover.
 pub(crate) fn container_name(run_id: &str, what: &str) -> String {
     let suffix = &uuid::Uuid::new_v4().simple().to_string()[..6];
-    format!("{NAME_PREFIX}-{}-{}-{suffix}", sanitize(run_id), sanitize(what))
+    format!(
+        "{NAME_PREFIX}-{}-{}-{suffix}",
+        sanitize(run_id),
+        sanitize(what)
+    )
 }
 
 /// Everything every container of one run shares.
@@ -171,7 +215,10 @@ impl RunSpec {
         labels.insert(LABEL_RUN.into(), self.run_id.clone());
         labels.insert(LABEL_AGENT.into(), agent.into());
         labels.insert(LABEL_ROLE.into(), role.into());
-        labels.insert(LABEL_WORKSPACE.into(), self.workspace.to_string_lossy().into_owned());
+        labels.insert(
+            LABEL_WORKSPACE.into(),
+            self.workspace.to_string_lossy().into_owned(),
+        );
         self.owner.add_labels(&mut labels);
         labels
     }
@@ -180,7 +227,11 @@ impl RunSpec {
     /// worktree registrations safe. Nothing is taken from the host environment.
     fn env(&self) -> Vec<String> {
         let id = &self.identity;
-        let git = [("safe.directory", "*"), ("gc.auto", "0"), ("gc.worktreePruneExpire", "never")];
+        let git = [
+            ("safe.directory", "*"),
+            ("gc.auto", "0"),
+            ("gc.worktreePruneExpire", "never"),
+        ];
         let mut env = vec![
             format!("HOME={}", id.home),
             format!("USER={}", id.name),
@@ -220,7 +271,10 @@ impl RunSpec {
             env: Some(self.env()),
             labels: Some(self.labels("pod", "pod")),
             stop_timeout: Some(1),
-            host_config: Some(HostConfig { init: Some(true), ..self.host_config() }),
+            host_config: Some(HostConfig {
+                init: Some(true),
+                ..self.host_config()
+            }),
             ..Default::default()
         }
     }
@@ -248,7 +302,10 @@ impl RunSpec {
         let mut tmpfs = HashMap::new();
         tmpfs.insert(
             id.home.clone(),
-            format!("rw,nosuid,nodev,size=1g,mode=0700,uid={},gid={}", id.ids.uid, id.ids.gid),
+            format!(
+                "rw,nosuid,nodev,size=1g,mode=0700,uid={},gid={}",
+                id.ids.uid, id.ids.gid
+            ),
         );
         let ulimits = (spec.role == Role::Judge).then(|| {
             vec![ResourcesUlimits {
@@ -290,7 +347,10 @@ pub(crate) fn canonical_box(spec: &AgentBox) -> Result<AgentBox, SandboxError> {
             .map_err(|e| SandboxError::Container(format!("mount {}: {e}", m.path.display())))?;
         match mounts.iter_mut().find(|x| x.path == path) {
             Some(existing) => existing.read_only |= m.read_only,
-            None => mounts.push(crate::sandbox::Mount { path, read_only: m.read_only }),
+            None => mounts.push(crate::sandbox::Mount {
+                path,
+                read_only: m.read_only,
+            }),
         }
     }
     let workdir = std::fs::canonicalize(&spec.workdir)
@@ -298,7 +358,12 @@ pub(crate) fn canonical_box(spec: &AgentBox) -> Result<AgentBox, SandboxError> {
     if !mounts.iter().any(|m| workdir.starts_with(&m.path)) {
         return Err(SandboxError::OutsideMounts(workdir));
     }
-    Ok(AgentBox { agent: spec.agent.clone(), role: spec.role, mounts, workdir })
+    Ok(AgentBox {
+        agent: spec.agent.clone(),
+        role: spec.role,
+        mounts,
+        workdir,
+    })
 }
 
 #[cfg(test)]
@@ -307,7 +372,11 @@ mod tests {
     use crate::sandbox::Mount;
 
     fn ident(uid: u32) -> Identity {
-        Identity { ids: UserIds { uid, gid: uid }, name: "alice".into(), home: "/home/alice".into() }
+        Identity {
+            ids: UserIds { uid, gid: uid },
+            name: "alice".into(),
+            home: "/home/alice".into(),
+        }
     }
 
     #[test]
@@ -318,21 +387,32 @@ mod tests {
             has_bash: true,
         };
         let (p, g) = patch_passwd(&facts, &ident(4242));
-        assert!(p.ends_with("alice:x:4242:4242:flowerbox agent:/home/alice:/bin/bash\n"), "{p}");
+        assert!(
+            p.ends_with("alice:x:4242:4242:flowerbox agent:/home/alice:/bin/bash\n"),
+            "{p}"
+        );
         assert!(g.ends_with("g4242:x:4242:\n"));
         let (p0, g0) = patch_passwd(&facts, &ident(0));
         assert_eq!(p0.lines().count(), 1);
         assert_eq!(g0, facts.group);
-        let taken = ImageFacts { passwd: "alice:x:1:1::/:/bin/sh\n".into(), ..facts };
-        assert!(patch_passwd(&taken, &ident(4242)).0.contains("u4242:x:4242"));
+        let taken = ImageFacts {
+            passwd: "alice:x:1:1::/:/bin/sh\n".into(),
+            ..facts
+        };
+        assert!(patch_passwd(&taken, &ident(4242))
+            .0
+            .contains("u4242:x:4242"));
     }
 
     #[test]
     fn etc_archive_holds_both_files() {
         let bytes = etc_archive("p\n", "g\n").unwrap();
         let mut ar = tar::Archive::new(&bytes[..]);
-        let names: Vec<String> =
-            ar.entries().unwrap().map(|e| e.unwrap().path().unwrap().display().to_string()).collect();
+        let names: Vec<String> = ar
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .collect();
         assert_eq!(names, ["etc/passwd", "etc/group"]);
     }
 
@@ -340,13 +420,21 @@ mod tests {
     fn names_are_docker_safe() {
         let n = container_name("run 1/ü", "judge-1");
         assert!(n.starts_with("fbx-run-1--"), "{n}");
-        assert!(n.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)));
+        assert!(n
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)));
         assert_ne!(container_name("r", "a"), container_name("r", "a"));
     }
 
     #[test]
     fn home_avoids_mounts() {
-        let id = Identity::new(UserIds { uid: 4242, gid: 4242 }, &[PathBuf::from("/home")]);
+        let id = Identity::new(
+            UserIds {
+                uid: 4242,
+                gid: 4242,
+            },
+            &[PathBuf::from("/home")],
+        );
         assert!(id.home.starts_with("/tmp/.flowerbox-home-"), "{}", id.home);
     }
 
@@ -361,17 +449,35 @@ mod tests {
             agent: "worker-1".into(),
             role: Role::Worker,
             mounts: vec![
-                Mount { path: link.clone(), read_only: false },
-                Mount { path: real.clone(), read_only: true },
+                Mount {
+                    path: link.clone(),
+                    read_only: false,
+                },
+                Mount {
+                    path: real.clone(),
+                    read_only: true,
+                },
             ],
             workdir: link,
         };
         let c = canonical_box(&spec).unwrap();
         let real = std::fs::canonicalize(real).unwrap();
-        assert_eq!(c.mounts, vec![Mount { path: real.clone(), read_only: true }]);
+        assert_eq!(
+            c.mounts,
+            vec![Mount {
+                path: real.clone(),
+                read_only: true
+            }]
+        );
         assert_eq!(c.workdir, real);
-        let outside = AgentBox { workdir: dir.path().to_path_buf(), ..spec };
-        assert!(matches!(canonical_box(&outside), Err(SandboxError::OutsideMounts(_))));
+        let outside = AgentBox {
+            workdir: dir.path().to_path_buf(),
+            ..spec
+        };
+        assert!(matches!(
+            canonical_box(&outside),
+            Err(SandboxError::OutsideMounts(_))
+        ));
     }
 
     #[test]
@@ -387,7 +493,10 @@ mod tests {
         let judge = AgentBox {
             agent: "judge-1".into(),
             role: Role::Judge,
-            mounts: vec![Mount { path: "/w".into(), read_only: true }],
+            mounts: vec![Mount {
+                path: "/w".into(),
+                read_only: true,
+            }],
             workdir: "/w".into(),
         };
         let body = spec.agent_body(&judge, "podid", "podname");
@@ -397,8 +506,18 @@ mod tests {
         assert_eq!(hc.cap_drop.unwrap(), ["ALL"]);
         let env = body.env.unwrap();
         assert!(env.contains(&"GIT_CONFIG_VALUE_2=never".to_string()));
-        assert!(env.iter().all(|e| !e.starts_with("ANTHROPIC") && !e.starts_with("PATH=")));
-        let worker = AgentBox { role: Role::Worker, ..judge };
-        assert!(spec.agent_body(&worker, "p", "n").host_config.unwrap().ulimits.is_none());
+        assert!(env
+            .iter()
+            .all(|e| !e.starts_with("ANTHROPIC") && !e.starts_with("PATH=")));
+        let worker = AgentBox {
+            role: Role::Worker,
+            ..judge
+        };
+        assert!(spec
+            .agent_body(&worker, "p", "n")
+            .host_config
+            .unwrap()
+            .ulimits
+            .is_none());
     }
 }

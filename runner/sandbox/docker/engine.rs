@@ -56,10 +56,15 @@ impl Endpoint {
     /// Says where the endpoint came from, naming `DOCKER_HOST` in every case.
     pub fn origin(&self) -> String {
         match &self.source {
-            HostSource::Explicit => format!("configured engine {}; DOCKER_HOST is not used", self.host),
+            HostSource::Explicit => {
+                format!("configured engine {}; DOCKER_HOST is not used", self.host)
+            }
             HostSource::Env => format!("DOCKER_HOST={}", self.host),
             HostSource::Context(name) => {
-                format!("Docker context `{name}` → {}; DOCKER_HOST is not set", self.host)
+                format!(
+                    "Docker context `{name}` → {}; DOCKER_HOST is not set",
+                    self.host
+                )
             }
             HostSource::Default => format!("DOCKER_HOST is not set; default {}", self.host),
         }
@@ -75,15 +80,27 @@ pub fn resolve_endpoint(explicit: Option<&str>) -> Endpoint {
 /// [`resolve_endpoint`] with the environment passed in (tests).
 pub fn resolve_with(explicit: Option<&str>, env: &dyn Fn(&str) -> Option<String>) -> Endpoint {
     if let Some(h) = explicit.filter(|h| !h.is_empty()) {
-        return Endpoint { host: h.to_string(), source: HostSource::Explicit };
+        return Endpoint {
+            host: h.to_string(),
+            source: HostSource::Explicit,
+        };
     }
     if let Some(h) = env("DOCKER_HOST").filter(|h| !h.is_empty()) {
-        return Endpoint { host: h, source: HostSource::Env };
+        return Endpoint {
+            host: h,
+            source: HostSource::Env,
+        };
     }
     if let Some((name, host)) = context_host(env) {
-        return Endpoint { host, source: HostSource::Context(name) };
+        return Endpoint {
+            host,
+            source: HostSource::Context(name),
+        };
     }
-    Endpoint { host: DEFAULT_HOST.to_string(), source: HostSource::Default }
+    Endpoint {
+        host: DEFAULT_HOST.to_string(),
+        source: HostSource::Default,
+    }
 }
 
 /// The Docker CLI config directory: `DOCKER_CONFIG`, else `~/.docker`.
@@ -91,7 +108,9 @@ fn config_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
     if let Some(d) = env("DOCKER_CONFIG").filter(|d| !d.is_empty()) {
         return Some(PathBuf::from(d));
     }
-    env("HOME").filter(|h| !h.is_empty()).map(|h| Path::new(&h).join(".docker"))
+    env("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|h| Path::new(&h).join(".docker"))
 }
 
 /// The current context's name and endpoint, unless it is `default` or unreadable.
@@ -111,9 +130,18 @@ fn context_host(env: &dyn Fn(&str) -> Option<String>) -> Option<(String, String)
         return None;
     }
     let digest = hex::encode(Sha256::digest(name.as_bytes()));
-    let meta = dir.join("contexts").join("meta").join(digest).join("meta.json");
+    let meta = dir
+        .join("contexts")
+        .join("meta")
+        .join(digest)
+        .join("meta.json");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(meta).ok()?).ok()?;
-    let host = v.get("Endpoints")?.get("docker")?.get("Host")?.as_str()?.to_string();
+    let host = v
+        .get("Endpoints")?
+        .get("docker")?
+        .get("Host")?
+        .as_str()?
+        .to_string();
     Some((name, host))
 }
 
@@ -214,17 +242,27 @@ pub(crate) fn status_code(err: &bollard::errors::Error) -> Option<u16> {
 fn classify(endpoint: &Endpoint, err: bollard::errors::Error) -> EngineError {
     let socket = endpoint.socket_path();
     if let bollard::errors::Error::SocketNotFoundError(path) = &err {
-        return EngineError::SocketNotFound { socket: PathBuf::from(path), endpoint: endpoint.clone() };
+        return EngineError::SocketNotFound {
+            socket: PathBuf::from(path),
+            endpoint: endpoint.clone(),
+        };
     }
     match (io_kind(&err), socket) {
-        (Some(io::ErrorKind::PermissionDenied), Some(socket)) => {
-            EngineError::PermissionDenied { socket, endpoint: endpoint.clone() }
-        }
-        (Some(io::ErrorKind::NotFound), Some(socket)) => {
-            EngineError::SocketNotFound { socket, endpoint: endpoint.clone() }
-        }
-        (Some(io::ErrorKind::ConnectionRefused), _) => EngineError::Refused { endpoint: endpoint.clone() },
-        _ => EngineError::Other { endpoint: endpoint.clone(), detail: err.to_string() },
+        (Some(io::ErrorKind::PermissionDenied), Some(socket)) => EngineError::PermissionDenied {
+            socket,
+            endpoint: endpoint.clone(),
+        },
+        (Some(io::ErrorKind::NotFound), Some(socket)) => EngineError::SocketNotFound {
+            socket,
+            endpoint: endpoint.clone(),
+        },
+        (Some(io::ErrorKind::ConnectionRefused), _) => EngineError::Refused {
+            endpoint: endpoint.clone(),
+        },
+        _ => EngineError::Other {
+            endpoint: endpoint.clone(),
+            detail: err.to_string(),
+        },
     }
 }
 
@@ -240,7 +278,10 @@ pub struct Engine {
 impl Engine {
     /// Connects to the endpoint [`resolve_endpoint`] picks for `explicit_host`, pings it within
     /// `timeout` and negotiates the API version. Creates nothing.
-    pub async fn connect(explicit_host: Option<&str>, timeout: Duration) -> Result<Engine, EngineError> {
+    pub async fn connect(
+        explicit_host: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Engine, EngineError> {
         Self::connect_to(resolve_endpoint(explicit_host), timeout).await
     }
 
@@ -254,10 +295,14 @@ impl Engine {
                 }
                 Docker::connect_with_unix(&endpoint.host, REQUEST_TIMEOUT_SECS, API_DEFAULT_VERSION)
             }
-            None => Docker::connect_with_host(&endpoint.host).map(|d| d.with_timeout(Duration::from_secs(REQUEST_TIMEOUT_SECS))),
+            None => Docker::connect_with_host(&endpoint.host)
+                .map(|d| d.with_timeout(Duration::from_secs(REQUEST_TIMEOUT_SECS))),
         }
         .map_err(|e| classify(&endpoint, e))?;
-        let timed_out = || EngineError::Timeout { endpoint: endpoint.clone(), timeout };
+        let timed_out = || EngineError::Timeout {
+            endpoint: endpoint.clone(),
+            timeout,
+        };
         tokio::time::timeout(timeout, docker.ping())
             .await
             .map_err(|_| timed_out())?
@@ -268,7 +313,11 @@ impl Engine {
             .map_err(|e| classify(&endpoint, e))?;
         let v = docker.client_version();
         let version = format!("{}.{}", v.major_version, v.minor_version);
-        Ok(Engine { docker, endpoint, version })
+        Ok(Engine {
+            docker,
+            endpoint,
+            version,
+        })
     }
 
     /// The bollard client.
@@ -293,19 +342,30 @@ mod tests {
     use std::collections::HashMap;
 
     fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> =
-            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         move |k| map.get(k).cloned()
     }
 
     #[test]
     fn precedence_explicit_env_default() {
         let env = env_of(&[("DOCKER_HOST", "tcp://1.2.3.4:2375")]);
-        assert_eq!(resolve_with(Some("unix:///x.sock"), &env).source, HostSource::Explicit);
+        assert_eq!(
+            resolve_with(Some("unix:///x.sock"), &env).source,
+            HostSource::Explicit
+        );
         let e = resolve_with(None, &env);
-        assert_eq!((e.host.as_str(), e.source), ("tcp://1.2.3.4:2375", HostSource::Env));
+        assert_eq!(
+            (e.host.as_str(), e.source),
+            ("tcp://1.2.3.4:2375", HostSource::Env)
+        );
         let e = resolve_with(None, &env_of(&[("HOME", "/nonexistent-home")]));
-        assert_eq!((e.host.as_str(), e.source), (DEFAULT_HOST, HostSource::Default));
+        assert_eq!(
+            (e.host.as_str(), e.source),
+            (DEFAULT_HOST, HostSource::Default)
+        );
     }
 
     #[test]
@@ -313,9 +373,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cfg = dir.path().join(".docker");
         let name = "remote one";
-        let meta = cfg.join("contexts/meta").join(hex::encode(Sha256::digest(name.as_bytes())));
+        let meta = cfg
+            .join("contexts/meta")
+            .join(hex::encode(Sha256::digest(name.as_bytes())));
         std::fs::create_dir_all(&meta).unwrap();
-        std::fs::write(cfg.join("config.json"), r#"{"currentContext":"remote one"}"#).unwrap();
+        std::fs::write(
+            cfg.join("config.json"),
+            r#"{"currentContext":"remote one"}"#,
+        )
+        .unwrap();
         std::fs::write(
             meta.join("meta.json"),
             r#"{"Name":"remote one","Endpoints":{"docker":{"Host":"unix:///run/other.sock"}}}"#,
@@ -327,25 +393,51 @@ mod tests {
         assert_eq!(e.source, HostSource::Context(name.into()));
         assert!(e.origin().contains("DOCKER_HOST"));
         // DOCKER_HOST wins over the context; DOCKER_CONTEXT=default means the default socket.
-        let e = resolve_with(None, &env_of(&[("HOME", home), ("DOCKER_HOST", "unix:///a")]));
+        let e = resolve_with(
+            None,
+            &env_of(&[("HOME", home), ("DOCKER_HOST", "unix:///a")]),
+        );
         assert_eq!(e.source, HostSource::Env);
-        let e = resolve_with(None, &env_of(&[("HOME", home), ("DOCKER_CONTEXT", "default")]));
+        let e = resolve_with(
+            None,
+            &env_of(&[("HOME", home), ("DOCKER_CONTEXT", "default")]),
+        );
         assert_eq!(e.source, HostSource::Default);
     }
 
     #[test]
     fn messages_name_docker_host_and_sandbox_host() {
-        let endpoint = Endpoint { host: "unix:///nope".into(), source: HostSource::Default };
+        let endpoint = Endpoint {
+            host: "unix:///nope".into(),
+            source: HostSource::Default,
+        };
         let errs = [
-            EngineError::PermissionDenied { socket: "/nope".into(), endpoint: endpoint.clone() },
-            EngineError::SocketNotFound { socket: "/nope".into(), endpoint: endpoint.clone() },
-            EngineError::Refused { endpoint: endpoint.clone() },
-            EngineError::Timeout { endpoint: endpoint.clone(), timeout: Duration::from_secs(5) },
-            EngineError::Other { endpoint, detail: "x".into() },
+            EngineError::PermissionDenied {
+                socket: "/nope".into(),
+                endpoint: endpoint.clone(),
+            },
+            EngineError::SocketNotFound {
+                socket: "/nope".into(),
+                endpoint: endpoint.clone(),
+            },
+            EngineError::Refused {
+                endpoint: endpoint.clone(),
+            },
+            EngineError::Timeout {
+                endpoint: endpoint.clone(),
+                timeout: Duration::from_secs(5),
+            },
+            EngineError::Other {
+                endpoint,
+                detail: "x".into(),
+            },
         ];
         let texts: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
         for t in &texts {
-            assert!(t.contains("DOCKER_HOST") && t.contains("--sandbox host"), "{t}");
+            assert!(
+                t.contains("DOCKER_HOST") && t.contains("--sandbox host"),
+                "{t}"
+            );
         }
         let unique: std::collections::HashSet<_> = texts.iter().collect();
         assert_eq!(unique.len(), texts.len());

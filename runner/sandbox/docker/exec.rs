@@ -100,7 +100,8 @@ done"#;
 
 /// bash: `bash: line 1: foo: command not found`; dash: `sh: 1: foo: not found`.
 static NOT_FOUND: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?m)^[^:\n]*: (?:line )?\d+: ([^:\n]+): (?:command )?not found\s*$").expect("valid regex")
+    Regex::new(r"(?m)^[^:\n]*: (?:line )?\d+: ([^:\n]+): (?:command )?not found\s*$")
+        .expect("valid regex")
 });
 
 /// One agent's container.
@@ -137,7 +138,15 @@ impl DockerSandbox {
         spec: AgentBox,
     ) -> Self {
         let shell = if has_bash { "bash" } else { "sh" };
-        DockerSandbox { docker, id, name, image, user, shell, spec }
+        DockerSandbox {
+            docker,
+            id,
+            name,
+            image,
+            user,
+            shell,
+            spec,
+        }
     }
 
     /// The container id.
@@ -161,7 +170,13 @@ impl DockerSandbox {
 
     /// Runs a helper script (`sh -c SCRIPT flowerbox ARG`) to completion and returns stdout.
     async fn helper(&self, script: &str, arg: &str) -> Result<String, SandboxError> {
-        let cmd = vec!["sh".into(), "-c".into(), script.into(), "flowerbox".into(), arg.into()];
+        let cmd = vec![
+            "sh".into(),
+            "-c".into(),
+            script.into(),
+            "flowerbox".into(),
+            arg.into(),
+        ];
         let config = ExecConfig {
             attach_stdout: Some(true),
             attach_stderr: Some(true),
@@ -169,10 +184,17 @@ impl DockerSandbox {
             cmd: Some(cmd),
             ..Default::default()
         };
-        let exec = self.docker.create_exec(&self.id, config).await.map_err(Self::err)?;
+        let exec = self
+            .docker
+            .create_exec(&self.id, config)
+            .await
+            .map_err(Self::err)?;
         let mut out = Vec::new();
-        if let StartExecResults::Attached { mut output, .. } =
-            self.docker.start_exec(&exec.id, None).await.map_err(Self::err)?
+        if let StartExecResults::Attached { mut output, .. } = self
+            .docker
+            .start_exec(&exec.id, None)
+            .await
+            .map_err(Self::err)?
         {
             let drain = async {
                 while let Some(Ok(item)) = output.next().await {
@@ -181,9 +203,9 @@ impl DockerSandbox {
                     }
                 }
             };
-            tokio::time::timeout(KILL_WAIT, drain)
-                .await
-                .map_err(|_| SandboxError::Docker(format!("helper exec in {} did not finish", self.name)))?;
+            tokio::time::timeout(KILL_WAIT, drain).await.map_err(|_| {
+                SandboxError::Docker(format!("helper exec in {} did not finish", self.name))
+            })?;
         }
         Ok(String::from_utf8_lossy(&out).into_owned())
     }
@@ -218,9 +240,17 @@ impl DockerSandbox {
             working_dir: Some(cwd.to_string()),
             ..Default::default()
         };
-        let exec_id = self.docker.create_exec(&self.id, config).await.map_err(Self::err)?.id;
-        let StartExecResults::Attached { mut output, .. } =
-            self.docker.start_exec(&exec_id, None).await.map_err(Self::err)?
+        let exec_id = self
+            .docker
+            .create_exec(&self.id, config)
+            .await
+            .map_err(Self::err)?
+            .id;
+        let StartExecResults::Attached { mut output, .. } = self
+            .docker
+            .start_exec(&exec_id, None)
+            .await
+            .map_err(Self::err)?
         else {
             return Err(SandboxError::Docker("exec started detached".into()));
         };
@@ -306,8 +336,12 @@ impl DockerSandbox {
                 let _ = tokio::time::timeout(Duration::from_secs(2), async {
                     while let Some(Ok(item)) = output.next().await {
                         match item {
-                            LogOutput::StdOut { message } => collector.push(Stream::Stdout, &message),
-                            LogOutput::StdErr { message } => collector.push(Stream::Stderr, &end_line.feed(&message)),
+                            LogOutput::StdOut { message } => {
+                                collector.push(Stream::Stdout, &message)
+                            }
+                            LogOutput::StdErr { message } => {
+                                collector.push(Stream::Stderr, &end_line.feed(&message))
+                            }
                             _ => {}
                         }
                     }
@@ -317,7 +351,9 @@ impl DockerSandbox {
                 match why {
                     Stop::TimedOut => {
                         result.timed_out = true;
-                        notes.push(format!("timed out after {secs} s; the command's processes were killed"));
+                        notes.push(format!(
+                            "timed out after {secs} s; the command's processes were killed"
+                        ));
                     }
                     Stop::Interrupted => {
                         result.interrupted = true;
@@ -352,12 +388,18 @@ impl DockerSandbox {
         let captured = collector.finish();
         if result.exit_code == Some(127) {
             for cap in NOT_FOUND.captures_iter(&captured.stderr) {
-                notes.push(format!("`{}`: not found in the image ({})", &cap[1], self.image));
+                notes.push(format!(
+                    "`{}`: not found in the image ({})",
+                    &cap[1], self.image
+                ));
             }
         }
         if let Some(code) = result.exit_code.filter(|c| (129..=159).contains(c)) {
             if let Ok(sig) = nix::sys::signal::Signal::try_from((code - 128) as i32) {
-                notes.push(format!("exit code {code}: probably killed by {}", sig.as_str()));
+                notes.push(format!(
+                    "exit code {code}: probably killed by {}",
+                    sig.as_str()
+                ));
             }
         }
         result.stdout = captured.stdout;

@@ -34,13 +34,22 @@ pub const SLIM_BASE: &str = "debian:bookworm-slim";
 /// The files of `image/`, as compiled in.
 pub const IMAGE_FILES: &[(&str, &[u8])] = &[
     ("Dockerfile", include_bytes!("../../../image/Dockerfile")),
-    ("build-base.sh", include_bytes!("../../../image/build-base.sh")),
-    ("packages.txt", include_bytes!("../../../image/packages.txt")),
+    (
+        "build-base.sh",
+        include_bytes!("../../../image/build-base.sh"),
+    ),
+    (
+        "packages.txt",
+        include_bytes!("../../../image/packages.txt"),
+    ),
 ];
 
 fn hash_files(names: &[&str]) -> String {
     let mut h = Sha256::new();
-    for (name, bytes) in IMAGE_FILES.iter().filter(|(n, _)| names.is_empty() || names.contains(n)) {
+    for (name, bytes) in IMAGE_FILES
+        .iter()
+        .filter(|(n, _)| names.is_empty() || names.contains(n))
+    {
         h.update(name.as_bytes());
         h.update([0]);
         h.update((bytes.len() as u64).to_be_bytes());
@@ -56,7 +65,10 @@ pub fn default_image() -> String {
 
 /// `flowerbox-base:bookworm-<12 hex over build-base.sh and packages.txt>`.
 pub fn base_image() -> String {
-    format!("{BASE_REPO}:bookworm-{}", hash_files(&["build-base.sh", "packages.txt"]))
+    format!(
+        "{BASE_REPO}:bookworm-{}",
+        hash_files(&["build-base.sh", "packages.txt"])
+    )
 }
 
 /// What [`ensure_image`] did.
@@ -91,7 +103,12 @@ pub async fn ensure_image(
     requested: Option<&str>,
     progress: bool,
 ) -> Result<EnsuredImage, SandboxError> {
-    let nothing = |image: String| EnsuredImage { image, built: false, base_built: false, elapsed: Duration::ZERO };
+    let nothing = |image: String| EnsuredImage {
+        image,
+        built: false,
+        base_built: false,
+        elapsed: Duration::ZERO,
+    };
     if let Some(name) = requested.filter(|n| !n.is_empty()) {
         if image_exists(engine, name).await? {
             return Ok(nothing(name.to_string()));
@@ -116,14 +133,28 @@ pub async fn ensure_image(
     let (base, base_built) = ensure_base(engine, &bar).await?;
     build_agent(engine, &image, &base, &bar).await?;
     let elapsed = started.elapsed();
-    bar.finish_with_message(format!("agent image {image} ready ({:.0} s)", elapsed.as_secs_f64()));
-    Ok(EnsuredImage { image, built: true, base_built, elapsed })
+    bar.finish_with_message(format!(
+        "agent image {image} ready ({:.0} s)",
+        elapsed.as_secs_f64()
+    ));
+    Ok(EnsuredImage {
+        image,
+        built: true,
+        base_built,
+        elapsed,
+    })
 }
 
 fn spinner(visible: bool) -> ProgressBar {
-    let target = if visible { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() };
+    let target = if visible {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    };
     let bar = ProgressBar::with_draw_target(None, target);
-    bar.set_style(ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}").expect("valid template"));
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}").expect("valid template"),
+    );
     bar.enable_steady_tick(Duration::from_millis(120));
     bar
 }
@@ -135,7 +166,11 @@ impl BuildLock {
     async fn acquire() -> Result<BuildLock, SandboxError> {
         let path = std::env::temp_dir().join("flowerbox-image-build.lock");
         tokio::task::spawn_blocking(move || {
-            let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path)?;
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)?;
             fs4::fs_std::FileExt::lock_exclusive(&f)?;
             Ok(BuildLock(f))
         })
@@ -158,7 +193,9 @@ async fn ensure_base(engine: &Engine, bar: &ProgressBar) -> Result<(String, bool
 
 /// Runs the compiled-in `build-base.sh` (as root, or through `sudo -n`) and imports the rootfs.
 async fn build_base(engine: &Engine, base: &str, bar: &ProgressBar) -> Result<(), SandboxError> {
-    let dir = tempfile::Builder::new().prefix("flowerbox-base-").tempdir_in(std::env::temp_dir())?;
+    let dir = tempfile::Builder::new()
+        .prefix("flowerbox-base-")
+        .tempdir_in(std::env::temp_dir())?;
     for (name, bytes) in IMAGE_FILES {
         std::fs::write(dir.path().join(name), bytes)?;
     }
@@ -185,7 +222,9 @@ async fn build_base(engine: &Engine, base: &str, bar: &ProgressBar) -> Result<()
         c.args(["-n", "bash"]);
         c
     };
-    bar.set_message(format!("building base image {base} with debootstrap (about a minute)"));
+    bar.set_message(format!(
+        "building base image {base} with debootstrap (about a minute)"
+    ));
     let mut child = cmd
         .arg(&script)
         .arg(&tarball)
@@ -197,9 +236,15 @@ async fn build_base(engine: &Engine, base: &str, bar: &ProgressBar) -> Result<()
     let mut last = VecDeque::new();
     let out = tokio::io::BufReader::new(child.stdout.take().expect("piped")).lines();
     let err = tokio::io::BufReader::new(child.stderr.take().expect("piped")).lines();
-    let mut lines = futures::stream::select(tokio_stream_lines(out).boxed(), tokio_stream_lines(err).boxed());
+    let mut lines = futures::stream::select(
+        tokio_stream_lines(out).boxed(),
+        tokio_stream_lines(err).boxed(),
+    );
     while let Some(line) = lines.next().await {
-        bar.set_message(format!("base image: {}", line.chars().take(100).collect::<String>()));
+        bar.set_message(format!(
+            "base image: {}",
+            line.chars().take(100).collect::<String>()
+        ));
         last.push_back(line);
         if last.len() > 15 {
             last.pop_front();
@@ -233,7 +278,9 @@ async fn build_base(engine: &Engine, base: &str, bar: &ProgressBar) -> Result<()
             Err(e) => Some((Err(e), f)),
         }
     });
-    let mut import = engine.docker().create_image(Some(options), Some(body_try_stream(body)), None);
+    let mut import = engine
+        .docker()
+        .create_image(Some(options), Some(body_try_stream(body)), None);
     while let Some(item) = import.next().await {
         item.map_err(|e| SandboxError::Image(format!("importing {base}: {e}")))?;
     }
@@ -243,7 +290,9 @@ async fn build_base(engine: &Engine, base: &str, bar: &ProgressBar) -> Result<()
 fn tokio_stream_lines<R: tokio::io::AsyncBufRead + Unpin + Send + 'static>(
     lines: tokio::io::Lines<R>,
 ) -> impl futures::Stream<Item = String> + Send {
-    futures::stream::unfold(lines, |mut l| async move { l.next_line().await.ok().flatten().map(|s| (s, l)) })
+    futures::stream::unfold(lines, |mut l| async move {
+        l.next_line().await.ok().flatten().map(|s| (s, l))
+    })
 }
 
 /// The build context: every file of `image/`, as a tar archive.
@@ -259,7 +308,12 @@ pub fn build_context() -> Result<Vec<u8>, SandboxError> {
     Ok(builder.into_inner()?)
 }
 
-async fn build_agent(engine: &Engine, image: &str, base: &str, bar: &ProgressBar) -> Result<(), SandboxError> {
+async fn build_agent(
+    engine: &Engine,
+    image: &str,
+    base: &str,
+    bar: &ProgressBar,
+) -> Result<(), SandboxError> {
     bar.set_message(format!("building agent image {image} from {base}"));
     let mut labels = HashMap::new();
     labels.insert("flowerbox.image".to_string(), hash_files(&[]));
@@ -273,13 +327,23 @@ async fn build_agent(engine: &Engine, image: &str, base: &str, bar: &ProgressBar
         ..Default::default()
     };
     let context = build_context()?;
-    let mut stream = engine.docker().build_image(options, None, Some(body_full(context.into())));
+    let mut stream = engine
+        .docker()
+        .build_image(options, None, Some(body_full(context.into())));
     let mut last = VecDeque::new();
     while let Some(item) = stream.next().await {
         match item {
             Ok(info) => {
-                if let Some(text) = info.stream.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
-                    bar.set_message(format!("agent image: {}", text.chars().take(100).collect::<String>()));
+                if let Some(text) = info
+                    .stream
+                    .as_deref()
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                {
+                    bar.set_message(format!(
+                        "agent image: {}",
+                        text.chars().take(100).collect::<String>()
+                    ));
                     last.push_back(text.to_string());
                     if last.len() > 15 {
                         last.pop_front();
@@ -295,7 +359,9 @@ async fn build_agent(engine: &Engine, image: &str, base: &str, bar: &ProgressBar
         }
     }
     if !image_exists(engine, image).await? {
-        return Err(SandboxError::Image(format!("building {image} ended without the image")));
+        return Err(SandboxError::Image(format!(
+            "building {image} ended without the image"
+        )));
     }
     Ok(())
 }
@@ -342,7 +408,16 @@ mod tests {
         let script = String::from_utf8_lossy(IMAGE_FILES[1].1);
         assert!(dockerfile.contains("packages.txt") && script.contains("packages.txt"));
         let pkgs = String::from_utf8_lossy(IMAGE_FILES[2].1);
-        for tool in ["git", "file", "lsof", "procps", "tini", "ripgrep", "python3", "build-essential"] {
+        for tool in [
+            "git",
+            "file",
+            "lsof",
+            "procps",
+            "tini",
+            "ripgrep",
+            "python3",
+            "build-essential",
+        ] {
             assert!(pkgs.lines().any(|l| l.trim() == tool), "{tool}");
         }
     }

@@ -53,7 +53,9 @@ pub enum Liveness {
 }
 
 fn boot_id() -> io::Result<String> {
-    Ok(std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?.trim().to_string())
+    Ok(std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?
+        .trim()
+        .to_string())
 }
 
 /// Start time (field 22 of `/proc/<pid>/stat`), parsed after the last `)` because the command
@@ -71,7 +73,10 @@ fn parse_start_ticks(stat: &str) -> Option<u64> {
 }
 
 fn host_name() -> String {
-    nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_default()
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_default()
 }
 
 impl Owner {
@@ -82,7 +87,12 @@ impl Owner {
 
     /// Another process on this host.
     pub fn of_pid(pid: u32) -> io::Result<Owner> {
-        Ok(Owner { host: host_name(), boot_id: boot_id()?, pid, start_ticks: start_ticks(pid)? })
+        Ok(Owner {
+            host: host_name(),
+            boot_id: boot_id()?,
+            pid,
+            start_ticks: start_ticks(pid)?,
+        })
     }
 
     /// Adds the owner labels.
@@ -144,16 +154,25 @@ mod tests {
     #[test]
     fn reused_pid_gone_pid_and_foreign_host() {
         let me = Owner::current().unwrap();
-        let reused = Owner { start_ticks: me.start_ticks + 1, ..me.clone() };
+        let reused = Owner {
+            start_ticks: me.start_ticks + 1,
+            ..me.clone()
+        };
         assert!(matches!(reused.liveness(), Liveness::Dead(_)));
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         child.wait().unwrap();
         let gone = Owner { pid, ..me.clone() };
         assert!(matches!(gone.liveness(), Liveness::Dead(r) if r.contains("gone")));
-        let foreign = Owner { host: format!("{}-elsewhere", me.host), ..me.clone() };
+        let foreign = Owner {
+            host: format!("{}-elsewhere", me.host),
+            ..me.clone()
+        };
         assert!(matches!(foreign.liveness(), Liveness::Unknown(_)));
-        let rebooted = Owner { boot_id: "other-boot".into(), ..me };
+        let rebooted = Owner {
+            boot_id: "other-boot".into(),
+            ..me
+        };
         assert!(matches!(rebooted.liveness(), Liveness::Dead(_)));
     }
 

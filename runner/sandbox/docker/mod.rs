@@ -25,8 +25,8 @@ pub use signals::teardown_on_signal;
 
 use async_trait::async_trait;
 use bollard::query_parameters::{
-    ContainerArchiveInfoOptions, CreateContainerOptions, DownloadFromContainerOptions, RemoveContainerOptions,
-    UploadToContainerOptions,
+    ContainerArchiveInfoOptions, CreateContainerOptions, DownloadFromContainerOptions,
+    RemoveContainerOptions, UploadToContainerOptions,
 };
 use bollard::{body_full, Docker};
 use futures::StreamExt;
@@ -38,7 +38,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::OnceCell;
 
-use container::{canonical_box, container_name, etc_archive, patch_passwd, Identity, ImageFacts, RunSpec};
+use container::{
+    canonical_box, container_name, etc_archive, patch_passwd, Identity, ImageFacts, RunSpec,
+};
 use engine::status_code;
 
 use super::{AgentBox, Sandbox, SandboxError, SandboxFactory};
@@ -109,6 +111,16 @@ pub struct DockerSandboxFactory {
     inner: Arc<Inner>,
 }
 
+impl std::fmt::Debug for DockerSandboxFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerSandboxFactory")
+            .field("run_id", &self.inner.opts.run_id)
+            .field("workspace", &self.inner.opts.workspace)
+            .field("engine", &self.inner.engine.endpoint().host)
+            .finish()
+    }
+}
+
 fn docker_err(e: bollard::errors::Error) -> SandboxError {
     SandboxError::Docker(e.to_string())
 }
@@ -155,7 +167,13 @@ impl DockerSandboxFactory {
 
     /// Ids and names of the run's live containers (pod included).
     pub fn container_ids(&self) -> Vec<String> {
-        self.inner.created.lock().expect("lock").iter().map(|(id, _)| id.clone()).collect()
+        self.inner
+            .created
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// Removes containers of this workspace whose owner is provably dead; one line each.
@@ -165,13 +183,25 @@ impl DockerSandboxFactory {
 
     /// The concrete sandbox for `spec` (same as [`SandboxFactory::sandbox`]), for callers that
     /// need the container id.
-    pub async fn docker_sandbox(&self, spec: &AgentBox) -> Result<Arc<DockerSandbox>, SandboxError> {
+    pub async fn docker_sandbox(
+        &self,
+        spec: &AgentBox,
+    ) -> Result<Arc<DockerSandbox>, SandboxError> {
         let inner = &self.inner;
         if inner.torn_down.load(Ordering::SeqCst) {
             return Err(SandboxError::ShutDown);
         }
-        let slot = inner.agents.lock().expect("lock").entry(spec.agent.clone()).or_default().clone();
-        let sandbox = slot.get_or_try_init(|| inner.create_agent(spec)).await?.clone();
+        let slot = inner
+            .agents
+            .lock()
+            .expect("lock")
+            .entry(spec.agent.clone())
+            .or_default()
+            .clone();
+        let sandbox = slot
+            .get_or_try_init(|| inner.create_agent(spec))
+            .await?
+            .clone();
         if inner.torn_down.load(Ordering::SeqCst) {
             inner.remove(sandbox.container_id()).await;
             return Err(SandboxError::ShutDown);
@@ -184,8 +214,12 @@ impl Inner {
     async fn image(&self) -> Result<&String, SandboxError> {
         self.image
             .get_or_try_init(|| async {
-                let ensured =
-                    ensure_image(&self.engine, self.opts.image.as_deref(), self.opts.show_progress).await?;
+                let ensured = ensure_image(
+                    &self.engine,
+                    self.opts.image.as_deref(),
+                    self.opts.show_progress,
+                )
+                .await?;
                 Ok::<_, SandboxError>(ensured.image)
             })
             .await
@@ -210,8 +244,16 @@ impl Inner {
         self.engine.docker()
     }
 
-    async fn create(&self, name: &str, body: bollard::models::ContainerCreateBody, pod: bool) -> Result<String, SandboxError> {
-        let options = CreateContainerOptions { name: Some(name.to_string()), ..Default::default() };
+    async fn create(
+        &self,
+        name: &str,
+        body: bollard::models::ContainerCreateBody,
+        pod: bool,
+    ) -> Result<String, SandboxError> {
+        let options = CreateContainerOptions {
+            name: Some(name.to_string()),
+            ..Default::default()
+        };
         let id = self
             .docker()
             .create_container(Some(options), body)
@@ -243,20 +285,36 @@ impl Inner {
     async fn image_facts(&self, id: &str) -> ImageFacts {
         let has_bash = match self
             .docker()
-            .get_container_archive_info(id, Some(ContainerArchiveInfoOptions { path: "/bin/bash".into() }))
+            .get_container_archive_info(
+                id,
+                Some(ContainerArchiveInfoOptions {
+                    path: "/bin/bash".into(),
+                }),
+            )
             .await
         {
             Ok(_) => true,
             Err(e) => status_code(&e) != Some(404),
         };
-        let passwd = self.read_file(id, "/etc/passwd").await.unwrap_or_else(|| "root:x:0:0:root:/root:/bin/sh\n".into());
-        let group = self.read_file(id, "/etc/group").await.unwrap_or_else(|| "root:x:0:\n".into());
-        ImageFacts { passwd, group, has_bash }
+        let passwd = self
+            .read_file(id, "/etc/passwd")
+            .await
+            .unwrap_or_else(|| "root:x:0:0:root:/root:/bin/sh\n".into());
+        let group = self
+            .read_file(id, "/etc/group")
+            .await
+            .unwrap_or_else(|| "root:x:0:\n".into());
+        ImageFacts {
+            passwd,
+            group,
+            has_bash,
+        }
     }
 
     async fn read_file(&self, id: &str, path: &str) -> Option<String> {
-        let mut stream =
-            self.docker().download_from_container(id, Some(DownloadFromContainerOptions { path: path.into() }));
+        let mut stream = self
+            .docker()
+            .download_from_container(id, Some(DownloadFromContainerOptions { path: path.into() }));
         let mut tar_bytes = Vec::new();
         while let Some(chunk) = stream.next().await {
             tar_bytes.extend_from_slice(&chunk.ok()?);
@@ -279,13 +337,18 @@ impl Inner {
         let identity = self.identity(&mounts);
         let run = self.run_spec(&image, identity.clone());
         let name = container_name(&self.opts.run_id, &spec.agent);
-        let id = self.create(&name, run.agent_body(&spec, &pod.id, &pod.name), false).await?;
+        let id = self
+            .create(&name, run.agent_body(&spec, &pod.id, &pod.name), false)
+            .await?;
         let (passwd, group) = patch_passwd(&pod.facts, &identity);
         let archive = etc_archive(&passwd, &group)?;
         self.docker()
             .upload_to_container(
                 &id,
-                Some(UploadToContainerOptions { path: "/".into(), ..Default::default() }),
+                Some(UploadToContainerOptions {
+                    path: "/".into(),
+                    ..Default::default()
+                }),
                 body_full(archive.into()),
             )
             .await
@@ -295,12 +358,24 @@ impl Inner {
             .await
             .map_err(|e| SandboxError::Container(format!("starting {name}: {e}")))?;
         let user = format!("{}:{}", identity.ids.uid, identity.ids.gid);
-        Ok(Arc::new(DockerSandbox::new(self.docker().clone(), id, name, image, user, pod.facts.has_bash, spec)))
+        Ok(Arc::new(DockerSandbox::new(
+            self.docker().clone(),
+            id,
+            name,
+            image,
+            user,
+            pod.facts.has_bash,
+            spec,
+        )))
     }
 
     /// Force-removes a container (kills it first; 404 is fine) and forgets it.
     async fn remove(&self, id: &str) -> Option<SandboxError> {
-        let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+        let opts = RemoveContainerOptions {
+            force: true,
+            v: true,
+            ..Default::default()
+        };
         let result = self.docker().remove_container(id, Some(opts)).await;
         self.created.lock().expect("lock").retain(|(c, _)| c != id);
         match result {
@@ -318,7 +393,8 @@ impl Inner {
         let mut first_err = None;
         // Agent containers first: they live in the pod's namespaces.
         for group in [agents, pods] {
-            let results = futures::future::join_all(group.iter().map(|(id, _)| self.remove(id))).await;
+            let results =
+                futures::future::join_all(group.iter().map(|(id, _)| self.remove(id))).await;
             first_err = first_err.or(results.into_iter().flatten().next());
         }
         first_err.map_or(Ok(()), Err)
@@ -354,19 +430,34 @@ impl Drop for Inner {
     /// Last resort when `teardown` was never awaited (a panic, an early return): removes the
     /// run's containers on a separate thread with its own runtime, waiting at most 20 s.
     fn drop(&mut self) {
-        let left: Vec<(String, bool)> = std::mem::take(&mut *self.created.lock().unwrap_or_else(|e| e.into_inner()));
+        let left: Vec<(String, bool)> =
+            std::mem::take(&mut *self.created.lock().unwrap_or_else(|e| e.into_inner()));
         if left.is_empty() {
             return;
         }
         let endpoint = self.engine.endpoint().clone();
         let handle = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
             rt.block_on(async move {
-                let Ok(engine) = Engine::connect_to(endpoint, Duration::from_secs(5)).await else { return };
-                let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+                let Ok(engine) = Engine::connect_to(endpoint, Duration::from_secs(5)).await else {
+                    return;
+                };
+                let opts = RemoveContainerOptions {
+                    force: true,
+                    v: true,
+                    ..Default::default()
+                };
                 let (pods, agents): (Vec<_>, Vec<_>) = left.into_iter().partition(|(_, pod)| *pod);
                 for (id, _) in agents.into_iter().chain(pods) {
-                    let _ = engine.docker().remove_container(&id, Some(opts.clone())).await;
+                    let _ = engine
+                        .docker()
+                        .remove_container(&id, Some(opts.clone()))
+                        .await;
                 }
             });
         });

@@ -19,7 +19,12 @@ const MAX_TAIL: usize = 24;
 
 impl EndLine {
     pub fn new(marker: &str) -> Self {
-        EndLine { token: Self::token(marker).into_bytes(), held: Vec::new(), code: None, cut: false }
+        EndLine {
+            token: Self::token(marker).into_bytes(),
+            held: Vec::new(),
+            code: None,
+            cut: false,
+        }
     }
 
     /// The token the wrapper prints before the exit code.
@@ -63,7 +68,10 @@ impl EndLine {
             return buf; // not a well-formed line after all: pass it on
         }
         // Hold back a suffix that may be the start of the token.
-        let keep = (1..t.min(buf.len() + 1)).rev().find(|&k| buf.ends_with(&self.token[..k])).unwrap_or(0);
+        let keep = (1..t.min(buf.len() + 1))
+            .rev()
+            .find(|&k| buf.ends_with(&self.token[..k]))
+            .unwrap_or(0);
         self.held = buf.split_off(buf.len() - keep);
         buf
     }
@@ -94,7 +102,11 @@ mod tests {
         assert_eq!(run(&[line]), (b"err1\nlate\n".to_vec(), Some(3)));
         for cut in 1..line.len() {
             let (a, b) = line.split_at(cut);
-            assert_eq!(run(&[a, b]), (b"err1\nlate\n".to_vec(), Some(3)), "cut {cut}");
+            assert_eq!(
+                run(&[a, b]),
+                (b"err1\nlate\n".to_vec(), Some(3)),
+                "cut {cut}"
+            );
         }
         let bytes: Vec<&[u8]> = line.chunks(1).collect();
         assert_eq!(run(&bytes), (b"err1\nlate\n".to_vec(), Some(3)));
