@@ -161,6 +161,26 @@ async fn exec_timeout_leaves_no_process_behind() {
 }
 
 #[tokio::test]
+async fn timeout_with_the_pids_limit_exhausted_still_leaves_nothing() {
+    let Some(engine) = engine_or_skip("pids_exhausted").await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let run = TestRun::with(&engine, "pids", |o| o.limits.pids = 40).await;
+    let sb = run.sandbox("worker-1", Role::Worker).await;
+    let cmd = "for i in $(seq 100); do sleep 3001 & done 2>/dev/null; sleep 3002";
+    let out = sb
+        .exec(req(cmd, &run.workspace, Duration::from_secs(3)))
+        .await
+        .unwrap();
+    assert!(out.timed_out, "{out:?}");
+    eprintln!("notes: {:?}", out.notes);
+    let ps = exec_ok(&*sb, "ps -eo args", &run.workspace).await;
+    assert!(ps.success(), "{ps:?}");
+    assert!(!ps.stdout.contains("sleep 300"), "{}", ps.stdout);
+}
+
+#[tokio::test]
 async fn cancellation_kills_the_command() {
     let Some(engine) = engine_or_skip("cancellation").await else {
         return;

@@ -74,12 +74,22 @@ pub struct TestRun {
 
 impl TestRun {
     pub async fn new(engine: &Engine, test: &str) -> TestRun {
+        Self::with(engine, test, |_| {}).await
+    }
+
+    /// Like [`TestRun::new`], with the options adjusted by `adjust`.
+    pub async fn with(
+        engine: &Engine,
+        test: &str,
+        adjust: impl FnOnce(&mut DockerOptions),
+    ) -> TestRun {
         let image = agent_image(engine).await;
         let (dir, workspace) = odd_workspace();
         let run_id = run_id(test);
         let mut opts = DockerOptions::new(run_id.clone(), &workspace);
         opts.image = Some(image);
         opts.show_progress = false;
+        adjust(&mut opts);
         let factory = Arc::new(DockerSandboxFactory::connect(opts).await.expect("connect"));
         TestRun {
             factory,

@@ -19,6 +19,7 @@ use async_trait::async_trait;
 use bollard::container::LogOutput;
 use bollard::exec::StartExecResults;
 use bollard::models::ExecConfig;
+use bollard::query_parameters::RestartContainerOptions;
 use bollard::Docker;
 use futures::StreamExt;
 use regex::Regex;
@@ -168,8 +169,9 @@ impl DockerSandbox {
         SandboxError::Docker(e.to_string())
     }
 
-    /// Runs a helper script (`sh -c SCRIPT flowerbox ARG`) to completion and returns stdout.
-    async fn helper(&self, script: &str, arg: &str) -> Result<String, SandboxError> {
+    /// Runs a helper script (`sh -c SCRIPT flowerbox ARG`) to completion; returns its stdout and
+    /// exit code.
+    async fn helper(&self, script: &str, arg: &str) -> Result<(String, Option<i64>), SandboxError> {
         let cmd = vec![
             "sh".into(),
             "-c".into(),
@@ -207,12 +209,38 @@ impl DockerSandbox {
                 SandboxError::Docker(format!("helper exec in {} did not finish", self.name))
             })?;
         }
-        Ok(String::from_utf8_lossy(&out).into_owned())
+        let code = self
+            .docker
+            .inspect_exec(&exec.id)
+            .await
+            .map_err(Self::err)?
+            .exit_code;
+        Ok((String::from_utf8_lossy(&out).into_owned(), code))
     }
 
-    /// Kills everything the command with `marker` started.
-    async fn kill_marked(&self, marker: &str) -> Result<(), SandboxError> {
-        self.helper(KILL_SCRIPT, marker).await.map(|_| ())
+    /// Kills everything the command with `marker` started. When that cannot run (the pids limit
+    /// is exhausted, so not even the kill can start), restarts the container, which ends every
+    /// process in it; returns a note saying so.
+    async fn kill_marked(&self, marker: &str) -> Option<String> {
+        let failure = match self.helper(KILL_SCRIPT, marker).await {
+            Ok((_, Some(0))) => return None,
+            Ok((_, code)) => match code {
+                Some(c) => format!("it exited with {c}"),
+                None => "its exit code is unknown".into(),
+            },
+            Err(e) => e.to_string(),
+        };
+        let options = RestartContainerOptions {
+            t: Some(1),
+            ..Default::default()
+        };
+        Some(match self.docker.restart_container(&self.id, Some(options)).await {
+            Ok(()) => format!(
+                "the kill could not run in the container ({failure}); the container was restarted, \
+                 which ended every process in it"
+            ),
+            Err(e) => format!("killing the command's processes failed ({failure}); restarting the container failed: {e}"),
+        })
     }
 
     async fn run(&self, req: &ExecRequest, cwd: &str) -> Result<ExecOutput, SandboxError> {
@@ -329,9 +357,7 @@ impl DockerSandbox {
         match stop {
             Some(why) => {
                 let secs = req.timeout.as_secs_f64();
-                if let Err(e) = self.kill_marked(&marker).await {
-                    notes.push(format!("killing the command's processes failed: {e}"));
-                }
+                notes.extend(self.kill_marked(&marker).await);
                 // Whatever was still in flight.
                 let _ = tokio::time::timeout(Duration::from_secs(2), async {
                     while let Some(Ok(item)) = output.next().await {
@@ -364,7 +390,11 @@ impl DockerSandbox {
             None => {
                 result.exit_code = exit.flatten();
                 if left_running || end_line.cut() {
-                    let listed = self.helper(LIST_SCRIPT, &marker).await.unwrap_or_default();
+                    let listed = self
+                        .helper(LIST_SCRIPT, &marker)
+                        .await
+                        .map(|(o, _)| o)
+                        .unwrap_or_default();
                     let procs: Vec<&str> = listed
                         .lines()
                         .filter(|l| !l.trim().is_empty() && !l.contains(RELAY_ARGS))
