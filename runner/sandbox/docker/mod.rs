@@ -165,7 +165,7 @@ impl DockerSandboxFactory {
         self.inner.image().await.cloned()
     }
 
-    /// Ids and names of the run's live containers (pod included).
+    /// Ids of the run's live containers (pod included).
     pub fn container_ids(&self) -> Vec<String> {
         self.inner
             .created
