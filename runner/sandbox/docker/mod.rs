@@ -283,30 +283,27 @@ impl Inner {
 
     /// Reads `/etc/passwd`, `/etc/group` and whether bash exists from a created container.
     async fn image_facts(&self, id: &str) -> ImageFacts {
-        let has_bash = match self
-            .docker()
-            .get_container_archive_info(
-                id,
-                Some(ContainerArchiveInfoOptions {
-                    path: "/bin/bash".into(),
-                }),
-            )
-            .await
-        {
-            Ok(_) => true,
-            Err(e) => status_code(&e) != Some(404),
+        let bash = async {
+            let options = ContainerArchiveInfoOptions {
+                path: "/bin/bash".into(),
+            };
+            match self
+                .docker()
+                .get_container_archive_info(id, Some(options))
+                .await
+            {
+                Ok(_) => true,
+                Err(e) => status_code(&e) != Some(404),
+            }
         };
-        let passwd = self
-            .read_file(id, "/etc/passwd")
-            .await
-            .unwrap_or_else(|| "root:x:0:0:root:/root:/bin/sh\n".into());
-        let group = self
-            .read_file(id, "/etc/group")
-            .await
-            .unwrap_or_else(|| "root:x:0:\n".into());
+        let (has_bash, passwd, group) = tokio::join!(
+            bash,
+            self.read_file(id, "/etc/passwd"),
+            self.read_file(id, "/etc/group")
+        );
         ImageFacts {
-            passwd,
-            group,
+            passwd: passwd.unwrap_or_else(|| "root:x:0:0:root:/root:/bin/sh\n".into()),
+            group: group.unwrap_or_else(|| "root:x:0:\n".into()),
             has_bash,
         }
     }
