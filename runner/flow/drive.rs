@@ -116,6 +116,8 @@ pub struct SessionSetup {
     pub handoff: bool,
     /// The question channel's settings.
     pub human: HumanConfig,
+    /// `--isolate`: every worker in its own git worktree.
+    pub isolate: bool,
 }
 
 /// One live run: the frontend, the question channel and the services.
@@ -135,6 +137,15 @@ impl Session {
         creds: &Credentials,
         setup: SessionSetup,
     ) -> Result<Session, CliError> {
+        if setup.isolate {
+            // ISOLATION: the worktree placement plugs in here — build it and pass it as
+            // `RunSetup.placement` below. Until then `--isolate` fails rather than letting
+            // workers share the workspace silently (DESIGN.md invariant 6).
+            return Err(CliError::NotBuilt(
+                "--isolate 的 worktree 隔离还没接上:这个版本里执行者只能共用工作区。去掉 --isolate 再跑。"
+                    .into(),
+            ));
+        }
         let frontend = frontend(globals);
         let channel = HumanChannel::new(setup.human);
         channel.connect_events(frontend.events());
@@ -148,8 +159,7 @@ impl Session {
                 handoff: setup.handoff,
                 human: Arc::new(channel.clone()),
                 events: frontend.events(),
-                // ISOLATION: `--isolate`'s worktree placement plugs in here (go passes
-                // `opts.isolate`; the placement gives each worker its own worktree).
+                // ISOLATION: `--isolate`'s worktree placement (see the check above).
                 placement: None,
                 sandboxes: None,
             },
@@ -233,8 +243,10 @@ impl Session {
         self.run.shutdown().await;
         let (cost, known) = process_cost(&self.run);
         let opts = self.frontend.render_options();
-        self.frontend
-            .print(&[closing_line(cost, known, self.run.manifest.path(), &opts)]);
+        self.frontend.print(&[
+            String::new(),
+            closing_line(cost, known, self.run.manifest.path(), &opts),
+        ]);
     }
 }
 

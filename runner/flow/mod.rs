@@ -51,6 +51,8 @@ pub mod wake;
 pub mod workflow;
 
 #[cfg(test)]
+mod declarative_tests;
+#[cfg(test)]
 mod testkit;
 #[cfg(test)]
 mod workflow_tests;

@@ -44,6 +44,7 @@ pub async fn run(
                 log_path: declared.log_path.clone(),
                 amend_path: declared.brief_path.clone(),
             },
+            isolate: false,
         },
     )
     .await?;

@@ -2,10 +2,11 @@
 //! 确认需求 → 设定目标 → 干活, with an independent judge after every work round.
 //!
 //! Order of one `go` ([`go`]): (credentials and the start prompt happened in the command line,
-//! whose wake check is [`super::wake::brief_complete`]) → `--new` archives the previous run →
-//! the read-only wake probe → the wake banner → on a wake, the human's new line lands in three
-//! places (appended to the brief; the goal is re-derived; it is what the coordinator is told)
-//! → the workflow → the closing line.
+//! whose wake check is [`super::wake::brief_complete`]) → the run's services
+//! ([`Session::open`]) → `--new` archives the previous run → the read-only wake probe → the
+//! wake banner → on a wake, the human's new line lands in three places (appended to the
+//! brief; the goal is re-derived; it is what the coordinator is told) → the workflow → the
+//! closing line.
 //!
 //! The work step's agent is the coordinator (`Agent`, `TodoWrite`, `Read`, glance `Bash`, ask,
 //! inbox), dispatching `coder` workers through `Agent`.
@@ -190,6 +191,25 @@ pub async fn go(
     creds: Credentials,
 ) -> Result<ExitStatus, CliError> {
     let ws = globals.workspace.clone();
+    // Nothing to continue and nothing asked (the start prompt normally catches this; `--new`
+    // always comes with a request).
+    if opts.ask.is_none() && (opts.new || !wake_state(&ws, &globals.run_dir, opts.isolate).waking) {
+        return Err(CliError::NeedRequest);
+    }
+    let (brief_path, _, log_path) = notes_paths(&opts.workbench);
+    let session = Session::open(
+        &globals,
+        &creds,
+        SessionSetup {
+            workbench: Some(opts.workbench.clone()),
+            trim_large: opts.trim,
+            window: opts.window,
+            handoff: opts.handoff,
+            human: human_config(opts.asks, opts.timeout, log_path, brief_path),
+            isolate: opts.isolate,
+        },
+    )
+    .await?;
     let archived = if opts.new {
         archive_previous(&ws, &globals.run_dir, &opts.workbench).map_err(|e| CliError::Io {
             what: "归档上一段失败".into(),
@@ -199,28 +219,7 @@ pub async fn go(
         None
     };
     let probe = wake_state(&ws, &globals.run_dir, opts.isolate);
-    if !probe.waking && opts.ask.is_none() {
-        return Err(CliError::NeedRequest);
-    }
     let starter = Starter::from_options(&opts, probe.waking, &probe.workbench);
-    let (_, _, log_path) = notes_paths(&probe.workbench);
-    let session = Session::open(
-        &globals,
-        &creds,
-        SessionSetup {
-            workbench: Some(probe.workbench.clone()),
-            trim_large: opts.trim,
-            window: opts.window,
-            handoff: opts.handoff,
-            human: human_config(
-                opts.asks,
-                opts.timeout,
-                log_path,
-                starter.brief_path.clone(),
-            ),
-        },
-    )
-    .await?;
     let render = session.frontend.render_options();
     if let Some(dir) = archived {
         session.frontend.print(&[format!(
