@@ -288,3 +288,47 @@ fn sigterm_records_the_step_in_flight_and_dies_by_the_signal() {
     assert_eq!(row["error"], "killed-by-signal");
     assert_eq!(row["ok"], false);
 }
+
+#[test]
+fn sigint_without_a_console_ends_the_run_with_130_and_keeps_the_books() {
+    let p = Project::new();
+    let model = ScriptedModel::start(&scenario("flow_kill_1"));
+    let child = p.command(&model, &["--timeout", "0", ASK]).spawn().unwrap();
+    wait_until("the worker's request", || {
+        !requests_with(&model, "回话格式固定四段").is_empty()
+    });
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let r = finish(child);
+    assert_eq!(r.code(), 130, "{r:?}");
+    assert!(!r.err.contains("panicked"), "{}", r.err);
+    assert!(
+        r.out.lines().last().unwrap().starts_with("总花费 $"),
+        "{}",
+        r.out
+    );
+    let row = p
+        .manifest()
+        .into_iter()
+        .find(|r| r["step"] == "干活")
+        .unwrap();
+    assert_eq!(row["error"], "interrupted-by-human");
+}
+
+#[test]
+fn isolate_fails_honestly_until_worktrees_are_built() {
+    let p = Project::new();
+    git2::Repository::init(&p.ws).unwrap();
+    let model = ScriptedModel::start(&scenario("flow_go"));
+    let r = p.run(&model, &["--timeout", "0", "--isolate", ASK]);
+    assert_eq!(r.code(), 1, "{r:?}");
+    assert!(
+        r.err.starts_with("--isolate 的 worktree 隔离还没接上"),
+        "{}",
+        r.err
+    );
+    assert!(model.recorded().is_empty(), "nothing ran");
+}
