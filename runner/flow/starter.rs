@@ -274,3 +274,92 @@ pub fn amend_brief(brief_path: &Path, said: &str) -> std::io::Result<bool> {
 
 /// The step names of the full `go` workflow, in order.
 pub const STEPS: [&str; 3] = [CLARIFY_STEP, GOAL_STEP, WORK_STEP];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn starter(ask: Option<&str>, waking: bool) -> Starter {
+        Starter {
+            ask: ask.map(String::from),
+            waking,
+            brief_path: "/ws/.flower/notes/需求.md".into(),
+            goal_path: "/ws/.flower/notes/目标.md".into(),
+            clarify_only: false,
+            goal: true,
+            rounds: 3,
+            judge_can_run: false,
+            instructions: String::new(),
+            worker_prompt: WORKER_PROMPT.into(),
+        }
+    }
+
+    fn lineage() -> LineageFile {
+        LineageFile::new("/ws/runs/lineage.json", Path::new("/ws"))
+    }
+
+    fn names(wf: &Workflow) -> Vec<&str> {
+        wf.steps.iter().map(|s| s.name.as_str()).collect()
+    }
+
+    #[test]
+    fn the_three_shapes_of_go() {
+        let s = starter(Some("做 X"), false);
+        let wf = s.workflow(lineage());
+        assert_eq!(names(&wf), STEPS);
+        assert!(wf.lineage.is_some(), "go is continuous");
+        let work = &wf.steps[2];
+        assert_eq!(work.retries, 2);
+        assert!(work.gate.is_some() && work.on_reject.is_some());
+        assert_eq!(work.spec.name, "coordinator");
+        assert_eq!(work.spec.workers[0].kind, "coder");
+        assert_eq!(
+            wf.steps[0].spec.name, "clarifier",
+            "ASCII agent names for headers"
+        );
+
+        let no_goal = Starter {
+            goal: false,
+            ..s.clone()
+        }
+        .workflow(lineage());
+        assert_eq!(names(&no_goal), [CLARIFY_STEP, WORK_STEP]);
+        assert!(no_goal.steps[1].gate.is_none());
+        assert_eq!(no_goal.steps[1].retries, 0);
+
+        let only = Starter {
+            clarify_only: true,
+            ..s
+        }
+        .workflow(lineage());
+        assert_eq!(names(&only), [CLARIFY_STEP]);
+    }
+
+    #[test]
+    fn what_is_said_on_a_wake_reaches_the_coordinator() {
+        let wf = starter(Some("顺便支持 Y"), true).workflow(lineage());
+        let mut ctx = Ctx::default();
+        ctx.goal = Some(crate::flow::goal::Goal {
+            statement: "做 X 和 Y".into(),
+            checks: vec!["跑 y 看到 z".into()],
+        });
+        let told = wf.steps[2].render(&ctx, true);
+        assert!(
+            told.contains("顺便支持 Y") && told.contains("跑 y 看到 z"),
+            "{told}"
+        );
+        // Nothing said: carry on, no brief resent.
+        let quiet = starter(None, true).workflow(lineage());
+        assert_eq!(quiet.steps[2].render(&ctx, true), WORK_RESUME);
+        // A fresh work session gets the brief and the goal.
+        ctx.outputs
+            .insert(CLARIFY_STEP.into(), "## 目标\n做 X".into());
+        let fresh = quiet.steps[2].render(&ctx, false);
+        assert!(
+            fresh.contains("## 目标\n做 X") && fresh.contains("1. 跑 y 看到 z"),
+            "{fresh}"
+        );
+        // The request of a fresh directory is not "said on a wake".
+        assert_eq!(starter(Some("做 X"), false).said(), None);
+    }
+}
