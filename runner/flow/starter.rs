@@ -338,11 +338,13 @@ mod tests {
     #[test]
     fn what_is_said_on_a_wake_reaches_the_coordinator() {
         let wf = starter(Some("顺便支持 Y"), true).workflow(lineage());
-        let mut ctx = Ctx::default();
-        ctx.goal = Some(crate::flow::goal::Goal {
-            statement: "做 X 和 Y".into(),
-            checks: vec!["跑 y 看到 z".into()],
-        });
+        let mut ctx = Ctx {
+            goal: Some(crate::flow::goal::Goal {
+                statement: "做 X 和 Y".into(),
+                checks: vec!["跑 y 看到 z".into()],
+            }),
+            ..Ctx::default()
+        };
         let told = wf.steps[2].render(&ctx, true);
         assert!(
             told.contains("顺便支持 Y") && told.contains("跑 y 看到 z"),
