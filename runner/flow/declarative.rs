@@ -1,6 +1,6 @@
 //! `run FILE:NAME` (seed 000 "`run`"): a workflow declared in TOML. flower imports a Python
 //! `Workflow`; flowerbox reads a table of a TOML file (see [`crate::cli::target`] for how
-//! `FILE:NAME` is found) and builds the same [`Workflow`] a Rust user would.
+//! `FILE:NAME` is found) and builds the same [`super::Workflow`] a Rust user would.
 //!
 //! # Schema
 //!
@@ -51,12 +51,12 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::brief::Brief;
 use super::clarify::{Clarify, CLARIFY_STEP};
 use super::ctx::Ctx;
 use super::guard::{GoalGuard, GoalSetting, GOAL_STEP};
 use super::starter::WORKER_PROMPT;
 use super::step::{OnFail, Prompt, Step};
+use super::template::{fill, placeholders};
 use super::wake::notes_paths;
 use crate::agent::roles::{self, ASK_TOOL, INBOX_TOOL};
 use crate::agent::{AgentSpec, Workbench};
@@ -600,42 +600,6 @@ fn check_tools(tools: &[String], ceiling: &[&str]) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// The `{{name}}` keys of a template, trimmed, in order.
-pub fn placeholders(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = text;
-    while let Some(start) = rest.find("{{") {
-        let after = &rest[start + 2..];
-        let Some(end) = after.find("}}") else { break };
-        out.push(after[..end].trim().to_string());
-        rest = &after[end + 2..];
-    }
-    out
-}
-
-/// Fills a template from the context: step outputs, `ask`, `brief`, `goal`. A step that
-/// produced nothing (skipped, failed with `skip`) fills in a visible note, not silence.
-pub fn fill(template: &str, ctx: &Ctx, ask: Option<&str>) -> String {
-    let mut out = String::with_capacity(template.len());
-    let mut rest = template;
-    while let Some(start) = rest.find("{{") {
-        let after = &rest[start + 2..];
-        let Some(end) = after.find("}}") else { break };
-        out.push_str(&rest[..start]);
-        let key = after[..end].trim();
-        let value = match key {
-            "ask" => ctx.var("ask").or(ask).map(str::to_string),
-            "brief" => ctx.brief.as_ref().map(Brief::prompt_block),
-            "goal" => ctx.goal.as_ref().map(|g| g.prompt_block()),
-            k => ctx.output(k).map(str::to_string),
-        };
-        out.push_str(&value.unwrap_or_else(|| format!("(步骤「{key}」没有产出)")));
-        rest = &after[end + 2..];
-    }
-    out.push_str(rest);
-    out
 }
 
 /// A serde message on one line.

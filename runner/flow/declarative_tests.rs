@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use super::declarative::{fill, load, placeholders};
+use super::declarative::load;
+use super::template::{fill, placeholders};
 use super::*;
 use crate::model::Role;
 

@@ -4,7 +4,7 @@
 //! (`<step>·判定#N`) sees only the goal and the scene and returns a [`Verdict`].
 //!
 //! - ACHIEVED → the step passes, but only if the workspace's content identity did not change
-//!   while the judge looked ([`super::identity`], DESIGN.md invariant 8); a change voids it
+//!   while the judge looked ([`super::identity()`], DESIGN.md invariant 8); a change voids it
 //!   into NOT_YET with the changed files named.
 //! - NOT_YET (and anything ambiguous) → the work step resumes its own session
 //!   (`<step>#round<N>`) told [`Verdict::feedback`]: what is missing, never how.

@@ -30,10 +30,10 @@
 //!
 //! Modules: [`workflow`] (the engine: attempts, gates, lineage), [`step`] ([`Step`] and its
 //! callbacks), [`ctx`] ([`Ctx`]), [`clarify`] and [`guard`] (the two mechanisms),
-//! [`identity`] (the workspace content identity verdicts are bound to), [`wake`] (the
-//! read-only wake probe and `--new`'s archive), [`starter`] (`go`), [`declarative`] and
-//! [`runfile`] (`run`), [`drive`] (the driver and the UI seam), and the documents
-//! [`brief`], [`goal`], [`verdict`].
+//! [`identity`](mod@identity) (the workspace content identity verdicts are bound to), [`wake`] (the
+//! read-only wake probe and `--new`'s archive), [`starter`] (`go`), [`declarative`],
+//! [`template`] and [`runfile`] (`run`), [`drive`] (the driver and the UI seam), and the
+//! documents [`brief`], [`goal`], [`verdict`].
 
 pub mod brief;
 pub mod clarify;
@@ -46,6 +46,7 @@ pub mod identity;
 pub mod runfile;
 pub mod starter;
 pub mod step;
+pub mod template;
 pub mod verdict;
 pub mod wake;
 pub mod workflow;
