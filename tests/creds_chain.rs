@@ -35,6 +35,8 @@ impl Scene {
         c.env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", &self.home)
+            // An endpoint that fails at once: the run context is reached, nothing waits.
+            .env("ANTHROPIC_BASE_URL", "notaurl")
             .current_dir(&self.cwd)
             .args(["-v", "once", "hi"])
             .write_stdin("");
@@ -66,7 +68,7 @@ fn claude_settings_are_the_last_fallback() {
             .and(predicate::str::contains("ANTHROPIC_MODEL=from-claude"))
             .and(predicate::str::contains("borrowed").not()),
         )
-        .stderr(predicate::str::contains("flowerbox once 还没接上"));
+        .stderr(predicate::str::contains("bad endpoint URL notaurl"));
 }
 
 #[test]

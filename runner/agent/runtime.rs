@@ -92,8 +92,12 @@ impl StepResult {
     }
 }
 
+/// Called with a step's session id as soon as it is known, and again whenever a handoff
+/// replaces the session (lineage is written from it, so a crash mid-step still resumes).
+pub type SessionHook = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// How to run one step.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct RunOptions {
     /// Step name (manifest, lineage); the spec's name when `None`.
     pub step: Option<String>,
@@ -101,6 +105,19 @@ pub struct RunOptions {
     pub resume: Option<String>,
     /// Fork the resumed session instead of continuing it.
     pub fork: bool,
+    /// Told the session id as soon as it exists (and after each handoff).
+    pub on_session: Option<SessionHook>,
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("step", &self.step)
+            .field("resume", &self.resume)
+            .field("fork", &self.fork)
+            .field("on_session", &self.on_session.is_some())
+            .finish()
+    }
 }
 
 /// Settings of a runtime.
@@ -444,6 +461,10 @@ impl Runtime {
             0,
             EventKind::StepStart { step: step.clone() },
         );
+        if spec.needs_sandbox() {
+            // Its container goes with the next release_agents() (after the step's judge).
+            self.note_agent(&agent);
+        }
         self.take_interrupt();
 
         let meta = SessionMeta {
@@ -461,6 +482,9 @@ impl Runtime {
             }
         };
         result.session_id = Some(session.clone());
+        if let Some(hook) = &opts.on_session {
+            hook(&session);
+        }
         self.track(&result, false);
         let abox = self.main_box(&agent, spec.role);
         let mut run = AgentRun::new(
@@ -541,6 +565,9 @@ impl Runtime {
                     );
                     next_prompt = doc.successor_prompt();
                     result.session_id = Some(run.session_id().to_string());
+                    if let Some(hook) = &opts.on_session {
+                        hook(run.session_id());
+                    }
                     self.track(&result, false);
                 }
                 LoopEnd::Failed { error, retryable } => {

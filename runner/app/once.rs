@@ -50,11 +50,12 @@ pub async fn once(
             step: Some(ONCE_STEP.into()),
             resume: opts.resume.clone(),
             fork: opts.fork,
+            on_session: None,
         };
         tokio::spawn(async move { rt.run(&spec, &prompt, run_opts).await })
     };
     let outcome = tokio::select! {
-        r = &mut run => Ok(r.map_err(|e| CliError::NotBuilt(format!("内部错误:{e}")))?),
+        r = &mut run => Ok(r.map_err(|e| CliError::Failed(format!("内部错误:{e}")))?),
         sig = wait_for_signal() => Err(sig),
     };
     match outcome {
@@ -64,7 +65,7 @@ pub async fn once(
             if result.ok {
                 Ok(ExitStatus::Success)
             } else {
-                Err(CliError::NotBuilt(format!(
+                Err(CliError::Failed(format!(
                     "x {}",
                     result.error.unwrap_or_else(|| "没做完".into())
                 )))
@@ -86,8 +87,15 @@ pub async fn once(
 pub fn once_tools(opts: &OnceOptions) -> Vec<String> {
     const MUTATING: [&str; 4] = ["Write", "Edit", "Bash", "Agent"];
     match opts.permission_mode {
-        PermissionMode::Plan => opts.tools.iter().filter(|t| !MUTATING.contains(&t.as_str())).cloned().collect(),
-        PermissionMode::Default | PermissionMode::AcceptEdits | PermissionMode::BypassPermissions => opts.tools.clone(),
+        PermissionMode::Plan => opts
+            .tools
+            .iter()
+            .filter(|t| !MUTATING.contains(&t.as_str()))
+            .cloned()
+            .collect(),
+        PermissionMode::Default
+        | PermissionMode::AcceptEdits
+        | PermissionMode::BypassPermissions => opts.tools.clone(),
     }
 }
 

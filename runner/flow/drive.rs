@@ -141,7 +141,7 @@ impl Session {
             // ISOLATION: the worktree placement plugs in here — build it and pass it as
             // `RunSetup.placement` below. Until then `--isolate` fails rather than letting
             // workers share the workspace silently (DESIGN.md invariant 6).
-            return Err(CliError::NotBuilt(
+            return Err(CliError::Failed(
                 "--isolate 的 worktree 隔离还没接上:这个版本里执行者只能共用工作区。去掉 --isolate 再跑。"
                     .into(),
             ));
