@@ -1,0 +1,352 @@
+//! The interactive terminal under a real terminal: tmux runs `examples/console_smoke.rs` (a
+//! Console with a fake event producer printing a line every 100 ms, a pending question, an
+//! echoing aside oracle) and the tests type into it with `send-keys` and read the screen with
+//! `capture-pane`.
+//!
+//! tmux missing: the tests skip with a visible message, except under `CI=true` where they fail.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Whether tmux can be used; panics under CI when it cannot.
+fn tmux_available() -> bool {
+    let ok = Command::new("tmux")
+        .arg("-V")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("tmux is required for the terminal tests under CI");
+        }
+        eprintln!("SKIPPED: tmux is not installed; the interactive terminal tests did not run");
+    }
+    ok
+}
+
+/// The smoke driver, built once per test process.
+fn smoke_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--quiet", "--example", "console_smoke"])
+            .current_dir(root)
+            .status()
+            .expect("cargo build --example console_smoke");
+        assert!(status.success(), "building the smoke example failed");
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("target"));
+        let bin = target.join("debug").join("examples").join("console_smoke");
+        assert!(bin.exists(), "{} missing", bin.display());
+        bin
+    })
+}
+
+/// One tmux server (own socket) with one 100x30 pane running bash.
+struct Pane {
+    socket: String,
+    dir: tempfile::TempDir,
+}
+
+impl Pane {
+    fn new(name: &str) -> Pane {
+        let socket = format!("fbx-{}-{name}", std::process::id());
+        let dir = tempfile::tempdir().unwrap();
+        let p = Pane { socket, dir };
+        p.tmux(&[
+            "new-session",
+            "-d",
+            "-s",
+            "t",
+            "-x",
+            "100",
+            "-y",
+            "30",
+            "bash --norc --noprofile",
+        ]);
+        p
+    }
+
+    fn tmux(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.socket)
+            .args(args)
+            .output()
+            .expect("tmux");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
+    /// Runs the smoke driver, recording `stty -a` before and after and the exit status.
+    fn run_smoke(&self, args: &str) {
+        let d = self.dir.path().display();
+        let cmd = format!(
+            "stty -a > {d}/before; {} {args}; echo rc=$?; stty -a > {d}/after",
+            smoke_binary().display()
+        );
+        self.keys(&[&cmd, "Enter"]);
+        self.wait_for("smoke pid", |s| s.contains("[smoke] pid "));
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "t"];
+        args.extend_from_slice(keys);
+        self.tmux(&args);
+    }
+
+    /// Types text literally.
+    fn type_text(&self, text: &str) {
+        self.tmux(&["send-keys", "-t", "t", "-l", text]);
+    }
+
+    /// The visible screen.
+    fn screen(&self) -> String {
+        self.tmux(&["capture-pane", "-p", "-t", "t"])
+    }
+
+    /// The screen and 2000 lines of history.
+    fn history(&self) -> String {
+        self.tmux(&["capture-pane", "-p", "-t", "t", "-S", "-2000"])
+    }
+
+    /// The last non-empty line of the screen.
+    fn last_line(&self) -> String {
+        self.screen()
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    fn cursor_x(&self) -> usize {
+        self.tmux(&["display", "-p", "-t", "t", "#{cursor_x}"])
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// Waits (generously) until `pred` holds for the history; panics with the screen if not.
+    fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let h = self.history();
+            if pred(&h) {
+                return h;
+            }
+            if Instant::now() > deadline {
+                panic!("timed out waiting for {what}; screen:\n{}", self.screen());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The highest `tick N` on screen.
+    fn last_tick(&self) -> u64 {
+        self.history()
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("* Read tick "))
+            .filter_map(|n| n.trim().parse().ok())
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn pid(&self) -> i32 {
+        self.history()
+            .lines()
+            .find_map(|l| l.strip_prefix("[smoke] pid "))
+            .and_then(|p| p.trim().parse().ok())
+            .expect("pid line")
+    }
+
+    fn stty_unchanged(&self) {
+        let d = self.dir.path();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !d.join("after").exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let before = std::fs::read_to_string(d.join("before")).unwrap();
+        let after = std::fs::read_to_string(d.join("after")).expect("stty after");
+        assert_eq!(before, after, "terminal settings changed");
+    }
+}
+
+impl Drop for Pane {
+    fn drop(&mut self) {
+        self.tmux(&["kill-server"]);
+    }
+}
+
+#[test]
+fn typing_while_output_arrives_keeps_the_half_typed_text_and_cjk_backspace_is_one_press() {
+    if !tmux_available() {
+        return;
+    }
+    let p = Pane::new("typing");
+    p.run_smoke("");
+    p.wait_for("ticks", |h| h.contains("* Read tick 3"));
+    p.type_text("abc你好");
+    let tick = p.last_tick();
+    p.wait_for("more ticks", |_| p.last_tick() >= tick + 5);
+    let last = p.last_line();
+    assert!(
+        last.starts_with("(直接说 = 加需求") && last.ends_with("> abc你好"),
+        "{last:?}"
+    );
+    // The idle prompt is 68 columns; abc is 3, 你好 4.
+    assert_eq!(p.cursor_x(), 68 + 3 + 4);
+    p.keys(&["BSpace"]);
+    p.wait_for("backspace", |_| p.last_line().ends_with("> abc你"));
+    assert_eq!(p.cursor_x(), 68 + 3 + 2);
+    // Left arrow over 你 moves two columns; typing inserts at the cursor.
+    p.keys(&["Left"]);
+    p.type_text("X");
+    p.wait_for("insert", |_| p.last_line().ends_with("> abcX你"));
+    assert_eq!(p.cursor_x(), 68 + 4);
+    let tick = p.last_tick();
+    p.wait_for("still ticking", |_| p.last_tick() >= tick + 3);
+    assert!(p.last_line().ends_with("> abcX你"));
+    p.keys(&["C-c"]);
+    p.keys(&["C-c"]);
+    p.wait_for("exit", |h| h.contains("rc=130"));
+    p.stty_unchanged();
+}
+
+#[test]
+fn both_question_marks_reach_the_aside_oracle_and_text_reaches_the_inbox() {
+    if !tmux_available() {
+        return;
+    }
+    let p = Pane::new("aside");
+    p.run_smoke("");
+    p.type_text("? 现在到哪了");
+    p.keys(&["Enter"]);
+    p.wait_for("aside answer (halfwidth)", |h| {
+        h.contains("旁路回答:现在到哪了")
+    });
+    p.type_text("？进度如何");
+    p.keys(&["Enter"]);
+    let h = p.wait_for("aside answer (fullwidth)", |h| {
+        h.contains("旁路回答:进度如何")
+    });
+    assert_eq!(h.matches("# 旁路").count(), 2, "{h}");
+    assert!(h.contains("没有打扰正在跑的运行"));
+    assert!(
+        !h.contains("+ 收到"),
+        "an aside question must not reach the inbox"
+    );
+    p.type_text("顺便统计总字节数");
+    p.keys(&["Enter"]);
+    p.wait_for("receipt", |h| {
+        h.contains("+ 收到 (它下次查收件箱时会看到;没有确认书可落盘")
+    });
+    // What was typed stays on screen after the prompt.
+    assert!(p.history().contains("> 顺便统计总字节数"));
+    p.keys(&["C-c"]);
+    p.keys(&["C-c"]);
+    p.wait_for("exit", |h| h.contains("rc=130"));
+}
+
+#[test]
+fn a_pending_question_switches_the_prompt_and_a_number_picks_the_option() {
+    if !tmux_available() {
+        return;
+    }
+    let p = Pane::new("question");
+    p.run_smoke("--ask-after 1");
+    p.wait_for("question", |h| h.contains("? 要不要加测试?"));
+    p.wait_for("answer prompt", |_| {
+        p.last_line()
+            .starts_with("你的回答 (回车=跳过,让它自己判断) >")
+    });
+    // `?` during a pending question is still an aside question.
+    p.type_text("?问题是什么");
+    p.keys(&["Enter"]);
+    p.wait_for("aside", |h| h.contains("旁路回答:问题是什么"));
+    assert!(p.last_line().starts_with("你的回答"));
+    p.type_text("2");
+    p.keys(&["Enter"]);
+    p.wait_for("answered", |h| h.contains("  + 不要"));
+    p.wait_for("idle prompt", |_| p.last_line().starts_with("(直接说"));
+    p.keys(&["C-c"]);
+    p.keys(&["C-c"]);
+    p.wait_for("exit", |h| h.contains("rc=130"));
+}
+
+#[test]
+fn ctrl_c_then_enter_continues_text_is_said_and_twice_exits_130_cleanly() {
+    if !tmux_available() {
+        return;
+    }
+    let p = Pane::new("ctrlc");
+    p.run_smoke("");
+    p.wait_for("ticks", |h| h.contains("* Read tick 3"));
+    p.keys(&["C-c"]);
+    let h = p.wait_for("interrupt prompt", |h| {
+        h.contains("! 已打断这一轮。正在跑的 subagent 会丢掉半成品。")
+    });
+    assert!(h.contains("要说什么?(直接回车 = 什么都不说,接着跑;再按一次 Ctrl+C = 退出)"));
+    assert!(h.contains("[smoke] interrupt: (空)"));
+    p.wait_for("> prompt", |_| p.last_line() == ">");
+    p.keys(&["Enter"]);
+    p.wait_for("resident prompt again", |_| {
+        p.last_line().starts_with("(直接说")
+    });
+    let tick = p.last_tick();
+    p.wait_for("the run goes on", |_| p.last_tick() >= tick + 5);
+    // Interrupt again and say something.
+    p.keys(&["C-c"]);
+    p.wait_for("> prompt", |_| p.last_line() == ">");
+    p.type_text("别改 Makefile");
+    p.keys(&["Enter"]);
+    p.wait_for("said", |h| h.contains("[smoke] interrupt: 别改 Makefile"));
+    // Twice: quit.
+    p.keys(&["C-c"]);
+    p.wait_for("> prompt", |_| p.last_line() == ">");
+    p.keys(&["C-c"]);
+    let h = p.wait_for("exit", |h| h.contains("rc=130"));
+    assert!(h.contains("[smoke] quit"));
+    assert!(!h.contains("panicked"), "{h}");
+    p.stty_unchanged();
+}
+
+#[test]
+fn sigterm_exits_143_and_restores_the_terminal() {
+    if !tmux_available() {
+        return;
+    }
+    let p = Pane::new("sigterm");
+    p.run_smoke("");
+    p.type_text("half typed");
+    p.wait_for("typed", |_| p.last_line().ends_with("> half typed"));
+    let pid = p.pid();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let h = p.wait_for("exit", |h| h.contains("rc=143"));
+    assert!(h.contains("[smoke] terminated by SIGTERM"));
+    p.stty_unchanged();
+}
+
+#[test]
+fn sighup_exits_by_the_signal_too() {
+    if !tmux_available() {
+        return;
+    }
+    let p = Pane::new("sighup");
+    p.run_smoke("");
+    let pid = p.pid();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    p.wait_for("exit", |h| h.contains("rc=129"));
+    p.stty_unchanged();
+}
