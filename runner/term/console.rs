@@ -520,6 +520,18 @@ impl Console {
         lock(&self.shared.cbreak).is_some()
     }
 
+    /// Acts on a finished line exactly as the input thread does (routing table, inbox receipt,
+    /// aside question, the Ctrl-C prompt's answer). For other input sources and tests.
+    pub fn handle_line(&self, line: &str) {
+        self.shared.on_input(InputEvent::Line(line.to_string()));
+    }
+
+    /// Acts on the end of input as the input thread does: pending questions are declined and
+    /// the prompt is removed.
+    pub fn handle_eof(&self) {
+        self.shared.on_input(InputEvent::Eof);
+    }
+
     /// Aside questions still being answered.
     pub fn asides_pending(&self) -> usize {
         self.shared.aside.pending()

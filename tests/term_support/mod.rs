@@ -86,6 +86,8 @@ impl SessionStore for MemStore {
 pub struct EchoOracle {
     /// Every request, in order.
     pub seen: Mutex<Vec<Request>>,
+    /// How long each answer takes.
+    pub delay: std::time::Duration,
 }
 
 #[async_trait]
@@ -103,6 +105,7 @@ impl Provider for EchoOracle {
         _cancel: &CancellationToken,
     ) -> Result<Turn, ModelError> {
         self.seen.lock().unwrap().push(req.clone());
+        tokio::time::sleep(self.delay).await;
         let prompt = req.messages.last().map(|m| m.text()).unwrap_or_default();
         let question = prompt
             .rsplit("问题:")
