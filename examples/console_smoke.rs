@@ -51,10 +51,7 @@ async fn main() {
 
     let channel = HumanChannel::new(HumanConfig::default());
     let mut opts = ConsoleOptions::detect(false);
-    opts.aside = Some(AsideSetup {
-        store: Arc::new(term_support::MemStore::default()),
-        on_step: None,
-    });
+    opts.aside = Some(AsideSetup::open(&dir.path().join("runs"), "smoke").expect("aside store"));
     let mut console = Console::start(opts, channel.clone()).expect("console");
     if let Some(r) = console.terminal_restore() {
         flowerbox::term::tty::chain_panic_hook(r);

@@ -9,6 +9,7 @@
 #![deny(missing_docs)]
 
 pub mod agent;
+pub mod app;
 pub mod channel;
 pub mod cli;
 pub mod creds;

@@ -7,11 +7,13 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use flowerbox::agent::{Event, EventKind, Runtime, RuntimeConfig, StepResult};
+use flowerbox::agent::{Event, EventKind, Runtime, RuntimeConfig};
 use flowerbox::channel::{AskOutcome, HumanChannel, HumanConfig};
 use flowerbox::model::Role;
+use flowerbox::record::manifest::{read_manifest, Manifest};
 use flowerbox::sandbox::host::HostSandboxFactory;
-use flowerbox::term::aside::{AsideSetup, StepHook, ASIDE_STEP};
+use flowerbox::session::SessionStore;
+use flowerbox::term::aside::{AsideSetup, ASIDE_STEP};
 use flowerbox::term::port::{OutputPort, PortConfig};
 use flowerbox::term::{Console, ConsoleOptions};
 use term_support::{EchoOracle, MemStore};
@@ -41,8 +43,6 @@ struct Rig {
     channel: HumanChannel,
     oracle: Arc<EchoOracle>,
     main_store: Arc<MemStore>,
-    aside_store: Arc<MemStore>,
-    recorded: Arc<Mutex<Vec<StepResult>>>,
     _dir: tempfile::TempDir,
 }
 
@@ -60,10 +60,6 @@ fn rig(config: HumanConfig, aside: bool, delay: Duration) -> Rig {
             question_pending: Arc::new(move || pending.has_pending()),
         },
     );
-    let aside_store = Arc::new(MemStore::default());
-    let recorded: Arc<Mutex<Vec<StepResult>>> = Arc::default();
-    let rec = recorded.clone();
-    let hook: StepHook = Arc::new(move |r: &StepResult| rec.lock().unwrap().push(r.clone()));
     let opts = ConsoleOptions {
         verbose: false,
         color: false,
@@ -72,10 +68,7 @@ fn rig(config: HumanConfig, aside: bool, delay: Duration) -> Rig {
         read_input: false,
         home: None,
         workbench: None,
-        aside: aside.then(|| AsideSetup {
-            store: aside_store.clone(),
-            on_step: Some(hook),
-        }),
+        aside: aside.then(|| AsideSetup::open(&dir.path().join("runs"), "run-1").unwrap()),
     };
     let console = Console::start_with(
         opts,
@@ -89,15 +82,26 @@ fn rig(config: HumanConfig, aside: bool, delay: Duration) -> Rig {
         ..Default::default()
     });
     let main_store = Arc::new(MemStore::default());
-    let rt = Arc::new(Runtime::new(
-        RuntimeConfig::new(dir.path().to_path_buf(), "echo-model".into(), "t".into()),
-        oracle.clone(),
-        main_store.clone(),
-        Arc::new(HostSandboxFactory::new()),
-        None,
-        Arc::new(flowerbox::channel::Absent),
-        console.event_sink(),
+    let main_manifest = Arc::new(Manifest::new(
+        dir.path().join("runs").join("manifest.json"),
+        "run-1",
     ));
+    let rt = Arc::new(
+        Runtime::new(
+            RuntimeConfig::new(
+                dir.path().to_path_buf(),
+                "echo-model".into(),
+                "run-1".into(),
+            ),
+            oracle.clone(),
+            main_store.clone(),
+            Arc::new(HostSandboxFactory::new()),
+            None,
+            Arc::new(flowerbox::channel::Absent),
+            console.event_sink(),
+        )
+        .with_manifest(main_manifest),
+    );
     console.attach_runtime(rt);
     Rig {
         console,
@@ -105,8 +109,6 @@ fn rig(config: HumanConfig, aside: bool, delay: Duration) -> Rig {
         channel,
         oracle,
         main_store,
-        aside_store,
-        recorded,
         _dir: dir,
     }
 }
@@ -174,12 +176,18 @@ async fn an_aside_question_sees_the_window_and_keeps_its_own_books() {
     let mut tools: Vec<String> = seen[0].tools.iter().map(|t| t.name.clone()).collect();
     tools.sort();
     assert_eq!(tools, vec!["Glob", "Grep", "Read"]);
-    // Its own store and manifest rows; nothing in the main store, nothing in the inbox.
-    assert_eq!(r.aside_store.count(), 1);
+    // Its own store and manifest; nothing in the main store or manifest, nothing in the inbox.
+    let runs = r._dir.path().join("runs");
+    let aside_db =
+        flowerbox::session::SqliteSessionStore::open(runs.join("aside/sessions.db")).unwrap();
+    let row = read_manifest(&runs.join("aside/manifest.json")).unwrap();
+    assert_eq!(row.len(), 1);
+    assert_eq!(row[0].step, ASIDE_STEP);
+    assert!(row[0].ok);
+    let sid = row[0].session_id.clone().unwrap();
+    assert!(aside_db.meta(&sid).unwrap().is_some());
     assert_eq!(r.main_store.count(), 0);
-    let rec = r.recorded.lock().unwrap().clone();
-    assert_eq!(rec.len(), 1);
-    assert_eq!(rec[0].step, ASIDE_STEP);
+    assert!(!runs.join("manifest.json").exists());
     assert!(r.channel.pending_mail().is_empty());
     // Plain output: no escape sequence at all.
     assert!(!out.contains('\u{1b}'));

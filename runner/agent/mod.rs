@@ -19,6 +19,6 @@ mod loop_tests;
 
 pub use event::{Event, EventKind, EventSink};
 pub use place::{Placement, SharedPlacement, WorkerPlace};
-pub use runtime::{RunOptions, Runtime, RuntimeConfig, Spend, StepResult};
+pub use runtime::{RunOptions, Runtime, RuntimeConfig, StepResult};
 pub use spec::{AgentSpec, WorkerDef};
 pub use workbench::Workbench;

@@ -15,7 +15,10 @@ use super::spec::AgentSpec;
 use super::tools::{ToolLimits, ToolRegistry};
 use super::workbench::Workbench;
 use crate::channel::Human;
+use crate::model::price::Cost;
 use crate::model::{Provider, Role};
+use crate::record::handoff::{window_for, Handoff, MAX_GENERATIONS};
+use crate::record::manifest::{epoch_now, Manifest, ManifestEntry};
 use crate::sandbox::{AgentBox, SandboxFactory};
 use crate::session::{SessionMeta, SessionStore, TrimPolicy};
 
@@ -28,42 +31,6 @@ pub const INTERRUPT_NOTE: &str =
 /// The prompt of a resume after a network failure.
 pub const RESILIENCE_PROMPT: &str = "网络中断过,现在恢复了。接着刚才的工作继续,不要从头开始。";
 
-/// Money spent, in USD. Unknown costs are never counted as zero (DESIGN.md invariant 7).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Spend {
-    /// Sum of the known costs.
-    pub known_usd: f64,
-    /// Calls whose cost is unknown (model not in the price table).
-    pub unknown_calls: u32,
-}
-
-impl Spend {
-    /// Adds one call's cost.
-    pub fn add_call(&mut self, cost: Option<f64>) {
-        match cost {
-            Some(c) => self.known_usd += c,
-            None => self.unknown_calls += 1,
-        }
-    }
-    /// Adds another total.
-    pub fn add(&mut self, other: Spend) {
-        self.known_usd += other.known_usd;
-        self.unknown_calls += other.unknown_calls;
-    }
-    /// The exact cost, `None` when some part is unknown (the manifest's `cost_usd`).
-    pub fn exact(&self) -> Option<f64> {
-        (self.unknown_calls == 0).then_some(self.known_usd)
-    }
-    /// `$1.2345`, or `≥ $1.2345` when some part is unknown.
-    pub fn display(&self) -> String {
-        if self.unknown_calls == 0 {
-            format!("${:.4}", self.known_usd)
-        } else {
-            format!("≥ ${:.4}", self.known_usd)
-        }
-    }
-}
-
 /// The complete books of one finished step (api.md `StepResult`; the manifest row).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepResult {
@@ -74,7 +41,7 @@ pub struct StepResult {
     /// It succeeded.
     pub ok: bool,
     /// Cost, accumulated across retries, handoffs and subagents.
-    pub spend: Spend,
+    pub spend: Cost,
     /// Main-thread model turns, accumulated.
     pub num_turns: u32,
     /// The main thread's final text.
@@ -95,6 +62,26 @@ pub struct StepResult {
     pub retired: Vec<String>,
     /// Context size of the main thread's last call, in tokens.
     pub context: u64,
+}
+
+/// The manifest row of a step result.
+pub fn manifest_row(r: &StepResult, run: &str) -> ManifestEntry {
+    let started = r.started_at.timestamp_millis() as f64 / 1000.0;
+    let mut row = ManifestEntry::begin(r.step.clone(), run);
+    row.session_id = r.session_id.clone();
+    row.ok = r.ok;
+    row.cost_usd = r.spend.exact();
+    row.num_turns = u64::from(r.num_turns);
+    row.text = r.text.clone();
+    row.error = r.error.clone();
+    row.started_at = started;
+    row.attempts = r.attempts;
+    row.errors = r.errors.clone();
+    row.resumed = r.resumed;
+    row.retired = r.retired.clone();
+    row.context = (r.context > 0).then_some(r.context);
+    row.end_at(r.ended_at.timestamp_millis() as f64 / 1000.0);
+    row
 }
 
 impl StepResult {
@@ -137,11 +124,15 @@ pub struct RuntimeConfig {
     pub max_attempts: u32,
     /// Text before every agent's rules in its system prompt.
     pub base_system: String,
+    /// Context window for handoffs, in tokens (`--window`, else from the model name);
+    /// `None` disables handoffs (`--no-handoff`).
+    pub handoff_window: Option<u64>,
 }
 
 impl RuntimeConfig {
     /// Defaults for `workspace` and `model`.
     pub fn new(workspace: PathBuf, model: String, run_id: String) -> Self {
+        let model_for_window = model.clone();
         RuntimeConfig {
             base_system: base_system(&workspace),
             workspace,
@@ -152,6 +143,7 @@ impl RuntimeConfig {
             tool_limits: ToolLimits::default(),
             trim_large: true,
             max_attempts: 3,
+            handoff_window: Some(window_for(&model_for_window, None)),
         }
     }
 }
@@ -172,7 +164,9 @@ pub struct Runtime {
     pub(crate) sandboxes: Arc<dyn SandboxFactory>,
     pub(crate) workbench: Option<Workbench>,
     pub(crate) human: Arc<dyn Human>,
-    pub(crate) events: EventSink,
+    events: std::sync::RwLock<Vec<EventSink>>,
+    manifest: Option<Arc<Manifest>>,
+    inflight: Mutex<HashMap<String, ManifestEntry>>,
     pub(crate) registry: ToolRegistry,
     pub(crate) placement: Arc<dyn Placement>,
     pub(crate) config: RuntimeConfig,
@@ -203,7 +197,9 @@ impl Runtime {
             sandboxes,
             workbench,
             human,
-            events,
+            events: std::sync::RwLock::new(vec![events]),
+            manifest: None,
+            inflight: Mutex::new(HashMap::new()),
             registry: ToolRegistry::standard(),
             placement,
             config,
@@ -296,12 +292,88 @@ impl Runtime {
     }
 
     pub(crate) fn emit(&self, agent: &str, role: Role, depth: u32, kind: EventKind) {
-        (self.events)(Event {
+        let ev = Event {
             agent: agent.to_string(),
             role,
             depth,
             kind,
-        });
+        };
+        for sink in self.events.read().unwrap_or_else(|e| e.into_inner()).iter() {
+            sink(ev.clone());
+        }
+    }
+
+    /// Adds another event outlet (a console attached after construction, the aside oracle's
+    /// event window). Every event goes to every outlet, in subscription order.
+    pub fn subscribe(&self, sink: EventSink) {
+        self.events
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(sink);
+    }
+
+    /// Records every step in `manifest` (`runs/manifest.json`), in-flight steps included.
+    pub fn with_manifest(mut self, manifest: Arc<Manifest>) -> Self {
+        self.manifest = Some(manifest);
+        self
+    }
+
+    /// The manifest writer, if any.
+    pub fn manifest(&self) -> Option<&Arc<Manifest>> {
+        self.manifest.as_ref()
+    }
+
+    /// Gets the books as complete as possible before the process dies (SIGHUP/SIGTERM, second
+    /// Ctrl-C): every in-flight step is written to the manifest with `error` set to `why`
+    /// (`killed-by-signal`, `interrupted-by-human`). Small synchronous writes only.
+    pub fn rescue(&self, why: &str) {
+        let Some(m) = &self.manifest else { return };
+        let rows: Vec<ManifestEntry> = self
+            .inflight
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for mut row in rows {
+            row.ok = false;
+            row.error = Some(why.to_string());
+            row.end_at(epoch_now());
+            if let Err(e) = m.record(row) {
+                tracing::error!(error = %e, "manifest write failed during rescue");
+            }
+        }
+    }
+
+    fn track(&self, result: &StepResult, done: bool) {
+        let Some(m) = &self.manifest else { return };
+        let row = manifest_row(result, m.run());
+        let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        if done {
+            inflight.remove(&result.step);
+        } else {
+            inflight.insert(result.step.clone(), row.clone());
+        }
+        drop(inflight);
+        match m.record(row) {
+            Ok(Some(recovered)) => self.emit(
+                "runner",
+                Role::Coordinator,
+                0,
+                EventKind::Warning {
+                    text: recovered.to_string(),
+                },
+            ),
+            Ok(None) => {}
+            Err(e) => self.emit(
+                "runner",
+                Role::Coordinator,
+                0,
+                EventKind::Error {
+                    text: format!("manifest.json 写入失败:{e}"),
+                },
+            ),
+        }
     }
 
     /// The policy resume uses to load a session.
@@ -328,7 +400,8 @@ impl Runtime {
     }
 
     /// Runs one step: `spec` with `prompt`, new or resumed, to the end of its turn. Never
-    /// panics on model or tool failures: they end up in the result.
+    /// panics on model or tool failures: they end up in the result. The step is in the
+    /// manifest from its first moment (in flight) to its end.
     pub async fn run(
         self: &Arc<Self>,
         spec: &AgentSpec,
@@ -338,15 +411,14 @@ impl Runtime {
         let step = opts.step.clone().unwrap_or_else(|| spec.name.clone());
         let started_at = Utc::now();
         let agent = match spec.role {
-            Role::Once => spec.name.clone(),
-            Role::Coordinator | Role::Clarifier => spec.name.clone(),
+            Role::Once | Role::Coordinator | Role::Clarifier => spec.name.clone(),
             _ => self.instance_name(spec.role.as_str()),
         };
         let mut result = StepResult {
             step: step.clone(),
             session_id: None,
             ok: false,
-            spend: Spend::default(),
+            spend: Cost::default(),
             num_turns: 0,
             text: String::new(),
             error: None,
@@ -366,7 +438,6 @@ impl Runtime {
         );
         self.take_interrupt();
 
-        // Open or create the session.
         let meta = SessionMeta {
             agent: agent.clone(),
             role: spec.role,
@@ -382,6 +453,8 @@ impl Runtime {
             }
         };
         result.session_id = Some(session.clone());
+        self.track(&result, false);
+        let abox = self.main_box(&agent, spec.role);
         let mut run = AgentRun::new(
             self.clone(),
             spec.clone(),
@@ -389,15 +462,19 @@ impl Runtime {
             0,
             session,
             history,
-            self.main_box(&agent, spec.role),
+            abox.clone(),
         );
+        // Cost and turns of sessions retired by handoffs.
+        let mut retired_spend = Cost::default();
+        let mut retired_turns = 0;
         let mut next_prompt = prompt.to_string();
         loop {
             let end = run.turn(&next_prompt).await;
-            result.spend = run.spend();
-            result.num_turns = run.turns;
+            result.spend = retired_spend + run.spend();
+            result.num_turns = retired_turns + run.turns;
             result.context = run.context_tokens;
             result.errors.extend(run.take_errors());
+            result.session_id = Some(run.session_id().to_string());
             match end {
                 LoopEnd::Done => {
                     result.ok = true;
@@ -413,6 +490,50 @@ impl Runtime {
                         format!("{said}\n\n{INTERRUPT_NOTE}")
                     };
                     result.resumed = true;
+                }
+                LoopEnd::HandoffDue { prompt_too_long } => {
+                    let Some(window) = self.config.handoff_window else {
+                        result.error = Some("上下文满了,而换代被关掉了(--no-handoff)".into());
+                        break;
+                    };
+                    if result.retired.len() as u32 >= MAX_GENERATIONS {
+                        result.text = run.final_text();
+                        result.error = Some(format!(
+                            "换代已达上限({MAX_GENERATIONS} 代),上下文又满了:这一步停下,交接书在 notes/ 里"
+                        ));
+                        break;
+                    }
+                    let doc = self
+                        .write_handoff(&mut run, &step, prompt, window, prompt_too_long)
+                        .await;
+                    result.errors.extend(run.take_errors());
+                    retired_spend += run.spend();
+                    retired_turns += run.turns;
+                    let old = run.session_id().to_string();
+                    let meta = SessionMeta {
+                        parent: Some(old.clone()),
+                        ..meta.clone()
+                    };
+                    let new_session = match self.store.create(&meta) {
+                        Ok(id) => id,
+                        Err(e) => {
+                            result.error = Some(format!("sessions.db: {e}"));
+                            break;
+                        }
+                    };
+                    result.retired.push(old);
+                    run = AgentRun::new(
+                        self.clone(),
+                        spec.clone(),
+                        agent.clone(),
+                        0,
+                        new_session,
+                        Vec::new(),
+                        abox.clone(),
+                    );
+                    next_prompt = doc.successor_prompt();
+                    result.session_id = Some(run.session_id().to_string());
+                    self.track(&result, false);
                 }
                 LoopEnd::Failed { error, retryable } => {
                     if retryable && result.attempts < self.config.max_attempts {
@@ -433,12 +554,94 @@ impl Runtime {
                 }
             }
         }
-        result.session_id = Some(run.session_id().to_string());
         self.finish(result, spec, &agent)
+    }
+
+    /// Asks the current session for its handoff (budget-exempt), falls back to the degraded
+    /// document, writes it to `notes/交接-<step>.md`, and tells the UI.
+    async fn write_handoff(
+        self: &Arc<Self>,
+        run: &mut AgentRun,
+        step: &str,
+        original_prompt: &str,
+        window: u64,
+        prompt_too_long: bool,
+    ) -> Handoff {
+        let used = run.context_tokens;
+        let mut why = String::new();
+        let mut doc = None;
+        if prompt_too_long {
+            why = "上下文已经超出模型窗口,没法再让它写".into();
+        } else {
+            let answer = run
+                .handoff_turn(&Handoff::request_prompt(used, window))
+                .await;
+            match answer {
+                Ok(text) => {
+                    let h = Handoff::parse(step, &text);
+                    if h.is_complete() {
+                        doc = Some(h);
+                    } else {
+                        why = format!("它写的交接书缺:{}", h.missing().join("、"));
+                    }
+                }
+                Err(e) => why = e,
+            }
+        }
+        let degraded = doc.is_none();
+        let doc = doc.unwrap_or_else(|| Handoff::degraded(step, original_prompt, &why));
+        let path = match &self.workbench {
+            Some(wb) => match doc.write(&wb.notes()) {
+                Ok(p) => p.display().to_string(),
+                Err(e) => {
+                    self.emit(
+                        run.agent(),
+                        run.role(),
+                        0,
+                        EventKind::Error {
+                            text: format!("交接书落盘失败:{e}"),
+                        },
+                    );
+                    String::new()
+                }
+            },
+            None => String::new(),
+        };
+        let sections = [
+            ("现在在做", &doc.doing),
+            ("已定的事", &doc.decided),
+            ("走不通的", &doc.deadends),
+            ("下一步", &doc.next),
+        ]
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                k.to_string(),
+                v.lines()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("")
+                    .to_string(),
+            )
+        })
+        .collect();
+        self.emit(
+            run.agent(),
+            run.role(),
+            0,
+            EventKind::Handoff {
+                context_tokens: used,
+                window,
+                path,
+                degraded,
+                sections,
+            },
+        );
+        doc
     }
 
     fn finish(&self, mut result: StepResult, spec: &AgentSpec, agent: &str) -> StepResult {
         result.ended_at = Utc::now();
+        self.track(&result, true);
         self.emit(
             agent,
             spec.role,

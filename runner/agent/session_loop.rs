@@ -10,10 +10,11 @@ use std::sync::{Arc, Mutex};
 use super::event::EventKind;
 use super::guard::{self, check_report, one_line, Decision};
 use super::roles;
-use super::runtime::{Runtime, Spend};
+use super::runtime::Runtime;
 use super::spec::{AgentSpec, WorkerDef};
 use super::spill::maybe_spill;
 use super::tools::{DispatchRequest, Dispatcher, ToolContext, ToolError};
+use crate::model::price::Cost;
 use crate::model::{
     Caller, ContentBlock, Message, ModelError, ModelEvent, Request, Speaker, StopReason, ToolCall,
     ToolDef,
@@ -35,6 +36,9 @@ pub(crate) enum LoopEnd {
     Failed { error: String, retryable: bool },
     /// A limit stopped it (turns, budget, cut-offs).
     Stopped(String),
+    /// The main thread's context reached the handoff threshold, or the model said the prompt
+    /// is too long (then the agent cannot write its own handoff).
+    HandoffDue { prompt_too_long: bool },
 }
 
 /// One agent working in one session.
@@ -49,8 +53,8 @@ pub(crate) struct AgentRun {
     system: Vec<String>,
     tools: Vec<ToolDef>,
     todos: Vec<Value>,
-    own_spend: Spend,
-    children: Arc<Mutex<Spend>>,
+    own_spend: Cost,
+    children: Arc<Mutex<Cost>>,
     /// Main-thread model calls.
     pub turns: u32,
     /// Context size of the last call, in tokens.
@@ -97,8 +101,8 @@ impl AgentRun {
             system,
             tools,
             todos: Vec::new(),
-            own_spend: Spend::default(),
-            children: Arc::new(Mutex::new(Spend::default())),
+            own_spend: Cost::default(),
+            children: Arc::new(Mutex::new(Cost::default())),
             turns: 0,
             context_tokens: 0,
             errors: Vec::new(),
@@ -115,10 +119,41 @@ impl AgentRun {
         &self.session
     }
 
+    /// The agent instance name.
+    pub(crate) fn agent(&self) -> &str {
+        &self.agent
+    }
+
+    /// The role.
+    pub(crate) fn role(&self) -> crate::model::Role {
+        self.spec.role
+    }
+
+    /// One budget-exempt model call asking for the handoff document; its text, or why not.
+    /// Tool calls in the answer are not executed (the session is retired next).
+    pub(crate) async fn handoff_turn(&mut self, prompt: &str) -> Result<String, String> {
+        self.say(prompt.to_string());
+        let ctx = self.tool_context(self.rt.cancel_token());
+        match self.call_model(&ctx).await {
+            Ok(turn) => {
+                self.turns += 1;
+                self.append(turn.to_message(), Some(self.context_tokens));
+                let text = turn.to_message().text();
+                if text.trim().is_empty() {
+                    Err("它没写出任何文字".into())
+                } else {
+                    Ok(text)
+                }
+            }
+            Err(LoopEnd::Failed { error, .. }) => Err(error),
+            Err(_) => Err("写交接书的那一轮没有完成".into()),
+        }
+    }
+
     /// Cost so far, subagents included.
-    pub(crate) fn spend(&self) -> Spend {
+    pub(crate) fn spend(&self) -> Cost {
         let mut s = self.own_spend;
-        s.add(*self.children.lock().unwrap_or_else(|e| e.into_inner()));
+        s += *self.children.lock().unwrap_or_else(|e| e.into_inner());
         s
     }
 
@@ -226,12 +261,9 @@ impl AgentRun {
             if let Some(limit) = self.spec.max_budget_usd {
                 let spent = self.spend();
                 if spent.known_usd >= limit {
-                    return LoopEnd::Stopped(format!(
-                        "预算用完:已花 {},上限 ${limit:.4}",
-                        spent.display()
-                    ));
+                    return LoopEnd::Stopped(format!("预算用完:已花 {spent},上限 ${limit:.4}"));
                 }
-                if spent.unknown_calls > 0 && !self.budget_warned {
+                if spent.unknown && !self.budget_warned {
                     self.budget_warned = true;
                     self.emit(EventKind::Warning {
                         text: format!(
@@ -297,7 +329,20 @@ impl AgentRun {
                 },
                 None,
             );
+            if self.handoff_due() {
+                return LoopEnd::HandoffDue {
+                    prompt_too_long: false,
+                };
+            }
         }
+    }
+
+    /// Only the main thread's context counts (seed 001 "换代").
+    fn handoff_due(&self) -> bool {
+        self.depth == 0
+            && self.rt.config.handoff_window.is_some_and(|w| {
+                self.context_tokens >= crate::record::handoff::handoff_threshold(w)
+            })
     }
 
     fn model(&self) -> String {
@@ -350,7 +395,7 @@ impl AgentRun {
                 }
                 self.errors.extend(turn.retried_errors.iter().cloned());
                 let cost = crate::model::price::cost_usd(&turn.model, &turn.usage);
-                self.own_spend.add_call(cost);
+                self.own_spend.add(cost);
                 self.context_tokens = turn.usage.context_tokens();
                 self.emit(EventKind::Usage {
                     usage: turn.usage,
@@ -390,6 +435,14 @@ impl AgentRun {
                     self.errors.extend(errors.iter().cloned());
                 } else {
                     self.errors.push(msg.clone());
+                }
+                if e.is_prompt_too_long()
+                    && self.depth == 0
+                    && self.rt.config.handoff_window.is_some()
+                {
+                    return Err(LoopEnd::HandoffDue {
+                        prompt_too_long: true,
+                    });
                 }
                 let retryable = matches!(
                     e,
@@ -491,7 +544,7 @@ struct SubDispatch {
     parent_agent: String,
     parent_depth: u32,
     parent_role: crate::model::Role,
-    children: Arc<Mutex<Spend>>,
+    children: Arc<Mutex<Cost>>,
 }
 
 #[async_trait]
@@ -554,15 +607,18 @@ impl Dispatcher for SubDispatch {
             abox,
         );
         let end = run.turn(&req.prompt).await;
-        self.children
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .add(run.spend());
+        *self.children.lock().unwrap_or_else(|e| e.into_inner()) += run.spend();
         let ok = end == LoopEnd::Done;
         let integration = self.rt.placement.finish(&agent, &place, ok).await;
         let mut text = match &end {
             LoopEnd::Done => run.final_text(),
             LoopEnd::Interrupted => return Err(format!("执行者 {agent} 被打断了,半成品没有回报")),
+            LoopEnd::HandoffDue { .. } => {
+                return Err(format!(
+                    "执行者 {agent} 的上下文满了,没做完:{}",
+                    run.final_text()
+                ))
+            }
             LoopEnd::Failed { error, .. } | LoopEnd::Stopped(error) => {
                 format!(
                     "执行者 {agent} 没做完:{error}\n它最后说:{}",

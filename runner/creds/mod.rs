@@ -1,2 +1,70 @@
-//! Credentials (seed 000 "首次运行的配置流程"): the lookup chain, `.env` files, `setup`, and the
-//! probe.
+//! Credentials (seed 000 "首次运行的配置流程"; flower's config reference, "凭证查找优先级"):
+//! the lookup chain, `.env` files, `setup`, and the probe.
+//!
+//! Nothing here touches the process environment: a [`Lookup`] takes a snapshot of the
+//! variables and the current directory, and [`Lookup::discover`] returns a [`Credentials`] value
+//! (each key with its [`Source`]). The model layer builds its provider from
+//! [`Credentials::get`]: flower's 9 [`CREDENTIAL_KEYS`] plus flowerbox's own
+//! [`FLOWERBOX_KEYS`].
+
+mod chain;
+mod credentials;
+pub mod dotenv;
+mod ensure;
+mod error;
+pub mod probe;
+pub mod setup;
+
+pub use chain::Lookup;
+pub use credentials::{mask, Credentials, ProviderKind, Source};
+pub use ensure::{ensure_credentials, EnsurePolicy};
+pub use error::{CredsError, Refusal};
+pub use probe::{ProbeSettings, Verdict};
+
+/// The official Anthropic key (sent as `x-api-key`).
+pub const ANTHROPIC_API_KEY: &str = "ANTHROPIC_API_KEY";
+/// A gateway token (sent as `authorization: Bearer`, used when there is no API key).
+pub const ANTHROPIC_AUTH_TOKEN: &str = "ANTHROPIC_AUTH_TOKEN";
+
+/// flower's 9 credential keys: the only keys borrowed from `~/.claude/settings*.json`.
+pub const CREDENTIAL_KEYS: [&str; 9] = [
+    ANTHROPIC_API_KEY,
+    ANTHROPIC_AUTH_TOKEN,
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_MODEL",
+    "ANTHROPIC_DEFAULT_OPUS_MODEL",
+    "ANTHROPIC_DEFAULT_SONNET_MODEL",
+    "ANTHROPIC_DEFAULT_HAIKU_MODEL",
+    "CLAUDE_CODE_SUBAGENT_MODEL",
+    "CLAUDE_CODE_EFFORT_LEVEL",
+];
+
+/// flowerbox's own keys, looked up through the environment and `.env` files (not through
+/// Claude Code's settings): `FLOWERBOX_PROVIDER` (`anthropic` | `openai`) and the
+/// OpenAI-compatible endpoint.
+pub const FLOWERBOX_KEYS: [&str; 4] = [
+    "FLOWERBOX_PROVIDER",
+    "OPENAI_BASE_URL",
+    "OPENAI_API_KEY",
+    "OPENAI_MODEL",
+];
+
+/// Every key a lookup resolves, in display order.
+pub const LOOKUP_KEYS: [&str; 13] = [
+    CREDENTIAL_KEYS[0],
+    CREDENTIAL_KEYS[1],
+    CREDENTIAL_KEYS[2],
+    CREDENTIAL_KEYS[3],
+    CREDENTIAL_KEYS[4],
+    CREDENTIAL_KEYS[5],
+    CREDENTIAL_KEYS[6],
+    CREDENTIAL_KEYS[7],
+    CREDENTIAL_KEYS[8],
+    FLOWERBOX_KEYS[0],
+    FLOWERBOX_KEYS[1],
+    FLOWERBOX_KEYS[2],
+    FLOWERBOX_KEYS[3],
+];
+
+/// Keys whose values are secrets: masked wherever shown.
+pub const SECRET_KEYS: [&str; 3] = [ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN, "OPENAI_API_KEY"];

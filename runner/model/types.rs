@@ -308,7 +308,8 @@ pub enum ModelEvent {
     TextDelta(String),
     /// A piece of thinking.
     ThinkingDelta(String),
-    /// A tool call whose input is complete (emitted at `content_block_stop`).
+    /// A tool call whose input is complete (emitted at `content_block_stop`). For display only:
+    /// execute the calls of the returned [`Turn`], since a later failure voids this event.
     ToolCall(ToolCall),
     /// The attempt failed and will be retried after `delay_ms`.
     Retrying {

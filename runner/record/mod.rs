@@ -1,2 +1,54 @@
 //! Run records that outlive any session (seed 000 "runs/"): the manifest and lineage, written
-//! atomically under file locks.
+//! atomically under file locks; the handoff document (seed 001 "交接书"); step names, run
+//! markers and cost totals.
+//!
+//! Files on disk outrank any model session (DESIGN.md invariant 2), so every write here is
+//! "lock, re-read, merge, write a temp file in the same directory, fsync, rename": a process
+//! killed at any instant leaves the previous or the next version, never half a file, and two
+//! processes never overwrite each other's rows.
+
+use std::path::PathBuf;
+use thiserror::Error;
+
+pub mod cost;
+pub mod handoff;
+pub mod lineage;
+pub mod lock;
+pub mod manifest;
+pub mod steps;
+
+pub use cost::{Cost, Totals};
+pub use handoff::{handoff_threshold, window_for, Handoff};
+pub use lineage::{Lineage, LineageFile};
+pub use manifest::{Manifest, ManifestEntry, Recovered};
+
+/// Failures writing or reading run records.
+#[derive(Debug, Error)]
+pub enum RecordError {
+    /// A file operation failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A record could not be serialised, or a file read for inspection does not parse.
+    #[error("{}: {reason}", path.display())]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// What serde said.
+        reason: String,
+    },
+}
+
+impl RecordError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        RecordError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -6,6 +6,13 @@ use crate::model::{Message, Role};
 use std::path::PathBuf;
 use thiserror::Error;
 
+mod migrations;
+pub mod rewrite;
+pub mod sqlite;
+
+pub use rewrite::{Entry, TrimReport, INTERRUPTED_NOTE};
+pub use sqlite::SqliteSessionStore;
+
 /// Session-store failures.
 #[derive(Debug, Error)]
 pub enum SessionError {
@@ -50,8 +57,30 @@ pub struct SessionMeta {
 pub enum NoticeKind {
     /// A model-call error while waiting or retrying.
     NetworkError,
-    /// The turn was interrupted at this point.
+    /// The turn was interrupted at this point. Tool calls still waiting for their result when
+    /// this notice is appended are "left by the interruption": whatever result is appended for
+    /// them later is replaced on load by [`INTERRUPTED_NOTE`] (the block stays). So append this
+    /// notice *before* the results of the calls the interruption cut short.
     Interrupted,
+}
+
+impl NoticeKind {
+    /// The name stored in `sessions.db` (`network_error`, `interrupted`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NoticeKind::NetworkError => "network_error",
+            NoticeKind::Interrupted => "interrupted",
+        }
+    }
+
+    /// Parses [`NoticeKind::as_str`] back.
+    pub fn parse(s: &str) -> Option<NoticeKind> {
+        match s {
+            "network_error" => Some(NoticeKind::NetworkError),
+            "interrupted" => Some(NoticeKind::Interrupted),
+            _ => None,
+        }
+    }
 }
 
 /// How resume rewrites the history it feeds back (never the stored rows).
@@ -89,8 +118,10 @@ pub trait SessionStore: Send + Sync {
     /// Creates a new, empty session; returns its id (a UUID).
     fn create(&self, meta: &SessionMeta) -> Result<String, SessionError>;
 
-    /// Appends one message. `context_tokens` is the context size the model reported for the
-    /// call that produced it (assistant messages), for the wake banner.
+    /// Appends one message, durably, before the runtime acts on it (a process killed at any
+    /// later instant resumes with it). `context_tokens` is the context size the model
+    /// reported for the call that produced it (assistant messages), for the wake banner and
+    /// the handoff threshold. [`SessionError::NotFound`] for an unknown session.
     fn append(
         &self,
         session: &str,
@@ -106,18 +137,24 @@ pub trait SessionStore: Send + Sync {
         text: &str,
     ) -> Result<(), SessionError>;
 
-    /// Every stored message, exactly as appended.
+    /// Every stored message, exactly as appended (notices excluded).
     fn load_raw(&self, session: &str) -> Result<Vec<Message>, SessionError>;
 
-    /// What resume feeds the model: the stored messages through trim and prune.
+    /// What resume feeds the model: the stored messages through prune, expiry and trim
+    /// ([`rewrite::for_resume`]); the stored rows are never modified. The result is exactly
+    /// the context the model saw before (plus the interrupted note for calls that never got a
+    /// result), trimmed as `policy` says, and valid for the API: every `tool_use` is answered
+    /// in the next message.
     fn load(&self, session: &str, policy: &TrimPolicy) -> Result<Vec<Message>, SessionError>;
 
-    /// A new session with the same history; returns its id.
+    /// A new session with the same history (messages and notices) and metadata; returns its
+    /// id. [`SessionError::NotFound`] for an unknown session.
     fn fork(&self, session: &str) -> Result<String, SessionError>;
 
     /// The session's metadata, `None` when it does not exist.
     fn meta(&self, session: &str) -> Result<Option<SessionMeta>, SessionError>;
 
-    /// The last reported context size of the session, in tokens.
+    /// The last reported context size of the session, in tokens; `None` when none was
+    /// reported (or the session is unknown).
     fn last_context(&self, session: &str) -> Result<Option<u64>, SessionError>;
 }

@@ -2,9 +2,9 @@
 //! `?` (or the fullwidth `？`) is a question about the run, answered by a read-only agent that
 //! never touches the running one.
 //!
-//! It runs on its own [`Runtime`] whose store is `<run_dir>/aside/sessions.db` (and whose step
-//! rows go to `<run_dir>/aside/manifest.json` through [`AsideSetup::on_step`]), so its cost and
-//! lineage never mix into the main manifest. Role [`roles::oracle`]: `Read`, `Glob`, `Grep`, at
+//! It runs on its own [`Runtime`] whose store is `<run_dir>/aside/sessions.db` and whose step
+//! rows go to `<run_dir>/aside/manifest.json` ([`AsideSetup::open`]), so its cost and lineage
+//! never mix into the main manifest. Role [`roles::oracle`]: `Read`, `Glob`, `Grep`, at
 //! most 12 turns and $0.5. Its context is the recent event window — the last
 //! [`ASIDE_WINDOW`] events, thinking and prompt events excluded, each cut to
 //! [`ASIDE_EVENT_CHARS`] characters — plus where the workbench is. It runs concurrently (the
@@ -12,7 +12,7 @@
 //! still coming. What it says is thrown away after it is shown.
 
 use std::collections::VecDeque;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,8 +22,9 @@ use tokio::task::JoinHandle;
 use crate::agent::event::null_sink;
 use crate::agent::{roles, Event, EventKind, RunOptions, Runtime, StepResult, Workbench};
 use crate::channel::Absent;
+use crate::record::manifest::Manifest;
 use crate::sandbox::host::HostSandboxFactory;
-use crate::session::SessionStore;
+use crate::session::{SessionError, SessionStore, SqliteSessionStore};
 
 /// Events kept for the oracle's context.
 pub const ASIDE_WINDOW: usize = 60;
@@ -34,23 +35,42 @@ pub const ASIDE_WAIT: Duration = Duration::from_secs(120);
 /// The oracle's step name (aside manifest, session metadata).
 pub const ASIDE_STEP: &str = "旁路问答";
 
-/// Called with each finished aside step (writes `<run_dir>/aside/manifest.json`).
-pub type StepHook = Arc<dyn Fn(&StepResult) + Send + Sync>;
-
 /// Where the oracle keeps its books.
 #[derive(Clone)]
 pub struct AsideSetup {
     /// Its own session store (`<run_dir>/aside/sessions.db`).
     pub store: Arc<dyn SessionStore>,
-    /// Records each finished aside step in the aside manifest; `None` keeps no manifest.
-    pub on_step: Option<StepHook>,
+    /// Its own manifest (`<run_dir>/aside/manifest.json`); `None` keeps none.
+    pub manifest: Option<Arc<Manifest>>,
 }
 
 impl std::fmt::Debug for AsideSetup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AsideSetup")
-            .field("on_step", &self.on_step.is_some())
+            .field(
+                "manifest",
+                &self.manifest.as_ref().map(|m| m.path().to_path_buf()),
+            )
             .finish_non_exhaustive()
+    }
+}
+
+impl AsideSetup {
+    /// The aside directory of a run directory: `<run_dir>/aside`.
+    pub fn dir(run_dir: &Path) -> PathBuf {
+        run_dir.join("aside")
+    }
+
+    /// Opens (creating) `<run_dir>/aside/sessions.db` and `<run_dir>/aside/manifest.json`;
+    /// `run_id` is the main run's marker, so aside rows name the run they were asked in.
+    pub fn open(run_dir: &Path, run_id: &str) -> Result<AsideSetup, SessionError> {
+        let dir = Self::dir(run_dir);
+        std::fs::create_dir_all(&dir)?;
+        let store = SqliteSessionStore::open(dir.join("sessions.db"))?;
+        Ok(AsideSetup {
+            store: Arc::new(store),
+            manifest: Some(Arc::new(Manifest::new(dir.join("manifest.json"), run_id))),
+        })
     }
 }
 
@@ -315,17 +335,21 @@ impl AsideOracle {
             return Some(rt.clone());
         }
         let main = lock(&self.main).clone()?;
-        let store = self.setup.as_ref()?.store.clone();
-        let rt = Arc::new(Runtime::new(
+        let setup = self.setup.as_ref()?;
+        let mut rt = Runtime::new(
             main.config().clone(),
             main.provider.clone(),
-            store,
+            setup.store.clone(),
             // The oracle has no Bash: this factory is never asked for a sandbox.
             Arc::new(HostSandboxFactory::new()),
             self.workbench(),
             Arc::new(Absent),
             null_sink(),
-        ));
+        );
+        if let Some(m) = &setup.manifest {
+            rt = rt.with_manifest(m.clone());
+        }
+        let rt = Arc::new(rt);
         *slot = Some(rt.clone());
         Some(rt)
     }
@@ -348,7 +372,6 @@ impl AsideOracle {
         };
         let wb = self.workbench();
         let prompt = aside_prompt(&self.window(), wb.as_ref().map(|w| w.root()), question);
-        let hook = self.setup.as_ref().and_then(|s| s.on_step.clone());
         let work = self.tokio.spawn(async move {
             let spec = roles::oracle(ASIDE_STEP);
             let res = rt
@@ -361,9 +384,6 @@ impl AsideOracle {
                     },
                 )
                 .await;
-            if let Some(h) = hook {
-                h(&res);
-            }
             outcome_of(&res)
         });
         let watcher = self.tokio.spawn(async move {
@@ -520,7 +540,7 @@ mod tests {
             retired: vec![],
             context: 0,
         };
-        r.spend.add_call(Some(0.0123));
+        r.spend.add(Some(0.0123));
         assert_eq!(
             outcome_of(&r),
             AsideOutcome::Answer {

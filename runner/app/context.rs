@@ -1,0 +1,152 @@
+//! [`RunContext`]: every service one run needs, built in one place from the validated options
+//! and the credentials — the model provider, `runs/sessions.db`, the sandboxes (Docker by
+//! default, host only by explicit choice), the workbench, `runs/manifest.json` and the
+//! [`Runtime`] over them.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::agent::{EventSink, Placement, Runtime, RuntimeConfig, Workbench};
+use crate::channel::Human;
+use crate::cli::args::SandboxKind;
+use crate::cli::error::CliError;
+use crate::cli::options::GlobalOptions;
+use crate::creds::Credentials;
+use crate::model::{build_provider, Provider, ProviderOptions};
+use crate::record::handoff::window_for;
+use crate::record::manifest::Manifest;
+use crate::record::steps::new_run_marker;
+use crate::sandbox::host::HostSandboxFactory;
+use crate::sandbox::SandboxFactory;
+use crate::session::SqliteSessionStore;
+
+/// What differs between the drivers (`go`, `run`, `once`, the aside oracle).
+pub struct RunSetup {
+    /// Workbench root, `None` for none (`once` without `-W`). Created by the builder.
+    pub workbench: Option<PathBuf>,
+    /// Replace large old tool results with pointers on resume (`-T`; on by default on `go`).
+    pub trim_large: bool,
+    /// `--window`, when given.
+    pub window: Option<u64>,
+    /// Handoffs enabled (not `--no-handoff`).
+    pub handoff: bool,
+    /// The human on the other end.
+    pub human: Arc<dyn Human>,
+    /// The first event outlet (more can subscribe later).
+    pub events: EventSink,
+    /// How workers are placed; the shared workspace when `None`.
+    pub placement: Option<Arc<dyn Placement>>,
+    /// Sandboxes to use instead of building them from `--sandbox` (the aside oracle needs
+    /// none; tests inject their own).
+    pub sandboxes: Option<Arc<dyn SandboxFactory>>,
+}
+
+/// The services of one run.
+pub struct RunContext {
+    /// This process's run marker (`YYYYmmdd-HHMMSS-<6 hex>`).
+    pub run_id: String,
+    /// The runtime.
+    pub runtime: Arc<Runtime>,
+    /// `runs/manifest.json`.
+    pub manifest: Arc<Manifest>,
+    /// The sandboxes (torn down by [`RunContext::shutdown`]).
+    pub sandboxes: Arc<dyn SandboxFactory>,
+    /// The model provider.
+    pub provider: Arc<dyn Provider>,
+    /// The workbench, if any.
+    pub workbench: Option<Workbench>,
+}
+
+impl RunContext {
+    /// Builds the services. Errors are exit-1 messages: a bad provider configuration, an
+    /// unopenable `sessions.db`, an unreachable Docker engine (never a silent fall-back to
+    /// host execution).
+    pub async fn build(
+        globals: &GlobalOptions,
+        creds: &Credentials,
+        setup: RunSetup,
+    ) -> Result<RunContext, CliError> {
+        let get = |k: &str| creds.get(k).map(str::to_string);
+        let provider = build_provider(&get, ProviderOptions::default())
+            .map_err(|e| CliError::NotBuilt(e.to_string()))?;
+        std::fs::create_dir_all(&globals.run_dir).map_err(|e| CliError::Io {
+            what: format!("建不出 {}", globals.run_dir.display()),
+            source: e,
+        })?;
+        let run_id = new_run_marker();
+        let store = SqliteSessionStore::open(globals.run_dir.join("sessions.db"))
+            .map_err(|e| CliError::NotBuilt(format!("打不开 sessions.db:{e}")))?;
+        let workbench = match setup.workbench {
+            Some(root) => Some(
+                Workbench::at(root.clone())
+                    .ensure()
+                    .map_err(|e| CliError::Io {
+                        what: format!("建不出工作台 {}", root.display()),
+                        source: e,
+                    })?,
+            ),
+            None => None,
+        };
+        let sandboxes: Arc<dyn SandboxFactory> = match setup.sandboxes {
+            Some(s) => s,
+            None => build_sandboxes(globals, &run_id).await?,
+        };
+        let model = provider.default_model().to_string();
+        let mut config =
+            RuntimeConfig::new(globals.workspace.clone(), model.clone(), run_id.clone());
+        config.trim_large = setup.trim_large;
+        config.handoff_window = setup
+            .handoff
+            .then(|| window_for(&model, setup.window.map(|w| w as i64)));
+        if let Some(cap) = crate::model::catalog::max_output_tokens(&model) {
+            config.max_tokens_ceiling = cap;
+            config.max_tokens = config.max_tokens.min(cap);
+        }
+        let manifest = Arc::new(Manifest::new(
+            globals.run_dir.join("manifest.json"),
+            run_id.clone(),
+        ));
+        let mut runtime = Runtime::new(
+            config,
+            provider.clone(),
+            Arc::new(store),
+            sandboxes.clone(),
+            workbench.clone(),
+            setup.human,
+            setup.events,
+        )
+        .with_manifest(manifest.clone());
+        if let Some(p) = setup.placement {
+            runtime = runtime.with_placement(p);
+        }
+        Ok(RunContext {
+            run_id,
+            runtime: Arc::new(runtime),
+            manifest,
+            sandboxes,
+            provider,
+            workbench,
+        })
+    }
+
+    /// Removes every container of the run (and its pod); worktrees are kept.
+    pub async fn shutdown(&self) {
+        if let Err(e) = self.sandboxes.teardown().await {
+            tracing::error!(error = %e, "sandbox teardown failed");
+            eprintln!("x 清理容器失败:{e}(`flowerbox gc` 可以收拾残留)");
+        }
+    }
+}
+
+/// The sandboxes `--sandbox` asks for.
+async fn build_sandboxes(
+    globals: &GlobalOptions,
+    _run_id: &str,
+) -> Result<Arc<dyn SandboxFactory>, CliError> {
+    match globals.sandbox {
+        SandboxKind::Host => Ok(Arc::new(HostSandboxFactory::new())),
+        SandboxKind::Docker => Err(CliError::NotBuilt(
+            "Docker 沙箱还没接上;要在宿主机上直接跑命令,显式加 --sandbox host".into(),
+        )),
+    }
+}

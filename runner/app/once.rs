@@ -1,0 +1,99 @@
+//! `flowerbox once PROMPT` (seed 000 "`once`"): one agent named `ad-hoc` with the `-t` tools,
+//! no workflow, no verdict, no human (questions time out at once). Unlike flower, it shows its
+//! real time and cost, and its containers never leak (SIGHUP/SIGTERM are handled).
+
+use std::sync::Arc;
+
+use super::context::{RunContext, RunSetup};
+use super::print::PlainPrinter;
+use crate::agent::roles;
+use crate::agent::RunOptions;
+use crate::channel::Absent;
+use crate::cli::error::{CliError, ExitStatus};
+use crate::cli::options::{GlobalOptions, OnceOptions};
+use crate::creds::Credentials;
+use crate::record::manifest::KILLED_BY_SIGNAL;
+
+/// Step name of `once` in the manifest (seed 000).
+pub const ONCE_STEP: &str = "ad-hoc";
+
+/// Runs `once`. Exit 0 when the agent finished its turn; exit 1 with its error otherwise;
+/// SIGHUP/SIGTERM record the step as `killed-by-signal`, remove the containers and die by the
+/// signal.
+pub async fn once(
+    opts: OnceOptions,
+    globals: GlobalOptions,
+    creds: Credentials,
+) -> Result<ExitStatus, CliError> {
+    let printer = PlainPrinter::stdout(globals.verbose);
+    let ctx = RunContext::build(
+        &globals,
+        &creds,
+        RunSetup {
+            workbench: opts.workbench.clone(),
+            trim_large: opts.trim,
+            window: None,
+            handoff: true,
+            human: Arc::new(Absent),
+            events: printer.sink(),
+            placement: None,
+            sandboxes: None,
+        },
+    )
+    .await?;
+    let spec = roles::once(&opts.instructions, opts.tools.clone(), opts.budget_usd);
+    let run = {
+        let rt = ctx.runtime.clone();
+        let prompt = opts.prompt.clone();
+        let run_opts = RunOptions {
+            step: Some(ONCE_STEP.into()),
+            resume: opts.resume.clone(),
+            fork: opts.fork,
+        };
+        tokio::spawn(async move { rt.run(&spec, &prompt, run_opts).await })
+    };
+    let outcome = tokio::select! {
+        r = run => Ok(r.map_err(|e| CliError::NotBuilt(format!("内部错误:{e}")))?),
+        sig = wait_for_signal() => Err(sig),
+    };
+    match outcome {
+        Ok(result) => {
+            ctx.shutdown().await;
+            printer.print_lines(&[printer.status_line()]);
+            if result.ok {
+                Ok(ExitStatus::Success)
+            } else {
+                Err(CliError::NotBuilt(format!(
+                    "x {}",
+                    result.error.unwrap_or_else(|| "没做完".into())
+                )))
+            }
+        }
+        Err(sig) => {
+            ctx.runtime.rescue(KILLED_BY_SIGNAL);
+            ctx.shutdown().await;
+            Ok(ExitStatus::Signalled(sig))
+        }
+    }
+}
+
+/// Resolves with the signal number on SIGHUP, SIGTERM or SIGINT.
+pub async fn wait_for_signal() -> i32 {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = signal(SignalKind::hangup()).ok();
+    let mut term = signal(SignalKind::terminate()).ok();
+    let mut int = signal(SignalKind::interrupt()).ok();
+    async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+        match s {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    }
+    tokio::select! {
+        _ = recv(&mut hup) => nix::libc::SIGHUP,
+        _ = recv(&mut term) => nix::libc::SIGTERM,
+        _ = recv(&mut int) => nix::libc::SIGINT,
+    }
+}

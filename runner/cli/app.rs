@@ -1,0 +1,335 @@
+//! One invocation, start to finish: rewrite argv, parse, resolve options, open the log, pass the
+//! credential gates, ask for the request, call [`super::entry`], and turn the outcome into an
+//! exit code with its message on stderr.
+//!
+//! Everything it reads from outside comes in as arguments ([`Host`], [`Io`], [`Hooks`]), so the
+//! library tests drive it in-process and the binary ([`super::main_entry`]) wires in the real
+//! process.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+
+use super::args::Cli;
+use super::entry;
+use super::error::{CliError, ExitStatus};
+use super::host::Host;
+use super::input::LineSource;
+use super::logging;
+use super::options::{CommandOptions, GlobalOptions, Options};
+use super::prompt;
+use super::rewrite::Grammar;
+use crate::creds::{self, Credentials, EnsurePolicy, ProbeSettings};
+
+/// The streams of one invocation.
+pub struct Io<'a> {
+    /// Human input (the start prompt, `setup`'s questions).
+    pub stdin: &'a mut dyn LineSource,
+    /// The UI: prompts, setup screens, probe lines, help.
+    pub stdout: &'a mut dyn Write,
+    /// Error messages and warnings.
+    pub stderr: &'a mut dyn Write,
+}
+
+/// Pluggable behaviour.
+pub struct Hooks {
+    /// Whether the directory was woken, given `go`'s workbench directory. The workflow layer
+    /// provides the real check (complete four-section `需求.md`); the default is
+    /// [`prompt::brief_exists`]. Must only read.
+    pub was_woken: Box<dyn Fn(&Path) -> bool + Send + Sync>,
+    /// Install the `tracing` subscriber and the panic hook's log path (the binary does; the
+    /// in-process tests do not, since both are process-wide).
+    pub init_logging: bool,
+    /// The probe's settings (tests shorten the timeout).
+    pub probe: ProbeSettings,
+}
+
+impl Default for Hooks {
+    fn default() -> Self {
+        Self {
+            was_woken: Box::new(prompt::brief_exists),
+            init_logging: true,
+            probe: ProbeSettings::default(),
+        }
+    }
+}
+
+/// How the process should end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Exit with this code.
+    Code(i32),
+    /// Die by this signal (default action re-raised).
+    Signal(i32),
+}
+
+/// Runs one invocation. `args` is argv without the program name. Prints the failure message
+/// (and the log path when the log has more) on `io.stderr`.
+pub async fn run(args: Vec<OsString>, host: &Host, io: &mut Io<'_>, hooks: &Hooks) -> Exit {
+    let mut log = None;
+    let result = dispatch(args, host, io, hooks, &mut log).await;
+    finish(result, io, log.as_deref())
+}
+
+async fn dispatch(
+    args: Vec<OsString>,
+    host: &Host,
+    io: &mut Io<'_>,
+    hooks: &Hooks,
+    log: &mut Option<PathBuf>,
+) -> Result<ExitStatus, CliError> {
+    let grammar = Grammar::from_command(&<Cli as clap::CommandFactory>::command());
+    let argv = std::iter::once(OsString::from("flowerbox")).chain(grammar.rewrite(&args));
+    let cli = Cli::try_parse_from(argv)?;
+    let Options { global, command } = Options::resolve(cli, host)?;
+    let lookup = host.lookup();
+
+    if let CommandOptions::Setup = command {
+        let (_, creds) = creds::setup::setup_command(&lookup, io.stdin, io.stdout)?;
+        if global.verbose {
+            describe(&creds, io.stdout)?;
+        }
+        return Ok(ExitStatus::Success);
+    }
+
+    if hooks.init_logging {
+        let path = logging::init(&global.run_dir, host.var("RUST_LOG"))?;
+        super::install_panic_hook(Some(path.clone()));
+        *log = Some(path);
+    }
+    tracing::info!(?args, workspace = %global.workspace.display(), "flowerbox start");
+
+    match command {
+        CommandOptions::Go(mut opts) => {
+            let creds = gates(host, &global, io, hooks).await?;
+            if global.workbench {
+                writeln!(
+                    io.stderr,
+                    "- go 恒带工作台:{}(-W 不改它的位置)",
+                    opts.workbench.display()
+                )
+                .map_err(CliError::terminal)?;
+            }
+            if opts.ask.is_none() {
+                let woken = (hooks.was_woken)(&opts.workbench);
+                let answer = prompt::ask_for_request(
+                    woken,
+                    opts.new,
+                    global.interactive,
+                    io.stdin,
+                    io.stdout,
+                )?;
+                opts.ask = answer.ask;
+                opts.new = answer.new;
+            }
+            if !global.interactive && !opts.fully_automatic() {
+                writeln!(io.stderr, "{}", prompt::NOT_A_TERMINAL_WARNING)
+                    .map_err(CliError::terminal)?;
+            }
+            entry::go(opts, global, creds).await
+        }
+        CommandOptions::Run(opts) => {
+            let creds = gates(host, &global, io, hooks).await?;
+            entry::run(opts, global, creds).await
+        }
+        CommandOptions::Once(opts) => {
+            let creds = gates(host, &global, io, hooks).await?;
+            entry::once(opts, global, creds).await
+        }
+        CommandOptions::Doctor(opts) => {
+            let creds = lookup.discover();
+            if global.verbose {
+                describe(&creds, io.stdout)?;
+            }
+            entry::doctor(opts, global, creds).await
+        }
+        CommandOptions::Gc(opts) => entry::gc(opts, global).await,
+        CommandOptions::Setup => unreachable!("handled above"),
+    }
+}
+
+/// The two credential gates, then the `-v` dump.
+async fn gates(
+    host: &Host,
+    global: &GlobalOptions,
+    io: &mut Io<'_>,
+    hooks: &Hooks,
+) -> Result<Credentials, CliError> {
+    let lookup = host.lookup();
+    let mut policy = EnsurePolicy::standard(global.interactive, &lookup);
+    policy.probe_settings = hooks.probe.clone();
+    let creds = creds::ensure_credentials(&lookup, &policy, io.stdin, io.stdout).await?;
+    if global.verbose {
+        describe(&creds, io.stdout)?;
+    }
+    Ok(creds)
+}
+
+/// `-v`: the effective configuration, secrets masked.
+fn describe(creds: &Credentials, out: &mut dyn Write) -> Result<(), CliError> {
+    let mut text = String::from("- 生效的凭证配置:\n");
+    for line in creds.describe() {
+        text.push_str(&format!("  {line}\n"));
+    }
+    out.write_all(text.as_bytes()).map_err(CliError::terminal)
+}
+
+/// Prints the failure (if any) and picks the exit.
+fn finish(result: Result<ExitStatus, CliError>, io: &mut Io<'_>, log: Option<&Path>) -> Exit {
+    let error = match result {
+        Ok(ExitStatus::Signalled(sig)) => return Exit::Signal(sig),
+        Ok(status) => return Exit::Code(status.code()),
+        Err(e) => e,
+    };
+    if error.is_broken_pipe() {
+        return Exit::Code(0);
+    }
+    let code = error.exit_code();
+    match &error {
+        CliError::Clap(e) => {
+            let out: &mut dyn Write = if e.use_stderr() { io.stderr } else { io.stdout };
+            // A closed pipe while printing help is not worth a second message.
+            let _ = write!(out, "{}", e.render());
+        }
+        other => {
+            tracing::error!(error = %other, code, "exit");
+            let _ = writeln!(io.stderr, "{other}");
+            if let (Some(log), true) = (log, points_to_log(other)) {
+                let _ = writeln!(io.stderr, "  (详情见 {})", log.display());
+            }
+        }
+    }
+    let _ = io.stdout.flush();
+    let _ = io.stderr.flush();
+    Exit::Code(code)
+}
+
+/// Errors whose message does not say everything: the log has the rest.
+fn points_to_log(error: &CliError) -> bool {
+    matches!(error, CliError::StepAborted(_) | CliError::Io { .. })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::input::ScriptedLines;
+    use std::collections::BTreeMap;
+
+    struct Run {
+        exit: Exit,
+        out: String,
+        err: String,
+    }
+
+    fn run_with(
+        args: &[&str],
+        host: &Host,
+        lines: &[&str],
+        was_woken: impl Fn(&Path) -> bool + Send + Sync + 'static,
+    ) -> Run {
+        let mut stdin = ScriptedLines::lines(lines.iter().copied());
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let hooks = Hooks {
+            was_woken: Box::new(was_woken),
+            init_logging: false,
+            probe: ProbeSettings::default(),
+        };
+        let exit = {
+            let mut io = Io {
+                stdin: &mut stdin,
+                stdout: &mut out,
+                stderr: &mut err,
+            };
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(run(
+                args.iter().map(OsString::from).collect(),
+                host,
+                &mut io,
+                &hooks,
+            ))
+        };
+        Run {
+            exit,
+            out: String::from_utf8(out).unwrap(),
+            err: String::from_utf8(err).unwrap(),
+        }
+    }
+
+    fn host(dir: &Path, interactive: bool, vars: &[(&str, &str)]) -> Host {
+        let mut map = BTreeMap::new();
+        map.insert("HOME".to_string(), dir.join("home").display().to_string());
+        for (k, v) in vars {
+            map.insert(k.to_string(), v.to_string());
+        }
+        Host {
+            vars: map,
+            cwd: dir.to_path_buf(),
+            stdin_is_terminal: interactive,
+        }
+    }
+
+    const KEY: [(&str, &str); 2] = [
+        ("ANTHROPIC_API_KEY", "sk-ant-unit-0123456789"),
+        ("FLOWER_NO_PROBE", "1"),
+    ];
+
+    #[test]
+    fn help_goes_to_stdout_and_errors_to_stderr() {
+        let d = tempfile::tempdir().unwrap();
+        let h = host(d.path(), false, &[]);
+        let r = run_with(&["--help"], &h, &[], |_| false);
+        assert_eq!(r.exit, Exit::Code(0));
+        assert!(r.out.contains("Usage: flowerbox"));
+        assert!(r.err.is_empty());
+        let r = run_with(&["--nope"], &h, &[], |_| false);
+        assert_eq!(r.exit, Exit::Code(2));
+        assert!(r.err.contains("--nope"), "{}", r.err);
+    }
+
+    #[test]
+    fn the_wake_hook_decides_the_prompt() {
+        let d = tempfile::tempdir().unwrap();
+        let h = host(d.path(), true, &KEY);
+        let expected_workbench = d.path().canonicalize().unwrap().join(".flower");
+        let r = run_with(&[], &h, &[""], move |wb| {
+            assert_eq!(wb, expected_workbench);
+            true
+        });
+        assert!(r.out.starts_with(prompt::PROMPT_WOKEN), "{}", r.out);
+        // Bare Enter continues: the call reaches the entry seam.
+        assert_eq!(r.exit, Exit::Code(1));
+        assert!(r.err.starts_with("flowerbox go 还没接上"), "{}", r.err);
+
+        let r = run_with(&[], &h, &[""], |_| false);
+        assert!(r.out.starts_with(prompt::PROMPT_FRESH), "{}", r.out);
+        assert!(r.err.starts_with("诉求是空的"), "{}", r.err);
+    }
+
+    #[test]
+    fn verbose_masks_secrets() {
+        let d = tempfile::tempdir().unwrap();
+        let h = host(d.path(), false, &KEY);
+        let r = run_with(&["-v", "once", "hi"], &h, &[], |_| false);
+        assert!(
+            r.out.contains("ANTHROPIC_API_KEY=sk-a…  (进程环境)"),
+            "{}",
+            r.out
+        );
+        assert!(!r.out.contains("0123456789"));
+    }
+
+    #[test]
+    fn setup_writes_the_user_file_and_no_run_dir() {
+        let d = tempfile::tempdir().unwrap();
+        let h = host(d.path(), false, &[]);
+        let r = run_with(&["setup"], &h, &["tok-abcdefgh", "", ""], |_| false);
+        assert_eq!(r.exit, Exit::Code(0), "{}", r.err);
+        assert!(d.path().join("home/.config/flower/.env").exists());
+        assert!(!d.path().join("runs").exists());
+    }
+}

@@ -1,0 +1,77 @@
+//! The seam between the command line and the rest of flowerbox: one function per subcommand
+//! that needs the runtime. The command line calls these after parsing, validation, the
+//! credential gates and (for `go`) the start prompt; the integrator replaces their bodies.
+//!
+//! Contract for every function here:
+//! - the options are validated (see [`super::options`]); the workspace exists; `run_dir` is
+//!   created and `<run_dir>/flowerbox.log` receives `tracing` output;
+//! - `creds` passed the gates (token present; probed when on a terminal) — build the model
+//!   provider from [`Credentials::get`];
+//! - return `Ok(ExitStatus::Success)` (0), `Ok(ExitStatus::Interrupted)` (130, second Ctrl-C),
+//!   `Ok(ExitStatus::Signalled(sig))` (SIGHUP/SIGTERM after recording the in-flight step), or an
+//!   `Err(CliError)` whose message is printed on stderr with exit code 1 (e.g.
+//!   [`CliError::StepAborted`]). Never print a backtrace; never exit the process yourself.
+
+use super::error::{CliError, ExitStatus};
+use super::options::{DoctorOptions, GcOptions, GlobalOptions, GoOptions, OnceOptions, RunOptions};
+use crate::creds::Credentials;
+
+/// `flowerbox go`: build the clarify → goal → work (+ judge per round) workflow and run it.
+/// `opts.ask` is the request, or `None` to continue a woken directory; `opts.new` asks to
+/// archive the previous run (`lineage.json`, `需求.md`, `目标.md` into
+/// `notes/archive/<YYYYmmdd-HHMMSS>/`) before starting.
+pub async fn go(
+    opts: GoOptions,
+    globals: GlobalOptions,
+    creds: Credentials,
+) -> Result<ExitStatus, CliError> {
+    let _ = (opts, globals, creds);
+    Err(not_built("go"))
+}
+
+/// `flowerbox run TARGET`: run the workflow `opts.target.workflow` (the named table of the
+/// workflow file) with default go-switch values.
+pub async fn run(
+    opts: RunOptions,
+    globals: GlobalOptions,
+    creds: Credentials,
+) -> Result<ExitStatus, CliError> {
+    let _ = (opts, globals, creds);
+    Err(not_built("run"))
+}
+
+/// `flowerbox once PROMPT`: one agent named `ad-hoc`, no workflow, no verdict, no human
+/// (questions time out at once).
+pub async fn once(
+    opts: OnceOptions,
+    globals: GlobalOptions,
+    creds: Credentials,
+) -> Result<ExitStatus, CliError> {
+    crate::app::once::once(opts, globals, creds).await
+}
+
+/// `flowerbox doctor`: check the Docker engine, the agent image and the credentials. `creds`
+/// is the chain's result WITHOUT the gates (it may lack a token; report that, do not fail on
+/// it).
+pub async fn doctor(
+    opts: DoctorOptions,
+    globals: GlobalOptions,
+    creds: Credentials,
+) -> Result<ExitStatus, CliError> {
+    let _ = (opts, globals, creds);
+    Err(not_built("doctor"))
+}
+
+/// `flowerbox gc`: remove containers and pods flowerbox left behind (labels `flowerbox.run`,
+/// `flowerbox.workspace`); never force-delete worktrees or branches with unmerged work.
+pub async fn gc(opts: GcOptions, globals: GlobalOptions) -> Result<ExitStatus, CliError> {
+    let _ = (opts, globals);
+    Err(not_built("gc"))
+}
+
+/// The honest line for a subcommand whose runtime is not in this build.
+fn not_built(subcommand: &str) -> CliError {
+    CliError::NotBuilt(format!(
+        "flowerbox {subcommand} 还没接上:agent 运行时、流程和 Docker 沙箱还不在这个版本里(现在能用的是命令行、凭证和 setup)。"
+    ))
+}

@@ -1,0 +1,142 @@
+//! Exit codes and the one error type of the command line (seed 000, "退出码").
+//!
+//! | code | when |
+//! |---|---|
+//! | 0 | finished normally ([`ExitStatus::Success`]), or `--help` |
+//! | 1 | every deliberate exit: a [`CliError`] whose message goes to stderr, no backtrace |
+//! | 2 | argument errors: clap's, and [`CliError::Usage`] (`--window 0`, contradictions) |
+//! | 130 | two Ctrl-C during a run ([`ExitStatus::Interrupted`]), clean, no traceback |
+//! | signal | SIGHUP/SIGTERM after the in-flight step is recorded ([`ExitStatus::Signalled`]) |
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use super::target::TargetError;
+use crate::creds::CredsError;
+
+/// How a command that did not fail ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// Exit code 0.
+    Success,
+    /// A second Ctrl-C during a run: exit code 130.
+    Interrupted,
+    /// Killed by this signal (SIGHUP/SIGTERM) after recording the in-flight step: the binary
+    /// restores the default action and re-raises it, so the parent sees a signal death.
+    Signalled(i32),
+}
+
+impl ExitStatus {
+    /// The numeric code (`128 + signal` for [`ExitStatus::Signalled`], as a shell reports it).
+    pub fn code(self) -> i32 {
+        match self {
+            ExitStatus::Success => 0,
+            ExitStatus::Interrupted => 130,
+            ExitStatus::Signalled(sig) => 128 + sig,
+        }
+    }
+}
+
+/// Every way the command line fails. [`CliError::exit_code`] maps it to 1 or 2; the display
+/// text is the exact message for stderr (seed 000's Chinese where the seed has one).
+#[derive(Debug, Error)]
+pub enum CliError {
+    /// clap rejected the arguments (or printed help/version): its own code (2, or 0 for help).
+    #[error("{0}")]
+    Clap(#[from] clap::Error),
+    /// An argument clap accepted but flowerbox refuses (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    /// Ctrl-C or Ctrl-D at the start prompt.
+    #[error("已取消")]
+    Cancelled,
+    /// Bare Enter at the start prompt on a fresh directory.
+    #[error("诉求是空的。直接 `flowerbox` 然后按提示输入,或者 flowerbox \"帮我做一个 X\"。")]
+    EmptyRequest,
+    /// No request from a non-terminal stdin and the directory was not woken.
+    #[error("要给一句诉求,例如 flowerbox '帮我做一个 X'")]
+    NeedRequest,
+    /// Credentials are missing, refused or could not be configured.
+    #[error(transparent)]
+    Creds(#[from] CredsError),
+    /// `--isolate` on a workspace that is not a git repository.
+    #[error("--isolate 要求 {} 是 git 仓库(每个 subagent 要分一份 worktree)。先 git init,或者去掉 --isolate。", .0.display())]
+    IsolateNotGit(PathBuf),
+    /// A workflow step failed and its policy is to stop.
+    #[error("在步骤 '{0}' 中止")]
+    StepAborted(String),
+    /// `run`'s target could not be found or loaded.
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    /// The part of flowerbox this command needs is not built in this version.
+    #[error("{0}")]
+    NotBuilt(String),
+    /// The workspace could not be created.
+    #[error("工作目录 {} 建不出来:{source}", path.display())]
+    Workspace {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// An I/O failure outside the cases above (`what` says what was being done).
+    #[error("{what}:{source}")]
+    Io {
+        /// What failed, in words.
+        what: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+impl CliError {
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::Clap(e) => e.exit_code(),
+            CliError::Usage(_) => 2,
+            _ => 1,
+        }
+    }
+
+    /// True when stdout/stderr went away (`flowerbox --help | head -1`): exit quietly.
+    pub fn is_broken_pipe(&self) -> bool {
+        match self {
+            CliError::Io { source, .. } => source.kind() == std::io::ErrorKind::BrokenPipe,
+            CliError::Creds(CredsError::Terminal(e)) => e.kind() == std::io::ErrorKind::BrokenPipe,
+            _ => false,
+        }
+    }
+
+    /// Wraps a terminal I/O error.
+    pub fn terminal(source: std::io::Error) -> Self {
+        CliError::Io {
+            what: "终端读写失败".to_string(),
+            source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes() {
+        assert_eq!(ExitStatus::Success.code(), 0);
+        assert_eq!(ExitStatus::Interrupted.code(), 130);
+        assert_eq!(ExitStatus::Signalled(15).code(), 143);
+        assert_eq!(CliError::Usage("x".into()).exit_code(), 2);
+        assert_eq!(CliError::Cancelled.exit_code(), 1);
+        assert_eq!(CliError::StepAborted("干活".into()).exit_code(), 1);
+        assert_eq!(
+            CliError::StepAborted("干活".into()).to_string(),
+            "在步骤 '干活' 中止"
+        );
+        assert_eq!(
+            CliError::IsolateNotGit("/p".into()).to_string(),
+            "--isolate 要求 /p 是 git 仓库(每个 subagent 要分一份 worktree)。先 git init,或者去掉 --isolate。"
+        );
+    }
+}

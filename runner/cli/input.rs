@@ -1,0 +1,172 @@
+//! Line input for the start prompt and `setup`: a [`LineSource`] trait, the real stdin reader
+//! (Ctrl-C at the prompt becomes [`LineRead::Interrupted`] instead of killing the process), and
+//! in-memory sources for tests.
+
+use std::collections::VecDeque;
+use std::io::{self, BufRead};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+
+/// What one attempt to read a line gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LineRead {
+    /// A line, without its `\n` / `\r\n`.
+    Line(String),
+    /// End of input (Ctrl-D on an empty line, or a closed pipe).
+    Eof,
+    /// Ctrl-C (SIGINT) arrived while waiting.
+    Interrupted,
+}
+
+/// Something that hands out lines of human input.
+pub trait LineSource {
+    /// Blocks until a line, end of input or an interrupt.
+    ///
+    /// Errors: the underlying read failed.
+    fn read_line(&mut self) -> io::Result<LineRead>;
+}
+
+/// Any buffered reader as a line source (EOF when it runs out). Never yields `Interrupted`.
+pub struct ReaderLines<R>(pub R);
+
+impl<R: BufRead> LineSource for ReaderLines<R> {
+    fn read_line(&mut self) -> io::Result<LineRead> {
+        let mut buf = Vec::new();
+        if self.0.read_until(b'\n', &mut buf)? == 0 {
+            return Ok(LineRead::Eof);
+        }
+        Ok(LineRead::Line(decode(buf)))
+    }
+}
+
+/// A fixed script of reads, then EOF forever. For tests and automation.
+#[derive(Debug, Default)]
+pub struct ScriptedLines(pub VecDeque<LineRead>);
+
+impl ScriptedLines {
+    /// A script of plain lines.
+    pub fn lines<I: IntoIterator<Item = S>, S: Into<String>>(lines: I) -> Self {
+        Self(
+            lines
+                .into_iter()
+                .map(|l| LineRead::Line(l.into()))
+                .collect(),
+        )
+    }
+}
+
+impl LineSource for ScriptedLines {
+    fn read_line(&mut self) -> io::Result<LineRead> {
+        Ok(self.0.pop_front().unwrap_or(LineRead::Eof))
+    }
+}
+
+/// The process's standard input, read one byte at a time straight from fd 0 so nothing beyond
+/// the line is consumed (whatever reads stdin next sees the rest). While a read is in
+/// progress SIGINT is caught and turns into [`LineRead::Interrupted`]; the previous disposition
+/// is restored afterwards, so Ctrl-C keeps its meaning everywhere else.
+#[derive(Debug, Default)]
+pub struct StdinLines;
+
+impl LineSource for StdinLines {
+    fn read_line(&mut self) -> io::Result<LineRead> {
+        let _guard = SigintGuard::install()?;
+        let stdin = io::stdin();
+        let fd = stdin.as_fd();
+        let mut buf = Vec::new();
+        loop {
+            if SIGINT_SEEN.load(Ordering::SeqCst) {
+                return Ok(LineRead::Interrupted);
+            }
+            // Poll with a short timeout: the signal may land on another thread, in which case
+            // this thread's syscalls are not interrupted and only the flag tells.
+            let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::from(100u16)) {
+                Ok(0) | Err(Errno::EINTR) => continue,
+                Ok(_) => {}
+                Err(e) => return Err(e.into()),
+            }
+            let mut byte = [0u8; 1];
+            match nix::unistd::read(fd, &mut byte) {
+                Ok(0) if buf.is_empty() => return Ok(LineRead::Eof),
+                Ok(0) => return Ok(LineRead::Line(decode(buf))),
+                Ok(_) if byte[0] == b'\n' => return Ok(LineRead::Line(decode(buf))),
+                Ok(_) => buf.push(byte[0]),
+                Err(Errno::EINTR) | Err(Errno::EAGAIN) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
+/// Set by the SIGINT handler while a [`StdinLines`] read is in progress. A signal handler can
+/// only reach static state; this flag is the one piece, scoped to this file and reset on every
+/// install.
+static SIGINT_SEEN: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: nix::libc::c_int) {
+    SIGINT_SEEN.store(true, Ordering::SeqCst);
+}
+
+/// Installs the SIGINT catcher; restores the previous action when dropped.
+struct SigintGuard {
+    previous: SigAction,
+}
+
+impl SigintGuard {
+    fn install() -> io::Result<Self> {
+        SIGINT_SEEN.store(false, Ordering::SeqCst);
+        let action = SigAction::new(
+            SigHandler::Handler(on_sigint),
+            SaFlags::empty(),
+            SigSet::empty(),
+        );
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        let previous = unsafe { sigaction(Signal::SIGINT, &action) }?;
+        Ok(Self { previous })
+    }
+}
+
+impl Drop for SigintGuard {
+    fn drop(&mut self) {
+        // SAFETY: reinstates the action that was in place before `install`.
+        let _ = unsafe { sigaction(Signal::SIGINT, &self.previous) };
+    }
+}
+
+/// Bytes of one line to text: lossy UTF-8, without the line ending.
+fn decode(mut buf: Vec<u8>) -> String {
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+    }
+    if buf.last() == Some(&b'\r') {
+        buf.pop();
+    }
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reader_lines_strip_endings() {
+        let mut src = ReaderLines(io::Cursor::new("一行\r\ntwo\nlast"));
+        assert_eq!(src.read_line().unwrap(), LineRead::Line("一行".into()));
+        assert_eq!(src.read_line().unwrap(), LineRead::Line("two".into()));
+        assert_eq!(src.read_line().unwrap(), LineRead::Line("last".into()));
+        assert_eq!(src.read_line().unwrap(), LineRead::Eof);
+    }
+
+    #[test]
+    fn scripted_lines_end_in_eof() {
+        let mut src = ScriptedLines::lines(["a"]);
+        assert_eq!(src.read_line().unwrap(), LineRead::Line("a".into()));
+        assert_eq!(src.read_line().unwrap(), LineRead::Eof);
+        assert_eq!(src.read_line().unwrap(), LineRead::Eof);
+    }
+}

@@ -1,0 +1,626 @@
+//! Validated options: the clap types of [`super::args`] become these in ONE place
+//! ([`Options::resolve`]), with every field destructured so a new switch cannot be forgotten.
+//!
+//! Edge semantics (seed 000, "`go` 的 11 个开关", and DESIGN.md's deliberate differences):
+//! `--rounds 0` ≡ 1; any negative `--asks` = unlimited; any negative `--timeout` = 0 (fully
+//! automatic); `--window` must be positive (flower ignored 0 silently; here it is exit 2);
+//! `-T` with `--no-trim` on `go` is a contradiction (exit 2); `-r` defaults to
+//! `<workspace>/runs`; `--isolate` needs the workspace to be a git repository (exit 1).
+
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use super::args::{
+    Cli, CommandArgs, DoctorArgs, GcArgs, GlobalArgs, GoArgs, OnceArgs, PermissionMode, RunArgs,
+    SandboxKind,
+};
+use super::error::CliError;
+use super::host::Host;
+use super::target::{self, RunTarget};
+
+/// Tool names `once -t` accepts (the agent tool registry's names). `WebSearch` is refused: there
+/// is no search provider.
+pub const ONCE_TOOLS: [&str; 9] = [
+    "Read",
+    "Write",
+    "Edit",
+    "Bash",
+    "Glob",
+    "Grep",
+    "WebFetch",
+    "TodoWrite",
+    "Agent",
+];
+
+/// The global switches, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GlobalOptions {
+    /// `-w`: absolute, symlinks resolved, created (`mkdir -p`).
+    pub workspace: PathBuf,
+    /// `-r`: absolute (lexically normalised), not created yet; `<workspace>/runs` by default,
+    /// a relative `-r` is relative to the current directory.
+    pub run_dir: PathBuf,
+    /// The current directory at start.
+    pub cwd: PathBuf,
+    /// `-v`.
+    pub verbose: bool,
+    /// `-W` as given (see [`GoOptions::workbench`], [`RunOptions::workbench`]).
+    pub workbench: bool,
+    /// `-T` as given (see the per-command `trim`).
+    pub trim: bool,
+    /// `--sandbox`: where tools run.
+    pub sandbox: SandboxKind,
+    /// `--image`, else `$FLOWERBOX_IMAGE`; `None` = the runner's content-hashed agent image.
+    pub image: Option<String>,
+    /// stdin is a terminal (prompts, interactive setup, probe, Ctrl-C handling).
+    pub interactive: bool,
+}
+
+/// `go`, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GoOptions {
+    /// The request. Filled by the start prompt when not given; `None` when it reaches
+    /// [`super::entry::go`] means "continue last time" (only possible on a woken directory).
+    pub ask: Option<String>,
+    /// `--asks`: `None` = unlimited (any negative), `Some(0)` = no questions allowed.
+    pub asks: Option<u64>,
+    /// `--rounds`: total work rounds, at least 1 (`0` ≡ `1`). Retries = rounds − 1.
+    pub rounds: u32,
+    /// Not `--no-goal`: write `目标.md` and judge every round.
+    pub goal: bool,
+    /// `--judge-can-run`.
+    pub judge_can_run: bool,
+    /// `--timeout`: how long a question waits. `ZERO` = fully automatic (also for any negative
+    /// value); `Duration::MAX` for an infinite value.
+    pub timeout: Duration,
+    /// `--isolate` (the workspace was checked to be a git repository).
+    pub isolate: bool,
+    /// `--window`: `None` = inferred from the model name; always positive.
+    pub window: Option<u64>,
+    /// Not `--no-handoff`.
+    pub handoff: bool,
+    /// `--new` (or `/new` typed at the start prompt): archive the previous run first.
+    pub new: bool,
+    /// `--clarify-only`.
+    pub clarify_only: bool,
+    /// Trim on resume: on unless `--no-trim` (`-T` agrees with the default).
+    pub trim: bool,
+    /// The workbench go always carries: `<workspace>/.flower/`, or with `--isolate`
+    /// `<workspace parent>/.flower-<workspace name>/`.
+    pub workbench: PathBuf,
+}
+
+/// `run`, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOptions {
+    /// The loaded target (file, name, table).
+    pub target: RunTarget,
+    /// With `-W`: `<run_dir>/workbench/`, used when the workflow carries no workbench itself.
+    pub workbench: Option<PathBuf>,
+    /// `-T`.
+    pub trim: bool,
+}
+
+/// `once`, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OnceOptions {
+    /// The prompt.
+    pub prompt: String,
+    /// `-i`: appended after the system prompt; empty = none.
+    pub instructions: String,
+    /// `-t`: the tool allowlist, names from [`ONCE_TOOLS`], in order, without duplicates.
+    pub tools: Vec<String>,
+    /// `-p`.
+    pub permission_mode: PermissionMode,
+    /// `-b`: dollar budget; `None` = no limit. Never negative.
+    pub budget_usd: Option<f64>,
+    /// `--resume SESSION_ID`.
+    pub resume: Option<String>,
+    /// `--fork` (only with `--resume`; clap enforces it).
+    pub fork: bool,
+    /// With `-W`: `<run_dir>/workbench/`.
+    pub workbench: Option<PathBuf>,
+    /// `-T`.
+    pub trim: bool,
+}
+
+/// `doctor`, resolved (no switches yet).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DoctorOptions {}
+
+/// `gc`, resolved (no switches yet).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GcOptions {}
+
+/// One subcommand's options.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CommandOptions {
+    /// `go`.
+    Go(GoOptions),
+    /// `run`.
+    Run(RunOptions),
+    /// `once`.
+    Once(OnceOptions),
+    /// `setup` (no options).
+    Setup,
+    /// `doctor`.
+    Doctor(DoctorOptions),
+    /// `gc`.
+    Gc(GcOptions),
+}
+
+/// Everything the command line decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// The global switches.
+    pub global: GlobalOptions,
+    /// The subcommand.
+    pub command: CommandOptions,
+}
+
+impl Options {
+    /// Validates and resolves parsed arguments. Creates the workspace; reads `run`'s target.
+    ///
+    /// Errors: [`CliError::Usage`] (exit 2) for refused values, [`CliError::Workspace`],
+    /// [`CliError::IsolateNotGit`], [`CliError::Target`] (exit 1).
+    pub fn resolve(cli: Cli, host: &Host) -> Result<Self, CliError> {
+        let Cli { global, command } = cli;
+        let global = GlobalOptions::resolve(global, host)?;
+        let command = match command {
+            CommandArgs::Go(args) => CommandOptions::Go(GoOptions::resolve(args, &global)?),
+            CommandArgs::Run(args) => CommandOptions::Run(RunOptions::resolve(args, &global)?),
+            CommandArgs::Once(args) => CommandOptions::Once(OnceOptions::resolve(args, &global)?),
+            CommandArgs::Setup => CommandOptions::Setup,
+            CommandArgs::Doctor(DoctorArgs {}) => CommandOptions::Doctor(DoctorOptions {}),
+            CommandArgs::Gc(GcArgs {}) => CommandOptions::Gc(GcOptions {}),
+        };
+        Ok(Self { global, command })
+    }
+}
+
+impl GlobalOptions {
+    fn resolve(args: GlobalArgs, host: &Host) -> Result<Self, CliError> {
+        let GlobalArgs {
+            workspace,
+            run_dir,
+            verbose,
+            workbench,
+            trim,
+            sandbox,
+            image,
+            help: _,
+        } = args;
+        let sandbox = SandboxKind::from_name(&sandbox)
+            .ok_or_else(|| CliError::Usage(format!("--sandbox {sandbox} 不认识")))?;
+        let workspace = normalize(&host.cwd.join(workspace.unwrap_or_else(|| ".".into())));
+        let fail = |source| CliError::Workspace {
+            path: workspace.clone(),
+            source,
+        };
+        std::fs::create_dir_all(&workspace).map_err(fail)?;
+        let workspace = workspace.canonicalize().map_err(fail)?;
+        let run_dir = match run_dir {
+            Some(dir) => normalize(&host.cwd.join(dir)),
+            None => workspace.join("runs"),
+        };
+        let image = image
+            .filter(|i| !i.is_empty())
+            .or_else(|| host.var("FLOWERBOX_IMAGE").map(str::to_string));
+        Ok(Self {
+            workspace,
+            run_dir,
+            cwd: host.cwd.clone(),
+            verbose,
+            workbench,
+            trim,
+            sandbox,
+            image,
+            interactive: host.stdin_is_terminal,
+        })
+    }
+}
+
+impl GoOptions {
+    fn resolve(args: GoArgs, global: &GlobalOptions) -> Result<Self, CliError> {
+        let GoArgs {
+            ask,
+            asks,
+            rounds,
+            no_goal,
+            judge_can_run,
+            timeout,
+            isolate,
+            window,
+            no_handoff,
+            new,
+            clarify_only,
+            no_trim,
+        } = args;
+        if global.trim && no_trim {
+            return Err(CliError::Usage(
+                "-T/--trim 和 --no-trim 矛盾:go 上裁剪默认就开,要关只写 --no-trim。".into(),
+            ));
+        }
+        let window = match window {
+            None => None,
+            Some(w) if w > 0 => Some(w as u64),
+            Some(w) => {
+                return Err(CliError::Usage(format!(
+                "--window {w} 不行:上下文窗口要是正整数(token 数)。想按模型名推算就别写 --window。"
+            )))
+            }
+        };
+        if isolate && git2::Repository::open(&global.workspace).is_err() {
+            return Err(CliError::IsolateNotGit(global.workspace.clone()));
+        }
+        Ok(Self {
+            ask: ask.filter(|a| !a.trim().is_empty()),
+            asks: u64::try_from(asks).ok(),
+            rounds: u32::try_from(rounds.max(1)).unwrap_or(u32::MAX),
+            goal: !no_goal,
+            judge_can_run,
+            timeout: seconds(timeout, "--timeout")?,
+            isolate,
+            window,
+            handoff: !no_handoff,
+            new,
+            clarify_only,
+            trim: !no_trim,
+            workbench: go_workbench(&global.workspace, isolate),
+        })
+    }
+
+    /// Retries after the first round (`rounds − 1`).
+    pub fn retries(&self) -> u32 {
+        self.rounds - 1
+    }
+
+    /// True when questions settle as `timeout` at once (`--timeout` ≤ 0).
+    pub fn fully_automatic(&self) -> bool {
+        self.timeout.is_zero()
+    }
+}
+
+impl RunOptions {
+    fn resolve(args: RunArgs, global: &GlobalOptions) -> Result<Self, CliError> {
+        let RunArgs { target } = args;
+        Ok(Self {
+            target: target::resolve(&target, &global.cwd)?,
+            workbench: global.workbench.then(|| global.run_dir.join("workbench")),
+            trim: global.trim,
+        })
+    }
+}
+
+impl OnceOptions {
+    fn resolve(args: OnceArgs, global: &GlobalOptions) -> Result<Self, CliError> {
+        let OnceArgs {
+            prompt,
+            instructions,
+            tools,
+            permission_mode,
+            budget,
+            resume,
+            fork,
+        } = args;
+        let budget_usd = match budget {
+            Some(b) if b.is_nan() || b < 0.0 => {
+                return Err(CliError::Usage(format!(
+                    "-b/--budget {b} 不行:预算要是不小于 0 的美元数。"
+                )))
+            }
+            other => other,
+        };
+        let permission_mode = PermissionMode::from_name(&permission_mode)
+            .ok_or_else(|| CliError::Usage(format!("-p {permission_mode} 不认识")))?;
+        Ok(Self {
+            prompt,
+            instructions,
+            tools: parse_tools(&tools)?,
+            permission_mode,
+            budget_usd,
+            resume,
+            fork,
+            workbench: global.workbench.then(|| global.run_dir.join("workbench")),
+            trim: global.trim,
+        })
+    }
+}
+
+/// `-t`'s comma list: trimmed, empties dropped, duplicates dropped, names checked.
+fn parse_tools(list: &str) -> Result<Vec<String>, CliError> {
+    let mut tools: Vec<String> = Vec::new();
+    for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        if name == "WebSearch" {
+            return Err(CliError::Usage(
+                "-t 里的 WebSearch 不可用:flowerbox 没有接搜索服务(WebFetch 可以抓给定的网址)。"
+                    .into(),
+            ));
+        }
+        if !ONCE_TOOLS.contains(&name) {
+            return Err(CliError::Usage(format!(
+                "-t 里的 {name} 不是工具。可用:{}",
+                ONCE_TOOLS.join(",")
+            )));
+        }
+        if !tools.iter().any(|t| t == name) {
+            tools.push(name.to_string());
+        }
+    }
+    Ok(tools)
+}
+
+/// Seconds as a duration: negative → zero, infinite → `Duration::MAX`, NaN refused.
+fn seconds(value: f64, switch: &str) -> Result<Duration, CliError> {
+    if value.is_nan() {
+        return Err(CliError::Usage(format!("{switch} 要是秒数,不能是 NaN。")));
+    }
+    Ok(Duration::try_from_secs_f64(value.max(0.0)).unwrap_or(Duration::MAX))
+}
+
+/// `go`'s workbench (seed 000, "`.flower/`"): inside the workspace, or next to it with
+/// `--isolate` (a worktree is private; the workbench is shared).
+pub fn go_workbench(workspace: &Path, isolate: bool) -> PathBuf {
+    match (isolate, workspace.parent(), workspace.file_name()) {
+        (true, Some(parent), Some(name)) => {
+            parent.join(format!(".flower-{}", name.to_string_lossy()))
+        }
+        _ => workspace.join(".flower"),
+    }
+}
+
+/// Removes `.` and resolves `..` lexically (the path may not exist yet).
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use std::collections::BTreeMap;
+
+    struct Env {
+        _tmp: tempfile::TempDir,
+        host: Host,
+    }
+
+    fn env() -> Env {
+        let tmp = tempfile::tempdir().unwrap();
+        let cwd = tmp.path().canonicalize().unwrap();
+        Env {
+            host: Host {
+                vars: BTreeMap::new(),
+                cwd,
+                stdin_is_terminal: false,
+            },
+            _tmp: tmp,
+        }
+    }
+
+    fn resolve(host: &Host, args: &[&str]) -> Result<Options, CliError> {
+        let cli = Cli::try_parse_from(std::iter::once("flowerbox").chain(args.iter().copied()))?;
+        Options::resolve(cli, host)
+    }
+
+    fn go(host: &Host, args: &[&str]) -> GoOptions {
+        match resolve(host, args).unwrap().command {
+            CommandOptions::Go(g) => g,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn usage(host: &Host, args: &[&str]) -> String {
+        match resolve(host, args) {
+            Err(e) => {
+                assert_eq!(e.exit_code(), 2, "{e}");
+                e.to_string()
+            }
+            Ok(o) => panic!("accepted: {o:?}"),
+        }
+    }
+
+    #[test]
+    fn go_defaults() {
+        let e = env();
+        let g = go(&e.host, &["go"]);
+        assert_eq!(g.ask, None);
+        assert_eq!(g.asks, None);
+        assert_eq!(g.rounds, 3);
+        assert_eq!(g.retries(), 2);
+        assert!(g.goal && g.handoff && g.trim);
+        assert!(!g.judge_can_run && !g.isolate && !g.new && !g.clarify_only);
+        assert_eq!(g.timeout, Duration::from_secs(1800));
+        assert_eq!(g.window, None);
+        assert_eq!(g.workbench, e.host.cwd.join(".flower"));
+    }
+
+    #[test]
+    fn go_edge_values() {
+        let e = env();
+        assert_eq!(go(&e.host, &["go", "--rounds", "0"]).rounds, 1);
+        assert_eq!(go(&e.host, &["go", "--rounds", "1"]).rounds, 1);
+        assert_eq!(go(&e.host, &["go", "--rounds=-4"]).rounds, 1);
+        assert_eq!(go(&e.host, &["go", "--asks", "-7"]).asks, None);
+        assert_eq!(go(&e.host, &["go", "--asks", "0"]).asks, Some(0));
+        assert_eq!(go(&e.host, &["go", "--asks", "5"]).asks, Some(5));
+        let auto = go(&e.host, &["go", "--timeout", "-3.5"]);
+        assert!(auto.fully_automatic());
+        assert!(go(&e.host, &["go", "--timeout", "0"]).fully_automatic());
+        assert_eq!(
+            go(&e.host, &["go", "--timeout", "2.5"]).timeout,
+            Duration::from_millis(2500)
+        );
+        assert_eq!(
+            go(&e.host, &["go", "--timeout", "inf"]).timeout,
+            Duration::MAX
+        );
+        assert_eq!(
+            go(&e.host, &["go", "--window", "200000"]).window,
+            Some(200_000)
+        );
+        assert_eq!(go(&e.host, &["go", "   "]).ask, None);
+        assert_eq!(go(&e.host, &["go", "做 X"]).ask.as_deref(), Some("做 X"));
+        let flags = go(
+            &e.host,
+            &[
+                "go",
+                "--no-goal",
+                "--judge-can-run",
+                "--no-handoff",
+                "--new",
+                "--clarify-only",
+                "--no-trim",
+            ],
+        );
+        assert!(!flags.goal && flags.judge_can_run && !flags.handoff);
+        assert!(flags.new && flags.clarify_only && !flags.trim);
+    }
+
+    #[test]
+    fn refused_values_exit_2() {
+        let e = env();
+        let m = usage(&e.host, &["go", "--window", "0"]);
+        assert!(m.starts_with("--window 0 不行"), "{m}");
+        assert!(usage(&e.host, &["go", "--window", "-1"]).contains("--window -1"));
+        assert!(usage(&e.host, &["-T", "go", "--no-trim"]).contains("--no-trim"));
+        assert!(usage(&e.host, &["go", "--timeout", "NaN"]).contains("NaN"));
+        usage(&e.host, &["once", "hi", "-p", "sudo"]);
+        usage(&e.host, &["once", "hi", "--fork"]);
+        usage(&e.host, &["once", "hi", "-b", "-1"]);
+        assert!(usage(&e.host, &["once", "hi", "-t", "Read,WebSearch"]).contains("搜索服务"));
+        assert!(usage(&e.host, &["once", "hi", "-t", "Nope"]).contains("Nope"));
+        usage(&e.host, &["go", "--bogus"]);
+        usage(&e.host, &["run"]);
+        usage(&e.host, &["once"]);
+    }
+
+    #[test]
+    fn trim_switch_agrees_with_go_default() {
+        let e = env();
+        assert!(go(&e.host, &["-T", "go"]).trim);
+    }
+
+    #[test]
+    fn workspace_is_created_and_run_dir_follows_it() {
+        let e = env();
+        let o = resolve(&e.host, &["-w", "a/b/../c", "go"]).unwrap();
+        let ws = e.host.cwd.join("a/c");
+        assert!(ws.is_dir());
+        assert_eq!(o.global.workspace, ws);
+        assert_eq!(o.global.run_dir, ws.join("runs"));
+        // An explicit relative -r is relative to the current directory, not the workspace.
+        let o = resolve(&e.host, &["-w", "a/c", "-r", "./state/../r2", "go"]).unwrap();
+        assert_eq!(o.global.run_dir, e.host.cwd.join("r2"));
+        let o = resolve(&e.host, &["go", "-r", "/abs/runs"]).unwrap();
+        assert_eq!(o.global.run_dir, PathBuf::from("/abs/runs"));
+    }
+
+    #[test]
+    fn sandbox_and_image() {
+        let mut e = env();
+        let o = resolve(&e.host, &["go"]).unwrap().global;
+        assert_eq!((o.sandbox, o.image), (SandboxKind::Docker, None));
+        e.host
+            .vars
+            .insert("FLOWERBOX_IMAGE".into(), "from-env:1".into());
+        let o = resolve(&e.host, &["--sandbox", "host", "go"])
+            .unwrap()
+            .global;
+        assert_eq!(o.sandbox, SandboxKind::Host);
+        assert_eq!(o.image.as_deref(), Some("from-env:1"));
+        let o = resolve(&e.host, &["go", "--image=given:2"]).unwrap().global;
+        assert_eq!(o.image.as_deref(), Some("given:2"));
+        usage(&e.host, &["--sandbox", "vm", "go"]);
+    }
+
+    #[test]
+    fn isolate_needs_a_repository() {
+        let e = env();
+        let err = resolve(&e.host, &["go", "--isolate"]).unwrap_err();
+        assert_eq!(err.exit_code(), 1);
+        assert!(matches!(err, CliError::IsolateNotGit(ref p) if *p == e.host.cwd));
+        git2::Repository::init(e.host.cwd.join("repo")).unwrap();
+        let g = go(&e.host, &["-w", "repo", "go", "--isolate"]);
+        assert!(g.isolate);
+        assert_eq!(g.workbench, e.host.cwd.join(".flower-repo"));
+    }
+
+    #[test]
+    fn once_options() {
+        let e = env();
+        let o = resolve(&e.host, &["-W", "once", "hi"]).unwrap();
+        let CommandOptions::Once(once) = o.command else {
+            panic!()
+        };
+        assert_eq!(once.tools, ["Read", "Glob", "Grep"]);
+        assert_eq!(once.permission_mode, PermissionMode::Default);
+        assert_eq!(once.budget_usd, None);
+        assert_eq!(once.instructions, "");
+        assert_eq!(once.workbench, Some(e.host.cwd.join("runs/workbench")));
+        let o = resolve(
+            &e.host,
+            &[
+                "once",
+                "hi",
+                "-t",
+                " Bash, Read,,Bash ",
+                "-p",
+                "acceptEdits",
+                "-b",
+                "0.5",
+                "--resume",
+                "s1",
+                "--fork",
+                "-i",
+                "be brief",
+            ],
+        )
+        .unwrap();
+        let CommandOptions::Once(once) = o.command else {
+            panic!()
+        };
+        assert_eq!(once.tools, ["Bash", "Read"]);
+        assert_eq!(once.permission_mode, PermissionMode::AcceptEdits);
+        assert_eq!(once.budget_usd, Some(0.5));
+        assert_eq!(once.resume.as_deref(), Some("s1"));
+        assert!(once.fork);
+        assert_eq!(once.instructions, "be brief");
+        assert_eq!(once.workbench, None);
+        for mode in ["default", "plan", "bypassPermissions"] {
+            assert!(resolve(&e.host, &["once", "hi", "-p", mode]).is_ok());
+        }
+    }
+
+    #[test]
+    fn run_resolves_its_target_against_cwd() {
+        let e = env();
+        std::fs::write(e.host.cwd.join("flows.toml"), "[main]\n").unwrap();
+        let o = resolve(&e.host, &["-W", "run", "flows:main"]).unwrap();
+        let CommandOptions::Run(run) = o.command else {
+            panic!()
+        };
+        assert_eq!(run.target.file, e.host.cwd.join("flows.toml"));
+        assert_eq!(run.workbench, Some(e.host.cwd.join("runs/workbench")));
+        let err = resolve(&e.host, &["run", "flows"]).unwrap_err();
+        assert_eq!(err.exit_code(), 1);
+    }
+
+    #[test]
+    fn globals_work_after_the_subcommand() {
+        let e = env();
+        let o = resolve(&e.host, &["once", "hi", "-v", "-w", "sub"]).unwrap();
+        assert!(o.global.verbose);
+        assert_eq!(o.global.workspace, e.host.cwd.join("sub"));
+    }
+}

@@ -1,0 +1,212 @@
+//! `run`'s target (seed 000, "`run`"): flower imports `module:attribute` from Python; flowerbox
+//! reads a workflow FILE and picks a workflow by NAME, keeping flower's two spellings and its
+//! four error messages.
+//!
+//! - `flows.toml:main` (ends in `.toml` or contains `/`) — a file path, relative to the current
+//!   directory;
+//! - `flows:main`, `pkg.flows:main` — a "module" name: `flows.toml`, `pkg/flows.toml` in the
+//!   current directory.
+//!
+//! Schema (minimal, for the lookup only; the workflow layer defines what goes inside): the file
+//! is TOML and each workflow is a top-level table named after it:
+//!
+//! ```toml
+//! [main]
+//! # steps, agents, ... (designed by the workflow issue)
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+/// A resolved `run` target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunTarget {
+    /// The target as typed (`flows.toml:main`).
+    pub spec: String,
+    /// The part before the last `:`.
+    pub module: String,
+    /// The workflow name after the last `:`.
+    pub name: String,
+    /// The workflow file, absolute.
+    pub file: PathBuf,
+    /// The named workflow's table, unparsed beyond TOML.
+    pub workflow: toml::Table,
+}
+
+/// Why a target could not be loaded (all exit 1).
+#[derive(Debug, Error, PartialEq)]
+pub enum TargetError {
+    /// No `:` (or an empty side of it).
+    #[error("需要模块:属性形式,例如 flows:main")]
+    MissingColon,
+    /// A file-path target that does not exist.
+    #[error("找不到 {path}(当前目录 {})。给的是文件路径就要能对上;要按模块名导入就别带 .toml", cwd.display())]
+    NotFound {
+        /// The path as typed.
+        path: String,
+        /// The current directory.
+        cwd: PathBuf,
+    },
+    /// The file could not be read or is not valid TOML (or a module name matched no file).
+    #[error("导入 '{module}' 失败:{message}")]
+    Import {
+        /// The module part as typed.
+        module: String,
+        /// The original error text.
+        message: String,
+    },
+    /// The file has no top-level entry of that name.
+    #[error("'{module}' 里没有 '{name}'")]
+    NoAttr {
+        /// The module part as typed.
+        module: String,
+        /// The workflow name.
+        name: String,
+    },
+    /// The entry exists but is not a table.
+    #[error("'{module}' 里的 '{name}' 不是流程:要写成 [{name}] 表")]
+    NotAWorkflow {
+        /// The module part as typed.
+        module: String,
+        /// The workflow name.
+        name: String,
+    },
+}
+
+/// Parses and loads `spec` relative to `cwd`.
+///
+/// Errors: see [`TargetError`], in the order the checks run (colon, file, parse, name).
+pub fn resolve(spec: &str, cwd: &Path) -> Result<RunTarget, TargetError> {
+    let (module, name) = spec
+        .rsplit_once(':')
+        .filter(|(m, n)| !m.is_empty() && !n.is_empty())
+        .ok_or(TargetError::MissingColon)?;
+    let import = |message: String| TargetError::Import {
+        module: module.to_string(),
+        message,
+    };
+    let is_path = module.ends_with(".toml") || module.contains('/');
+    let file = if is_path {
+        let file = cwd.join(module);
+        if !file.exists() {
+            return Err(TargetError::NotFound {
+                path: module.to_string(),
+                cwd: cwd.to_path_buf(),
+            });
+        }
+        file
+    } else {
+        let file = cwd.join(format!("{}.toml", module.replace('.', "/")));
+        if !file.exists() {
+            return Err(import(format!("没有 {}", file.display())));
+        }
+        file
+    };
+    let text = std::fs::read_to_string(&file).map_err(|e| import(e.to_string()))?;
+    let mut doc: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| import(e.to_string().trim_end().to_string()))?;
+    let workflow = match doc.remove(name) {
+        None => {
+            return Err(TargetError::NoAttr {
+                module: module.to_string(),
+                name: name.to_string(),
+            })
+        }
+        Some(toml::Value::Table(t)) => t,
+        Some(_) => {
+            return Err(TargetError::NotAWorkflow {
+                module: module.to_string(),
+                name: name.to_string(),
+            })
+        }
+    };
+    Ok(RunTarget {
+        spec: spec.to_string(),
+        module: module.to_string(),
+        name: name.to_string(),
+        file,
+        workflow,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("flows.toml"), "[main]\nsteps = []\n[other]\n").unwrap();
+        std::fs::create_dir(d.path().join("pkg")).unwrap();
+        std::fs::write(d.path().join("pkg/more.toml"), "[build]\n").unwrap();
+        std::fs::write(d.path().join("bad.toml"), "[main\n").unwrap();
+        std::fs::write(d.path().join("scalar.toml"), "main = 3\n").unwrap();
+        d
+    }
+
+    #[test]
+    fn file_and_module_forms() {
+        let d = dir();
+        let t = resolve("flows.toml:main", d.path()).unwrap();
+        assert_eq!(t.file, d.path().join("flows.toml"));
+        assert_eq!((t.module.as_str(), t.name.as_str()), ("flows.toml", "main"));
+        assert!(t.workflow.contains_key("steps"));
+        assert_eq!(resolve("flows:other", d.path()).unwrap().name, "other");
+        assert_eq!(
+            resolve("pkg.more:build", d.path()).unwrap().file,
+            d.path().join("pkg/more.toml")
+        );
+        assert!(resolve("pkg/more.toml:build", d.path()).is_ok());
+    }
+
+    #[test]
+    fn missing_colon() {
+        let d = dir();
+        for spec in ["flows", "flows:", ":main"] {
+            let e = resolve(spec, d.path()).unwrap_err();
+            assert_eq!(e, TargetError::MissingColon);
+            assert_eq!(e.to_string(), "需要模块:属性形式,例如 flows:main");
+        }
+    }
+
+    #[test]
+    fn missing_file_names_the_cwd() {
+        let d = dir();
+        let e = resolve("missing.toml:main", d.path()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "找不到 missing.toml(当前目录 {})。给的是文件路径就要能对上;要按模块名导入就别带 .toml",
+                d.path().display()
+            )
+        );
+    }
+
+    #[test]
+    fn import_failures() {
+        let d = dir();
+        let e = resolve("bad.toml:main", d.path()).unwrap_err();
+        assert!(e.to_string().starts_with("导入 'bad.toml' 失败:"), "{e}");
+        let e = resolve("nomodule:main", d.path()).unwrap_err();
+        assert!(
+            e.to_string().starts_with("导入 'nomodule' 失败:没有 "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn missing_or_wrong_attribute() {
+        let d = dir();
+        assert_eq!(
+            resolve("flows.toml:nope", d.path())
+                .unwrap_err()
+                .to_string(),
+            "'flows.toml' 里没有 'nope'"
+        );
+        assert!(matches!(
+            resolve("scalar.toml:main", d.path()).unwrap_err(),
+            TargetError::NotAWorkflow { .. }
+        ));
+    }
+}

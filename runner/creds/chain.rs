@@ -1,0 +1,296 @@
+//! The credential lookup chain (flower's config reference, "凭证查找优先级"), computed per key:
+//!
+//! 1. the process environment;
+//! 2. the file named by `$FLOWER_ENV`, when set;
+//! 3. `./.env` in the current directory (not the workspace: flower reads `$PWD/.env`);
+//! 4. `${XDG_CONFIG_HOME:-~/.config}/flower/.env` (what `setup` writes);
+//! 5. the `env` block of `~/.claude/settings.json`, then `~/.claude/settings.local.json` — only
+//!    the 9 [`CREDENTIAL_KEYS`].
+//!
+//! (flower's item 5, a `.env` at its source checkout's root, has no counterpart in a binary.)
+//! The first source that defines a key wins, even with an empty value. Missing, unreadable or
+//! malformed files are skipped (logged), never fatal. Every input (variables, cwd) is passed
+//! in, so tests use temporary directories and nothing reads or writes the real process
+//! environment here.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::credentials::{Credentials, Source};
+use super::{dotenv, CREDENTIAL_KEYS, LOOKUP_KEYS};
+
+/// The inputs of a lookup: a snapshot of the environment variables and the current directory.
+#[derive(Debug, Clone, Default)]
+pub struct Lookup {
+    /// Environment variables (a snapshot; `HOME`, `XDG_CONFIG_HOME`, `FLOWER_ENV` are read from
+    /// here too).
+    pub vars: BTreeMap<String, String>,
+    /// The directory whose `.env` is item 3.
+    pub cwd: PathBuf,
+}
+
+impl Lookup {
+    /// A lookup over `vars` and `cwd`.
+    pub fn new(vars: BTreeMap<String, String>, cwd: PathBuf) -> Self {
+        Self { vars, cwd }
+    }
+
+    /// A non-empty variable.
+    pub fn var(&self, key: &str) -> Option<&str> {
+        self.vars
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// `$HOME`, when set.
+    pub fn home(&self) -> Option<PathBuf> {
+        self.var("HOME").map(PathBuf::from)
+    }
+
+    /// `${XDG_CONFIG_HOME:-~/.config}/flower/.env`; `None` when neither variable is set.
+    pub fn user_env_file(&self) -> Option<PathBuf> {
+        let base = match self.var("XDG_CONFIG_HOME") {
+            Some(xdg) => PathBuf::from(xdg),
+            None => self.home()?.join(".config"),
+        };
+        Some(base.join("flower").join(".env"))
+    }
+
+    /// The user file's path for messages: the real path, or the literal
+    /// `~/.config/flower/.env` when no home is known.
+    pub fn user_env_display(&self) -> String {
+        self.user_env_file()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "~/.config/flower/.env".to_string())
+    }
+
+    /// Runs the chain and returns the effective values of [`LOOKUP_KEYS`].
+    pub fn discover(&self) -> Credentials {
+        let mut creds = Credentials::empty();
+        for key in LOOKUP_KEYS {
+            if let Some(value) = self.vars.get(key) {
+                creds.claim(key, value, &Source::Process);
+            }
+        }
+        if let Some(path) = self.var("FLOWER_ENV") {
+            let path = self.cwd.join(path);
+            take_dotenv(&mut creds, &path, Source::FlowerEnv(path.clone()));
+        }
+        let cwd_env = self.cwd.join(".env");
+        take_dotenv(&mut creds, &cwd_env, Source::CwdDotenv(cwd_env.clone()));
+        if let Some(user) = self.user_env_file() {
+            take_dotenv(&mut creds, &user, Source::UserDotenv(user.clone()));
+        }
+        if let Some(home) = self.home() {
+            for name in ["settings.json", "settings.local.json"] {
+                let path = home.join(".claude").join(name);
+                take_claude_settings(&mut creds, &path);
+            }
+        }
+        creds
+    }
+}
+
+/// Fills unclaimed lookup keys from a `.env` file, if it exists and is readable.
+fn take_dotenv(creds: &mut Credentials, path: &Path, source: Source) {
+    let Some(text) = read_optional(path) else {
+        return;
+    };
+    for (key, value) in dotenv::parse(&text) {
+        if LOOKUP_KEYS.contains(&key.as_str()) {
+            creds.claim(&key, &value, &source);
+        }
+    }
+}
+
+/// Fills unclaimed credential keys from a Claude Code settings file's `env` object. A missing
+/// file, invalid JSON or a non-object `env` contributes nothing.
+fn take_claude_settings(creds: &mut Credentials, path: &Path) {
+    let Some(text) = read_optional(path) else {
+        return;
+    };
+    let json: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "ignoring malformed settings file");
+            return;
+        }
+    };
+    let Some(env) = json.get("env").and_then(|e| e.as_object()) else {
+        return;
+    };
+    let source = Source::ClaudeSettings(path.to_path_buf());
+    for key in CREDENTIAL_KEYS {
+        if let Some(value) = env.get(key).and_then(|v| v.as_str()) {
+            creds.claim(key, value, &source);
+        }
+    }
+}
+
+/// Reads a file; `None` when it does not exist or cannot be read (the latter is logged).
+fn read_optional(path: &Path) -> Option<String> {
+    match std::fs::read(path) {
+        Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "credential file unreadable, skipped");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    struct Dirs {
+        _tmp: tempfile::TempDir,
+        home: PathBuf,
+        cwd: PathBuf,
+    }
+
+    fn dirs() -> Dirs {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path().join("home");
+        let cwd = tmp.path().join("proj");
+        fs::create_dir_all(&home).unwrap();
+        fs::create_dir_all(&cwd).unwrap();
+        Dirs {
+            _tmp: tmp,
+            home,
+            cwd,
+        }
+    }
+
+    fn lookup(d: &Dirs, extra: &[(&str, &str)]) -> Lookup {
+        let mut vars = BTreeMap::new();
+        vars.insert("HOME".to_string(), d.home.display().to_string());
+        for (k, v) in extra {
+            vars.insert(k.to_string(), v.to_string());
+        }
+        Lookup::new(vars, d.cwd.clone())
+    }
+
+    fn write(path: &Path, text: &str) {
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, text).unwrap();
+    }
+
+    #[test]
+    fn priority_is_per_key() {
+        let d = dirs();
+        write(&d.cwd.join(".env"), "ANTHROPIC_BASE_URL=http://project\n");
+        write(
+            &d.home.join(".config/flower/.env"),
+            "ANTHROPIC_BASE_URL=http://global\nANTHROPIC_AUTH_TOKEN=global-token-123\n",
+        );
+        write(
+            &d.home.join(".claude/settings.json"),
+            r#"{"env":{"ANTHROPIC_AUTH_TOKEN":"claude-token","ANTHROPIC_MODEL":"m-claude"}}"#,
+        );
+        let c = lookup(&d, &[("ANTHROPIC_MODEL", "m-env")]).discover();
+        assert_eq!(c.get("ANTHROPIC_BASE_URL"), Some("http://project"));
+        assert_eq!(c.get("ANTHROPIC_AUTH_TOKEN"), Some("global-token-123"));
+        assert_eq!(c.get("ANTHROPIC_MODEL"), Some("m-env"));
+        assert_eq!(c.source("ANTHROPIC_MODEL"), Some(&Source::Process));
+        assert_eq!(
+            c.source("ANTHROPIC_AUTH_TOKEN"),
+            Some(&Source::UserDotenv(d.home.join(".config/flower/.env")))
+        );
+    }
+
+    #[test]
+    fn xdg_config_home_moves_the_user_file() {
+        let d = dirs();
+        let xdg = d.home.join("xdg");
+        write(&xdg.join("flower/.env"), "ANTHROPIC_API_KEY=sk-ant-xdg\n");
+        write(
+            &d.home.join(".config/flower/.env"),
+            "ANTHROPIC_API_KEY=sk-ant-default\n",
+        );
+        let l = lookup(&d, &[("XDG_CONFIG_HOME", &xdg.display().to_string())]);
+        assert_eq!(l.user_env_file(), Some(xdg.join("flower/.env")));
+        assert_eq!(l.discover().get("ANTHROPIC_API_KEY"), Some("sk-ant-xdg"));
+    }
+
+    #[test]
+    fn flower_env_comes_before_cwd() {
+        let d = dirs();
+        write(&d.cwd.join(".env"), "ANTHROPIC_MODEL=from-cwd\n");
+        write(
+            &d.cwd.join("custom.env"),
+            "ANTHROPIC_MODEL=from-flower-env\n",
+        );
+        let c = lookup(&d, &[("FLOWER_ENV", "custom.env")]).discover();
+        assert_eq!(c.get("ANTHROPIC_MODEL"), Some("from-flower-env"));
+    }
+
+    #[test]
+    fn claude_settings_lend_only_the_nine_keys() {
+        let d = dirs();
+        write(
+            &d.home.join(".claude/settings.json"),
+            r#"{"env":{"ANTHROPIC_AUTH_TOKEN":"tok-from-claude","OPENAI_API_KEY":"nope","FLOWERBOX_PROVIDER":"openai"},"permissions":{}}"#,
+        );
+        write(
+            &d.home.join(".claude/settings.local.json"),
+            r#"{"env":{"ANTHROPIC_AUTH_TOKEN":"later","ANTHROPIC_DEFAULT_HAIKU_MODEL":"haiku-x"}}"#,
+        );
+        let c = lookup(&d, &[]).discover();
+        assert_eq!(c.get("ANTHROPIC_AUTH_TOKEN"), Some("tok-from-claude"));
+        assert_eq!(c.get("ANTHROPIC_DEFAULT_HAIKU_MODEL"), Some("haiku-x"));
+        assert_eq!(c.get("OPENAI_API_KEY"), None);
+        assert_eq!(c.get("FLOWERBOX_PROVIDER"), None);
+    }
+
+    #[test]
+    fn broken_files_are_skipped() {
+        let d = dirs();
+        write(&d.home.join(".claude/settings.json"), "{not json");
+        write(
+            &d.home.join(".claude/settings.local.json"),
+            r#"{"env":[1,2]}"#,
+        );
+        write(
+            &d.cwd.join(".env"),
+            "garbage line\nANTHROPIC_API_KEY=sk-ant-ok\n",
+        );
+        let c = lookup(&d, &[]).discover();
+        assert_eq!(c.get("ANTHROPIC_API_KEY"), Some("sk-ant-ok"));
+    }
+
+    #[test]
+    fn empty_value_blocks_fallback() {
+        let d = dirs();
+        write(&d.cwd.join(".env"), "ANTHROPIC_AUTH_TOKEN=\n");
+        write(
+            &d.home.join(".config/flower/.env"),
+            "ANTHROPIC_AUTH_TOKEN=tok-global\n",
+        );
+        let c = lookup(&d, &[]).discover();
+        assert!(!c.has_token());
+    }
+
+    #[test]
+    fn only_lookup_keys_are_kept() {
+        let d = dirs();
+        write(
+            &d.cwd.join(".env"),
+            "UNRELATED=1\nOPENAI_BASE_URL=http://llm\n",
+        );
+        let c = lookup(&d, &[("PATH", "/bin")]).discover();
+        assert_eq!(c.get("UNRELATED"), None);
+        assert_eq!(c.get("PATH"), None);
+        assert_eq!(c.get("OPENAI_BASE_URL"), Some("http://llm"));
+    }
+
+    #[test]
+    fn no_home_means_no_user_file() {
+        let l = Lookup::new(BTreeMap::new(), PathBuf::from("/nonexistent"));
+        assert_eq!(l.user_env_file(), None);
+        assert_eq!(l.user_env_display(), "~/.config/flower/.env");
+        assert!(!l.discover().has_token());
+    }
+}

@@ -1,0 +1,158 @@
+//! `.env` files: a tolerant `KEY=VALUE` parser and the writer `setup` uses.
+//!
+//! Parsing follows flower's rules (config reference, ".env 解析") and tolerates more: lines are
+//! trimmed (CRLF endings and a leading BOM included), blank lines and `#` comments are skipped,
+//! lines without `=` are skipped, the split is at the first `=`, both sides are trimmed. On top
+//! of flower: a leading `export ` is dropped (flower would make the key `export KEY`), a value in
+//! matching quotes is taken verbatim between them, and an unquoted value loses a trailing
+//! ` # comment`. Unpaired leading/trailing quotes are stripped as flower does. No interpolation.
+
+use std::fmt::Write as _;
+
+/// One `KEY=VALUE` pair in file order. An empty value is kept: it still claims its key.
+pub type Pair = (String, String);
+
+/// Parses `.env` text into pairs in file order (later duplicates are kept; the first one seen
+/// wins in [`crate::creds::Credentials`] lookups).
+pub fn parse(text: &str) -> Vec<Pair> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    text.lines().filter_map(parse_line).collect()
+}
+
+/// Parses one line; `None` for blanks, comments, lines without `=` and invalid keys.
+fn parse_line(line: &str) -> Option<Pair> {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with('#') {
+        return None;
+    }
+    let line = match line.strip_prefix("export") {
+        Some(rest) if rest.starts_with([' ', '\t']) => rest.trim_start(),
+        _ => line,
+    };
+    let (key, value) = line.split_once('=')?;
+    let key = key.trim();
+    if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return None;
+    }
+    Some((key.to_string(), parse_value(value.trim())))
+}
+
+/// A value: verbatim inside matching quotes; otherwise without a ` #` comment and with stray
+/// quotes stripped from both ends.
+fn parse_value(value: &str) -> String {
+    for quote in ['"', '\''] {
+        if let Some(inner) = value.strip_prefix(quote) {
+            if let Some(end) = inner.find(quote) {
+                return inner[..end].to_string();
+            }
+        }
+    }
+    let value = match value.find(" #").or_else(|| value.find("\t#")) {
+        Some(at) => value[..at].trim_end(),
+        None => value,
+    };
+    value.trim_matches(['"', '\'']).to_string()
+}
+
+/// Renders a `.env` file: `header` comment line first, then one `KEY=VALUE` per pair, values
+/// quoted only when they would not survive [`parse`] bare.
+pub fn render(header: &str, pairs: &[(&str, String)]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# {header}");
+    for (key, value) in pairs {
+        let _ = writeln!(out, "{key}={}", quote_if_needed(value));
+    }
+    out
+}
+
+fn quote_if_needed(value: &str) -> String {
+    let bare_ok = !value.is_empty()
+        && !value.contains(char::is_whitespace)
+        && !value.contains('#')
+        && !value.starts_with(['"', '\''])
+        && !value.ends_with(['"', '\'']);
+    if bare_ok || value.is_empty() {
+        value.to_string()
+    } else if !value.contains('"') {
+        format!("\"{value}\"")
+    } else {
+        format!("'{value}'")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pairs(text: &str) -> Vec<(String, String)> {
+        parse(text)
+    }
+
+    fn p(k: &str, v: &str) -> (String, String) {
+        (k.to_string(), v.to_string())
+    }
+
+    #[test]
+    fn flower_forms() {
+        let text = "KEY=VALUE\nSPACED = v2 \nDQ=\"quoted\"\nSQ='single'\nEQ=a=b\n# c\n\n";
+        assert_eq!(
+            pairs(text),
+            vec![
+                p("KEY", "VALUE"),
+                p("SPACED", "v2"),
+                p("DQ", "quoted"),
+                p("SQ", "single"),
+                p("EQ", "a=b"),
+            ]
+        );
+    }
+
+    #[test]
+    fn export_prefix_is_dropped() {
+        assert_eq!(
+            pairs("export A=1\nexport\tB=2\n"),
+            vec![p("A", "1"), p("B", "2")]
+        );
+        // A key that merely starts with "export" stays.
+        assert_eq!(pairs("exporter=3"), vec![p("exporter", "3")]);
+    }
+
+    #[test]
+    fn crlf_and_bom() {
+        assert_eq!(
+            pairs("\u{feff}A=1\r\nB=\"two\"\r\n# x\r\n"),
+            vec![p("A", "1"), p("B", "two")]
+        );
+    }
+
+    #[test]
+    fn comments_and_quotes() {
+        assert_eq!(pairs("A=value # note"), vec![p("A", "value")]);
+        assert_eq!(pairs("A=\"has # hash\" # note"), vec![p("A", "has # hash")]);
+        assert_eq!(pairs("A=\"unpaired"), vec![p("A", "unpaired")]);
+        assert_eq!(pairs("A=tok#en"), vec![p("A", "tok#en")]);
+        assert_eq!(pairs("A=$OTHER"), vec![p("A", "$OTHER")]);
+    }
+
+    #[test]
+    fn skipped_lines_and_empty_values() {
+        assert_eq!(
+            pairs("no equals here\n=novalue\nbad key=1\nEMPTY=\n"),
+            vec![p("EMPTY", "")]
+        );
+    }
+
+    #[test]
+    fn render_round_trips() {
+        let values = [
+            ("A", "sk-ant-xyz".to_string()),
+            ("B", "has space".to_string()),
+            ("C", "claude-opus-5[1m]".to_string()),
+            ("D", "we\"ird #".to_string()),
+        ];
+        let text = render("header line", &values);
+        assert!(text.starts_with("# header line\n"));
+        let back: Vec<_> = values.iter().map(|(k, v)| p(k, v)).collect();
+        assert_eq!(parse(&text), back);
+    }
+}

@@ -1,0 +1,185 @@
+//! The `anthropic` provider (default): the Messages API with `stream: true`.
+//!
+//! `POST {ANTHROPIC_BASE_URL or https://api.anthropic.com}/v1/messages` with `anthropic-version`,
+//! `x-api-key` (`ANTHROPIC_API_KEY`) or `authorization: Bearer` (`ANTHROPIC_AUTH_TOKEN`) as
+//! flower's probe does, and the `x-flowerbox-role` / `x-flowerbox-agent` pair from
+//! [`Request::caller`](crate::model::Request). Retries and waiting live in
+//! `model::client`; this module only speaks the wire format.
+
+mod assemble;
+pub mod wire;
+
+use super::client::{self, Endpoint, WireProtocol};
+use super::retry::{ApiError, RetryPolicy};
+use super::transport::{HttpRequest, HttpTransport};
+use super::{EventSink, ModelError, Provider, Request, Turn};
+use async_trait::async_trait;
+use std::fmt;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+pub use wire::ANTHROPIC_VERSION;
+
+/// The endpoint root when `ANTHROPIC_BASE_URL` is unset (without `/v1`, like flower's).
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+
+/// How requests authenticate.
+#[derive(Clone, PartialEq, Eq)]
+pub enum AnthropicAuth {
+    /// `x-api-key: KEY` (`ANTHROPIC_API_KEY`, preferred when both are set).
+    ApiKey(String),
+    /// `authorization: Bearer TOKEN` (`ANTHROPIC_AUTH_TOKEN`, issued by gateways).
+    Bearer(String),
+    /// No credential header (local gateways, the scripted model server).
+    None,
+}
+
+impl fmt::Debug for AnthropicAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AnthropicAuth::ApiKey(_) => "ApiKey(<redacted>)",
+            AnthropicAuth::Bearer(_) => "Bearer(<redacted>)",
+            AnthropicAuth::None => "None",
+        })
+    }
+}
+
+/// Everything the anthropic provider needs, resolved from configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnthropicConfig {
+    /// Endpoint root without `/v1` (`https://api.anthropic.com`).
+    pub base_url: String,
+    /// Credential.
+    pub auth: AnthropicAuth,
+    /// Model id used when a request leaves `model` empty.
+    pub model: String,
+}
+
+/// The anthropic [`Provider`].
+pub struct AnthropicProvider {
+    proto: AnthropicProtocol,
+    policy: RetryPolicy,
+    transport: Arc<dyn HttpTransport>,
+}
+
+impl fmt::Debug for AnthropicProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AnthropicProvider")
+            .field("endpoint", &self.proto.endpoint.url)
+            .field("model", &self.proto.config.model)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AnthropicProvider {
+    /// A provider for `config`. Errors with [`ModelError::Setup`] when the base URL is not an
+    /// absolute http(s) URL.
+    pub fn new(
+        config: AnthropicConfig,
+        policy: RetryPolicy,
+        transport: Arc<dyn HttpTransport>,
+    ) -> Result<Self, ModelError> {
+        let url = format!("{}/v1/messages", config.base_url.trim_end_matches('/'));
+        let endpoint = Endpoint::parse(&url)?;
+        Ok(AnthropicProvider {
+            proto: AnthropicProtocol { config, endpoint },
+            policy,
+            transport,
+        })
+    }
+
+    /// The resolved configuration.
+    pub fn config(&self) -> &AnthropicConfig {
+        &self.proto.config
+    }
+}
+
+#[async_trait]
+impl Provider for AnthropicProvider {
+    fn name(&self) -> &str {
+        "anthropic"
+    }
+
+    fn default_model(&self) -> &str {
+        &self.proto.config.model
+    }
+
+    async fn stream_turn(
+        &self,
+        req: &Request,
+        sink: EventSink<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<Turn, ModelError> {
+        client::stream_turn(
+            self.transport.as_ref(),
+            &self.policy,
+            &self.proto,
+            req,
+            sink,
+            cancel,
+        )
+        .await
+    }
+}
+
+struct AnthropicProtocol {
+    config: AnthropicConfig,
+    endpoint: Endpoint,
+}
+
+impl AnthropicProtocol {
+    fn model<'a>(&'a self, req: &'a Request) -> &'a str {
+        if req.model.is_empty() {
+            &self.config.model
+        } else {
+            &req.model
+        }
+    }
+}
+
+impl WireProtocol for AnthropicProtocol {
+    type Assembler = assemble::AnthropicAssembler;
+
+    fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    fn build(&self, req: &Request) -> HttpRequest {
+        let mut headers = vec![
+            ("content-type".to_string(), "application/json".to_string()),
+            ("accept".to_string(), "text/event-stream".to_string()),
+            (
+                "anthropic-version".to_string(),
+                ANTHROPIC_VERSION.to_string(),
+            ),
+            (
+                "x-flowerbox-role".to_string(),
+                req.caller.role.as_str().to_string(),
+            ),
+            ("x-flowerbox-agent".to_string(), req.caller.agent.clone()),
+        ];
+        match &self.config.auth {
+            AnthropicAuth::ApiKey(k) => headers.push(("x-api-key".into(), k.clone())),
+            AnthropicAuth::Bearer(t) => {
+                headers.push(("authorization".into(), format!("Bearer {t}")))
+            }
+            AnthropicAuth::None => {}
+        }
+        HttpRequest {
+            url: self.endpoint.url.clone(),
+            headers,
+            body: wire::request_body(req, self.model(req)),
+        }
+    }
+
+    fn parse_error(&self, _status: u16, body: &str) -> ApiError {
+        wire::parse_error(body)
+    }
+
+    fn assembler(&self, req: &Request) -> Self::Assembler {
+        assemble::AnthropicAssembler::new(self.model(req))
+    }
+}
+
+#[cfg(test)]
+mod tests;

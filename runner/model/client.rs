@@ -1,0 +1,327 @@
+//! The streaming loop shared by every provider: send, classify, decode SSE with an idle timeout,
+//! assemble one turn, and retry from the start of the turn until it completes.
+//!
+//! A provider contributes a [`WireProtocol`] (request body, error body, event assembly); this
+//! module owns attempts, backoff, `retry-after`, the network-down wait and cancellation, so the
+//! rules in the issue hold for every provider alike.
+
+use super::retry::{classify_status, one_line, parse_retry_after, AttemptError, RetryPolicy};
+use super::transport::{HttpRequest, HttpResponse, HttpTransport, TransportError};
+use super::{EventSink, ModelError, ModelEvent, Request, Turn};
+use eventsource_stream::{Event as SseEvent, EventStreamError, Eventsource};
+use futures::StreamExt;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// Error bodies are read up to this size; the rest is irrelevant to classification.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// Where a provider sends requests, kept for the reachability probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    /// Full URL of the streaming endpoint.
+    pub url: String,
+    /// Host to probe.
+    pub host: String,
+    /// Port to probe.
+    pub port: u16,
+}
+
+impl Endpoint {
+    /// Parses `url`; `Setup` error when it is not an absolute http(s) URL with a host.
+    pub(crate) fn parse(url: &str) -> Result<Endpoint, ModelError> {
+        let parsed = reqwest::Url::parse(url)
+            .map_err(|e| ModelError::Setup(format!("bad endpoint URL {url}: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(ModelError::Setup(format!(
+                "endpoint URL {url} is not http(s)"
+            )));
+        }
+        let host = parsed
+            .host_str()
+            .ok_or_else(|| ModelError::Setup(format!("endpoint URL {url} has no host")))?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let port = parsed.port_or_known_default().unwrap_or(443);
+        Ok(Endpoint {
+            url: url.to_string(),
+            host,
+            port,
+        })
+    }
+}
+
+/// What differs between providers.
+pub(crate) trait WireProtocol: Send + Sync {
+    /// Assembles one attempt's events into a turn.
+    type Assembler: TurnAssembler + Send;
+    /// Where requests go.
+    fn endpoint(&self) -> &Endpoint;
+    /// The HTTP request for `req` (headers include auth and the `x-flowerbox-*` pair).
+    fn build(&self, req: &Request) -> HttpRequest;
+    /// Understands an error response body.
+    fn parse_error(&self, status: u16, body: &str) -> super::retry::ApiError;
+    /// A fresh assembler for one attempt.
+    fn assembler(&self, req: &Request) -> Self::Assembler;
+}
+
+/// Turns one attempt's SSE events into a [`Turn`].
+pub(crate) trait TurnAssembler {
+    /// Feeds one event; deltas go to `sink`. `Ok(true)` when the protocol's terminal event
+    /// (`message_stop`, `[DONE]`) was seen and the stream can be dropped.
+    fn feed(&mut self, ev: &SseEvent, sink: EventSink<'_>) -> Result<bool, AttemptError>;
+    /// Ends the attempt after the terminal event (`terminal`) or after the body ended cleanly
+    /// without it (`!terminal`). A broken body never reaches here.
+    fn finish(self, terminal: bool, sink: EventSink<'_>) -> Result<Turn, AttemptError>;
+}
+
+/// Streams one turn with retries: the body of every [`super::Provider::stream_turn`].
+pub(crate) async fn stream_turn<P: WireProtocol>(
+    transport: &dyn HttpTransport,
+    policy: &RetryPolicy,
+    proto: &P,
+    req: &Request,
+    sink: EventSink<'_>,
+    cancel: &CancellationToken,
+) -> Result<Turn, ModelError> {
+    let mut errors: Vec<String> = Vec::new();
+    let mut attempt: u32 = 0;
+    let mut offline_waited = Duration::ZERO;
+    loop {
+        attempt += 1;
+        let outcome = tokio::select! {
+            _ = cancel.cancelled() => return Err(ModelError::Interrupted),
+            r = one_attempt(transport, policy, proto, req, sink) => r,
+        };
+        let (reason, retry_after, rate_limited) = match outcome {
+            Ok(mut turn) => {
+                turn.retried_errors = errors;
+                sink(ModelEvent::Done {
+                    stop_reason: turn.stop_reason,
+                    usage: turn.usage,
+                });
+                return Ok(turn);
+            }
+            Err(AttemptError::Fatal(e)) => return Err(e),
+            Err(AttemptError::Offline(reason)) => {
+                errors.push(reason.clone());
+                let ep = proto.endpoint();
+                match wait_online(transport, policy, ep, &mut offline_waited, sink, cancel).await? {
+                    // The endpoint really was down and is back: the attempt does not count.
+                    true => {
+                        attempt -= 1;
+                        continue;
+                    }
+                    // Reachable at once (TLS or proxy trouble): an ordinary failed attempt.
+                    false => (reason, None, false),
+                }
+            }
+            Err(AttemptError::Retry {
+                reason,
+                retry_after,
+                rate_limited,
+            }) => {
+                errors.push(reason.clone());
+                (reason, retry_after, rate_limited)
+            }
+        };
+        if rate_limited {
+            if let Some(wait) = retry_after.filter(|w| *w > policy.retry_after_cap) {
+                let until = chrono::Utc::now()
+                    + chrono::Duration::from_std(wait).unwrap_or(chrono::Duration::MAX);
+                return Err(ModelError::RateLimitedUntil {
+                    until: until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                });
+            }
+        }
+        if attempt >= policy.max_attempts {
+            return Err(ModelError::Exhausted {
+                attempts: attempt,
+                last: reason,
+                errors,
+            });
+        }
+        let delay = retry_after
+            .filter(|w| *w <= policy.retry_after_cap)
+            .unwrap_or_else(|| policy.backoff(attempt));
+        sink(ModelEvent::Retrying {
+            attempt,
+            delay_ms: delay.as_millis() as u64,
+            reason,
+        });
+        tokio::select! {
+            _ = cancel.cancelled() => return Err(ModelError::Interrupted),
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// One attempt from request to complete turn.
+async fn one_attempt<P: WireProtocol>(
+    transport: &dyn HttpTransport,
+    policy: &RetryPolicy,
+    proto: &P,
+    req: &Request,
+    sink: EventSink<'_>,
+) -> Result<Turn, AttemptError> {
+    let idle = policy.idle_timeout;
+    let http = proto.build(req);
+    let resp = match tokio::time::timeout(idle, transport.post_stream(http)).await {
+        Err(_) => {
+            return Err(AttemptError::retry(format!(
+                "no response within {} s",
+                idle.as_secs_f64()
+            )))
+        }
+        Ok(Err(TransportError::Connect(e))) => return Err(AttemptError::Offline(e)),
+        Ok(Err(TransportError::Io(e))) => return Err(AttemptError::retry(e)),
+        Ok(Err(TransportError::Invalid(e))) => {
+            return Err(AttemptError::Fatal(ModelError::Setup(e)))
+        }
+        Ok(Ok(r)) => r,
+    };
+    if !(200..300).contains(&resp.status) {
+        return Err(error_response(proto, resp, idle).await);
+    }
+    // A gateway that ignores `stream: true` answers the same way every time: retrying is futile.
+    let json = resp
+        .header("content-type")
+        .is_some_and(|c| c.trim().starts_with("application/json"));
+    if json {
+        let status = resp.status;
+        let body = read_body(resp, idle).await;
+        return Err(AttemptError::Fatal(ModelError::Config {
+            status,
+            message: format!(
+                "the endpoint answered with JSON instead of an event stream (no streaming support?): {}",
+                one_line(&body)
+            ),
+        }));
+    }
+    let mut events = resp.body.eventsource();
+    let mut assembler = proto.assembler(req);
+    loop {
+        let next = match tokio::time::timeout(idle, events.next()).await {
+            Err(_) => {
+                return Err(AttemptError::retry(format!(
+                    "stream idle for {} s",
+                    idle.as_secs_f64()
+                )))
+            }
+            Ok(n) => n,
+        };
+        match next {
+            None => return assembler.finish(false, sink),
+            Some(Ok(ev)) => {
+                if assembler.feed(&ev, sink)? {
+                    return assembler.finish(true, sink);
+                }
+            }
+            Some(Err(EventStreamError::Transport(e))) => {
+                // Whatever arrived is void: the turn is retried from its start.
+                return Err(AttemptError::retry(format!("stream broken: {e}")));
+            }
+            Some(Err(e)) => return Err(AttemptError::retry(format!("malformed SSE: {e}"))),
+        }
+    }
+}
+
+/// Reads a non-2xx body (bounded) and classifies it.
+async fn error_response<P: WireProtocol>(
+    proto: &P,
+    resp: HttpResponse,
+    idle: Duration,
+) -> AttemptError {
+    let status = resp.status;
+    let retry_after = parse_retry_after(|n| resp.header(n).map(str::to_string), chrono::Utc::now());
+    let text = read_body(resp, idle).await;
+    let mut err = proto.parse_error(status, &text);
+    if err.message.is_empty() {
+        err.message = format!("HTTP {status} with an empty body");
+    }
+    classify_status(status, retry_after, err)
+}
+
+/// Reads a body up to [`MAX_ERROR_BODY`] bytes; a broken or idle body ends the read.
+async fn read_body(resp: HttpResponse, idle: Duration) -> String {
+    let mut body = Vec::new();
+    let mut stream = resp.body;
+    while body.len() < MAX_ERROR_BODY {
+        match tokio::time::timeout(idle, stream.next()).await {
+            Ok(Some(Ok(chunk))) => body.extend_from_slice(&chunk),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// Waits until the endpoint answers a DNS + TCP probe. Emits one `Waiting` line when it goes
+/// down and one when it is back (flower prints exactly these two). `Ok(true)` when the endpoint
+/// was seen down and came back, `Ok(false)` when the first probe already succeeded.
+async fn wait_online(
+    transport: &dyn HttpTransport,
+    policy: &RetryPolicy,
+    ep: &Endpoint,
+    waited: &mut Duration,
+    sink: EventSink<'_>,
+    cancel: &CancellationToken,
+) -> Result<bool, ModelError> {
+    let hostport = format!("{}:{}", ep.host, ep.port);
+    let mut last = match transport
+        .probe(&ep.host, ep.port, policy.probe_timeout)
+        .await
+    {
+        Ok(()) => return Ok(false),
+        Err(e) => e,
+    };
+    let minutes = policy.max_offline_wait.as_secs().div_ceil(60);
+    sink(ModelEvent::Waiting {
+        status: format!("{hostport} 不可达,等待恢复(最多 {minutes} 分钟)"),
+    });
+    loop {
+        if *waited >= policy.max_offline_wait {
+            return Err(ModelError::Unreachable {
+                waited_s: waited.as_secs(),
+                last: one_line(&last),
+            });
+        }
+        let step = policy.probe_interval.min(policy.max_offline_wait - *waited);
+        let started = Instant::now();
+        tokio::select! {
+            _ = cancel.cancelled() => return Err(ModelError::Interrupted),
+            _ = tokio::time::sleep(step) => {}
+        }
+        let probe = tokio::select! {
+            _ = cancel.cancelled() => return Err(ModelError::Interrupted),
+            p = transport.probe(&ep.host, ep.port, policy.probe_timeout) => p,
+        };
+        *waited += started.elapsed();
+        match probe {
+            Ok(()) => {
+                sink(ModelEvent::Waiting {
+                    status: format!("{hostport} 恢复,继续"),
+                });
+                return Ok(true);
+            }
+            Err(e) => last = e,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_parses_host_and_default_ports() {
+        let e = Endpoint::parse("https://api.anthropic.com/v1/messages").unwrap();
+        assert_eq!((e.host.as_str(), e.port), ("api.anthropic.com", 443));
+        let e = Endpoint::parse("http://127.0.0.1:8080/v1/messages").unwrap();
+        assert_eq!((e.host.as_str(), e.port), ("127.0.0.1", 8080));
+        let e = Endpoint::parse("http://[::1]/x").unwrap();
+        assert_eq!((e.host.as_str(), e.port), ("::1", 80));
+        assert!(Endpoint::parse("ftp://x/").is_err());
+        assert!(Endpoint::parse("not a url").is_err());
+    }
+}

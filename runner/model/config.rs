@@ -1,0 +1,252 @@
+//! Provider selection from configuration values (flower's variables; DESIGN.md "Models").
+//!
+//! Values come through a lookup closure supplied by the credentials module (process env, then
+//! `.env` files, then `~/.claude/settings.json`), so this module never reads or mutates the
+//! process environment. An empty value counts as unset, like flower's truthiness checks.
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `FLOWERBOX_PROVIDER` | `anthropic` (default when unset) or `openai`; anything else is an error |
+//! | `ANTHROPIC_BASE_URL` | endpoint root without `/v1` (default `https://api.anthropic.com`) |
+//! | `ANTHROPIC_API_KEY` / `ANTHROPIC_AUTH_TOKEN` | `x-api-key` / `authorization: Bearer` |
+//! | `ANTHROPIC_MODEL` | main model; else `ANTHROPIC_DEFAULT_OPUS_MODEL` (flower's fallback), else [`DEFAULT_ANTHROPIC_MODEL`] |
+//! | `ANTHROPIC_DEFAULT_{OPUS,SONNET,HAIKU}_MODEL` | tier mappings ([`tier_model`]) |
+//! | `OPENAI_BASE_URL` | API root with `/v1` (default `https://api.openai.com/v1`) |
+//! | `OPENAI_API_KEY` | optional bearer key |
+//! | `OPENAI_MODEL` | required for `openai` (there is no sensible default for local servers) |
+
+use super::anthropic::{AnthropicAuth, AnthropicConfig, AnthropicProvider};
+use super::openai::{OpenAiConfig, OpenAiProvider};
+use super::retry::RetryPolicy;
+use super::transport::{HttpTransport, ReqwestTransport};
+use super::{ModelError, Provider};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The anthropic model when neither `ANTHROPIC_MODEL` nor `ANTHROPIC_DEFAULT_OPUS_MODEL` is set.
+pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
+
+/// How long the connect phase (DNS + TCP + TLS) may take before it counts as network down.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A configuration lookup: name → value (`None` when unset).
+pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// Options that are not configuration variables.
+#[derive(Clone, Default)]
+pub struct ProviderOptions {
+    /// Retry, idle and network-down policy.
+    pub retry: RetryPolicy,
+    /// Transport to use; `None` builds a [`ReqwestTransport`] with
+    /// [`DEFAULT_CONNECT_TIMEOUT`]. Tests pass a fake.
+    pub transport: Option<Arc<dyn HttpTransport>>,
+}
+
+impl std::fmt::Debug for ProviderOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderOptions")
+            .field("retry", &self.retry)
+            .field("transport", &self.transport.as_ref().map(|_| "custom"))
+            .finish()
+    }
+}
+
+/// Which provider `FLOWERBOX_PROVIDER` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// The Anthropic Messages API (default).
+    Anthropic,
+    /// OpenAI-compatible Chat Completions.
+    OpenAi,
+}
+
+/// Claude model tiers with their `ANTHROPIC_DEFAULT_*_MODEL` mappings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelTier {
+    /// `ANTHROPIC_DEFAULT_OPUS_MODEL`.
+    Opus,
+    /// `ANTHROPIC_DEFAULT_SONNET_MODEL`.
+    Sonnet,
+    /// `ANTHROPIC_DEFAULT_HAIKU_MODEL` (flower's credential probe prefers it).
+    Haiku,
+}
+
+impl ModelTier {
+    /// The variable that maps this tier.
+    pub fn variable(self) -> &'static str {
+        match self {
+            ModelTier::Opus => "ANTHROPIC_DEFAULT_OPUS_MODEL",
+            ModelTier::Sonnet => "ANTHROPIC_DEFAULT_SONNET_MODEL",
+            ModelTier::Haiku => "ANTHROPIC_DEFAULT_HAIKU_MODEL",
+        }
+    }
+}
+
+/// `get(name)` with empty values treated as unset.
+fn value(get: Lookup<'_>, name: &str) -> Option<String> {
+    get(name)
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// The model a tier maps to, if configured.
+pub fn tier_model(get: Lookup<'_>, tier: ModelTier) -> Option<String> {
+    value(get, tier.variable())
+}
+
+/// The anthropic main model: `ANTHROPIC_MODEL`, else `ANTHROPIC_DEFAULT_OPUS_MODEL`, else
+/// [`DEFAULT_ANTHROPIC_MODEL`].
+pub fn anthropic_model(get: Lookup<'_>) -> String {
+    value(get, "ANTHROPIC_MODEL")
+        .or_else(|| tier_model(get, ModelTier::Opus))
+        .unwrap_or_else(|| DEFAULT_ANTHROPIC_MODEL.to_string())
+}
+
+/// Reads `FLOWERBOX_PROVIDER`. Unset → anthropic; an unknown name is a
+/// [`ModelError::Setup`] error, never a silent default (DESIGN.md invariant 6).
+pub fn provider_kind(get: Lookup<'_>) -> Result<ProviderKind, ModelError> {
+    match value(get, "FLOWERBOX_PROVIDER").as_deref() {
+        None | Some("anthropic") => Ok(ProviderKind::Anthropic),
+        Some("openai") => Ok(ProviderKind::OpenAi),
+        Some(other) => Err(ModelError::Setup(format!(
+            "FLOWERBOX_PROVIDER={other} is not a provider (use anthropic or openai)"
+        ))),
+    }
+}
+
+/// The anthropic configuration from flower's variables. Without a credential the requests carry
+/// none (the credentials module decides whether that is acceptable before a run).
+pub fn anthropic_config(get: Lookup<'_>) -> AnthropicConfig {
+    let auth = match (
+        value(get, "ANTHROPIC_API_KEY"),
+        value(get, "ANTHROPIC_AUTH_TOKEN"),
+    ) {
+        (Some(key), _) => AnthropicAuth::ApiKey(key),
+        (None, Some(token)) => AnthropicAuth::Bearer(token),
+        (None, None) => AnthropicAuth::None,
+    };
+    AnthropicConfig {
+        base_url: value(get, "ANTHROPIC_BASE_URL")
+            .unwrap_or_else(|| super::anthropic::DEFAULT_BASE_URL.to_string()),
+        auth,
+        model: anthropic_model(get),
+    }
+}
+
+/// The openai configuration; `OPENAI_MODEL` is required.
+pub fn openai_config(get: Lookup<'_>) -> Result<OpenAiConfig, ModelError> {
+    let model = value(get, "OPENAI_MODEL").ok_or_else(|| {
+        ModelError::Setup(
+            "FLOWERBOX_PROVIDER=openai needs OPENAI_MODEL (the model id to call)".into(),
+        )
+    })?;
+    Ok(OpenAiConfig {
+        base_url: value(get, "OPENAI_BASE_URL")
+            .unwrap_or_else(|| super::openai::DEFAULT_BASE_URL.to_string()),
+        api_key: value(get, "OPENAI_API_KEY"),
+        model,
+    })
+}
+
+/// Builds the configured provider. Errors ([`ModelError::Setup`]): unknown
+/// `FLOWERBOX_PROVIDER`, missing `OPENAI_MODEL`, a base URL that is not http(s), or a TLS
+/// backend that fails to initialise.
+pub fn build_provider(
+    get: Lookup<'_>,
+    opts: ProviderOptions,
+) -> Result<Arc<dyn Provider>, ModelError> {
+    let kind = provider_kind(get)?;
+    let transport: Arc<dyn HttpTransport> = match opts.transport {
+        Some(t) => t,
+        None => Arc::new(
+            ReqwestTransport::new(DEFAULT_CONNECT_TIMEOUT)
+                .map_err(|e| ModelError::Setup(e.to_string()))?,
+        ),
+    };
+    Ok(match kind {
+        ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(
+            anthropic_config(get),
+            opts.retry,
+            transport,
+        )?),
+        ProviderKind::OpenAi => Arc::new(OpenAiProvider::new(
+            openai_config(get)?,
+            opts.retry,
+            transport,
+        )?),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn anthropic_is_the_default_and_reads_flower_variables() {
+        let get = env(&[
+            ("ANTHROPIC_AUTH_TOKEN", "tok"),
+            ("ANTHROPIC_API_KEY", ""),
+            ("ANTHROPIC_BASE_URL", "https://gw.example/"),
+            ("ANTHROPIC_DEFAULT_OPUS_MODEL", "opus-x"),
+            ("ANTHROPIC_DEFAULT_HAIKU_MODEL", "haiku-x"),
+        ]);
+        let cfg = anthropic_config(&get);
+        assert_eq!(cfg.auth, AnthropicAuth::Bearer("tok".into()));
+        assert_eq!(cfg.model, "opus-x");
+        assert_eq!(
+            tier_model(&get, ModelTier::Haiku).as_deref(),
+            Some("haiku-x")
+        );
+        assert_eq!(tier_model(&get, ModelTier::Sonnet), None);
+        let p = build_provider(&get, ProviderOptions::default()).unwrap();
+        assert_eq!(p.name(), "anthropic");
+        assert_eq!(p.default_model(), "opus-x");
+
+        let get = env(&[
+            ("ANTHROPIC_API_KEY", "k"),
+            ("ANTHROPIC_AUTH_TOKEN", "t"),
+            ("ANTHROPIC_MODEL", "m"),
+        ]);
+        let cfg = anthropic_config(&get);
+        assert_eq!(cfg.auth, AnthropicAuth::ApiKey("k".into()));
+        assert_eq!(cfg.model, "m");
+        assert_eq!(cfg.base_url, "https://api.anthropic.com");
+        assert_eq!(anthropic_model(&env(&[])), DEFAULT_ANTHROPIC_MODEL);
+    }
+
+    #[test]
+    fn openai_needs_a_model_and_unknown_providers_fail() {
+        let get = env(&[("FLOWERBOX_PROVIDER", "openai")]);
+        let err = build_provider(&get, ProviderOptions::default())
+            .err()
+            .expect("an error");
+        assert!(err.to_string().contains("OPENAI_MODEL"), "{err}");
+
+        let get = env(&[
+            ("FLOWERBOX_PROVIDER", "openai"),
+            ("OPENAI_MODEL", "llama"),
+            ("OPENAI_BASE_URL", "http://127.0.0.1:8000/v1"),
+        ]);
+        let p = build_provider(&get, ProviderOptions::default()).unwrap();
+        assert_eq!((p.name(), p.default_model()), ("openai", "llama"));
+
+        let get = env(&[("FLOWERBOX_PROVIDER", "gemini")]);
+        let err = build_provider(&get, ProviderOptions::default())
+            .err()
+            .expect("an error");
+        assert!(matches!(err, ModelError::Setup(_)));
+        assert!(err.to_string().contains("gemini"));
+
+        let get = env(&[("ANTHROPIC_BASE_URL", "gw.example")]);
+        assert!(build_provider(&get, ProviderOptions::default()).is_err());
+    }
+}

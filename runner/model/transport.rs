@@ -1,0 +1,245 @@
+//! The transport seam under the model clients: one streaming POST and one reachability probe.
+//!
+//! Providers build an [`HttpRequest`] and read the [`HttpResponse`] body as a byte stream; they
+//! never touch `reqwest` themselves, so unit tests swap in a fake [`HttpTransport`] that replays
+//! crafted bytes (split anywhere, even inside a UTF-8 character) without a server.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use std::fmt;
+use std::time::Duration;
+use thiserror::Error;
+
+/// The response body: chunks exactly as the network delivered them.
+pub type ByteStream = BoxStream<'static, Result<Bytes, TransportError>>;
+
+/// A failure below HTTP semantics.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum TransportError {
+    /// DNS resolution or the TCP/TLS connect failed: the endpoint is unreachable, which sends
+    /// the client into its network-down wait (seed 001 "韧性").
+    #[error("cannot connect: {0}")]
+    Connect(String),
+    /// The connection broke after it was established (reset, truncated body, read timeout).
+    #[error("connection broken: {0}")]
+    Io(String),
+    /// The request could not be built (bad URL, bad header value). Never retried.
+    #[error("invalid request: {0}")]
+    Invalid(String),
+}
+
+/// One streaming POST with a JSON body.
+#[derive(Clone)]
+pub struct HttpRequest {
+    /// Absolute URL.
+    pub url: String,
+    /// Header name/value pairs; names lowercase.
+    pub headers: Vec<(String, String)>,
+    /// JSON body.
+    pub body: serde_json::Value,
+}
+
+impl HttpRequest {
+    /// The first value of header `name` (lowercase), if any.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl fmt::Debug for HttpRequest {
+    // Credentials must never reach a log line through a `{:?}`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let headers: Vec<(&str, &str)> = self
+            .headers
+            .iter()
+            .map(|(k, v)| {
+                let secret = matches!(k.as_str(), "x-api-key" | "authorization");
+                (k.as_str(), if secret { "<redacted>" } else { v.as_str() })
+            })
+            .collect();
+        f.debug_struct("HttpRequest")
+            .field("url", &self.url)
+            .field("headers", &headers)
+            .field("body", &self.body)
+            .finish()
+    }
+}
+
+/// Status, headers and the streaming body of a response (any status, success or not).
+pub struct HttpResponse {
+    /// HTTP status code.
+    pub status: u16,
+    /// Header name/value pairs; names lowercase.
+    pub headers: Vec<(String, String)>,
+    /// The body as it arrives.
+    pub body: ByteStream,
+}
+
+impl HttpResponse {
+    /// The first value of header `name` (lowercase), if any.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+impl fmt::Debug for HttpResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpResponse")
+            .field("status", &self.status)
+            .field("headers", &self.headers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How model clients reach the network. The real one is [`ReqwestTransport`]; tests fake it.
+#[async_trait]
+pub trait HttpTransport: Send + Sync {
+    /// Sends `req` and returns as soon as the status line and headers arrived. Non-2xx statuses
+    /// are returned as responses, not errors, so the caller can classify them.
+    async fn post_stream(&self, req: HttpRequest) -> Result<HttpResponse, TransportError>;
+
+    /// Checks that `host:port` resolves and accepts a TCP connection within `timeout`: DNS plus
+    /// a TCP handshake only, no HTTP and no credentials. `Err` carries the reason.
+    async fn probe(&self, host: &str, port: u16, timeout: Duration) -> Result<(), String> {
+        tcp_probe(host, port, timeout).await
+    }
+}
+
+/// DNS + TCP reachability check used by [`HttpTransport::probe`]'s default.
+pub async fn tcp_probe(host: &str, port: u16, timeout: Duration) -> Result<(), String> {
+    let attempt = async {
+        let addrs: Vec<_> = tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|e| format!("DNS {host}: {e}"))?
+            .collect();
+        let mut last = format!("DNS {host}: no addresses");
+        for addr in addrs {
+            match tokio::net::TcpStream::connect(addr).await {
+                Ok(_) => return Ok(()),
+                Err(e) => last = format!("TCP {addr}: {e}"),
+            }
+        }
+        Err(last)
+    };
+    match tokio::time::timeout(timeout, attempt).await {
+        Ok(r) => r,
+        Err(_) => Err(format!(
+            "{host}:{port}: no answer within {} s",
+            timeout.as_secs_f64()
+        )),
+    }
+}
+
+/// The production transport over `reqwest` (rustls).
+#[derive(Debug, Clone)]
+pub struct ReqwestTransport {
+    client: reqwest::Client,
+}
+
+impl ReqwestTransport {
+    /// A client whose connect phase (DNS + TCP + TLS) gives up after `connect_timeout`. There is
+    /// no overall timeout: streams are bounded by the caller's idle timeout instead.
+    pub fn new(connect_timeout: Duration) -> Result<Self, TransportError> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .build()
+            .map_err(|e| TransportError::Invalid(error_chain(&e)))?;
+        Ok(ReqwestTransport { client })
+    }
+
+    fn map_err(e: reqwest::Error) -> TransportError {
+        if e.is_builder() {
+            TransportError::Invalid(error_chain(&e))
+        } else if e.is_connect() {
+            TransportError::Connect(error_chain(&e))
+        } else {
+            TransportError::Io(error_chain(&e))
+        }
+    }
+}
+
+#[async_trait]
+impl HttpTransport for ReqwestTransport {
+    async fn post_stream(&self, req: HttpRequest) -> Result<HttpResponse, TransportError> {
+        let mut builder = self.client.post(&req.url);
+        for (k, v) in &req.headers {
+            builder = builder.header(k.as_str(), v.as_str());
+        }
+        let body =
+            serde_json::to_vec(&req.body).map_err(|e| TransportError::Invalid(e.to_string()))?;
+        let resp = builder.body(body).send().await.map_err(Self::map_err)?;
+        let status = resp.status().as_u16();
+        let headers = resp
+            .headers()
+            .iter()
+            .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+            .collect();
+        let body = resp
+            .bytes_stream()
+            .map(|r| r.map_err(Self::map_err))
+            .boxed();
+        Ok(HttpResponse {
+            status,
+            headers,
+            body,
+        })
+    }
+}
+
+/// An error and its sources joined by `: ` (reqwest's own Display hides the cause).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        let s_text = s.to_string();
+        if !out.contains(&s_text) {
+            out.push_str(": ");
+            out.push_str(&s_text);
+        }
+        src = s.source();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_redacts_credentials() {
+        let req = HttpRequest {
+            url: "http://x/v1/messages".into(),
+            headers: vec![
+                ("x-api-key".into(), "sk-secret".into()),
+                ("authorization".into(), "Bearer tok-secret".into()),
+                ("x-flowerbox-role".into(), "worker".into()),
+            ],
+            body: serde_json::json!({}),
+        };
+        let s = format!("{req:?}");
+        assert!(!s.contains("secret"), "{s}");
+        assert!(s.contains("worker"));
+    }
+
+    #[tokio::test]
+    async fn probe_sees_open_and_closed_ports() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert!(tcp_probe("127.0.0.1", port, Duration::from_secs(5))
+            .await
+            .is_ok());
+        drop(listener);
+        let err = tcp_probe("127.0.0.1", port, Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(err.contains("TCP"), "{err}");
+    }
+}

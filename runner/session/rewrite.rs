@@ -1,0 +1,352 @@
+//! What resume feeds back (seed 001 "裁剪", "剪除"; flower `docs/en/guide/context.md`, layer
+//! four): the stored entries rewritten by prune, expiry and trim. Pure functions over copies —
+//! the rows in `sessions.db` are never touched, so a different policy on the next resume gets
+//! the full record back.
+//!
+//! Order: prune first (notices out, interrupted results neutralised, missing results added so
+//! every `tool_use` is answered by the next message), then expiry of ephemeral Bash results,
+//! then trim of large results. Results written by prune are left alone by the other two.
+
+use super::{NoticeKind, TrimPolicy};
+use crate::agent::glance::is_ephemeral;
+use crate::model::{ContentBlock, Message, Speaker};
+use sha2::{Digest, Sha256};
+use std::collections::{HashMap, HashSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The neutral note that replaces a tool result the interruption left behind, and answers a
+/// tool call that never got a result (crash mid-tool). flower's exact text.
+pub const INTERRUPTED_NOTE: &str = "[上一轮在此处被中断,该工具结果未产生]";
+
+/// The tool whose calls can be ephemeral (its input's `command` goes to
+/// [`is_ephemeral`]).
+pub const BASH_TOOL: &str = "Bash";
+
+/// One stored row of a session, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Entry {
+    /// A conversation message, exactly as appended.
+    Message(Message),
+    /// A notice: kept for the record, never loaded.
+    Notice(NoticeKind, String),
+}
+
+/// What one load rewrote (for the wake banner and logs).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrimReport {
+    /// Notices left out.
+    pub notices: usize,
+    /// Tool results replaced by (or added as) [`INTERRUPTED_NOTE`].
+    pub interrupted: usize,
+    /// Ephemeral results replaced by the expiry note.
+    pub expired: usize,
+    /// Large results replaced by a spill pointer.
+    pub trimmed: usize,
+    /// Large results kept verbatim because they are among the most recent.
+    pub kept_large: usize,
+    /// Characters moved out of the context by trim.
+    pub chars_saved: usize,
+}
+
+impl TrimReport {
+    /// flower's one-line summary (`未裁剪`, `N 个时效性结果标记为过期`,
+    /// `裁掉 N 个工具结果(保留最近 K 个),省下 ~T tokens`).
+    pub fn summary(&self) -> String {
+        if self.trimmed == 0 && self.expired == 0 {
+            "未裁剪".to_string()
+        } else if self.trimmed == 0 {
+            format!("{} 个时效性结果标记为过期", self.expired)
+        } else {
+            format!(
+                "裁掉 {} 个工具结果(保留最近 {} 个),省下 ~{} tokens",
+                self.trimmed,
+                self.kept_large,
+                self.chars_saved / 4
+            )
+        }
+    }
+}
+
+/// The expiry note for an ephemeral result (flower's format). `cmd` is shortened to its first
+/// line, at most 60 characters, in backticks; `age` is the result's rank among ephemeral
+/// results counted from the most recent (the first expired one with 6 kept says `第 7 轮前`),
+/// as flower counts it.
+pub fn expiry_note(cmd: &str, age: usize) -> String {
+    let first = cmd.trim().lines().next().unwrap_or("");
+    let short: String = first.chars().take(60).collect();
+    format!("[`{short}` 的结果已过期(第 {age} 轮前),当前状态可能已变。需要请重新执行]")
+}
+
+/// The one-line pointer that replaces a trimmed result: its size in characters and where to
+/// `Read` it back (flower's format).
+pub fn spill_pointer(path: &Path, chars: usize) -> String {
+    format!(
+        "[工具结果已归档:{chars} 字符。完整内容在 {},需要时用 Read 读取]",
+        path.display()
+    )
+}
+
+/// The spill file for `text`: `<spill_dir>/<first 16 hex of sha256>.txt`.
+pub fn spill_path(spill_dir: &Path, text: &str) -> PathBuf {
+    let digest = Sha256::digest(text.as_bytes());
+    spill_dir.join(format!("{}.txt", &hex::encode(digest)[..16]))
+}
+
+/// Rewrites stored entries into the history resume feeds the model.
+///
+/// # Errors
+/// I/O errors writing spill files (trim only).
+pub fn for_resume(
+    entries: &[Entry],
+    policy: &TrimPolicy,
+) -> std::io::Result<(Vec<Message>, TrimReport)> {
+    let mut report = TrimReport::default();
+    let (mut msgs, protected) = prune(entries, &mut report);
+    expire(&mut msgs, &protected, policy, &mut report);
+    if policy.trim_large {
+        trim(&mut msgs, &protected, policy, &mut report)?;
+    }
+    Ok((msgs, report))
+}
+
+/// (message index, block index) of results prune wrote; expiry and trim leave them alone.
+type Protected = HashSet<(usize, usize)>;
+
+/// Prune (seed 001 "剪除"): notices never enter; results left by an interruption become
+/// [`INTERRUPTED_NOTE`]; every assistant `tool_use` is answered in the next message (missing
+/// results are added as the note, a missing user message is inserted); results answering no
+/// call of the previous message (impossible in a history the API accepted) are dropped.
+pub fn prune(entries: &[Entry], report: &mut TrimReport) -> (Vec<Message>, Protected) {
+    // Pass 1: messages only; which calls were open when an interruption was recorded.
+    let mut msgs: Vec<&Message> = Vec::new();
+    let mut interrupted: HashSet<&str> = HashSet::new();
+    let mut open: Vec<&str> = Vec::new();
+    for e in entries {
+        match e {
+            Entry::Notice(kind, _) => {
+                report.notices += 1;
+                if *kind == NoticeKind::Interrupted {
+                    interrupted.extend(open.iter().copied());
+                }
+            }
+            Entry::Message(m) => {
+                msgs.push(m);
+                match m.role {
+                    Speaker::Assistant => {
+                        open = m.content.iter().filter_map(use_id).collect();
+                    }
+                    Speaker::User => {
+                        let answered: HashSet<&str> =
+                            m.content.iter().filter_map(result_id).collect();
+                        open.retain(|id| !answered.contains(id));
+                    }
+                }
+            }
+        }
+    }
+
+    // Pass 2: structure.
+    let mut out: Vec<Message> = Vec::with_capacity(msgs.len() + 1);
+    let mut protected = Protected::new();
+    let mut i = 0;
+    while i < msgs.len() {
+        let m = msgs[i];
+        if m.role == Speaker::User {
+            // Not directly after an assistant message with calls: results here answer nothing.
+            let kept: Vec<ContentBlock> = m
+                .content
+                .iter()
+                .filter(|b| result_id(b).is_none())
+                .cloned()
+                .collect();
+            if kept.is_empty() && !m.content.is_empty() {
+                i += 1;
+                continue;
+            }
+            out.push(Message {
+                role: Speaker::User,
+                content: kept,
+            });
+            i += 1;
+            continue;
+        }
+        out.push(m.clone());
+        let uses: Vec<&str> = m.content.iter().filter_map(use_id).collect();
+        if uses.is_empty() {
+            i += 1;
+            continue;
+        }
+        let next = msgs.get(i + 1).filter(|n| n.role == Speaker::User);
+        let mut seen: HashSet<&str> = HashSet::new();
+        let mut blocks: Vec<ContentBlock> = Vec::new();
+        for b in next.map(|n| n.content.as_slice()).unwrap_or(&[]) {
+            match result_id(b) {
+                Some(id) if uses.contains(&id) && seen.insert(id) => blocks.push(b.clone()),
+                Some(_) => {} // duplicate, or answers nothing
+                None => blocks.push(b.clone()),
+            }
+        }
+        let at = blocks
+            .iter()
+            .rposition(|b| result_id(b).is_some())
+            .map_or(0, |p| p + 1);
+        let missing: Vec<ContentBlock> = uses
+            .iter()
+            .filter(|id| !seen.contains(*id))
+            .map(|id| ContentBlock::ToolResult {
+                tool_use_id: (*id).to_string(),
+                content: INTERRUPTED_NOTE.to_string(),
+                is_error: false,
+            })
+            .collect();
+        let added = missing.len();
+        blocks.splice(at..at, missing);
+        let idx = out.len();
+        for k in at..at + added {
+            protected.insert((idx, k));
+        }
+        report.interrupted += added;
+        for (k, b) in blocks.iter_mut().enumerate() {
+            if let ContentBlock::ToolResult {
+                tool_use_id,
+                content,
+                ..
+            } = b
+            {
+                if !protected.contains(&(idx, k)) && interrupted.contains(tool_use_id.as_str()) {
+                    *content = INTERRUPTED_NOTE.to_string();
+                    protected.insert((idx, k));
+                    report.interrupted += 1;
+                }
+            }
+        }
+        out.push(Message {
+            role: Speaker::User,
+            content: blocks,
+        });
+        i += if next.is_some() { 2 } else { 1 };
+    }
+    (out, protected)
+}
+
+fn use_id(b: &ContentBlock) -> Option<&str> {
+    match b {
+        ContentBlock::ToolUse { id, .. } => Some(id),
+        _ => None,
+    }
+}
+
+fn result_id(b: &ContentBlock) -> Option<&str> {
+    match b {
+        ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id),
+        _ => None,
+    }
+}
+
+/// Expiry (on whatever the policy says about trim): results of ephemeral Bash calls shorter
+/// than `min_chars`, except the `keep_ephemeral` most recent, become [`expiry_note`]. Not
+/// spilled: a stale `git status` is worth rerunning, not archiving.
+pub fn expire(
+    msgs: &mut [Message],
+    protected: &Protected,
+    policy: &TrimPolicy,
+    report: &mut TrimReport,
+) {
+    let commands: HashMap<String, String> = msgs
+        .iter()
+        .flat_map(|m| m.content.iter())
+        .filter_map(|b| match b {
+            ContentBlock::ToolUse { id, name, input } if name == BASH_TOOL => input
+                .get("command")
+                .and_then(|c| c.as_str())
+                .map(|c| (id.clone(), c.to_string())),
+            _ => None,
+        })
+        .collect();
+    let mut sites: Vec<(usize, usize, String)> = Vec::new();
+    for (i, m) in msgs.iter().enumerate() {
+        for (k, b) in m.content.iter().enumerate() {
+            if let ContentBlock::ToolResult {
+                tool_use_id,
+                content,
+                ..
+            } = b
+            {
+                let Some(cmd) = commands.get(tool_use_id) else {
+                    continue;
+                };
+                if protected.contains(&(i, k))
+                    || content.chars().count() >= policy.min_chars
+                    || !is_ephemeral(cmd)
+                {
+                    continue;
+                }
+                sites.push((i, k, cmd.clone()));
+            }
+        }
+    }
+    let total = sites.len();
+    let expire_n = total.saturating_sub(policy.keep_ephemeral);
+    for (n, (i, k, cmd)) in sites.into_iter().take(expire_n).enumerate() {
+        if let ContentBlock::ToolResult { content, .. } = &mut msgs[i].content[k] {
+            *content = expiry_note(&cmd, total - n);
+        }
+    }
+    report.expired += expire_n;
+}
+
+/// Trim (`policy.trim_large`): results of at least `min_chars` characters, except the
+/// `keep_recent` most recent, are written to [`spill_path`] and replaced by [`spill_pointer`].
+///
+/// # Errors
+/// I/O errors creating the spill directory or writing a spill file.
+pub fn trim(
+    msgs: &mut [Message],
+    protected: &Protected,
+    policy: &TrimPolicy,
+    report: &mut TrimReport,
+) -> std::io::Result<()> {
+    let mut sites: Vec<(usize, usize)> = Vec::new();
+    for (i, m) in msgs.iter().enumerate() {
+        for (k, b) in m.content.iter().enumerate() {
+            if let ContentBlock::ToolResult { content, .. } = b {
+                if !protected.contains(&(i, k)) && content.chars().count() >= policy.min_chars {
+                    sites.push((i, k));
+                }
+            }
+        }
+    }
+    let n = sites.len().saturating_sub(policy.keep_recent);
+    report.kept_large += sites.len() - n;
+    for &(i, k) in &sites[..n] {
+        if let ContentBlock::ToolResult { content, .. } = &mut msgs[i].content[k] {
+            let chars = content.chars().count();
+            let path = spill_path(&policy.spill_dir, content);
+            write_spill(&path, content)?;
+            *content = spill_pointer(&path, chars);
+            report.trimmed += 1;
+            report.chars_saved += chars;
+        }
+    }
+    Ok(())
+}
+
+/// Writes a spill file once (content-addressed), atomically so a concurrent reader never sees
+/// half of it.
+fn write_spill(path: &Path, text: &str) -> std::io::Result<()> {
+    if path.exists() {
+        return Ok(());
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(text.as_bytes())?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "rewrite_tests.rs"]
+mod tests;

@@ -1,0 +1,395 @@
+//! `runs/sessions.db` (seed 000 "它在项目里创建了什么", seed 001 "会话存储"): SQLite in WAL
+//! mode with a busy timeout, every write in a `BEGIN IMMEDIATE` transaction, so several
+//! flowerbox processes (and several agents of one process) can append to one file at once.
+//!
+//! Every message is one row holding its JSON exactly as serialised at append time; rows are
+//! never updated or deleted. [`SessionStore::load`] rewrites a copy through prune, expiry and
+//! trim ([`super::rewrite`]), so what a resumed session sees is exactly what the model saw
+//! before the process died, minus what the policy trims.
+
+use super::migrations;
+use super::rewrite::{self, Entry, TrimReport};
+use super::{NoticeKind, SessionError, SessionMeta, SessionStore, TrimPolicy};
+use crate::model::{Message, Role};
+use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// How long a writer waits for another process's write transaction before failing (30 s: a
+/// write takes milliseconds, but the machine may be busy compiling).
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl From<rusqlite::Error> for SessionError {
+    fn from(e: rusqlite::Error) -> Self {
+        SessionError::Db(e.to_string())
+    }
+}
+
+/// The SQLite [`SessionStore`]. One connection behind a mutex: share it with `Arc` across the
+/// agents of one process; other processes open their own.
+pub struct SqliteSessionStore {
+    /// The connection; `rusqlite::Connection` is `Send` but not `Sync`.
+    conn: Mutex<Connection>,
+    /// Where the database lives (for messages).
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for SqliteSessionStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteSessionStore")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl SqliteSessionStore {
+    /// Opens (creating it and its directory when missing) and migrates the database at `path`,
+    /// normally `<run_dir>/sessions.db`, with [`DEFAULT_BUSY_TIMEOUT`].
+    ///
+    /// # Errors
+    /// [`SessionError::Io`] when the directory cannot be created, [`SessionError::Db`] when
+    /// SQLite cannot open, switch to WAL or migrate the file.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, SessionError> {
+        Self::open_with(path, DEFAULT_BUSY_TIMEOUT)
+    }
+
+    /// [`SqliteSessionStore::open`] with an explicit busy timeout.
+    ///
+    /// # Errors
+    /// As [`SqliteSessionStore::open`].
+    pub fn open_with(path: impl AsRef<Path>, busy_timeout: Duration) -> Result<Self, SessionError> {
+        let path = path.as_ref().to_path_buf();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut conn = Connection::open(&path)?;
+        conn.busy_timeout(busy_timeout)?;
+        set_wal(&conn, busy_timeout)?;
+        // FULL: each commit reaches the disk, so a power cut loses no appended message.
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", true)?;
+        migrations::migrate(&mut conn)?;
+        Ok(SqliteSessionStore {
+            conn: Mutex::new(conn),
+            path,
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The highest applied schema migration.
+    ///
+    /// # Errors
+    /// [`SessionError::Db`].
+    pub fn schema_version(&self) -> Result<i64, SessionError> {
+        Ok(migrations::current_version(&self.lock())?)
+    }
+
+    /// True when `session` is in the store (continuity checks this before resuming a session
+    /// named by `lineage.json`, which can outlive `sessions.db`).
+    ///
+    /// # Errors
+    /// [`SessionError::Db`].
+    pub fn has_session(&self, session: &str) -> Result<bool, SessionError> {
+        let conn = self.lock();
+        Ok(exists(&conn, session)?)
+    }
+
+    /// The stored JSON of every message of `session`, byte for byte as appended.
+    ///
+    /// # Errors
+    /// [`SessionError::NotFound`], [`SessionError::Db`].
+    pub fn load_raw_json(&self, session: &str) -> Result<Vec<String>, SessionError> {
+        let conn = self.lock();
+        if !exists(&conn, session)? {
+            return Err(SessionError::NotFound(session.to_string()));
+        }
+        let mut stmt = conn.prepare(
+            "SELECT payload FROM entries WHERE session_id = ?1 AND kind = 'message' ORDER BY seq",
+        )?;
+        let rows = stmt.query_map([session], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    /// Every stored row of `session` (messages and notices) in append order.
+    ///
+    /// # Errors
+    /// [`SessionError::NotFound`], [`SessionError::Db`], [`SessionError::Corrupt`] for a row
+    /// that does not decode.
+    pub fn entries(&self, session: &str) -> Result<Vec<Entry>, SessionError> {
+        let conn = self.lock();
+        if !exists(&conn, session)? {
+            return Err(SessionError::NotFound(session.to_string()));
+        }
+        let mut stmt =
+            conn.prepare("SELECT seq, kind, notice_kind, payload FROM entries WHERE session_id = ?1 ORDER BY seq")?;
+        let rows = stmt.query_map([session], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Option<String>>(2)?,
+                r.get::<_, String>(3)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, kind, notice_kind, payload) = row?;
+            let corrupt = |reason: String| SessionError::Corrupt {
+                session: session.to_string(),
+                reason,
+            };
+            out.push(match kind.as_str() {
+                "message" => Entry::Message(
+                    serde_json::from_str(&payload)
+                        .map_err(|e| corrupt(format!("row {seq}: {e}")))?,
+                ),
+                _ => {
+                    let k = notice_kind
+                        .as_deref()
+                        .and_then(NoticeKind::parse)
+                        .ok_or_else(|| {
+                            corrupt(format!("row {seq}: unknown notice kind {notice_kind:?}"))
+                        })?;
+                    Entry::Notice(k, payload)
+                }
+            });
+        }
+        Ok(out)
+    }
+
+    /// [`SessionStore::load`] plus what the rewrite did.
+    ///
+    /// # Errors
+    /// As [`SqliteSessionStore::entries`], plus [`SessionError::Io`] writing spill files.
+    pub fn load_with_report(
+        &self,
+        session: &str,
+        policy: &TrimPolicy,
+    ) -> Result<(Vec<Message>, TrimReport), SessionError> {
+        let entries = self.entries(session)?;
+        Ok(rewrite::for_resume(&entries, policy)?)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock cannot leave SQLite half-written (transactions roll
+        // back on drop), so the connection stays usable.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` in a `BEGIN IMMEDIATE` transaction: the write lock is taken up front, so the
+    /// busy timeout covers the whole wait and no read-to-write upgrade can fail mid-way.
+    fn write<T>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, SessionError>,
+    ) -> Result<T, SessionError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let v = f(&tx)?;
+        tx.commit()?;
+        Ok(v)
+    }
+
+    fn append_row(
+        &self,
+        session: &str,
+        kind: &str,
+        notice_kind: Option<&str>,
+        payload: &str,
+        context_tokens: Option<u64>,
+    ) -> Result<(), SessionError> {
+        self.write(|tx| {
+            if !exists(tx, session)? {
+                return Err(SessionError::NotFound(session.to_string()));
+            }
+            tx.execute(
+                "INSERT INTO entries (session_id, seq, kind, notice_kind, payload, context_tokens, created_at)
+                 VALUES (?1, (SELECT COALESCE(MAX(seq), -1) + 1 FROM entries WHERE session_id = ?1),
+                         ?2, ?3, ?4, ?5, ?6)",
+                params![session, kind, notice_kind, payload, context_tokens.map(|t| t as i64), now()],
+            )?;
+            Ok(())
+        })
+    }
+}
+
+/// Switches to WAL. Changing the journal mode needs an exclusive lock; when processes open a
+/// new file at the same moment one of them may see the old mode or `SQLITE_BUSY`, so retry
+/// within the busy timeout.
+fn set_wal(conn: &Connection, timeout: Duration) -> Result<(), SessionError> {
+    let start = Instant::now();
+    loop {
+        let res: rusqlite::Result<String> =
+            conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0));
+        match res {
+            Ok(mode) if mode.eq_ignore_ascii_case("wal") => return Ok(()),
+            Ok(mode) if start.elapsed() >= timeout => {
+                return Err(SessionError::Db(format!(
+                    "cannot switch to WAL (journal mode is {mode})"
+                )))
+            }
+            Err(e) if start.elapsed() >= timeout || !is_busy(&e) => return Err(e.into()),
+            _ => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy) | Some(rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+fn exists(conn: &Connection, session: &str) -> rusqlite::Result<bool> {
+    conn.query_row(
+        "SELECT 1 FROM sessions WHERE id = ?1",
+        [session],
+        |_| Ok(()),
+    )
+    .optional()
+    .map(|o| o.is_some())
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+impl SessionStore for SqliteSessionStore {
+    fn create(&self, meta: &SessionMeta) -> Result<String, SessionError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO sessions (id, agent, role, step, parent, run, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![
+                    id,
+                    meta.agent,
+                    meta.role.as_str(),
+                    meta.step,
+                    meta.parent,
+                    meta.run,
+                    now()
+                ],
+            )?;
+            Ok(())
+        })?;
+        Ok(id)
+    }
+
+    fn append(
+        &self,
+        session: &str,
+        msg: &Message,
+        context_tokens: Option<u64>,
+    ) -> Result<(), SessionError> {
+        let json = serde_json::to_string(msg).map_err(|e| {
+            SessionError::Db(format!(
+                "cannot serialise a message of session {session}: {e}"
+            ))
+        })?;
+        self.append_row(session, "message", None, &json, context_tokens)
+    }
+
+    fn append_notice(
+        &self,
+        session: &str,
+        kind: NoticeKind,
+        text: &str,
+    ) -> Result<(), SessionError> {
+        self.append_row(session, "notice", Some(kind.as_str()), text, None)
+    }
+
+    fn load_raw(&self, session: &str) -> Result<Vec<Message>, SessionError> {
+        self.load_raw_json(session)?
+            .iter()
+            .enumerate()
+            .map(|(i, json)| {
+                serde_json::from_str(json).map_err(|e| SessionError::Corrupt {
+                    session: session.to_string(),
+                    reason: format!("message {i}: {e}"),
+                })
+            })
+            .collect()
+    }
+
+    fn load(&self, session: &str, policy: &TrimPolicy) -> Result<Vec<Message>, SessionError> {
+        Ok(self.load_with_report(session, policy)?.0)
+    }
+
+    fn fork(&self, session: &str) -> Result<String, SessionError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        self.write(|tx| {
+            let n = tx.execute(
+                "INSERT INTO sessions (id, agent, role, step, parent, run, forked_from, created_at)
+                 SELECT ?1, agent, role, step, parent, run, id, ?2 FROM sessions WHERE id = ?3",
+                params![id, now(), session],
+            )?;
+            if n == 0 {
+                return Err(SessionError::NotFound(session.to_string()));
+            }
+            tx.execute(
+                "INSERT INTO entries (session_id, seq, kind, notice_kind, payload, context_tokens, created_at)
+                 SELECT ?1, seq, kind, notice_kind, payload, context_tokens, created_at
+                 FROM entries WHERE session_id = ?2",
+                params![id, session],
+            )?;
+            Ok(())
+        })?;
+        Ok(id)
+    }
+
+    fn meta(&self, session: &str) -> Result<Option<SessionMeta>, SessionError> {
+        let conn = self.lock();
+        let row = conn
+            .query_row(
+                "SELECT agent, role, step, parent, run FROM sessions WHERE id = ?1",
+                [session],
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, Option<String>>(2)?,
+                        r.get::<_, Option<String>>(3)?,
+                        r.get::<_, String>(4)?,
+                    ))
+                },
+            )
+            .optional()?;
+        let Some((agent, role, step, parent, run)) = row else {
+            return Ok(None);
+        };
+        let role = Role::parse(&role).ok_or_else(|| SessionError::Corrupt {
+            session: session.to_string(),
+            reason: format!("unknown role {role:?}"),
+        })?;
+        Ok(Some(SessionMeta {
+            agent,
+            role,
+            step,
+            parent,
+            run,
+        }))
+    }
+
+    /// `Ok(None)` when the session is unknown or never reported a context size.
+    fn last_context(&self, session: &str) -> Result<Option<u64>, SessionError> {
+        let conn = self.lock();
+        let v: Option<i64> = conn
+            .query_row(
+                "SELECT context_tokens FROM entries
+                 WHERE session_id = ?1 AND context_tokens IS NOT NULL ORDER BY seq DESC LIMIT 1",
+                [session],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(v.map(|t| t as u64))
+    }
+}
+
+#[cfg(test)]
+#[path = "sqlite_tests.rs"]
+mod tests;

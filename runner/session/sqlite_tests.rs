@@ -1,0 +1,207 @@
+//! Unit tests of the SQLite session store.
+
+use super::*;
+use crate::model::{ContentBlock, Speaker};
+use serde_json::json;
+
+fn meta() -> SessionMeta {
+    SessionMeta {
+        agent: "worker-1".into(),
+        role: Role::Worker,
+        step: Some("干活".into()),
+        parent: None,
+        run: "20260101-120000-abcdef".into(),
+    }
+}
+
+fn open() -> (tempfile::TempDir, SqliteSessionStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteSessionStore::open(dir.path().join("runs/sessions.db")).unwrap();
+    (dir, store)
+}
+
+#[test]
+fn opens_in_wal_with_foreign_keys_and_the_latest_schema() {
+    let (dir, store) = open();
+    let conn = store.lock();
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let fk: i64 = conn
+        .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(fk, 1);
+    drop(conn);
+    assert_eq!(store.schema_version().unwrap(), 1);
+    // Reopening migrates nothing twice.
+    drop(store);
+    let again = SqliteSessionStore::open(dir.path().join("runs/sessions.db")).unwrap();
+    assert_eq!(again.schema_version().unwrap(), 1);
+}
+
+#[test]
+fn messages_round_trip_exactly_and_notices_stay_out_of_both_loads() {
+    let (dir, store) = open();
+    let id = store.create(&meta()).unwrap();
+    let msgs = vec![
+        Message::user_text("写个 md 转 html 的脚本 \u{1F600} \"quoted\" \\ back"),
+        Message {
+            role: Speaker::Assistant,
+            content: vec![
+                ContentBlock::Thinking {
+                    thinking: "hm".into(),
+                    signature: "sig==".into(),
+                },
+                ContentBlock::ToolUse {
+                    id: "t1".into(),
+                    name: "Bash".into(),
+                    input: json!({"command": "ls", "n": 1.5e-7, "nested": {"z": [1, 2, null]}}),
+                },
+            ],
+        },
+        Message {
+            role: Speaker::User,
+            content: vec![ContentBlock::ToolResult {
+                tool_use_id: "t1".into(),
+                content: "a\nb".into(),
+                is_error: true,
+            }],
+        },
+    ];
+    store.append(&id, &msgs[0], None).unwrap();
+    store
+        .append_notice(&id, NoticeKind::NetworkError, "503")
+        .unwrap();
+    store.append(&id, &msgs[1], Some(12_345)).unwrap();
+    store.append(&id, &msgs[2], None).unwrap();
+    let json: Vec<String> = msgs
+        .iter()
+        .map(|m| serde_json::to_string(m).unwrap())
+        .collect();
+    assert_eq!(store.load_raw_json(&id).unwrap(), json);
+    assert_eq!(store.load_raw(&id).unwrap(), msgs);
+    let policy = TrimPolicy::new(dir.path().join("spill"), true);
+    assert_eq!(store.load(&id, &policy).unwrap(), msgs);
+    let entries = store.entries(&id).unwrap();
+    assert_eq!(
+        entries[1],
+        Entry::Notice(NoticeKind::NetworkError, "503".into())
+    );
+    assert_eq!(store.last_context(&id).unwrap(), Some(12_345));
+}
+
+#[test]
+fn unknown_sessions_are_not_found() {
+    let (dir, store) = open();
+    let policy = TrimPolicy::new(dir.path().join("spill"), false);
+    assert!(matches!(
+        store.append("nope", &Message::user_text("x"), None),
+        Err(SessionError::NotFound(_))
+    ));
+    assert!(matches!(
+        store.append_notice("nope", NoticeKind::Interrupted, "x"),
+        Err(SessionError::NotFound(_))
+    ));
+    assert!(matches!(
+        store.load("nope", &policy),
+        Err(SessionError::NotFound(_))
+    ));
+    assert!(matches!(
+        store.load_raw("nope"),
+        Err(SessionError::NotFound(_))
+    ));
+    assert!(matches!(store.fork("nope"), Err(SessionError::NotFound(_))));
+    assert_eq!(store.meta("nope").unwrap(), None);
+    assert_eq!(store.last_context("nope").unwrap(), None);
+    assert!(!store.has_session("nope").unwrap());
+}
+
+#[test]
+fn fork_copies_history_and_meta_and_then_diverges() {
+    let (_dir, store) = open();
+    let id = store.create(&meta()).unwrap();
+    store.append(&id, &Message::user_text("one"), None).unwrap();
+    store
+        .append(&id, &Message::assistant_text("two"), Some(99))
+        .unwrap();
+    store
+        .append_notice(&id, NoticeKind::Interrupted, "Ctrl-C")
+        .unwrap();
+    let fork = store.fork(&id).unwrap();
+    assert_ne!(fork, id);
+    assert_eq!(
+        store.load_raw_json(&fork).unwrap(),
+        store.load_raw_json(&id).unwrap()
+    );
+    assert_eq!(store.entries(&fork).unwrap(), store.entries(&id).unwrap());
+    assert_eq!(store.meta(&fork).unwrap(), Some(meta()));
+    assert_eq!(store.last_context(&fork).unwrap(), Some(99));
+    store
+        .append(&fork, &Message::user_text("only in the fork"), None)
+        .unwrap();
+    assert_eq!(store.load_raw(&id).unwrap().len(), 2);
+    assert_eq!(store.load_raw(&fork).unwrap().len(), 3);
+}
+
+#[test]
+fn load_never_modifies_rows() {
+    let (dir, store) = open();
+    let id = store.create(&meta()).unwrap();
+    store.append(&id, &Message::user_text("go"), None).unwrap();
+    for i in 0..10 {
+        let tid = format!("t{i}");
+        store
+            .append(
+                &id,
+                &Message {
+                    role: Speaker::Assistant,
+                    content: vec![ContentBlock::ToolUse {
+                        id: tid.clone(),
+                        name: "Bash".into(),
+                        input: json!({"command": "git status"}),
+                    }],
+                },
+                None,
+            )
+            .unwrap();
+        store
+            .append(
+                &id,
+                &Message {
+                    role: Speaker::User,
+                    content: vec![ContentBlock::ToolResult {
+                        tool_use_id: tid,
+                        content: "x".repeat(if i % 2 == 0 { 3000 } else { 10 }),
+                        is_error: false,
+                    }],
+                },
+                None,
+            )
+            .unwrap();
+    }
+    let before = store.load_raw_json(&id).unwrap();
+    let policy = TrimPolicy {
+        keep_recent: 1,
+        keep_ephemeral: 1,
+        ..TrimPolicy::new(dir.path().join("spill"), true)
+    };
+    let (loaded, report) = store.load_with_report(&id, &policy).unwrap();
+    assert!(report.trimmed > 0 && report.expired > 0, "{report:?}");
+    assert_ne!(loaded, store.load_raw(&id).unwrap());
+    assert_eq!(store.load_raw_json(&id).unwrap(), before);
+}
+
+#[test]
+fn meta_round_trips() {
+    let (_dir, store) = open();
+    let m = SessionMeta {
+        parent: Some("p".into()),
+        step: None,
+        role: Role::Coordinator,
+        ..meta()
+    };
+    let id = store.create(&m).unwrap();
+    assert_eq!(store.meta(&id).unwrap(), Some(m));
+    assert!(store.has_session(&id).unwrap());
+}

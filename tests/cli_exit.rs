@@ -1,0 +1,454 @@
+//! The real binary's exit codes and stderr messages (seed 000, "退出码"): every code and every
+//! exit-1 message reachable without a model. Each test runs `flowerbox` in a temporary
+//! directory with a cleared environment and a temporary HOME, so nothing from this machine's
+//! credentials leaks in.
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+struct Scene {
+    _tmp: tempfile::TempDir,
+    home: PathBuf,
+    cwd: PathBuf,
+}
+
+impl Scene {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let home = root.join("home");
+        let cwd = root.join("proj");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&cwd).unwrap();
+        Self {
+            _tmp: tmp,
+            home,
+            cwd,
+        }
+    }
+
+    /// `flowerbox` with only PATH and HOME set, in the project directory, stdin empty.
+    fn cmd(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_flowerbox"));
+        c.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &self.home)
+            .current_dir(&self.cwd)
+            .write_stdin("");
+        c
+    }
+
+    /// As [`Scene::cmd`], with a token so the credential gate passes (no probe: not a tty).
+    fn cmd_with_key(&self) -> Command {
+        let mut c = self.cmd();
+        c.env("ANTHROPIC_API_KEY", "sk-ant-test-key-0123456789");
+        c
+    }
+}
+
+/// No panic text, no backtrace, ever.
+fn clean() -> impl Predicate<str> {
+    predicate::str::contains("panicked")
+        .or(predicate::str::contains("RUST_BACKTRACE"))
+        .or(predicate::str::contains("stack backtrace"))
+        .not()
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn help_exits_0_and_reads_well() {
+    let s = Scene::new();
+    s.cmd()
+        .arg("--help")
+        .assert()
+        .code(0)
+        .stdout(
+            predicate::str::contains("Usage: flowerbox [OPTIONS] <COMMAND>")
+                .and(predicate::str::contains("go "))
+                .and(predicate::str::contains("setup "))
+                .and(predicate::str::contains("doctor "))
+                .and(predicate::str::contains("全局开关"))
+                .and(predicate::str::contains("六种能用的写法")),
+        )
+        .stderr("");
+}
+
+#[test]
+fn go_help_lists_its_switches_and_the_globals() {
+    let s = Scene::new();
+    let out = s
+        .cmd()
+        .args(["go", "--help"])
+        .assert()
+        .code(0)
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    for switch in [
+        "--asks",
+        "--rounds",
+        "--no-goal",
+        "--judge-can-run",
+        "--timeout",
+        "--isolate",
+        "--window",
+        "--no-handoff",
+        "--new",
+        "--clarify-only",
+        "--no-trim",
+        "--workspace",
+        "--run-dir",
+        "--verbose",
+        "--workbench",
+        "--trim",
+        "--sandbox",
+        "--image",
+    ] {
+        assert!(out.contains(switch), "go --help lacks {switch}:\n{out}");
+    }
+    // -h anywhere leaves argv alone: after global switches it is the top-level help.
+    s.cmd()
+        .args(["-w", "elsewhere", "-h"])
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains(
+            "Usage: flowerbox [OPTIONS] <COMMAND>",
+        ));
+    assert!(
+        !s.cwd.join("elsewhere").exists(),
+        "help must not create the workspace"
+    );
+}
+
+#[test]
+fn once_help_says_websearch_is_unavailable() {
+    let s = Scene::new();
+    s.cmd().args(["once", "--help"]).assert().code(0).stdout(
+        predicate::str::contains("WebSearch 不可用")
+            .and(predicate::str::contains("--permission-mode"))
+            .and(predicate::str::contains("--fork"))
+            .and(predicate::str::contains("全局开关")),
+    );
+}
+
+#[test]
+fn argument_errors_exit_2() {
+    let s = Scene::new();
+    for args in [
+        vec!["--bogus"],
+        vec!["run"],
+        vec!["once"],
+        vec!["once", "hi", "-p", "yolo"],
+        vec!["once", "hi", "--fork"],
+        vec!["go", "--rounds", "many"],
+        vec!["--sandbox", "vm", "做 X"],
+        vec!["-w"],
+    ] {
+        s.cmd_with_key()
+            .args(&args)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::is_empty().not().and(clean()));
+    }
+}
+
+#[test]
+fn window_zero_is_exit_2_with_a_message() {
+    let s = Scene::new();
+    s.cmd_with_key()
+        .args(["做 X", "--window", "0"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::starts_with("--window 0 不行").and(clean()));
+}
+
+#[test]
+fn trim_contradiction_is_exit_2() {
+    let s = Scene::new();
+    s.cmd_with_key()
+        .args(["-T", "做 X", "--no-trim"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--no-trim"));
+}
+
+#[test]
+fn websearch_in_once_tools_is_exit_2() {
+    let s = Scene::new();
+    s.cmd_with_key()
+        .args(["once", "hi", "-t", "Read,WebSearch"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("WebSearch 不可用"));
+}
+
+#[test]
+fn missing_credentials_prints_the_four_lines() {
+    let s = Scene::new();
+    let expected = format!(
+        "缺少凭证:需要 ANTHROPIC_API_KEY 或 ANTHROPIC_AUTH_TOKEN。\n\
+         最省事:跑一次 `flowerbox setup`,把 token 存到 {}(装一次,处处生效)。\n\
+         或者:在当前目录建 `.env`,或 export 进进程环境。\n\
+         flowerbox 也会读 ~/.claude/settings.json 和 settings.local.json 的 env 块(只借其中 9 个凭证键),那里也没有。\n",
+        s.home.join(".config/flower/.env").display()
+    );
+    for args in [vec!["做 X"], vec!["once", "hi"]] {
+        s.cmd()
+            .args(&args)
+            .assert()
+            .code(1)
+            .stderr(expected.clone());
+    }
+    std::fs::write(s.cwd.join("flows.toml"), "[main]\n").unwrap();
+    s.cmd()
+        .args(["run", "flows.toml:main"])
+        .assert()
+        .code(1)
+        .stderr(expected);
+}
+
+#[test]
+fn empty_piped_request_on_a_fresh_directory() {
+    let s = Scene::new();
+    s.cmd_with_key()
+        .args(["--timeout", "0"])
+        .assert()
+        .code(1)
+        .stderr("要给一句诉求,例如 flowerbox '帮我做一个 X'\n");
+}
+
+#[test]
+fn piped_request_is_read_and_warned_about() {
+    let s = Scene::new();
+    s.cmd_with_key()
+        .write_stdin("帮我做一个 X\n")
+        .assert()
+        .code(1)
+        .stdout("> 帮我做一个 X\n")
+        .stderr(
+            predicate::str::contains(
+                "! 标准输入不是终端,没人能回答提问。想让它自己判断就加 --timeout 0",
+            )
+            .and(predicate::str::contains("flowerbox go 还没接上"))
+            .and(clean()),
+        );
+    // With --timeout 0 the advice is already followed: no warning.
+    s.cmd_with_key()
+        .args(["--timeout", "0"])
+        .write_stdin("帮我做一个 X\n")
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("标准输入不是终端").not());
+}
+
+#[test]
+fn woken_directory_continues_on_empty_piped_input() {
+    let s = Scene::new();
+    write(&s.cwd.join(".flower/notes/需求.md"), "## 目标\n做 X\n");
+    s.cmd_with_key()
+        .args(["--timeout", "0"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("flowerbox go 还没接上"));
+}
+
+#[test]
+fn isolate_outside_git_is_exit_1() {
+    let s = Scene::new();
+    s.cmd_with_key()
+        .args(["做 X", "--isolate"])
+        .assert()
+        .code(1)
+        .stderr(format!(
+            "--isolate 要求 {} 是 git 仓库(每个 subagent 要分一份 worktree)。先 git init,或者去掉 --isolate。\n",
+            s.cwd.display()
+        ));
+}
+
+#[test]
+fn run_target_errors() {
+    let s = Scene::new();
+    write(&s.cwd.join("flows.toml"), "[main]\nsteps = []\n");
+    write(&s.cwd.join("broken.toml"), "[main\n");
+    s.cmd_with_key()
+        .args(["run", "flows"])
+        .assert()
+        .code(1)
+        .stderr("需要模块:属性形式,例如 flows:main\n");
+    s.cmd_with_key()
+        .args(["run", "missing.toml:main"])
+        .assert()
+        .code(1)
+        .stderr(format!(
+            "找不到 missing.toml(当前目录 {})。给的是文件路径就要能对上;要按模块名导入就别带 .toml\n",
+            s.cwd.display()
+        ));
+    s.cmd_with_key()
+        .args(["run", "broken.toml:main"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::starts_with("导入 'broken.toml' 失败:").and(clean()));
+    s.cmd_with_key()
+        .args(["run", "flows:nope"])
+        .assert()
+        .code(1)
+        .stderr("'flows' 里没有 'nope'\n");
+    // A good target gets as far as the runtime seam.
+    s.cmd_with_key()
+        .args(["run", "flows.toml:main"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("flowerbox run 还没接上"));
+}
+
+#[test]
+fn unbuilt_subcommands_say_so_honestly() {
+    let s = Scene::new();
+    for (args, name) in [
+        (vec!["once", "hi"], "once"),
+        (vec!["doctor"], "doctor"),
+        (vec!["gc"], "gc"),
+        (vec!["go", "doctor"], "go"),
+    ] {
+        s.cmd_with_key()
+            .args(&args)
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains(format!("flowerbox {name} 还没接上")).and(clean()));
+    }
+}
+
+#[test]
+fn runs_and_log_live_in_the_workspace() {
+    let s = Scene::new();
+    s.cmd_with_key()
+        .args(["-w", "sub/proj", "做 X", "--timeout", "0"])
+        .assert()
+        .code(1);
+    let log = s.cwd.join("sub/proj/runs/flowerbox.log");
+    let text = std::fs::read_to_string(&log).expect("log file");
+    assert!(text.contains("flowerbox start"), "{text}");
+    // The log never holds the secret.
+    assert!(!text.contains("0123456789"), "{text}");
+    assert!(!s.cwd.join("runs").exists());
+}
+
+#[test]
+fn workbench_switch_on_go_is_not_silent() {
+    let s = Scene::new();
+    s.cmd_with_key()
+        .args(["-W", "做 X", "--timeout", "0"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(format!(
+            "- go 恒带工作台:{}",
+            s.cwd.join(".flower").display()
+        )));
+}
+
+#[test]
+fn setup_is_reachable_and_writes_a_private_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scene::new();
+    s.cmd()
+        .arg("setup")
+        .write_stdin("sk-ant-piped-key-123456\nhttps://gw.example\nclaude-x[1m]\n")
+        .assert()
+        .code(0)
+        .stdout(
+            predicate::str::contains("还没配过凭证。").and(predicate::str::contains("+ 存好了:")),
+        );
+    let file = s.home.join(".config/flower/.env");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.starts_with("# 由 `flowerbox setup` 写。"), "{text}");
+    assert!(text.contains("ANTHROPIC_API_KEY=sk-ant-piped-key-123456\n"));
+    assert!(text.contains("ANTHROPIC_BASE_URL=https://gw.example\n"));
+    assert!(text.contains("ANTHROPIC_DEFAULT_SONNET_MODEL=claude-x[1m]\n"));
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    // The file is now part of the chain: the gate passes and -v shows it masked.
+    s.cmd()
+        .args(["-v", "once", "hi"])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains(format!(
+            "ANTHROPIC_API_KEY=sk-a…  ({})",
+            file.display()
+        )))
+        .stdout(predicate::str::contains("piped-key").not());
+    // A second setup says it is reconfiguring and rewrites the whole file.
+    s.cmd()
+        .arg("setup")
+        .write_stdin("gateway-token-abcdef\n\n\n")
+        .assert()
+        .code(0)
+        .stdout(predicate::str::contains("重新配置。"));
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("ANTHROPIC_AUTH_TOKEN=gateway-token-abcdef\n"),
+        "{text}"
+    );
+    assert!(!text.contains("ANTHROPIC_API_KEY"), "{text}");
+    assert!(!text.contains("BASE_URL"), "{text}");
+}
+
+#[test]
+fn setup_without_a_token_cancels() {
+    let s = Scene::new();
+    s.cmd()
+        .arg("setup")
+        .write_stdin("\n")
+        .assert()
+        .code(1)
+        .stderr("没给 token,取消。\n");
+    assert!(!s.home.join(".config/flower/.env").exists());
+}
+
+#[test]
+fn go_setup_makes_setup_the_request() {
+    let s = Scene::new();
+    // Runs go (credential gate first), not the setup screen.
+    s.cmd()
+        .args(["go", "setup"])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("配置 flower").not())
+        .stderr(predicate::str::starts_with("缺少凭证"));
+}
+
+#[test]
+fn panic_hook_prints_one_clean_line() {
+    // The child half: this same test, re-run in a subprocess, panics under the hook.
+    if std::env::var_os("FLOWERBOX_PANIC_CHILD").is_some() {
+        flowerbox::cli::install_panic_hook(Some(PathBuf::from("/x/runs/flowerbox.log")));
+        panic!("boom");
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "panic_hook_prints_one_clean_line",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("FLOWERBOX_PANIC_CHILD", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("x flowerbox 内部错误:boom(tests/cli_exit.rs:"),
+        "{err}"
+    );
+    assert!(
+        err.contains("这是 bug;详情见 /x/runs/flowerbox.log"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked at"), "{err}");
+    assert!(!err.contains("RUST_BACKTRACE"), "{err}");
+}

@@ -1,0 +1,273 @@
+//! The start prompt and first-run configuration on a real terminal: the binary's stdin is the
+//! slave side of a pseudo-terminal, the test types on the master side (Enter, Ctrl-D) or sends
+//! SIGINT, and reads stdout/stderr through pipes.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+const FRESH: &str = "要做什么? 一句话就够,回车开始(Ctrl-C 退出)\n> ";
+const WOKEN: &str = "接着上次? 直接回车 = 接着做;也可以说点新的;/new = 重开一件事(Ctrl-C 退出)\n> ";
+
+struct Scene {
+    _tmp: tempfile::TempDir,
+    home: PathBuf,
+    cwd: PathBuf,
+}
+
+impl Scene {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().canonicalize().unwrap();
+        let home = root.join("home");
+        let cwd = root.join("proj");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&cwd).unwrap();
+        Self {
+            _tmp: tmp,
+            home,
+            cwd,
+        }
+    }
+
+    /// Starts `flowerbox ARGS` with a terminal on stdin. `env` adds variables to PATH + HOME.
+    fn start(&self, args: &[&str], env: &[(&str, &str)]) -> Tty {
+        let pty = nix::pty::openpty(None, None).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flowerbox"));
+        cmd.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &self.home)
+            .current_dir(&self.cwd)
+            .args(args)
+            .stdin(Stdio::from(pty.slave))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let out = pump(child.stdout.take().unwrap());
+        let err = pump(child.stderr.take().unwrap());
+        Tty {
+            child,
+            master: File::from(pty.master),
+            out,
+            err,
+        }
+    }
+}
+
+/// A key that passes the gate without a probe.
+const KEY: [(&str, &str); 2] = [
+    ("ANTHROPIC_API_KEY", "sk-ant-tty-key-0123456789"),
+    ("FLOWER_NO_PROBE", "1"),
+];
+
+struct Tty {
+    child: Child,
+    master: File,
+    out: Arc<Mutex<Vec<u8>>>,
+    err: Arc<Mutex<Vec<u8>>>,
+}
+
+fn pump(mut from: impl Read + Send + 'static) -> Arc<Mutex<Vec<u8>>> {
+    let buf = Arc::new(Mutex::new(Vec::new()));
+    let sink = buf.clone();
+    std::thread::spawn(move || {
+        let mut chunk = [0u8; 4096];
+        while let Ok(n) = from.read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&chunk[..n]);
+        }
+    });
+    buf
+}
+
+impl Tty {
+    fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.out.lock().unwrap()).into_owned()
+    }
+
+    /// Waits until stdout contains `text` (generous bound: a hang fails, speed is not tested).
+    fn wait_for(&self, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.stdout().contains(text) {
+            assert!(
+                Instant::now() < deadline,
+                "never saw {text:?}; stdout so far: {:?}, stderr: {:?}",
+                self.stdout(),
+                String::from_utf8_lossy(&self.err.lock().unwrap())
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn type_keys(&mut self, bytes: &[u8]) {
+        self.master.write_all(bytes).unwrap();
+        self.master.flush().unwrap();
+    }
+
+    /// Waits for exit; returns (status, stdout, stderr).
+    fn finish(mut self) -> (ExitStatus, String, String) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("flowerbox did not exit; stdout: {:?}", self.stdout());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // Let the pumps drain.
+        std::thread::sleep(Duration::from_millis(100));
+        let out = self.stdout();
+        let err = String::from_utf8_lossy(&self.err.lock().unwrap()).into_owned();
+        (status, out, err)
+    }
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn bare_enter_on_a_fresh_directory() {
+    let s = Scene::new();
+    let mut tty = s.start(&[], &KEY);
+    tty.wait_for(FRESH);
+    tty.type_keys(b"\n");
+    let (status, out, err) = tty.finish();
+    assert_eq!(status.code(), Some(1));
+    assert!(out.starts_with(FRESH), "{out}");
+    assert_eq!(
+        err,
+        "诉求是空的。直接 `flowerbox` 然后按提示输入,或者 flowerbox \"帮我做一个 X\"。\n"
+    );
+}
+
+#[test]
+fn ctrl_d_cancels() {
+    let s = Scene::new();
+    let mut tty = s.start(&[], &KEY);
+    tty.wait_for(FRESH);
+    tty.type_keys(&[0x04]);
+    let (status, _, err) = tty.finish();
+    assert_eq!(status.code(), Some(1));
+    assert_eq!(err, "已取消\n");
+}
+
+#[test]
+fn ctrl_c_cancels_cleanly() {
+    let s = Scene::new();
+    let tty = s.start(&["--new"], &KEY);
+    tty.wait_for(FRESH);
+    kill(Pid::from_raw(tty.child.id() as i32), Signal::SIGINT).unwrap();
+    let (status, _, err) = tty.finish();
+    assert_eq!(status.signal(), None, "must not die by the signal");
+    assert_eq!(status.code(), Some(1));
+    assert_eq!(err, "已取消\n");
+}
+
+#[test]
+fn typed_request_reaches_the_runtime_seam() {
+    let s = Scene::new();
+    let mut tty = s.start(&[], &KEY);
+    tty.wait_for(FRESH);
+    tty.type_keys("帮我做一个 “X”!\n".as_bytes());
+    let (status, _, err) = tty.finish();
+    assert_eq!(status.code(), Some(1));
+    // On a terminal there is no "stdin is not a terminal" warning.
+    assert!(!err.contains("标准输入不是终端"), "{err}");
+    assert!(err.starts_with("flowerbox go 还没接上"), "{err}");
+}
+
+#[test]
+fn woken_directory_offers_to_continue_and_new_starts_over() {
+    let s = Scene::new();
+    write(&s.cwd.join(".flower/notes/需求.md"), "## 目标\n做 X\n");
+    let mut tty = s.start(&[], &KEY);
+    tty.wait_for(WOKEN);
+    tty.type_keys(b"/new\n");
+    tty.wait_for(FRESH);
+    tty.type_keys(b"\n");
+    let (status, out, err) = tty.finish();
+    assert_eq!(status.code(), Some(1));
+    assert_eq!(out, format!("{WOKEN}{FRESH}"));
+    assert!(err.starts_with("诉求是空的。"), "{err}");
+
+    // Bare Enter on a woken directory is "continue": it goes on to the runtime.
+    let mut tty = s.start(&[], &KEY);
+    tty.wait_for(WOKEN);
+    tty.type_keys(b"\n");
+    let (status, _, err) = tty.finish();
+    assert_eq!(status.code(), Some(1));
+    assert!(err.starts_with("flowerbox go 还没接上"), "{err}");
+}
+
+#[test]
+fn first_run_asks_for_credentials_then_for_the_request() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scene::new();
+    let mut tty = s.start(&[], &[("FLOWER_NO_PROBE", "1")]);
+    tty.wait_for("还没配过凭证。");
+    tty.wait_for("1. 你的 API key 或网关 token");
+    tty.type_keys(b"gw-token-from-tty\n");
+    tty.wait_for("2. 网关地址");
+    tty.type_keys(b"\n");
+    tty.wait_for("3. 模型名");
+    tty.type_keys(b"gw-model\n");
+    tty.wait_for("+ 存好了:");
+    tty.wait_for(FRESH);
+    tty.type_keys(b"do it\n");
+    let (status, _, err) = tty.finish();
+    assert_eq!(status.code(), Some(1));
+    assert!(err.starts_with("flowerbox go 还没接上"), "{err}");
+    let file = s.home.join(".config/flower/.env");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("ANTHROPIC_AUTH_TOKEN=gw-token-from-tty\n"),
+        "{text}"
+    );
+    assert!(text.contains("ANTHROPIC_MODEL=gw-model\n"), "{text}");
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+}
+
+#[test]
+fn probe_runs_on_a_terminal_and_net_trouble_is_let_through() {
+    let s = Scene::new();
+    // A closed port: the probe cannot connect, which is "net", not a reason to reconfigure.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut tty = s.start(
+        &[],
+        &[
+            ("ANTHROPIC_AUTH_TOKEN", "tok-0123456789"),
+            ("ANTHROPIC_BASE_URL", &base),
+        ],
+    );
+    tty.wait_for("- 验一下凭证…\n  (探针没打通:");
+    tty.wait_for(" —— 当作网络问题,照常开跑)\n");
+    tty.wait_for(FRESH);
+    tty.type_keys(&[0x04]);
+    let (status, _, err) = tty.finish();
+    assert_eq!((status.code(), err.as_str()), (Some(1), "已取消\n"));
+}

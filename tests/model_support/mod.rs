@@ -1,0 +1,160 @@
+//! Shared helpers of the model integration tests: a `scripted-model` process per test (killed
+//! on drop), fast retry policies and event collection.
+#![allow(dead_code)]
+
+use flowerbox::model::{
+    build_provider, Caller, Message, ModelEvent, Provider, ProviderOptions, Request, RetryPolicy,
+    Role,
+};
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A running `scripted-model` with its scenario and record files.
+pub struct ScriptedModel {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    record: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl ScriptedModel {
+    /// Starts the binary on a free port.
+    pub fn start(scenario: &Value) -> Self {
+        Self::start_on(scenario, "127.0.0.1:0")
+    }
+
+    /// Starts the binary listening on `listen`.
+    pub fn start_on(scenario: &Value, listen: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let scenario_path = dir.path().join("scenario.json");
+        std::fs::write(&scenario_path, scenario.to_string()).unwrap();
+        let record = dir.path().join("record.jsonl");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_scripted-model"))
+            .arg("--scenario")
+            .arg(&scenario_path)
+            .arg("--listen")
+            .arg(listen)
+            .arg("--record")
+            .arg(&record)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn scripted-model");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line.trim().to_string();
+        assert!(
+            url.starts_with("http://127.0.0.1:"),
+            "first stdout line: {line:?}"
+        );
+        ScriptedModel {
+            child,
+            url,
+            record,
+            _dir: dir,
+        }
+    }
+
+    /// Request bodies received so far, in order.
+    pub fn recorded(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.record)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// An anthropic provider pointed at this server through the public constructor.
+    pub fn provider(&self, policy: RetryPolicy) -> Arc<dyn Provider> {
+        anthropic_at(&self.url, policy)
+    }
+}
+
+impl Drop for ScriptedModel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An anthropic provider for `base_url` built by `build_provider` from a lookup closure.
+pub fn anthropic_at(base_url: &str, policy: RetryPolicy) -> Arc<dyn Provider> {
+    let base = base_url.to_string();
+    let get = move |k: &str| match k {
+        "ANTHROPIC_BASE_URL" => Some(base.clone()),
+        "ANTHROPIC_API_KEY" => Some("sk-test".into()),
+        "ANTHROPIC_MODEL" => Some("claude-sonnet-4-5".into()),
+        _ => None,
+    };
+    build_provider(
+        &get,
+        ProviderOptions {
+            retry: policy,
+            transport: None,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Millisecond backoff, no jitter, a short idle timeout and quick probes.
+pub fn fast() -> RetryPolicy {
+    RetryPolicy {
+        base_delay: Duration::from_millis(10),
+        max_delay: Duration::from_millis(50),
+        jitter: 0.0,
+        idle_timeout: Duration::from_secs(10),
+        probe_interval: Duration::from_millis(100),
+        probe_timeout: Duration::from_secs(1),
+        max_offline_wait: Duration::from_secs(60),
+        ..Default::default()
+    }
+}
+
+/// A request from `role`/`agent` with one user message.
+pub fn request(role: Role, agent: &str, text: &str) -> Request {
+    Request {
+        model: String::new(),
+        system: vec!["You are a test agent.".into()],
+        messages: vec![Message::user_text(text)],
+        tools: vec![],
+        max_tokens: 1024,
+        caller: Caller {
+            role,
+            agent: agent.into(),
+        },
+    }
+}
+
+/// Collects sink events.
+#[derive(Default, Clone)]
+pub struct Events(Arc<Mutex<Vec<ModelEvent>>>);
+
+impl Events {
+    /// Records one event.
+    pub fn push(&self, e: ModelEvent) {
+        self.0.lock().unwrap().push(e);
+    }
+
+    /// Everything recorded.
+    pub fn all(&self) -> Vec<ModelEvent> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// Text deltas joined.
+    pub fn text(&self) -> String {
+        self.all()
+            .into_iter()
+            .filter_map(|e| match e {
+                ModelEvent::TextDelta(t) => Some(t),
+                _ => None,
+            })
+            .collect()
+    }
+}
