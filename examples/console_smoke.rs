@@ -20,7 +20,6 @@ use flowerbox::agent::{Event, EventKind, Runtime, RuntimeConfig};
 use flowerbox::channel::{HumanChannel, HumanConfig};
 use flowerbox::model::Role;
 use flowerbox::sandbox::host::HostSandboxFactory;
-use flowerbox::term::aside::AsideSetup;
 use flowerbox::term::signals::{exit_by_signal, EXIT_INTERRUPTED};
 use flowerbox::term::{Console, ConsoleOptions, ConsoleSignal, Interrupt, OutputPort};
 
@@ -51,7 +50,7 @@ async fn main() {
 
     let channel = HumanChannel::new(HumanConfig::default());
     let mut opts = ConsoleOptions::detect(false);
-    opts.aside = Some(AsideSetup::open(&dir.path().join("runs"), "smoke").expect("aside store"));
+    opts.run_dir = Some(dir.path().join("runs"));
     let mut console = Console::start(opts, channel.clone()).expect("console");
     if let Some(r) = console.terminal_restore() {
         flowerbox::term::tty::chain_panic_hook(r);

@@ -13,7 +13,7 @@ use flowerbox::model::Role;
 use flowerbox::record::manifest::{read_manifest, Manifest};
 use flowerbox::sandbox::host::HostSandboxFactory;
 use flowerbox::session::SessionStore;
-use flowerbox::term::aside::{AsideSetup, ASIDE_STEP};
+use flowerbox::term::aside::ASIDE_STEP;
 use flowerbox::term::port::{OutputPort, PortConfig};
 use flowerbox::term::{Console, ConsoleOptions};
 use term_support::{EchoOracle, MemStore};
@@ -68,7 +68,8 @@ fn rig(config: HumanConfig, aside: bool, delay: Duration) -> Rig {
         read_input: false,
         home: None,
         workbench: None,
-        aside: aside.then(|| AsideSetup::open(&dir.path().join("runs"), "run-1").unwrap()),
+        run_dir: aside.then(|| dir.path().join("runs")),
+        aside: None,
     };
     let console = Console::start_with(
         opts,

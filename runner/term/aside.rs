@@ -245,7 +245,9 @@ pub type AsideReport = Arc<dyn Fn(AsideOutcome) + Send + Sync>;
 
 /// The oracle: keeps the event window, runs questions concurrently, tracks pending ones.
 pub struct AsideOracle {
-    setup: Option<AsideSetup>,
+    /// Given up front, or opened under `run_dir` on the first question.
+    setup: Mutex<Option<AsideSetup>>,
+    run_dir: Option<PathBuf>,
     workbench: Option<Workbench>,
     tokio: Handle,
     report: AsideReport,
@@ -258,7 +260,8 @@ pub struct AsideOracle {
 impl std::fmt::Debug for AsideOracle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AsideOracle")
-            .field("setup", &self.setup)
+            .field("setup", &*lock(&self.setup))
+            .field("run_dir", &self.run_dir)
             .field("pending", &self.pending())
             .finish_non_exhaustive()
     }
@@ -269,30 +272,21 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl AsideOracle {
-    /// An oracle whose questions run on `tokio` and whose outcomes go to `report`. `workbench`
-    /// overrides the main runtime's for the description (normally the same one).
+    /// An oracle whose questions run on `tokio` and whose outcomes go to `report`. Its books
+    /// are `setup` when given, otherwise [`AsideSetup::open`] under `run_dir` on the first
+    /// question (so a run without aside questions creates no `aside/`); with neither, every
+    /// question fails with a `NotReady` line. `workbench` overrides the main runtime's for the
+    /// description (normally the same one).
     pub fn new(
-        setup: AsideSetup,
+        setup: Option<AsideSetup>,
+        run_dir: Option<PathBuf>,
         workbench: Option<Workbench>,
         tokio: Handle,
         report: AsideReport,
     ) -> Self {
         AsideOracle {
-            setup: Some(setup),
-            workbench,
-            tokio,
-            report,
-            window: Mutex::new(EventWindow::default()),
-            main: Mutex::new(None),
-            runtime: Mutex::new(None),
-            tasks: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// An oracle without a store of its own: every question fails with a `NotReady` line.
-    pub fn unavailable(workbench: Option<Workbench>, tokio: Handle, report: AsideReport) -> Self {
-        AsideOracle {
-            setup: None,
+            setup: Mutex::new(setup),
+            run_dir,
             workbench,
             tokio,
             report,
@@ -329,13 +323,35 @@ impl AsideOracle {
     }
 
     /// The aside runtime, built on first use from the attached main runtime.
-    fn aside_runtime(&self) -> Option<Arc<Runtime>> {
+    fn aside_runtime(&self) -> Result<Arc<Runtime>, AsideOutcome> {
+        let not_ready = |message: &str| AsideOutcome::Failed {
+            kind: "NotReady".into(),
+            message: message.into(),
+        };
         let mut slot = lock(&self.runtime);
         if let Some(rt) = slot.as_ref() {
-            return Some(rt.clone());
+            return Ok(rt.clone());
         }
-        let main = lock(&self.main).clone()?;
-        let setup = self.setup.as_ref()?;
+        let main = lock(&self.main)
+            .clone()
+            .ok_or_else(|| not_ready("运行还没开始,没有可问的上下文"))?;
+        let mut setup = lock(&self.setup);
+        if setup.is_none() {
+            let run_dir = self
+                .run_dir
+                .as_ref()
+                .ok_or_else(|| not_ready("这次运行没有旁路会话存储"))?;
+            let opened = AsideSetup::open(run_dir, &main.config().run_id).map_err(|e| {
+                AsideOutcome::Failed {
+                    kind: "SessionError".into(),
+                    message: e.to_string(),
+                }
+            })?;
+            *setup = Some(opened);
+        }
+        let Some(setup) = setup.as_ref() else {
+            return Err(not_ready("这次运行没有旁路会话存储"));
+        };
         let mut rt = Runtime::new(
             main.config().clone(),
             main.provider.clone(),
@@ -351,24 +367,16 @@ impl AsideOracle {
         }
         let rt = Arc::new(rt);
         *slot = Some(rt.clone());
-        Some(rt)
+        Ok(rt)
     }
 
     /// Asks `question` in the background; the outcome goes to the report callback. Callable
     /// from any thread.
     pub fn ask(&self, question: &str) {
         let report = self.report.clone();
-        let Some(rt) = self.aside_runtime() else {
-            let message = if self.setup.is_none() {
-                "这次运行没有旁路会话存储"
-            } else {
-                "运行还没开始,没有可问的上下文"
-            };
-            report(AsideOutcome::Failed {
-                kind: "NotReady".into(),
-                message: message.into(),
-            });
-            return;
+        let rt = match self.aside_runtime() {
+            Ok(rt) => rt,
+            Err(failed) => return report(failed),
         };
         let wb = self.workbench();
         let prompt = aside_prompt(&self.window(), wb.as_ref().map(|w| w.root()), question);

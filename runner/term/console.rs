@@ -5,47 +5,75 @@
 //!
 //! # How a driver uses it
 //!
-//! ```no_run
-//! # async fn drive(
-//! #     channel: flowerbox::channel::HumanChannel,
-//! #     make_runtime: impl FnOnce(flowerbox::agent::EventSink) -> std::sync::Arc<flowerbox::agent::Runtime>,
-//! #     aside: Option<flowerbox::term::aside::AsideSetup>,
-//! # ) {
-//! use flowerbox::term::{Console, ConsoleOptions, ConsoleSignal};
-//! use flowerbox::term::signals::{exit_by_signal, EXIT_INTERRUPTED};
+//! Use it when stdin and stdout are terminals (`ConsoleOptions::detect` tells); otherwise the
+//! plain printer does. Sketch of a `go`/`run` driver:
 //!
-//! let mut opts = ConsoleOptions::detect(false);       // -v, ttys, NO_COLOR, HOME
-//! opts.aside = aside;                                   // <run_dir>/aside store + manifest hook
-//! let mut console = Console::start(opts, channel.clone()).expect("console"); // inside tokio
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use flowerbox::app::{RunContext, RunSetup};
+//! # async fn drive(
+//! #     globals: flowerbox::cli::options::GlobalOptions,
+//! #     creds: flowerbox::creds::Credentials,
+//! #     channel: flowerbox::channel::HumanChannel,
+//! #     credential_lines: Vec<String>,
+//! # ) -> i32 {
+//! use flowerbox::agent::runtime::INTERRUPTED;
+//! use flowerbox::record::manifest::KILLED_BY_SIGNAL;
+//! use flowerbox::term::signals::{exit_by_signal, EXIT_INTERRUPTED};
+//! use flowerbox::term::{tty, Console, ConsoleOptions, ConsoleSignal};
+//!
+//! let mut opts = ConsoleOptions::detect(globals.verbose); // ttys, NO_COLOR, $HOME
+//! opts.run_dir = Some(globals.run_dir.clone()); // aside/ books open on the first `?`
+//! // Inside tokio. Sets cbreak, starts the input thread and the signal listener.
+//! let mut console = Console::start(opts, channel.clone()).expect("console");
 //! if let Some(r) = console.terminal_restore() {
-//!     flowerbox::term::tty::chain_panic_hook(r);        // binary layer: restore on panic
+//!     tty::chain_panic_hook(r); // binary layer: the terminal comes back even on a panic
 //! }
-//! let rt = make_runtime(console.event_sink());          // Runtime::new(.., sink)
-//! console.attach_runtime(rt.clone());                   // Ctrl-C interrupts it; `?` borrows its model
-//! let run = async { /* workflow.run(rt, ...) */ };
-//! tokio::select! {
-//!     _ = run => {
-//!         console.finish().await;                       // waits ≤120 s for asides, restores tty
-//!         // print the closing line with console.print_rendered(...) before finish, then exit
+//! if globals.verbose {
+//!     console.print_lines(&credential_lines); // -v: sanitised, through the one port
+//! }
+//! let ctx = RunContext::build(&globals, &creds, RunSetup {
+//!     events: console.event_sink(), // every event is rendered by the console
+//!     human: Arc::new(channel.clone()),
+//! #   workbench: None, trim_large: true, window: None, handoff: true, placement: None,
+//! #   sandboxes: None,
+//! }).await.expect("context");
+//! console.attach_runtime(ctx.runtime.clone()); // Ctrl-C interrupts it; `?` borrows its model
+//! let mut work = tokio::spawn(async { /* the workflow over ctx.runtime */ });
+//! loop {
+//!     tokio::select! {
+//!         _ = &mut work => {
+//!             console.finish().await; // (等 N 条旁路问答收尾…), ≤120 s; restores the tty
+//!             // print the closing line (render::closing_line) with console.print_rendered
+//!             return 0;
+//!         }
+//!         sig = console.next_signal() => match sig {
+//!             ConsoleSignal::Interrupted => continue, // the console already interrupted
+//!             ConsoleSignal::Quit => {
+//!                 work.abort(); // first stop the step, then the books
+//!                 ctx.runtime.rescue(INTERRUPTED);
+//!                 ctx.shutdown().await; // containers removed, worktrees kept
+//!                 console.close();
+//!                 return EXIT_INTERRUPTED; // 130, no panic text
+//!             }
+//!             ConsoleSignal::Terminate(s) => {
+//!                 work.abort();
+//!                 ctx.runtime.rescue(KILLED_BY_SIGNAL);
+//!                 ctx.shutdown().await;
+//!                 console.close();
+//!                 exit_by_signal(s); // 143 for SIGTERM, 129 for SIGHUP
+//!             }
+//!         },
 //!     }
-//!     sig = console.next_signal() => match sig {
-//!         ConsoleSignal::Quit => {
-//!             // write the in-flight step to the manifest, tear down the sandboxes
-//!             console.close();
-//!             std::process::exit(EXIT_INTERRUPTED);
-//!         }
-//!         ConsoleSignal::Terminate(s) => {
-//!             // write the in-flight step as killed-by-signal, tear down, keep worktrees
-//!             console.close();
-//!             exit_by_signal(s);
-//!         }
-//!         ConsoleSignal::Interrupted => { /* informational: keep awaiting `run` in a loop */ }
-//!     },
 //! }
 //! # }
 //! ```
 //!
-//! (A real driver loops: `Interrupted` is informational, the run goes on.)
+//! Ctrl-C semantics: on a terminal the first press interrupts the round at once
+//! ([`Runtime::interrupt`] with no words: in-flight tool calls return "interrupted", the step
+//! resumes its session) and shows the three-line prompt; Enter = carry on, text = said to the
+//! agent (a second, worded [`Runtime::interrupt`]), a second Ctrl-C = [`ConsoleSignal::Quit`].
+//! When stdin is not a terminal the first Ctrl-C is already `Quit`.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -119,7 +147,11 @@ pub struct ConsoleOptions {
     pub home: Option<PathBuf>,
     /// The workbench described to the aside oracle (defaults to the attached runtime's).
     pub workbench: Option<Workbench>,
-    /// The aside oracle's own store and manifest; `None` = aside questions fail with a line.
+    /// The run directory (`-r`): the aside oracle opens `<run_dir>/aside/sessions.db` and
+    /// `<run_dir>/aside/manifest.json` there on its first question, unless `aside` is given.
+    pub run_dir: Option<PathBuf>,
+    /// The aside oracle's own store and manifest, given up front (tests). With neither this
+    /// nor `run_dir`, aside questions fail with a `NotReady` line.
     pub aside: Option<AsideSetup>,
 }
 
@@ -136,6 +168,7 @@ impl ConsoleOptions {
             read_input: true,
             home: std::env::var_os("HOME").map(PathBuf::from),
             workbench: None,
+            run_dir: None,
             aside: None,
         }
     }
@@ -355,12 +388,13 @@ impl Console {
                     s.on_aside(o);
                 }
             });
-            let aside = match opts.aside.clone() {
-                Some(setup) => {
-                    AsideOracle::new(setup, opts.workbench.clone(), tokio.clone(), report)
-                }
-                None => AsideOracle::unavailable(opts.workbench.clone(), tokio.clone(), report),
-            };
+            let aside = AsideOracle::new(
+                opts.aside.clone(),
+                opts.run_dir.clone(),
+                opts.workbench.clone(),
+                tokio.clone(),
+                report,
+            );
             Shared {
                 port: port.clone(),
                 progress: progress.clone(),
