@@ -16,10 +16,10 @@
 //! #     creds: flowerbox::creds::Credentials,
 //! #     channel: flowerbox::channel::HumanChannel,
 //! #     credential_lines: Vec<String>,
-//! # ) -> i32 {
+//! # ) -> flowerbox::cli::error::ExitStatus {
 //! use flowerbox::agent::runtime::INTERRUPTED;
+//! use flowerbox::cli::error::ExitStatus;
 //! use flowerbox::record::manifest::KILLED_BY_SIGNAL;
-//! use flowerbox::term::signals::{exit_by_signal, EXIT_INTERRUPTED};
 //! use flowerbox::term::{tty, Console, ConsoleOptions, ConsoleSignal};
 //!
 //! let mut opts = ConsoleOptions::detect(globals.verbose); // ttys, NO_COLOR, $HOME
@@ -45,7 +45,7 @@
 //!         _ = &mut work => {
 //!             console.finish().await; // (等 N 条旁路问答收尾…), ≤120 s; restores the tty
 //!             // print the closing line (render::closing_line) with console.print_rendered
-//!             return 0;
+//!             return ExitStatus::Success;
 //!         }
 //!         sig = console.next_signal() => match sig {
 //!             ConsoleSignal::Interrupted => continue, // the console already interrupted
@@ -54,14 +54,15 @@
 //!                 ctx.runtime.rescue(INTERRUPTED);
 //!                 ctx.shutdown().await; // containers removed, worktrees kept
 //!                 console.close();
-//!                 return EXIT_INTERRUPTED; // 130, no panic text
+//!                 return ExitStatus::Interrupted; // 130, no panic text
 //!             }
 //!             ConsoleSignal::Terminate(s) => {
 //!                 work.abort();
 //!                 ctx.runtime.rescue(KILLED_BY_SIGNAL);
 //!                 ctx.shutdown().await;
 //!                 console.close();
-//!                 exit_by_signal(s); // 143 for SIGTERM, 129 for SIGHUP
+//!                 // The command line re-raises it: 143 for SIGTERM, 129 for SIGHUP.
+//!                 return ExitStatus::Signalled(s as i32);
 //!             }
 //!         },
 //!     }
@@ -91,7 +92,7 @@ use super::port::{OutputPort, PortConfig, PromptKind};
 use super::progress::{Activity, Progress, Spinner};
 use super::render::{
     aside_answer, aside_failure, aside_waiting, inbox_receipt, interrupt_pending_note,
-    interrupt_prompt, render, stdin_not_tty_warning, RenderOptions, Tally,
+    interrupt_prompt, render, RenderOptions, Tally,
 };
 use super::route::{route, route_eof, Route};
 use super::sanitize::{screen_width, Style};
@@ -108,11 +109,13 @@ pub enum ConsoleSignal {
     /// prompt. Informational; the run goes on.
     Interrupted,
     /// Second Ctrl-C (first when stdin is not a terminal, or nothing can be interrupted): write
-    /// the in-flight step to the manifest, remove the containers, [`Console::close`], exit 130.
+    /// the in-flight step to the manifest, remove the containers, [`Console::close`], exit 130
+    /// (`ExitStatus::Interrupted`).
     Quit,
     /// SIGTERM or SIGHUP: write the in-flight step as `killed-by-signal`, remove the
-    /// containers, keep the worktrees, [`Console::close`], then
-    /// [`super::signals::exit_by_signal`].
+    /// containers, keep the worktrees, [`Console::close`], then leave by the signal
+    /// (`ExitStatus::Signalled` from a command-line driver, which re-raises it;
+    /// [`super::signals::exit_by_signal`] elsewhere).
     Terminate(Signal),
 }
 
@@ -345,8 +348,8 @@ impl Console {
     /// terminals; set before the input thread starts), the input thread, the signal listener
     /// (SIGINT, SIGTERM, SIGHUP, and SIGCONT to re-apply cbreak after a stop), and connects
     /// `channel`'s events to the console's sink (unless a sink is already connected). Must be
-    /// called inside a tokio runtime. Prints the "stdin is not a terminal" warning when stdin
-    /// is not a terminal and questions would wait.
+    /// called inside a tokio runtime. (The "stdin is not a terminal" warning is the command
+    /// line's: it prints it before the driver starts.)
     pub fn start(opts: ConsoleOptions, channel: HumanChannel) -> Result<Console, TermError> {
         let tokio = tokio::runtime::Handle::try_current().map_err(|_| TermError::NoRuntime)?;
         let pending_channel = channel.clone();
@@ -414,10 +417,6 @@ impl Console {
         });
         let sink = Console::sink_of(&shared);
         channel.connect_events(sink);
-
-        if !opts.keyboard && channel.config().timeout_s.is_none_or(|t| t > 0.0) {
-            port.print_rendered(&[stdin_not_tty_warning(&shared.render_options())]);
-        }
 
         // cbreak is already set: start reading.
         let input = if opts.read_input {
