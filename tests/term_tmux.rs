@@ -268,6 +268,16 @@ fn a_pending_question_switches_the_prompt_and_a_number_picks_the_option() {
     p.keys(&["Enter"]);
     p.wait_for("aside", |h| h.contains("旁路回答:问题是什么"));
     assert!(p.last_line().starts_with("你的回答"));
+    // Ctrl-C while it waits: the extra line, and Enter brings the answer prompt back.
+    p.keys(&["C-c"]);
+    p.wait_for("pending note", |h| {
+        h.contains("(有 1 个提问还等着,打断不影响它们)")
+    });
+    p.wait_for("> prompt", |_| p.last_line() == ">");
+    p.keys(&["Enter"]);
+    p.wait_for("answer prompt again", |_| {
+        p.last_line().starts_with("你的回答")
+    });
     p.type_text("2");
     p.keys(&["Enter"]);
     p.wait_for("answered", |h| h.contains("  + 不要"));

@@ -310,10 +310,12 @@ impl Shared {
             return ConsoleSignal::Quit;
         }
         lock(&self.activity).clear();
+        // Counted before interrupting: the note speaks of the questions waiting at the press.
+        let waiting = self.channel.pending().len();
         interrupter.interrupt("");
         let opts = self.render_options();
         let mut lines = interrupt_prompt(&opts);
-        lines.extend(interrupt_pending_note(self.channel.pending().len(), &opts));
+        lines.extend(interrupt_pending_note(waiting, &opts));
         if lock(&self.cbreak).is_some() {
             self.port.set_prompt(PromptKind::Interrupt);
         } else {
