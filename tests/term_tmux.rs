@@ -360,3 +360,34 @@ fn sighup_exits_by_the_signal_too() {
     p.wait_for("exit", |h| h.contains("rc=129"));
     p.stty_unchanged();
 }
+
+#[test]
+fn after_ctrl_z_and_fg_keys_still_go_through_the_editor() {
+    if !tmux_available() {
+        return;
+    }
+    let p = Pane::new("stop");
+    p.run_smoke("");
+    p.wait_for("ticks", |h| h.contains("* Read tick 3"));
+    p.keys(&["C-z"]);
+    // bash goes on with the rest of the command list (`rc=148`, a stopped job); `fg` brings
+    // the driver back and reports its status itself.
+    p.wait_for("stopped", |h| h.contains("rc=148"));
+    let after = p.dir.path().join("after");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !after.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::fs::remove_file(&after).unwrap();
+    let fg = format!("fg; echo rc=$?; stty -a > {}", after.display());
+    p.keys(&[&fg, "Enter"]);
+    let tick = p.last_tick();
+    p.wait_for("running again", |_| p.last_tick() >= tick + 3);
+    p.type_text("ab你");
+    p.keys(&["BSpace"]);
+    p.wait_for("edited", |_| p.last_line().ends_with("> ab"));
+    p.keys(&["C-c"]);
+    p.keys(&["C-c"]);
+    p.wait_for("exit", |h| h.contains("rc=130"));
+    p.stty_unchanged();
+}

@@ -436,7 +436,12 @@ impl Console {
                     std::io::stdin(),
                     mode,
                     port.clone(),
-                    Box::new(move |ev| s.on_input(ev)),
+                    Box::new(move |ev| {
+                        // A failure here must not kill the thread that reads the keyboard.
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            s.on_input(ev)
+                        }));
+                    }),
                 )
                 .map_err(|e| TermError::Input(e.to_string()))?,
             )
