@@ -167,6 +167,7 @@ pub struct Runtime {
     events: std::sync::RwLock<Vec<EventSink>>,
     manifest: Option<Arc<Manifest>>,
     inflight: Mutex<HashMap<String, ManifestEntry>>,
+    rescued: std::sync::atomic::AtomicBool,
     pub(crate) registry: ToolRegistry,
     pub(crate) placement: Arc<dyn Placement>,
     pub(crate) config: RuntimeConfig,
@@ -200,6 +201,7 @@ impl Runtime {
             events: std::sync::RwLock::new(vec![events]),
             manifest: None,
             inflight: Mutex::new(HashMap::new()),
+            rescued: std::sync::atomic::AtomicBool::new(false),
             registry: ToolRegistry::standard(),
             placement,
             config,
@@ -328,6 +330,9 @@ impl Runtime {
     /// (`killed-by-signal`, `interrupted-by-human`). Small synchronous writes only.
     pub fn rescue(&self, why: &str) {
         let Some(m) = &self.manifest else { return };
+        // Later step endings (a task still unwinding) must not overwrite these rows.
+        self.rescued
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         let rows: Vec<ManifestEntry> = self
             .inflight
             .lock()
@@ -347,6 +352,9 @@ impl Runtime {
 
     fn track(&self, result: &StepResult, done: bool) {
         let Some(m) = &self.manifest else { return };
+        if self.rescued.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         let row = manifest_row(result, m.run());
         let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
         if done {

@@ -16,6 +16,7 @@ use crate::model::{build_provider, Provider, ProviderOptions};
 use crate::record::handoff::window_for;
 use crate::record::manifest::Manifest;
 use crate::record::steps::new_run_marker;
+use crate::sandbox::docker::{DockerOptions, DockerSandboxFactory};
 use crate::sandbox::host::HostSandboxFactory;
 use crate::sandbox::SandboxFactory;
 use crate::session::SqliteSessionStore;
@@ -138,15 +139,37 @@ impl RunContext {
     }
 }
 
-/// The sandboxes `--sandbox` asks for.
+/// The sandboxes `--sandbox` asks for. Docker: ping the engine before anything is created
+/// (a dead engine is exit 1 with its own message, never a fall-back to the host), remove
+/// containers that crashed runs of this workspace left behind, and make sure the image exists
+/// (built on first use, with progress).
 async fn build_sandboxes(
     globals: &GlobalOptions,
-    _run_id: &str,
+    run_id: &str,
 ) -> Result<Arc<dyn SandboxFactory>, CliError> {
     match globals.sandbox {
         SandboxKind::Host => Ok(Arc::new(HostSandboxFactory::new())),
-        SandboxKind::Docker => Err(CliError::NotBuilt(
-            "Docker 沙箱还没接上;要在宿主机上直接跑命令,显式加 --sandbox host".into(),
-        )),
+        SandboxKind::Docker => {
+            let mut opts = DockerOptions::new(run_id, &globals.workspace);
+            opts.image = globals.image.clone();
+            let factory = DockerSandboxFactory::connect(opts)
+                .await
+                .map_err(sandbox_error)?;
+            match factory.sweep_orphans().await {
+                Ok(lines) => {
+                    for l in lines {
+                        eprintln!("- {l}");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "orphan sweep failed"),
+            }
+            factory.ensure_image().await.map_err(sandbox_error)?;
+            Ok(Arc::new(factory))
+        }
     }
+}
+
+/// A sandbox failure as an exit-1 message.
+pub fn sandbox_error(e: crate::sandbox::SandboxError) -> CliError {
+    CliError::NotBuilt(e.to_string())
 }

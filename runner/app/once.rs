@@ -42,7 +42,7 @@ pub async fn once(
     )
     .await?;
     let spec = roles::once(&opts.instructions, opts.tools.clone(), opts.budget_usd);
-    let run = {
+    let mut run = {
         let rt = ctx.runtime.clone();
         let prompt = opts.prompt.clone();
         let run_opts = RunOptions {
@@ -53,7 +53,7 @@ pub async fn once(
         tokio::spawn(async move { rt.run(&spec, &prompt, run_opts).await })
     };
     let outcome = tokio::select! {
-        r = run => Ok(r.map_err(|e| CliError::NotBuilt(format!("内部错误:{e}")))?),
+        r = &mut run => Ok(r.map_err(|e| CliError::NotBuilt(format!("内部错误:{e}")))?),
         sig = wait_for_signal() => Err(sig),
     };
     match outcome {
@@ -70,6 +70,8 @@ pub async fn once(
             }
         }
         Err(sig) => {
+            // Stop the step first, so nothing it does later can overwrite the rescue row.
+            run.abort();
             ctx.runtime.rescue(KILLED_BY_SIGNAL);
             ctx.shutdown().await;
             Ok(ExitStatus::Signalled(sig))

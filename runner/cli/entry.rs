@@ -58,15 +58,50 @@ pub async fn doctor(
     globals: GlobalOptions,
     creds: Credentials,
 ) -> Result<ExitStatus, CliError> {
-    let _ = (opts, globals, creds);
-    Err(not_built("doctor"))
+    let _ = opts;
+    let input = crate::sandbox::doctor::DoctorInput {
+        docker_host: None,
+        image: globals.image.clone(),
+        workspace: globals.workspace.clone(),
+        credential_names: creds.names(),
+        timeout: crate::sandbox::docker::DEFAULT_PING_TIMEOUT,
+    };
+    let checks = crate::sandbox::doctor::doctor(&input).await;
+    for c in &checks {
+        println!("{c}");
+    }
+    match crate::sandbox::doctor::exit_code(&checks) {
+        0 => Ok(ExitStatus::Success),
+        _ => Err(CliError::NotBuilt("doctor: 有检查没通过(见上)".into())),
+    }
 }
 
 /// `flowerbox gc`: remove containers and pods flowerbox left behind (labels `flowerbox.run`,
 /// `flowerbox.workspace`); never force-delete worktrees or branches with unmerged work.
 pub async fn gc(opts: GcOptions, globals: GlobalOptions) -> Result<ExitStatus, CliError> {
-    let _ = (opts, globals);
-    Err(not_built("gc"))
+    let _ = opts;
+    let engine =
+        crate::sandbox::docker::Engine::connect(None, crate::sandbox::docker::DEFAULT_PING_TIMEOUT)
+            .await
+            .map_err(|e| CliError::NotBuilt(e.to_string()))?;
+    let report = crate::sandbox::gc::gc(&engine, Some(&globals.workspace))
+        .await
+        .map_err(crate::app::context::sandbox_error)?;
+    let lines = report.lines();
+    if lines.is_empty() {
+        println!("- 没有残留的容器");
+    }
+    for l in lines {
+        println!("{l}");
+    }
+    if report.failed.is_empty() {
+        Ok(ExitStatus::Success)
+    } else {
+        Err(CliError::NotBuilt(format!(
+            "gc: {} 个容器删不掉(见上)",
+            report.failed.len()
+        )))
+    }
 }
 
 /// The honest line for a subcommand whose runtime is not in this build.

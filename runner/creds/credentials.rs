@@ -111,6 +111,15 @@ impl Credentials {
         }
     }
 
+    /// Names of the lookup keys that have a non-empty value (never the values): for `doctor`.
+    pub fn names(&self) -> Vec<String> {
+        LOOKUP_KEYS
+            .iter()
+            .filter(|k| self.entries.get(**k).is_some_and(|(v, _)| !v.is_empty()))
+            .map(|k| k.to_string())
+            .collect()
+    }
+
     /// Lines describing the effective configuration for `-v`: `KEY=value  (source)` for every
     /// lookup key that has a value, secrets masked by [`mask`]. Safe to print.
     pub fn describe(&self) -> Vec<String> {

@@ -164,6 +164,11 @@ impl Sandbox for HostSandbox {
             .process_group(0);
         let mut child = cmd.spawn()?;
         let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+        // Tracked while running too, so a teardown on a signal kills in-flight commands.
+        self.leftovers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(pgid);
         let sink: Shared = Arc::new(Mutex::new(Some(OutputCollector::new(
             req.output_cap,
             req.spill_dir.as_deref(),
@@ -204,11 +209,11 @@ impl Sandbox for HostSandbox {
                 "命令的 shell 已退出,但后台进程还握着输出管道、仍在运行;输出只收到这里".into(),
             );
         }
-        if !out.timed_out && !out.interrupted && group_alive(pgid) {
+        if out.timed_out || out.interrupted || !group_alive(pgid) {
             self.leftovers
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(pgid);
+                .remove(&pgid);
         }
         let captured = sink
             .lock()

@@ -5,6 +5,9 @@
 //! [`Sandbox`] (a container, created on first use) with that agent's [`Mount`]s, and tears
 //! everything down at the end of the run.
 
+pub mod docker;
+pub mod doctor;
+pub mod gc;
 pub mod host;
 pub mod output;
 
@@ -134,6 +137,28 @@ pub trait Sandbox: Send + Sync {
 
     /// The agent's box (mounts, workdir).
     fn agent_box(&self) -> &AgentBox;
+
+    /// The programs among `tools` that cannot be found in the sandbox (e.g. a judge asks for
+    /// `["file", "lsof"]` and reports an image without them as such, not as command output).
+    /// Runs one `command -v` per tool in the agent's workdir.
+    async fn missing_tools(&self, tools: &[&str]) -> Result<Vec<String>, SandboxError> {
+        let mut missing = Vec::new();
+        for tool in tools {
+            let req = ExecRequest {
+                command: format!("command -v '{}' >/dev/null 2>&1", tool.replace('\'', "")),
+                cwd: self.agent_box().workdir.clone(),
+                env: Vec::new(),
+                timeout: Duration::from_secs(30),
+                output_cap: 4096,
+                spill_dir: None,
+                cancel: CancellationToken::new(),
+            };
+            if !self.exec(req).await?.success() {
+                missing.push(tool.to_string());
+            }
+        }
+        Ok(missing)
+    }
 }
 
 /// Hands out sandboxes for one run and tears them down.

@@ -1,0 +1,523 @@
+//! What a container looks like: the pod's infrastructure container and the agent containers
+//! that join its PID and network namespaces (DESIGN.md "Pod", issue "Pod and containers").
+//!
+//! Every container runs as the invoking user's uid:gid with a tmpfs HOME, a passwd entry
+//! (patched into the created container before it starts), git's `safe.directory` and no pruning
+//! (`GIT_CONFIG_*`), all capabilities dropped, `no-new-privileges`, pids and memory limits, a
+//! one-second stop, and labels for cleanup. Nothing from the host environment is copied in, so
+//! no credential can reach a container.
+
+use bollard::models::{
+    ContainerCreateBody, HostConfig, Mount as DockerMount, MountType, ResourcesUlimits,
+};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use super::labels::{Owner, LABEL_AGENT, LABEL_POD, LABEL_ROLE, LABEL_RUN, LABEL_WORKSPACE};
+use crate::model::Role;
+use crate::sandbox::{AgentBox, SandboxError};
+
+/// Name prefix of every flowerbox container.
+pub const NAME_PREFIX: &str = "fbx";
+
+/// Resource limits applied to every container (switches or configuration; sane defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Memory limit in bytes (swap is not added on top). Default 4 GiB.
+    pub memory_bytes: i64,
+    /// Most processes (threads count) per container. Default 2048.
+    pub pids: i64,
+    /// `nofile` soft and hard limit for judges, which run `lsof`. Default 1024.
+    pub judge_nofile: i64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            memory_bytes: 4 << 30,
+            pids: 2048,
+            judge_nofile: 1024,
+        }
+    }
+}
+
+/// A numeric user and group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserIds {
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
+
+impl UserIds {
+    /// The invoking (real) user of this process.
+    pub fn current() -> UserIds {
+        UserIds {
+            uid: nix::unistd::getuid().as_raw(),
+            gid: nix::unistd::getgid().as_raw(),
+        }
+    }
+}
+
+/// Who runs inside the containers and where its HOME is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Identity {
+    pub ids: UserIds,
+    /// Login name for the passwd entry (the host's name for the uid, else `flowerbox`).
+    pub name: String,
+    /// HOME inside the container (a tmpfs).
+    pub home: String,
+}
+
+impl Identity {
+    /// The identity for `ids`, with a HOME that overlaps no mount.
+    pub fn new(ids: UserIds, mounts: &[PathBuf]) -> Identity {
+        let host_name = nix::unistd::User::from_uid(ids.uid.into())
+            .ok()
+            .flatten()
+            .map(|u| u.name)
+            .filter(|n| {
+                n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+                    && !n.is_empty()
+            });
+        let name = host_name.unwrap_or_else(|| "flowerbox".to_string());
+        let mut home = if ids.uid == 0 {
+            "/root".to_string()
+        } else {
+            format!("/home/{name}")
+        };
+        let overlaps = |h: &str| {
+            mounts
+                .iter()
+                .any(|m| m.starts_with(h) || Path::new(h).starts_with(m))
+        };
+        if overlaps(&home) {
+            home = format!("/tmp/.flowerbox-home-{}", ids.uid);
+        }
+        Identity { ids, name, home }
+    }
+
+    fn user(&self) -> String {
+        format!("{}:{}", self.ids.uid, self.ids.gid)
+    }
+}
+
+/// `/etc/passwd` and `/etc/group` of the image, read once per run from the pod container, and
+/// whether the image has bash.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ImageFacts {
+    pub passwd: String,
+    pub group: String,
+    pub has_bash: bool,
+}
+
+/// Adds the identity to passwd/group text unless its uid/gid is already there. A taken login
+/// name is replaced by `u<uid>`.
+pub(crate) fn patch_passwd(facts: &ImageFacts, id: &Identity) -> (String, String) {
+    let field = |line: &str, i: usize| line.split(':').nth(i).map(str::to_string);
+    let mut passwd = facts.passwd.clone();
+    if !passwd.is_empty() && !passwd.ends_with('\n') {
+        passwd.push('\n');
+    }
+    let uid = id.ids.uid.to_string();
+    if !passwd
+        .lines()
+        .any(|l| field(l, 2).as_deref() == Some(uid.as_str()))
+    {
+        let name_taken = passwd
+            .lines()
+            .any(|l| field(l, 0).as_deref() == Some(id.name.as_str()));
+        let name = if name_taken {
+            format!("u{}", id.ids.uid)
+        } else {
+            id.name.clone()
+        };
+        passwd.push_str(&format!(
+            "{name}:x:{}:{}:flowerbox agent:{}:/bin/bash\n",
+            id.ids.uid, id.ids.gid, id.home
+        ));
+    }
+    let mut group = facts.group.clone();
+    if !group.is_empty() && !group.ends_with('\n') {
+        group.push('\n');
+    }
+    let gid = id.ids.gid.to_string();
+    if !group
+        .lines()
+        .any(|l| field(l, 2).as_deref() == Some(gid.as_str()))
+    {
+        group.push_str(&format!("g{gid}:x:{gid}:\n"));
+    }
+    (passwd, group)
+}
+
+/// A tar archive with `etc/passwd` and `etc/group` (root-owned, 0644) for upload at `/`.
+pub(crate) fn etc_archive(passwd: &str, group: &str) -> Result<Vec<u8>, SandboxError> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (path, text) in [("etc/passwd", passwd), ("etc/group", group)] {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(text.len() as u64);
+        header.set_mode(0o644);
+        header.set_uid(0);
+        header.set_gid(0);
+        header.set_mtime(0);
+        builder.append_data(&mut header, path, text.as_bytes())?;
+    }
+    Ok(builder.into_inner()?)
+}
+
+/// Docker container names allow `[a-zA-Z0-9][a-zA-Z0-9_.-]*`; everything else becomes `-`.
+pub(crate) fn sanitize(part: &str) -> String {
+    let s: String = part
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "_.-".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(40)
+        .collect();
+    if s.is_empty() {
+        "x".into()
+    } else {
+        s
+    }
+}
+
+/// `fbx-<run>-<what>-<4 hex>`: readable in `docker ps`, never colliding with a leftover.
+pub(crate) fn container_name(run_id: &str, what: &str) -> String {
+    let suffix = &uuid::Uuid::new_v4().simple().to_string()[..6];
+    format!(
+        "{NAME_PREFIX}-{}-{}-{suffix}",
+        sanitize(run_id),
+        sanitize(what)
+    )
+}
+
+/// Everything every container of one run shares.
+#[derive(Debug, Clone)]
+pub(crate) struct RunSpec {
+    pub run_id: String,
+    pub workspace: PathBuf,
+    pub image: String,
+    pub identity: Identity,
+    pub owner: Owner,
+    pub limits: Limits,
+}
+
+impl RunSpec {
+    fn labels(&self, agent: &str, role: &str) -> HashMap<String, String> {
+        let mut labels = HashMap::new();
+        labels.insert(LABEL_RUN.into(), self.run_id.clone());
+        labels.insert(LABEL_AGENT.into(), agent.into());
+        labels.insert(LABEL_ROLE.into(), role.into());
+        labels.insert(
+            LABEL_WORKSPACE.into(),
+            self.workspace.to_string_lossy().into_owned(),
+        );
+        self.owner.add_labels(&mut labels);
+        labels
+    }
+
+    /// Environment of every container: identity, locale, and git settings that keep the host's
+    /// worktree registrations safe. Nothing is taken from the host environment.
+    fn env(&self) -> Vec<String> {
+        let id = &self.identity;
+        let git = [
+            ("safe.directory", "*"),
+            ("gc.auto", "0"),
+            ("gc.worktreePruneExpire", "never"),
+        ];
+        let mut env = vec![
+            format!("HOME={}", id.home),
+            format!("USER={}", id.name),
+            format!("LOGNAME={}", id.name),
+            "LANG=C.UTF-8".into(),
+            "PAGER=cat".into(),
+            "GIT_PAGER=cat".into(),
+            "GIT_TERMINAL_PROMPT=0".into(),
+            format!("GIT_CONFIG_COUNT={}", git.len()),
+        ];
+        for (i, (k, v)) in git.iter().enumerate() {
+            env.push(format!("GIT_CONFIG_KEY_{i}={k}"));
+            env.push(format!("GIT_CONFIG_VALUE_{i}={v}"));
+        }
+        env
+    }
+
+    fn host_config(&self) -> HostConfig {
+        HostConfig {
+            memory: Some(self.limits.memory_bytes),
+            memory_swap: Some(self.limits.memory_bytes),
+            pids_limit: Some(self.limits.pids),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            ..Default::default()
+        }
+    }
+
+    /// The pod: an init (the engine's `docker-init`) as PID 1 that reaps every zombie of the
+    /// run, owning the PID and network namespaces.
+    pub fn pod_body(&self) -> ContainerCreateBody {
+        ContainerCreateBody {
+            image: Some(self.image.clone()),
+            entrypoint: Some(vec!["sleep".into(), "infinity".into()]),
+            cmd: Some(vec![]),
+            user: Some(self.identity.user()),
+            env: Some(self.env()),
+            labels: Some(self.labels("pod", "pod")),
+            stop_timeout: Some(1),
+            host_config: Some(HostConfig {
+                init: Some(true),
+                ..self.host_config()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// An agent container joining the pod `pod_id`, with the agent's mounts at their host
+    /// paths. `mounts` must be canonical.
+    pub fn agent_body(&self, spec: &AgentBox, pod_id: &str, pod_name: &str) -> ContainerCreateBody {
+        let mut labels = self.labels(&spec.agent, spec.role.as_str());
+        labels.insert(LABEL_POD.into(), pod_name.into());
+        let mounts = spec
+            .mounts
+            .iter()
+            .map(|m| {
+                let p = m.path.to_string_lossy().into_owned();
+                DockerMount {
+                    target: Some(p.clone()),
+                    source: Some(p),
+                    typ: Some(MountType::BIND),
+                    read_only: Some(m.read_only),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        let id = &self.identity;
+        let mut tmpfs = HashMap::new();
+        tmpfs.insert(
+            id.home.clone(),
+            format!(
+                "rw,nosuid,nodev,size=1g,mode=0700,uid={},gid={}",
+                id.ids.uid, id.ids.gid
+            ),
+        );
+        let ulimits = (spec.role == Role::Judge).then(|| {
+            vec![ResourcesUlimits {
+                name: Some("nofile".into()),
+                soft: Some(self.limits.judge_nofile),
+                hard: Some(self.limits.judge_nofile),
+            }]
+        });
+        ContainerCreateBody {
+            image: Some(self.image.clone()),
+            // Not PID 1 (the pod's init is): SIGTERM ends it at once, and the engine then kills
+            // every process of the container because it shares the pod's PID namespace.
+            entrypoint: Some(vec!["sleep".into(), "infinity".into()]),
+            cmd: Some(vec![]),
+            user: Some(id.user()),
+            env: Some(self.env()),
+            working_dir: Some(spec.workdir.to_string_lossy().into_owned()),
+            labels: Some(labels),
+            stop_timeout: Some(1),
+            host_config: Some(HostConfig {
+                pid_mode: Some(format!("container:{pod_id}")),
+                network_mode: Some(format!("container:{pod_id}")),
+                mounts: Some(mounts),
+                tmpfs: Some(tmpfs),
+                ulimits,
+                ..self.host_config()
+            }),
+            ..Default::default()
+        }
+    }
+}
+
+/// Canonicalises the box's paths (symlinks resolved; spaces and non-ASCII kept), drops
+/// duplicate mounts (the stricter flag wins) and checks the workdir lies in a mount.
+pub(crate) fn canonical_box(spec: &AgentBox) -> Result<AgentBox, SandboxError> {
+    let mut mounts: Vec<crate::sandbox::Mount> = Vec::new();
+    for m in &spec.mounts {
+        let path = std::fs::canonicalize(&m.path)
+            .map_err(|e| SandboxError::Container(format!("mount {}: {e}", m.path.display())))?;
+        match mounts.iter_mut().find(|x| x.path == path) {
+            Some(existing) => existing.read_only |= m.read_only,
+            None => mounts.push(crate::sandbox::Mount {
+                path,
+                read_only: m.read_only,
+            }),
+        }
+    }
+    let workdir = std::fs::canonicalize(&spec.workdir)
+        .map_err(|e| SandboxError::Container(format!("workdir {}: {e}", spec.workdir.display())))?;
+    if !mounts.iter().any(|m| workdir.starts_with(&m.path)) {
+        return Err(SandboxError::OutsideMounts(workdir));
+    }
+    Ok(AgentBox {
+        agent: spec.agent.clone(),
+        role: spec.role,
+        mounts,
+        workdir,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::Mount;
+
+    fn ident(uid: u32) -> Identity {
+        Identity {
+            ids: UserIds { uid, gid: uid },
+            name: "alice".into(),
+            home: "/home/alice".into(),
+        }
+    }
+
+    #[test]
+    fn passwd_gets_an_entry_once() {
+        let facts = ImageFacts {
+            passwd: "root:x:0:0:root:/root:/bin/bash".into(),
+            group: "root:x:0:\n".into(),
+            has_bash: true,
+        };
+        let (p, g) = patch_passwd(&facts, &ident(4242));
+        assert!(
+            p.ends_with("alice:x:4242:4242:flowerbox agent:/home/alice:/bin/bash\n"),
+            "{p}"
+        );
+        assert!(g.ends_with("g4242:x:4242:\n"));
+        let (p0, g0) = patch_passwd(&facts, &ident(0));
+        assert_eq!(p0.lines().count(), 1);
+        assert_eq!(g0, facts.group);
+        let taken = ImageFacts {
+            passwd: "alice:x:1:1::/:/bin/sh\n".into(),
+            ..facts
+        };
+        assert!(patch_passwd(&taken, &ident(4242))
+            .0
+            .contains("u4242:x:4242"));
+    }
+
+    #[test]
+    fn etc_archive_holds_both_files() {
+        let bytes = etc_archive("p\n", "g\n").unwrap();
+        let mut ar = tar::Archive::new(&bytes[..]);
+        let names: Vec<String> = ar
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .collect();
+        assert_eq!(names, ["etc/passwd", "etc/group"]);
+    }
+
+    #[test]
+    fn names_are_docker_safe() {
+        let n = container_name("run 1/ü", "judge-1");
+        assert!(n.starts_with("fbx-run-1--"), "{n}");
+        assert!(n
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)));
+        assert_ne!(container_name("r", "a"), container_name("r", "a"));
+    }
+
+    #[test]
+    fn home_avoids_mounts() {
+        let id = Identity::new(
+            UserIds {
+                uid: 4242,
+                gid: 4242,
+            },
+            &[PathBuf::from("/home")],
+        );
+        assert!(id.home.starts_with("/tmp/.flowerbox-home-"), "{}", id.home);
+    }
+
+    #[test]
+    fn canonical_box_resolves_symlinks_and_odd_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("wörk space");
+        std::fs::create_dir(&real).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let spec = AgentBox {
+            agent: "worker-1".into(),
+            role: Role::Worker,
+            mounts: vec![
+                Mount {
+                    path: link.clone(),
+                    read_only: false,
+                },
+                Mount {
+                    path: real.clone(),
+                    read_only: true,
+                },
+            ],
+            workdir: link,
+        };
+        let c = canonical_box(&spec).unwrap();
+        let real = std::fs::canonicalize(real).unwrap();
+        assert_eq!(
+            c.mounts,
+            vec![Mount {
+                path: real.clone(),
+                read_only: true
+            }]
+        );
+        assert_eq!(c.workdir, real);
+        let outside = AgentBox {
+            workdir: dir.path().to_path_buf(),
+            ..spec
+        };
+        assert!(matches!(
+            canonical_box(&outside),
+            Err(SandboxError::OutsideMounts(_))
+        ));
+    }
+
+    #[test]
+    fn judge_gets_nofile_and_env_has_no_host_values() {
+        let spec = RunSpec {
+            run_id: "r".into(),
+            workspace: "/w".into(),
+            image: "img".into(),
+            identity: ident(4242),
+            owner: Owner::current().unwrap(),
+            limits: Limits::default(),
+        };
+        let judge = AgentBox {
+            agent: "judge-1".into(),
+            role: Role::Judge,
+            mounts: vec![Mount {
+                path: "/w".into(),
+                read_only: true,
+            }],
+            workdir: "/w".into(),
+        };
+        let body = spec.agent_body(&judge, "podid", "podname");
+        let hc = body.host_config.unwrap();
+        assert_eq!(hc.pid_mode.as_deref(), Some("container:podid"));
+        assert_eq!(hc.ulimits.unwrap()[0].hard, Some(1024));
+        assert_eq!(hc.cap_drop.unwrap(), ["ALL"]);
+        let env = body.env.unwrap();
+        assert!(env.contains(&"GIT_CONFIG_VALUE_2=never".to_string()));
+        assert!(env
+            .iter()
+            .all(|e| !e.starts_with("ANTHROPIC") && !e.starts_with("PATH=")));
+        let worker = AgentBox {
+            role: Role::Worker,
+            ..judge
+        };
+        assert!(spec
+            .agent_body(&worker, "p", "n")
+            .host_config
+            .unwrap()
+            .ulimits
+            .is_none());
+    }
+}

@@ -1,0 +1,445 @@
+//! The connection to the Docker Engine: which endpoint (explicit choice, `DOCKER_HOST`, the
+//! current Docker context, the default socket), a ping with a timeout before anything is created,
+//! and one clear message per way the engine can be unusable (issue "Engine connection").
+//!
+//! Failures are classified by typed facts (the socket path exists, `io::ErrorKind` in the error
+//! chain, the timeout firing), never by message text. Every message names `DOCKER_HOST` and
+//! `--sandbox host`, and nothing falls back to unsandboxed execution silently.
+
+use bollard::{Docker, API_DEFAULT_VERSION};
+use sha2::{Digest, Sha256};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use thiserror::Error;
+
+use crate::sandbox::SandboxError;
+
+/// The socket Docker uses when nothing else is configured.
+pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
+
+/// Default time the engine gets to answer the first ping.
+pub const DEFAULT_PING_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Seconds every later API request may take before bollard gives up waiting for its response
+/// headers (streams such as exec output are not cut by it).
+const REQUEST_TIMEOUT_SECS: u64 = 600;
+
+/// Where the endpoint came from; part of every error message so the user knows what to change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostSource {
+    /// Given by the caller (a switch or configuration).
+    Explicit,
+    /// The `DOCKER_HOST` environment variable.
+    Env,
+    /// A Docker context (`DOCKER_CONTEXT` or `currentContext` in the Docker CLI config).
+    Context(String),
+    /// Nothing configured: [`DEFAULT_HOST`].
+    Default,
+}
+
+/// The engine endpoint to talk to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// `unix:///path`, `tcp://host:port`, `http://…`.
+    pub host: String,
+    /// How it was chosen.
+    pub source: HostSource,
+}
+
+impl Endpoint {
+    /// The Unix socket path, when the endpoint is one.
+    pub fn socket_path(&self) -> Option<PathBuf> {
+        self.host.strip_prefix("unix://").map(PathBuf::from)
+    }
+
+    /// Says where the endpoint came from, naming `DOCKER_HOST` in every case.
+    pub fn origin(&self) -> String {
+        match &self.source {
+            HostSource::Explicit => {
+                format!("configured engine {}; DOCKER_HOST is not used", self.host)
+            }
+            HostSource::Env => format!("DOCKER_HOST={}", self.host),
+            HostSource::Context(name) => {
+                format!(
+                    "Docker context `{name}` → {}; DOCKER_HOST is not set",
+                    self.host
+                )
+            }
+            HostSource::Default => format!("DOCKER_HOST is not set; default {}", self.host),
+        }
+    }
+}
+
+/// Picks the endpoint: `explicit`, else `DOCKER_HOST`, else the current Docker context, else
+/// [`DEFAULT_HOST`]. Reads the process environment and the Docker CLI config; changes nothing.
+pub fn resolve_endpoint(explicit: Option<&str>) -> Endpoint {
+    resolve_with(explicit, &|k| std::env::var(k).ok())
+}
+
+/// [`resolve_endpoint`] with the environment passed in (tests).
+pub fn resolve_with(explicit: Option<&str>, env: &dyn Fn(&str) -> Option<String>) -> Endpoint {
+    if let Some(h) = explicit.filter(|h| !h.is_empty()) {
+        return Endpoint {
+            host: h.to_string(),
+            source: HostSource::Explicit,
+        };
+    }
+    if let Some(h) = env("DOCKER_HOST").filter(|h| !h.is_empty()) {
+        return Endpoint {
+            host: h,
+            source: HostSource::Env,
+        };
+    }
+    if let Some((name, host)) = context_host(env) {
+        return Endpoint {
+            host,
+            source: HostSource::Context(name),
+        };
+    }
+    Endpoint {
+        host: DEFAULT_HOST.to_string(),
+        source: HostSource::Default,
+    }
+}
+
+/// The Docker CLI config directory: `DOCKER_CONFIG`, else `~/.docker`.
+fn config_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    if let Some(d) = env("DOCKER_CONFIG").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(d));
+    }
+    env("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|h| Path::new(&h).join(".docker"))
+}
+
+/// The current context's name and endpoint, unless it is `default` or unreadable.
+/// Layout (Docker CLI): `<config>/contexts/meta/<sha256(name)>/meta.json` with
+/// `Endpoints.docker.Host`.
+fn context_host(env: &dyn Fn(&str) -> Option<String>) -> Option<(String, String)> {
+    let dir = config_dir(env)?;
+    let name = match env("DOCKER_CONTEXT").filter(|c| !c.is_empty()) {
+        Some(n) => n,
+        None => {
+            let text = std::fs::read_to_string(dir.join("config.json")).ok()?;
+            let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+            v.get("currentContext")?.as_str()?.to_string()
+        }
+    };
+    if name.is_empty() || name == "default" {
+        return None;
+    }
+    let digest = hex::encode(Sha256::digest(name.as_bytes()));
+    let meta = dir
+        .join("contexts")
+        .join("meta")
+        .join(digest)
+        .join("meta.json");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(meta).ok()?).ok()?;
+    let host = v
+        .get("Endpoints")?
+        .get("docker")?
+        .get("Host")?
+        .as_str()?
+        .to_string();
+    Some((name, host))
+}
+
+const ALTERNATIVE: &str = "or run without containers with `--sandbox host`";
+
+/// Why the engine cannot be used. Each variant's message names the endpoint's origin
+/// (`DOCKER_HOST`) and `--sandbox host`.
+#[derive(Debug, Error)]
+pub enum EngineError {
+    /// The socket exists but this user may not open it.
+    #[error(
+        "cannot use the Docker engine: permission denied on socket {} ({}). Give your user \
+         access to it (e.g. add it to the `docker` group and log in again), set DOCKER_HOST to an \
+         engine you may use, {ALTERNATIVE}.",
+        socket.display(), endpoint.origin()
+    )]
+    PermissionDenied {
+        /// The socket path.
+        socket: PathBuf,
+        /// The endpoint tried.
+        endpoint: Endpoint,
+    },
+    /// The socket file does not exist.
+    #[error(
+        "cannot use the Docker engine: socket {} not found ({}). Start Docker or set DOCKER_HOST \
+         to the engine's socket, {ALTERNATIVE}.",
+        socket.display(), endpoint.origin()
+    )]
+    SocketNotFound {
+        /// The socket path.
+        socket: PathBuf,
+        /// The endpoint tried.
+        endpoint: Endpoint,
+    },
+    /// Nothing listens: the engine is stopped.
+    #[error(
+        "cannot use the Docker engine: connection refused at {} — the engine is not running ({}). \
+         Start it (e.g. `sudo systemctl start docker`), set DOCKER_HOST to a running engine, \
+         {ALTERNATIVE}.",
+        endpoint.host, endpoint.origin()
+    )]
+    Refused {
+        /// The endpoint tried.
+        endpoint: Endpoint,
+    },
+    /// The engine did not answer the ping in time.
+    #[error(
+        "cannot use the Docker engine: no answer from {} within {} s ({}). Check that the engine \
+         is healthy, set DOCKER_HOST to another one, {ALTERNATIVE}.",
+        endpoint.host, timeout.as_secs_f64(), endpoint.origin()
+    )]
+    Timeout {
+        /// The endpoint tried.
+        endpoint: Endpoint,
+        /// How long we waited.
+        timeout: Duration,
+    },
+    /// Anything else (bad URL scheme, TLS, an HTTP error from the engine).
+    #[error(
+        "cannot use the Docker engine at {} ({}): {detail}. Set DOCKER_HOST to a working engine, \
+         {ALTERNATIVE}.",
+        endpoint.host, endpoint.origin()
+    )]
+    Other {
+        /// The endpoint tried.
+        endpoint: Endpoint,
+        /// The underlying error.
+        detail: String,
+    },
+}
+
+impl From<EngineError> for SandboxError {
+    fn from(e: EngineError) -> Self {
+        SandboxError::EngineUnavailable(e.to_string())
+    }
+}
+
+/// The first `io::ErrorKind` in an error's source chain.
+pub(crate) fn io_kind(err: &(dyn std::error::Error + 'static)) -> Option<io::ErrorKind> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if let Some(io) = e.downcast_ref::<io::Error>() {
+            return Some(io.kind());
+        }
+        cur = e.source();
+    }
+    None
+}
+
+/// The HTTP status of an engine error response, if it is one.
+pub(crate) fn status_code(err: &bollard::errors::Error) -> Option<u16> {
+    match err {
+        bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
+        _ => None,
+    }
+}
+
+fn classify(endpoint: &Endpoint, err: bollard::errors::Error) -> EngineError {
+    let socket = endpoint.socket_path();
+    if let bollard::errors::Error::SocketNotFoundError(path) = &err {
+        return EngineError::SocketNotFound {
+            socket: PathBuf::from(path),
+            endpoint: endpoint.clone(),
+        };
+    }
+    match (io_kind(&err), socket) {
+        (Some(io::ErrorKind::PermissionDenied), Some(socket)) => EngineError::PermissionDenied {
+            socket,
+            endpoint: endpoint.clone(),
+        },
+        (Some(io::ErrorKind::NotFound), Some(socket)) => EngineError::SocketNotFound {
+            socket,
+            endpoint: endpoint.clone(),
+        },
+        (Some(io::ErrorKind::ConnectionRefused), _) => EngineError::Refused {
+            endpoint: endpoint.clone(),
+        },
+        _ => EngineError::Other {
+            endpoint: endpoint.clone(),
+            detail: err.to_string(),
+        },
+    }
+}
+
+/// A connected, pinged engine with the API version negotiated (this machine's 20.10 speaks
+/// 1.41 at most). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    docker: Docker,
+    endpoint: Endpoint,
+    version: String,
+}
+
+impl Engine {
+    /// Connects to the endpoint [`resolve_endpoint`] picks for `explicit_host`, pings it within
+    /// `timeout` and negotiates the API version. Creates nothing.
+    pub async fn connect(
+        explicit_host: Option<&str>,
+        timeout: Duration,
+    ) -> Result<Engine, EngineError> {
+        Self::connect_to(resolve_endpoint(explicit_host), timeout).await
+    }
+
+    /// [`Engine::connect`] for an already resolved endpoint.
+    pub async fn connect_to(endpoint: Endpoint, timeout: Duration) -> Result<Engine, EngineError> {
+        let docker = match endpoint.socket_path() {
+            Some(socket) => {
+                // Checked here so "not found" never depends on how the client words it.
+                if std::fs::symlink_metadata(&socket).is_err() {
+                    return Err(EngineError::SocketNotFound { socket, endpoint });
+                }
+                Docker::connect_with_unix(&endpoint.host, REQUEST_TIMEOUT_SECS, API_DEFAULT_VERSION)
+            }
+            None => Docker::connect_with_host(&endpoint.host)
+                .map(|d| d.with_timeout(Duration::from_secs(REQUEST_TIMEOUT_SECS))),
+        }
+        .map_err(|e| classify(&endpoint, e))?;
+        let timed_out = || EngineError::Timeout {
+            endpoint: endpoint.clone(),
+            timeout,
+        };
+        tokio::time::timeout(timeout, docker.ping())
+            .await
+            .map_err(|_| timed_out())?
+            .map_err(|e| classify(&endpoint, e))?;
+        let docker = tokio::time::timeout(timeout, docker.negotiate_version())
+            .await
+            .map_err(|_| timed_out())?
+            .map_err(|e| classify(&endpoint, e))?;
+        let v = docker.client_version();
+        let version = format!("{}.{}", v.major_version, v.minor_version);
+        Ok(Engine {
+            docker,
+            endpoint,
+            version,
+        })
+    }
+
+    /// The bollard client.
+    pub fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
+    /// The endpoint in use.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// The negotiated API version, e.g. `1.41`.
+    pub fn api_version(&self) -> &str {
+        &self.version
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn precedence_explicit_env_default() {
+        let env = env_of(&[("DOCKER_HOST", "tcp://1.2.3.4:2375")]);
+        assert_eq!(
+            resolve_with(Some("unix:///x.sock"), &env).source,
+            HostSource::Explicit
+        );
+        let e = resolve_with(None, &env);
+        assert_eq!(
+            (e.host.as_str(), e.source),
+            ("tcp://1.2.3.4:2375", HostSource::Env)
+        );
+        let e = resolve_with(None, &env_of(&[("HOME", "/nonexistent-home")]));
+        assert_eq!(
+            (e.host.as_str(), e.source),
+            (DEFAULT_HOST, HostSource::Default)
+        );
+    }
+
+    #[test]
+    fn current_context_from_cli_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join(".docker");
+        let name = "remote one";
+        let meta = cfg
+            .join("contexts/meta")
+            .join(hex::encode(Sha256::digest(name.as_bytes())));
+        std::fs::create_dir_all(&meta).unwrap();
+        std::fs::write(
+            cfg.join("config.json"),
+            r#"{"currentContext":"remote one"}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            meta.join("meta.json"),
+            r#"{"Name":"remote one","Endpoints":{"docker":{"Host":"unix:///run/other.sock"}}}"#,
+        )
+        .unwrap();
+        let home = dir.path().to_str().unwrap();
+        let e = resolve_with(None, &env_of(&[("HOME", home)]));
+        assert_eq!(e.host, "unix:///run/other.sock");
+        assert_eq!(e.source, HostSource::Context(name.into()));
+        assert!(e.origin().contains("DOCKER_HOST"));
+        // DOCKER_HOST wins over the context; DOCKER_CONTEXT=default means the default socket.
+        let e = resolve_with(
+            None,
+            &env_of(&[("HOME", home), ("DOCKER_HOST", "unix:///a")]),
+        );
+        assert_eq!(e.source, HostSource::Env);
+        let e = resolve_with(
+            None,
+            &env_of(&[("HOME", home), ("DOCKER_CONTEXT", "default")]),
+        );
+        assert_eq!(e.source, HostSource::Default);
+    }
+
+    #[test]
+    fn messages_name_docker_host_and_sandbox_host() {
+        let endpoint = Endpoint {
+            host: "unix:///nope".into(),
+            source: HostSource::Default,
+        };
+        let errs = [
+            EngineError::PermissionDenied {
+                socket: "/nope".into(),
+                endpoint: endpoint.clone(),
+            },
+            EngineError::SocketNotFound {
+                socket: "/nope".into(),
+                endpoint: endpoint.clone(),
+            },
+            EngineError::Refused {
+                endpoint: endpoint.clone(),
+            },
+            EngineError::Timeout {
+                endpoint: endpoint.clone(),
+                timeout: Duration::from_secs(5),
+            },
+            EngineError::Other {
+                endpoint,
+                detail: "x".into(),
+            },
+        ];
+        let texts: Vec<String> = errs.iter().map(|e| e.to_string()).collect();
+        for t in &texts {
+            assert!(
+                t.contains("DOCKER_HOST") && t.contains("--sandbox host"),
+                "{t}"
+            );
+        }
+        let unique: std::collections::HashSet<_> = texts.iter().collect();
+        assert_eq!(unique.len(), texts.len());
+    }
+}

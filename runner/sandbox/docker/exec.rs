@@ -1,0 +1,485 @@
+//! One agent's container as a [`Sandbox`]: `exec` that never hangs (issue "Exec").
+//!
+//! Each command is a Docker exec of `bash -c COMMAND` inside a small relay (see [`RELAY`]); the
+//! engine makes every exec process a session and process-group leader, and the command's
+//! environment carries a unique marker (`FLOWERBOX_EXEC=<id>`). Output streams through the [`OutputCollector`] (bounded memory,
+//! full-output spill). The exit code is read from the engine after the process has ended.
+//!
+//! - Timeout or cancellation: a second exec kills the command's process group and every
+//!   process carrying its marker (also those that escaped with `setsid`), then the result says
+//!   `timed_out` / `interrupted`.
+//! - The shell exits while a background child still holds stdout (`server & echo started`):
+//!   the relay lets go of the exec's pipes about 200 ms later and we return with the output so
+//!   far and a note naming the processes left running (they keep running and their writes keep
+//!   succeeding: a judge may inspect and reach them).
+//! - Exit 127 with the shell's "not found" message: a note says the program is not found in
+//!   the image.
+
+use async_trait::async_trait;
+use bollard::container::LogOutput;
+use bollard::exec::StartExecResults;
+use bollard::models::ExecConfig;
+use bollard::query_parameters::RestartContainerOptions;
+use bollard::Docker;
+use futures::StreamExt;
+use regex::Regex;
+use std::sync::LazyLock;
+use std::time::Duration;
+use tokio::time::Instant;
+
+use super::sentinel::EndLine;
+use crate::sandbox::output::Stream;
+use crate::sandbox::{AgentBox, ExecOutput, ExecRequest, OutputCollector, Sandbox, SandboxError};
+
+/// Environment variable marking every process of one command.
+pub const MARKER_VAR: &str = "FLOWERBOX_EXEC";
+
+/// Safety net when the stream stays open after the exit is known (no relay: plain `sh`):
+/// output is still collected until the stream has been quiet this long...
+const EXIT_GRACE: Duration = Duration::from_millis(300);
+/// ...but no longer than this after the exit (a background child may write forever).
+const EXIT_GRACE_MAX: Duration = Duration::from_secs(2);
+/// Longest pause between exit polls while a command runs.
+const MAX_POLL: Duration = Duration::from_millis(500);
+/// Time the kill exec and the final drain get.
+const KILL_WAIT: Duration = Duration::from_secs(10);
+
+/// Kills the process group of every process carrying the marker `$1`, and those processes,
+/// until none is left. Stops before killing so nothing forks in between. POSIX sh + GNU grep.
+const KILL_SCRIPT: &str = r#"m="FLOWERBOX_EXEC=$1"
+i=0
+while [ "$i" -lt 50 ]; do
+  i=$((i+1)); found=
+  for e in /proc/[0-9]*/environ; do
+    grep -qzx -- "$m" "$e" 2>/dev/null || continue
+    p=${e#/proc/}; found="$found ${p%/environ}"
+  done
+  [ -n "$found" ] || exit 0
+  for p in $found; do kill -STOP -- "-$p" 2>/dev/null; kill -STOP "$p" 2>/dev/null; done
+  for p in $found; do kill -KILL -- "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
+  sleep 0.05
+done
+exit 1"#;
+
+/// Runs the command `$1` with each output stream relayed by `tee -p` (which keeps draining,
+/// into /dev/null, whatever happens to its output) and then `cat` (which writes to the exec's
+/// pipe). When the command's shell exits, the relays normally end at once; if a background
+/// child still holds the command's output (a server under test), the `cat`s are killed after
+/// about 200 ms: the exec's pipes close, so the engine reports the end now and not 2 s later
+/// (with its pipes held it would also stall the container's next exec), while `tee` keeps the
+/// child's writes succeeding so the child lives on. Finally the end line (see [`EndLine`]) with
+/// marker `$2`, the exit code and whether the relay was cut goes to the exec's stderr.
+/// Waiting is fork-free: `read -t` on fd 9, a pipe that never delivers.
+const RELAY: &str = r#"exec 3>&1 4>&2 9<> <(:)
+exec 5> >(exec cat >&3 4>&- 9>&-); co=$!
+exec 6> >(exec cat >&4 3>&- 9>&-); ce=$!
+exec 7> >(exec tee -p /dev/null >&5 2>/dev/null 3>&- 4>&- 6>&- 9>&-)
+exec 8> >(exec tee -p /dev/null >&6 2>/dev/null 3>&- 4>&- 5>&- 7>&- 9>&-)
+exec 5>&- 6>&-
+bash -c "$1" >&7 2>&8 3>&- 4>&- 7>&- 8>&- 9>&-
+rc=$?
+exec 7>&- 8>&-
+n=0 cut=0
+while kill -0 "$co" 2>/dev/null || kill -0 "$ce" 2>/dev/null; do
+  n=$((n+1))
+  if [ "$n" -gt 25 ]; then kill "$co" "$ce" 2>/dev/null; cut=1; break; fi
+  if [ "$n" -le 5 ]; then read -t 0.001 -u 9; else read -t 0.01 -u 9; fi
+done
+printf '\037FBXEND-%s:%s:%s\n' "$2" "$rc" "$cut" >&4
+exit "$rc""#;
+
+/// The relay processes, left out of "still running" notes.
+const RELAY_ARGS: &str = "tee -p /dev/null";
+
+/// Lists `pid command` of every live process carrying the marker `$1`.
+const LIST_SCRIPT: &str = r#"m="FLOWERBOX_EXEC=$1"
+for e in /proc/[0-9]*/environ; do
+  grep -qzx -- "$m" "$e" 2>/dev/null || continue
+  p=${e#/proc/}; p=${p%/environ}
+  printf '%s %s\n' "$p" "$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-80)"
+done"#;
+
+/// bash: `bash: line 1: foo: command not found`; dash: `sh: 1: foo: not found`.
+static NOT_FOUND: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?m)^[^:\n]*: (?:line )?\d+: ([^:\n]+): (?:command )?not found\s*$")
+        .expect("valid regex")
+});
+
+/// One agent's container.
+pub struct DockerSandbox {
+    /// The engine client.
+    docker: Docker,
+    /// Container id.
+    id: String,
+    /// Container name (`fbx-<run>-<agent>-<hex>`).
+    name: String,
+    /// Image the container runs, for messages.
+    image: String,
+    /// `uid:gid` every exec runs as.
+    user: String,
+    /// `bash`, or `sh` when the image has no bash.
+    shell: &'static str,
+    /// The agent's canonical box.
+    spec: AgentBox,
+}
+
+enum Stop {
+    TimedOut,
+    Interrupted,
+}
+
+impl DockerSandbox {
+    pub(crate) fn new(
+        docker: Docker,
+        id: String,
+        name: String,
+        image: String,
+        user: String,
+        has_bash: bool,
+        spec: AgentBox,
+    ) -> Self {
+        let shell = if has_bash { "bash" } else { "sh" };
+        DockerSandbox {
+            docker,
+            id,
+            name,
+            image,
+            user,
+            shell,
+            spec,
+        }
+    }
+
+    /// The container id.
+    pub fn container_id(&self) -> &str {
+        &self.id
+    }
+
+    /// The container name.
+    pub fn container_name(&self) -> &str {
+        &self.name
+    }
+
+    /// The image the container runs.
+    pub fn image(&self) -> &str {
+        &self.image
+    }
+
+    fn err(e: bollard::errors::Error) -> SandboxError {
+        SandboxError::Docker(e.to_string())
+    }
+
+    /// Runs a helper script (`sh -c SCRIPT flowerbox ARG`) to completion; returns its stdout and
+    /// exit code.
+    async fn helper(&self, script: &str, arg: &str) -> Result<(String, Option<i64>), SandboxError> {
+        let cmd = vec![
+            "sh".into(),
+            "-c".into(),
+            script.into(),
+            "flowerbox".into(),
+            arg.into(),
+        ];
+        let config = ExecConfig {
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            user: Some(self.user.clone()),
+            cmd: Some(cmd),
+            ..Default::default()
+        };
+        let exec = self
+            .docker
+            .create_exec(&self.id, config)
+            .await
+            .map_err(Self::err)?;
+        let mut out = Vec::new();
+        if let StartExecResults::Attached { mut output, .. } = self
+            .docker
+            .start_exec(&exec.id, None)
+            .await
+            .map_err(Self::err)?
+        {
+            let drain = async {
+                while let Some(Ok(item)) = output.next().await {
+                    if let LogOutput::StdOut { message } = item {
+                        out.extend_from_slice(&message);
+                    }
+                }
+            };
+            tokio::time::timeout(KILL_WAIT, drain).await.map_err(|_| {
+                SandboxError::Docker(format!("helper exec in {} did not finish", self.name))
+            })?;
+        }
+        let code = self
+            .docker
+            .inspect_exec(&exec.id)
+            .await
+            .map_err(Self::err)?
+            .exit_code;
+        Ok((String::from_utf8_lossy(&out).into_owned(), code))
+    }
+
+    /// Kills everything the command with `marker` started. When that cannot run (the pids limit
+    /// is exhausted, so not even the kill can start), restarts the container, which ends every
+    /// process in it; returns a note saying so.
+    async fn kill_marked(&self, marker: &str) -> Option<String> {
+        let failure = match self.helper(KILL_SCRIPT, marker).await {
+            Ok((_, Some(0))) => return None,
+            Ok((_, code)) => match code {
+                Some(c) => format!("it exited with {c}"),
+                None => "its exit code is unknown".into(),
+            },
+            Err(e) => e.to_string(),
+        };
+        let options = RestartContainerOptions {
+            t: Some(1),
+            ..Default::default()
+        };
+        Some(match self.docker.restart_container(&self.id, Some(options)).await {
+            Ok(()) => format!(
+                "the kill could not run in the container ({failure}); the container was restarted, \
+                 which ended every process in it"
+            ),
+            Err(e) => format!("killing the command's processes failed ({failure}); restarting the container failed: {e}"),
+        })
+    }
+
+    async fn run(&self, req: &ExecRequest, cwd: &str) -> Result<ExecOutput, SandboxError> {
+        let marker = uuid::Uuid::new_v4().simple().to_string();
+        let mut env: Vec<String> = req.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        env.push(format!("{MARKER_VAR}={marker}"));
+        let config = ExecConfig {
+            attach_stdin: Some(false),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            env: Some(env),
+            cmd: Some(match self.shell {
+                "bash" => vec![
+                    "bash".into(),
+                    "-c".into(),
+                    RELAY.into(),
+                    "flowerbox".into(),
+                    req.command.clone(),
+                    marker.clone(),
+                ],
+                shell => vec![shell.into(), "-c".into(), req.command.clone()],
+            }),
+            user: Some(self.user.clone()),
+            working_dir: Some(cwd.to_string()),
+            ..Default::default()
+        };
+        let exec_id = self
+            .docker
+            .create_exec(&self.id, config)
+            .await
+            .map_err(Self::err)?
+            .id;
+        let StartExecResults::Attached { mut output, .. } = self
+            .docker
+            .start_exec(&exec_id, None)
+            .await
+            .map_err(Self::err)?
+        else {
+            return Err(SandboxError::Docker("exec started detached".into()));
+        };
+
+        let mut collector = OutputCollector::new(req.output_cap, req.spill_dir.as_deref());
+        let mut end_line = EndLine::new(&marker);
+        // With the relay the end line reports the exit; polling the engine is the fallback
+        // (plain `sh`, or the wrapper died) and only once the stream has closed, because the
+        // engine answers exec inspection only after the streams are done (up to 2 s).
+        let relayed = self.shell == "bash";
+        let deadline = Instant::now() + req.timeout;
+        let mut stream_open = true;
+        let mut exit: Option<Option<i64>> = None;
+        // Quick at first (a shell that leaves a background child exits within milliseconds), then
+        // backing off for long commands.
+        let mut poll_every = Duration::from_millis(10);
+        let mut next_poll = Instant::now() + poll_every;
+        let mut last_data = Instant::now();
+        let mut exit_at = Instant::now();
+        let mut left_running = false;
+        let mut stream_error = None;
+        let stop = loop {
+            if !stream_open && exit.is_some() {
+                break None;
+            }
+            tokio::select! {
+                _ = req.cancel.cancelled() => break Some(Stop::Interrupted),
+                _ = tokio::time::sleep_until(deadline) => break Some(Stop::TimedOut),
+                item = output.next(), if stream_open => match item {
+                    Some(Ok(LogOutput::StdOut { message })) => {
+                        collector.push(Stream::Stdout, &message);
+                        last_data = Instant::now();
+                    }
+                    Some(Ok(LogOutput::StdErr { message })) => {
+                        collector.push(Stream::Stderr, &end_line.feed(&message));
+                        if exit.is_none() && end_line.code().is_some() {
+                            exit = Some(end_line.code());
+                            exit_at = Instant::now();
+                        }
+                        last_data = Instant::now();
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => {
+                        stream_open = false;
+                        stream_error = Some(e.to_string());
+                        next_poll = Instant::now();
+                    }
+                    None => {
+                        // Usually the process has just ended: ask at once, then briefly back off.
+                        stream_open = false;
+                        next_poll = Instant::now();
+                        poll_every = Duration::from_millis(5);
+                    }
+                },
+                _ = tokio::time::sleep_until(next_poll), if exit.is_none() && (!relayed || !stream_open) => {
+                    let info = self.docker.inspect_exec(&exec_id).await.map_err(Self::err)?;
+                    if info.running == Some(false) {
+                        exit = Some(info.exit_code);
+                        exit_at = Instant::now();
+                        last_data = exit_at;
+                    } else {
+                        poll_every = (poll_every * 2).min(MAX_POLL);
+                        next_poll = Instant::now() + poll_every;
+                    }
+                },
+                _ = tokio::time::sleep_until((last_data + EXIT_GRACE).min(exit_at + EXIT_GRACE_MAX)),
+                    if stream_open && exit.is_some() => {
+                    left_running = true;
+                    break None;
+                },
+            }
+        };
+
+        let mut notes = Vec::new();
+        let mut result = ExecOutput::default();
+        match stop {
+            Some(why) => {
+                let secs = req.timeout.as_secs_f64();
+                notes.extend(self.kill_marked(&marker).await);
+                // Whatever was still in flight.
+                let _ = tokio::time::timeout(Duration::from_secs(2), async {
+                    while let Some(Ok(item)) = output.next().await {
+                        match item {
+                            LogOutput::StdOut { message } => {
+                                collector.push(Stream::Stdout, &message)
+                            }
+                            LogOutput::StdErr { message } => {
+                                collector.push(Stream::Stderr, &end_line.feed(&message))
+                            }
+                            _ => {}
+                        }
+                    }
+                })
+                .await;
+                result.signal = Some("SIGKILL".into());
+                match why {
+                    Stop::TimedOut => {
+                        result.timed_out = true;
+                        notes.push(format!(
+                            "timed out after {secs} s; the command's processes were killed"
+                        ));
+                    }
+                    Stop::Interrupted => {
+                        result.interrupted = true;
+                        notes.push("interrupted; the command's processes were killed".into());
+                    }
+                }
+            }
+            None => {
+                result.exit_code = exit.flatten();
+                if left_running || end_line.cut() {
+                    let listed = self
+                        .helper(LIST_SCRIPT, &marker)
+                        .await
+                        .map(|(o, _)| o)
+                        .unwrap_or_default();
+                    let procs: Vec<&str> = listed
+                        .lines()
+                        .filter(|l| !l.trim().is_empty() && !l.contains(RELAY_ARGS))
+                        .take(5)
+                        .collect();
+                    if !procs.is_empty() {
+                        notes.push(format!(
+                            "the shell exited, leaving background process(es) running: {}; their output from \
+                             here on is not captured",
+                            procs.join("; ")
+                        ));
+                    }
+                }
+                if let Some(e) = stream_error {
+                    notes.push(format!("output stream ended early: {e}"));
+                }
+            }
+        }
+        let held = end_line.flush();
+        collector.push(Stream::Stderr, &held);
+        let captured = collector.finish();
+        if result.exit_code == Some(127) {
+            for cap in NOT_FOUND.captures_iter(&captured.stderr) {
+                notes.push(format!(
+                    "`{}`: not found in the image ({})",
+                    &cap[1], self.image
+                ));
+            }
+        }
+        if let Some(code) = result.exit_code.filter(|c| (129..=159).contains(c)) {
+            if let Ok(sig) = nix::sys::signal::Signal::try_from((code - 128) as i32) {
+                notes.push(format!(
+                    "exit code {code}: probably killed by {}",
+                    sig.as_str()
+                ));
+            }
+        }
+        result.stdout = captured.stdout;
+        result.stderr = captured.stderr;
+        result.truncated = captured.truncated;
+        result.total_bytes = captured.total_bytes;
+        result.full_output = captured.full_output;
+        result.notes = notes;
+        Ok(result)
+    }
+}
+
+#[async_trait]
+impl Sandbox for DockerSandbox {
+    async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, SandboxError> {
+        let cwd = std::fs::canonicalize(&req.cwd).unwrap_or_else(|_| req.cwd.clone());
+        if !self.spec.mounts.iter().any(|m| cwd.starts_with(&m.path)) {
+            return Err(SandboxError::OutsideMounts(cwd));
+        }
+        if !cwd.is_dir() {
+            // Mounts keep host paths, so the host's view decides.
+            return Ok(ExecOutput {
+                stderr: format!("working directory {} does not exist", cwd.display()),
+                notes: vec!["the command did not run".into()],
+                ..Default::default()
+            });
+        }
+        self.run(&req, &cwd.to_string_lossy()).await
+    }
+
+    fn describe(&self) -> String {
+        format!("docker container {} ({})", self.name, self.image)
+    }
+
+    fn agent_box(&self) -> &AgentBox {
+        &self.spec
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_found_matches_bash_and_dash() {
+        let bash = "bash: line 1: frobnicate: command not found\n";
+        let dash = "sh: 1: zap: not found\n";
+        let other = "bash: line 1: ./x: No such file or directory\n";
+        assert_eq!(&NOT_FOUND.captures(bash).unwrap()[1], "frobnicate");
+        assert_eq!(&NOT_FOUND.captures(dash).unwrap()[1], "zap");
+        assert!(NOT_FOUND.captures(other).is_none());
+    }
+}

@@ -1,0 +1,466 @@
+//! The Docker Engine backend (bollard): one pod per run, one container per agent that executes
+//! commands, exec that never hangs, nothing left behind (DESIGN.md "Pod", issue 6).
+//!
+//! Life of a run: [`DockerSandboxFactory::connect`] pings the engine (before anything is
+//! created) → [`DockerSandboxFactory::ensure_image`] builds the agent image on first use →
+//! [`crate::sandbox::gc::sweep_orphans`] removes containers of dead owners of this workspace →
+//! `sandbox(&AgentBox)` creates the pod on first use and the agent's container joining it →
+//! `release(agent)` when the step that owns it ends → `teardown()` at run end (or on a signal,
+//! see [`teardown_on_signal`]; as a last resort the factory's `Drop` removes what is left).
+
+pub mod container;
+pub mod engine;
+pub mod exec;
+pub mod image;
+pub mod labels;
+mod sentinel;
+mod signals;
+
+pub use container::{Limits, UserIds};
+pub use engine::{Endpoint, Engine, EngineError, HostSource, DEFAULT_PING_TIMEOUT};
+pub use exec::DockerSandbox;
+pub use image::{default_image, ensure_image, EnsuredImage};
+pub use labels::{Liveness, Owner};
+pub use signals::teardown_on_signal;
+
+use async_trait::async_trait;
+use bollard::query_parameters::{
+    ContainerArchiveInfoOptions, CreateContainerOptions, DownloadFromContainerOptions,
+    RemoveContainerOptions, UploadToContainerOptions,
+};
+use bollard::{body_full, Docker};
+use futures::StreamExt;
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::OnceCell;
+
+use container::{
+    canonical_box, container_name, etc_archive, patch_passwd, Identity, ImageFacts, RunSpec,
+};
+use engine::status_code;
+
+use super::{AgentBox, Sandbox, SandboxError, SandboxFactory};
+
+/// Everything the Docker backend needs for one run. Build with [`DockerOptions::new`] and
+/// override fields.
+#[derive(Debug, Clone)]
+pub struct DockerOptions {
+    /// The run id (labels, container names).
+    pub run_id: String,
+    /// The workspace (canonicalised for the `flowerbox.workspace` label).
+    pub workspace: PathBuf,
+    /// `--image` / `FLOWERBOX_IMAGE`; `None` = flowerbox's own image, built when missing.
+    pub image: Option<String>,
+    /// Engine endpoint; `None` = `DOCKER_HOST`, else the current Docker context, else the default
+    /// socket.
+    pub docker_host: Option<String>,
+    /// Memory, pids and judge `nofile` limits.
+    pub limits: Limits,
+    /// Who runs inside; `None` = the invoking user.
+    pub user: Option<UserIds>,
+    /// Show the image-build spinner on stderr.
+    pub show_progress: bool,
+    /// How long the engine gets to answer the first ping.
+    pub ping_timeout: Duration,
+}
+
+impl DockerOptions {
+    /// Defaults for a run in `workspace`.
+    pub fn new(run_id: impl Into<String>, workspace: impl Into<PathBuf>) -> Self {
+        DockerOptions {
+            run_id: run_id.into(),
+            workspace: workspace.into(),
+            image: None,
+            docker_host: None,
+            limits: Limits::default(),
+            user: None,
+            show_progress: true,
+            ping_timeout: DEFAULT_PING_TIMEOUT,
+        }
+    }
+}
+
+/// The pod of a run.
+#[derive(Debug, Clone)]
+struct Pod {
+    id: String,
+    name: String,
+    facts: ImageFacts,
+}
+
+type Slot = Arc<OnceCell<Arc<DockerSandbox>>>;
+
+struct Inner {
+    engine: Engine,
+    opts: DockerOptions,
+    owner: Owner,
+    image: OnceCell<String>,
+    pod: OnceCell<Pod>,
+    agents: Mutex<HashMap<String, Slot>>,
+    /// Every container created (ids), pod last, removed at teardown whatever else happened.
+    created: Mutex<Vec<(String, bool)>>,
+    torn_down: AtomicBool,
+}
+
+/// The Docker [`SandboxFactory`] of one run.
+pub struct DockerSandboxFactory {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for DockerSandboxFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerSandboxFactory")
+            .field("run_id", &self.inner.opts.run_id)
+            .field("workspace", &self.inner.opts.workspace)
+            .field("engine", &self.inner.engine.endpoint().host)
+            .finish()
+    }
+}
+
+fn docker_err(e: bollard::errors::Error) -> SandboxError {
+    SandboxError::Docker(e.to_string())
+}
+
+impl DockerSandboxFactory {
+    /// Connects to the engine and pings it within `opts.ping_timeout`; creates nothing.
+    ///
+    /// Errors: [`SandboxError::EngineUnavailable`] with one of [`EngineError`]'s messages
+    /// (permission denied / socket not found / engine stopped / no answer), each naming
+    /// `DOCKER_HOST` and `--sandbox host`; [`SandboxError::Io`] when the workspace does not exist.
+    pub async fn connect(mut opts: DockerOptions) -> Result<Self, SandboxError> {
+        let engine = Engine::connect(opts.docker_host.as_deref(), opts.ping_timeout).await?;
+        opts.workspace = std::fs::canonicalize(&opts.workspace)?;
+        let owner = Owner::current()?;
+        Ok(DockerSandboxFactory {
+            inner: Arc::new(Inner {
+                engine,
+                opts,
+                owner,
+                image: OnceCell::new(),
+                pod: OnceCell::new(),
+                agents: Mutex::new(HashMap::new()),
+                created: Mutex::new(Vec::new()),
+                torn_down: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// The engine connection (for [`crate::sandbox::gc`] and [`crate::sandbox::doctor`]).
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    /// The canonical workspace.
+    pub fn workspace(&self) -> &std::path::Path {
+        &self.inner.opts.workspace
+    }
+
+    /// Builds the agent image now if it is missing (otherwise the first `sandbox()` does),
+    /// returning the image used.
+    pub async fn ensure_image(&self) -> Result<String, SandboxError> {
+        self.inner.image().await.cloned()
+    }
+
+    /// Ids of the run's live containers (pod included).
+    pub fn container_ids(&self) -> Vec<String> {
+        self.inner
+            .created
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Removes containers of this workspace whose owner is provably dead; one line each.
+    pub async fn sweep_orphans(&self) -> Result<Vec<String>, SandboxError> {
+        super::gc::sweep_orphans(&self.inner.engine, &self.inner.opts.workspace).await
+    }
+
+    /// The concrete sandbox for `spec` (same as [`SandboxFactory::sandbox`]), for callers that
+    /// need the container id.
+    pub async fn docker_sandbox(
+        &self,
+        spec: &AgentBox,
+    ) -> Result<Arc<DockerSandbox>, SandboxError> {
+        let inner = &self.inner;
+        if inner.torn_down.load(Ordering::SeqCst) {
+            return Err(SandboxError::ShutDown);
+        }
+        let slot = inner
+            .agents
+            .lock()
+            .expect("lock")
+            .entry(spec.agent.clone())
+            .or_default()
+            .clone();
+        let sandbox = slot
+            .get_or_try_init(|| inner.create_agent(spec))
+            .await?
+            .clone();
+        if inner.torn_down.load(Ordering::SeqCst) {
+            inner.remove(sandbox.container_id()).await;
+            return Err(SandboxError::ShutDown);
+        }
+        Ok(sandbox)
+    }
+}
+
+impl Inner {
+    async fn image(&self) -> Result<&String, SandboxError> {
+        self.image
+            .get_or_try_init(|| async {
+                let ensured = ensure_image(
+                    &self.engine,
+                    self.opts.image.as_deref(),
+                    self.opts.show_progress,
+                )
+                .await?;
+                Ok::<_, SandboxError>(ensured.image)
+            })
+            .await
+    }
+
+    fn identity(&self, spec_mounts: &[PathBuf]) -> Identity {
+        Identity::new(self.opts.user.unwrap_or_else(UserIds::current), spec_mounts)
+    }
+
+    fn run_spec(&self, image: &str, identity: Identity) -> RunSpec {
+        RunSpec {
+            run_id: self.opts.run_id.clone(),
+            workspace: self.opts.workspace.clone(),
+            image: image.to_string(),
+            identity,
+            owner: self.owner.clone(),
+            limits: self.opts.limits,
+        }
+    }
+
+    fn docker(&self) -> &Docker {
+        self.engine.docker()
+    }
+
+    async fn create(
+        &self,
+        name: &str,
+        body: bollard::models::ContainerCreateBody,
+        pod: bool,
+    ) -> Result<String, SandboxError> {
+        let options = CreateContainerOptions {
+            name: Some(name.to_string()),
+            ..Default::default()
+        };
+        let id = self
+            .docker()
+            .create_container(Some(options), body)
+            .await
+            .map_err(|e| SandboxError::Container(format!("creating {name}: {e}")))?
+            .id;
+        self.created.lock().expect("lock").push((id.clone(), pod));
+        Ok(id)
+    }
+
+    async fn pod(&self) -> Result<&Pod, SandboxError> {
+        self.pod
+            .get_or_try_init(|| async {
+                let image = self.image().await?.clone();
+                let spec = self.run_spec(&image, self.identity(&[]));
+                let name = container_name(&self.opts.run_id, "pod");
+                let id = self.create(&name, spec.pod_body(), true).await?;
+                let facts = self.image_facts(&id).await;
+                self.docker()
+                    .start_container(&id, None)
+                    .await
+                    .map_err(|e| SandboxError::Container(format!("starting pod {name}: {e}")))?;
+                Ok::<_, SandboxError>(Pod { id, name, facts })
+            })
+            .await
+    }
+
+    /// Reads `/etc/passwd`, `/etc/group` and whether bash exists from a created container.
+    async fn image_facts(&self, id: &str) -> ImageFacts {
+        let bash = async {
+            let options = ContainerArchiveInfoOptions {
+                path: "/bin/bash".into(),
+            };
+            match self
+                .docker()
+                .get_container_archive_info(id, Some(options))
+                .await
+            {
+                Ok(_) => true,
+                Err(e) => status_code(&e) != Some(404),
+            }
+        };
+        let (has_bash, passwd, group) = tokio::join!(
+            bash,
+            self.read_file(id, "/etc/passwd"),
+            self.read_file(id, "/etc/group")
+        );
+        ImageFacts {
+            passwd: passwd.unwrap_or_else(|| "root:x:0:0:root:/root:/bin/sh\n".into()),
+            group: group.unwrap_or_else(|| "root:x:0:\n".into()),
+            has_bash,
+        }
+    }
+
+    async fn read_file(&self, id: &str, path: &str) -> Option<String> {
+        let mut stream = self
+            .docker()
+            .download_from_container(id, Some(DownloadFromContainerOptions { path: path.into() }));
+        let mut tar_bytes = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            tar_bytes.extend_from_slice(&chunk.ok()?);
+            if tar_bytes.len() > 4 << 20 {
+                return None;
+            }
+        }
+        let mut archive = tar::Archive::new(&tar_bytes[..]);
+        let mut entry = archive.entries().ok()?.next()?.ok()?;
+        let mut text = String::new();
+        entry.read_to_string(&mut text).ok()?;
+        Some(text)
+    }
+
+    async fn create_agent(&self, spec: &AgentBox) -> Result<Arc<DockerSandbox>, SandboxError> {
+        let spec = canonical_box(spec)?;
+        let pod = self.pod().await?.clone();
+        let image = self.image().await?.clone();
+        let mounts: Vec<PathBuf> = spec.mounts.iter().map(|m| m.path.clone()).collect();
+        let identity = self.identity(&mounts);
+        let run = self.run_spec(&image, identity.clone());
+        let name = container_name(&self.opts.run_id, &spec.agent);
+        let id = self
+            .create(&name, run.agent_body(&spec, &pod.id, &pod.name), false)
+            .await?;
+        let (passwd, group) = patch_passwd(&pod.facts, &identity);
+        let archive = etc_archive(&passwd, &group)?;
+        self.docker()
+            .upload_to_container(
+                &id,
+                Some(UploadToContainerOptions {
+                    path: "/".into(),
+                    ..Default::default()
+                }),
+                body_full(archive.into()),
+            )
+            .await
+            .map_err(|e| SandboxError::Container(format!("writing passwd into {name}: {e}")))?;
+        self.docker()
+            .start_container(&id, None)
+            .await
+            .map_err(|e| SandboxError::Container(format!("starting {name}: {e}")))?;
+        let user = format!("{}:{}", identity.ids.uid, identity.ids.gid);
+        Ok(Arc::new(DockerSandbox::new(
+            self.docker().clone(),
+            id,
+            name,
+            image,
+            user,
+            pod.facts.has_bash,
+            spec,
+        )))
+    }
+
+    /// Force-removes a container (kills it first; 404 is fine) and forgets it.
+    async fn remove(&self, id: &str) -> Option<SandboxError> {
+        let opts = RemoveContainerOptions {
+            force: true,
+            v: true,
+            ..Default::default()
+        };
+        let result = self.docker().remove_container(id, Some(opts)).await;
+        self.created.lock().expect("lock").retain(|(c, _)| c != id);
+        match result {
+            Ok(()) => None,
+            Err(e) if status_code(&e) == Some(404) => None,
+            Err(e) => Some(docker_err(e)),
+        }
+    }
+
+    async fn teardown(&self) -> Result<(), SandboxError> {
+        self.torn_down.store(true, Ordering::SeqCst);
+        self.agents.lock().expect("lock").clear();
+        let created: Vec<(String, bool)> = self.created.lock().expect("lock").clone();
+        let (pods, agents): (Vec<_>, Vec<_>) = created.into_iter().partition(|(_, pod)| *pod);
+        let mut first_err = None;
+        // Agent containers first: they live in the pod's namespaces.
+        for group in [agents, pods] {
+            let results =
+                futures::future::join_all(group.iter().map(|(id, _)| self.remove(id))).await;
+            first_err = first_err.or(results.into_iter().flatten().next());
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+}
+
+#[async_trait]
+impl SandboxFactory for DockerSandboxFactory {
+    fn kind(&self) -> &'static str {
+        "docker"
+    }
+
+    async fn sandbox(&self, spec: &AgentBox) -> Result<Arc<dyn Sandbox>, SandboxError> {
+        Ok(self.docker_sandbox(spec).await?)
+    }
+
+    async fn release(&self, agent: &str) -> Result<(), SandboxError> {
+        let slot = self.inner.agents.lock().expect("lock").remove(agent);
+        if let Some(sandbox) = slot.and_then(|s| s.get().cloned()) {
+            if let Some(e) = self.inner.remove(sandbox.container_id()).await {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    async fn teardown(&self) -> Result<(), SandboxError> {
+        self.inner.teardown().await
+    }
+}
+
+impl Drop for Inner {
+    /// Last resort when `teardown` was never awaited (a panic, an early return): removes the
+    /// run's containers on a separate thread with its own runtime, waiting at most 20 s.
+    fn drop(&mut self) {
+        let left: Vec<(String, bool)> =
+            std::mem::take(&mut *self.created.lock().unwrap_or_else(|e| e.into_inner()));
+        if left.is_empty() {
+            return;
+        }
+        let endpoint = self.engine.endpoint().clone();
+        let handle = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                let Ok(engine) = Engine::connect_to(endpoint, Duration::from_secs(5)).await else {
+                    return;
+                };
+                let opts = RemoveContainerOptions {
+                    force: true,
+                    v: true,
+                    ..Default::default()
+                };
+                let (pods, agents): (Vec<_>, Vec<_>) = left.into_iter().partition(|(_, pod)| *pod);
+                for (id, _) in agents.into_iter().chain(pods) {
+                    let _ = engine
+                        .docker()
+                        .remove_container(&id, Some(opts.clone()))
+                        .await;
+                }
+            });
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !handle.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}

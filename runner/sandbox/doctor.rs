@@ -1,0 +1,376 @@
+//! `flowerbox doctor`: one line per check with pass / warn / fail (issue "Lifecycle"): the
+//! engine, the agent image and its tools, git, credentials (names only, never values), and
+//! orphaned containers. The CLI prints [`Check`]s and exits 1 when any failed.
+
+use bollard::container::LogOutput;
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{LogsOptions, RemoveContainerOptions};
+use futures::StreamExt;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::docker::image::{base_image, default_image, image_exists, SLIM_BASE};
+use super::docker::{Engine, UserIds};
+use super::gc;
+
+/// Tools an agent image should have; judges need `file` and `lsof`.
+pub const AGENT_TOOLS: &[&str] = &[
+    "bash", "git", "file", "lsof", "ps", "rg", "python3", "curl", "make", "gcc", "tini",
+];
+
+/// Outcome of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckStatus {
+    /// Fine.
+    Pass,
+    /// Works, with a caveat.
+    Warn,
+    /// Broken: runs will fail.
+    Fail,
+}
+
+impl CheckStatus {
+    fn label(self) -> &'static str {
+        match self {
+            CheckStatus::Pass => "pass",
+            CheckStatus::Warn => "warn",
+            CheckStatus::Fail => "fail",
+        }
+    }
+}
+
+/// One check's line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// `engine`, `image`, `tools`, `git`, `workspace`, `credentials`, `orphans`.
+    pub name: &'static str,
+    /// The outcome.
+    pub status: CheckStatus,
+    /// What was found (no secret values).
+    pub detail: String,
+}
+
+impl fmt::Display for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}  {:<11} {}",
+            self.status.label(),
+            self.name,
+            self.detail
+        )
+    }
+}
+
+/// What `doctor` looks at.
+#[derive(Debug, Clone)]
+pub struct DoctorInput {
+    /// Engine endpoint override (`None` = `DOCKER_HOST` / context / default).
+    pub docker_host: Option<String>,
+    /// `--image` / `FLOWERBOX_IMAGE`.
+    pub image: Option<String>,
+    /// The workspace.
+    pub workspace: PathBuf,
+    /// Names of the credentials found (from the credentials module); values never come here.
+    pub credential_names: Vec<String>,
+    /// Engine ping timeout.
+    pub timeout: Duration,
+}
+
+/// 1 when any check failed, else 0.
+pub fn exit_code(checks: &[Check]) -> i32 {
+    i32::from(checks.iter().any(|c| c.status == CheckStatus::Fail))
+}
+
+fn check(name: &'static str, status: CheckStatus, detail: impl Into<String>) -> Check {
+    Check {
+        name,
+        status,
+        detail: detail.into(),
+    }
+}
+
+/// Runs every check; never fails as a whole.
+pub async fn doctor(input: &DoctorInput) -> Vec<Check> {
+    use CheckStatus::*;
+    let mut checks = Vec::new();
+    let engine = Engine::connect(input.docker_host.as_deref(), input.timeout).await;
+    match &engine {
+        Ok(e) => checks.push(check(
+            "engine",
+            Pass,
+            format!(
+                "Docker engine at {} answers (API {}; {})",
+                e.endpoint().host,
+                e.api_version(),
+                e.endpoint().origin()
+            ),
+        )),
+        Err(e) => checks.push(check("engine", Fail, e.to_string())),
+    }
+    match &engine {
+        Ok(engine) => {
+            let (image_check, present) = image_check(engine, input.image.as_deref()).await;
+            checks.push(image_check);
+            if let Some(image) = present {
+                checks.push(tools_check(engine, &image).await);
+            }
+        }
+        Err(_) => checks.push(check("image", Warn, "not checked: no engine")),
+    }
+    checks.push(git_check().await);
+    checks.push(workspace_check(&input.workspace));
+    checks.push(if input.credential_names.is_empty() {
+        check("credentials", Fail, "no credential found")
+    } else {
+        check(
+            "credentials",
+            Pass,
+            format!("found {}", input.credential_names.join(", ")),
+        )
+    });
+    if let Ok(engine) = &engine {
+        let ws =
+            std::fs::canonicalize(&input.workspace).unwrap_or_else(|_| input.workspace.clone());
+        checks.push(match gc::list(engine, Some(&ws)).await {
+            Ok(all) => {
+                let orphans = all.iter().filter(|c| c.is_orphan()).count();
+                if orphans == 0 {
+                    check(
+                        "orphans",
+                        Pass,
+                        format!("no orphaned container ({} of live runs)", all.len()),
+                    )
+                } else {
+                    check(
+                        "orphans",
+                        Warn,
+                        format!("{orphans} orphaned container(s); `flowerbox gc` removes them"),
+                    )
+                }
+            }
+            Err(e) => check("orphans", Warn, format!("could not list containers: {e}")),
+        });
+    }
+    checks
+}
+
+async fn image_check(engine: &Engine, requested: Option<&str>) -> (Check, Option<String>) {
+    use CheckStatus::*;
+    let image = requested.map(str::to_string).unwrap_or_else(default_image);
+    match image_exists(engine, &image).await {
+        Ok(true) => (
+            check("image", Pass, format!("{image} present")),
+            Some(image),
+        ),
+        Ok(false) if requested.is_some() => (
+            check(
+                "image",
+                Fail,
+                format!("{image} (--image / FLOWERBOX_IMAGE) is not on the engine"),
+            ),
+            None,
+        ),
+        Ok(false) => {
+            let base = base_image();
+            let how = if image_exists(engine, &base).await.unwrap_or(false) {
+                format!("from {base}")
+            } else if image_exists(engine, SLIM_BASE).await.unwrap_or(false) {
+                format!("from {SLIM_BASE}")
+            } else if which("debootstrap") {
+                format!("with debootstrap ({base} is built first; needs root)")
+            } else {
+                format!("— but {base} and {SLIM_BASE} are missing and debootstrap is not installed")
+            };
+            (
+                check(
+                    "image",
+                    Warn,
+                    format!("{image} missing; built on first use {how}"),
+                ),
+                None,
+            )
+        }
+        Err(e) => (check("image", Fail, e.to_string()), None),
+    }
+}
+
+fn which(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+        .unwrap_or(false)
+}
+
+/// Runs `command -v` for every [`AGENT_TOOLS`] entry in a throwaway container.
+async fn tools_check(engine: &Engine, image: &str) -> Check {
+    use CheckStatus::*;
+    let script = format!(
+        "for t in {}; do command -v \"$t\" >/dev/null 2>&1 || echo \"$t\"; done",
+        AGENT_TOOLS.join(" ")
+    );
+    let ids = UserIds::current();
+    let body = ContainerCreateBody {
+        image: Some(image.into()),
+        entrypoint: Some(vec!["sh".into(), "-c".into(), script]),
+        cmd: Some(vec![]),
+        user: Some(format!("{}:{}", ids.uid, ids.gid)),
+        host_config: Some(HostConfig {
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            network_mode: Some("none".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let docker = engine.docker();
+    let id = match docker.create_container(None, body).await {
+        Ok(r) => r.id,
+        Err(e) => {
+            return check(
+                "tools",
+                Warn,
+                format!("could not start a container of {image}: {e}"),
+            )
+        }
+    };
+    let run = async {
+        docker.start_container(&id, None).await?;
+        let mut wait = docker.wait_container(&id, None);
+        while let Some(r) = wait.next().await {
+            if let Err(e) = r {
+                if !matches!(e, bollard::errors::Error::DockerContainerWaitError { .. }) {
+                    return Err(e);
+                }
+            }
+        }
+        let mut out = String::new();
+        let mut logs = docker.logs(
+            &id,
+            Some(LogsOptions {
+                stdout: true,
+                ..Default::default()
+            }),
+        );
+        while let Some(item) = logs.next().await {
+            if let LogOutput::StdOut { message } = item? {
+                out.push_str(&String::from_utf8_lossy(&message));
+            }
+        }
+        Ok::<_, bollard::errors::Error>(out)
+    };
+    let result = tokio::time::timeout(Duration::from_secs(30), run).await;
+    let rm = RemoveContainerOptions {
+        force: true,
+        ..Default::default()
+    };
+    let _ = docker.remove_container(&id, Some(rm)).await;
+    match result {
+        Ok(Ok(out)) => {
+            let missing: Vec<&str> = out.split_whitespace().collect();
+            if missing.is_empty() {
+                check(
+                    "tools",
+                    Pass,
+                    format!("{image} has {}", AGENT_TOOLS.join(", ")),
+                )
+            } else {
+                let judges = if missing.iter().any(|m| *m == "file" || *m == "lsof") {
+                    "; judges cannot inspect artifacts"
+                } else {
+                    ""
+                };
+                check(
+                    "tools",
+                    Warn,
+                    format!("{image} lacks {}{judges}", missing.join(", ")),
+                )
+            }
+        }
+        Ok(Err(e)) => check("tools", Warn, format!("could not run {image}: {e}")),
+        Err(_) => check("tools", Warn, format!("checking {image} took over 30 s")),
+    }
+}
+
+async fn git_check() -> Check {
+    match tokio::process::Command::new("git")
+        .arg("--version")
+        .output()
+        .await
+    {
+        Ok(o) if o.status.success() => check(
+            "git",
+            CheckStatus::Pass,
+            String::from_utf8_lossy(&o.stdout).trim().to_string(),
+        ),
+        _ => check(
+            "git",
+            CheckStatus::Warn,
+            "git is not on PATH (the host needs it for worktrees and merges)",
+        ),
+    }
+}
+
+fn workspace_check(workspace: &std::path::Path) -> Check {
+    if !workspace.is_dir() {
+        return check(
+            "workspace",
+            CheckStatus::Fail,
+            format!("{} is not a directory", workspace.display()),
+        );
+    }
+    match git2::Repository::discover(workspace) {
+        Ok(repo) => {
+            let root = repo
+                .workdir()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            check(
+                "workspace",
+                CheckStatus::Pass,
+                format!("{} is in git repository {root}", workspace.display()),
+            )
+        }
+        Err(_) => check(
+            "workspace",
+            CheckStatus::Warn,
+            format!(
+                "{} is not in a git repository (--isolate needs one)",
+                workspace.display()
+            ),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_and_exit_code() {
+        let ok = check("git", CheckStatus::Pass, "git version 2.39");
+        assert_eq!(ok.to_string(), "pass  git         git version 2.39");
+        let bad = check("credentials", CheckStatus::Fail, "no credential found");
+        assert_eq!(exit_code(std::slice::from_ref(&ok)), 0);
+        assert_eq!(exit_code(&[ok, bad]), 1);
+    }
+
+    #[tokio::test]
+    async fn dead_engine_fails_engine_check_and_shows_names_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = DoctorInput {
+            docker_host: Some("unix:///nonexistent/docker.sock".into()),
+            image: None,
+            workspace: dir.path().to_path_buf(),
+            credential_names: vec!["ANTHROPIC_API_KEY".into()],
+            timeout: Duration::from_secs(2),
+        };
+        let checks = doctor(&input).await;
+        let engine = checks.iter().find(|c| c.name == "engine").unwrap();
+        assert_eq!(engine.status, CheckStatus::Fail);
+        assert!(engine.detail.contains("--sandbox host"));
+        let creds = checks.iter().find(|c| c.name == "credentials").unwrap();
+        assert_eq!(creds.detail, "found ANTHROPIC_API_KEY");
+        assert_eq!(exit_code(&checks), 1);
+    }
+}

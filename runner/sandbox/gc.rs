@@ -1,0 +1,182 @@
+//! Finding and removing what crashed runs left behind (issue "Lifecycle"; `flowerbox gc`).
+//!
+//! A container is an orphan when its owner labels prove the owner process dead (pid gone, pid
+//! reused with another start time, or a previous boot). Containers of live owners, of other
+//! hosts, or without owner labels are never removed. The startup sweep looks at one workspace;
+//! `flowerbox gc` at all of them. Worktrees join here once they exist (a later issue).
+
+use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::docker::engine::status_code;
+use super::docker::labels::{Liveness, Owner, LABEL_AGENT, LABEL_ROLE, LABEL_RUN, LABEL_WORKSPACE};
+use super::docker::Engine;
+use super::SandboxError;
+
+/// One flowerbox container and what is known about its owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Labelled {
+    /// Container id.
+    pub id: String,
+    /// Container name without the leading `/`.
+    pub name: String,
+    /// `flowerbox.run`.
+    pub run: String,
+    /// `flowerbox.agent` (`pod` for a pod).
+    pub agent: String,
+    /// `flowerbox.role` (`pod` for a pod).
+    pub role: String,
+    /// `flowerbox.workspace`.
+    pub workspace: String,
+    /// Engine state (`running`, `exited`, `created`...).
+    pub state: String,
+    /// The owner, when its labels are complete.
+    pub owner: Option<Owner>,
+    /// Whether the owner still runs.
+    pub liveness: Liveness,
+}
+
+impl Labelled {
+    /// Orphan = owner provably dead.
+    pub fn is_orphan(&self) -> bool {
+        matches!(self.liveness, Liveness::Dead(_))
+    }
+
+    fn describe(&self) -> String {
+        format!("{} (run {}, {})", self.name, self.run, self.agent)
+    }
+}
+
+/// Every flowerbox container (any state), of `workspace` only when given (canonical path).
+pub async fn list(
+    engine: &Engine,
+    workspace: Option<&Path>,
+) -> Result<Vec<Labelled>, SandboxError> {
+    let mut label_filters = vec![LABEL_RUN.to_string()];
+    if let Some(ws) = workspace {
+        label_filters.push(format!("{LABEL_WORKSPACE}={}", ws.to_string_lossy()));
+    }
+    let options = ListContainersOptions {
+        all: true,
+        filters: Some(HashMap::from([("label".to_string(), label_filters)])),
+        ..Default::default()
+    };
+    let found = engine
+        .docker()
+        .list_containers(Some(options))
+        .await
+        .map_err(|e| SandboxError::Docker(e.to_string()))?;
+    Ok(found
+        .into_iter()
+        .map(|c| {
+            let labels = c.labels.unwrap_or_default();
+            let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
+            let owner = Owner::from_labels(&labels);
+            let liveness = match &owner {
+                Some(o) => o.liveness(),
+                None => Liveness::Unknown("no owner labels".into()),
+            };
+            Labelled {
+                id: c.id.unwrap_or_default(),
+                name: c
+                    .names
+                    .and_then(|n| n.into_iter().next())
+                    .map(|n| n.trim_start_matches('/').to_string())
+                    .unwrap_or_default(),
+                run: get(LABEL_RUN),
+                agent: get(LABEL_AGENT),
+                role: get(LABEL_ROLE),
+                workspace: get(LABEL_WORKSPACE),
+                state: c.state.map(|s| s.to_string()).unwrap_or_default(),
+                owner,
+                liveness,
+            }
+        })
+        .collect())
+}
+
+/// What [`gc`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcReport {
+    /// One line per removed container.
+    pub removed: Vec<String>,
+    /// One line per container kept (owner alive or unknown).
+    pub kept: Vec<String>,
+    /// One line per orphan that could not be removed.
+    pub failed: Vec<String>,
+}
+
+impl GcReport {
+    /// Printable lines: removed, then failed, then kept.
+    pub fn lines(&self) -> Vec<String> {
+        self.removed
+            .iter()
+            .chain(&self.failed)
+            .chain(&self.kept)
+            .cloned()
+            .collect()
+    }
+}
+
+async fn remove_orphans(engine: &Engine, all: Vec<Labelled>) -> GcReport {
+    let mut report = GcReport::default();
+    let (orphans, kept): (Vec<_>, Vec<_>) = all.into_iter().partition(Labelled::is_orphan);
+    for c in kept {
+        let why = match &c.liveness {
+            Liveness::Alive => "owner is running".to_string(),
+            Liveness::Unknown(r) | Liveness::Dead(r) => r.clone(),
+        };
+        report
+            .kept
+            .push(format!("kept container {} ({why})", c.describe()));
+    }
+    // Agent containers before pods: they live in the pods' namespaces.
+    let (pods, agents): (Vec<_>, Vec<_>) = orphans.into_iter().partition(|c| c.role == "pod");
+    let opts = RemoveContainerOptions {
+        force: true,
+        v: true,
+        ..Default::default()
+    };
+    for c in agents.into_iter().chain(pods) {
+        let Liveness::Dead(reason) = &c.liveness else {
+            continue;
+        };
+        match engine
+            .docker()
+            .remove_container(&c.id, Some(opts.clone()))
+            .await
+        {
+            Ok(()) => report.removed.push(format!(
+                "removed orphaned container {} ({reason})",
+                c.describe()
+            )),
+            Err(e) if status_code(&e) == Some(404) => {}
+            Err(e) => report.failed.push(format!(
+                "could not remove orphaned container {}: {e}",
+                c.describe()
+            )),
+        }
+    }
+    report
+}
+
+/// The startup sweep: removes this workspace's containers whose owner is provably dead and
+/// returns one line per removed container. Live owners' containers are never touched.
+///
+/// Errors: listing failed; a failed removal becomes an error naming every such container.
+pub async fn sweep_orphans(engine: &Engine, workspace: &Path) -> Result<Vec<String>, SandboxError> {
+    let workspace = std::fs::canonicalize(workspace)?;
+    let report = remove_orphans(engine, list(engine, Some(&workspace)).await?).await;
+    if !report.failed.is_empty() {
+        return Err(SandboxError::Docker(report.failed.join("; ")));
+    }
+    Ok(report.removed)
+}
+
+/// `flowerbox gc`: removes orphaned containers (of `workspace`, or of every workspace) and
+/// lists what it kept.
+pub async fn gc(engine: &Engine, workspace: Option<&Path>) -> Result<GcReport, SandboxError> {
+    let workspace = workspace.map(std::fs::canonicalize).transpose()?;
+    Ok(remove_orphans(engine, list(engine, workspace.as_deref()).await?).await)
+}

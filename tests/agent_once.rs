@@ -1,0 +1,121 @@
+//! `flowerbox once` end to end: the real binary, the real `scripted-model` over HTTP, the host
+//! sandbox (the Docker variant is in `tests/docker_once.rs`).
+
+#[path = "model_support/mod.rs"]
+mod model_support;
+
+use model_support::ScriptedModel;
+use serde_json::json;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn flowerbox(model: &ScriptedModel, home: &std::path::Path, ws: &std::path::Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_flowerbox"));
+    c.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap())
+        .env("HOME", home)
+        .env("FLOWER_NO_PROBE", "1")
+        .env("ANTHROPIC_BASE_URL", &model.url)
+        .env("ANTHROPIC_API_KEY", "sk-ant-test-secret")
+        .env("ANTHROPIC_MODEL", "claude-sonnet-4-5")
+        .current_dir(ws)
+        .stdin(Stdio::null());
+    c
+}
+
+#[test]
+fn once_runs_a_real_tool_loop_and_shows_real_time_and_cost() {
+    let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
+        {"content": [{"type": "text", "text": "写一个脚本再跑它"},
+                     {"type": "tool_use", "name": "Write", "input": {"file_path": "hello.sh", "content": "echo \"hi $((6*7))\"\n"}}]},
+        {"content": [{"type": "tool_use", "name": "Bash", "input": {"command": "sleep 1.1; bash hello.sh"}}]},
+        {"content": [{"type": "tool_use", "name": "Read", "input": {"file_path": "hello.sh"}}]},
+        {"content": [{"type": "text", "text": "脚本输出 hi 42"}]}]}]}));
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let out = flowerbox(&model, home.path(), ws.path())
+        .args([
+            "--sandbox",
+            "host",
+            "once",
+            "-t",
+            "Read,Bash,Write",
+            "写个脚本",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("脚本输出 hi 42"), "{stdout}");
+    // Real time and cost, not flower's 0:00 / $0.00.
+    let status = stdout.lines().last().unwrap();
+    assert!(
+        status.contains("0:01") || status.contains("0:02"),
+        "{status}"
+    );
+    assert!(
+        !status.contains("$0.00 ") && status.contains('$'),
+        "{status}"
+    );
+    let bash_result = &model.recorded()[2]["messages"][4]["content"][0];
+    assert!(bash_result.to_string().contains("hi 42"), "{bash_result}");
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(ws.path().join("runs/manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest[0]["step"], "ad-hoc");
+    assert_eq!(manifest[0]["num_turns"], 4);
+    assert!(manifest[0]["cost_usd"].as_f64().unwrap() > 0.0);
+    // The secret never reached a command's environment or the log.
+    let log = std::fs::read_to_string(ws.path().join("runs/flowerbox.log")).unwrap_or_default();
+    assert!(!log.contains("sk-ant-test-secret"));
+}
+
+#[test]
+fn sigterm_records_the_step_as_killed_and_exits_by_the_signal() {
+    let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
+        {"content": [{"type": "tool_use", "name": "Bash", "input": {"command": "sleep 30"}}]},
+        {"content": [{"type": "text", "text": "不会到这里"}]}]}]}));
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let mut child = flowerbox(&model, home.path(), ws.path())
+        .args(["--sandbox", "host", "once", "-t", "Bash", "睡一觉"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the Bash call is in flight (the first request was recorded).
+    let t = Instant::now();
+    while model.recorded().is_empty() && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(nix::libc::SIGTERM), "{status:?}");
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(ws.path().join("runs/manifest.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest[0]["error"], "killed-by-signal");
+    assert_eq!(manifest[0]["ok"], false);
+    // The `sleep 30` process group is gone too.
+    let ps = Command::new("pgrep")
+        .args(["-f", "^sleep 30$"])
+        .output()
+        .unwrap();
+    assert!(
+        ps.stdout.is_empty(),
+        "sleep survived: {}",
+        String::from_utf8_lossy(&ps.stdout)
+    );
+}

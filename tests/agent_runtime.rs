@@ -1,0 +1,334 @@
+//! The agent runtime over real HTTP (the `scripted-model` binary) with the host sandbox:
+//! the tool loop, guards, confinement, spill, budget, subagents and handoffs.
+
+mod agent_support;
+
+use agent_support::{Harness, Opts};
+use flowerbox::agent::{roles, EventKind, RunOptions};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+fn tool(name: &str, input: serde_json::Value) -> serde_json::Value {
+    json!({"type": "tool_use", "name": name, "input": input})
+}
+fn text(t: &str) -> serde_json::Value {
+    json!({"type": "text", "text": t})
+}
+
+#[tokio::test]
+async fn tool_loop_runs_calls_in_parallel_and_answers_every_failure_as_a_tool_error() {
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.txt");
+    std::fs::write(&secret, "top secret").unwrap();
+    let h = Harness::new(
+        json!({"agents": [{"role": "once", "turns": [
+            {"content": [
+                text("两件事并行"),
+                tool("Bash", json!({"command": "sleep 1; echo one"})),
+                tool("Bash", json!({"command": "sleep 1; echo two"})),
+                tool("Write", json!({"file_path": "notes.txt", "content": "你好\n"})),
+                tool("Teleport", json!({"to": "mars"})),
+                tool("Read", json!({"path_typo": "notes.txt"})),
+                tool("Read", json!({"file_path": "../../../../etc/passwd"})),
+                tool("Read", json!({"file_path": secret.to_str().unwrap()})),
+                tool("Read", json!({"file_path": "link/secret.txt"}))]},
+            {"content": [tool("Read", json!({"file_path": "notes.txt"}))]},
+            {"content": [text("全做完了")]}]}]}),
+        Opts::default(),
+    );
+    std::os::unix::fs::symlink(outside.path(), h.ws.join("link")).unwrap();
+    let spec = roles::once(
+        "",
+        ["Read", "Write", "Bash"].map(String::from).to_vec(),
+        None,
+    );
+    let t = Instant::now();
+    let r = h.rt.run(&spec, "做事", RunOptions::default()).await;
+    assert!(r.ok, "{:?}", r.error);
+    assert_eq!(r.text, "全做完了");
+    assert_eq!(r.num_turns, 3);
+    // The two one-second commands overlapped.
+    assert!(
+        t.elapsed() < Duration::from_millis(1900),
+        "{:?}",
+        t.elapsed()
+    );
+    let res = h.results(1);
+    assert_eq!(res.len(), 8);
+    assert_eq!(res[0], ("one".into(), false));
+    assert_eq!(res[1], ("two".into(), false));
+    assert!(!res[2].1);
+    assert!(res[3].1 && res[3].0.contains("Teleport"), "{:?}", res[3]);
+    assert!(res[4].1 && res[4].0.contains("file_path"), "{:?}", res[4]);
+    for (i, r) in res[5..].iter().enumerate() {
+        assert!(r.1, "escape {i} was not refused: {r:?}");
+        assert!(
+            !r.0.contains("top secret") && !r.0.contains("root:"),
+            "{r:?}"
+        );
+    }
+    assert!(h.results(2)[0].0.contains("你好"));
+}
+
+#[tokio::test]
+async fn roles_are_enforced_by_the_runtime() {
+    let h = Harness::new(
+        json!({"agents": [
+            {"role": "judge", "turns": [
+                {"content": [tool("Write", json!({"file_path": "x", "content": "fixed"})),
+                             tool("Bash", json!({"command": "touch y"}))]},
+                {"content": [text("## 结论\nNOT_YET")]}]},
+            {"role": "coordinator", "turns": [
+                {"content": [tool("Bash", json!({"command": "rm -rf x"})),
+                             tool("Bash", json!({"command": "git status && rm x"})),
+                             tool("Bash", json!({"command": "git status && git log --oneline | head"})),
+                             tool("Edit", json!({"file_path": "a", "old_string": "a", "new_string": "b"}))]},
+                {"content": [text("看过了")]}]}]}),
+        Opts::default(),
+    );
+    let git = |args: &[&str]| {
+        assert!(std::process::Command::new("git")
+            .args(args)
+            .current_dir(&h.ws)
+            .output()
+            .unwrap()
+            .status
+            .success())
+    };
+    git(&["init", "-q"]);
+    git(&[
+        "-c",
+        "user.name=t",
+        "-c",
+        "user.email=t@t",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "first",
+    ]);
+    std::fs::write(h.ws.join("x"), "keep").unwrap();
+
+    let r =
+        h.rt.run(
+            &roles::judge("判定", "", false),
+            "判一下",
+            RunOptions::default(),
+        )
+        .await;
+    assert!(r.ok);
+    let res = h.results(1);
+    assert!(res.iter().all(|r| r.1), "{res:?}");
+    assert!(res[0].0.contains("白名单"));
+
+    let r =
+        h.rt.run(
+            &roles::coordinator("协调者", "", vec![]),
+            "看一眼",
+            RunOptions::default(),
+        )
+        .await;
+    assert!(r.ok);
+    let res = h.results(3);
+    assert!(res[0].1 && res[1].1, "{res:?}");
+    assert!(!res[2].1 && res[2].0.contains("first"), "{res:?}");
+    assert!(res[3].1);
+    assert_eq!(std::fs::read_to_string(h.ws.join("x")).unwrap(), "keep");
+    assert!(!h.ws.join("y").exists());
+}
+
+#[tokio::test]
+async fn a_50kb_output_is_spilled_and_the_next_request_stays_small() {
+    let h = Harness::new(
+        json!({"agents": [{"role": "once", "turns": [
+            {"content": [tool("Bash", json!({"command": "seq 1 12000"}))]},
+            {"content": [text("看完了")]}]}]}),
+        Opts::default(),
+    );
+    let r =
+        h.rt.run(
+            &roles::once("", vec!["Bash".into()], None),
+            "数数",
+            RunOptions::default(),
+        )
+        .await;
+    assert!(r.ok);
+    let res = h.results(1);
+    assert!(res[0].0.starts_with("[结果共"), "{}", &res[0].0[..80]);
+    let body = serde_json::to_string(&h.model.recorded()[1]).unwrap();
+    assert!(body.len() < 8_000, "second request is {} bytes", body.len());
+    let spilled: Vec<_> = std::fs::read_dir(h.ws.join(".flower/spill"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert!(spilled.iter().any(|e| std::fs::read_to_string(e.path())
+        .unwrap()
+        .contains("\n11999\n")));
+}
+
+#[tokio::test]
+async fn budget_stops_before_the_next_call_and_the_manifest_says_so() {
+    let h = Harness::new(
+        json!({"agents": [{"role": "once", "turns": [
+            {"content": [tool("Bash", json!({"command": "true"}))],
+             "usage": {"input_tokens": 100000, "output_tokens": 1000}},
+            {"content": [text("不该走到这里")]}]}]}),
+        Opts::default(),
+    );
+    let spec = roles::once("", vec!["Bash".into()], Some(0.01));
+    let r = h.rt.run(&spec, "花钱", RunOptions::default()).await;
+    assert!(!r.ok);
+    assert!(
+        r.error.as_deref().unwrap().contains("预算用完"),
+        "{:?}",
+        r.error
+    );
+    assert_eq!(
+        h.model.recorded().len(),
+        1,
+        "no call may start past the budget"
+    );
+    let row = &h.manifest()[0];
+    assert_eq!(row["ok"], false);
+    assert!(row["error"].as_str().unwrap().contains("预算"));
+    assert!(row["cost_usd"].as_f64().unwrap() > 0.01);
+}
+
+#[tokio::test]
+async fn a_dispatched_worker_reports_back_to_the_coordinator() {
+    let report = "## 结论\n写好了\n## 依据\ncat out.txt 看到 ok\n## 产出\nout.txt\n## 未验证\n无";
+    let h = Harness::new(
+        json!({"agents": [
+            {"role": "coordinator", "turns": [
+                {"content": [tool("Agent", json!({"description": "写文件", "prompt": "写 out.txt,内容 ok"}))]},
+                {"content": [text("收到报告")]}]},
+            {"role": "worker", "turns": [
+                {"content": [tool("Write", json!({"file_path": "out.txt", "content": "ok"}))]},
+                {"content": [text(report)]}]}]}),
+        Opts::default(),
+    );
+    let r =
+        h.rt.run(
+            &roles::coordinator("协调者", "", vec![]),
+            "派个人",
+            RunOptions::default(),
+        )
+        .await;
+    assert!(r.ok, "{:?}", r.error);
+    let coordinator_second = h
+        .model
+        .recorded()
+        .into_iter()
+        .find(|q| {
+            q["messages"].as_array().unwrap().len() == 3
+                && q["system"].to_string().contains("协调者")
+        })
+        .expect("coordinator's second request");
+    let tr = &coordinator_second["messages"][2]["content"][0];
+    assert!(tr.to_string().contains("写好了"), "{tr}");
+    assert_eq!(std::fs::read_to_string(h.ws.join("out.txt")).unwrap(), "ok");
+    assert!(r.spend.known_usd > 0.0);
+}
+
+fn handoff_doc() -> &'static str {
+    "## 现在在做\n在改 parser\n## 已定的事\n用 nom\n## 走不通的\n正则不行\n## 下一步\n跑 cargo test\n## 现场\nsrc/parser.rs"
+}
+
+#[tokio::test]
+async fn a_full_context_hands_off_to_a_new_session() {
+    let h = Harness::new(
+        json!({"agents": [
+            {"prompt": "你在接手上一代会话", "turns": [{"content": [text("接手完成")]}]},
+            {"role": "once", "turns": [
+                {"content": [tool("Bash", json!({"command": "true"}))], "usage": {"input_tokens": 30000, "output_tokens": 10}},
+                {"content": [text(handoff_doc())]}]}]}),
+        Opts {
+            handoff_window: Some(60_000),
+            ..Opts::default()
+        },
+    );
+    let r =
+        h.rt.run(
+            &roles::once("", vec!["Bash".into()], None),
+            "长活",
+            RunOptions {
+                step: Some("干活".into()),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(r.ok, "{:?}", r.error);
+    assert_eq!(r.text, "接手完成");
+    assert_eq!(r.retired.len(), 1);
+    assert_ne!(r.retired[0], r.session_id.clone().unwrap());
+    let doc = std::fs::read_to_string(h.ws.join(".flower/notes/交接-干活.md")).unwrap();
+    for s in [
+        "现在在做",
+        "已定的事",
+        "走不通的",
+        "下一步",
+        "现场",
+        "在改 parser",
+        "跑 cargo test",
+    ] {
+        assert!(doc.contains(s), "{s} missing in {doc}");
+    }
+    let last = h.model.recorded().pop().unwrap();
+    assert!(last["messages"][0].to_string().contains("在改 parser"));
+    assert_eq!(h.manifest()[0]["retired"][0], r.retired[0]);
+    let ev = h.events.lock().unwrap();
+    assert!(ev.iter().any(|e| matches!(
+        &e.kind,
+        EventKind::Handoff {
+            degraded: false,
+            ..
+        }
+    )));
+}
+
+#[tokio::test]
+async fn a_missing_handoff_document_is_degraded_and_eight_generations_brake() {
+    let h = Harness::new(
+        json!({"agents": [
+            {"prompt": "你在接手上一代会话", "turns": [
+                {"content": [tool("Bash", json!({"command": "true"}))], "usage": {"input_tokens": 30000, "output_tokens": 10}},
+                {"content": [text("我不想写交接书")]}]},
+            {"role": "once", "turns": [
+                {"content": [tool("Bash", json!({"command": "true"}))], "usage": {"input_tokens": 30000, "output_tokens": 10}},
+                {"content": [text("随便说点")]}]}]}),
+        Opts {
+            handoff_window: Some(60_000),
+            ..Opts::default()
+        },
+    );
+    let r =
+        h.rt.run(
+            &roles::once("", vec!["Bash".into()], None),
+            "停不下来的活",
+            RunOptions {
+                step: Some("干活".into()),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(!r.ok);
+    assert_eq!(r.retired.len(), 8);
+    assert!(
+        r.error.as_deref().unwrap().contains("8 代"),
+        "{:?}",
+        r.error
+    );
+    let doc = std::fs::read_to_string(h.ws.join(".flower/notes/交接-干活.md")).unwrap();
+    assert!(doc.contains("降级") || doc.contains("没能写出"), "{doc}");
+    let archived = std::fs::read_dir(h.ws.join(".flower/notes/archive/交接"))
+        .unwrap()
+        .count();
+    assert_eq!(archived, 7);
+    let ev = h.events.lock().unwrap();
+    assert_eq!(
+        ev.iter()
+            .filter(|e| matches!(&e.kind, EventKind::Handoff { degraded: true, .. }))
+            .count(),
+        8
+    );
+}

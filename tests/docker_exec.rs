@@ -1,0 +1,403 @@
+//! Exec on the real engine: labelled containers as the host user, timeouts that leave nothing
+//! behind, no zombies, background children that do not hang, capped output, missing programs.
+
+mod docker_support;
+
+use bollard::query_parameters::StopContainerOptions;
+use docker_support::*;
+use flowerbox::model::Role;
+use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory, UserIds};
+use flowerbox::sandbox::{AgentBox, Mount, Sandbox, SandboxError, SandboxFactory};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[tokio::test]
+async fn command_runs_in_labelled_container_and_files_belong_to_the_host_user() {
+    let Some(engine) = engine_or_skip("labelled_container").await else {
+        return;
+    };
+    let run = TestRun::new(&engine, "labels").await;
+    let sb = run
+        .factory
+        .docker_sandbox(&run.agent("worker-1", Role::Worker, false))
+        .await
+        .unwrap();
+    let out = exec_ok(
+        &*sb,
+        "touch made-here && id -u && id -g && echo $HOME && touch $HOME/ok",
+        &run.workspace,
+    )
+    .await;
+    assert!(out.success(), "{out:?}");
+    let me = UserIds::current();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines[0], me.uid.to_string());
+    assert_eq!(lines[1], me.gid.to_string());
+    let meta = std::fs::metadata(run.workspace.join("made-here")).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (me.uid, me.gid));
+
+    let info = engine
+        .docker()
+        .inspect_container(sb.container_id(), None)
+        .await
+        .unwrap();
+    let labels = info.config.as_ref().unwrap().labels.clone().unwrap();
+    assert_eq!(labels["flowerbox.run"], run.run_id);
+    assert_eq!(labels["flowerbox.agent"], "worker-1");
+    assert_eq!(labels["flowerbox.role"], "worker");
+    assert_eq!(
+        labels["flowerbox.workspace"],
+        run.workspace.to_string_lossy()
+    );
+    assert_eq!(
+        labels["flowerbox.owner.pid"],
+        std::process::id().to_string()
+    );
+    assert!(
+        labels.contains_key("flowerbox.owner.start") && labels.contains_key("flowerbox.owner.host")
+    );
+    let hc = info.host_config.unwrap();
+    assert_eq!(hc.cap_drop.unwrap(), ["ALL"]);
+    assert_eq!(hc.security_opt.unwrap(), ["no-new-privileges"]);
+    assert!(hc.pids_limit.unwrap() > 0 && hc.memory.unwrap() > 0);
+    assert!(hc.pid_mode.unwrap().starts_with("container:"));
+    // The mount keeps its host path (spaces and non-ASCII included).
+    let mounts = info.mounts.unwrap();
+    assert!(mounts
+        .iter()
+        .any(|m| m.destination.as_deref() == Some(&*run.workspace.to_string_lossy())));
+}
+
+#[tokio::test]
+async fn another_uid_gets_a_passwd_entry_home_and_git_safe_directory() {
+    let Some(engine) = engine_or_skip("another_uid").await else {
+        return;
+    };
+    let image = agent_image(&engine).await;
+    let (_dir, ws) = odd_workspace();
+    std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // A repository owned by someone else: git refuses it unless safe.directory allows it.
+    let git = |args: &[&str]| {
+        assert!(std::process::Command::new("git")
+            .args(args)
+            .current_dir(&ws)
+            .output()
+            .unwrap()
+            .status
+            .success())
+    };
+    git(&["init", "-q"]);
+    let mut opts = DockerOptions::new(run_id("uid"), &ws);
+    opts.image = Some(image);
+    opts.show_progress = false;
+    opts.user = Some(UserIds {
+        uid: 4242,
+        gid: 4243,
+    });
+    let factory = DockerSandboxFactory::connect(opts).await.unwrap();
+    let spec = AgentBox {
+        agent: "worker-1".into(),
+        role: Role::Worker,
+        mounts: vec![Mount {
+            path: ws.clone(),
+            read_only: false,
+        }],
+        workdir: ws.clone(),
+    };
+    let sb = factory.sandbox(&spec).await.unwrap();
+    let out = exec_ok(
+        &*sb,
+        "whoami && echo $HOME && touch $HOME/x && touch f && git status --short >/dev/null && echo git-ok \
+         && git config gc.auto && git config gc.worktreePruneExpire",
+        &ws,
+    )
+    .await;
+    factory.teardown().await.unwrap();
+    assert!(out.success(), "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(
+        !lines[0].is_empty() && !lines[0].contains("I have no name"),
+        "{lines:?}"
+    );
+    assert!(lines[1].starts_with('/'));
+    assert_eq!(&lines[2..], ["git-ok", "0", "never"]);
+    let meta = std::fs::metadata(ws.join("f")).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (4242, 4243));
+}
+
+#[tokio::test]
+async fn exec_timeout_leaves_no_process_behind() {
+    let Some(engine) = engine_or_skip("exec_timeout").await else {
+        return;
+    };
+    let run = TestRun::new(&engine, "timeout").await;
+    let sb = run.sandbox("worker-1", Role::Worker).await;
+    let started = Instant::now();
+    let cmd =
+        "sleep 1001 & setsid sleep 1002 & (trap '' TERM; sleep 1003) & echo begun; sleep 1004";
+    let out = sb
+        .exec(req(cmd, &run.workspace, Duration::from_secs(2)))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(
+        out.timed_out && !out.success() && out.exit_code.is_none(),
+        "{out:?}"
+    );
+    assert_eq!(out.stdout.trim(), "begun");
+    let ps = exec_ok(&*sb, "ps -eo args", &run.workspace).await;
+    for n in 1001..=1004 {
+        assert!(
+            !ps.stdout.contains(&format!("sleep {n}")),
+            "sleep {n} survived:\n{}",
+            ps.stdout
+        );
+    }
+}
+
+#[tokio::test]
+async fn timeout_with_the_pids_limit_exhausted_still_leaves_nothing() {
+    let Some(engine) = engine_or_skip("pids_exhausted").await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let run = TestRun::with(&engine, "pids", |o| o.limits.pids = 40).await;
+    let sb = run.sandbox("worker-1", Role::Worker).await;
+    let cmd = "for i in $(seq 100); do sleep 3001 & done 2>/dev/null; sleep 3002";
+    let out = sb
+        .exec(req(cmd, &run.workspace, Duration::from_secs(3)))
+        .await
+        .unwrap();
+    assert!(out.timed_out, "{out:?}");
+    eprintln!("notes: {:?}", out.notes);
+    let ps = exec_ok(&*sb, "ps -eo args", &run.workspace).await;
+    assert!(ps.success(), "{ps:?}");
+    assert!(!ps.stdout.contains("sleep 300"), "{}", ps.stdout);
+}
+
+#[tokio::test]
+async fn cancellation_kills_the_command() {
+    let Some(engine) = engine_or_skip("cancellation").await else {
+        return;
+    };
+    let run = TestRun::new(&engine, "cancel").await;
+    let sb = run.sandbox("worker-1", Role::Worker).await;
+    let r = req("sleep 2001", &run.workspace, Duration::from_secs(120));
+    let cancel = r.cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        cancel.cancel();
+    });
+    let out = sb.exec(r).await.unwrap();
+    assert!(
+        out.interrupted && !out.timed_out && !out.success(),
+        "{out:?}"
+    );
+    let ps = exec_ok(&*sb, "ps -eo args", &run.workspace).await;
+    assert!(!ps.stdout.contains("sleep 2001"), "{}", ps.stdout);
+}
+
+#[tokio::test]
+async fn fifty_background_sleeps_leave_no_zombie_and_containers_stop_quickly() {
+    let Some(engine) = engine_or_skip("zombies").await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let run = TestRun::new(&engine, "zombies").await;
+    let sb = run
+        .factory
+        .docker_sandbox(&run.agent("worker-1", Role::Worker, false))
+        .await
+        .unwrap();
+    for _ in 0..50 {
+        let out = exec_ok(&*sb, "sh -c 'sleep 1 &'", &run.workspace).await;
+        assert!(out.success(), "{out:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let ps = exec_ok(&*sb, "ps -eo stat,pid,args", &run.workspace).await;
+    let zombies: Vec<&str> = ps.stdout.lines().filter(|l| l.starts_with('Z')).collect();
+    assert!(zombies.is_empty(), "zombies: {zombies:?}");
+    // Stop uses the container's own stop timeout (1 s), not Docker's 10 s default.
+    for id in run.factory.container_ids() {
+        let started = Instant::now();
+        engine
+            .docker()
+            .stop_container(&id, None::<StopContainerOptions>)
+            .await
+            .unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "stop took {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+#[tokio::test]
+async fn background_child_holding_stdout_does_not_hang_and_stays_visible_in_the_pod() {
+    let Some(engine) = engine_or_skip("background_child").await else {
+        return;
+    };
+    let run = TestRun::new(&engine, "background").await;
+    let worker = run.sandbox("worker-1", Role::Worker).await;
+    let started = Instant::now();
+    let out = worker
+        .exec(req(
+            "python3 -m http.server 8765 & echo started",
+            &run.workspace,
+            Duration::from_secs(120),
+        ))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(!out.timed_out && out.exit_code == Some(0), "{out:?}");
+    assert!(out.stdout.contains("started"), "{out:?}");
+    assert!(
+        out.notes
+            .iter()
+            .any(|n| n.contains("background") && n.contains("http.server")),
+        "{:?}",
+        out.notes
+    );
+    // A judge in the same pod sees the process and reaches the server.
+    let judge = run
+        .factory
+        .sandbox(&run.agent("judge-1", Role::Judge, true))
+        .await
+        .unwrap();
+    let probe = exec_ok(
+        &*judge,
+        "sleep 3; for i in $(seq 50); do curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8765/ && break; sleep 0.1; done; \
+         echo; ps -eo args | grep -c '[h]ttp.server'; ulimit -n; touch judged 2>/dev/null || echo read-only",
+        &run.workspace,
+    )
+    .await;
+    let lines: Vec<&str> = probe.stdout.lines().collect();
+    assert_eq!(lines, ["200", "1", "1024", "read-only"], "{probe:?}");
+}
+
+#[tokio::test]
+async fn large_and_binary_output_is_capped_without_panic() {
+    let Some(engine) = engine_or_skip("large_output").await else {
+        return;
+    };
+    let run = TestRun::new(&engine, "output").await;
+    let sb = run.sandbox("worker-1", Role::Worker).await;
+    let spill = tempfile::tempdir().unwrap();
+    let mut r = req(
+        "head -c 10485760 /dev/zero | tr '\\0' a; echo tail-marker",
+        &run.workspace,
+        Duration::from_secs(120),
+    );
+    r.output_cap = 64 * 1024;
+    r.spill_dir = Some(spill.path().to_path_buf());
+    let out = sb.exec(r).await.unwrap();
+    assert!(
+        out.success() && out.truncated,
+        "{:?}",
+        (out.exit_code, out.truncated, &out.notes)
+    );
+    assert_eq!(
+        out.total_bytes,
+        10 * 1024 * 1024 + "tail-marker\n".len() as u64
+    );
+    assert!(out.stdout.len() < 70 * 1024);
+    assert!(out.stdout.trim_end().ends_with("tail-marker"));
+    let full = out.full_output.expect("spilled");
+    assert_eq!(std::fs::metadata(full).unwrap().len(), out.total_bytes);
+
+    let mut r = req(
+        "head -c 3000000 /dev/urandom; head -c 300000 /dev/urandom >&2",
+        &run.workspace,
+        Duration::from_secs(120),
+    );
+    r.output_cap = 8 * 1024;
+    let out = sb.exec(r).await.unwrap();
+    assert!(out.success() && out.truncated);
+    assert_eq!(out.total_bytes, 3_300_000);
+    assert!(out.stdout.len() < 40 * 1024 && out.stderr.len() < 40 * 1024);
+}
+
+#[tokio::test]
+async fn missing_program_is_reported_and_exit_codes_are_real() {
+    let Some(engine) = engine_or_skip("missing_program").await else {
+        return;
+    };
+    let run = TestRun::new(&engine, "missing").await;
+    let sb = run.sandbox("worker-1", Role::Worker).await;
+    let out = exec_ok(&*sb, "frobnicate --now", &run.workspace).await;
+    assert_eq!(out.exit_code, Some(127));
+    assert!(
+        out.notes
+            .iter()
+            .any(|n| n.contains("frobnicate") && n.contains("not found in the image")),
+        "{out:?}"
+    );
+    let out = exec_ok(&*sb, "sleep 0.3; exit 3", &run.workspace).await;
+    assert_eq!(out.exit_code, Some(3));
+    assert!(out.notes.is_empty(), "{out:?}");
+    let missing = sb
+        .missing_tools(&["file", "lsof", "no-such-tool-x"])
+        .await
+        .unwrap();
+    assert_eq!(missing, ["no-such-tool-x"]);
+}
+
+#[tokio::test]
+async fn sandboxes_are_reused_released_and_confined_to_mounts() {
+    let Some(engine) = engine_or_skip("reuse_release").await else {
+        return;
+    };
+    let run = TestRun::new(&engine, "reuse").await;
+    let a = run
+        .factory
+        .docker_sandbox(&run.agent("coordinator", Role::Coordinator, true))
+        .await
+        .unwrap();
+    let b = run
+        .factory
+        .docker_sandbox(&run.agent("coordinator", Role::Coordinator, true))
+        .await
+        .unwrap();
+    assert!(Arc::ptr_eq(&a, &b));
+    let outside = a
+        .exec(req(
+            "true",
+            std::path::Path::new("/etc"),
+            Duration::from_secs(5),
+        ))
+        .await;
+    assert!(
+        matches!(outside, Err(SandboxError::OutsideMounts(_))),
+        "{outside:?}"
+    );
+    run.factory.release("coordinator").await.unwrap();
+    let gone = engine
+        .docker()
+        .inspect_container(a.container_id(), None)
+        .await;
+    assert!(gone.is_err(), "released container still exists");
+    let c = run
+        .factory
+        .docker_sandbox(&run.agent("coordinator", Role::Coordinator, true))
+        .await
+        .unwrap();
+    assert_ne!(c.container_id(), a.container_id());
+    run.factory.teardown().await.unwrap();
+    assert!(run_containers(&engine, &run.run_id).await.is_empty());
+    assert!(matches!(
+        run.factory
+            .sandbox(&run.agent("x", Role::Worker, false))
+            .await,
+        Err(SandboxError::ShutDown)
+    ));
+}

@@ -1,0 +1,232 @@
+//! No container outlives its run: normal teardown, SIGTERM of the owning process, kill -9 of
+//! the owner followed by the next start's sweep (live owners untouched), and no credential in
+//! any container. The owning processes are this test binary re-executed in helper mode
+//! (`owner_process`, ignored in normal runs).
+
+mod docker_support;
+
+use docker_support::*;
+use flowerbox::model::Role;
+use flowerbox::sandbox::docker::{teardown_on_signal, DockerOptions, DockerSandboxFactory};
+use flowerbox::sandbox::gc;
+use flowerbox::sandbox::{AgentBox, Mount, SandboxFactory};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const HELPER_ENV: &str = "FLOWERBOX_TEST_OWNER";
+const FAKE_KEY: &str = "sk-ant-fake-flowerbox-test-3b1f";
+
+/// Helper mode: own a run (coordinator, worker, judge containers) until SIGTERM/SIGINT/SIGHUP.
+#[tokio::test]
+#[ignore = "helper process for the lifecycle tests, started by them"]
+async fn owner_process() {
+    let Ok(spec) = std::env::var(HELPER_ENV) else {
+        return;
+    };
+    let mut parts = spec.splitn(3, '|');
+    let (run_id, image, ws) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        PathBuf::from(parts.next().unwrap()),
+    );
+    let mut opts = DockerOptions::new(run_id, &ws);
+    opts.image = Some(image.into());
+    opts.show_progress = false;
+    let factory = Arc::new(DockerSandboxFactory::connect(opts).await.expect("connect"));
+    let stop = teardown_on_signal(factory.clone()).expect("signal handlers");
+    for (agent, role, ro) in [
+        ("coordinator", Role::Coordinator, true),
+        ("worker-1", Role::Worker, false),
+        ("judge-1", Role::Judge, true),
+    ] {
+        let spec = AgentBox {
+            agent: agent.into(),
+            role,
+            mounts: vec![Mount {
+                path: ws.clone(),
+                read_only: ro,
+            }],
+            workdir: ws.clone(),
+        };
+        let sb = factory.sandbox(&spec).await.expect("sandbox");
+        let out = sb
+            .exec(req("env", &ws, Duration::from_secs(30)))
+            .await
+            .expect("exec");
+        assert!(
+            !out.stdout.contains(FAKE_KEY),
+            "credential inside a container"
+        );
+    }
+    println!("READY");
+    let sig = stop.await;
+    println!("STOPPED {sig}");
+}
+
+struct Owner {
+    child: Child,
+    run_id: String,
+}
+
+impl Owner {
+    /// Starts a helper owning a new run in `ws`, with a fake credential in its environment.
+    fn start(image: &str, ws: &Path, tag: &str) -> Owner {
+        let run_id = run_id(tag);
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "owner_process",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(HELPER_ENV, format!("{run_id}|{image}|{}", ws.display()))
+            .env("ANTHROPIC_API_KEY", FAKE_KEY)
+            .env("ANTHROPIC_AUTH_TOKEN", FAKE_KEY)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.contains("READY") {
+                    let _ = tx.send(());
+                }
+            }
+        });
+        rx.recv_timeout(Duration::from_secs(180))
+            .expect("owner process never became ready");
+        Owner { child, run_id }
+    }
+
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig).unwrap();
+    }
+
+    fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                started.elapsed() < limit,
+                "owner did not exit within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            self.signal(nix::sys::signal::Signal::SIGTERM);
+            let _ = self.wait(Duration::from_secs(30));
+        }
+    }
+}
+
+#[tokio::test]
+async fn normal_run_leaves_no_container() {
+    let Some(engine) = engine_or_skip("normal_run").await else {
+        return;
+    };
+    let run = TestRun::new(&engine, "normal").await;
+    for (agent, role) in [
+        ("coordinator", Role::Coordinator),
+        ("worker-1", Role::Worker),
+        ("judge-1", Role::Judge),
+    ] {
+        let sb = run.sandbox(agent, role).await;
+        assert!(exec_ok(&*sb, "true", &run.workspace).await.success());
+    }
+    assert_eq!(
+        run_containers(&engine, &run.run_id).await.len(),
+        4,
+        "pod + 3 agents"
+    );
+    run.factory.teardown().await.unwrap();
+    assert!(run_containers(&engine, &run.run_id).await.is_empty());
+    run.factory.teardown().await.unwrap(); // idempotent
+}
+
+#[tokio::test]
+async fn sigterm_of_the_owner_removes_its_containers_and_none_holds_a_credential() {
+    let Some(engine) = engine_or_skip("sigterm").await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let image = agent_image(&engine).await;
+    let (_dir, ws) = odd_workspace();
+    let mut owner = Owner::start(&image, &ws, "sigterm");
+    let ids = run_containers(&engine, &owner.run_id).await;
+    assert_eq!(ids.len(), 4, "pod + 3 agents");
+    for id in &ids {
+        let info = engine.docker().inspect_container(id, None).await.unwrap();
+        let text = serde_json::to_string(&info).unwrap();
+        assert!(
+            !text.contains(FAKE_KEY) && !text.contains("ANTHROPIC"),
+            "credential in {id}: {text}"
+        );
+    }
+    let img = serde_json::to_string(&engine.docker().inspect_image(&image).await.unwrap()).unwrap();
+    assert!(!img.contains(FAKE_KEY) && !img.contains("ANTHROPIC"));
+    owner.signal(nix::sys::signal::Signal::SIGTERM);
+    owner.wait(Duration::from_secs(60));
+    assert!(
+        run_containers(&engine, &owner.run_id).await.is_empty(),
+        "containers left after SIGTERM"
+    );
+}
+
+#[tokio::test]
+async fn kill9_then_the_next_start_sweeps_orphans_and_spares_live_owners() {
+    let Some(engine) = engine_or_skip("kill9").await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let image = agent_image(&engine).await;
+    let (_dir, ws) = odd_workspace();
+    let mut dead = Owner::start(&image, &ws, "dead");
+    let live = Owner::start(&image, &ws, "live");
+    dead.signal(nix::sys::signal::Signal::SIGKILL);
+    dead.wait(Duration::from_secs(30));
+    let orphans = run_containers(&engine, &dead.run_id).await;
+    assert_eq!(orphans.len(), 4, "kill -9 leaves the containers behind");
+
+    // The next start in this workspace sweeps.
+    let lines = gc::sweep_orphans(&engine, &ws).await.unwrap();
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains(&dead.run_id) && l.contains("is gone")),
+        "{lines:?}"
+    );
+    assert!(run_containers(&engine, &dead.run_id).await.is_empty());
+    assert_eq!(
+        run_containers(&engine, &live.run_id).await.len(),
+        4,
+        "a live owner's containers were touched"
+    );
+
+    // `gc` lists the live run's containers as kept.
+    let report = gc::gc(&engine, Some(&ws)).await.unwrap();
+    assert!(report.removed.is_empty());
+    assert_eq!(
+        report
+            .kept
+            .iter()
+            .filter(|l| l.contains(&live.run_id))
+            .count(),
+        4,
+        "{report:?}"
+    );
+    drop(live);
+}

@@ -1,0 +1,174 @@
+//! Shared setup for the Docker integration tests: the engine gate (fail when `CI=true`, skip
+//! visibly otherwise), the one agent image every test shares, a serialising lock for heavy
+//! tests, and run fixtures that clean up in `Drop`.
+#![allow(dead_code)]
+
+use flowerbox::model::Role;
+use flowerbox::sandbox::docker::{ensure_image, DockerOptions, DockerSandboxFactory, Engine};
+use flowerbox::sandbox::{AgentBox, ExecOutput, ExecRequest, Mount, Sandbox, SandboxFactory};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Heavy tests (many containers, timing-sensitive) take this lock.
+pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The engine, or `None` (with a visible message) when it is missing outside CI. In CI a
+/// missing engine fails the test.
+pub async fn engine_or_skip(test: &str) -> Option<Engine> {
+    match Engine::connect(None, Duration::from_secs(5)).await {
+        Ok(e) => Some(e),
+        Err(e) => {
+            if std::env::var("CI").as_deref() == Ok("true") {
+                panic!("{test}: CI=true but the Docker engine is unusable: {e}");
+            }
+            eprintln!("SKIPPED {test}: no Docker engine ({e})");
+            None
+        }
+    }
+}
+
+/// The shared agent image (built from nothing on first use, then reused by tag).
+pub async fn agent_image(engine: &Engine) -> String {
+    let ensured = ensure_image(engine, None, true).await.expect("agent image");
+    if ensured.built {
+        eprintln!(
+            "built {} in {:.1} s (base built: {})",
+            ensured.image,
+            ensured.elapsed.as_secs_f64(),
+            ensured.base_built
+        );
+    }
+    ensured.image
+}
+
+/// A unique run id for this test.
+pub fn run_id(test: &str) -> String {
+    format!(
+        "t{}-{}",
+        std::process::id(),
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    )
+    .replace(' ', "")
+        + "-"
+        + test
+}
+
+/// A workspace directory whose name has spaces and non-ASCII characters.
+pub fn odd_workspace() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ws = dir.path().join("wö rk space");
+    std::fs::create_dir(&ws).unwrap();
+    let ws = std::fs::canonicalize(ws).unwrap();
+    (dir, ws)
+}
+
+/// A factory for one test run; torn down in `Drop` when the test forgot or panicked.
+pub struct TestRun {
+    pub factory: Arc<DockerSandboxFactory>,
+    pub workspace: PathBuf,
+    pub run_id: String,
+    _dir: tempfile::TempDir,
+}
+
+impl TestRun {
+    pub async fn new(engine: &Engine, test: &str) -> TestRun {
+        Self::with(engine, test, |_| {}).await
+    }
+
+    /// Like [`TestRun::new`], with the options adjusted by `adjust`.
+    pub async fn with(
+        engine: &Engine,
+        test: &str,
+        adjust: impl FnOnce(&mut DockerOptions),
+    ) -> TestRun {
+        let image = agent_image(engine).await;
+        let (dir, workspace) = odd_workspace();
+        let run_id = run_id(test);
+        let mut opts = DockerOptions::new(run_id.clone(), &workspace);
+        opts.image = Some(image);
+        opts.show_progress = false;
+        adjust(&mut opts);
+        let factory = Arc::new(DockerSandboxFactory::connect(opts).await.expect("connect"));
+        TestRun {
+            factory,
+            workspace,
+            run_id,
+            _dir: dir,
+        }
+    }
+
+    pub fn agent(&self, agent: &str, role: Role, read_only: bool) -> AgentBox {
+        AgentBox {
+            agent: agent.into(),
+            role,
+            mounts: vec![Mount {
+                path: self.workspace.clone(),
+                read_only,
+            }],
+            workdir: self.workspace.clone(),
+        }
+    }
+
+    pub async fn sandbox(&self, agent: &str, role: Role) -> Arc<dyn Sandbox> {
+        self.factory
+            .sandbox(&self.agent(agent, role, false))
+            .await
+            .expect("sandbox")
+    }
+}
+
+impl Drop for TestRun {
+    fn drop(&mut self) {
+        let factory = self.factory.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let _ = rt.block_on(factory.teardown());
+        })
+        .join();
+    }
+}
+
+/// A request with sane defaults.
+pub fn req(cmd: &str, cwd: &Path, timeout: Duration) -> ExecRequest {
+    ExecRequest {
+        command: cmd.into(),
+        cwd: cwd.to_path_buf(),
+        env: Vec::new(),
+        timeout,
+        output_cap: 16 * 1024,
+        spill_dir: None,
+        cancel: CancellationToken::new(),
+    }
+}
+
+/// Runs `cmd` and returns the output (panics on sandbox errors).
+pub async fn exec_ok(sb: &dyn Sandbox, cmd: &str, cwd: &Path) -> ExecOutput {
+    sb.exec(req(cmd, cwd, Duration::from_secs(60)))
+        .await
+        .expect("exec")
+}
+
+/// Ids of every container labelled with this run (any state), via the engine.
+pub async fn run_containers(engine: &Engine, run_id: &str) -> Vec<String> {
+    use bollard::query_parameters::ListContainersOptions;
+    use std::collections::HashMap;
+    let filters = HashMap::from([("label".to_string(), vec![format!("flowerbox.run={run_id}")])]);
+    let opts = ListContainersOptions {
+        all: true,
+        filters: Some(filters),
+        ..Default::default()
+    };
+    engine
+        .docker()
+        .list_containers(Some(opts))
+        .await
+        .expect("list")
+        .into_iter()
+        .filter_map(|c| c.id)
+        .collect()
+}
