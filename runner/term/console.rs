@@ -22,9 +22,17 @@
 //! use flowerbox::record::manifest::KILLED_BY_SIGNAL;
 //! use flowerbox::term::{tty, Console, ConsoleOptions, ConsoleSignal};
 //!
+//! // Build first: the Docker image spinner (stderr) runs before the console owns the screen.
+//! let ctx = RunContext::build(&globals, &creds, RunSetup {
+//!     events: flowerbox::agent::event::null_sink(), // the console subscribes below
+//!     human: Arc::new(channel.clone()),
+//! #   workbench: None, trim_large: true, window: None, handoff: true, placement: None,
+//! #   sandboxes: None,
+//! }).await.expect("context");
 //! let mut opts = ConsoleOptions::detect(globals.verbose); // ttys, NO_COLOR, $HOME
 //! opts.run_dir = Some(globals.run_dir.clone()); // aside/ books open on the first `?`
-//! // Inside tokio. Sets cbreak, starts the input thread and the signal listener.
+//! // Inside tokio. Sets cbreak, starts the input thread and the signal listener, and connects
+//! // the channel's question events.
 //! let mut console = Console::start(opts, channel.clone()).expect("console");
 //! if let Some(r) = console.terminal_restore() {
 //!     tty::chain_panic_hook(r); // binary layer: the terminal comes back even on a panic
@@ -32,12 +40,7 @@
 //! if globals.verbose {
 //!     console.print_lines(&credential_lines); // -v: sanitised, through the one port
 //! }
-//! let ctx = RunContext::build(&globals, &creds, RunSetup {
-//!     events: console.event_sink(), // every event is rendered by the console
-//!     human: Arc::new(channel.clone()),
-//! #   workbench: None, trim_large: true, window: None, handoff: true, placement: None,
-//! #   sandboxes: None,
-//! }).await.expect("context");
+//! ctx.runtime.subscribe(console.event_sink()); // every event is rendered by the console
 //! console.attach_runtime(ctx.runtime.clone()); // Ctrl-C interrupts it; `?` borrows its model
 //! let mut work = tokio::spawn(async { /* the workflow over ctx.runtime */ });
 //! loop {
