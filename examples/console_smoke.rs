@@ -51,10 +51,7 @@ async fn main() {
     let channel = HumanChannel::new(HumanConfig::default());
     let mut opts = ConsoleOptions::detect(false);
     opts.run_dir = Some(dir.path().join("runs"));
-    let mut console = Console::start(opts, channel.clone()).expect("console");
-    if let Some(r) = console.terminal_restore() {
-        flowerbox::term::tty::chain_panic_hook(r);
-    }
+    let console = Console::new(opts).expect("console");
     let sink = console.event_sink();
     let rt = Arc::new(Runtime::new(
         RuntimeConfig::new(
@@ -69,6 +66,10 @@ async fn main() {
         Arc::new(flowerbox::channel::Absent),
         sink.clone(),
     ));
+    console.start(channel.clone()).expect("console start");
+    if let Some(r) = console.terminal_restore() {
+        flowerbox::term::tty::chain_panic_hook(r);
+    }
     console.attach_runtime(rt);
     console.set_interrupter(Arc::new(LogInterrupt(console.port().clone())));
     console.print_lines(&[format!("[smoke] pid {}", std::process::id())]);

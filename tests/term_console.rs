@@ -71,13 +71,8 @@ fn rig(config: HumanConfig, aside: bool, delay: Duration) -> Rig {
         run_dir: aside.then(|| dir.path().join("runs")),
         aside: None,
     };
-    let console = Console::start_with(
-        opts,
-        channel.clone(),
-        port,
-        tokio::runtime::Handle::current(),
-    )
-    .unwrap();
+    let console = Console::with_port(opts, port, tokio::runtime::Handle::current());
+    console.start(channel.clone()).unwrap();
     let oracle = Arc::new(EchoOracle {
         delay,
         ..Default::default()
@@ -307,4 +302,20 @@ async fn events_render_with_the_status_line_and_step_cost() {
         .print_lines(&["ANTHROPIC_AUTH_TOKEN=sk-a…\u{1b}[31m"]);
     assert!(r.out.text().contains("ANTHROPIC_AUTH_TOKEN=sk-a…\n"));
     r.console.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finish_blocking_waits_for_asides_from_a_synchronous_caller() {
+    let r = rig(HumanConfig::default(), true, Duration::from_millis(400));
+    r.console.handle_line("? 还剩几步");
+    let console = Arc::new(r.console);
+    let c = console.clone();
+    tokio::task::spawn_blocking(move || c.finish_blocking())
+        .await
+        .unwrap();
+    let text = r.out.text();
+    let wait = text.find("(等 1 条旁路问答收尾…)").expect("waiting line");
+    let answer = text.find("旁路回答:还剩几步").expect("answer");
+    assert!(wait < answer, "{text}");
+    assert_eq!(console.asides_pending(), 0);
 }

@@ -417,6 +417,22 @@ impl AsideOracle {
             .count()
     }
 
+    /// [`AsideOracle::wait`] for synchronous callers: polls every 50 ms (the answers run on the
+    /// tokio runtime's workers, not on this thread), aborts what is left after `limit`.
+    pub fn wait_blocking(&self, limit: Duration) -> usize {
+        let deadline = std::time::Instant::now() + limit;
+        while self.pending() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *lock(&self.tasks));
+        let mut left = 0;
+        for t in tasks.into_iter().filter(|t| !t.is_finished()) {
+            left += 1;
+            t.abort();
+        }
+        left
+    }
+
     /// Waits up to `limit` for the pending answers (they are shown as they arrive); returns
     /// how many were still pending when the wait ended.
     pub async fn wait(&self, limit: Duration) -> usize {

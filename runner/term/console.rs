@@ -5,8 +5,10 @@
 //!
 //! # How a driver uses it
 //!
-//! Use it when stdin and stdout are terminals (`ConsoleOptions::detect` tells); otherwise the
-//! plain printer does. Sketch of a `go`/`run` driver:
+//! Use it when stdin is a terminal (`ConsoleOptions::detect` tells); otherwise the plain
+//! printer does. Two phases: [`Console::new`] gives the event sink and changes nothing on the
+//! terminal (so the Docker image build can draw its own spinner), [`Console::start`] takes the
+//! terminal over once the question channel exists. Sketch of a `go`/`run` driver:
 //!
 //! ```no_run
 //! # use std::sync::Arc;
@@ -22,25 +24,23 @@
 //! use flowerbox::record::manifest::KILLED_BY_SIGNAL;
 //! use flowerbox::term::{tty, Console, ConsoleOptions, ConsoleSignal};
 //!
-//! // Build first: the Docker image spinner (stderr) runs before the console owns the screen.
-//! let ctx = RunContext::build(&globals, &creds, RunSetup {
-//!     events: flowerbox::agent::event::null_sink(), // the console subscribes below
-//!     human: Arc::new(channel.clone()),
-//! #   workbench: None, trim_large: true, window: None, handoff: true, placement: None,
-//! #   sandboxes: None,
-//! }).await.expect("context");
 //! let mut opts = ConsoleOptions::detect(globals.verbose); // ttys, NO_COLOR, $HOME
 //! opts.run_dir = Some(globals.run_dir.clone()); // aside/ books open on the first `?`
-//! // Inside tokio. Sets cbreak, starts the input thread and the signal listener, and connects
-//! // the channel's question events.
-//! let mut console = Console::start(opts, channel.clone()).expect("console");
-//! if let Some(r) = console.terminal_restore() {
-//!     tty::chain_panic_hook(r); // binary layer: the terminal comes back even on a panic
-//! }
+//! let console = Console::new(opts).expect("inside tokio");
 //! if globals.verbose {
 //!     console.print_lines(&credential_lines); // -v: sanitised, through the one port
 //! }
-//! ctx.runtime.subscribe(console.event_sink()); // every event is rendered by the console
+//! let ctx = RunContext::build(&globals, &creds, RunSetup {
+//!     events: console.event_sink(), // every event is rendered by the console
+//!     human: Arc::new(channel.clone()),
+//! #   workbench: None, trim_large: true, window: None, handoff: true, placement: None,
+//! #   sandboxes: None,
+//! }).await.expect("context"); // the image spinner (stderr) runs here, before start()
+//! // cbreak (before the input thread), input thread, resident prompt, signal listener.
+//! console.start(channel.clone()).expect("console");
+//! if let Some(r) = console.terminal_restore() {
+//!     tty::chain_panic_hook(r); // binary layer: the terminal comes back even on a panic
+//! }
 //! console.attach_runtime(ctx.runtime.clone()); // Ctrl-C interrupts it; `?` borrows its model
 //! let mut work = tokio::spawn(async { /* the workflow over ctx.runtime */ });
 //! loop {
@@ -189,14 +189,15 @@ struct Shared {
     started: Instant,
     verbose: bool,
     home: Option<PathBuf>,
-    channel: HumanChannel,
+    /// The question channel, once [`Console::start`] gave it.
+    channel: Arc<Mutex<Option<HumanChannel>>>,
     aside: AsideOracle,
     interrupter: Mutex<Option<Arc<dyn Interrupt>>>,
     /// The Ctrl-C prompt is showing.
     interrupting: AtomicBool,
     /// stdin is a terminal.
     keyboard: bool,
-    /// The input thread saw EOF.
+    /// No input is read (not started, EOF seen, or `read_input` off).
     input_ended: AtomicBool,
     cbreak: Mutex<Option<CbreakGuard>>,
 }
@@ -213,6 +214,10 @@ impl Shared {
             width: screen_width(self.port.columns()),
             home: self.home.clone(),
         }
+    }
+
+    fn channel(&self) -> Option<HumanChannel> {
+        lock(&self.channel).clone()
     }
 
     fn on_event(&self, ev: &Event) {
@@ -237,6 +242,9 @@ impl Shared {
     }
 
     fn on_input(&self, ev: InputEvent) {
+        let Some(channel) = self.channel() else {
+            return;
+        };
         match ev {
             InputEvent::Line(line) => {
                 if self.interrupting.swap(false, Ordering::SeqCst) {
@@ -249,34 +257,34 @@ impl Shared {
                     }
                     return;
                 }
-                match route(&line, self.channel.oldest_pending().as_ref()) {
+                match route(&line, channel.oldest_pending().as_ref()) {
                     Route::Nothing => {}
                     Route::Skip { id } => {
-                        self.channel.decline(&id);
+                        channel.decline(&id);
                     }
                     Route::Answer { id, text } => {
-                        if !self.channel.answer(&id, &text) {
+                        if !channel.answer(&id, &text) {
                             // It timed out a moment ago: the words become a message.
-                            self.to_inbox(&text);
+                            self.to_inbox(&channel, &text);
                         }
                     }
                     Route::Aside { question } => self.aside.ask(&question),
-                    Route::Inbox { text } => self.to_inbox(&text),
+                    Route::Inbox { text } => self.to_inbox(&channel, &text),
                 }
             }
             InputEvent::Eof => {
                 self.input_ended.store(true, Ordering::SeqCst);
                 self.interrupting.store(false, Ordering::SeqCst);
-                for id in route_eof(&self.channel.pending()) {
-                    self.channel.decline(&id);
+                for id in route_eof(&channel.pending()) {
+                    channel.decline(&id);
                 }
                 self.port.set_prompt(PromptKind::Hidden);
             }
         }
     }
 
-    fn to_inbox(&self, text: &str) {
-        if let Some(sent) = self.channel.send(text) {
+    fn to_inbox(&self, channel: &HumanChannel, text: &str) {
+        if let Some(sent) = channel.send(text) {
             let line = inbox_receipt(sent.appended, &self.render_options());
             self.port.print_rendered(&[line]);
         }
@@ -314,7 +322,7 @@ impl Shared {
         }
         lock(&self.activity).clear();
         // Counted before interrupting: the note speaks of the questions waiting at the press.
-        let waiting = self.channel.pending().len();
+        let waiting = self.channel().map(|c| c.pending().len()).unwrap_or(0);
         interrupter.interrupt("");
         let opts = self.render_options();
         let mut lines = interrupt_prompt(&opts);
@@ -330,65 +338,70 @@ impl Shared {
     }
 }
 
-/// The interactive terminal of one run. See the module doc for the driver's side.
+/// The interactive terminal of one run. See the module doc for the driver's side. Every
+/// method takes `&self`, so it can be shared (`Arc<Console>`) between the driver's branches.
 pub struct Console {
     shared: Arc<Shared>,
-    input: Option<InputThread>,
-    signals: mpsc::UnboundedReceiver<ConsoleSignal>,
-    signal_task: Option<JoinHandle<()>>,
-    closed: bool,
+    keys_wanted: bool,
+    read_input: bool,
+    tokio: tokio::runtime::Handle,
+    input: Mutex<Option<InputThread>>,
+    signals: tokio::sync::Mutex<mpsc::UnboundedReceiver<ConsoleSignal>>,
+    signal_tx: Mutex<Option<mpsc::UnboundedSender<ConsoleSignal>>>,
+    signal_task: Mutex<Option<JoinHandle<()>>>,
+    /// A Quit or Terminate was delivered (the end is not a normal one).
+    aborted: AtomicBool,
+    started: AtomicBool,
+    closed: AtomicBool,
 }
 
 impl std::fmt::Debug for Console {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Console")
             .field("port", &self.shared.port)
-            .field("closed", &self.closed)
+            .field("closed", &self.closed.load(Ordering::SeqCst))
             .finish_non_exhaustive()
     }
 }
 
 impl Console {
-    /// Starts the console: the output port on stdout, cbreak mode (when stdin and stdout are
-    /// terminals; set before the input thread starts), the input thread, the signal listener
-    /// (SIGINT, SIGTERM, SIGHUP, and SIGCONT to re-apply cbreak after a stop), and connects
-    /// `channel`'s events to the console's sink (unless a sink is already connected). Must be
-    /// called inside a tokio runtime. (The "stdin is not a terminal" warning is the command
-    /// line's: it prints it before the driver starts.)
-    pub fn start(opts: ConsoleOptions, channel: HumanChannel) -> Result<Console, TermError> {
+    /// A console on stdout. Changes nothing on the terminal yet: events print as lines (so
+    /// whatever runs before [`Console::start`] — the Docker image build with its own spinner —
+    /// keeps the screen to itself). Must be called inside a tokio runtime.
+    pub fn new(opts: ConsoleOptions) -> Result<Console, TermError> {
         let tokio = tokio::runtime::Handle::try_current().map_err(|_| TermError::NoRuntime)?;
-        let pending_channel = channel.clone();
+        let slot: Arc<Mutex<Option<HumanChannel>>> = Arc::new(Mutex::new(None));
+        let pending = slot.clone();
         let port = OutputPort::new(
             Box::new(std::io::stdout()),
             PortConfig {
                 screen: opts.screen,
                 color: opts.color,
                 columns: Arc::new(terminal_columns),
-                question_pending: Arc::new(move || pending_channel.has_pending()),
+                question_pending: Arc::new(move || {
+                    lock(&pending).as_ref().is_some_and(|c| c.has_pending())
+                }),
             },
         );
-        Self::start_with(opts, channel, port, tokio)
+        Ok(Self::build(opts, port, tokio, slot))
     }
 
-    /// [`Console::start`] with a given port (tests, other writers).
-    pub fn start_with(
+    /// [`Console::new`] with a given port (tests, other writers).
+    pub fn with_port(
         opts: ConsoleOptions,
-        channel: HumanChannel,
         port: OutputPort,
         tokio: tokio::runtime::Handle,
-    ) -> Result<Console, TermError> {
-        let mut listener = {
-            let _enter = tokio.enter();
-            SignalListener::new().map_err(|e| TermError::Signals(e.to_string()))?
-        };
-        let (tx, rx) = mpsc::unbounded_channel();
+    ) -> Console {
+        Self::build(opts, port, tokio, Arc::new(Mutex::new(None)))
+    }
+
+    fn build(
+        opts: ConsoleOptions,
+        port: OutputPort,
+        tokio: tokio::runtime::Handle,
+        channel: Arc<Mutex<Option<HumanChannel>>>,
+    ) -> Console {
         let progress = Progress::new(port.clone());
-        let cbreak = if opts.read_input && opts.screen && opts.keyboard {
-            CbreakGuard::enter().ok()
-        } else {
-            None
-        };
-        let keys = cbreak.is_some();
         let shared = Arc::new_cyclic(|weak: &std::sync::Weak<Shared>| {
             let weak = weak.clone();
             let report = Arc::new(move |o: AsideOutcome| {
@@ -411,56 +424,89 @@ impl Console {
                 started: Instant::now(),
                 verbose: opts.verbose,
                 home: opts.home.clone(),
-                channel: channel.clone(),
+                channel,
                 aside,
                 interrupter: Mutex::new(None),
                 interrupting: AtomicBool::new(false),
                 keyboard: opts.keyboard,
-                input_ended: AtomicBool::new(!opts.read_input),
-                cbreak: Mutex::new(cbreak),
+                input_ended: AtomicBool::new(true),
+                cbreak: Mutex::new(None),
             }
         });
-        let sink = Console::sink_of(&shared);
-        channel.connect_events(sink);
+        let (tx, rx) = mpsc::unbounded_channel();
+        Console {
+            shared,
+            keys_wanted: opts.read_input && opts.screen && opts.keyboard,
+            read_input: opts.read_input,
+            tokio,
+            input: Mutex::new(None),
+            signals: tokio::sync::Mutex::new(rx),
+            signal_tx: Mutex::new(Some(tx)),
+            signal_task: Mutex::new(None),
+            aborted: AtomicBool::new(false),
+            started: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+        }
+    }
 
-        // cbreak is already set: start reading.
-        let input = if opts.read_input {
+    /// Takes over the terminal for the run: remembers `channel` (answers, inbox, the prompt
+    /// text), connects its events to the console (unless a sink is connected already), sets
+    /// cbreak when stdin and stdout are terminals — *before* the input thread starts — then
+    /// starts the input thread (keys, or whole lines from a pipe), shows the resident prompt,
+    /// and listens for SIGINT, SIGTERM, SIGHUP (and SIGCONT, to re-apply cbreak after Ctrl-Z).
+    /// Idempotent.
+    pub fn start(&self, channel: HumanChannel) -> Result<(), TermError> {
+        if self.started.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let shared = &self.shared;
+        *lock(&shared.channel) = Some(channel.clone());
+        channel.connect_events(self.event_sink());
+        let mut listener = {
+            let _enter = self.tokio.enter();
+            SignalListener::new().map_err(|e| TermError::Signals(e.to_string()))?
+        };
+        if self.keys_wanted {
+            *lock(&shared.cbreak) = CbreakGuard::enter().ok();
+        }
+        let keys = lock(&shared.cbreak).is_some();
+        if self.read_input {
+            shared.input_ended.store(false, Ordering::SeqCst);
+            if keys {
+                shared.port.set_prompt(PromptKind::Resident);
+            }
             let s = shared.clone();
             let mode = if keys {
                 InputMode::Keys
             } else {
                 InputMode::Lines
             };
-            if keys {
-                port.set_prompt(PromptKind::Resident);
-            }
-            Some(
-                InputThread::spawn(
-                    std::io::stdin(),
-                    mode,
-                    port.clone(),
-                    Box::new(move |ev| {
-                        // A failure here must not kill the thread that reads the keyboard.
-                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            s.on_input(ev)
-                        }));
-                    }),
-                )
-                .map_err(|e| TermError::Input(e.to_string()))?,
+            let thread = InputThread::spawn(
+                std::io::stdin(),
+                mode,
+                shared.port.clone(),
+                Box::new(move |ev| {
+                    // A failure here must not kill the thread that reads the keyboard.
+                    let _ =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.on_input(ev)));
+                }),
             )
-        } else {
-            None
-        };
+            .map_err(|e| TermError::Input(e.to_string()))?;
+            *lock(&self.input) = Some(thread);
+        }
 
+        let Some(tx) = lock(&self.signal_tx).take() else {
+            return Ok(());
+        };
         let s = shared.clone();
         let cont = {
-            let _enter = tokio.enter();
+            let _enter = self.tokio.enter();
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(
                 Signal::SIGCONT as i32,
             ))
             .ok()
         };
-        let signal_task = tokio.spawn(async move {
+        let task = self.tokio.spawn(async move {
             let mut cont = cont;
             loop {
                 let sig = tokio::select! {
@@ -484,14 +530,8 @@ impl Console {
                 }
             }
         });
-
-        Ok(Console {
-            shared,
-            input,
-            signals: rx,
-            signal_task: Some(signal_task),
-            closed: false,
-        })
+        *lock(&self.signal_task) = Some(task);
+        Ok(())
     }
 
     fn sink_of(shared: &Arc<Shared>) -> EventSink {
@@ -503,14 +543,15 @@ impl Console {
         })
     }
 
-    /// The sink to give [`Runtime::new`] (and anything else that emits events). Non-blocking
-    /// apart from the terminal write; never panics.
+    /// The event outlet (for `RunSetup::events` or [`Runtime::subscribe`]). Non-blocking apart
+    /// from the terminal write; never panics.
     pub fn event_sink(&self) -> EventSink {
         Console::sink_of(&self.shared)
     }
 
     /// The run's runtime: Ctrl-C interrupts it, and the aside oracle borrows its provider and
-    /// settings (never its store or sandboxes). Call again to replace.
+    /// settings (never its store or sandboxes). Does not subscribe to its events. Call again
+    /// to replace.
     pub fn attach_runtime(&self, rt: Arc<Runtime>) {
         self.shared.aside.attach(rt.clone());
         *lock(&self.shared.interrupter) = Some(rt);
@@ -563,6 +604,12 @@ impl Console {
         lock(&self.shared.cbreak).is_some()
     }
 
+    /// Whether this console handles Ctrl-C itself (stdin is a terminal): the first press
+    /// interrupts, the second is [`ConsoleSignal::Quit`].
+    pub fn owns_interrupt(&self) -> bool {
+        self.shared.keyboard
+    }
+
     /// Acts on a finished line exactly as the input thread does (routing table, inbox receipt,
     /// aside question, the Ctrl-C prompt's answer). For other input sources and tests.
     pub fn handle_line(&self, line: &str) {
@@ -580,17 +627,33 @@ impl Console {
         self.shared.aside.pending()
     }
 
-    /// The next signal to act on. Pending forever once the console is closed.
-    pub async fn next_signal(&mut self) -> ConsoleSignal {
-        match self.signals.recv().await {
-            Some(s) => s,
+    /// The next signal to act on (after [`Console::start`]). Pending forever once closed.
+    pub async fn next_signal(&self) -> ConsoleSignal {
+        let got = self.signals.lock().await.recv().await;
+        match got {
+            Some(s) => {
+                if s != ConsoleSignal::Interrupted {
+                    self.aborted.store(true, Ordering::SeqCst);
+                }
+                s
+            }
             None => std::future::pending().await,
+        }
+    }
+
+    /// Resolves on [`ConsoleSignal::Quit`] (the second Ctrl-C); `Interrupted` is handled by
+    /// the console and `Terminate` is left to the driver's own SIGHUP/SIGTERM handling.
+    pub async fn quit_requested(&self) {
+        loop {
+            if self.next_signal().await == ConsoleSignal::Quit {
+                return;
+            }
         }
     }
 
     /// Normal end: removes the spinners, waits up to 120 s for pending aside answers (after
     /// the `(等 N 条旁路问答收尾…)` line), then [`Console::close`].
-    pub async fn finish(mut self) {
+    pub async fn finish(&self) {
         lock(&self.shared.activity).clear();
         let n = self.shared.aside.pending();
         if n > 0 {
@@ -601,20 +664,36 @@ impl Console {
         self.close();
     }
 
+    /// [`Console::finish`] for synchronous callers: blocks this thread (never a tokio worker's
+    /// only thread: the answers run on the runtime's workers) while aside answers arrive. After
+    /// a Quit or Terminate it does not wait.
+    pub fn finish_blocking(&self) {
+        lock(&self.shared.activity).clear();
+        let n = self.shared.aside.pending();
+        if n > 0 && !self.aborted.load(Ordering::SeqCst) {
+            let line = aside_waiting(n, &self.shared.render_options());
+            self.shared.port.print_rendered(&[line]);
+            self.shared.aside.wait_blocking(ASIDE_WAIT);
+        }
+        self.close();
+    }
+
     /// Immediate end (quit, signal, error): stops the input thread, removes the prompt and
     /// the spinners, restores the terminal's original settings. Idempotent; also done on drop.
-    pub fn close(&mut self) {
-        if self.closed {
+    /// Output still works afterwards, as plain lines.
+    pub fn close(&self) {
+        if self.closed.swap(true, Ordering::SeqCst) {
             return;
         }
-        self.closed = true;
-        if let Some(mut t) = self.input.take() {
+        let thread = lock(&self.input).take();
+        if let Some(mut t) = thread {
             t.stop();
         }
+        self.shared.input_ended.store(true, Ordering::SeqCst);
         lock(&self.shared.activity).clear();
         self.shared.port.clear_bottom();
         drop(lock(&self.shared.cbreak).take());
-        if let Some(t) = self.signal_task.take() {
+        if let Some(t) = lock(&self.signal_task).take() {
             t.abort();
         }
     }
