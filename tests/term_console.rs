@@ -178,7 +178,7 @@ async fn an_aside_question_sees_the_window_and_keeps_its_own_books() {
         flowerbox::session::SqliteSessionStore::open(runs.join("aside/sessions.db")).unwrap();
     let row = read_manifest(&runs.join("aside/manifest.json")).unwrap();
     assert_eq!(row.len(), 1);
-    assert_eq!(row[0].step, ASIDE_STEP);
+    assert_eq!(row[0].step, format!("{ASIDE_STEP}#1"));
     assert!(row[0].ok);
     let sid = row[0].session_id.clone().unwrap();
     assert!(aside_db.meta(&sid).unwrap().is_some());

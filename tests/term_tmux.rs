@@ -5,26 +5,14 @@
 //!
 //! tmux missing: the tests skip with a visible message, except under `CI=true` where they fail.
 
+#[path = "term_support/tmux.rs"]
+mod tmux;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-
-/// Whether tmux can be used; panics under CI when it cannot.
-fn tmux_available() -> bool {
-    let ok = Command::new("tmux")
-        .arg("-V")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("tmux is required for the terminal tests under CI");
-        }
-        eprintln!("SKIPPED: tmux is not installed; the interactive terminal tests did not run");
-    }
-    ok
-}
+use tmux::{tmux_available, Pane};
 
 /// The smoke driver, built once per test process.
 fn smoke_binary() -> &'static Path {
@@ -46,103 +34,18 @@ fn smoke_binary() -> &'static Path {
     })
 }
 
-/// One tmux server (own socket) with one 100x30 pane running bash.
-struct Pane {
-    socket: String,
-    dir: tempfile::TempDir,
+/// The smoke driver's own helpers on a pane.
+trait Smoke {
+    fn run_smoke(&self, args: &str);
+    fn last_tick(&self) -> u64;
+    fn pid(&self) -> i32;
 }
 
-impl Pane {
-    fn new(name: &str) -> Pane {
-        let socket = format!("fbx-{}-{name}", std::process::id());
-        let dir = tempfile::tempdir().unwrap();
-        let p = Pane { socket, dir };
-        p.tmux(&[
-            "new-session",
-            "-d",
-            "-s",
-            "t",
-            "-x",
-            "100",
-            "-y",
-            "30",
-            "bash --norc --noprofile",
-        ]);
-        p
-    }
-
-    fn tmux(&self, args: &[&str]) -> String {
-        let out = Command::new("tmux")
-            .arg("-L")
-            .arg(&self.socket)
-            .args(args)
-            .output()
-            .expect("tmux");
-        String::from_utf8_lossy(&out.stdout).to_string()
-    }
-
+impl Smoke for Pane {
     /// Runs the smoke driver, recording `stty -a` before and after and the exit status.
     fn run_smoke(&self, args: &str) {
-        let d = self.dir.path().display();
-        let cmd = format!(
-            "stty -a > {d}/before; {} {args}; echo rc=$?; stty -a > {d}/after",
-            smoke_binary().display()
-        );
-        self.keys(&[&cmd, "Enter"]);
+        self.run_recorded(&format!("{} {args}", smoke_binary().display()));
         self.wait_for("smoke pid", |s| s.contains("[smoke] pid "));
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let mut args = vec!["send-keys", "-t", "t"];
-        args.extend_from_slice(keys);
-        self.tmux(&args);
-    }
-
-    /// Types text literally.
-    fn type_text(&self, text: &str) {
-        self.tmux(&["send-keys", "-t", "t", "-l", text]);
-    }
-
-    /// The visible screen.
-    fn screen(&self) -> String {
-        self.tmux(&["capture-pane", "-p", "-t", "t"])
-    }
-
-    /// The screen and 2000 lines of history.
-    fn history(&self) -> String {
-        self.tmux(&["capture-pane", "-p", "-t", "t", "-S", "-2000"])
-    }
-
-    /// The last non-empty line of the screen.
-    fn last_line(&self) -> String {
-        self.screen()
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or_default()
-            .to_string()
-    }
-
-    fn cursor_x(&self) -> usize {
-        self.tmux(&["display", "-p", "-t", "t", "#{cursor_x}"])
-            .trim()
-            .parse()
-            .unwrap()
-    }
-
-    /// Waits (generously) until `pred` holds for the history; panics with the screen if not.
-    fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let h = self.history();
-            if pred(&h) {
-                return h;
-            }
-            if Instant::now() > deadline {
-                panic!("timed out waiting for {what}; screen:\n{}", self.screen());
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
     }
 
     /// The highest `tick N` on screen.
@@ -161,23 +64,6 @@ impl Pane {
             .find_map(|l| l.strip_prefix("[smoke] pid "))
             .and_then(|p| p.trim().parse().ok())
             .expect("pid line")
-    }
-
-    fn stty_unchanged(&self) {
-        let d = self.dir.path();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !d.join("after").exists() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let before = std::fs::read_to_string(d.join("before")).unwrap();
-        let after = std::fs::read_to_string(d.join("after")).expect("stty after");
-        assert_eq!(before, after, "terminal settings changed");
-    }
-}
-
-impl Drop for Pane {
-    fn drop(&mut self) {
-        self.tmux(&["kill-server"]);
     }
 }
 

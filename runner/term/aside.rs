@@ -32,8 +32,14 @@ pub const ASIDE_WINDOW: usize = 60;
 pub const ASIDE_EVENT_CHARS: usize = 200;
 /// Longest wait for pending answers at exit.
 pub const ASIDE_WAIT: Duration = Duration::from_secs(120);
-/// The oracle's step name (aside manifest, session metadata).
+/// The oracle's step name; each question is step `旁路问答#<n>` in the aside manifest (the
+/// manifest keeps one row per step name, and every question is its own step).
 pub const ASIDE_STEP: &str = "旁路问答";
+
+/// The aside manifest's step name of question `n` (from 1): `旁路问答#1`, `旁路问答#2`, …
+pub fn aside_step(n: u32) -> String {
+    format!("{ASIDE_STEP}#{n}")
+}
 
 /// Where the oracle keeps its books.
 #[derive(Clone)]
@@ -255,6 +261,7 @@ pub struct AsideOracle {
     main: Mutex<Option<Arc<Runtime>>>,
     runtime: Mutex<Option<Arc<Runtime>>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    asked: std::sync::atomic::AtomicU32,
 }
 
 impl std::fmt::Debug for AsideOracle {
@@ -294,6 +301,7 @@ impl AsideOracle {
             main: Mutex::new(None),
             runtime: Mutex::new(None),
             tasks: Mutex::new(Vec::new()),
+            asked: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -380,6 +388,7 @@ impl AsideOracle {
         };
         let wb = self.workbench();
         let prompt = aside_prompt(&self.window(), wb.as_ref().map(|w| w.root()), question);
+        let n = self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         let work = self.tokio.spawn(async move {
             let spec = roles::oracle(ASIDE_STEP);
             let res = rt
@@ -387,7 +396,7 @@ impl AsideOracle {
                     &spec,
                     &prompt,
                     RunOptions {
-                        step: Some(ASIDE_STEP.to_string()),
+                        step: Some(aside_step(n)),
                         ..RunOptions::default()
                     },
                 )
