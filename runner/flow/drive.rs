@@ -100,7 +100,11 @@ impl Frontend for PlainFrontend {
 /// THE place that decides whether the run is interactive. The terminal console plugs in here
 /// (`globals.interactive` = stdin is a terminal); until it does, every run is plain.
 pub fn frontend(globals: &GlobalOptions) -> Arc<dyn Frontend> {
-    // CONSOLE: `if globals.interactive { return Arc::new(Console::new(globals)) }`
+    if globals.interactive {
+        if let Some(console) = crate::term::frontend::console_frontend(globals) {
+            return console;
+        }
+    }
     Arc::new(PlainFrontend::stdout(globals.verbose))
 }
 

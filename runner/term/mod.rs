@@ -6,6 +6,7 @@ use thiserror::Error;
 
 pub mod aside;
 pub mod console;
+pub mod frontend;
 pub mod input;
 pub mod line_editor;
 pub mod port;
