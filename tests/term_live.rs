@@ -22,11 +22,22 @@ use tmux::{tmux_available, Pane};
 /// The scenario: the worker sleeps `sleep` seconds in Bash; the coordinator's closing turn
 /// streams slowly (`delay_ms` per event) so a run resumed after Ctrl-C is still in flight for
 /// a moment; the oracle answers every aside question.
-fn scenario(sleep: u32, delay_ms: u64) -> Value {
+fn scenario(sleep: u32, delay_ms: u64, ask: bool) -> Value {
     let text = |t: &str| json!({"content": [{"type": "text", "text": t}]});
+    let brief = text(
+        "## 目标\n写一个 hello.sh\n\n## 验收标准\n- 跑 `./hello.sh` 输出 hello\n\n## 边界\n无\n\n## 未知与假设\n- 无\n");
+    let clarifier = if ask {
+        vec![
+            json!({"content": [{"type": "tool_use", "name": "mcp__human__ask", "input": {
+                "question": "这个工具是给命令行用,还是要有 Web 界面?",
+                "options": ["纯命令行", "Web 界面"]}}]}),
+            brief,
+        ]
+    } else {
+        vec![brief]
+    };
     json!({"agents": [
-        {"role": "clarifier", "turns": [text(
-            "## 目标\n写一个 hello.sh\n\n## 验收标准\n- 跑 `./hello.sh` 输出 hello\n\n## 边界\n无\n\n## 未知与假设\n- 无\n")]},
+        {"role": "clarifier", "turns": clarifier},
         {"role": "judge", "prompt": "变成可判定的目标", "turns": [text(
             "## 目标\n有 hello.sh\n\n## 判定清单\n- 跑 `./hello.sh` 看到 hello\n")]},
         {"role": "judge", "prompt": "判定这一轮", "turns": [text(
@@ -64,13 +75,17 @@ struct Live {
 
 impl Live {
     fn new(name: &str, sleep: u32, delay_ms: u64) -> Live {
+        Self::with(name, sleep, delay_ms, false)
+    }
+
+    fn with(name: &str, sleep: u32, delay_ms: u64, ask: bool) -> Live {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().canonicalize().unwrap();
         let ws = root.join("proj");
         let home = root.join("home");
         std::fs::create_dir_all(&ws).unwrap();
         std::fs::create_dir_all(&home).unwrap();
-        let model = ScriptedModel::start(&scenario(sleep, delay_ms));
+        let model = ScriptedModel::start(&scenario(sleep, delay_ms, ask));
         let pane = Pane::in_dir(name, Some(&ws), 110, 40);
         Live {
             pane,
@@ -82,17 +97,28 @@ impl Live {
         }
     }
 
-    /// Starts `flowerbox --sandbox <sandbox> --timeout 0 写个hello.sh` in the pane.
+    /// Starts `flowerbox --sandbox <sandbox> --timeout 0 写个hello.sh` in the pane and waits
+    /// for the worker's sleep.
     fn start(&self, sandbox: &str) {
+        self.launch(sandbox, "0");
+        self.wait_for_sleep();
+    }
+
+    /// Starts `flowerbox --sandbox <sandbox> --timeout <timeout> 写个hello.sh` in the pane.
+    fn launch(&self, sandbox: &str, timeout: &str) {
         let cmd = format!(
             "env -i PATH=\"$PATH\" TERM=\"$TERM\" HOME={home} FLOWER_NO_PROBE=1 \
              ANTHROPIC_BASE_URL={url} ANTHROPIC_API_KEY=sk-ant-test \
-             ANTHROPIC_MODEL=claude-sonnet-4-5 {bin} --sandbox {sandbox} --timeout 0 写个hello.sh",
+             ANTHROPIC_MODEL=claude-sonnet-4-5 {bin} --sandbox {sandbox} --timeout {timeout} \
+             写个hello.sh",
             home = self.home.display(),
             url = self.model.url,
             bin = env!("CARGO_BIN_EXE_flowerbox"),
         );
         self.pane.run_recorded(&cmd);
+    }
+
+    fn wait_for_sleep(&self) {
         let marker = format!("* Bash sleep {}", self.sleep);
         self.pane
             .wait_for("the worker's sleep", |h| h.contains(&marker));
@@ -190,6 +216,46 @@ fn live_aside_questions_and_ctrl_c_then_enter_lets_the_run_finish() {
     l.sleep_gone();
     p.stty_unchanged();
     assert!(l.manifest("manifest.json").iter().all(|r| r["ok"] == true));
+}
+
+#[test]
+fn live_question_is_answered_from_the_terminal_by_its_option_number() {
+    if !tmux_available() {
+        return;
+    }
+    let l = Live::with("live-ask", 45, 300, true);
+    l.launch("host", "60");
+    let p = &l.pane;
+    p.wait_for("the question", |h| {
+        h.contains("  ? 这个工具是给命令行用,还是要有 Web 界面?")
+            && h.contains("     1) 纯命令行")
+            && h.contains("     2) Web 界面")
+    });
+    p.wait_for("the answer prompt", |_| {
+        p.last_line()
+            .starts_with("你的回答 (回车=跳过,让它自己判断) >")
+    });
+    p.type_text("1");
+    p.keys(&["Enter"]);
+    p.wait_for("answered", |h| h.contains("  + 纯命令行"));
+    l.wait_for_sleep();
+    // Unprompted text goes to the inbox and into the brief.
+    p.type_text("顺便打印字节数");
+    p.keys(&["Enter"]);
+    p.wait_for("receipt", |h| {
+        h.contains("+ 收到 (它下次查收件箱时会看到;已追加进确认书)")
+    });
+    let brief = std::fs::read_to_string(l.ws.join(".flower/notes/需求.md")).unwrap();
+    assert!(brief.contains("顺便打印字节数"), "{brief}");
+    let qa = std::fs::read_to_string(l.ws.join(".flower/notes/问答记录.md")).unwrap();
+    assert!(qa.contains("纯命令行"), "{qa}");
+    p.keys(&["C-c"]);
+    p.wait_for("the Ctrl-C prompt", |h| h.contains("! 已打断这一轮。"));
+    p.keys(&["C-c"]);
+    let h = p.wait_for("the exit", |h| exit_code(h).is_some());
+    assert_eq!(exit_code(&h), Some(130), "{h}");
+    l.sleep_gone();
+    p.stty_unchanged();
 }
 
 #[test]
