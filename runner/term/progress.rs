@@ -2,7 +2,7 @@
 //! agent image, starting a container, a model turn in flight, a long Bash command.
 //!
 //! They share the bottom area with the resident prompt: each [`Spinner`] is an indicatif
-//! `ProgressBar` whose draw target is a [`Slot`] — a `TermLike` that does not touch the
+//! `ProgressBar` whose draw target is a *slot* — a `TermLike` that does not touch the
 //! terminal but hands each rendered frame to the [`OutputPort`], which draws the spinner lines
 //! above the prompt and keeps them there while event lines scroll by. When stdout is not a
 //! terminal no bar is created at all ([`Spinner`] is inert), so logs never see a spinner.
