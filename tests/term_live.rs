@@ -22,7 +22,7 @@ use tmux::{tmux_available, Pane};
 /// The scenario: the worker sleeps `sleep` seconds in Bash; the coordinator's closing turn
 /// streams slowly (`delay_ms` per event) so a run resumed after Ctrl-C is still in flight for
 /// a moment; the oracle answers every aside question.
-fn scenario(sleep: u32, delay_ms: u64, ask: bool) -> Value {
+fn scenario(sleep: u32, delay_ms: u64, ask: bool, oracle_delay_ms: u64) -> Value {
     let text = |t: &str| json!({"content": [{"type": "text", "text": t}]});
     let brief = text(
         "## 目标\n写一个 hello.sh\n\n## 验收标准\n- 跑 `./hello.sh` 输出 hello\n\n## 边界\n无\n\n## 未知与假设\n- 无\n");
@@ -42,7 +42,8 @@ fn scenario(sleep: u32, delay_ms: u64, ask: bool) -> Value {
             "## 目标\n有 hello.sh\n\n## 判定清单\n- 跑 `./hello.sh` 看到 hello\n")]},
         {"role": "judge", "prompt": "判定这一轮", "turns": [text(
             "## 结论\nACHIEVED\n\n## 理由\n看到了\n\n## 未通过\n无\n")]},
-        {"role": "oracle", "turns": [text("旁路:执行者还在跑 sleep")]},
+        {"role": "oracle", "turns": [{"content": [{"type": "text", "text": "旁路:执行者还在跑 sleep"}],
+                                      "fault": {"delay_ms": oracle_delay_ms}}]},
         {"role": "coordinator", "turns": [
             {"content": [{"type": "tool_use", "name": "Agent", "input": {
                 "description": "写 hello.sh", "prompt": "写出 hello.sh", "subagent_type": "coder"}}]},
@@ -75,17 +76,17 @@ struct Live {
 
 impl Live {
     fn new(name: &str, sleep: u32, delay_ms: u64) -> Live {
-        Self::with(name, sleep, delay_ms, false)
+        Self::with(name, sleep, delay_ms, false, 0)
     }
 
-    fn with(name: &str, sleep: u32, delay_ms: u64, ask: bool) -> Live {
+    fn with(name: &str, sleep: u32, delay_ms: u64, ask: bool, oracle_delay_ms: u64) -> Live {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().canonicalize().unwrap();
         let ws = root.join("proj");
         let home = root.join("home");
         std::fs::create_dir_all(&ws).unwrap();
         std::fs::create_dir_all(&home).unwrap();
-        let model = ScriptedModel::start(&scenario(sleep, delay_ms, ask));
+        let model = ScriptedModel::start(&scenario(sleep, delay_ms, ask, oracle_delay_ms));
         let pane = Pane::in_dir(name, Some(&ws), 110, 40);
         Live {
             pane,
@@ -223,7 +224,7 @@ fn live_question_is_answered_from_the_terminal_by_its_option_number() {
     if !tmux_available() {
         return;
     }
-    let l = Live::with("live-ask", 45, 300, true);
+    let l = Live::with("live-ask", 45, 300, true, 0);
     l.launch("host", "60");
     let p = &l.pane;
     p.wait_for("the question", |h| {
@@ -296,6 +297,42 @@ fn live_sigterm_exits_143_with_killed_by_signal_and_a_sane_terminal() {
     let h = l.pane.wait_for("the exit", |h| exit_code(h).is_some());
     assert_eq!(exit_code(&h), Some(143), "{h}");
     assert_eq!(l.row("干活")["error"], "killed-by-signal");
+    l.sleep_gone();
+    l.pane.stty_unchanged();
+}
+
+#[test]
+fn live_exit_waits_for_a_pending_aside_answer_but_sigterm_does_not() {
+    if !tmux_available() {
+        return;
+    }
+    // Normal end: the oracle takes a few seconds, the run ends first, the console waits.
+    let l = Live::with("live-wait", 2, 0, false, 400);
+    l.start("host");
+    let p = &l.pane;
+    p.type_text("? 慢慢答");
+    p.keys(&["Enter"]);
+    let h = p.wait_for("the end", |h| exit_code(h).is_some());
+    assert_eq!(exit_code(&h), Some(0), "{h}");
+    let at = |s: &str| h.find(s).unwrap_or_else(|| panic!("no {s:?} in\n{h}"));
+    assert!(at("(等 1 条旁路问答收尾…)") < at("旁路:执行者还在跑 sleep"));
+    assert!(at("旁路:执行者还在跑 sleep") < at("总花费 $"));
+    p.stty_unchanged();
+
+    // SIGTERM with an answer still coming: no waiting, straight out by the signal.
+    let l = Live::with("live-nowait", 46, 0, false, 5000);
+    l.start("host");
+    l.pane.type_text("? 很慢的问题");
+    l.pane.keys(&["Enter"]);
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(l.pid()),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let h = l.pane.wait_for("the exit", |h| exit_code(h).is_some());
+    assert_eq!(exit_code(&h), Some(143), "{h}");
+    assert!(!h.contains("旁路问答收尾"), "{h}");
     l.sleep_gone();
     l.pane.stty_unchanged();
 }

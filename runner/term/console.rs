@@ -200,6 +200,8 @@ struct Shared {
     /// No input is read (not started, EOF seen, or `read_input` off).
     input_ended: AtomicBool,
     cbreak: Mutex<Option<CbreakGuard>>,
+    /// A quit or a terminating signal arrived: the end is not a normal one (no aside wait).
+    aborted: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -349,8 +351,6 @@ pub struct Console {
     signals: tokio::sync::Mutex<mpsc::UnboundedReceiver<ConsoleSignal>>,
     signal_tx: Mutex<Option<mpsc::UnboundedSender<ConsoleSignal>>>,
     signal_task: Mutex<Option<JoinHandle<()>>>,
-    /// A Quit or Terminate was delivered (the end is not a normal one).
-    aborted: AtomicBool,
     started: AtomicBool,
     closed: AtomicBool,
 }
@@ -431,6 +431,7 @@ impl Console {
                 keyboard: opts.keyboard,
                 input_ended: AtomicBool::new(true),
                 cbreak: Mutex::new(None),
+                aborted: AtomicBool::new(false),
             }
         });
         let (tx, rx) = mpsc::unbounded_channel();
@@ -443,7 +444,6 @@ impl Console {
             signals: tokio::sync::Mutex::new(rx),
             signal_tx: Mutex::new(Some(tx)),
             signal_task: Mutex::new(None),
-            aborted: AtomicBool::new(false),
             started: AtomicBool::new(false),
             closed: AtomicBool::new(false),
         }
@@ -525,6 +525,11 @@ impl Console {
                     Signal::SIGINT => s.on_sigint(),
                     other => ConsoleSignal::Terminate(other),
                 };
+                if out != ConsoleSignal::Interrupted {
+                    // Set here, not where the driver reads it: the driver may act on its own
+                    // signal handling first, and the end must still skip the aside wait.
+                    s.aborted.store(true, Ordering::SeqCst);
+                }
                 if tx.send(out).is_err() {
                     return;
                 }
@@ -631,12 +636,7 @@ impl Console {
     pub async fn next_signal(&self) -> ConsoleSignal {
         let got = self.signals.lock().await.recv().await;
         match got {
-            Some(s) => {
-                if s != ConsoleSignal::Interrupted {
-                    self.aborted.store(true, Ordering::SeqCst);
-                }
-                s
-            }
+            Some(s) => s,
             None => std::future::pending().await,
         }
     }
@@ -670,11 +670,20 @@ impl Console {
     pub fn finish_blocking(&self) {
         lock(&self.shared.activity).clear();
         let n = self.shared.aside.pending();
-        if n > 0 && !self.aborted.load(Ordering::SeqCst) {
+        let aborted = || self.shared.aborted.load(Ordering::SeqCst);
+        if n > 0 && !aborted() {
             let line = aside_waiting(n, &self.shared.render_options());
             self.shared.port.print_rendered(&[line]);
-            self.shared.aside.wait_blocking(ASIDE_WAIT);
+            // Polled, so a signal that arrives meanwhile ends the wait at once.
+            let deadline = std::time::Instant::now() + ASIDE_WAIT;
+            while self.shared.aside.pending() > 0
+                && !aborted()
+                && std::time::Instant::now() < deadline
+            {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
         }
+        self.shared.aside.wait_blocking(std::time::Duration::ZERO);
         self.close();
     }
 
