@@ -6,6 +6,7 @@ use thiserror::Error;
 
 pub mod aside;
 pub mod console;
+mod dispatch;
 pub mod frontend;
 pub mod input;
 pub mod line_editor;
