@@ -5,6 +5,8 @@
 //!
 //! # How a driver uses it
 //!
+//! `go` and `run` use it through the workflow driver's UI seam ([`super::frontend`]: the
+//! console is the `Frontend` when stdin is a terminal). Any other driver uses it directly.
 //! Use it when stdin is a terminal (`ConsoleOptions::detect` tells); otherwise the plain
 //! printer does. Two phases: [`Console::new`] gives the event sink and changes nothing on the
 //! terminal (so the Docker image build can draw its own spinner), [`Console::start`] takes the
