@@ -21,9 +21,10 @@
 //!   containers and exits 130). Otherwise the driver treats SIGINT like flower's pipe mode:
 //!   the first one ends the run (exit 130, books kept).
 //!
-//! The driver asks "interactive?" in exactly one place, [`frontend`]: today it always returns
-//! the [`PlainFrontend`] (rendered lines on stdout, no input: questions settle by
-//! `--timeout`); the console replaces that branch when stdin is a terminal.
+//! The driver asks "interactive?" in exactly one place, [`frontend`]: the terminal
+//! [`Console`](crate::term::Console) when stdin is a terminal (resident prompt, answers, inbox,
+//! aside oracle, two-step Ctrl-C), otherwise the [`PlainFrontend`] (rendered lines on stdout,
+//! no input: questions settle by `--timeout`).
 
 use async_trait::async_trait;
 use std::path::PathBuf;
@@ -97,10 +98,14 @@ impl Frontend for PlainFrontend {
     }
 }
 
-/// THE place that decides whether the run is interactive. The terminal console plugs in here
-/// (`globals.interactive` = stdin is a terminal); until it does, every run is plain.
+/// THE place that decides whether the run is interactive: the terminal console when
+/// `globals.interactive` (stdin is a terminal), plain output otherwise.
 pub fn frontend(globals: &GlobalOptions) -> Arc<dyn Frontend> {
-    // CONSOLE: `if globals.interactive { return Arc::new(Console::new(globals)) }`
+    if globals.interactive {
+        if let Some(console) = crate::term::frontend::console_frontend(globals) {
+            return console;
+        }
+    }
     Arc::new(PlainFrontend::stdout(globals.verbose))
 }
 
