@@ -76,16 +76,16 @@ fn project_env_beats_user_env_per_key() {
     let s = Scene::new();
     write(
         &s.cwd.join(".env"),
-        "# project\r\nexport ANTHROPIC_BASE_URL=\"http://project.example\"\r\n",
+        "# project\r\nexport ANTHROPIC_MODEL=\"project-model\"\r\n",
     );
     let user = s.home.join(".config/flower/.env");
     write(
         &user,
-        "ANTHROPIC_BASE_URL=http://user.example\nANTHROPIC_API_KEY='sk-ant-user-key-1'\n",
+        "ANTHROPIC_MODEL=user-model\nANTHROPIC_API_KEY='sk-ant-user-key-1'\n",
     );
     s.verbose_once().assert().code(1).stdout(
         predicate::str::contains(format!(
-            "ANTHROPIC_BASE_URL=http://project.example  ({})",
+            "ANTHROPIC_MODEL=project-model  ({})",
             s.cwd.join(".env").display()
         ))
         .and(predicate::str::contains(format!(
