@@ -6,8 +6,10 @@
 //! 2. Bash round trip for `true` in a warm container vs `sh -c true` on the host;
 //! 3. 8 agent containers started in parallel (to first exec result) vs 1.
 //!
-//! Usage: `sandbox_bench [--repeat N] [--roundtrips N] [--json FILE] [--exec CMD]`.
+//! Usage: `sandbox_bench [--repeat N] [--roundtrips N] [--json FILE] [--exec CMD] [--ensure-image]`.
 //! `--exec CMD` runs one command in a fresh sandbox and prints the result (debugging aid).
+//! `--ensure-image` only makes sure the agent image exists (built offline on first use, progress
+//! on stderr) and prints its tag: `docker/build.sh` bases the runner image on it.
 
 use flowerbox::model::Role;
 use flowerbox::sandbox::docker::{ensure_image, DockerOptions, DockerSandboxFactory, Engine};
@@ -87,6 +89,7 @@ async fn main() {
     let mut args = std::env::args().skip(1);
     let (mut repeat, mut roundtrips, mut json, mut exec) =
         (5usize, 50usize, None::<PathBuf>, None::<String>);
+    let mut image_only = false;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--repeat" => {
@@ -103,6 +106,7 @@ async fn main() {
             }
             "--json" => json = Some(args.next().expect("--json FILE").into()),
             "--exec" => exec = Some(args.next().expect("--exec CMD")),
+            "--ensure-image" => image_only = true,
             other => panic!("unknown argument {other}"),
         }
     }
@@ -113,6 +117,10 @@ async fn main() {
         .await
         .expect("image")
         .image;
+    if image_only {
+        println!("{image}");
+        return;
+    }
     let dir = tempfile::tempdir().expect("tempdir");
     let ws = std::fs::canonicalize(dir.path()).unwrap();
 
