@@ -6,6 +6,8 @@
 //! 2. Bash round trip for `true` in a warm container vs `sh -c true` on the host;
 //! 3. 8 agent containers started in parallel (to first exec result) vs 1.
 //!
+//! Each figure is a median with its spread (p25–p75, min, max) and the ratio of the medians.
+//!
 //! Usage: `sandbox_bench [--repeat N] [--roundtrips N] [--json FILE] [--exec CMD] [--ensure-image]`.
 //! `--exec CMD` runs one command in a fresh sandbox and prints the result (debugging aid).
 //! `--ensure-image` only makes sure the agent image exists (built offline on first use, progress
@@ -18,27 +20,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-struct Figure {
-    name: &'static str,
-    unit: &'static str,
-    value: f64,
-    baseline_name: &'static str,
-    baseline: f64,
-}
+#[path = "bench_common/mod.rs"]
+mod bench_common;
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
+use bench_common::{ms, print_table, write_part, Figure, Stats};
 
 fn req(cmd: &str, cwd: &Path) -> ExecRequest {
     ExecRequest {
@@ -181,59 +166,37 @@ async fn main() {
         f.teardown().await.expect("teardown");
     }
 
-    let figures = [
-        Figure {
-            name: "cold start to first exec result",
-            unit: "ms",
-            value: median(cold),
-            baseline_name: "docker run --rm IMAGE true",
-            baseline: median(run_rm),
-        },
-        Figure {
-            name: "Bash round trip `true`, warm container",
-            unit: "ms",
-            value: median(rt),
-            baseline_name: "sh -c true on the host",
-            baseline: median(host),
-        },
-        Figure {
-            name: "8 containers in parallel (to first result)",
-            unit: "ms",
-            value: median(eight),
-            baseline_name: "1 container",
-            baseline: median(one),
-        },
+    let figures = vec![
+        Figure::new(
+            "1",
+            "container cold start → first exec result",
+            "ms",
+            Stats::of(&cold),
+        )
+        .vs("docker run --rm IMAGE true", Stats::of(&run_rm))
+        .note("pod + agent container + exec of `true`, fresh run each time"),
+        Figure::new(
+            "2",
+            "Bash round trip `true`, warm container",
+            "ms",
+            Stats::of(&rt),
+        )
+        .vs("sh -c true on the host", Stats::of(&host))
+        .note(format!("{roundtrips} round trips")),
+        Figure::new(
+            "1b",
+            "8 agent containers in parallel → first result",
+            "ms",
+            Stats::of(&eight),
+        )
+        .vs("1 agent container", Stats::of(&one))
+        .note("pod already up, as within a run; the containers only (no model)"),
     ];
-    println!("image {image}; medians of {repeat} runs ({roundtrips} round trips)");
-    println!(
-        "{:<46} {:>10}   {:<30} {:>10} {:>8}",
-        "figure", "median", "baseline", "median", "ratio"
-    );
-    for f in &figures {
-        println!(
-            "{:<46} {:>7.1} {}   {:<30} {:>7.1} {} {:>7.2}x",
-            f.name,
-            f.value,
-            f.unit,
-            f.baseline_name,
-            f.baseline,
-            f.unit,
-            f.value / f.baseline
-        );
-    }
+    println!("image {image}; {repeat} repeats");
+    print_table(&figures);
     if let Some(path) = json {
-        let v: Vec<serde_json::Value> = figures
-            .iter()
-            .map(|f| {
-                serde_json::json!({
-                    "figure": f.name, "unit": f.unit, "median": f.value,
-                    "baseline": f.baseline_name, "baseline_median": f.baseline,
-                    "ratio": f.value / f.baseline,
-                })
-            })
-            .collect();
-        let doc = serde_json::json!({ "image": image, "repeat": repeat, "roundtrips": roundtrips, "figures": v });
-        std::fs::write(&path, serde_json::to_string_pretty(&doc).unwrap()).expect("write json");
+        let extra = serde_json::json!({"image": image, "repeat": repeat, "roundtrips": roundtrips});
+        write_part(&path, "sandbox_bench", extra, &figures);
         eprintln!("wrote {}", path.display());
     }
 }

@@ -1,33 +1,61 @@
 #!/usr/bin/env bash
-# flowerbox benchmarks: medians over repeated runs, each next to a baseline measured in the same
-# run, printed as a table (and written as JSON with --json FILE).
+# flowerbox benchmarks (issue 10): every figure is a median over repeated runs with its spread
+# (p25–p75 in the table; min/max too in the JSON) and, where it compares, a baseline measured
+# in the same run and the ratio of the medians. Prints one table; --json FILE writes it all.
 #
-# Sandbox figures (issue 6), measured by examples/sandbox_bench.rs on the real Docker engine:
-#   - container cold start to first exec result   vs  docker run --rm IMAGE true
-#   - Bash round trip for `true`, warm container   vs  sh -c true on the host
-#   - 8 containers started in parallel             vs  1
+#   1  container cold start → first exec result       vs docker run --rm IMAGE true
+#   2  Bash round trip `true` in a warm container     vs sh -c true on the host
+#   3  8 scripted workers in parallel (wall clock)    vs 1 worker (ratio; ideal 1.0)
+#   4  resume 10,000 messages from sessions.db        vs the raw load; peak RSS (4b)
+#   5  runner peak RSS in a demo-like go run          vs flowerbox --help; per extra worker (5b)
+#   6  spill (6) and manifest write (6b) per call     vs plain writes; sessions.db append (6c)
 #
-# Usage: scripts/bench.sh [--json FILE] [--repeat N] [--roundtrips N]
-# Later issues add their figures here.
+# Usage: scripts/bench.sh [--json FILE] [--repeat N] [--roundtrips N] [--quick]
+#   --repeat N      repeats of the Docker and agent-run figures (default 5; RSS runs: N/2)
+#   --roundtrips N  Bash round trips of figure 2 (default 50)
+#   --quick         --repeat 2 --roundtrips 20, fewer microbenchmark calls (about a minute)
+# Needs the Docker engine; builds the agent image on first use. Debug builds (dependencies at
+# opt-level 1), as everywhere on this machine kind: release numbers are lower.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-json="" repeat=5 roundtrips=50
+json="" repeat=5 roundtrips=50 calls=300
 while [ $# -gt 0 ]; do
   case "$1" in
     --json) json=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     --roundtrips) roundtrips=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    --quick) repeat=2 roundtrips=20 calls=100; shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+rss_repeat=$(( repeat / 2 > 0 ? repeat / 2 : 1 ))
 
-args=(--repeat "$repeat" --roundtrips "$roundtrips")
+parts=$(mktemp -d "${TMPDIR:-/tmp}/flowerbox-bench.XXXXXX")
+trap 'rm -rf "$parts"' EXIT
+
+echo "== building (debug)" >&2
+cargo build --quiet --bins --example sandbox_bench --example runtime_bench \
+  --example store_bench --example bench_report
+
+start=$(date +%s)
+echo "== 1, 2: sandbox (Docker engine)" >&2
+cargo run --quiet --example sandbox_bench -- --repeat "$repeat" --roundtrips "$roundtrips" \
+  --json "$parts/1-sandbox.json" >&2
+echo "== 3, 5: agent runs (Runtime, Docker, scripted model)" >&2
+cargo run --quiet --example runtime_bench -- --repeat "$repeat" --rss-repeat "$rss_repeat" \
+  --json "$parts/2-runtime.json" >&2
+echo "== 4, 6: sessions.db, spill, manifest" >&2
+cargo run --quiet --example store_bench -- --repeat "$repeat" --calls "$calls" \
+  --json "$parts/3-store.json" >&2
+
+echo
+echo "flowerbox benchmarks: medians of $repeat runs ($rss_repeat for 5), $(nproc) CPUs, $(( $(date +%s) - start )) s"
+report=("$parts"/1-sandbox.json "$parts"/2-runtime.json "$parts"/3-store.json)
 if [ -n "$json" ]; then
   case "$json" in /*) ;; *) json="$PWD/$json" ;; esac
-  args+=(--json "$json")
+  cargo run --quiet --example bench_report -- --json "$json" "${report[@]}"
+else
+  cargo run --quiet --example bench_report -- "${report[@]}"
 fi
-
-echo "== sandbox (Docker engine)"
-cargo run --quiet --example sandbox_bench -- "${args[@]}"

@@ -235,6 +235,52 @@ async fn once_with_bash_runs_through_the_wrapper_in_an_agent_container() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_unattended_go_workflow_runs_through_the_wrapper() {
+    let Some(engine) = engine_or_skip("wrapper go").await else {
+        return;
+    };
+    let image = runner_image(&engine).await;
+    // The go workflow's own scenario: clarify (no human) → goal → worker → judge NOT_YET →
+    // round 2 → ACHIEVED, the workers' Bash calls in their containers.
+    let scenario = std::fs::read_to_string(repo_file("tests/scenarios/flow_go.json")).unwrap();
+    let model = ScriptedModel::start(&serde_json::from_str(&scenario).unwrap());
+    let p = Project::new();
+    let child = p
+        .wrapped(&image, &model, &["--timeout", "0", "写个 hello.sh"])
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (status, out, err) = finish(child);
+    assert_eq!(status.code(), Some(0), "{out}\n{err}");
+    let steps: Vec<String> = p
+        .manifest()
+        .iter()
+        .map(|r| r["step"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "确认需求",
+            "设定目标",
+            "干活",
+            "干活·判定#1",
+            "干活#round2",
+            "干活·判定#2"
+        ]
+    );
+    assert!(p.manifest().iter().all(|r| r["ok"] == true));
+    let hello = p.ws.join("hello.sh");
+    assert_eq!(std::fs::read_to_string(&hello).unwrap(), "echo hello\n");
+    assert_ne!(std::fs::metadata(&hello).unwrap().mode() & 0o111, 0);
+    assert!(p.ws.join(".flower/notes/目标.md").is_file());
+    let ws = p.ws.to_string_lossy().into_owned();
+    assert!(containers_labelled(&engine, "flowerbox.workspace", &ws)
+        .await
+        .is_empty());
+    assert!(runner_containers(&engine, pid).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn sigterm_reaches_flowerbox_and_the_exit_code_passes_through() {
     let Some(engine) = engine_or_skip("wrapper sigterm").await else {
         return;
