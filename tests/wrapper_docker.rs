@@ -319,6 +319,25 @@ async fn sigterm_reaches_flowerbox_and_the_exit_code_passes_through() {
         assert!(Instant::now() < deadline, "the agent container never came");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // A host flowerbox sees the wrapped run as alive (same pid namespace, host name, boot):
+    // its gc keeps the containers instead of sweeping them as orphans.
+    let gc = Command::new(env!("CARGO_BIN_EXE_flowerbox"))
+        .arg("gc")
+        .current_dir(&p.ws)
+        .env("HOME", &p.home)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&gc.stdout).into_owned() + &String::from_utf8_lossy(&gc.stderr);
+    assert!(gc.status.success(), "{said}");
+    assert!(said.contains("owner is running"), "{said}");
+    assert!(
+        containers_labelled(&engine, "flowerbox.workspace", &ws)
+            .await
+            .len()
+            >= 2
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
