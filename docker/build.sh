@@ -32,7 +32,7 @@ while [ $# -gt 0 ]; do
     --tag) tag=$2; shift 2 ;;
     --release) release=--release profile=release; shift ;;
     --no-prune) prune=""; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
