@@ -326,7 +326,11 @@ impl Placement for WorktreePlacement {
         .map_err(|e| format!("给 {agent} 建 worktree 失败:{e}"))?;
         tracing::info!(agent, branch = %made.branch, path = %made.path.display(),
             ms = started.elapsed().as_millis() as u64, "worktree created");
-        let workdir = made.path.join(&self.repo.subdir);
+        let workdir = if self.repo.subdir.as_os_str().is_empty() {
+            made.path.clone()
+        } else {
+            made.path.join(&self.repo.subdir)
+        };
         let mounts = self.mounts(&made.path);
         self.trees.lock().unwrap_or_else(|e| e.into_inner()).insert(
             agent.to_string(),
