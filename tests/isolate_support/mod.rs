@@ -151,6 +151,24 @@ impl IsoRun {
             .collect()
     }
 
+    /// The result `(is_error, text)` of the tool call with id `id`.
+    pub fn result(&self, id: &str) -> (bool, String) {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .find_map(|e| match &e.kind {
+                EventKind::ToolResult {
+                    id: i,
+                    is_error,
+                    text,
+                    ..
+                } if i == id => Some((*is_error, text.clone())),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no result for tool call {id}"))
+    }
+
     /// Results of `tool` called by `agent`.
     pub fn results_of(&self, agent: &str, tool: &str) -> Vec<(bool, String)> {
         self.results()
