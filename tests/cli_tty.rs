@@ -64,11 +64,20 @@ impl Scene {
     }
 }
 
-/// A key that passes the gate without a probe.
-const KEY: [(&str, &str); 2] = [
+/// A key that passes the gate without a probe, and a model endpoint the run context refuses to
+/// build, so a request that reaches `go` stops there without any network or sandbox.
+const KEY: [(&str, &str); 3] = [
     ("ANTHROPIC_API_KEY", "sk-ant-tty-key-0123456789"),
     ("FLOWER_NO_PROBE", "1"),
+    ("ANTHROPIC_BASE_URL", "notaurl"),
 ];
+
+/// The start of the error a request that reached `go`'s run context gets with [`KEY`].
+const REACHED_GO: &str = "bad endpoint URL notaurl";
+
+/// A brief with all four sections: the directory wakes.
+const COMPLETE_BRIEF: &str =
+    "## 目标\n做 X\n## 验收标准\n跑得起来\n## 边界\n不做 Y\n## 未知与假设\n无\n";
 
 struct Tty {
     child: Child,
@@ -190,13 +199,13 @@ fn typed_request_reaches_the_runtime_seam() {
     assert_eq!(status.code(), Some(1));
     // On a terminal there is no "stdin is not a terminal" warning.
     assert!(!err.contains("标准输入不是终端"), "{err}");
-    assert!(err.starts_with("flowerbox go 还没接上"), "{err}");
+    assert!(err.starts_with(REACHED_GO), "{err}");
 }
 
 #[test]
 fn woken_directory_offers_to_continue_and_new_starts_over() {
     let s = Scene::new();
-    write(&s.cwd.join(".flower/notes/需求.md"), "## 目标\n做 X\n");
+    write(&s.cwd.join(".flower/notes/需求.md"), COMPLETE_BRIEF);
     let mut tty = s.start(&[], &KEY);
     tty.wait_for(WOKEN);
     tty.type_keys(b"/new\n");
@@ -213,14 +222,17 @@ fn woken_directory_offers_to_continue_and_new_starts_over() {
     tty.type_keys(b"\n");
     let (status, _, err) = tty.finish();
     assert_eq!(status.code(), Some(1));
-    assert!(err.starts_with("flowerbox go 还没接上"), "{err}");
+    assert!(err.starts_with(REACHED_GO), "{err}");
 }
 
 #[test]
 fn first_run_asks_for_credentials_then_for_the_request() {
     use std::os::unix::fs::PermissionsExt;
     let s = Scene::new();
-    let mut tty = s.start(&[], &[("FLOWER_NO_PROBE", "1")]);
+    let mut tty = s.start(
+        &[],
+        &[("FLOWER_NO_PROBE", "1"), ("ANTHROPIC_BASE_URL", "notaurl")],
+    );
     tty.wait_for("还没配过凭证。");
     tty.wait_for("1. 你的 API key 或网关 token");
     tty.type_keys(b"gw-token-from-tty\n");
@@ -233,7 +245,7 @@ fn first_run_asks_for_credentials_then_for_the_request() {
     tty.type_keys(b"do it\n");
     let (status, _, err) = tty.finish();
     assert_eq!(status.code(), Some(1));
-    assert!(err.starts_with("flowerbox go 还没接上"), "{err}");
+    assert!(err.starts_with(REACHED_GO), "{err}");
     let file = s.home.join(".config/flower/.env");
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(

@@ -9,6 +9,7 @@ use super::print::PlainPrinter;
 use crate::agent::roles;
 use crate::agent::RunOptions;
 use crate::channel::Absent;
+use crate::cli::args::PermissionMode;
 use crate::cli::error::{CliError, ExitStatus};
 use crate::cli::options::{GlobalOptions, OnceOptions};
 use crate::creds::Credentials;
@@ -41,7 +42,7 @@ pub async fn once(
         },
     )
     .await?;
-    let spec = roles::once(&opts.instructions, opts.tools.clone(), opts.budget_usd);
+    let spec = roles::once(&opts.instructions, once_tools(&opts), opts.budget_usd);
     let mut run = {
         let rt = ctx.runtime.clone();
         let prompt = opts.prompt.clone();
@@ -76,6 +77,17 @@ pub async fn once(
             ctx.shutdown().await;
             Ok(ExitStatus::Signalled(sig))
         }
+    }
+}
+
+/// The tools `once` really offers. There is no interactive approval in flowerbox (every tool is
+/// whitelisted and sandboxed), so `default`, `acceptEdits` and `bypassPermissions` run the `-t`
+/// tools as given; `plan` means "change nothing": the tools that write or execute are removed.
+pub fn once_tools(opts: &OnceOptions) -> Vec<String> {
+    const MUTATING: [&str; 4] = ["Write", "Edit", "Bash", "Agent"];
+    match opts.permission_mode {
+        PermissionMode::Plan => opts.tools.iter().filter(|t| !MUTATING.contains(&t.as_str())).cloned().collect(),
+        PermissionMode::Default | PermissionMode::AcceptEdits | PermissionMode::BypassPermissions => opts.tools.clone(),
     }
 }
 

@@ -35,9 +35,9 @@ pub struct Io<'a> {
 
 /// Pluggable behaviour.
 pub struct Hooks {
-    /// Whether the directory was woken, given `go`'s workbench directory. The workflow layer
-    /// provides the real check (complete four-section `需求.md`); the default is
-    /// [`prompt::brief_exists`]. Must only read.
+    /// Whether the directory was woken, given `go`'s workbench directory: the default is the
+    /// workflow layer's probe ([`crate::flow::wake::brief_complete`]: a four-section
+    /// `notes/需求.md`). Must only read.
     pub was_woken: Box<dyn Fn(&Path) -> bool + Send + Sync>,
     /// Install the `tracing` subscriber and the panic hook's log path (the binary does; the
     /// in-process tests do not, since both are process-wide).
@@ -49,7 +49,7 @@ pub struct Hooks {
 impl Default for Hooks {
     fn default() -> Self {
         Self {
-            was_woken: Box::new(prompt::brief_exists),
+            was_woken: Box::new(crate::flow::wake::brief_complete),
             init_logging: true,
             probe: ProbeSettings::default(),
         }
@@ -301,9 +301,10 @@ mod tests {
             true
         });
         assert!(r.out.starts_with(prompt::PROMPT_WOKEN), "{}", r.out);
-        // Bare Enter continues: the call reaches the entry seam.
+        // Bare Enter continues: the call reaches `go`, whose own read-only probe finds no
+        // brief here (the hook lied), so there is nothing to continue.
         assert_eq!(r.exit, Exit::Code(1));
-        assert!(r.err.starts_with("flowerbox go 还没接上"), "{}", r.err);
+        assert!(r.err.starts_with("要给一句诉求"), "{}", r.err);
 
         let r = run_with(&[], &h, &[""], |_| false);
         assert!(r.out.starts_with(prompt::PROMPT_FRESH), "{}", r.out);

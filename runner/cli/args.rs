@@ -240,7 +240,7 @@ pub struct OnceArgs {
         default_value = "Read,Glob,Grep"
     )]
     pub tools: String,
-    /// 权限模式
+    /// 权限模式。flowerbox 没有交互审批(工具都在白名单和沙箱里):plan = 只读,去掉 Write/Edit/Bash/Agent;其余三种照 -t 原样
     #[arg(short = 'p', long = "permission-mode", value_name = "MODE", default_value = "default", value_parser = PermissionMode::NAMES)]
     pub permission_mode: String,
     /// 美元预算上限,超了就停 [default: 无上限]

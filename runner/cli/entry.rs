@@ -25,8 +25,7 @@ pub async fn go(
     globals: GlobalOptions,
     creds: Credentials,
 ) -> Result<ExitStatus, CliError> {
-    let _ = (opts, globals, creds);
-    Err(not_built("go"))
+    crate::flow::starter::go(opts, globals, creds).await
 }
 
 /// `flowerbox run TARGET`: run the workflow `opts.target.workflow` (the named table of the
@@ -36,8 +35,7 @@ pub async fn run(
     globals: GlobalOptions,
     creds: Credentials,
 ) -> Result<ExitStatus, CliError> {
-    let _ = (opts, globals, creds);
-    Err(not_built("run"))
+    crate::flow::runfile::run(opts, globals, creds).await
 }
 
 /// `flowerbox once PROMPT`: one agent named `ad-hoc`, no workflow, no verdict, no human

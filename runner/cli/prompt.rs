@@ -8,7 +8,6 @@
 //! [`CliError::NeedRequest`].
 
 use std::io::Write;
-use std::path::Path;
 
 use super::error::CliError;
 use super::input::{LineRead, LineSource};
@@ -88,13 +87,6 @@ pub fn ask_for_request(
             CliError::NeedRequest
         });
     }
-}
-
-/// The stand-in wake check until the workflow layer provides the real one: the workbench's
-/// `notes/需求.md` exists and is not blank. Reads only; writes nothing.
-pub fn brief_exists(workbench: &Path) -> bool {
-    std::fs::read_to_string(workbench.join("notes").join("需求.md"))
-        .is_ok_and(|text| !text.trim().is_empty())
 }
 
 #[cfg(test)]
@@ -197,16 +189,5 @@ mod tests {
         assert!(matches!(r.unwrap_err(), CliError::NeedRequest));
         let (r, _) = run(true, false, false, vec![]);
         assert_eq!(r.unwrap().ask, None);
-    }
-
-    #[test]
-    fn brief_check() {
-        let d = tempfile::tempdir().unwrap();
-        assert!(!brief_exists(d.path()));
-        std::fs::create_dir_all(d.path().join("notes")).unwrap();
-        std::fs::write(d.path().join("notes/需求.md"), "\n  \n").unwrap();
-        assert!(!brief_exists(d.path()));
-        std::fs::write(d.path().join("notes/需求.md"), "## 目标\n做 X\n").unwrap();
-        assert!(brief_exists(d.path()));
     }
 }

@@ -1,5 +1,68 @@
-//! Workflows (seeds 002, 003): steps, clarify, the goal guard, and the `go` pipeline.
+//! Workflows (seeds 002, 003, 000; flower `docs/en/guide/{workflow,clarify,goal,continuity}.md`):
+//! the engine, the clarify and goal-guard mechanisms, the `go` pipeline, `run`'s workflow
+//! files, and the documents they freeze.
+//!
+//! A public library API — a Rust user builds a workflow the way flower's Python users do:
+//!
+//! ```no_run
+//! use flowerbox::agent::{roles, Runtime};
+//! use flowerbox::flow::{clarify_step, goal_step, with_goal, Ctx, Prompt, Step, Workflow};
+//! use flowerbox::record::LineageFile;
+//! # async fn demo(rt: std::sync::Arc<Runtime>, runs: &std::path::Path) {
+//! let notes = rt.workbench().expect("a workbench").notes();
+//! let coder = roles::worker("coder", "写代码与测试", "你负责实现。");
+//! let work = Step::new(
+//!     "干活",
+//!     roles::coordinator("coordinator", "", vec![coder]),
+//!     Prompt::from_fn(|ctx: &Ctx| format!("照这个做:\n{}", ctx.output("确认需求").unwrap_or(""))),
+//! );
+//! let wf = Workflow::new("mine", vec![
+//!     clarify_step(notes.join("需求.md"), "帮我做一个 X"),
+//!     goal_step(notes.join("目标.md")),
+//!     with_goal(work, notes.join("目标.md"), 3, false),
+//! ])
+//! .continuous(LineageFile::new(runs.join("lineage.json"), &rt.config().workspace));
+//! let mut ctx = Ctx::default();
+//! let end = wf.run(&rt, &mut ctx).await;
+//! # let _ = end;
+//! # }
+//! ```
+//!
+//! Modules: [`workflow`] (the engine: attempts, gates, lineage), [`step`] ([`Step`] and its
+//! callbacks), [`ctx`] ([`Ctx`]), [`clarify`] and [`guard`] (the two mechanisms),
+//! [`identity`](mod@identity) (the workspace content identity verdicts are bound to), [`wake`] (the
+//! read-only wake probe and `--new`'s archive), [`starter`] (`go`), [`declarative`],
+//! [`template`] and [`runfile`] (`run`), [`drive`] (the driver and the UI seam), and the
+//! documents [`brief`], [`goal`], [`verdict`].
 
 pub mod brief;
+pub mod clarify;
+pub mod ctx;
+pub mod declarative;
+pub mod drive;
 pub mod goal;
+pub mod guard;
+pub mod identity;
+pub mod runfile;
+pub mod starter;
+pub mod step;
+pub mod template;
 pub mod verdict;
+pub mod wake;
+pub mod workflow;
+
+#[cfg(test)]
+mod declarative_tests;
+#[cfg(test)]
+mod testkit;
+#[cfg(test)]
+mod workflow_tests;
+
+pub use clarify::{clarify_step, Clarify, CLARIFY_RESUME, CLARIFY_STEP};
+pub use ctx::Ctx;
+pub use guard::{goal_step, with_goal, GoalGuard, GoalSetting, GOAL_STEP};
+pub use identity::{identity, WorkspaceIdentity};
+pub use starter::{Starter, WORK_STEP};
+pub use step::{Gate, GateCx, OnFail, Prompt, Step, StepAbort};
+pub use wake::{wake_state, WakeState};
+pub use workflow::{Completion, FlowError, Workflow};

@@ -1,0 +1,284 @@
+//! [`WorkspaceIdentity`]: a content identity of a workspace, so a verdict is bound to what it
+//! judged (DESIGN.md invariant 8). The goal guard records one before and one after the judge;
+//! any difference voids an ACHIEVED verdict. The isolation work reuses it to tell whether a
+//! worktree changed.
+//!
+//! What counts is what git would count as the project: every file that is tracked, or untracked
+//! and not ignored (`.gitignore`, `.git/info/exclude`), with its content and mode (executable
+//! bit, symlink target). `.git/` itself and the caller's exclusions (the runner's own `runs/`
+//! and workbench, which change while any agent runs) never count. Outside a git repository
+//! every file counts except those a `.gitignore` in the tree ignores.
+
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+/// One file's identity: a SHA-256 over its kind, mode and content (or link target).
+type FileDigest = [u8; 32];
+
+/// The content identity of a workspace at one moment. Two identities are equal exactly when
+/// the same files exist with the same content and mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkspaceIdentity {
+    /// Path relative to the root (`/`-separated) → its digest.
+    files: BTreeMap<String, FileDigest>,
+}
+
+impl WorkspaceIdentity {
+    /// Number of files counted.
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    /// True when no file counted.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
+    /// One digest over every file (hex, 64 characters), for records and logs.
+    pub fn digest(&self) -> String {
+        let mut h = Sha256::new();
+        for (path, d) in &self.files {
+            h.update(path.as_bytes());
+            h.update([0]);
+            h.update(d);
+        }
+        hex::encode(h.finalize())
+    }
+
+    /// The paths that differ between `self` (before) and `after`: changed, added or removed,
+    /// sorted. Empty when the identities are equal.
+    pub fn changed(&self, after: &WorkspaceIdentity) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .files
+            .iter()
+            .filter(|(p, d)| after.files.get(*p) != Some(*d))
+            .map(|(p, _)| p.clone())
+            .collect();
+        out.extend(
+            after
+                .files
+                .keys()
+                .filter(|p| !self.files.contains_key(*p))
+                .cloned(),
+        );
+        out.sort();
+        out
+    }
+}
+
+/// Computes the identity of the tree at `root`, skipping `.git/` and every path under one of
+/// `exclude` (absolute paths; ones outside `root` are irrelevant).
+///
+/// # Errors
+/// I/O errors reading the root or a file's content. A file that vanishes between listing and
+/// reading counts as absent, not as an error (agents may be deleting temporaries).
+pub fn identity(root: &Path, exclude: &[PathBuf]) -> io::Result<WorkspaceIdentity> {
+    let root = root.canonicalize()?;
+    let exclude: Vec<PathBuf> = exclude
+        .iter()
+        .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
+        .collect();
+    let skipped = exclude.clone();
+    let skip = move |p: &Path| {
+        p.file_name() == Some(".git".as_ref()) || skipped.iter().any(|e| p.starts_with(e))
+    };
+
+    let mut files = BTreeMap::new();
+    let walker = ignore::WalkBuilder::new(&root)
+        .hidden(false)
+        .parents(false)
+        .git_global(false)
+        .follow_links(false)
+        .require_git(false)
+        .filter_entry(move |e| !skip(e.path()))
+        .build();
+    for entry in walker {
+        let entry = entry.map_err(io::Error::other)?;
+        let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+        if entry.depth() == 0 || is_dir {
+            continue;
+        }
+        if let Some(d) = file_digest(entry.path())? {
+            files.insert(rel(&root, entry.path()), d);
+        }
+    }
+    add_tracked(&root, &exclude, &mut files)?;
+    Ok(WorkspaceIdentity { files })
+}
+
+/// Adds files git tracks that the walk skipped because an ignore rule matches them (a tracked
+/// file stays part of the project even when ignored). Outside a repository: nothing.
+fn add_tracked(
+    root: &Path,
+    exclude: &[PathBuf],
+    files: &mut BTreeMap<String, FileDigest>,
+) -> io::Result<()> {
+    let Ok(repo) = git2::Repository::discover(root) else {
+        return Ok(());
+    };
+    let (Some(workdir), Ok(index)) = (repo.workdir(), repo.index()) else {
+        return Ok(());
+    };
+    let workdir = workdir.canonicalize()?;
+    for entry in index.iter() {
+        let Ok(path) = std::str::from_utf8(&entry.path) else {
+            continue;
+        };
+        let abs = workdir.join(path);
+        if !abs.starts_with(root)
+            || exclude.iter().any(|e| abs.starts_with(e))
+            || abs.components().any(|c| c.as_os_str() == ".git")
+        {
+            continue;
+        }
+        let key = rel(root, &abs);
+        if files.contains_key(&key) {
+            continue;
+        }
+        if let Some(d) = file_digest(&abs)? {
+            files.insert(key, d);
+        }
+    }
+    Ok(())
+}
+
+/// `path` relative to `root`, `/`-separated.
+fn rel(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// The digest of one file or symlink; `None` when it vanished or is not a file.
+fn file_digest(path: &Path) -> io::Result<Option<FileDigest>> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut h = Sha256::new();
+    if meta.file_type().is_symlink() {
+        let target = match std::fs::read_link(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        h.update(b"link\0");
+        h.update(target.as_os_str().as_encoded_bytes());
+        return Ok(Some(h.finalize().into()));
+    }
+    if !meta.is_file() {
+        return Ok(None);
+    }
+    // The permission bits git and a judge care about (executable or not, readable by whom).
+    h.update(format!("file {:o}\0", meta.permissions().mode() & 0o777).as_bytes());
+    let mut f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(Some(h.finalize().into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn write(root: &Path, rel: &str, text: &str) {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+
+    fn id(root: &Path, exclude: &[PathBuf]) -> WorkspaceIdentity {
+        identity(root, exclude).unwrap()
+    }
+
+    #[test]
+    fn content_mode_and_presence_change_it() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        write(r, "a.txt", "one");
+        write(r, "src/b.rs", "fn main() {}");
+        let before = id(r, &[]);
+        assert_eq!(before.len(), 2);
+        assert_eq!(before, id(r, &[]), "stable when nothing changes");
+
+        write(r, "a.txt", "two");
+        let after = id(r, &[]);
+        assert_eq!(before.changed(&after), vec!["a.txt"]);
+        assert_ne!(before.digest(), after.digest());
+
+        let p = r.join("src/b.rs");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(after.changed(&id(r, &[])), vec!["src/b.rs"]);
+
+        let before = id(r, &[]);
+        write(r, "new.txt", "x");
+        std::fs::remove_file(r.join("a.txt")).unwrap();
+        assert_eq!(before.changed(&id(r, &[])), vec!["a.txt", "new.txt"]);
+    }
+
+    #[test]
+    fn runner_dirs_git_dir_and_ignored_files_do_not_count() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        git2::Repository::init(r).unwrap();
+        write(r, ".gitignore", "target/\n*.log\n");
+        write(r, "main.rs", "x");
+        let ex = vec![r.join("runs"), r.join(".flower")];
+        let before = id(r, &ex);
+        write(r, "runs/manifest.json", "[]");
+        write(r, ".flower/notes/x.md", "n");
+        write(r, "target/debug/app", "bin");
+        write(r, "server.log", "line");
+        write(r, ".git/HEAD.lock", "x");
+        assert_eq!(before, id(r, &ex));
+        // An untracked, not ignored file counts.
+        write(r, "notes.txt", "n");
+        assert_eq!(before.changed(&id(r, &ex)), vec!["notes.txt"]);
+    }
+
+    #[test]
+    fn tracked_files_count_even_when_ignored() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        let repo = git2::Repository::init(r).unwrap();
+        write(r, "keep.log", "v1");
+        let mut index = repo.index().unwrap();
+        index.add_path(Path::new("keep.log")).unwrap();
+        index.write().unwrap();
+        write(r, ".gitignore", "*.log\n");
+        let before = id(r, &[]);
+        write(r, "keep.log", "v2");
+        assert_eq!(before.changed(&id(r, &[])), vec!["keep.log"]);
+    }
+
+    #[test]
+    fn symlinks_count_by_target() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        write(r, "a", "1");
+        write(r, "b", "2");
+        std::os::unix::fs::symlink("a", r.join("l")).unwrap();
+        let before = id(r, &[]);
+        std::fs::remove_file(r.join("l")).unwrap();
+        std::os::unix::fs::symlink("b", r.join("l")).unwrap();
+        assert_eq!(before.changed(&id(r, &[])), vec!["l"]);
+    }
+}

@@ -1,0 +1,343 @@
+//! [`Workflow`]: runs [`Step`]s in order over a [`Ctx`] (flower's `Workflow`, api.md
+//! "Workflow"; `docs/en/guide/workflow.md`, `continuity.md`).
+//!
+//! Per step: `when` may skip it; each attempt is one `Runtime::run` named `<name>`, then
+//! `<name>#round<N>` when a rejected attempt is sent back into its own session (`on_reject`),
+//! or `<name>#retry<N>` when it starts over; the gate judges every finished attempt once;
+//! after the gate the containers of the agents the attempt started are released. An accepted
+//! step writes `reduce` (or its text) to [`Ctx::outputs`]; a failed one follows `on_fail`.
+//!
+//! Continuity ([`Workflow::continuous`]): at the start the wake count in `runs/lineage.json`
+//! is bumped once ([`Ctx::woke`]) and the sessions lineage recorded are loaded — only those
+//! still in the session store. A step without `resume_from` then resumes the session recorded
+//! for its name (a new process picks up where the last one stopped) and says its
+//! `resume_prompt`. The session of every attempt is written to lineage under the step's plain
+//! name the moment it exists — not at the end of the step, because a killed process runs no
+//! cleanup — and again when the attempt ends (a handoff replaces it). Suffixed attempt names
+//! and judges never enter lineage: judges are run by gates, not as steps.
+//!
+//! The runtime creates a step's session inside `Runtime::run` and shows it in the manifest's
+//! in-flight row; the engine watches that row (every 100 ms) to learn the id early. Without a
+//! manifest, lineage is written when each attempt ends.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use super::ctx::Ctx;
+use super::step::{GateCx, OnFail, Step};
+use crate::agent::{Event, EventKind, RunOptions, Runtime, StepResult};
+use crate::channel::HumanChannel;
+use crate::model::Role;
+use crate::record::manifest::epoch_now;
+use crate::record::steps::{retry_name, round_name};
+use crate::record::LineageFile;
+
+/// How often the in-flight manifest row is checked for a new session id.
+const SESSION_POLL: Duration = Duration::from_millis(100);
+
+/// How a workflow run ended (its context has the details).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Completion {
+    /// Every step ran, was skipped, or failed with `skip`/`continue`.
+    Finished,
+    /// A step failed with `on_fail` stop ([`Ctx::failed_at`]).
+    Stopped {
+        /// The step.
+        step: String,
+        /// The gate's [`super::StepAbort`] reason, when that is why.
+        aborted: Option<String>,
+    },
+}
+
+/// Errors in how a workflow is put together (not step failures, which are [`Completion`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FlowError {
+    /// `resume_from` names a step that has no session (it did not run, or was skipped).
+    #[error("步骤 '{step}' 要接着 '{from}' 的会话,可 '{from}' 没有会话(没跑,或被跳过了)")]
+    NoSession {
+        /// The step with `resume_from`.
+        step: String,
+        /// The step it names.
+        from: String,
+    },
+}
+
+impl FlowError {
+    /// The step the error belongs to.
+    pub fn step(&self) -> &str {
+        match self {
+            FlowError::NoSession { step, .. } => step,
+        }
+    }
+}
+
+/// A sequence of steps. Build with [`Workflow::new`], add continuity with
+/// [`Workflow::continuous`], run with [`Workflow::run`].
+#[derive(Debug, Clone)]
+pub struct Workflow {
+    /// Name (for logs).
+    pub name: String,
+    /// The steps, in order.
+    pub steps: Vec<Step>,
+    /// Continuity across processes: `runs/lineage.json` of this workspace. `None` = every
+    /// process starts every step fresh.
+    pub lineage: Option<LineageFile>,
+    /// The question channel, if the workflow asks a human: [`Workflow::run`] connects its UI
+    /// events to the runtime's event outlets when the caller connected none.
+    pub channel: Option<HumanChannel>,
+}
+
+impl Workflow {
+    /// A workflow without continuity or channel.
+    pub fn new(name: impl Into<String>, steps: Vec<Step>) -> Self {
+        Workflow {
+            name: name.into(),
+            steps,
+            lineage: None,
+            channel: None,
+        }
+    }
+
+    /// Continues across processes through `lineage` (`<run_dir>/lineage.json` for this
+    /// workspace).
+    pub fn continuous(mut self, lineage: LineageFile) -> Self {
+        self.lineage = Some(lineage);
+        self
+    }
+
+    /// Attaches the question channel.
+    pub fn with_channel(mut self, channel: HumanChannel) -> Self {
+        self.channel = Some(channel);
+        self
+    }
+
+    /// Runs the steps over `ctx` on `rt`. `Ok(Completion::Stopped)` when a step failed and
+    /// stopped the workflow; `Err` only for a workflow that is put together wrongly.
+    pub async fn run(&self, rt: &Arc<Runtime>, ctx: &mut Ctx) -> Result<Completion, FlowError> {
+        if let Some(ch) = &self.channel {
+            ch.connect_events(forward_to(rt));
+        }
+        self.wake(rt, ctx);
+        for step in &self.steps {
+            if let Some(when) = &step.when {
+                if !when(ctx) {
+                    tracing::info!(step = %step.name, "skipped by when");
+                    continue;
+                }
+            }
+            let passed = self.run_step(rt, ctx, step).await?;
+            if let Some(wb) = rt.workbench() {
+                // The brief or goal may have just been frozen: the next agent's index shows it.
+                if let Err(e) = wb.refresh() {
+                    tracing::warn!(error = %e, "workbench index refresh failed");
+                }
+            }
+            if !passed && step.on_fail == OnFail::Stop {
+                ctx.failed_at = Some(step.name.clone());
+                return Ok(Completion::Stopped {
+                    step: step.name.clone(),
+                    aborted: ctx.aborted.clone(),
+                });
+            }
+        }
+        Ok(Completion::Finished)
+    }
+
+    /// Bumps the wake count and loads the live lineage sessions (continuity only).
+    fn wake(&self, rt: &Arc<Runtime>, ctx: &mut Ctx) {
+        let Some(lf) = &self.lineage else { return };
+        let previous = lf.load();
+        if let Some(lin) = &previous {
+            for (name, sid) in &lin.steps {
+                if session_alive(rt, sid) {
+                    ctx.sessions
+                        .entry(name.clone())
+                        .or_insert_with(|| sid.clone());
+                }
+            }
+        }
+        ctx.woke = match lf.wake() {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::warn!(error = %e, "lineage wake count not written");
+                previous.map_or(1, |l| l.woke + 1)
+            }
+        };
+    }
+
+    /// Runs one step to acceptance or failure; returns whether it passed. Writes the outputs,
+    /// results, sessions and lineage.
+    async fn run_step(
+        &self,
+        rt: &Arc<Runtime>,
+        ctx: &mut Ctx,
+        step: &Step,
+    ) -> Result<bool, FlowError> {
+        let (first_resume, continuing) = match &step.resume_from {
+            Some(from) => match ctx.sessions.get(from) {
+                Some(sid) => (Some(sid.clone()), false),
+                None => {
+                    return Err(FlowError::NoSession {
+                        step: step.name.clone(),
+                        from: from.clone(),
+                    })
+                }
+            },
+            None if self.lineage.is_some() => match ctx.sessions.get(&step.name) {
+                Some(sid) => (Some(sid.clone()), true),
+                None => (None, false),
+            },
+            None => (None, false),
+        };
+        let first_fork = step.fork && step.resume_from.is_some();
+        let mut prompt = step.render(ctx, continuing);
+        let (mut resume, mut fork) = (first_resume.clone(), first_fork);
+        let mut label = step.name.clone();
+        let mut attempt: u32 = 0;
+        loop {
+            let result = self
+                .attempt(
+                    rt,
+                    step,
+                    &prompt,
+                    RunOptions {
+                        step: Some(label.clone()),
+                        resume: resume.clone(),
+                        fork,
+                    },
+                )
+                .await;
+            ctx.results.insert(step.name.clone(), result.clone());
+            if let Some(sid) = &result.session_id {
+                ctx.sessions.insert(step.name.clone(), sid.clone());
+                self.remember(&step.name, sid);
+            }
+            let mut passed = result.ok;
+            let mut aborted = false;
+            if passed {
+                if let Some(gate) = &step.gate {
+                    let mut cx = GateCx {
+                        runtime: rt,
+                        ctx: &mut *ctx,
+                        step: &step.name,
+                        attempt,
+                    };
+                    match gate.check(&result, &mut cx).await {
+                        Ok(ok) => passed = ok,
+                        Err(abort) => {
+                            ctx.aborted = Some(abort.0);
+                            passed = false;
+                            aborted = true;
+                        }
+                    }
+                }
+            }
+            // The attempt and its judge are done: their containers can go.
+            rt.release_agents().await;
+            if passed {
+                let out = match &step.reduce {
+                    Some(f) => f(&result, ctx),
+                    None => result.text.clone(),
+                };
+                ctx.outputs.insert(step.name.clone(), out);
+                return Ok(true);
+            }
+            if aborted || attempt >= step.retries {
+                if step.on_fail == OnFail::Continue {
+                    ctx.outputs.insert(step.name.clone(), result.text.clone());
+                }
+                return Ok(false);
+            }
+            attempt += 1;
+            let pushback = match (&step.on_reject, &result.session_id) {
+                (Some(f), Some(sid)) => {
+                    let text = f(&result, ctx);
+                    (!text.trim().is_empty()).then(|| (text, sid.clone()))
+                }
+                _ => None,
+            };
+            match pushback {
+                Some((text, sid)) => {
+                    // Sent back: keep working in the session that was just rejected.
+                    prompt = text;
+                    resume = Some(sid);
+                    fork = false;
+                    label = round_name(&step.name, attempt + 1);
+                }
+                None => {
+                    prompt = step.render(ctx, continuing);
+                    resume = first_resume.clone();
+                    fork = first_fork;
+                    label = retry_name(&step.name, attempt);
+                }
+            }
+        }
+    }
+
+    /// One `Runtime::run`, writing the session to lineage as soon as the manifest's in-flight
+    /// row shows it (and whenever a handoff replaces it).
+    async fn attempt(
+        &self,
+        rt: &Arc<Runtime>,
+        step: &Step,
+        prompt: &str,
+        opts: RunOptions,
+    ) -> StepResult {
+        let label = opts.step.clone().unwrap_or_default();
+        let started = epoch_now() - 0.01;
+        let run = rt.run(&step.spec, prompt, opts);
+        let (Some(manifest), Some(_)) = (rt.manifest().cloned(), &self.lineage) else {
+            return run.await;
+        };
+        tokio::pin!(run);
+        let mut seen: Option<String> = None;
+        let mut tick = tokio::time::interval(SESSION_POLL);
+        loop {
+            tokio::select! {
+                r = &mut run => return r,
+                _ = tick.tick() => {
+                    let current = manifest
+                        .rows()
+                        .into_iter()
+                        .find(|r| r.step == label && r.started_at >= started)
+                        .and_then(|r| r.session_id);
+                    if let Some(sid) = current.filter(|s| seen.as_ref() != Some(s)) {
+                        self.remember(&step.name, &sid);
+                        seen = Some(sid);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records `sid` for `step` in lineage; a failure is logged, never fatal (continuity is a
+    /// bonus whose failure must not stop the work).
+    fn remember(&self, step: &str, sid: &str) {
+        if let Some(lf) = &self.lineage {
+            if let Err(e) = lf.remember(step, sid) {
+                tracing::warn!(step, error = %e, "lineage not written");
+            }
+        }
+    }
+}
+
+/// Whether `sid` is still in the runtime's session store.
+pub fn session_alive(rt: &Runtime, sid: &str) -> bool {
+    matches!(rt.store().meta(sid), Ok(Some(_)))
+}
+
+/// An event sink that re-emits into `rt`'s outlets (the channel's question events reach the
+/// same UI as the agents' events). Holds the runtime weakly: the runtime owns the channel.
+fn forward_to(rt: &Arc<Runtime>) -> crate::agent::EventSink {
+    let weak: Weak<Runtime> = Arc::downgrade(rt);
+    Arc::new(move |ev: Event| {
+        if let Some(rt) = weak.upgrade() {
+            rt.emit(&ev.agent, ev.role, ev.depth, ev.kind);
+        }
+    })
+}
+
+/// Emits an event from the workflow itself (agent `runner`).
+pub(crate) fn emit(rt: &Runtime, kind: EventKind) {
+    rt.emit("runner", Role::Coordinator, 0, kind);
+}
