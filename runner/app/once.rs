@@ -86,8 +86,15 @@ pub async fn once(
 pub fn once_tools(opts: &OnceOptions) -> Vec<String> {
     const MUTATING: [&str; 4] = ["Write", "Edit", "Bash", "Agent"];
     match opts.permission_mode {
-        PermissionMode::Plan => opts.tools.iter().filter(|t| !MUTATING.contains(&t.as_str())).cloned().collect(),
-        PermissionMode::Default | PermissionMode::AcceptEdits | PermissionMode::BypassPermissions => opts.tools.clone(),
+        PermissionMode::Plan => opts
+            .tools
+            .iter()
+            .filter(|t| !MUTATING.contains(&t.as_str()))
+            .cloned()
+            .collect(),
+        PermissionMode::Default
+        | PermissionMode::AcceptEdits
+        | PermissionMode::BypassPermissions => opts.tools.clone(),
     }
 }
 

@@ -127,13 +127,9 @@ impl WorktreePlacement {
             Err(e) => warnings.push(format!("清理旧 worktree 失败:{e}")),
         }
         warnings.extend(repo.start_warnings(&opts.exclude)?);
-        let workbench = opts
-            .workbench
-            .canonicalize()
-            .unwrap_or(opts.workbench.clone());
         Ok(WorktreePlacement {
             repo,
-            workbench,
+            workbench: opts.workbench,
             root,
             owner,
             run: OnceLock::new(),
@@ -247,9 +243,14 @@ impl WorktreePlacement {
                 read_only: false,
             },
         ];
-        if !self.workbench.starts_with(worktree) {
+        // The workbench may be created after the placement was opened: resolve it now.
+        let workbench = self
+            .workbench
+            .canonicalize()
+            .unwrap_or_else(|_| self.workbench.clone());
+        if !workbench.starts_with(worktree) {
             v.push(Mount {
-                path: self.workbench.clone(),
+                path: workbench,
                 read_only: false,
             });
         }
