@@ -83,6 +83,18 @@ async fn a_judge_sees_live_artifacts_and_cannot_write() {
         .await;
     assert!(judged.ok, "{:?}", judged.error);
 
+    // An image without the judge's tools is reported as such, not as odd command output.
+    let sb = run
+        .factory
+        .sandbox(&run.rt.main_box("judge-1", Role::Judge))
+        .await
+        .unwrap();
+    let missing = sb
+        .missing_tools(&["file", "lsof", "ps", "curl"])
+        .await
+        .unwrap();
+    assert!(missing.is_empty(), "the agent image lacks {missing:?}");
+
     // Writes fail: the workspace (with its .git) is read-only in the judge's container.
     for id in ["touch", "rm", "commit"] {
         let (is_error, out) = run.result(id);
@@ -120,16 +132,6 @@ async fn a_judge_sees_live_artifacts_and_cannot_write() {
     want.sort();
     assert_eq!(paths, want);
     assert!(judge.iter().all(|(_, rw)| !rw), "{judge:?}");
-    let sb = run
-        .factory
-        .sandbox(&run.rt.main_box("judge-1", Role::Judge))
-        .await
-        .unwrap();
-    assert!(sb
-        .missing_tools(&["file", "lsof", "ps", "curl"])
-        .await
-        .unwrap()
-        .is_empty());
 
     // A judge without can_run: Bash refused, and no container made for it.
     let plain = run
