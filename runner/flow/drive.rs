@@ -207,7 +207,7 @@ impl Session {
         }
         let end = tokio::select! {
             r = wf.run(&rt, ctx) => End::Done(r),
-            sig = signal(!self.frontend.owns_interrupt()) => End::Signal(sig),
+            sig = wait_for_signal(!self.frontend.owns_interrupt()) => End::Signal(sig),
             _ = self.frontend.quit_requested() => End::Quit,
         };
         self.frontend.detach();
@@ -262,8 +262,9 @@ pub fn process_cost(run: &RunContext) -> (f64, bool) {
     (rows.iter().filter_map(|r| r.cost_usd).sum(), known)
 }
 
-/// Resolves with SIGHUP or SIGTERM, and SIGINT when `int` (no frontend owns it).
-async fn signal(int: bool) -> i32 {
+/// Resolves with the signal number on SIGHUP or SIGTERM, and on SIGINT when `int` (no
+/// frontend owns Ctrl-C).
+pub async fn wait_for_signal(int: bool) -> i32 {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hup = signal(SignalKind::hangup()).ok();
     let mut term = signal(SignalKind::terminate()).ok();
