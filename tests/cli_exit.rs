@@ -325,15 +325,21 @@ fn run_target_errors() {
 }
 
 #[test]
-fn unbuilt_subcommands_say_so_honestly() {
+fn doctor_and_gc_name_an_unreachable_engine() {
     let s = Scene::new();
-    for (args, name) in [(vec!["doctor"], "doctor"), (vec!["gc"], "gc")] {
-        s.cmd_with_key()
-            .args(&args)
-            .assert()
-            .code(1)
-            .stderr(predicate::str::contains(format!("flowerbox {name} 还没接上")).and(clean()));
-    }
+    s.cmd_with_key()
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .arg("doctor")
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("fail").and(predicate::str::contains("engine")))
+        .stderr(clean());
+    s.cmd_with_key()
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .arg("gc")
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("DOCKER_HOST").and(clean()));
 }
 
 #[test]
@@ -386,6 +392,9 @@ fn setup_is_reachable_and_writes_a_private_file() {
     assert_eq!(mode, 0o600);
     // The file is now part of the chain: the gate passes and -v shows it masked.
     s.cmd()
+        // The gateway in the file does not exist; an endpoint that fails at once keeps the
+        // run from waiting for it (network-down waiting lasts up to an hour).
+        .env("ANTHROPIC_BASE_URL", "notaurl")
         .args(["-v", "once", "hi"])
         .assert()
         .code(1)

@@ -35,6 +35,8 @@ impl Scene {
         c.env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", &self.home)
+            // An endpoint that fails at once: the run context is reached, nothing waits.
+            .env("ANTHROPIC_BASE_URL", "notaurl")
             .current_dir(&self.cwd)
             .args(["-v", "once", "hi"])
             .write_stdin("");
@@ -66,7 +68,7 @@ fn claude_settings_are_the_last_fallback() {
             .and(predicate::str::contains("ANTHROPIC_MODEL=from-claude"))
             .and(predicate::str::contains("borrowed").not()),
         )
-        .stderr(predicate::str::contains("flowerbox once 还没接上"));
+        .stderr(predicate::str::contains("bad endpoint URL notaurl"));
 }
 
 #[test]
@@ -74,16 +76,16 @@ fn project_env_beats_user_env_per_key() {
     let s = Scene::new();
     write(
         &s.cwd.join(".env"),
-        "# project\r\nexport ANTHROPIC_BASE_URL=\"http://project.example\"\r\n",
+        "# project\r\nexport ANTHROPIC_MODEL=\"project-model\"\r\n",
     );
     let user = s.home.join(".config/flower/.env");
     write(
         &user,
-        "ANTHROPIC_BASE_URL=http://user.example\nANTHROPIC_API_KEY='sk-ant-user-key-1'\n",
+        "ANTHROPIC_MODEL=user-model\nANTHROPIC_API_KEY='sk-ant-user-key-1'\n",
     );
     s.verbose_once().assert().code(1).stdout(
         predicate::str::contains(format!(
-            "ANTHROPIC_BASE_URL=http://project.example  ({})",
+            "ANTHROPIC_MODEL=project-model  ({})",
             s.cwd.join(".env").display()
         ))
         .and(predicate::str::contains(format!(

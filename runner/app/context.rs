@@ -69,14 +69,14 @@ impl RunContext {
     ) -> Result<RunContext, CliError> {
         let get = |k: &str| creds.get(k).map(str::to_string);
         let provider = build_provider(&get, ProviderOptions::default())
-            .map_err(|e| CliError::NotBuilt(e.to_string()))?;
+            .map_err(|e| CliError::Failed(e.to_string()))?;
         std::fs::create_dir_all(&globals.run_dir).map_err(|e| CliError::Io {
             what: format!("建不出 {}", globals.run_dir.display()),
             source: e,
         })?;
         let run_id = new_run_marker();
         let store = SqliteSessionStore::open(globals.run_dir.join("sessions.db"))
-            .map_err(|e| CliError::NotBuilt(format!("打不开 sessions.db:{e}")))?;
+            .map_err(|e| CliError::Failed(format!("打不开 sessions.db:{e}")))?;
         let workbench = match setup.workbench {
             Some(root) => Some(
                 Workbench::at(root.clone())
@@ -171,5 +171,5 @@ async fn build_sandboxes(
 
 /// A sandbox failure as an exit-1 message.
 pub fn sandbox_error(e: crate::sandbox::SandboxError) -> CliError {
-    CliError::NotBuilt(e.to_string())
+    CliError::Failed(e.to_string())
 }

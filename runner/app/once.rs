@@ -50,12 +50,13 @@ pub async fn once(
             step: Some(ONCE_STEP.into()),
             resume: opts.resume.clone(),
             fork: opts.fork,
+            on_session: None,
         };
         tokio::spawn(async move { rt.run(&spec, &prompt, run_opts).await })
     };
     let outcome = tokio::select! {
-        r = &mut run => Ok(r.map_err(|e| CliError::NotBuilt(format!("内部错误:{e}")))?),
-        sig = wait_for_signal() => Err(sig),
+        r = &mut run => Ok(r.map_err(|e| CliError::Failed(format!("内部错误:{e}")))?),
+        sig = crate::flow::drive::wait_for_signal(true) => Err(sig),
     };
     match outcome {
         Ok(result) => {
@@ -64,7 +65,7 @@ pub async fn once(
             if result.ok {
                 Ok(ExitStatus::Success)
             } else {
-                Err(CliError::NotBuilt(format!(
+                Err(CliError::Failed(format!(
                     "x {}",
                     result.error.unwrap_or_else(|| "没做完".into())
                 )))
@@ -95,26 +96,5 @@ pub fn once_tools(opts: &OnceOptions) -> Vec<String> {
         PermissionMode::Default
         | PermissionMode::AcceptEdits
         | PermissionMode::BypassPermissions => opts.tools.clone(),
-    }
-}
-
-/// Resolves with the signal number on SIGHUP, SIGTERM or SIGINT.
-pub async fn wait_for_signal() -> i32 {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hup = signal(SignalKind::hangup()).ok();
-    let mut term = signal(SignalKind::terminate()).ok();
-    let mut int = signal(SignalKind::interrupt()).ok();
-    async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
-        match s {
-            Some(s) => {
-                s.recv().await;
-            }
-            None => std::future::pending::<()>().await,
-        }
-    }
-    tokio::select! {
-        _ = recv(&mut hup) => nix::libc::SIGHUP,
-        _ = recv(&mut term) => nix::libc::SIGTERM,
-        _ = recv(&mut int) => nix::libc::SIGINT,
     }
 }

@@ -273,9 +273,12 @@ mod tests {
         }
     }
 
-    const KEY: [(&str, &str); 2] = [
+    /// A key, no probe, and an endpoint that fails at once: a command that reaches its run
+    /// context ends there instead of waiting for a network.
+    const KEY: [(&str, &str); 3] = [
         ("ANTHROPIC_API_KEY", "sk-ant-unit-0123456789"),
         ("FLOWER_NO_PROBE", "1"),
+        ("ANTHROPIC_BASE_URL", "notaurl"),
     ];
 
     #[test]

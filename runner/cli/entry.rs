@@ -70,7 +70,7 @@ pub async fn doctor(
     }
     match crate::sandbox::doctor::exit_code(&checks) {
         0 => Ok(ExitStatus::Success),
-        _ => Err(CliError::NotBuilt("doctor: 有检查没通过(见上)".into())),
+        _ => Err(CliError::Failed("doctor: 有检查没通过(见上)".into())),
     }
 }
 
@@ -81,7 +81,7 @@ pub async fn gc(opts: GcOptions, globals: GlobalOptions) -> Result<ExitStatus, C
     let engine =
         crate::sandbox::docker::Engine::connect(None, crate::sandbox::docker::DEFAULT_PING_TIMEOUT)
             .await
-            .map_err(|e| CliError::NotBuilt(e.to_string()))?;
+            .map_err(|e| CliError::Failed(e.to_string()))?;
     let report = crate::sandbox::gc::gc(&engine, Some(&globals.workspace))
         .await
         .map_err(crate::app::context::sandbox_error)?;
@@ -95,16 +95,9 @@ pub async fn gc(opts: GcOptions, globals: GlobalOptions) -> Result<ExitStatus, C
     if report.failed.is_empty() {
         Ok(ExitStatus::Success)
     } else {
-        Err(CliError::NotBuilt(format!(
+        Err(CliError::Failed(format!(
             "gc: {} 个容器删不掉(见上)",
             report.failed.len()
         )))
     }
-}
-
-/// The honest line for a subcommand whose runtime is not in this build.
-fn not_built(subcommand: &str) -> CliError {
-    CliError::NotBuilt(format!(
-        "flowerbox {subcommand} 还没接上:agent 运行时、流程和 Docker 沙箱还不在这个版本里(现在能用的是命令行、凭证和 setup)。"
-    ))
 }

@@ -69,9 +69,9 @@ pub enum CliError {
     /// `run`'s target could not be found or loaded.
     #[error(transparent)]
     Target(#[from] TargetError),
-    /// The part of flowerbox this command needs is not built in this version.
+    /// A run could not start or did not finish; the message says why (exit 1).
     #[error("{0}")]
-    NotBuilt(String),
+    Failed(String),
     /// The workspace could not be created.
     #[error("工作目录 {} 建不出来:{source}", path.display())]
     Workspace {

@@ -21,9 +21,10 @@
 //!   containers and exits 130). Otherwise the driver treats SIGINT like flower's pipe mode:
 //!   the first one ends the run (exit 130, books kept).
 //!
-//! The driver asks "interactive?" in exactly one place, [`frontend`]: today it always returns
-//! the [`PlainFrontend`] (rendered lines on stdout, no input: questions settle by
-//! `--timeout`); the console replaces that branch when stdin is a terminal.
+//! The driver asks "interactive?" in exactly one place, [`frontend`]: the terminal
+//! [`Console`](crate::term::Console) when stdin is a terminal (resident prompt, answers, inbox,
+//! aside oracle, two-step Ctrl-C), otherwise the [`PlainFrontend`] (rendered lines on stdout,
+//! no input: questions settle by `--timeout`).
 
 use async_trait::async_trait;
 use std::path::PathBuf;
@@ -98,10 +99,14 @@ impl Frontend for PlainFrontend {
     }
 }
 
-/// THE place that decides whether the run is interactive. The terminal console plugs in here
-/// (`globals.interactive` = stdin is a terminal); until it does, every run is plain.
+/// THE place that decides whether the run is interactive: the terminal console when
+/// `globals.interactive` (stdin is a terminal), plain output otherwise.
 pub fn frontend(globals: &GlobalOptions) -> Arc<dyn Frontend> {
-    // CONSOLE: `if globals.interactive { return Arc::new(Console::new(globals)) }`
+    if globals.interactive {
+        if let Some(console) = crate::term::frontend::console_frontend(globals) {
+            return console;
+        }
+    }
     Arc::new(PlainFrontend::stdout(globals.verbose))
 }
 
@@ -146,7 +151,7 @@ async fn open_isolation(
     opts.exclude = vec![globals.run_dir.clone()];
     open_for_run(opts).await.map_err(|e| match e {
         IsolateError::NotARepository(p) => CliError::IsolateNotGit(p),
-        e => CliError::NotBuilt(e.to_string()),
+        e => CliError::Failed(e.to_string()),
     })
 }
 
@@ -244,7 +249,7 @@ impl Session {
         }
         let end = tokio::select! {
             r = wf.run(&rt, ctx) => End::Done(r),
-            sig = signal(!self.frontend.owns_interrupt()) => End::Signal(sig),
+            sig = wait_for_signal(!self.frontend.owns_interrupt()) => End::Signal(sig),
             _ = self.frontend.quit_requested() => End::Quit,
         };
         self.frontend.detach();
@@ -301,8 +306,9 @@ pub fn process_cost(run: &RunContext) -> (f64, bool) {
     (rows.iter().filter_map(|r| r.cost_usd).sum(), known)
 }
 
-/// Resolves with SIGHUP or SIGTERM, and SIGINT when `int` (no frontend owns it).
-async fn signal(int: bool) -> i32 {
+/// Resolves with the signal number on SIGHUP or SIGTERM, and on SIGINT when `int` (no
+/// frontend owns Ctrl-C).
+pub async fn wait_for_signal(int: bool) -> i32 {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hup = signal(SignalKind::hangup()).ok();
     let mut term = signal(SignalKind::terminate()).ok();

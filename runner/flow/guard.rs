@@ -298,6 +298,7 @@ impl Gate for JudgeGate {
                     step: Some(label),
                     resume: None,
                     fork: false,
+                    on_session: None,
                 },
             )
             .await;

@@ -16,24 +16,18 @@
 //! cleanup — and again when the attempt ends (a handoff replaces it). Suffixed attempt names
 //! and judges never enter lineage: judges are run by gates, not as steps.
 //!
-//! The runtime creates a step's session inside `Runtime::run` and shows it in the manifest's
-//! in-flight row; the engine watches that row (every 100 ms) to learn the id early. Without a
-//! manifest, lineage is written when each attempt ends.
+//! The runtime creates a step's session inside `Runtime::run` and reports it through
+//! `RunOptions::on_session` at once, which writes lineage.
 
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use super::ctx::Ctx;
 use super::step::{GateCx, OnFail, Step};
 use crate::agent::{Event, EventKind, RunOptions, Runtime, StepResult};
 use crate::channel::HumanChannel;
 use crate::model::Role;
-use crate::record::manifest::epoch_now;
 use crate::record::steps::{retry_name, round_name};
 use crate::record::LineageFile;
-
-/// How often the in-flight manifest row is checked for a new session id.
-const SESSION_POLL: Duration = Duration::from_millis(100);
 
 /// How a workflow run ended (its context has the details).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -204,6 +198,7 @@ impl Workflow {
                         step: Some(label.clone()),
                         resume: resume.clone(),
                         fork,
+                        on_session: None,
                     },
                 )
                 .await;
@@ -274,40 +269,24 @@ impl Workflow {
         }
     }
 
-    /// One `Runtime::run`, writing the session to lineage as soon as the manifest's in-flight
-    /// row shows it (and whenever a handoff replaces it).
+    /// One `Runtime::run`, writing the session to lineage as soon as it exists (and whenever a
+    /// handoff replaces it), so a process killed mid-step resumes that session.
     async fn attempt(
         &self,
         rt: &Arc<Runtime>,
         step: &Step,
         prompt: &str,
-        opts: RunOptions,
+        mut opts: RunOptions,
     ) -> StepResult {
-        let label = opts.step.clone().unwrap_or_default();
-        let started = epoch_now() - 0.01;
-        let run = rt.run(&step.spec, prompt, opts);
-        let (Some(manifest), Some(_)) = (rt.manifest().cloned(), &self.lineage) else {
-            return run.await;
-        };
-        tokio::pin!(run);
-        let mut seen: Option<String> = None;
-        let mut tick = tokio::time::interval(SESSION_POLL);
-        loop {
-            tokio::select! {
-                r = &mut run => return r,
-                _ = tick.tick() => {
-                    let current = manifest
-                        .rows()
-                        .into_iter()
-                        .find(|r| r.step == label && r.started_at >= started)
-                        .and_then(|r| r.session_id);
-                    if let Some(sid) = current.filter(|s| seen.as_ref() != Some(s)) {
-                        self.remember(&step.name, &sid);
-                        seen = Some(sid);
-                    }
+        if let Some(lf) = self.lineage.clone() {
+            let name = step.name.clone();
+            opts.on_session = Some(Arc::new(move |sid: &str| {
+                if let Err(e) = lf.remember(&name, sid) {
+                    tracing::warn!(step = %name, error = %e, "lineage not written");
                 }
-            }
+            }));
         }
+        rt.run(&step.spec, prompt, opts).await
     }
 
     /// Records `sid` for `step` in lineage; a failure is logged, never fatal (continuity is a
