@@ -280,6 +280,71 @@ async fn an_unattended_go_workflow_runs_through_the_wrapper() {
     assert!(runner_containers(&engine, pid).await.is_empty());
 }
 
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn go_isolate_works_in_worktrees_through_the_wrapper() {
+    let Some(engine) = engine_or_skip("wrapper go --isolate").await else {
+        return;
+    };
+    let image = runner_image(&engine).await;
+    let scenario = std::fs::read_to_string(repo_file("tests/scenarios/isolate_go.json")).unwrap();
+    let model = ScriptedModel::start(&serde_json::from_str(&scenario).unwrap());
+    let p = Project::new();
+    git(&p.ws, &["config", "user.name", "Test User"]);
+    git(&p.ws, &["config", "user.email", "test@example.invalid"]);
+    std::fs::write(p.ws.join("README.md"), "proj\n").unwrap();
+    git(&p.ws, &["add", "."]);
+    git(&p.ws, &["commit", "-q", "-m", "init"]);
+    let args = [
+        "--isolate",
+        "--judge-can-run",
+        "--timeout",
+        "0",
+        "写个 hello.sh",
+    ];
+    let child = p.wrapped(&image, &model, &args).spawn().unwrap();
+    let pid = child.id();
+    let (status, out, err) = finish(child);
+    assert_eq!(status.code(), Some(0), "{out}\n{err}");
+
+    // The worker wrote in its worktree (outside the project, mounted by the wrapper at its own
+    // path); its branch was integrated with a commit; the judge ran the result.
+    let hello = p.ws.join("hello.sh");
+    assert_eq!(
+        std::fs::read_to_string(&hello).unwrap(),
+        "#!/bin/sh\necho hello\n"
+    );
+    let log = git(&p.ws, &["log", "--format=%an|%s"]);
+    assert!(log.contains("Test User|flowerbox worker-1"), "{log}");
+    let judged = model
+        .recorded()
+        .iter()
+        .map(|b| b["messages"].to_string())
+        .find(|m| m.contains("judged-ok"));
+    assert!(judged.is_some(), "the judge's command never returned");
+    assert_eq!(git(&p.ws, &["branch", "--list", "flower/*"]), "");
+    assert_eq!(git(&p.ws, &["worktree", "list"]).lines().count(), 1);
+    let parent = p.ws.parent().unwrap();
+    assert!(parent.join(".flower-pro ject/notes/需求.md").is_file());
+    assert!(parent.join(".flower-pro ject-worktrees").is_dir());
+    let me = nix::unistd::getuid().as_raw();
+    assert_eq!(std::fs::metadata(&hello).unwrap().uid(), me);
+    let ws = p.ws.to_string_lossy().into_owned();
+    assert!(containers_labelled(&engine, "flowerbox.workspace", &ws)
+        .await
+        .is_empty());
+    assert!(runner_containers(&engine, pid).await.is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_reaches_flowerbox_and_the_exit_code_passes_through() {
     let Some(engine) = engine_or_skip("wrapper sigterm").await else {
