@@ -21,6 +21,7 @@
 # Usage: scripts/demo.sh [DIR]
 #   DIR                      where the demo project goes (created; default: a new /tmp/flowerbox-demo.*)
 #   FLOWERBOX_DEMO_BIN       the flowerbox command to run (default: the one built here)
+#   FLOWERBOX_DEMO_MODEL_BIN the scripted-model binary (with FLOWERBOX_DEMO_BIN: nothing is built)
 #   FLOWERBOX_DEMO_ISOLATE   1 (default) runs with --isolate; 0 lets the workers share the workspace
 #   FLOWERBOX_DEMO_RELEASE   1 builds and runs the release binaries instead
 # Needs: cargo, git, docker (engine reachable), jq, sqlite3.
@@ -34,17 +35,22 @@ fail() { printf '\ndemo 失败:%s\n' "$*" >&2; exit 1; }
 for tool in cargo git docker jq sqlite3; do
   command -v "$tool" >/dev/null || fail "找不到 $tool(演示需要 cargo git docker jq sqlite3)"
 done
+docker info >/dev/null 2>&1 || fail "连不上 Docker 引擎(docker info 失败):演示里每个 agent 都在自己的容器里跑"
 
 isolate=${FLOWERBOX_DEMO_ISOLATE:-1}
 profile=debug cargo_profile=()
 if [ "${FLOWERBOX_DEMO_RELEASE:-0}" = 1 ]; then profile=release cargo_profile=(--release); fi
 
 # -- 1. build ---------------------------------------------------------------------------------
-say "构建 flowerbox 和 scripted-model ($profile)"
-cargo build --bins "${cargo_profile[@]}"
 target=${CARGO_TARGET_DIR:-$root/target}
 fbx=${FLOWERBOX_DEMO_BIN:-$target/$profile/flowerbox}
-model_bin=$target/$profile/scripted-model
+model_bin=${FLOWERBOX_DEMO_MODEL_BIN:-$target/$profile/scripted-model}
+if [ -n "${FLOWERBOX_DEMO_BIN:-}" ] && [ -n "${FLOWERBOX_DEMO_MODEL_BIN:-}" ]; then
+  say "用现成的 $fbx 和 $model_bin(不构建)"
+else
+  say "构建 flowerbox 和 scripted-model ($profile)"
+  cargo build --bins "${cargo_profile[@]}"
+fi
 
 # -- 2. the project -----------------------------------------------------------------------------
 if [ $# -ge 1 ]; then
