@@ -238,15 +238,28 @@ async fn check_demo(isolate: bool) {
     assert!(main_c.contains("#include <netinet/in.h>"));
     assert!(http_c.contains("write(fd, head, len);") && !http_c.contains("sizeof body"));
     if isolate {
-        let log = Command::new("git")
-            .args(["log", "--merges", "--format=%s"])
-            .current_dir(&d.ws)
-            .output()
-            .unwrap();
-        let merges = String::from_utf8_lossy(&log.stdout);
-        assert!(merges.lines().count() >= 2, "merges: {merges}");
+        // Two branches, one per parallel worker, joined by a merge commit.
+        let git = |args: &[&str]| {
+            let o = Command::new("git")
+                .args(args)
+                .current_dir(&d.ws)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        };
+        let parents = git(&["log", "--merges", "-1", "--format=%P"]);
+        assert_eq!(
+            parents.split_whitespace().count(),
+            2,
+            "no merge: {}",
+            git(&["log", "--graph", "--oneline"])
+        );
+        let branches = git(&["branch", "--list", "flower/*"]);
+        assert!(
+            branches.is_empty(),
+            "merged branches are removed at the end: {branches}"
+        );
     }
-
     // Nothing left on the engine.
     let left = flowerbox::sandbox::gc::list(&engine, Some(&d.ws))
         .await
