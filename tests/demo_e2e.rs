@@ -161,6 +161,8 @@ async fn check_demo(isolate: bool) {
     let Some(engine) = engine_or_skip("demo_e2e").await else {
         return;
     };
+    // One demo at a time: each is a whole run with up to six containers.
+    let _serial = docker_support::SERIAL.lock().await;
     let d = tokio::task::spawn_blocking(move || run_demo(isolate))
         .await
         .unwrap();
@@ -212,7 +214,7 @@ async fn check_demo(isolate: bool) {
     // The same evidence in the printed report and in notes/.
     let evidence = std::fs::read_to_string(d.wb.join("notes/判定证据.md")).unwrap();
     for (cmd, out) in r1.iter().chain(&r2) {
-        let first = out.lines().next().unwrap_or_default();
+        let first = out.lines().next().unwrap_or_default().trim_end();
         for shown in [&d.out, &evidence] {
             assert!(shown.contains(&format!("$ {cmd}")), "{cmd} not shown");
             assert!(shown.contains(first), "{first} not shown");

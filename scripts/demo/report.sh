@@ -27,7 +27,7 @@ evidence() {
            | {key: .tool_use_id, value: .content}) | from_entries) as $out
       | .[] | select(.role == "assistant") | .content[]
       | select(.type == "tool_use" and .name == "Bash")
-      | "$ \(.input.command)\n\(($out[.id] // "(没有结果)") | split("\n") | map("    " + .) | join("\n"))"'
+      | "$ \(.input.command)\n\(($out[.id] // "(没有结果)") | gsub("\r"; "") | split("\n") | map("    " + .) | join("\n"))"'
 }
 
 # The conclusion line of a verdict text.
