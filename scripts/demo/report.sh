@@ -135,6 +135,10 @@ if [ -n "$left" ]; then
 else
   echo "  docker ps -a --filter label=flowerbox.run:这次运行的容器一个不剩"
 fi
+others=$(docker ps -a --filter label=flowerbox.run --format '{{.Names}}')
+if [ -n "$others" ]; then
+  echo "  (引擎上还有别的运行留下的 flowerbox 容器:$(paste -sd' ' <<<"$others");flowerbox gc 能收拾)"
+fi
 
 if [ ${#problems[@]} -gt 0 ]; then
   printf '\ndemo 失败:\n' >&2
