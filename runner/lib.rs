@@ -14,6 +14,7 @@ pub mod channel;
 pub mod cli;
 pub mod creds;
 pub mod flow;
+pub mod isolate;
 pub mod model;
 pub mod record;
 pub mod sandbox;

@@ -317,18 +317,3 @@ fn sigint_without_a_console_ends_the_run_with_130_and_keeps_the_books() {
         .unwrap();
     assert_eq!(row["error"], "interrupted-by-human");
 }
-
-#[test]
-fn isolate_fails_honestly_until_worktrees_are_built() {
-    let p = Project::new();
-    git2::Repository::init(&p.ws).unwrap();
-    let model = ScriptedModel::start(&scenario("flow_go"));
-    let r = p.run(&model, &["--timeout", "0", "--isolate", ASK]);
-    assert_eq!(r.code(), 1, "{r:?}");
-    assert!(
-        r.err.starts_with("--isolate 的 worktree 隔离还没接上"),
-        "{}",
-        r.err
-    );
-    assert!(model.recorded().is_empty(), "nothing ran");
-}

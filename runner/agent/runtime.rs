@@ -17,8 +17,10 @@ use super::workbench::Workbench;
 use crate::channel::Human;
 use crate::model::price::Cost;
 use crate::model::{Provider, Role};
-use crate::record::handoff::{window_for, Handoff, MAX_GENERATIONS};
+use crate::record::handoff::{window_for, MAX_GENERATIONS};
 use crate::record::manifest::{epoch_now, Manifest, ManifestEntry};
+
+pub use super::result::{manifest_row, StepResult};
 use crate::sandbox::{AgentBox, SandboxFactory};
 use crate::session::{SessionMeta, SessionStore, TrimPolicy};
 
@@ -30,67 +32,6 @@ pub const INTERRUPT_NOTE: &str =
 需要的话重跑那条命令。)";
 /// The prompt of a resume after a network failure.
 pub const RESILIENCE_PROMPT: &str = "网络中断过,现在恢复了。接着刚才的工作继续,不要从头开始。";
-
-/// The complete books of one finished step (api.md `StepResult`; the manifest row).
-#[derive(Debug, Clone, PartialEq)]
-pub struct StepResult {
-    /// Step name as recorded (`干活#round2`).
-    pub step: String,
-    /// The last session that worked on it (handoffs retire earlier ones).
-    pub session_id: Option<String>,
-    /// It succeeded.
-    pub ok: bool,
-    /// Cost, accumulated across retries, handoffs and subagents.
-    pub spend: Cost,
-    /// Main-thread model turns, accumulated.
-    pub num_turns: u32,
-    /// The main thread's final text.
-    pub text: String,
-    /// Why it failed.
-    pub error: Option<String>,
-    /// Start, UTC.
-    pub started_at: chrono::DateTime<Utc>,
-    /// End, UTC.
-    pub ended_at: chrono::DateTime<Utc>,
-    /// Attempts (interrupts and handoffs do not count).
-    pub attempts: u32,
-    /// Model errors met on the way (never part of `text`).
-    pub errors: Vec<String>,
-    /// A resume happened mid-step.
-    pub resumed: bool,
-    /// Sessions retired by handoffs, in order.
-    pub retired: Vec<String>,
-    /// Context size of the main thread's last call, in tokens.
-    pub context: u64,
-}
-
-/// The manifest row of a step result.
-pub fn manifest_row(r: &StepResult, run: &str) -> ManifestEntry {
-    let started = r.started_at.timestamp_millis() as f64 / 1000.0;
-    let mut row = ManifestEntry::begin(r.step.clone(), run);
-    row.session_id = r.session_id.clone();
-    row.ok = r.ok;
-    row.cost_usd = r.spend.exact();
-    row.num_turns = u64::from(r.num_turns);
-    row.text = r.text.clone();
-    row.error = r.error.clone();
-    row.started_at = started;
-    row.attempts = r.attempts;
-    row.errors = r.errors.clone();
-    row.resumed = r.resumed;
-    row.retired = r.retired.clone();
-    row.context = (r.context > 0).then_some(r.context);
-    row.end_at(r.ended_at.timestamp_millis() as f64 / 1000.0);
-    row
-}
-
-impl StepResult {
-    /// Seconds between start and end.
-    pub fn duration_s(&self) -> f64 {
-        ((self.ended_at - self.started_at).num_milliseconds() as f64 / 1000.0 * 100.0).round()
-            / 100.0
-    }
-}
 
 /// Called with a step's session id as soon as it is known, and again whenever a handoff
 /// replaces the session (lineage is written from it, so a crash mid-step still resumes).
@@ -590,88 +531,6 @@ impl Runtime {
             }
         }
         self.finish(result, spec, &agent)
-    }
-
-    /// Asks the current session for its handoff (budget-exempt), falls back to the degraded
-    /// document, writes it to `notes/交接-<step>.md`, and tells the UI.
-    async fn write_handoff(
-        self: &Arc<Self>,
-        run: &mut AgentRun,
-        step: &str,
-        original_prompt: &str,
-        window: u64,
-        prompt_too_long: bool,
-    ) -> Handoff {
-        let used = run.context_tokens;
-        let mut why = String::new();
-        let mut doc = None;
-        if prompt_too_long {
-            why = "上下文已经超出模型窗口,没法再让它写".into();
-        } else {
-            let answer = run
-                .handoff_turn(&Handoff::request_prompt(used, window))
-                .await;
-            match answer {
-                Ok(text) => {
-                    let h = Handoff::parse(step, &text);
-                    if h.is_complete() {
-                        doc = Some(h);
-                    } else {
-                        why = format!("它写的交接书缺:{}", h.missing().join("、"));
-                    }
-                }
-                Err(e) => why = e,
-            }
-        }
-        let degraded = doc.is_none();
-        let doc = doc.unwrap_or_else(|| Handoff::degraded(step, original_prompt, &why));
-        let path = match &self.workbench {
-            Some(wb) => match doc.write(&wb.notes()) {
-                Ok(p) => p.display().to_string(),
-                Err(e) => {
-                    self.emit(
-                        run.agent(),
-                        run.role(),
-                        0,
-                        EventKind::Error {
-                            text: format!("交接书落盘失败:{e}"),
-                        },
-                    );
-                    String::new()
-                }
-            },
-            None => String::new(),
-        };
-        let sections = [
-            ("现在在做", &doc.doing),
-            ("已定的事", &doc.decided),
-            ("走不通的", &doc.deadends),
-            ("下一步", &doc.next),
-        ]
-        .into_iter()
-        .map(|(k, v)| {
-            (
-                k.to_string(),
-                v.lines()
-                    .find(|l| !l.trim().is_empty())
-                    .unwrap_or("")
-                    .to_string(),
-            )
-        })
-        .collect();
-        self.emit(
-            run.agent(),
-            run.role(),
-            0,
-            EventKind::Handoff {
-                context_tokens: used,
-                window,
-                path,
-                degraded,
-                sections,
-            },
-        );
-        doc
     }
 
     fn finish(&self, mut result: StepResult, spec: &AgentSpec, agent: &str) -> StepResult {

@@ -56,7 +56,7 @@ pub async fn once(
     };
     let outcome = tokio::select! {
         r = &mut run => Ok(r.map_err(|e| CliError::Failed(format!("内部错误:{e}")))?),
-        sig = wait_for_signal() => Err(sig),
+        sig = crate::flow::drive::wait_for_signal(true) => Err(sig),
     };
     match outcome {
         Ok(result) => {
@@ -96,26 +96,5 @@ pub fn once_tools(opts: &OnceOptions) -> Vec<String> {
         PermissionMode::Default
         | PermissionMode::AcceptEdits
         | PermissionMode::BypassPermissions => opts.tools.clone(),
-    }
-}
-
-/// Resolves with the signal number on SIGHUP, SIGTERM or SIGINT.
-pub async fn wait_for_signal() -> i32 {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hup = signal(SignalKind::hangup()).ok();
-    let mut term = signal(SignalKind::terminate()).ok();
-    let mut int = signal(SignalKind::interrupt()).ok();
-    async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
-        match s {
-            Some(s) => {
-                s.recv().await;
-            }
-            None => std::future::pending::<()>().await,
-        }
-    }
-    tokio::select! {
-        _ = recv(&mut hup) => nix::libc::SIGHUP,
-        _ = recv(&mut term) => nix::libc::SIGTERM,
-        _ = recv(&mut int) => nix::libc::SIGINT,
     }
 }

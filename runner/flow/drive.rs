@@ -39,6 +39,7 @@ use crate::channel::{HumanChannel, HumanConfig};
 use crate::cli::error::{CliError, ExitStatus};
 use crate::cli::options::GlobalOptions;
 use crate::creds::Credentials;
+use crate::isolate::{open_for_run, IsolateError, IsolateOptions, WorktreePlacement};
 use crate::model::Role;
 use crate::record::manifest::KILLED_BY_SIGNAL;
 use crate::term::render::{closing_line, RenderOptions};
@@ -133,6 +134,25 @@ pub struct Session {
     pub channel: HumanChannel,
     /// Provider, store, sandboxes, workbench, manifest, runtime.
     pub run: RunContext,
+    /// ISOLATION: the worktree placement with `--isolate`.
+    pub isolation: Option<Arc<WorktreePlacement>>,
+}
+
+/// ISOLATION: opens the workspace's repository for `--isolate` (sweeping what crashed runs
+/// left) — the worktree placement of [`RunSetup::placement`].
+async fn open_isolation(
+    globals: &GlobalOptions,
+    workbench: Option<&std::path::Path>,
+) -> Result<Arc<WorktreePlacement>, CliError> {
+    let workbench = workbench
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_else(|| crate::agent::Workbench::locate(&globals.workspace, true));
+    let mut opts = IsolateOptions::new(&globals.workspace, workbench);
+    opts.exclude = vec![globals.run_dir.clone()];
+    open_for_run(opts).await.map_err(|e| match e {
+        IsolateError::NotARepository(p) => CliError::IsolateNotGit(p),
+        e => CliError::Failed(e.to_string()),
+    })
 }
 
 impl Session {
@@ -142,15 +162,11 @@ impl Session {
         creds: &Credentials,
         setup: SessionSetup,
     ) -> Result<Session, CliError> {
-        if setup.isolate {
-            // ISOLATION: the worktree placement plugs in here — build it and pass it as
-            // `RunSetup.placement` below. Until then `--isolate` fails rather than letting
-            // workers share the workspace silently (DESIGN.md invariant 6).
-            return Err(CliError::Failed(
-                "--isolate 的 worktree 隔离还没接上:这个版本里执行者只能共用工作区。去掉 --isolate 再跑。"
-                    .into(),
-            ));
-        }
+        // ISOLATION: `--isolate` places every worker in its own git worktree.
+        let isolation = match setup.isolate {
+            true => Some(open_isolation(globals, setup.workbench.as_deref()).await?),
+            false => None,
+        };
         let frontend = frontend(globals);
         let channel = HumanChannel::new(setup.human);
         channel.connect_events(frontend.events());
@@ -164,17 +180,43 @@ impl Session {
                 handoff: setup.handoff,
                 human: Arc::new(channel.clone()),
                 events: frontend.events(),
-                // ISOLATION: `--isolate`'s worktree placement (see the check above).
-                placement: None,
+                // ISOLATION: `--isolate`'s worktree placement.
+                placement: isolation
+                    .clone()
+                    .map(|p| p as Arc<dyn crate::agent::Placement>),
                 sandboxes: None,
             },
         )
         .await?;
-        Ok(Session {
+        let session = Session {
             frontend,
             channel,
             run,
-        })
+            isolation,
+        };
+        // ISOLATION: branch names carry the run id; start warnings (uncommitted changes
+        // workers will not see, leftovers of earlier runs) go to the human.
+        if let Some(p) = &session.isolation {
+            p.bind_run(&session.run.run_id);
+            for text in p.warnings() {
+                session.note(EventKind::Warning { text: text.clone() });
+            }
+        }
+        Ok(session)
+    }
+
+    /// ISOLATION: at the end of the run (containers gone), removes integrated worktrees and
+    /// branches and lists the kept ones. Waits for an integration still in flight (its lock).
+    async fn close_isolation(&self) {
+        let Some(p) = self.isolation.clone() else {
+            return;
+        };
+        let lines = tokio::task::spawn_blocking(move || p.close())
+            .await
+            .unwrap_or_else(|e| vec![format!("worktree 收尾崩了:{e}")]);
+        for text in lines {
+            self.note(EventKind::Warning { text });
+        }
     }
 
     /// The runtime.
@@ -207,7 +249,7 @@ impl Session {
         }
         let end = tokio::select! {
             r = wf.run(&rt, ctx) => End::Done(r),
-            sig = signal(!self.frontend.owns_interrupt()) => End::Signal(sig),
+            sig = wait_for_signal(!self.frontend.owns_interrupt()) => End::Signal(sig),
             _ = self.frontend.quit_requested() => End::Quit,
         };
         self.frontend.detach();
@@ -215,6 +257,7 @@ impl Session {
             End::Signal(sig) if sig != nix::libc::SIGINT => {
                 rt.rescue(KILLED_BY_SIGNAL);
                 self.run.shutdown().await;
+                self.close_isolation().await;
                 Ok(ExitStatus::Signalled(sig))
             }
             End::Signal(_) | End::Quit => {
@@ -246,6 +289,7 @@ impl Session {
     /// Removes the containers and prints the closing line.
     async fn finish(&self) {
         self.run.shutdown().await;
+        self.close_isolation().await;
         let (cost, known) = process_cost(&self.run);
         let opts = self.frontend.render_options();
         self.frontend.print(&[
@@ -262,8 +306,9 @@ pub fn process_cost(run: &RunContext) -> (f64, bool) {
     (rows.iter().filter_map(|r| r.cost_usd).sum(), known)
 }
 
-/// Resolves with SIGHUP or SIGTERM, and SIGINT when `int` (no frontend owns it).
-async fn signal(int: bool) -> i32 {
+/// Resolves with the signal number on SIGHUP or SIGTERM, and on SIGINT when `int` (no
+/// frontend owns Ctrl-C).
+pub async fn wait_for_signal(int: bool) -> i32 {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hup = signal(SignalKind::hangup()).ok();
     let mut term = signal(SignalKind::terminate()).ok();

@@ -3,7 +3,12 @@
 //! A container is an orphan when its owner labels prove the owner process dead (pid gone, pid
 //! reused with another start time, or a previous boot). Containers of live owners, of other
 //! hosts, or without owner labels are never removed. The startup sweep looks at one workspace;
-//! `flowerbox gc` at all of them. Worktrees join here once they exist (a later issue).
+//! `flowerbox gc` at all of them.
+//!
+//! Worktrees (`--isolate`): [`worktrees`] sweeps the workspace's repository — registrations
+//! whose directory is gone are pruned, clean merged worktrees of dead owners are removed with
+//! their branches, and anything with unmerged commits or uncommitted changes is listed, never
+//! deleted (DESIGN.md invariant 5; the rules are in [`crate::isolate::sweep`]).
 
 use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
 use std::collections::HashMap;
@@ -175,8 +180,83 @@ pub async fn sweep_orphans(engine: &Engine, workspace: &Path) -> Result<Vec<Stri
 }
 
 /// `flowerbox gc`: removes orphaned containers (of `workspace`, or of every workspace) and
-/// lists what it kept.
+/// lists what it kept; with a workspace, also sweeps its repository's worktrees ([`worktrees`]).
 pub async fn gc(engine: &Engine, workspace: Option<&Path>) -> Result<GcReport, SandboxError> {
     let workspace = workspace.map(std::fs::canonicalize).transpose()?;
-    Ok(remove_orphans(engine, list(engine, workspace.as_deref()).await?).await)
+    let mut report = remove_orphans(engine, list(engine, workspace.as_deref()).await?).await;
+    if let Some(ws) = workspace {
+        let trees = tokio::task::spawn_blocking(move || worktrees(&ws))
+            .await
+            .unwrap_or_else(|e| GcReport {
+                failed: vec![format!("worktree sweep crashed: {e}")],
+                ..Default::default()
+            });
+        report.removed.extend(trees.removed);
+        report.kept.extend(trees.kept);
+        report.failed.extend(trees.failed);
+    }
+    Ok(report)
+}
+
+/// Sweeps flowerbox's worktrees and branches in the repository containing `workspace`
+/// (nothing outside a repository). Blocking (git). Removed: stale registrations, merged clean
+/// worktrees of dead owners, merged branches; kept and listed: live runs' worktrees, unmerged
+/// branches, worktrees with uncommitted changes. A failure to open the repository is one
+/// `failed` line.
+pub fn worktrees(workspace: &Path) -> GcReport {
+    match crate::isolate::sweep(workspace) {
+        Ok(r) => GcReport {
+            removed: r.removed,
+            kept: r.kept,
+            failed: r.failed,
+        },
+        Err(e) => GcReport {
+            failed: vec![format!("worktrees of {}: {e}", workspace.display())],
+            ..Default::default()
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn git(dir: &Path, args: &[&str]) {
+        let ok = std::process::Command::new("git")
+            .args(["-c", "user.name=T", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .current_dir(dir)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    }
+
+    #[test]
+    fn worktree_sweep_lists_unmerged_work_and_ignores_plain_directories() {
+        let plain = tempfile::tempdir().unwrap();
+        assert_eq!(worktrees(plain.path()), GcReport::default());
+
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("proj");
+        std::fs::create_dir(&ws).unwrap();
+        git(&ws, &["init", "-q", "-b", "main"]);
+        std::fs::write(ws.join("a"), "a").unwrap();
+        git(&ws, &["add", "a"]);
+        git(&ws, &["commit", "-q", "-m", "a"]);
+        // A branch left by a finished run: one unmerged, one merged.
+        git(&ws, &["branch", "flower/r0/worker-1"]);
+        git(&ws, &["checkout", "-q", "-b", "flower/r0/worker-2"]);
+        std::fs::write(ws.join("b"), "b").unwrap();
+        git(&ws, &["add", "b"]);
+        git(&ws, &["commit", "-q", "-m", "b"]);
+        git(&ws, &["checkout", "-q", "main"]);
+        let r = worktrees(&ws);
+        assert!(r.failed.is_empty(), "{r:?}");
+        assert_eq!(r.removed, ["removed merged branch flower/r0/worker-1"]);
+        assert_eq!(
+            r.kept,
+            ["kept branch flower/r0/worker-2 (unmerged commits)"]
+        );
+    }
 }

@@ -37,10 +37,9 @@ impl Tool for AskTool {
 
     async fn call(&self, input: &Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let a: AskArgs = parse_input(input)?;
-        let outcome = tokio::select! {
-            o = ctx.human.ask(&ctx.agent, &a.question, &a.options) => o,
-            _ = ctx.cancel.cancelled() => return Err(ToolError::Interrupted),
-        };
+        // An interrupt does not withdraw a pending question (seed 000 "Ctrl-C": 打断不影响它们);
+        // the interruption takes effect at the next message boundary.
+        let outcome = ctx.human.ask(&ctx.agent, &a.question, &a.options).await;
         Ok(outcome.tool_text())
     }
 }

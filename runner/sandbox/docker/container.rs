@@ -240,6 +240,9 @@ impl RunSpec {
             "PAGER=cat".into(),
             "GIT_PAGER=cat".into(),
             "GIT_TERMINAL_PROMPT=0".into(),
+            // git's lowest-priority identity fallback: a worker can commit in a repository
+            // that has no user.email of its own (the container sees no global config).
+            format!("EMAIL={}@flowerbox.invalid", id.name),
             format!("GIT_CONFIG_COUNT={}", git.len()),
         ];
         for (i, (k, v)) in git.iter().enumerate() {

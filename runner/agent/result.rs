@@ -1,0 +1,68 @@
+//! [`StepResult`]: the complete books of one step, and its manifest row (seed 000
+//! "runs/manifest.json" fields).
+
+use chrono::Utc;
+
+use crate::model::price::Cost;
+use crate::record::manifest::ManifestEntry;
+
+/// The complete books of one finished step (api.md `StepResult`; the manifest row).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepResult {
+    /// Step name as recorded (`干活#round2`).
+    pub step: String,
+    /// The last session that worked on it (handoffs retire earlier ones).
+    pub session_id: Option<String>,
+    /// It succeeded.
+    pub ok: bool,
+    /// Cost, accumulated across retries, handoffs and subagents.
+    pub spend: Cost,
+    /// Main-thread model turns, accumulated.
+    pub num_turns: u32,
+    /// The main thread's final text.
+    pub text: String,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// Start, UTC.
+    pub started_at: chrono::DateTime<Utc>,
+    /// End, UTC.
+    pub ended_at: chrono::DateTime<Utc>,
+    /// Attempts (interrupts and handoffs do not count).
+    pub attempts: u32,
+    /// Model errors met on the way (never part of `text`).
+    pub errors: Vec<String>,
+    /// A resume happened mid-step.
+    pub resumed: bool,
+    /// Sessions retired by handoffs, in order.
+    pub retired: Vec<String>,
+    /// Context size of the main thread's last call, in tokens.
+    pub context: u64,
+}
+
+/// The manifest row of a step result.
+pub fn manifest_row(r: &StepResult, run: &str) -> ManifestEntry {
+    let started = r.started_at.timestamp_millis() as f64 / 1000.0;
+    let mut row = ManifestEntry::begin(r.step.clone(), run);
+    row.session_id = r.session_id.clone();
+    row.ok = r.ok;
+    row.cost_usd = r.spend.exact();
+    row.num_turns = u64::from(r.num_turns);
+    row.text = r.text.clone();
+    row.error = r.error.clone();
+    row.started_at = started;
+    row.attempts = r.attempts;
+    row.errors = r.errors.clone();
+    row.resumed = r.resumed;
+    row.retired = r.retired.clone();
+    row.context = (r.context > 0).then_some(r.context);
+    row.end_at(r.ended_at.timestamp_millis() as f64 / 1000.0);
+    row
+}
+
+impl StepResult {
+    /// Seconds between start and end.
+    pub fn duration_s(&self) -> f64 {
+        ((self.ended_at - self.started_at).num_milliseconds() as f64 / 1000.0 * 100.0).round()
+            / 100.0
+    }
+}

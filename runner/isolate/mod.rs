@@ -1,0 +1,81 @@
+//! Isolation with `--isolate` (DESIGN.md points 2–3, invariant 5; issue 7): every worker writes
+//! in its own git worktree on branch `flower/<run>/<agent>`, and when it ends the runner
+//! commits what it left and integrates the branch into the workspace's checked-out branch —
+//! one integration at a time, three-way merge, never touching the user's uncommitted work.
+//!
+//! Life of a worktree: [`WorktreePlacement::open`] opens the workspace's repository (and sweeps
+//! what crashed runs left, [`sweep`]) → `prepare(agent)` adds the worktree from HEAD, locked with
+//! its owner → the worker runs in a container that mounts the worktree, the main repository's
+//! git common dir and the workbench at their host paths → `finish(agent, ok)` commits and
+//! integrates ([`integrate`]) → [`WorktreePlacement::close`] at the end of the run removes
+//! merged worktrees and branches and unlocks the kept ones. Nothing with unmerged commits is
+//! ever deleted; a conflict or the user's uncommitted changes stop an integration with a report
+//! for the coordinator, leaving workspace, branch and worktree as they were.
+
+pub mod integrate;
+pub mod placement;
+pub mod repo;
+pub mod sweep;
+pub mod worktree;
+
+pub use integrate::{commit_worktree, integrate, Integration};
+pub use placement::{open_for_run, IsolateOptions, WorktreePlacement};
+pub use repo::{open_workspace_repo, WorkspaceRepo};
+pub use sweep::{sweep, SweepReport};
+pub use worktree::{branch_name, worktree_name, worktrees_root, OwnerLock};
+
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// Isolation failures. Messages are complete sentences for the user or the coordinator.
+#[derive(Debug, Error)]
+pub enum IsolateError {
+    /// The workspace is not inside a git repository (seed 000's exit-1 text).
+    #[error("--isolate 要求 {} 是 git 仓库(每个 subagent 要分一份 worktree)。先 git init,或者去掉 --isolate。", .0.display())]
+    NotARepository(PathBuf),
+    /// The repository could not be opened; libgit2's message names an unsupported extension
+    /// (`extensions.<name>`) when that is the cause.
+    #[error("打不开 git 仓库 {}:{message}", .path.display())]
+    Open {
+        /// The workspace.
+        path: PathBuf,
+        /// libgit2's message.
+        message: String,
+    },
+    /// A bare repository has no working tree to integrate into.
+    #[error("{} 是裸仓库,没有工作区可以合入;--isolate 需要一个有工作区的仓库。", .0.display())]
+    Bare(PathBuf),
+    /// HEAD has no commit yet, so there is nothing to start a worktree from.
+    #[error("{} 的仓库还没有任何提交:worktree 要从 HEAD 建。先提交一次,或者去掉 --isolate。", .0.display())]
+    Unborn(PathBuf),
+    /// A git operation failed; `what` says which.
+    #[error("{what}:{source}")]
+    Git {
+        /// What was being done.
+        what: String,
+        /// libgit2's error.
+        source: git2::Error,
+    },
+    /// A file-system operation failed.
+    #[error("{what}:{source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+impl IsolateError {
+    /// A git error with context.
+    pub(crate) fn git(what: impl Into<String>) -> impl FnOnce(git2::Error) -> IsolateError {
+        let what = what.into();
+        move |source| IsolateError::Git { what, source }
+    }
+
+    /// An I/O error with context.
+    pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> IsolateError {
+        let what = what.into();
+        move |source| IsolateError::Io { what, source }
+    }
+}

@@ -1,0 +1,423 @@
+//! [`WorktreePlacement`]: the [`Placement`] of `--isolate`. Each worker gets its own worktree
+//! (mounted read-write with the main repository's git common dir and the workbench, all at
+//! their host paths), and its branch is integrated when it ends, with a report for the
+//! coordinator.
+
+use async_trait::async_trait;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use super::integrate::{commit_worktree, integrate, Integration};
+use super::repo::{open_workspace_repo, WorkspaceRepo};
+use super::sweep::{sweep, SweepReport};
+use super::worktree::{add, is_clean, is_merged, remove, worktrees_root};
+use super::IsolateError;
+use crate::agent::{Placement, WorkerPlace};
+use crate::sandbox::docker::labels::Owner;
+use crate::sandbox::Mount;
+
+/// Most paths listed in one report.
+const LIST_LIMIT: usize = 20;
+
+/// How to open a [`WorktreePlacement`].
+#[derive(Debug, Clone)]
+pub struct IsolateOptions {
+    /// The workspace (inside a git repository with at least one commit).
+    pub workspace: PathBuf,
+    /// The shared workbench (`<parent>/.flower-<name>`), mounted read-write for workers.
+    pub workbench: PathBuf,
+    /// Paths whose uncommitted changes do not count for the start warning (the runner's own
+    /// `runs/`).
+    pub exclude: Vec<PathBuf>,
+    /// Where worktrees go; default [`worktrees_root`] of the repository's working tree.
+    pub worktrees_root: Option<PathBuf>,
+    /// Recorded in each worktree's lock; default this process.
+    pub owner: Option<Owner>,
+}
+
+impl IsolateOptions {
+    /// Defaults for `workspace` and `workbench`.
+    pub fn new(workspace: impl Into<PathBuf>, workbench: impl Into<PathBuf>) -> Self {
+        IsolateOptions {
+            workspace: workspace.into(),
+            workbench: workbench.into(),
+            exclude: Vec::new(),
+            worktrees_root: None,
+            owner: None,
+        }
+    }
+}
+
+/// Where one worker's worktree stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    /// Created; the worker runs.
+    Working,
+    /// Integrated (or nothing to integrate): removed at [`WorktreePlacement::close`].
+    Merged,
+    /// Not integrated (conflict, user changes, unfinished worker, failure): kept.
+    Kept,
+}
+
+#[derive(Debug, Clone)]
+struct Tree {
+    name: String,
+    branch: String,
+    path: PathBuf,
+    state: State,
+}
+
+/// Per-agent git worktrees with serial integration (see the [module docs](super)).
+pub struct WorktreePlacement {
+    repo: WorkspaceRepo,
+    workbench: PathBuf,
+    root: PathBuf,
+    owner: Owner,
+    run: OnceLock<String>,
+    /// One git operation of this process at a time (the file lock covers other processes).
+    gate: tokio::sync::Mutex<()>,
+    trees: Mutex<BTreeMap<String, Tree>>,
+    warnings: Vec<String>,
+}
+
+impl std::fmt::Debug for WorktreePlacement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorktreePlacement")
+            .field("workdir", &self.repo.workdir)
+            .field("root", &self.root)
+            .field("run", &self.run.get())
+            .finish()
+    }
+}
+
+impl WorktreePlacement {
+    /// Opens the workspace's repository, sweeps what earlier runs left ([`sweep`]: stale
+    /// registrations pruned, merged leftovers removed, unmerged ones listed), and collects
+    /// the start warnings (see [`WorktreePlacement::warnings`]). Blocking (git).
+    ///
+    /// # Errors
+    /// [`IsolateError::NotARepository`] with seed 000's text, and the other open failures of
+    /// [`open_workspace_repo`].
+    pub fn open(opts: IsolateOptions) -> Result<WorktreePlacement, IsolateError> {
+        let repo = open_workspace_repo(&opts.workspace)?;
+        let owner = match opts.owner {
+            Some(o) => o,
+            None => Owner::current().map_err(IsolateError::io("读不出本进程的身份"))?,
+        };
+        let root = opts
+            .worktrees_root
+            .unwrap_or_else(|| worktrees_root(&repo.workdir));
+        let mut warnings = Vec::new();
+        match sweep(&repo.workspace) {
+            Ok(SweepReport {
+                removed,
+                kept,
+                failed,
+            }) => {
+                warnings.extend(removed.into_iter().map(|l| format!("上次运行的残留:{l}")));
+                warnings.extend(failed.into_iter().map(|l| format!("清不掉残留:{l}")));
+                warnings.extend(
+                    kept.into_iter()
+                        .filter(|l| !l.contains("is running"))
+                        .map(|l| format!("保留着:{l}")),
+                );
+            }
+            Err(e) => warnings.push(format!("清理旧 worktree 失败:{e}")),
+        }
+        warnings.extend(repo.start_warnings(&opts.exclude)?);
+        Ok(WorktreePlacement {
+            repo,
+            workbench: opts.workbench,
+            root,
+            owner,
+            run: OnceLock::new(),
+            gate: tokio::sync::Mutex::new(()),
+            trees: Mutex::new(BTreeMap::new()),
+            warnings,
+        })
+    }
+
+    /// One-line warnings to show at the start of the run: uncommitted changes workers will not
+    /// see, relative worktree links, what the sweep removed or kept.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Sets the run id used in branch names (`flower/<run>/<agent>`); call once, before the
+    /// first worker. Later calls are ignored.
+    pub fn bind_run(&self, run_id: &str) {
+        let _ = self.run.set(run_id.to_string());
+    }
+
+    /// The repository facts.
+    pub fn repo(&self) -> &WorkspaceRepo {
+        &self.repo
+    }
+
+    /// Where this placement puts worktrees.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The branch and worktree of `agent`, once prepared.
+    pub fn worktree_of(&self, agent: &str) -> Option<(String, PathBuf)> {
+        self.trees
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(agent)
+            .map(|t| (t.branch.clone(), t.path.clone()))
+    }
+
+    /// Ends the run's use of worktrees (blocking): integrated worktrees are removed with their
+    /// branches (after checking once more that they are clean and merged); the kept ones are
+    /// unlocked and listed. Returns one line per kept or failed item, for the user.
+    pub fn close(&self) -> Vec<String> {
+        let trees: Vec<Tree> =
+            std::mem::take(&mut *self.trees.lock().unwrap_or_else(|e| e.into_inner()))
+                .into_values()
+                .collect();
+        if trees.is_empty() {
+            return Vec::new();
+        }
+        let mut lines = Vec::new();
+        let _lock = match self.repo.lock() {
+            Ok(l) => l,
+            Err(e) => return vec![format!("worktree 没清理:{e}")],
+        };
+        let repo = match self.repo.open() {
+            Ok(r) => r,
+            Err(e) => return vec![format!("worktree 没清理:{e}")],
+        };
+        for t in trees {
+            let tip = repo
+                .find_branch(&t.branch, git2::BranchType::Local)
+                .ok()
+                .and_then(|b| b.get().target());
+            let merged = tip.is_some_and(|id| is_merged(&repo, id).unwrap_or(false));
+            let clean = !t.path.exists() || is_clean(&t.path).unwrap_or(false);
+            if t.state != State::Kept && merged && clean {
+                if let Err(e) = remove(&repo, &t.name, &t.branch) {
+                    lines.push(format!("删不掉已合入的 worktree {}:{e}", t.path.display()));
+                }
+                continue;
+            }
+            if let Ok(wt) = repo.find_worktree(&t.name) {
+                let _ = wt.unlock();
+            }
+            let why = if !merged {
+                "有没合入的提交"
+            } else {
+                "有没提交的改动"
+            };
+            lines.push(format!(
+                "保留分支 {} 和 worktree {}({why})",
+                t.branch,
+                t.path.display()
+            ));
+        }
+        lines
+    }
+
+    fn set_state(&self, agent: &str, state: State) {
+        if let Some(t) = self
+            .trees
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(agent)
+        {
+            t.state = state;
+        }
+    }
+
+    fn mounts(&self, worktree: &Path) -> Vec<Mount> {
+        let mut v = vec![
+            Mount {
+                path: worktree.to_path_buf(),
+                read_only: false,
+            },
+            // The worktree's `.git` file points here by absolute host path.
+            Mount {
+                path: self.repo.commondir.clone(),
+                read_only: false,
+            },
+        ];
+        // The workbench may be created after the placement was opened: resolve it now.
+        let workbench = self
+            .workbench
+            .canonicalize()
+            .unwrap_or_else(|_| self.workbench.clone());
+        if !workbench.starts_with(worktree) {
+            v.push(Mount {
+                path: workbench,
+                read_only: false,
+            });
+        }
+        v
+    }
+}
+
+/// A list of paths for a report, capped.
+fn list(paths: &[String]) -> String {
+    let mut out: Vec<String> = paths
+        .iter()
+        .take(LIST_LIMIT)
+        .map(|p| format!("- {p}"))
+        .collect();
+    if paths.len() > LIST_LIMIT {
+        out.push(format!("- …… 另有 {} 个", paths.len() - LIST_LIMIT));
+    }
+    out.join("\n")
+}
+
+/// The coordinator's report of one worker's integration.
+fn report(agent: &str, branch: &str, path: &Path, outcome: &Result<Integration, String>) -> String {
+    let kept = format!("分支 {branch} 和 worktree {} 都留着。", path.display());
+    match outcome {
+        Ok(Integration::AlreadyMerged) => format!("[合入] {agent} 没有留下新的改动。"),
+        Ok(Integration::Merged {
+            fast_forward,
+            commit,
+            files,
+            into,
+        }) => format!(
+            "[合入] {agent} 的分支 {branch} 已合入 {into}({},{}):{} 个文件\n{}",
+            if *fast_forward { "快进" } else { "三方合并" },
+            &commit.to_string()[..10],
+            files.len(),
+            list(files)
+        ),
+        Ok(Integration::Conflict { paths, into }) => format!(
+            "[合入失败] {agent} 的分支 {branch} 和 {into} 在这些文件上冲突,这次没有合入,工作区没动:\n{}\n{kept}\
+             要解决:派一个执行者,让它在自己的 worktree 里 `git merge {branch}`、解决冲突并提交;它合入时会把这个分支一起带进来。",
+            list(paths)
+        ),
+        Ok(Integration::UserChanges { paths, into }) => format!(
+            "[合入暂停] 工作区({into})里有人未提交的改动,而分支 {branch} 也动了这些文件。为了不覆盖人的改动,这次没有合入:\n{}\n{kept}\
+             等人提交或处理掉这些改动后,再派执行者合入这个分支。",
+            list(paths)
+        ),
+        Err(e) => format!("[合入失败] {agent}:{e}\n{kept}"),
+    }
+}
+
+#[async_trait]
+impl Placement for WorktreePlacement {
+    async fn prepare(&self, agent: &str) -> Result<WorkerPlace, String> {
+        let run =
+            self.run.get().cloned().ok_or_else(|| {
+                "worktree 隔离还没绑定运行编号(bind_run),派不了执行者".to_string()
+            })?;
+        let _gate = self.gate.lock().await;
+        let (repo, root, owner, who) = (
+            self.repo.clone(),
+            self.root.clone(),
+            self.owner.clone(),
+            agent.to_string(),
+        );
+        let started = Instant::now();
+        let made = tokio::task::spawn_blocking(move || {
+            let _lock = repo.lock()?;
+            let r = repo.open()?;
+            add(&r, &root, &run, &who, &owner)
+        })
+        .await
+        .map_err(|e| format!("建 worktree 的线程崩了:{e}"))?
+        .map_err(|e| format!("给 {agent} 建 worktree 失败:{e}"))?;
+        tracing::info!(agent, branch = %made.branch, path = %made.path.display(),
+            ms = started.elapsed().as_millis() as u64, "worktree created");
+        let workdir = if self.repo.subdir.as_os_str().is_empty() {
+            made.path.clone()
+        } else {
+            made.path.join(&self.repo.subdir)
+        };
+        let mounts = self.mounts(&made.path);
+        self.trees.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            agent.to_string(),
+            Tree {
+                name: made.name,
+                branch: made.branch,
+                path: made.path,
+                state: State::Working,
+            },
+        );
+        Ok(WorkerPlace { workdir, mounts })
+    }
+
+    async fn finish(&self, agent: &str, _place: &WorkerPlace, ok: bool) -> Option<String> {
+        let tree = self
+            .trees
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(agent)
+            .cloned()?;
+        let _gate = self.gate.lock().await;
+        let (repo, t, who) = (self.repo.clone(), tree.clone(), agent.to_string());
+        let run = self.run.get().cloned().unwrap_or_default();
+        let started = Instant::now();
+        let outcome = tokio::task::spawn_blocking(move || {
+            let _lock = repo.lock().map_err(|e| e.to_string())?;
+            let message = format!("flowerbox {who}: 运行 {run} 里的改动");
+            let committed =
+                commit_worktree(&t.path, &t.branch, &who, &message).map_err(|e| e.to_string())?;
+            if !ok {
+                return Ok((committed, None));
+            }
+            let merged = integrate(&repo, &t.branch, &who).map_err(|e| e.to_string())?;
+            Ok::<_, String>((committed, Some(merged)))
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("合入线程崩了:{e}")));
+        tracing::info!(
+            agent,
+            ms = started.elapsed().as_millis() as u64,
+            ok,
+            "worktree finished"
+        );
+        match outcome {
+            Ok((committed, None)) => {
+                self.set_state(agent, State::Kept);
+                let what = if committed.is_some() {
+                    format!("它的改动已提交在分支 {}", tree.branch)
+                } else {
+                    format!("分支 {} 上没有新的改动", tree.branch)
+                };
+                Some(format!(
+                    "[没合入] {agent} 没做完,{what};没有合入工作区。worktree {} 留着。",
+                    tree.path.display()
+                ))
+            }
+            Ok((_, Some(merged))) => {
+                let state = match merged {
+                    Integration::AlreadyMerged | Integration::Merged { .. } => State::Merged,
+                    _ => State::Kept,
+                };
+                self.set_state(agent, state);
+                Some(report(agent, &tree.branch, &tree.path, &Ok(merged)))
+            }
+            Err(e) => {
+                self.set_state(agent, State::Kept);
+                Some(report(agent, &tree.branch, &tree.path, &Err(e)))
+            }
+        }
+    }
+}
+
+/// [`WorktreePlacement::open`] in a blocking task (what the `go` driver calls; it binds the run
+/// id once the run context exists). The `Arc` serves both as the runtime's placement and for
+/// [`close`].
+///
+/// [`close`]: WorktreePlacement::close
+pub async fn open_for_run(opts: IsolateOptions) -> Result<Arc<WorktreePlacement>, IsolateError> {
+    tokio::task::spawn_blocking(move || WorktreePlacement::open(opts).map(Arc::new))
+        .await
+        .map_err(|e| IsolateError::Io {
+            what: "打开仓库的线程崩了".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?
+}
+
+#[cfg(test)]
+#[path = "placement_tests.rs"]
+mod tests;

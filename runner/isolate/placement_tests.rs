@@ -1,0 +1,171 @@
+//! Unit tests of the placement on the host (no containers): places, reports, close.
+
+use super::*;
+use crate::isolate::repo::tests::{git, repo_with_commit};
+use std::fs;
+
+fn placement(ws: &Path, wb: &Path) -> WorktreePlacement {
+    fs::create_dir_all(wb).unwrap();
+    let p = WorktreePlacement::open(IsolateOptions::new(ws, wb)).unwrap();
+    p.bind_run("r1");
+    p
+}
+
+#[tokio::test]
+async fn prepare_gives_worktree_git_dir_and_workbench_read_write() {
+    let (dir, ws) = repo_with_commit();
+    let wb = dir.path().canonicalize().unwrap().join(".flower-proj");
+    let p = placement(&ws, &wb);
+    let place = p.prepare("worker-1").await.unwrap();
+    let (branch, path) = p.worktree_of("worker-1").unwrap();
+    assert_eq!(branch, "flower/r1/worker-1");
+    assert_eq!(
+        path,
+        dir.path()
+            .canonicalize()
+            .unwrap()
+            .join(".flower-proj-worktrees/r1/worker-1")
+    );
+    assert_eq!(place.workdir, path);
+    assert_eq!(
+        place.mounts,
+        vec![
+            Mount {
+                path: path.clone(),
+                read_only: false
+            },
+            Mount {
+                path: ws.join(".git"),
+                read_only: false
+            },
+            Mount {
+                path: wb.clone(),
+                read_only: false
+            },
+        ]
+    );
+    assert!(!path.starts_with(&ws) && !path.starts_with(&wb));
+    assert!(p.warnings().is_empty(), "{:?}", p.warnings());
+}
+
+#[tokio::test]
+async fn unbound_placement_refuses_and_subdir_workspaces_map_into_the_worktree() {
+    let (dir, ws) = repo_with_commit();
+    fs::create_dir(ws.join("app")).unwrap();
+    fs::write(ws.join("app/main.py"), "print(1)\n").unwrap();
+    git(&ws, &["add", "."]);
+    git(&ws, &["commit", "-q", "-m", "app"]);
+    let wb = dir.path().join("wb");
+    fs::create_dir_all(&wb).unwrap();
+    let p = WorktreePlacement::open(IsolateOptions::new(ws.join("app"), &wb)).unwrap();
+    assert!(p
+        .prepare("worker-1")
+        .await
+        .unwrap_err()
+        .contains("bind_run"));
+    p.bind_run("r2");
+    let place = p.prepare("worker-1").await.unwrap();
+    assert!(place.workdir.ends_with("r2/worker-1/app"));
+    assert!(place.workdir.join("main.py").is_file());
+}
+
+#[tokio::test]
+async fn two_workers_integrate_serially_and_close_removes_merged_worktrees() {
+    let (dir, ws) = repo_with_commit();
+    let p = Arc::new(placement(&ws, &dir.path().join("wb")));
+    let a = p.prepare("worker-1").await.unwrap();
+    let b = p.prepare("worker-2").await.unwrap();
+    fs::write(a.workdir.join("from1.txt"), "1\n").unwrap();
+    fs::write(b.workdir.join("from2.txt"), "2\n").unwrap();
+    let (ra, rb) = tokio::join!(
+        p.finish("worker-1", &a, true),
+        p.finish("worker-2", &b, true)
+    );
+    let (ra, rb) = (ra.unwrap(), rb.unwrap());
+    assert!(ra.contains("已合入 main"), "{ra}");
+    assert!(rb.contains("已合入 main"), "{rb}");
+    assert!(ws.join("from1.txt").is_file() && ws.join("from2.txt").is_file());
+    assert_eq!(git(&ws, &["status", "--porcelain"]), "");
+    let lines = p.close();
+    assert!(lines.is_empty(), "{lines:?}");
+    assert!(!a.workdir.exists() && !b.workdir.exists());
+    assert_eq!(git(&ws, &["branch", "--list", "flower/*"]), "");
+    assert_eq!(git(&ws, &["worktree", "list"]).lines().count(), 1);
+    git(&ws, &["fsck", "--strict"]);
+}
+
+#[tokio::test]
+async fn a_conflict_is_reported_with_paths_and_everything_is_kept() {
+    let (dir, ws) = repo_with_commit();
+    let p = placement(&ws, &dir.path().join("wb"));
+    let a = p.prepare("worker-1").await.unwrap();
+    let b = p.prepare("worker-2").await.unwrap();
+    fs::write(a.workdir.join("a.txt"), "one\nTWO by 1\nthree\n").unwrap();
+    fs::write(b.workdir.join("a.txt"), "one\nTWO by 2\nthree\n").unwrap();
+    assert!(p
+        .finish("worker-1", &a, true)
+        .await
+        .unwrap()
+        .contains("已合入"));
+    let r = p.finish("worker-2", &b, true).await.unwrap();
+    assert!(r.contains("冲突") && r.contains("- a.txt"), "{r}");
+    assert!(
+        r.contains("flower/r1/worker-2") && r.contains("git merge"),
+        "{r}"
+    );
+    assert_eq!(
+        fs::read_to_string(ws.join("a.txt")).unwrap(),
+        "one\nTWO by 1\nthree\n"
+    );
+    assert_eq!(git(&ws, &["status", "--porcelain"]), "");
+    let theirs = git(&ws, &["show", "flower/r1/worker-2:a.txt"]);
+    assert!(theirs.contains("TWO by 2"));
+    let lines = p.close();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("flower/r1/worker-2") && lines[0].contains("没合入"));
+    assert!(b.workdir.join("a.txt").is_file());
+    assert!(!a.workdir.exists());
+    // Kept worktrees are unlocked for the user's own git commands.
+    let repo = git2::Repository::open(&ws).unwrap();
+    let wt = repo.find_worktree("flower-r1-worker-2").unwrap();
+    assert!(matches!(
+        wt.is_locked().unwrap(),
+        git2::WorktreeLockStatus::Unlocked
+    ));
+}
+
+#[tokio::test]
+async fn an_unfinished_worker_is_committed_but_not_integrated() {
+    let (dir, ws) = repo_with_commit();
+    let p = placement(&ws, &dir.path().join("wb"));
+    let a = p.prepare("worker-1").await.unwrap();
+    fs::write(a.workdir.join("half.txt"), "half\n").unwrap();
+    let r = p.finish("worker-1", &a, false).await.unwrap();
+    assert!(r.contains("没做完") && r.contains("已提交"), "{r}");
+    assert!(!ws.join("half.txt").exists());
+    assert!(git(&ws, &["show", "flower/r1/worker-1:half.txt"]).contains("half"));
+    assert_eq!(p.close().len(), 1);
+    assert!(a.workdir.join("half.txt").is_file());
+}
+
+#[tokio::test]
+async fn a_worker_with_no_changes_reports_so_and_is_cleaned_up() {
+    let (dir, ws) = repo_with_commit();
+    let p = placement(&ws, &dir.path().join("wb"));
+    let a = p.prepare("worker-1").await.unwrap();
+    let r = p.finish("worker-1", &a, true).await.unwrap();
+    assert!(r.contains("没有留下新的改动"), "{r}");
+    assert!(p.close().is_empty());
+    assert!(!a.workdir.exists());
+}
+
+#[tokio::test]
+async fn an_unknown_agent_gets_no_report() {
+    let (dir, ws) = repo_with_commit();
+    let p = placement(&ws, &dir.path().join("wb"));
+    let place = WorkerPlace {
+        workdir: ws.clone(),
+        mounts: vec![],
+    };
+    assert_eq!(p.finish("worker-9", &place, true).await, None);
+}

@@ -1,0 +1,270 @@
+//! What crashed (or finished) runs left in a repository: flowerbox worktrees (`flower-*`) and
+//! branches (`flower/*`). Run at the start of an `--isolate` run and by `flowerbox gc`.
+//!
+//! Rules (invariant 5): a worktree locked by a live (or undecidable) owner, or locked by
+//! someone else, is not touched. Otherwise: a registration whose directory is gone is pruned
+//! (that is all that could block a later run); a worktree that is clean and whose branch is
+//! merged is removed with its branch; a branch with unmerged commits, or a worktree with
+//! uncommitted changes, is kept and listed — never deleted.
+
+use git2::{BranchType, Repository, WorktreeLockStatus, WorktreePruneOptions};
+use std::collections::HashSet;
+use std::path::Path;
+
+use super::worktree::{
+    checked_out_branch, delete_branch, is_clean, is_merged, remove, OwnerLock, BRANCH_PREFIX,
+    NAME_PREFIX,
+};
+use super::IsolateError;
+use crate::sandbox::docker::labels::Liveness;
+
+/// What a sweep did, one line per item.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Worktrees and branches removed, registrations pruned.
+    pub removed: Vec<String>,
+    /// Kept: unmerged branches, dirty worktrees, live runs' worktrees.
+    pub kept: Vec<String>,
+    /// Removals that failed.
+    pub failed: Vec<String>,
+}
+
+/// Sweeps the repository containing `workspace` (nothing to do outside a repository). Takes
+/// the integration lock, so it never races a live run's worktree creation or integration.
+///
+/// # Errors
+/// The repository cannot be opened or listed.
+pub fn sweep(workspace: &Path) -> Result<SweepReport, IsolateError> {
+    let ws = match super::open_workspace_repo(workspace) {
+        Ok(ws) => ws,
+        Err(IsolateError::NotARepository(_) | IsolateError::Unborn(_) | IsolateError::Bare(_)) => {
+            return Ok(SweepReport::default())
+        }
+        Err(e) => return Err(e),
+    };
+    let _lock = ws.lock()?;
+    let repo = ws.open()?;
+    let mut report = SweepReport::default();
+    let mut in_worktrees = HashSet::new();
+    let names = repo
+        .worktrees()
+        .map_err(IsolateError::git("列不出 worktree"))?;
+    for name in names.iter().filter_map(|n| n.ok().flatten()) {
+        if !name.starts_with(NAME_PREFIX) {
+            continue;
+        }
+        let branch = checked_out_branch(&ws.commondir, name);
+        if let Some(b) = &branch {
+            in_worktrees.insert(b.clone());
+        }
+        sweep_one(&repo, name, branch.as_deref(), &mut report);
+    }
+    // Branches whose worktree is gone already.
+    let branches = repo
+        .branches(Some(BranchType::Local))
+        .map_err(IsolateError::git("列不出分支"))?;
+    for (b, _) in branches.flatten() {
+        let Some(name) = b.name().ok().flatten().map(str::to_string) else {
+            continue;
+        };
+        if !name.starts_with(BRANCH_PREFIX) || in_worktrees.contains(&name) {
+            continue;
+        }
+        let Some(tip) = b.get().target() else {
+            continue;
+        };
+        match is_merged(&repo, tip) {
+            Ok(true) => match delete_branch(&repo, &name) {
+                Ok(()) => report.removed.push(format!("removed merged branch {name}")),
+                Err(e) => report.failed.push(format!("branch {name}: {e}")),
+            },
+            _ => report
+                .kept
+                .push(format!("kept branch {name} (unmerged commits)")),
+        }
+    }
+    Ok(report)
+}
+
+fn sweep_one(repo: &Repository, name: &str, branch: Option<&str>, report: &mut SweepReport) {
+    let Ok(wt) = repo.find_worktree(name) else {
+        return;
+    };
+    let what = format!(
+        "worktree {} ({})",
+        wt.path().display(),
+        branch.unwrap_or("no branch")
+    );
+    match wt.is_locked() {
+        Ok(WorktreeLockStatus::Locked(reason)) => {
+            match reason.as_deref().and_then(OwnerLock::parse) {
+                None => {
+                    report.kept.push(format!(
+                        "kept {what} (locked: {})",
+                        reason.unwrap_or_default()
+                    ));
+                    return;
+                }
+                Some(lock) => match lock.owner.liveness() {
+                    Liveness::Dead(_) => {}
+                    Liveness::Alive => {
+                        report
+                            .kept
+                            .push(format!("kept {what} (run {} is running)", lock.run));
+                        return;
+                    }
+                    Liveness::Unknown(why) => {
+                        report.kept.push(format!("kept {what} ({why})"));
+                        return;
+                    }
+                },
+            }
+        }
+        Ok(WorktreeLockStatus::Unlocked) => {}
+        Err(e) => {
+            report.failed.push(format!("{what}: {e}"));
+            return;
+        }
+    }
+    let tip = branch.and_then(|b| {
+        repo.find_branch(b, BranchType::Local)
+            .ok()
+            .and_then(|r| r.get().target())
+    });
+    let merged = match tip {
+        Some(t) => is_merged(repo, t).unwrap_or(false),
+        None => false,
+    };
+    if wt.validate().is_err() {
+        // The directory is gone: only the registration is left. Pruning it loses nothing.
+        let pruned = wt.prune(Some(
+            WorktreePruneOptions::new()
+                .valid(false)
+                .locked(true)
+                .working_tree(false),
+        ));
+        match pruned {
+            Ok(()) => report
+                .removed
+                .push(format!("pruned stale registration of {what}")),
+            Err(e) => {
+                report.failed.push(format!("{what}: {e}"));
+                return;
+            }
+        }
+        if let Some(b) = branch {
+            if merged {
+                match delete_branch(repo, b) {
+                    Ok(()) => report.removed.push(format!("removed merged branch {b}")),
+                    Err(e) => report.failed.push(format!("branch {b}: {e}")),
+                }
+            } else if tip.is_some() {
+                report
+                    .kept
+                    .push(format!("kept branch {b} (unmerged commits)"));
+            }
+        }
+        return;
+    }
+    let clean = is_clean(wt.path()).unwrap_or(false);
+    match (merged, clean, branch) {
+        (true, true, Some(b)) => match remove(repo, name, b) {
+            Ok(()) => report.removed.push(format!("removed merged {what}")),
+            Err(e) => report.failed.push(format!("{what}: {e}")),
+        },
+        _ => {
+            // Unlock so the user can handle it with plain `git worktree` commands.
+            let _ = wt.unlock();
+            let why = match (merged, clean) {
+                (false, _) => "unmerged commits",
+                (true, _) => "uncommitted changes",
+            };
+            report.kept.push(format!("kept {what} ({why})"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isolate::repo::open_workspace_repo;
+    use crate::isolate::repo::tests::{git, repo_with_commit};
+    use crate::isolate::worktree::add;
+    use crate::sandbox::docker::labels::Owner;
+
+    fn dead_owner() -> Owner {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        Owner {
+            pid,
+            ..Owner::current().unwrap()
+        }
+    }
+
+    #[test]
+    fn sweep_keeps_live_and_unmerged_work_and_clears_the_rest() {
+        let (dir, ws) = repo_with_commit();
+        let root = dir.path().canonicalize().unwrap().join("wt");
+        let r = open_workspace_repo(&ws).unwrap();
+        let repo = r.open().unwrap();
+        let dead = dead_owner();
+        let live = add(&repo, &root, "live", "worker-1", &Owner::current().unwrap()).unwrap();
+        let merged = add(&repo, &root, "dead", "worker-1", &dead).unwrap();
+        let unmerged = add(&repo, &root, "dead", "worker-2", &dead).unwrap();
+        std::fs::write(unmerged.path.join("u.txt"), "u").unwrap();
+        git(&unmerged.path, &["add", "u.txt"]);
+        git(&unmerged.path, &["commit", "-q", "-m", "u"]);
+        let dirty = add(&repo, &root, "dead", "worker-3", &dead).unwrap();
+        std::fs::write(dirty.path.join("wip.txt"), "wip").unwrap();
+        let gone_unmerged = add(&repo, &root, "dead", "worker-4", &dead).unwrap();
+        std::fs::write(gone_unmerged.path.join("g.txt"), "g").unwrap();
+        git(&gone_unmerged.path, &["add", "g.txt"]);
+        git(&gone_unmerged.path, &["commit", "-q", "-m", "g"]);
+        std::fs::remove_dir_all(&gone_unmerged.path).unwrap();
+        let foreign = add(&repo, &root, "dead", "worker-5", &dead).unwrap();
+        let fw = repo.find_worktree(&foreign.name).unwrap();
+        fw.unlock().unwrap();
+        fw.lock(Some("on a usb stick")).unwrap();
+
+        let rep = sweep(&ws).unwrap();
+        assert!(rep.failed.is_empty(), "{rep:?}");
+        let all = format!("{rep:?}");
+        // Live run and foreign lock: untouched.
+        assert!(live.path.is_dir() && foreign.path.is_dir(), "{all}");
+        // Merged and clean: gone with its branch.
+        assert!(!merged.path.exists(), "{all}");
+        assert!(repo.find_branch(&merged.branch, BranchType::Local).is_err());
+        // Unmerged and dirty: kept (and unlocked).
+        assert!(unmerged.path.join("u.txt").is_file());
+        assert!(dirty.path.join("wip.txt").is_file());
+        assert!(rep
+            .kept
+            .iter()
+            .any(|l| l.contains("worker-2") && l.contains("unmerged")));
+        assert!(rep
+            .kept
+            .iter()
+            .any(|l| l.contains("worker-3") && l.contains("uncommitted")));
+        // Directory deleted by hand: registration pruned, unmerged branch kept.
+        assert!(repo.find_worktree(&gone_unmerged.name).is_err());
+        assert!(repo
+            .find_branch(&gone_unmerged.branch, BranchType::Local)
+            .is_ok());
+        assert!(rep
+            .kept
+            .iter()
+            .any(|l| l.contains(&gone_unmerged.branch) && l.contains("unmerged")));
+        git(&ws, &["worktree", "list"]);
+        git(&ws, &["fsck"]);
+        // A second sweep changes nothing more.
+        let again = sweep(&ws).unwrap();
+        assert!(again.removed.is_empty(), "{again:?}");
+    }
+
+    #[test]
+    fn sweep_outside_a_repository_is_empty() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(sweep(d.path()).unwrap(), SweepReport::default());
+    }
+}

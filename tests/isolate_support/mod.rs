@@ -1,0 +1,259 @@
+//! Shared setup of the isolation tests on the real engine: a git workspace (odd name, repo
+//! identity configured), its workbench outside the repository, a runtime over the Docker
+//! sandbox, the worktree placement and the scripted model, torn down in `Drop`.
+#![allow(dead_code)]
+
+#[path = "../docker_support/mod.rs"]
+pub mod docker_support;
+#[path = "../model_support/mod.rs"]
+pub mod model_support;
+
+use docker_support::{agent_image, run_id};
+use flowerbox::agent::{Event, EventKind, Placement, Runtime, RuntimeConfig, Workbench};
+use flowerbox::channel::Absent;
+use flowerbox::isolate::{IsolateOptions, WorktreePlacement};
+use flowerbox::record::manifest::Manifest;
+use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory, Engine};
+use flowerbox::sandbox::SandboxFactory;
+use flowerbox::session::SqliteSessionStore;
+pub use model_support::ScriptedModel;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+/// Runs git on the host in `dir`; panics on failure; returns stdout.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A repository at `<tmp>/wö rk space` with an identity in its own config (git inside the
+/// containers sees the repository's config, not the host user's global one), `runs/` ignored,
+/// and one commit: `a.txt` (`one two three`, a line each).
+pub fn repo(dir: &Path) -> PathBuf {
+    let ws = dir.canonicalize().unwrap().join("wö rk space");
+    std::fs::create_dir(&ws).unwrap();
+    git(&ws, &["init", "-q", "-b", "main"]);
+    git(&ws, &["config", "user.name", "Test User"]);
+    git(&ws, &["config", "user.email", "test@example.invalid"]);
+    std::fs::write(ws.join("a.txt"), "one\ntwo\nthree\n").unwrap();
+    std::fs::write(ws.join(".gitignore"), "runs/\n").unwrap();
+    git(&ws, &["add", "."]);
+    git(&ws, &["commit", "-q", "-m", "init"]);
+    ws
+}
+
+/// One `--isolate` run: runtime, sandboxes, placement, model.
+pub struct IsoRun {
+    pub dir: tempfile::TempDir,
+    pub ws: PathBuf,
+    pub wb: PathBuf,
+    pub run_id: String,
+    pub model: ScriptedModel,
+    pub rt: Arc<Runtime>,
+    pub factory: Arc<DockerSandboxFactory>,
+    pub placement: Arc<WorktreePlacement>,
+    pub events: Arc<Mutex<Vec<Event>>>,
+}
+
+impl IsoRun {
+    /// A run over a fresh repository; `scenario` is built from the workspace and workbench
+    /// paths.
+    pub async fn new(
+        engine: &Engine,
+        test: &str,
+        scenario: impl FnOnce(&Path, &Path) -> Value,
+    ) -> IsoRun {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = repo(dir.path());
+        Self::in_repo(engine, test, dir, ws, scenario).await
+    }
+
+    /// A run over the repository `ws` (inside `dir`).
+    pub async fn in_repo(
+        engine: &Engine,
+        test: &str,
+        dir: tempfile::TempDir,
+        ws: PathBuf,
+        scenario: impl FnOnce(&Path, &Path) -> Value,
+    ) -> IsoRun {
+        let image = agent_image(engine).await;
+        let wb_path = Workbench::locate(&ws, true);
+        let wb = Workbench::at(wb_path.clone()).ensure().unwrap();
+        let runs = ws.join("runs");
+        std::fs::create_dir_all(&runs).unwrap();
+        let run_id = run_id(test);
+        let mut opts = DockerOptions::new(run_id.clone(), &ws);
+        opts.image = Some(image);
+        opts.show_progress = false;
+        let factory = Arc::new(DockerSandboxFactory::connect(opts).await.expect("connect"));
+        let mut iso = IsolateOptions::new(&ws, &wb_path);
+        iso.exclude = vec![runs.clone()];
+        let placement = Arc::new(WorktreePlacement::open(iso).expect("placement"));
+        placement.bind_run(&run_id);
+        let model = ScriptedModel::start(&scenario(&ws, &wb_path));
+        let provider = model.provider(model_support::fast());
+        let cfg = RuntimeConfig::new(ws.clone(), "claude-sonnet-4-5".into(), run_id.clone());
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let ev = events.clone();
+        let rt = Runtime::new(
+            cfg,
+            provider,
+            Arc::new(SqliteSessionStore::open(runs.join("sessions.db")).unwrap()),
+            factory.clone(),
+            Some(wb),
+            Arc::new(Absent),
+            Arc::new(move |e| ev.lock().unwrap().push(e)),
+        )
+        .with_manifest(Arc::new(Manifest::new(
+            runs.join("manifest.json"),
+            run_id.clone(),
+        )))
+        .with_placement(placement.clone() as Arc<dyn Placement>);
+        IsoRun {
+            dir,
+            ws,
+            wb: wb_path,
+            run_id,
+            model,
+            rt: Arc::new(rt),
+            factory,
+            placement,
+            events,
+        }
+    }
+
+    /// Tool results `(agent, tool, is_error, text)` in event order.
+    pub fn results(&self) -> Vec<(String, String, bool, String)> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::ToolResult {
+                    name,
+                    is_error,
+                    text,
+                    ..
+                } => Some((e.agent.clone(), name.clone(), *is_error, text.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The result `(is_error, text)` of the tool call with id `id`.
+    pub fn result(&self, id: &str) -> (bool, String) {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .find_map(|e| match &e.kind {
+                EventKind::ToolResult {
+                    id: i,
+                    is_error,
+                    text,
+                    ..
+                } if i == id => Some((*is_error, text.clone())),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no result for tool call {id}"))
+    }
+
+    /// Results of `tool` called by `agent`.
+    pub fn results_of(&self, agent: &str, tool: &str) -> Vec<(bool, String)> {
+        self.results()
+            .into_iter()
+            .filter(|(a, t, _, _)| a == agent && t == tool)
+            .map(|(_, _, e, t)| (e, t))
+            .collect()
+    }
+
+    /// `(agent label, mounts as (path, read-write))` of every agent container of the run.
+    pub async fn container_mounts(&self, engine: &Engine) -> Vec<(String, Vec<(String, bool)>)> {
+        let mut out = Vec::new();
+        for id in docker_support::run_containers(engine, &self.run_id).await {
+            let c = engine
+                .docker()
+                .inspect_container(&id, None)
+                .await
+                .expect("inspect");
+            let labels = c.config.and_then(|c| c.labels).unwrap_or_default();
+            let agent = labels.get("flowerbox.agent").cloned().unwrap_or_default();
+            if agent == "pod" {
+                continue;
+            }
+            let mounts = c
+                .mounts
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|m| m.typ.as_ref().map(|t| t.to_string()) == Some("bind".into()))
+                .map(|m| (m.destination.unwrap_or_default(), m.rw.unwrap_or(false)))
+                .collect();
+            out.push((agent, mounts));
+        }
+        out.sort();
+        out
+    }
+}
+
+impl Drop for IsoRun {
+    fn drop(&mut self) {
+        let factory = self.factory.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let _ = rt.block_on(factory.teardown());
+        })
+        .join();
+    }
+}
+
+/// A `tool_use` block.
+pub fn tool(name: &str, input: Value) -> Value {
+    json!({"type": "tool_use", "name": name, "input": input})
+}
+
+/// A `text` block.
+pub fn text(t: &str) -> Value {
+    json!({"type": "text", "text": t})
+}
+
+/// A worker's four-part report.
+pub const REPORT: &str =
+    "## 结论\n做完了\n## 依据\ngit log 看到提交\n## 产出\n见分支\n## 未验证\n无";
+
+/// Every file and directory under `root` whose owner is not `uid:gid`, as paths.
+pub fn foreign_owned(root: &Path, uid: u32, gid: u32) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut bad = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let md = std::fs::symlink_metadata(e.path()).unwrap();
+            if md.uid() != uid || md.gid() != gid {
+                bad.push(format!(
+                    "{} ({}:{})",
+                    e.path().display(),
+                    md.uid(),
+                    md.gid()
+                ));
+            }
+            if md.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    bad
+}
