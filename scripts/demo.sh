@@ -110,15 +110,13 @@ done
 [ -n "$url" ] || fail "scripted-model 10 秒内没报地址"
 echo "$url"
 
-# Which containers exist while the run goes (shown afterwards; the run removes them itself).
-(
-  while :; do
-    docker ps --filter "label=flowerbox.workspace=$ws" \
-      --format '{{.Label "flowerbox.agent"}}	{{.Label "flowerbox.role"}}	{{.Names}}' 2>/dev/null || true
-    sleep 0.5
-  done
-) >"$base/containers.seen" &
+# Every container the run creates and removes, as the engine reports it (shown afterwards).
+docker events --filter type=container --filter event=create --filter event=destroy \
+  --filter "label=flowerbox.workspace=$ws" \
+  --format '{{.Action}}	{{index .Actor.Attributes "flowerbox.agent"}}	{{.Actor.Attributes.name}}' \
+  >"$base/containers.events" 2>/dev/null &
 watch_pid=$!
+sleep 0.5
 
 # -- 5. the run ---------------------------------------------------------------------------------
 ask="把这个 C 写的 HTTP 服务器修到能编译、能跑:make 出 httpd,后台起在 8080 端口,访问它返回 hello from flowerbox。"
@@ -131,6 +129,7 @@ set +e
 rc=$?
 set -e
 took=$(($(date +%s) - started))
+sleep 1 # the engine's last events
 kill "$watch_pid" 2>/dev/null || true
 wait "$watch_pid" 2>/dev/null || true
 watch_pid=

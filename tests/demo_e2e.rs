@@ -102,13 +102,18 @@ fn bash_calls(db: &Connection, step: &str) -> Vec<(String, String)> {
             |r| r.get(0),
         )
         .unwrap_or_else(|e| panic!("no session for {step}: {e}"));
+    session_bash_calls(db, &sid)
+}
+
+/// `(command, output)` of every Bash call of session `sid`.
+fn session_bash_calls(db: &Connection, sid: &str) -> Vec<(String, String)> {
     let mut stmt = db
         .prepare(
             "SELECT payload FROM entries WHERE session_id = ?1 AND kind = 'message' ORDER BY seq",
         )
         .unwrap();
     let msgs: Vec<Value> = stmt
-        .query_map([&sid], |r| r.get::<_, String>(0))
+        .query_map([sid], |r| r.get::<_, String>(0))
         .unwrap()
         .map(|p| serde_json::from_str(&p.unwrap()).unwrap())
         .collect();
@@ -142,11 +147,12 @@ fn output_of<'a>(calls: &'a [(String, String)], program: &str) -> &'a str {
         .1
 }
 
-/// First and last entry time of each worker session under `parent`, in creation order.
+/// Session id, first and last entry time of each worker session under `parent`, in creation
+/// order.
 fn worker_spans(db: &Connection, parent: &str) -> Vec<(String, String, String)> {
     let mut stmt = db
         .prepare(
-            "SELECT s.agent, MIN(e.created_at), MAX(e.created_at) FROM sessions s
+            "SELECT s.id, MIN(e.created_at), MAX(e.created_at) FROM sessions s
              JOIN entries e ON e.session_id = s.id
              WHERE s.parent = ?1 AND s.role = 'worker' GROUP BY s.id ORDER BY s.created_at",
         )
@@ -231,8 +237,25 @@ async fn check_demo(isolate: bool) {
         .to_string();
     let spans = worker_spans(&db, &work);
     assert_eq!(spans.len(), 4, "{spans:?}");
-    let ((_, s1, e1), (_, s2, e2)) = (&spans[0], &spans[1]);
+    let ((w1, s1, e1), (w2, s2, e2)) = (&spans[0], &spans[1]);
     assert!(s2 < e1 && s1 < e2, "not concurrent: {spans:?}");
+    // Where each worked: its first command is `pwd; cc …`.
+    let place = |sid: &str| {
+        let calls = session_bash_calls(&db, sid);
+        let (cmd, out) = calls.first().expect("a Bash call");
+        assert!(cmd.starts_with("pwd"), "{cmd}");
+        PathBuf::from(out.lines().next().unwrap())
+    };
+    let (p1, p2) = (place(w1), place(w2));
+    if isolate {
+        let root = d.ws.parent().unwrap().join(".flower-httpd-worktrees");
+        assert!(
+            p1 != p2 && p1.starts_with(&root) && p2.starts_with(&root),
+            "{p1:?} {p2:?}"
+        );
+    } else {
+        assert!(p1 == d.ws && p2 == d.ws, "{p1:?} {p2:?}");
+    }
 
     // The fixes are in the workspace; with --isolate they arrived as merged branches.
     let main_c = std::fs::read_to_string(d.ws.join("src/main.c")).unwrap();
@@ -274,6 +297,11 @@ async fn check_demo(isolate: bool) {
 }
 
 #[tokio::test]
-async fn the_demo_goes_from_a_broken_build_to_achieved_with_real_evidence() {
+async fn the_shared_workspace_demo_goes_from_a_broken_build_to_achieved() {
     check_demo(false).await;
+}
+
+#[tokio::test]
+async fn the_isolated_demo_merges_two_parallel_worktrees_and_ends_achieved() {
+    check_demo(true).await;
 }

@@ -79,21 +79,40 @@ done
 printf '%s' "$evidence_md" >"$wb/notes/判定证据.md"
 
 # -- parallel workers, containers, worktrees ----------------------------------------------------
-say "两个执行者并行,各在自己的容器里"
+say "两个执行者同时跑,各在自己的 worktree 里"
 work_sid=$(jq -r 'map(select(.step == "干活")) | last | .session_id' <<<"$rows")
-workers=$(sql "SELECT s.agent, MIN(e.created_at), MAX(e.created_at) FROM sessions s JOIN entries e ON e.session_id = s.id
+workers=$(sql "SELECT s.id, s.agent, MIN(e.created_at), MAX(e.created_at) FROM sessions s JOIN entries e ON e.session_id = s.id
                WHERE s.parent = $(q "$work_sid") AND s.role = 'worker' GROUP BY s.id ORDER BY s.created_at")
-echo "$workers" | awk -F'|' '{printf "  %-9s %s → %s\n", $1, $2, $3}'
+places=()
+while IFS='|' read -r sid agent from to; do
+  # Where it worked: the fixing workers' first command starts with `pwd`.
+  where=$(evidence "$sid" | awk 'NR==1 && /^\$ pwd/ {getline; sub(/^ +/, ""); print}')
+  printf '  %-9s %s → %s  %s\n' "$agent" "${from#*T}" "${to#*T}" "$where"
+  [ -n "$where" ] && places+=("$where")
+done <<<"$workers"
 first_two=$(head -n 2 <<<"$workers")
-overlap=$(awk -F'|' 'NR==1{s1=$2; e1=$3} NR==2{s2=$2; e2=$3} END{print ((s2 < e1 && s1 < e2) ? "yes" : "no")}' <<<"$first_two")
+overlap=$(awk -F'|' 'NR==1{s1=$3; e1=$4} NR==2{s2=$3; e2=$4} END{print ((s2 < e1 && s1 < e2) ? "yes" : "no")}' <<<"$first_two")
 if [ "$overlap" = yes ]; then
-  echo "  $(cut -d'|' -f1 <<<"$first_two" | paste -sd' ' | sed 's/ / 和 /') 的会话时间重叠:它们是同时跑的"
+  echo "  $(cut -d'|' -f2 <<<"$first_two" | paste -sd' ' | sed 's/ / 和 /') 的会话时间重叠:它们是同时跑的"
 else
   problem "头两个执行者的会话时间不重叠:没有并行"
 fi
-if [ -s "$base/containers.seen" ]; then
-  echo "  运行中见过的容器(docker ps,每半秒看一次):"
-  sort -u "$base/containers.seen" | awk -F'\t' '{printf "    %-12s %-12s %s\n", $1, $2, $3}'
+case "$wb" in
+  "$ws"/*) ;;
+  *) [ ${#places[@]} -ge 2 ] && [ "${places[0]}" != "${places[1]}" ] && [ "${places[0]}" != "$ws" ] ||
+       problem "--isolate 下两个执行者应当各在自己的 worktree 里,看到的是:${places[*]:-无}" ;;
+esac
+say "容器:每个 agent 一个,都在这次运行的 pod 里(docker events)"
+if [ -s "$base/containers.events" ]; then
+  awk -F'\t' '{printf "  %s %-12s %s\n", ($1 == "create" ? "+ 创建" : "- 删除"), $2, $3}' "$base/containers.events"
+  created=$(awk -F'\t' '$1 == "create" {print $3}' "$base/containers.events" | sort)
+  removed=$(awk -F'\t' '$1 == "destroy" {print $3}' "$base/containers.events" | sort)
+  [ "$created" = "$removed" ] || problem "有容器建了没删:$(comm -23 <(echo "$created") <(echo "$removed") | paste -sd' ')"
+  for a in pod coordinator worker-1 worker-2 judge-2; do
+    grep -q "^create	$a	" "$base/containers.events" || problem "没见到 $a 的容器"
+  done
+else
+  problem "docker events 没记下任何容器"
 fi
 
 say "git:每个执行者一个分支,做完就合进来"
