@@ -136,7 +136,7 @@ jq -e 'all(.ok)' <<<"$rows" >/dev/null || problem "清单里有没成功的步�
 say "需求、目标和产出物"
 brief=$wb/notes/需求.md goal=$wb/notes/目标.md
 assumed=$(awk '/^#+ *未知与假设/{f=1; next} /^#+ /{f=0} f && NF' "$brief" 2>/dev/null || true)
-checks=$(awk '/^#+ *判定清单/{f=1; next} /^#+ /{f=0} f && /^ *([-*]|[0-9]+\.) /' "$goal" 2>/dev/null | wc -l)
+checks=$({ awk '/^#+ *判定清单/{f=1; next} /^#+ /{f=0} f && /^ *([-*]|[0-9]+\.) /' "$goal" 2>/dev/null || true; } | wc -l)
 echo "  需求确认书 $brief,没人应答,假设写进了「未知与假设」:"
 sed 's/^/    /' <<<"$assumed"
 echo "  目标 $goal:判定清单 $checks 条"
