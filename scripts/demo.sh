@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# flowerbox's whole job, end to end, offline: README command 1.
+#
+# 1. builds flowerbox and scripted-model (debug, like the test suite: nothing is compiled twice);
+# 2. checks the Docker engine and the agent image (`flowerbox doctor`; a missing image is built
+#    by the run itself on first use, offline base included, with progress on stderr);
+# 3. starts scripted-model with scripts/demo/scenario.json: the model's words are scripted,
+#    nothing else is — every command the agents run really runs in their containers;
+# 4. lays out a small C HTTP server that does not build (scripts/demo/project: two source files,
+#    each with its own defect, plus one that only shows at run time) in a fresh git repository;
+# 5. runs `flowerbox --isolate --judge-can-run --timeout 0 "…"` in it: clarify (nobody answers,
+#    so the assumption lands in 未知与假设) → goal (4 checks) → the coordinator dispatches two
+#    workers in parallel, one file each, each in its own container and worktree → both branches
+#    are integrated → a worker builds httpd and starts it in the background → the judge, in its
+#    own read-only container in the run's pod, runs file, lsof and curl → NOT_YET (the response
+#    body really is cut short) → round 2 fixes it → ACHIEVED;
+# 6. prints what the judge saw (its tool results, read back from runs/sessions.db; also written
+#    to notes/判定证据.md), the manifest summary, where the notes and artifacts are, and checks
+#    that no flowerbox container is left. Exit 0 only when all of that holds.
+#
+# Usage: scripts/demo.sh [DIR]
+#   DIR                      where the demo project goes (created; default: a new /tmp/flowerbox-demo.*)
+#   FLOWERBOX_DEMO_BIN       the flowerbox command to run (default: the one built here)
+#   FLOWERBOX_DEMO_MODEL_BIN the scripted-model binary (with FLOWERBOX_DEMO_BIN: nothing is built)
+#   FLOWERBOX_DEMO_ISOLATE   1 (default) runs with --isolate; 0 lets the workers share the workspace
+#   FLOWERBOX_DEMO_RELEASE   1 builds and runs the release binaries instead
+# Needs: cargo, git, docker (engine reachable), jq, sqlite3.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+say() { printf '\n== %s\n' "$*"; }
+fail() { printf '\ndemo 失败:%s\n' "$*" >&2; exit 1; }
+
+for tool in cargo git docker jq sqlite3; do
+  command -v "$tool" >/dev/null || fail "找不到 $tool(演示需要 cargo git docker jq sqlite3)"
+done
+docker info >/dev/null 2>&1 || fail "连不上 Docker 引擎(docker info 失败):演示里每个 agent 都在自己的容器里跑"
+
+isolate=${FLOWERBOX_DEMO_ISOLATE:-1}
+profile=debug cargo_profile=()
+if [ "${FLOWERBOX_DEMO_RELEASE:-0}" = 1 ]; then profile=release cargo_profile=(--release); fi
+
+# -- 1. build ---------------------------------------------------------------------------------
+target=${CARGO_TARGET_DIR:-$root/target}
+fbx=${FLOWERBOX_DEMO_BIN:-$target/$profile/flowerbox}
+model_bin=${FLOWERBOX_DEMO_MODEL_BIN:-$target/$profile/scripted-model}
+if [ -n "${FLOWERBOX_DEMO_BIN:-}" ] && [ -n "${FLOWERBOX_DEMO_MODEL_BIN:-}" ]; then
+  say "用现成的 $fbx 和 $model_bin(不构建)"
+else
+  say "构建 flowerbox 和 scripted-model ($profile)"
+  cargo build --bins "${cargo_profile[@]}"
+fi
+
+# -- 2. the project -----------------------------------------------------------------------------
+if [ $# -ge 1 ]; then
+  base=$1
+  mkdir -p "$base"
+  [ -z "$(ls -A "$base")" ] || fail "$base 不是空目录"
+else
+  base=$(mktemp -d /tmp/flowerbox-demo.XXXXXX)
+fi
+base=$(cd "$base" && pwd -P)
+ws=$base/httpd
+home=$base/home
+mkdir -p "$home" "$ws"
+cp -R "$root/scripts/demo/project/." "$ws/"
+git -C "$ws" init -q -b main
+git -C "$ws" -c user.name=demo -c user.email=demo@flowerbox.invalid add -A
+git -C "$ws" -c user.name=demo -c user.email=demo@flowerbox.invalid commit -q -m "httpd: 还编译不过"
+if [ "$isolate" = 1 ]; then
+  wb=$base/.flower-httpd
+  iso_flag=(--isolate)
+else
+  wb=$ws/.flower
+  iso_flag=()
+fi
+
+# The run's environment: only what it needs. A temporary HOME keeps the user's own credentials
+# and config out; the key is fake, the model a priced one (so the cost is real arithmetic).
+run_env=(env -i "PATH=$PATH" "HOME=$home" "LANG=C.UTF-8" "FLOWER_NO_PROBE=1"
+  "ANTHROPIC_API_KEY=sk-ant-demo-not-a-real-key" "ANTHROPIC_MODEL=claude-sonnet-4-5")
+for v in DOCKER_HOST DOCKER_CONTEXT DOCKER_CONFIG FLOWERBOX_IMAGE RUST_LOG; do
+  if [ -n "${!v:-}" ]; then run_env+=("$v=${!v}"); fi
+done
+
+# -- 3. engine and image ------------------------------------------------------------------------
+say "Docker 引擎和 agent 镜像 (flowerbox doctor)"
+(cd "$ws" && "${run_env[@]}" ANTHROPIC_BASE_URL=http://127.0.0.1:9 "$fbx" doctor) ||
+  fail "flowerbox doctor 有检查没通过(见上);演示需要能用的 Docker 引擎"
+
+# -- 4. the scripted model ----------------------------------------------------------------------
+say "scripted-model(模型的话是写好的,命令都真的跑)"
+sed "s|@WB@|$wb|g" "$root/scripts/demo/scenario.json" >"$base/scenario.json"
+"$model_bin" --scenario "$base/scenario.json" --record "$base/requests.jsonl" >"$base/model.out" 2>"$base/model.err" &
+model_pid=$!
+watch_pid=
+cleanup() {
+  kill "$model_pid" 2>/dev/null || true
+  if [ -n "$watch_pid" ]; then kill "$watch_pid" 2>/dev/null || true; fi
+}
+trap cleanup EXIT
+url=
+for _ in $(seq 100); do
+  url=$(head -n 1 "$base/model.out" 2>/dev/null || true)
+  [ -n "$url" ] && break
+  kill -0 "$model_pid" 2>/dev/null || fail "scripted-model 没起来:$(cat "$base/model.err")"
+  sleep 0.1
+done
+[ -n "$url" ] || fail "scripted-model 10 秒内没报地址"
+echo "$url"
+
+# Every container the run creates and removes, as the engine reports it (shown afterwards).
+docker events --filter type=container --filter event=create --filter event=destroy \
+  --filter "label=flowerbox.workspace=$ws" \
+  --format '{{.Action}}	{{index .Actor.Attributes "flowerbox.agent"}}	{{.Actor.Attributes.name}}' \
+  >"$base/containers.events" 2>/dev/null &
+watch_pid=$!
+sleep 0.5
+
+# -- 5. the run ---------------------------------------------------------------------------------
+ask="把这个 C 写的 HTTP 服务器修到能编译、能跑:make 出 httpd,后台起在 8080 端口,访问它返回 hello from flowerbox。"
+say "flowerbox ${iso_flag[*]} --judge-can-run --timeout 0 \"$ask\""
+echo "(在 $ws)"
+started=$(date +%s)
+set +e
+(cd "$ws" && "${run_env[@]}" "ANTHROPIC_BASE_URL=$url" \
+  "$fbx" "${iso_flag[@]}" --judge-can-run --timeout 0 "$ask" </dev/null)
+rc=$?
+set -e
+took=$(($(date +%s) - started))
+sleep 1 # the engine's last events
+kill "$watch_pid" 2>/dev/null || true
+wait "$watch_pid" 2>/dev/null || true
+watch_pid=
+[ "$rc" -eq 0 ] || fail "flowerbox 退出码 $rc(运行记录在 $ws/runs/)"
+
+# -- 6. what happened ---------------------------------------------------------------------------
+"$root/scripts/demo/report.sh" "$base" "$ws" "$wb" "$took"
