@@ -4,14 +4,18 @@
 //! 3. 8 scripted workers in parallel vs 1: wall-clock of real agent runs through the
 //!    [`Runtime`] with the Docker sandbox (each worker: its own container, three Bash calls,
 //!    a four-part report); ratio ideal 1.0;
-//! 5. the runner's peak RSS (`ru_maxrss` of the `flowerbox` process) in an unattended `go` run
-//!    like the demo (clarify → goal → coordinator dispatching N workers in parallel, each with
-//!    its own container and three Bash calls → a judge that runs a command → ACHIEVED), for
-//!    N = 1, 2, 4, 8; the slope is the memory per additional parallel worker.
+//! 5. the runner's peak RSS (`ru_maxrss` of the `flowerbox` process) during the demo
+//!    (`scripts/demo.sh`, its `flowerbox --isolate --judge-can-run` run, measured through a
+//!    shim given as `FLOWERBOX_DEMO_BIN`), vs `flowerbox --help`; and (5b) per additional
+//!    parallel worker: unattended `go` runs shaped like the demo (clarify → goal → coordinator
+//!    dispatching N workers at once, each with its own container and three Bash calls → a judge
+//!    that runs commands → ACHIEVED) for N = 1, 2, 4, 8, the least-squares slope per repeat.
 //!
 //! Usage: `runtime_bench [--repeat N] [--rss-repeat N] [--only 3|5] [--flowerbox PATH]
 //! [--json FILE]`. `--flowerbox` defaults to the `flowerbox` next to this example's directory
 //! (`target/debug/flowerbox`; `scripts/bench.sh` builds it first).
+//! Internal: `--shim-rss OUT PROGRAM ARGS…` runs PROGRAM, appends its peak RSS (KiB) and
+//! arguments to OUT as one JSON line and exits with its code (the demo's flowerbox command).
 
 #[path = "bench_common/mod.rs"]
 mod bench_common;
@@ -233,15 +237,16 @@ async fn runner_rss(flowerbox: &Path, repeat: usize) -> Vec<Figure> {
         .map(|((n, r), w)| format!("N={n}: {:.1} MiB in {:.1} s", med(r), med(w) / 1000.0))
         .collect::<Vec<_>>()
         .join("; ");
+    let demo = demo_rss(flowerbox, repeat);
     vec![
         Figure::new(
             "5",
-            "runner peak RSS, demo-like go run (2 workers)",
+            "runner peak RSS during the demo (scripts/demo.sh)",
             "MiB",
-            Stats::of(&by_n[1]),
+            Stats::of(&demo),
         )
         .vs("flowerbox --help", Stats::of(&idle))
-        .note("clarify → goal → 2 parallel workers in containers → judge runs commands → ACHIEVED"),
+        .note("go --isolate --judge-can-run: 2 parallel workers in worktree containers, 2 rounds, judge runs file/lsof/curl"),
         Figure::new(
             "5b",
             "runner peak RSS per additional parallel worker",
@@ -252,6 +257,79 @@ async fn runner_rss(flowerbox: &Path, repeat: usize) -> Vec<Figure> {
             "least-squares slope over N = 1, 2, 4, 8 per repeat; {per_n}"
         )),
     ]
+}
+
+/// The shim side: runs `program args`, records its peak RSS, exits with its code.
+fn shim_rss(out: &Path, program: &str, args: Vec<String>) -> ! {
+    let child = Command::new(program)
+        .args(&args)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    let (code, kib) = wait_with_peak_rss(child);
+    let line = json!({"kib": kib, "args": args, "code": code}).to_string() + "\n";
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(out)
+        .and_then(|mut f| f.write_all(line.as_bytes()))
+        .unwrap_or_else(|e| panic!("{}: {e}", out.display()));
+    std::process::exit(code.unwrap_or(128));
+}
+
+/// Figure 5: `scripts/demo.sh` with this example as the shim around `flowerbox`; the peak RSS
+/// of the run (not of `doctor`), in MiB, per repeat.
+fn demo_rss(flowerbox: &Path, repeat: usize) -> Vec<f64> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let exe = std::env::current_exe().expect("current_exe");
+    let model = flowerbox.with_file_name("scripted-model");
+    let mut rss = Vec::new();
+    for _ in 0..repeat {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = dir.path().canonicalize().unwrap();
+        let (shim, record) = (tmp.join("flowerbox-rss"), tmp.join("rss.jsonl"));
+        let q = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', "'\\''"));
+        std::fs::write(
+            &shim,
+            format!(
+                "#!/bin/sh\nexec {} --shim-rss {} {} \"$@\"\n",
+                q(&exe),
+                q(&record),
+                q(flowerbox)
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let log = tmp.join("demo.log");
+        let status = Command::new(root.join("scripts/demo.sh"))
+            .arg(tmp.join("demo"))
+            .env("FLOWERBOX_DEMO_BIN", &shim)
+            .env("FLOWERBOX_DEMO_MODEL_BIN", &model)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::create(tmp.join("demo.err")).unwrap())
+            .status()
+            .expect("scripts/demo.sh");
+        assert!(
+            status.success(),
+            "scripts/demo.sh failed:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        let runs: Vec<Value> = std::fs::read_to_string(&record)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .filter(|v: &Value| {
+                v["args"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().all(|x| x != "doctor"))
+            })
+            .collect();
+        assert_eq!(runs.len(), 1, "the demo's flowerbox runs: {runs:?}");
+        rss.push(runs[0]["kib"].as_f64().unwrap() / 1024.0);
+    }
+    rss
 }
 
 /// `flowerbox` next to this example's directory (`target/<profile>/flowerbox`).
@@ -269,6 +347,11 @@ async fn main() {
     let (mut repeat, mut rss_repeat) = (3usize, 2usize);
     let (mut only, mut json_out, mut flowerbox) = (None::<String>, None::<PathBuf>, None);
     while let Some(a) = args.next() {
+        if a == "--shim-rss" {
+            let out = PathBuf::from(args.next().expect("--shim-rss OUT"));
+            let program = args.next().expect("--shim-rss OUT PROGRAM");
+            shim_rss(&out, &program, args.collect());
+        }
         let mut val = || args.next().unwrap_or_else(|| panic!("{a} needs a value"));
         match a.as_str() {
             "--repeat" => repeat = val().parse().expect("--repeat N"),

@@ -6,8 +6,8 @@
 #   1  container cold start → first exec result       vs docker run --rm IMAGE true
 #   2  Bash round trip `true` in a warm container     vs sh -c true on the host
 #   3  8 scripted workers in parallel (wall clock)    vs 1 worker (ratio; ideal 1.0)
-#   4  resume 10,000 messages from sessions.db        vs the raw load; peak RSS (4b)
-#   5  runner peak RSS in a demo-like go run          vs flowerbox --help; per extra worker (5b)
+#   4  resume 10,000 messages from sessions.db        vs the raw load; RSS (4b), warm (4c)
+#   5  runner peak RSS during scripts/demo.sh         vs flowerbox --help; per extra worker (5b)
 #   6  spill (6) and manifest write (6b) per call     vs plain writes; sessions.db append (6c)
 #
 # Usage: scripts/bench.sh [--json FILE] [--repeat N] [--roundtrips N] [--quick]

@@ -1,0 +1,169 @@
+//! README command 1 through the CI-container wrapper (issue 10): `scripts/demo.sh` with
+//! `FLOWERBOX_DEMO_BIN` pointing at `docker/flowerbox` (through a two-line shim that names the
+//! runner image this test built). flowerbox itself runs in the runner container; the agents'
+//! containers, worktrees and workbench are on the host at their own paths; `scripted-model`
+//! listens on the host's loopback, which the runner reaches over the host network.
+//!
+//! Docker-gated: with `CI=true` a missing engine fails; elsewhere the test skips visibly.
+
+mod docker_support;
+
+use docker_support::engine_or_skip;
+use flowerbox::sandbox::docker::Engine;
+use serde_json::Value;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Generous bound that only catches hangs.
+const HANG: Duration = Duration::from_secs(900);
+
+fn repo_file(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// The runner image from this test's binary (`docker/build.sh`), by content tag.
+async fn runner_image(engine: &Engine) -> String {
+    let base = docker_support::agent_image(engine).await;
+    let out = tokio::process::Command::new(repo_file("docker/build.sh"))
+        .args(["--bin", env!("CARGO_BIN_EXE_flowerbox"), "--base", &base])
+        .args(["--tag", "flowerbox-runner:test"])
+        .stderr(Stdio::inherit())
+        .output()
+        .await
+        .expect("run docker/build.sh");
+    assert!(out.status.success(), "docker/build.sh failed");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Names of the events `action` of containers of `image` between `since` and now (epoch s).
+fn runner_events(image: &str, since: u64, action: &str) -> Vec<String> {
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 1;
+    let out = Command::new("docker")
+        .args(["events", "--since", &since.to_string()])
+        .args(["--until", &until.to_string()])
+        .args(["--filter", &format!("image={image}")])
+        .args(["--filter", &format!("event={action}")])
+        .args(["--format", "{{.Actor.Attributes.name}}"])
+        .output()
+        .expect("docker events");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_demo_runs_through_the_wrapper_to_achieved() {
+    let Some(engine) = engine_or_skip("wrapper demo").await else {
+        return;
+    };
+    let image = runner_image(&engine).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().canonicalize().unwrap();
+    let shim = root.join("flowerbox-wrapped");
+    std::fs::write(
+        &shim,
+        format!(
+            "#!/bin/sh\nFLOWERBOX_RUNNER_IMAGE='{image}' exec '{}' \"$@\"\n",
+            repo_file("docker/flowerbox").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let base = root.join("demo");
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+
+    let mut child = Command::new(repo_file("scripts/demo.sh"))
+        .arg(&base)
+        .env("FLOWERBOX_DEMO_BIN", &shim)
+        .env(
+            "FLOWERBOX_DEMO_MODEL_BIN",
+            env!("CARGO_BIN_EXE_scripted-model"),
+        )
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(root.join("demo.out")).unwrap())
+        .stderr(std::fs::File::create(root.join("demo.err")).unwrap())
+        .spawn()
+        .expect("scripts/demo.sh");
+    let deadline = Instant::now() + HANG;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("scripts/demo.sh through the wrapper hung");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let out = std::fs::read_to_string(root.join("demo.out")).unwrap();
+    let err = std::fs::read_to_string(root.join("demo.err")).unwrap();
+    assert_eq!(status.code(), Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("演示完成:ACHIEVED"), "{out}");
+
+    // flowerbox ran in the wrapper's runner containers (doctor, then the run), each removed
+    // afterwards. (build.sh's own smoke run of the image has a docker-chosen name.)
+    let wrapped = |action: &str| -> Vec<String> {
+        let mut v = runner_events(&image, since, action);
+        v.retain(|n| n.starts_with("flowerbox-runner-"));
+        v.sort();
+        v
+    };
+    let started = wrapped("start");
+    assert!(started.len() >= 2, "runner containers started: {started:?}");
+    assert_eq!(wrapped("destroy"), started);
+
+    // The books and the judges' evidence, on the host, as without the wrapper.
+    let ws = base.join("httpd");
+    let wb = base.join(".flower-httpd");
+    let rows: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(ws.join("runs/manifest.json")).unwrap())
+            .unwrap();
+    let text = |step: &str| rows.iter().find(|r| r["step"] == step).unwrap()["text"].to_string();
+    assert!(text("干活·判定#1").contains("NOT_YET"));
+    assert!(text("干活·判定#2").contains("ACHIEVED"));
+    let evidence = std::fs::read_to_string(wb.join("notes/判定证据.md")).unwrap();
+    for seen in ["ELF 64-bit", "TCP *:8080 (LISTEN)", "hello from flowerbox"] {
+        assert!(
+            evidence.contains(seen),
+            "{seen} not in the evidence:\n{evidence}"
+        );
+    }
+    // The workers' branches came back through a merge commit; the worktrees lived next to the
+    // project (mounted by the wrapper at their own path).
+    let git = |args: &[&str]| {
+        let o = Command::new("git")
+            .args(args)
+            .current_dir(&ws)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let parents = git(&["log", "--merges", "-1", "--format=%P"]);
+    assert_eq!(parents.split_whitespace().count(), 2, "no merge commit");
+    assert!(base.join(".flower-httpd-worktrees").is_dir());
+    // Files the run wrote belong to the caller.
+    let me = nix::unistd::getuid().as_raw();
+    for f in ["runs/manifest.json", "runs/sessions.db", "src/main.c"] {
+        assert_eq!(std::fs::metadata(ws.join(f)).unwrap().uid(), me, "{f}");
+    }
+    // Nothing left on the engine.
+    let left = flowerbox::sandbox::gc::list(&engine, Some(&ws))
+        .await
+        .unwrap();
+    assert!(
+        left.is_empty(),
+        "containers left: {:?}",
+        left.iter().map(|c| &c.name).collect::<Vec<_>>()
+    );
+}
