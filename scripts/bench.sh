@@ -14,8 +14,9 @@
 #   --repeat N      repeats of the Docker and agent-run figures (default 5; RSS runs: N/2)
 #   --roundtrips N  Bash round trips of figure 2 (default 50)
 #   --quick         --repeat 2 --roundtrips 20, fewer microbenchmark calls (about a minute)
-# Needs the Docker engine; builds the agent image on first use. Debug builds (dependencies at
-# opt-level 1), as everywhere on this machine kind: release numbers are lower.
+# Needs the Docker engine (builds the agent image on first use), and jq + sqlite3 for the demo
+# of figure 5. Debug builds (dependencies at opt-level 1), as everywhere on this machine kind:
+# release numbers are lower. About two minutes with the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,7 +27,7 @@ while [ $# -gt 0 ]; do
     --repeat) repeat=$2; shift 2 ;;
     --roundtrips) roundtrips=$2; shift 2 ;;
     --quick) repeat=2 roundtrips=20 calls=100; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
