@@ -94,9 +94,9 @@ else
   docker tag "$image" "$REPO:latest"
 fi
 if [ -n "$prune" ]; then
-  # Older content tags of this repository; an image a container still uses stays.
+  # Older content tags of this repository (named tags stay); an image in use stays.
   old=$(docker image ls --format '{{.Repository}}:{{.Tag}}' "$REPO" \
-    | grep -vxF -e "$image" -e "$REPO:latest" ${tag:+-e "$tag"} || true)
+    | grep -xE "$REPO:[0-9a-f]{12}" | grep -vxF "$image" || true)
   for o in $old; do docker rmi "$o" >/dev/null 2>&1 || true; done
 fi
 echo "$image"
