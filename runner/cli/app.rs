@@ -167,11 +167,13 @@ async fn gates(
     Ok(creds)
 }
 
-/// `-v`: the effective configuration, secrets masked.
+/// `-v`: the effective configuration, secrets masked, sanitised like every other line (a value
+/// from a `.env` file must not move the cursor). Printed once, before the run's console exists,
+/// so it cannot tear the prompt.
 fn describe(creds: &Credentials, out: &mut dyn Write) -> Result<(), CliError> {
     let mut text = String::from("- 生效的凭证配置:\n");
     for line in creds.describe() {
-        text.push_str(&format!("  {line}\n"));
+        text.push_str(&format!("  {}\n", crate::term::sanitize::sanitize(&line)));
     }
     out.write_all(text.as_bytes()).map_err(CliError::terminal)
 }
@@ -325,6 +327,21 @@ mod tests {
             r.out
         );
         assert!(!r.out.contains("0123456789"));
+    }
+
+    #[test]
+    fn verbose_output_cannot_carry_escape_sequences() {
+        let d = tempfile::tempdir().unwrap();
+        let mut env = KEY.to_vec();
+        env.push(("ANTHROPIC_MODEL", "evil\x1b[2J\x1b]0;pwned\x07-model"));
+        let h = host(d.path(), false, &env);
+        let r = run_with(&["-v", "once", "hi"], &h, &[], |_| false);
+        assert!(r.out.contains("ANTHROPIC_MODEL=evil"), "{}", r.out);
+        assert!(
+            !r.out.contains('\x1b') && !r.out.contains('\x07'),
+            "{:?}",
+            r.out
+        );
     }
 
     #[test]
