@@ -64,6 +64,14 @@ fn unattended_go_clarifies_sets_a_goal_and_works_until_the_judge_passes() {
     assert_ne!(sid("干活"), sid("干活·判定#1"));
     assert_ne!(sid("干活·判定#1"), sid("干活·判定#2"));
     assert!(rows.iter().all(|r| r["ok"] == true), "{rows:?}");
+    // Every verdict is on record with what the judge itself saw (read from its session).
+    let record = std::fs::read_to_string(p.note("判定记录.md")).unwrap();
+    assert!(record.contains("## 干活·判定#1 — NOT_YET"), "{record}");
+    assert!(record.contains("## 干活·判定#2 — ACHIEVED"), "{record}");
+    assert!(
+        record.contains("$ Read hello.sh\n       1\techo hello"),
+        "{record}"
+    );
     let hello = p.ws.join("hello.sh");
     assert_eq!(std::fs::read_to_string(&hello).unwrap(), "echo hello\n");
     assert_ne!(

@@ -295,7 +295,7 @@ impl Gate for JudgeGate {
                 &self.spec,
                 &verify_prompt(&goal, &rt.config().workspace, self.can_run),
                 RunOptions {
-                    step: Some(label),
+                    step: Some(label.clone()),
                     resume: None,
                     fork: false,
                     on_session: None,
@@ -318,6 +318,7 @@ impl Gate for JudgeGate {
                 v = not_yet(why, v);
             }
         }
+        record_verdict(rt, &label, &v, judged.session_id.as_deref());
         cx.ctx.verdict = Some(v.clone());
         match v.state {
             VerdictState::Achieved => Ok(true),
@@ -368,6 +369,21 @@ impl JudgeGate {
             }
             _ => Err(StepAbort(format!("目标被判为无法达成,没人应答:{reason}"))),
         }
+    }
+}
+
+/// Appends the verdict and the judge's real commands and outputs to `notes/判定记录.md`. A
+/// failure is logged, never fatal: the record is for people, the verdict already stands.
+fn record_verdict(rt: &Arc<Runtime>, label: &str, v: &Verdict, session: Option<&str>) {
+    let Some(wb) = rt.workbench() else { return };
+    let messages = session
+        .and_then(|s| rt.store().load_raw(s).ok())
+        .unwrap_or_default();
+    let when = chrono::Local::now().format("%Y-%m-%d %H:%M:%S").to_string();
+    let block =
+        super::evidence::record_block(label, v, &super::evidence::evidence_of(&messages), &when);
+    if let Err(e) = super::evidence::append_record(&wb.notes(), &block) {
+        tracing::warn!(error = %e, "verdict record not written");
     }
 }
 

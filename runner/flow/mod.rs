@@ -40,6 +40,7 @@ pub mod clarify;
 pub mod ctx;
 pub mod declarative;
 pub mod drive;
+pub mod evidence;
 pub mod goal;
 pub mod guard;
 pub mod identity;
