@@ -353,6 +353,30 @@ async fn missing_program_is_reported_and_exit_codes_are_real() {
 }
 
 #[tokio::test]
+async fn a_command_longer_than_one_argument_may_be_runs_in_the_container() {
+    let Some(engine) = engine_or_skip("long_command").await else {
+        return;
+    };
+    let run = TestRun::new(&engine, "longcmd").await;
+    let sb = run.sandbox("worker-1", Role::Worker).await;
+    // 300 KiB: as an exec argument the kernel refuses it (MAX_ARG_STRLEN is 128 KiB).
+    let payload = "b".repeat(300 * 1024);
+    let cmd = format!("x='{payload}'\necho ${{#x}} $(id -u)\nfrobnicate\nexit 5");
+    let out = exec_ok(&*sb, &cmd, &run.workspace).await;
+    let uid = flowerbox::sandbox::docker::UserIds::current().uid;
+    assert_eq!(out.stdout, format!("{} {uid}\n", 300 * 1024), "{out:?}");
+    assert_eq!(out.exit_code, Some(5));
+    // The staged file removed itself.
+    let left = exec_ok(
+        &*sb,
+        "ls -A /tmp | grep -c flowerbox-cmd || true",
+        &run.workspace,
+    )
+    .await;
+    assert_eq!(left.stdout.trim(), "0", "{left:?}");
+}
+
+#[tokio::test]
 async fn sandboxes_are_reused_released_and_confined_to_mounts() {
     let Some(engine) = engine_or_skip("reuse_release").await else {
         return;

@@ -143,8 +143,23 @@ impl Sandbox for HostSandbox {
         } else {
             "/bin/sh"
         };
+        // A command too long for one argument goes through a private temporary file; the
+        // handle outlives the process (and deletes the file if the command never got to).
+        let mut _script = None;
+        let command = if req.command.len() > super::INLINE_COMMAND_MAX {
+            let file = tempfile::Builder::new()
+                .prefix(".flowerbox-cmd-")
+                .tempfile()?
+                .into_temp_path();
+            let path = file.to_string_lossy().into_owned();
+            std::fs::write(&file, super::sourcing_script(&path, &req.command))?;
+            _script = Some(file);
+            super::sourcing_command(&path)
+        } else {
+            req.command.clone()
+        };
         let mut cmd = Command::new(shell);
-        cmd.arg("-c").arg(&req.command).current_dir(&req.cwd);
+        cmd.arg("-c").arg(&command).current_dir(&req.cwd);
         for (k, _) in std::env::vars_os() {
             if is_secret_env(&k.to_string_lossy()) {
                 cmd.env_remove(&k);
@@ -306,6 +321,33 @@ mod tests {
         assert!(!o.success());
         let o = sb.exec(req(&b, "pwd", 5000)).await.unwrap();
         assert_eq!(o.stdout.trim(), b.workdir.display().to_string());
+    }
+
+    #[tokio::test]
+    async fn a_command_longer_than_one_argument_may_be_runs_and_leaves_no_file() {
+        let (_d, f, b) = setup();
+        let sb = f.sandbox(&b).await.unwrap();
+        // 200 KiB: `bash -c` with it as an argument fails with E2BIG.
+        let payload = "a".repeat(200 * 1024);
+        let cmd = format!("x='{payload}'\ncd /\necho ${{#x}} $PWD\nexit 4");
+        let before = leftover_scripts();
+        let o = sb.exec(req(&b, &cmd, 10_000)).await.unwrap();
+        assert_eq!(o.stdout, format!("{} /\n", 200 * 1024), "{o:?}");
+        assert_eq!(o.exit_code, Some(4));
+        assert_eq!(leftover_scripts(), before);
+    }
+
+    fn leftover_scripts() -> usize {
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref().is_ok_and(|e| {
+                    e.file_name()
+                        .to_string_lossy()
+                        .starts_with(".flowerbox-cmd-")
+                })
+            })
+            .count()
     }
 
     #[tokio::test]

@@ -45,6 +45,28 @@ pub struct AgentBox {
     pub workdir: PathBuf,
 }
 
+/// Longest command passed to the shell as an argument, in bytes. Linux refuses any single
+/// argument of 128 KiB or more (`MAX_ARG_STRLEN`, "Argument list too long"), so a longer command
+/// is written to a file that the shell sources (see [`sourcing_script`]).
+pub(crate) const INLINE_COMMAND_MAX: usize = 96 * 1024;
+
+/// The file text for a command too long to pass inline: it first removes itself (bash's `.`
+/// has read the whole file by then; dash keeps reading the open, unlinked file), then runs the
+/// command in the sourcing shell, so `exit`, `cd` and variables behave as with `-c`.
+pub(crate) fn sourcing_script(path: &str, command: &str) -> String {
+    format!("rm -f -- {}\n{command}\n", shell_quote(path))
+}
+
+/// The short command that sources `path`.
+pub(crate) fn sourcing_command(path: &str) -> String {
+    format!(". {}", shell_quote(path))
+}
+
+/// Single-quotes `s` for POSIX shells.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
 /// One command to execute.
 #[derive(Debug, Clone)]
 pub struct ExecRequest {

@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use bollard::container::LogOutput;
 use bollard::exec::StartExecResults;
 use bollard::models::ExecConfig;
-use bollard::query_parameters::RestartContainerOptions;
+use bollard::query_parameters::{RestartContainerOptions, UploadToContainerOptions};
 use bollard::Docker;
 use futures::StreamExt;
 use regex::Regex;
@@ -243,8 +243,48 @@ impl DockerSandbox {
         })
     }
 
+    /// Writes a command too long for one argument to `/tmp` in the container (the container's
+    /// own layer: an upload cannot reach the tmpfs HOME), private to the exec user, and returns
+    /// the short command that sources it.
+    async fn stage_command(&self, command: &str, marker: &str) -> Result<String, SandboxError> {
+        let path = format!("/tmp/.flowerbox-cmd-{marker}");
+        let (uid, gid) = self
+            .user
+            .split_once(':')
+            .and_then(|(u, g)| Some((u.parse::<u64>().ok()?, g.parse::<u64>().ok()?)))
+            .unwrap_or((0, 0));
+        let text = crate::sandbox::sourcing_script(&path, command);
+        let mut header = tar::Header::new_gnu();
+        header.set_size(text.len() as u64);
+        header.set_mode(0o600);
+        header.set_uid(uid);
+        header.set_gid(gid);
+        let mut builder = tar::Builder::new(Vec::new());
+        builder.append_data(&mut header, &path[5..], text.as_bytes())?;
+        let archive = builder.into_inner()?;
+        self.docker
+            .upload_to_container(
+                &self.id,
+                Some(UploadToContainerOptions {
+                    path: "/tmp".into(),
+                    ..Default::default()
+                }),
+                bollard::body_full(archive.into()),
+            )
+            .await
+            .map_err(|e| {
+                SandboxError::Docker(format!("writing the long command into {}: {e}", self.name))
+            })?;
+        Ok(crate::sandbox::sourcing_command(&path))
+    }
+
     async fn run(&self, req: &ExecRequest, cwd: &str) -> Result<ExecOutput, SandboxError> {
         let marker = uuid::Uuid::new_v4().simple().to_string();
+        let command = if req.command.len() > crate::sandbox::INLINE_COMMAND_MAX {
+            self.stage_command(&req.command, &marker).await?
+        } else {
+            req.command.clone()
+        };
         let mut env: Vec<String> = req.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         env.push(format!("{MARKER_VAR}={marker}"));
         let config = ExecConfig {
@@ -259,10 +299,10 @@ impl DockerSandbox {
                     "-c".into(),
                     RELAY.into(),
                     "flowerbox".into(),
-                    req.command.clone(),
+                    command,
                     marker.clone(),
                 ],
-                shell => vec![shell.into(), "-c".into(), req.command.clone()],
+                shell => vec![shell.into(), "-c".into(), command],
             }),
             user: Some(self.user.clone()),
             working_dir: Some(cwd.to_string()),
