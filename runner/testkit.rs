@@ -1,0 +1,140 @@
+//! Test doubles shared by the unit tests, the integration tests in `tests/` and the examples:
+//! an in-memory [`SessionStore`] and the turns an in-process fake [`Provider`] answers with.
+//! Not part of flowerbox's interface (hidden from the docs); it lives in the library so that
+//! `cargo test --all-targets` builds one copy for every kind of test without a cargo feature.
+//!
+//! [`Provider`]: crate::model::Provider
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use crate::model::{ContentBlock, Message, ModelError, Request, Speaker, StopReason, Turn, Usage};
+use crate::session::{NoticeKind, SessionError, SessionMeta, SessionStore, TrimPolicy};
+
+/// Sessions in memory: messages are kept as appended, notices are dropped, `load` never trims.
+#[derive(Default)]
+pub struct MemStore {
+    /// Session id → (owner, messages).
+    sessions: Mutex<HashMap<String, (SessionMeta, Vec<Message>)>>,
+}
+
+impl MemStore {
+    /// Sessions created so far (forks included).
+    pub fn count(&self) -> usize {
+        self.sessions.lock().unwrap().len()
+    }
+}
+
+impl SessionStore for MemStore {
+    fn create(&self, meta: &SessionMeta) -> Result<String, SessionError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        self.sessions
+            .lock()
+            .unwrap()
+            .insert(id.clone(), (meta.clone(), vec![]));
+        Ok(id)
+    }
+    fn append(&self, s: &str, msg: &Message, _c: Option<u64>) -> Result<(), SessionError> {
+        self.sessions
+            .lock()
+            .unwrap()
+            .get_mut(s)
+            .ok_or(SessionError::NotFound(s.into()))?
+            .1
+            .push(msg.clone());
+        Ok(())
+    }
+    fn append_notice(&self, _s: &str, _k: NoticeKind, _t: &str) -> Result<(), SessionError> {
+        Ok(())
+    }
+    fn load_raw(&self, s: &str) -> Result<Vec<Message>, SessionError> {
+        Ok(self
+            .sessions
+            .lock()
+            .unwrap()
+            .get(s)
+            .ok_or(SessionError::NotFound(s.into()))?
+            .1
+            .clone())
+    }
+    fn load(&self, s: &str, _p: &TrimPolicy) -> Result<Vec<Message>, SessionError> {
+        self.load_raw(s)
+    }
+    fn fork(&self, s: &str) -> Result<String, SessionError> {
+        let v = self
+            .sessions
+            .lock()
+            .unwrap()
+            .get(s)
+            .cloned()
+            .ok_or(SessionError::NotFound(s.into()))?;
+        let id = uuid::Uuid::new_v4().to_string();
+        self.sessions.lock().unwrap().insert(id.clone(), v);
+        Ok(id)
+    }
+    fn meta(&self, s: &str) -> Result<Option<SessionMeta>, SessionError> {
+        Ok(self.sessions.lock().unwrap().get(s).map(|v| v.0.clone()))
+    }
+    fn last_context(&self, _s: &str) -> Result<Option<u64>, SessionError> {
+        Ok(None)
+    }
+}
+
+/// A complete turn with `content` from `model`: `tool_use` when it calls a tool, `end_turn`
+/// otherwise; 100 input and 10 output tokens.
+pub fn turn_of(content: Vec<ContentBlock>, model: &str) -> Turn {
+    let stop_reason = if content
+        .iter()
+        .any(|b| matches!(b, ContentBlock::ToolUse { .. }))
+    {
+        StopReason::ToolUse
+    } else {
+        StopReason::EndTurn
+    };
+    Turn {
+        content,
+        stop_reason,
+        usage: Usage {
+            input_tokens: Some(100),
+            output_tokens: Some(10),
+            ..Default::default()
+        },
+        model: model.to_string(),
+        retried_errors: vec![],
+        truncated_tool_use: false,
+    }
+}
+
+/// Replays a script the way the scripted model server does: the answer to `req` is turn k of
+/// `turns`, k being the number of assistant messages already in the request. No script, or no
+/// turn k, is a 400 naming `who`.
+pub fn replay(
+    req: &Request,
+    turns: Option<&[Vec<ContentBlock>]>,
+    who: &str,
+) -> Result<Turn, ModelError> {
+    let k = req
+        .messages
+        .iter()
+        .filter(|m| m.role == Speaker::Assistant)
+        .count();
+    let content =
+        turns
+            .and_then(|t| t.get(k))
+            .cloned()
+            .ok_or_else(|| ModelError::InvalidRequest {
+                status: 400,
+                message: format!("no turn {k} for {who}"),
+                prompt_too_long: false,
+            })?;
+    Ok(turn_of(content, &req.model))
+}
+
+/// A lookup over `pairs`, for code that reads its environment through a function.
+pub fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k| map.get(k).cloned()
+}
