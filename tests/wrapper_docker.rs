@@ -8,7 +8,7 @@
 mod docker_support;
 mod model_support;
 
-use docker_support::engine_or_skip;
+use docker_support::{containers_where, engine_or_skip};
 use flowerbox::sandbox::docker::Engine;
 use model_support::ScriptedModel;
 use serde_json::{json, Value};
@@ -132,44 +132,12 @@ fn finish(mut child: Child) -> (ExitStatus, String, String) {
 
 /// Containers (any state) whose label `key` is `value`.
 async fn containers_labelled(engine: &Engine, key: &str, value: &str) -> Vec<String> {
-    use bollard::query_parameters::ListContainersOptions;
-    let filters =
-        std::collections::HashMap::from([("label".to_string(), vec![format!("{key}={value}")])]);
-    let opts = ListContainersOptions {
-        all: true,
-        filters: Some(filters),
-        ..Default::default()
-    };
-    engine
-        .docker()
-        .list_containers(Some(opts))
-        .await
-        .expect("list containers")
-        .into_iter()
-        .filter_map(|c| c.id)
-        .collect()
+    containers_where(engine, "label", format!("{key}={value}")).await
 }
 
 /// Runner containers this wrapper process started (named `flowerbox-runner-<pid>-…`).
 async fn runner_containers(engine: &Engine, pid: u32) -> Vec<String> {
-    use bollard::query_parameters::ListContainersOptions;
-    let filters = std::collections::HashMap::from([(
-        "name".to_string(),
-        vec![format!("flowerbox-runner-{pid}-")],
-    )]);
-    let opts = ListContainersOptions {
-        all: true,
-        filters: Some(filters),
-        ..Default::default()
-    };
-    engine
-        .docker()
-        .list_containers(Some(opts))
-        .await
-        .expect("list containers")
-        .into_iter()
-        .filter_map(|c| c.id)
-        .collect()
+    containers_where(engine, "name", format!("flowerbox-runner-{pid}-")).await
 }
 
 /// The tool_result text the model received in request `n`.

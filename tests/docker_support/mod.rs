@@ -121,16 +121,22 @@ impl TestRun {
 
 impl Drop for TestRun {
     fn drop(&mut self) {
-        let factory = self.factory.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let _ = rt.block_on(factory.teardown());
-        })
-        .join();
+        teardown_blocking(&self.factory);
     }
+}
+
+/// Tears `factory`'s run down from a `Drop`, whether or not a runtime is current: on a thread of
+/// its own with its own runtime, waiting for it. Errors are ignored (the next start sweeps).
+pub fn teardown_blocking(factory: &Arc<DockerSandboxFactory>) {
+    let factory = factory.clone();
+    let _ = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _ = rt.block_on(factory.teardown());
+    })
+    .join();
 }
 
 /// A request with sane defaults.
@@ -155,9 +161,15 @@ pub async fn exec_ok(sb: &dyn Sandbox, cmd: &str, cwd: &Path) -> ExecOutput {
 
 /// Ids of every container labelled with this run (any state), via the engine.
 pub async fn run_containers(engine: &Engine, run_id: &str) -> Vec<String> {
+    containers_where(engine, "label", format!("flowerbox.run={run_id}")).await
+}
+
+/// Ids of every container (any state) that the engine's list filter `filter` (`label`,
+/// `name`...) with `value` selects.
+pub async fn containers_where(engine: &Engine, filter: &str, value: String) -> Vec<String> {
     use bollard::query_parameters::ListContainersOptions;
     use std::collections::HashMap;
-    let filters = HashMap::from([("label".to_string(), vec![format!("flowerbox.run={run_id}")])]);
+    let filters = HashMap::from([(filter.to_string(), vec![value])]);
     let opts = ListContainersOptions {
         all: true,
         filters: Some(filters),
@@ -167,7 +179,7 @@ pub async fn run_containers(engine: &Engine, run_id: &str) -> Vec<String> {
         .docker()
         .list_containers(Some(opts))
         .await
-        .expect("list")
+        .expect("list containers")
         .into_iter()
         .filter_map(|c| c.id)
         .collect()

@@ -14,7 +14,6 @@ use flowerbox::channel::Absent;
 use flowerbox::isolate::{IsolateOptions, WorktreePlacement};
 use flowerbox::record::manifest::Manifest;
 use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory, Engine};
-use flowerbox::sandbox::SandboxFactory;
 use flowerbox::session::SqliteSessionStore;
 pub use model_support::ScriptedModel;
 use serde_json::{json, Value};
@@ -208,15 +207,7 @@ impl IsoRun {
 
 impl Drop for IsoRun {
     fn drop(&mut self) {
-        let factory = self.factory.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let _ = rt.block_on(factory.teardown());
-        })
-        .join();
+        docker_support::teardown_blocking(&self.factory);
     }
 }
 
