@@ -1,11 +1,14 @@
 //! Test doubles shared by the unit tests, the integration tests in `tests/` and the examples:
-//! an in-memory [`SessionStore`] and the turns an in-process fake [`Provider`] answers with.
+//! an in-memory [`SessionStore`], the turns an in-process fake [`Provider`] answers with, and
+//! host `git` for building fixture repositories.
 //! Not part of flowerbox's interface (hidden from the docs); it lives in the library so that
 //! `cargo test --all-targets` builds one copy for every kind of test without a cargo feature.
 //!
 //! [`Provider`]: crate::model::Provider
 
 use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
 use std::sync::Mutex;
 
 use crate::model::{ContentBlock, Message, ModelError, Request, Speaker, StopReason, Turn, Usage};
@@ -137,4 +140,25 @@ pub fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     move |k| map.get(k).cloned()
+}
+
+/// `git ARGS` on the host in `dir`; panics on failure; returns stdout.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// [`git`] with a fixed identity (`T <t@example.invalid>`), for repositories without one.
+pub fn git_with_identity(dir: &Path, args: &[&str]) -> String {
+    let identity = ["-c", "user.name=T", "-c", "user.email=t@example.invalid"];
+    git(dir, &[&identity[..], args].concat())
 }

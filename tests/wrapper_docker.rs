@@ -10,6 +10,7 @@ mod model_support;
 
 use docker_support::{containers_where, engine_or_skip};
 use flowerbox::sandbox::docker::Engine;
+use flowerbox::testkit::git;
 use model_support::ScriptedModel;
 use serde_json::{json, Value};
 use std::os::unix::fs::MetadataExt;
@@ -246,16 +247,6 @@ async fn an_unattended_go_workflow_runs_through_the_wrapper() {
         .await
         .is_empty());
     assert!(runner_containers(&engine, pid).await.is_empty());
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread")]

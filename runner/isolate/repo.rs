@@ -166,23 +166,8 @@ pub fn signature(repo: &Repository, agent: &str) -> Result<Signature<'static>, I
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use std::process::Command;
 
-    /// Runs git in `dir` with a fixed identity; panics on failure; returns stdout.
-    pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
-        let out = Command::new("git")
-            .args(["-c", "user.name=T", "-c", "user.email=t@example.invalid"])
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("git");
-        assert!(
-            out.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
+    pub(crate) use crate::testkit::git_with_identity as git;
 
     /// A repository at `<tmp>/proj` with one commit (`a.txt`, `b.txt`).
     pub(crate) fn repo_with_commit() -> (tempfile::TempDir, PathBuf) {
