@@ -105,17 +105,8 @@ impl WorkspaceRepo {
     /// or untracked-not-ignored; paths under `exclude` (absolute) are left out. Sorted.
     pub fn uncommitted(&self, exclude: &[PathBuf]) -> Result<Vec<String>, IsolateError> {
         let repo = self.open()?;
-        let mut opts = StatusOptions::new();
-        opts.include_untracked(true)
-            .recurse_untracked_dirs(true)
-            .include_ignored(false)
-            .exclude_submodules(true);
-        let statuses = repo
-            .statuses(Some(&mut opts))
-            .map_err(IsolateError::git("读不出工作区状态"))?;
-        let mut out: Vec<String> = statuses
-            .iter()
-            .map(|s| String::from_utf8_lossy(s.path_bytes()).into_owned())
+        let mut out: Vec<String> = dirty_paths(&repo)?
+            .into_iter()
             .filter(|p| {
                 let abs = self.workdir.join(p);
                 !exclude.iter().any(|e| abs.starts_with(e))
@@ -148,6 +139,23 @@ impl WorkspaceRepo {
         }
         Ok(out)
     }
+}
+
+/// Paths (relative to the working tree, in libgit2's order) whose status is not clean: staged,
+/// modified, deleted, typechange or untracked-not-ignored. Submodules are left out.
+pub(crate) fn dirty_paths(repo: &Repository) -> Result<Vec<String>, IsolateError> {
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false)
+        .exclude_submodules(true);
+    let statuses = repo
+        .statuses(Some(&mut opts))
+        .map_err(IsolateError::git("读不出工作区状态"))?;
+    Ok(statuses
+        .iter()
+        .map(|s| String::from_utf8_lossy(s.path_bytes()).into_owned())
+        .collect())
 }
 
 /// The identity commits are made with: the repository's configured identity when there is one
