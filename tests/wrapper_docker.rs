@@ -8,7 +8,7 @@
 mod docker_support;
 mod model_support;
 
-use docker_support::{containers_where, engine_or_skip};
+use docker_support::{containers_where, engine_or_skip, repo_file, runner_image};
 use flowerbox::sandbox::docker::Engine;
 use flowerbox::testkit::git;
 use model_support::ScriptedModel;
@@ -21,33 +21,6 @@ use std::time::{Duration, Instant};
 const SECRET: &str = "sk-ant-wrapper-test-secret-4711";
 /// Generous bound that only catches hangs.
 const HANG: Duration = Duration::from_secs(240);
-
-fn repo_file(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-/// The runner image built once per test process by `docker/build.sh` from this test's
-/// `flowerbox` binary on the shared agent image; returns its content tag.
-async fn runner_image(engine: &Engine) -> String {
-    static IMAGE: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
-    IMAGE
-        .get_or_init(|| async {
-            let base = docker_support::agent_image(engine).await;
-            let out = tokio::process::Command::new(repo_file("docker/build.sh"))
-                .args(["--bin", env!("CARGO_BIN_EXE_flowerbox"), "--base", &base])
-                .args(["--tag", "flowerbox-runner:test"])
-                .stderr(Stdio::inherit())
-                .output()
-                .await
-                .expect("run docker/build.sh");
-            assert!(out.status.success(), "docker/build.sh failed");
-            let tag = String::from_utf8(out.stdout).unwrap().trim().to_string();
-            assert!(tag.starts_with("flowerbox-runner:"), "{tag}");
-            tag
-        })
-        .await
-        .clone()
-}
 
 /// A temporary project `<tmp>/proj` (a git repository) and a HOME `<tmp>/home`.
 struct Project {

@@ -1,12 +1,13 @@
 //! Shared setup for the Docker integration tests: the engine gate (fail when `CI=true`, skip
 //! visibly otherwise), the one agent image every test shares, a serialising lock for heavy
-//! tests, and run fixtures that clean up in `Drop`.
+//! tests, run fixtures that clean up in `Drop`, and the runner image the wrapper tests build.
 #![allow(dead_code)]
 
 use flowerbox::model::Role;
 use flowerbox::sandbox::docker::{ensure_image, DockerOptions, DockerSandboxFactory, Engine};
 use flowerbox::sandbox::{AgentBox, ExecOutput, ExecRequest, Mount, Sandbox, SandboxFactory};
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -183,4 +184,32 @@ pub async fn containers_where(engine: &Engine, filter: &str, value: String) -> V
         .into_iter()
         .filter_map(|c| c.id)
         .collect()
+}
+
+/// A file of this repository by its relative path.
+pub fn repo_file(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// The runner image built once per test process by `docker/build.sh` from this test's
+/// `flowerbox` binary on the shared agent image; returns its content tag.
+pub async fn runner_image(engine: &Engine) -> String {
+    static IMAGE: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    IMAGE
+        .get_or_init(|| async {
+            let base = agent_image(engine).await;
+            let out = tokio::process::Command::new(repo_file("docker/build.sh"))
+                .args(["--bin", env!("CARGO_BIN_EXE_flowerbox"), "--base", &base])
+                .args(["--tag", "flowerbox-runner:test"])
+                .stderr(Stdio::inherit())
+                .output()
+                .await
+                .expect("run docker/build.sh");
+            assert!(out.status.success(), "docker/build.sh failed");
+            let tag = String::from_utf8(out.stdout).unwrap().trim().to_string();
+            assert!(tag.starts_with("flowerbox-runner:"), "{tag}");
+            tag
+        })
+        .await
+        .clone()
 }
