@@ -32,6 +32,11 @@ impl Scene {
         }
     }
 
+    /// The temporary directory holding `home/` and `proj/` (canonical).
+    pub fn root(&self) -> &Path {
+        self.cwd.parent().unwrap()
+    }
+
     /// `flowerbox` with only PATH and HOME set, in the project directory.
     pub fn flowerbox(&self) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_flowerbox"));
