@@ -1,15 +1,16 @@
 //! Test doubles shared by the unit tests, the integration tests in `tests/` and the examples:
-//! an in-memory [`SessionStore`], the turns an in-process fake [`Provider`] answers with, and
-//! host `git` for building fixture repositories.
+//! an in-memory [`SessionStore`], the turns an in-process fake [`Provider`] answers with, an
+//! in-memory terminal output, and host `git` for building fixture repositories.
 //! Not part of flowerbox's interface (hidden from the docs); it lives in the library so that
 //! `cargo test --all-targets` builds one copy for every kind of test without a cargo feature.
 //!
 //! [`Provider`]: crate::model::Provider
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::path::Path;
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::model::{ContentBlock, Message, ModelError, Request, Speaker, StopReason, Turn, Usage};
 use crate::session::{NoticeKind, SessionError, SessionMeta, SessionStore, TrimPolicy};
@@ -161,4 +162,41 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 pub fn git_with_identity(dir: &Path, args: &[&str]) -> String {
     let identity = ["-c", "user.name=T", "-c", "user.email=t@example.invalid"];
     git(dir, &[&identity[..], args].concat())
+}
+
+/// An in-memory output: the code under test writes to a clone, the test reads it back.
+#[derive(Clone, Default)]
+pub struct SharedBuf(Arc<Mutex<Vec<u8>>>);
+
+impl Write for SharedBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl SharedBuf {
+    /// Everything written so far (invalid UTF-8 replaced); the buffer keeps it.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).to_string()
+    }
+
+    /// Everything written since the last `take` or `clear`, which must be UTF-8; the buffer is
+    /// emptied.
+    pub fn take(&self) -> String {
+        String::from_utf8(std::mem::take(&mut *self.0.lock().unwrap())).unwrap()
+    }
+
+    /// Empties the buffer.
+    pub fn clear(&self) {
+        self.0.lock().unwrap().clear();
+    }
+
+    /// Nothing was written since the last `take` or `clear`.
+    pub fn is_empty(&self) -> bool {
+        self.0.lock().unwrap().is_empty()
+    }
 }
