@@ -134,6 +134,35 @@ pub fn replay(
     Ok(turn_of(content, &req.model))
 }
 
+/// An assistant message calling tool `name` with `input` as call `id`.
+pub fn tool_call(id: &str, name: &str, input: serde_json::Value) -> Message {
+    Message {
+        role: Speaker::Assistant,
+        content: vec![ContentBlock::ToolUse {
+            id: id.into(),
+            name: name.into(),
+            input,
+        }],
+    }
+}
+
+/// An assistant message calling `Bash` with `command` as call `id`.
+pub fn bash_call(id: &str, command: &str) -> Message {
+    tool_call(id, "Bash", serde_json::json!({ "command": command }))
+}
+
+/// A user message answering call `id` with the successful result `text`.
+pub fn tool_result(id: &str, text: &str) -> Message {
+    Message {
+        role: Speaker::User,
+        content: vec![ContentBlock::ToolResult {
+            tool_use_id: id.into(),
+            content: text.into(),
+            is_error: false,
+        }],
+    }
+}
+
 /// A lookup over `pairs`, for code that reads its environment through a function.
 pub fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
     let map: HashMap<String, String> = pairs

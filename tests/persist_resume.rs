@@ -9,6 +9,7 @@ use flowerbox::model::{ContentBlock, Message, Role, Speaker};
 use flowerbox::session::{
     NoticeKind, SessionMeta, SessionStore, SqliteSessionStore, TrimPolicy, INTERRUPTED_NOTE,
 };
+use flowerbox::testkit::{bash_call as bash, tool_call as call, tool_result as result};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -29,32 +30,6 @@ const HANG: Duration = Duration::from_secs(120);
 enum Item {
     Msg(Message, Option<u64>),
     Notice(NoticeKind, &'static str),
-}
-
-fn call(id: &str, name: &str, input: serde_json::Value) -> Message {
-    Message {
-        role: Speaker::Assistant,
-        content: vec![ContentBlock::ToolUse {
-            id: id.into(),
-            name: name.into(),
-            input,
-        }],
-    }
-}
-
-fn bash(id: &str, cmd: &str) -> Message {
-    call(id, "Bash", json!({ "command": cmd }))
-}
-
-fn result(id: &str, text: &str) -> Message {
-    Message {
-        role: Speaker::User,
-        content: vec![ContentBlock::ToolResult {
-            tool_use_id: id.into(),
-            content: text.into(),
-            is_error: false,
-        }],
-    }
 }
 
 /// The scripted run. It ends with a call whose tool never returns: the process dies mid-tool.
