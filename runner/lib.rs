@@ -6,6 +6,7 @@
 //! [`agent`] runs one agent (the loop, tools, guards, workbench); [`model`] talks to the model;
 //! [`sandbox`] executes commands in containers; [`session`] and [`record`] persist sessions,
 //! the manifest and lineage; [`channel`] is the human channel; [`term`] renders to a terminal.
+//! `testkit` (hidden) holds the test doubles the unit tests, `tests/` and the examples share.
 #![deny(missing_docs)]
 
 pub mod agent;
@@ -20,3 +21,5 @@ pub mod record;
 pub mod sandbox;
 pub mod session;
 pub mod term;
+#[doc(hidden)]
+pub mod testkit;

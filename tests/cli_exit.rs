@@ -3,55 +3,25 @@
 //! directory with a cleared environment and a temporary HOME, so nothing from this machine's
 //! credentials leaks in.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use assert_cmd::Command;
 use predicates::prelude::*;
 
-struct Scene {
-    _tmp: tempfile::TempDir,
-    home: PathBuf,
-    cwd: PathBuf,
+mod cli_support;
+use cli_support::{write, Scene};
+
+/// As [`Scene::cmd`], with a token so the credential gate passes (no probe: not a tty), and
+/// a model endpoint the run context refuses ([`REACHED_RUN`]): a command that gets past the
+/// command line stops there, without network or sandbox.
+fn cmd_with_key(s: &Scene) -> Command {
+    let mut c = s.cmd();
+    c.env("ANTHROPIC_API_KEY", "sk-ant-test-key-0123456789")
+        .env("ANTHROPIC_BASE_URL", "notaurl");
+    c
 }
 
-impl Scene {
-    fn new() -> Self {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().canonicalize().unwrap();
-        let home = root.join("home");
-        let cwd = root.join("proj");
-        std::fs::create_dir_all(&home).unwrap();
-        std::fs::create_dir_all(&cwd).unwrap();
-        Self {
-            _tmp: tmp,
-            home,
-            cwd,
-        }
-    }
-
-    /// `flowerbox` with only PATH and HOME set, in the project directory, stdin empty.
-    fn cmd(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_flowerbox"));
-        c.env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &self.home)
-            .current_dir(&self.cwd)
-            .write_stdin("");
-        c
-    }
-
-    /// As [`Scene::cmd`], with a token so the credential gate passes (no probe: not a tty), and
-    /// a model endpoint the run context refuses ([`REACHED_RUN`]): a command that gets past the
-    /// command line stops there, without network or sandbox.
-    fn cmd_with_key(&self) -> Command {
-        let mut c = self.cmd();
-        c.env("ANTHROPIC_API_KEY", "sk-ant-test-key-0123456789")
-            .env("ANTHROPIC_BASE_URL", "notaurl");
-        c
-    }
-}
-
-/// What a command that reached its run context prints with [`Scene::cmd_with_key`].
+/// What a command that reached its run context prints with [`cmd_with_key`].
 const REACHED_RUN: &str = "bad endpoint URL notaurl";
 
 /// No panic text, no backtrace, ever.
@@ -60,11 +30,6 @@ fn clean() -> impl Predicate<str> {
         .or(predicate::str::contains("RUST_BACKTRACE"))
         .or(predicate::str::contains("stack backtrace"))
         .not()
-}
-
-fn write(path: &Path, text: &str) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
 }
 
 #[test]
@@ -157,7 +122,7 @@ fn argument_errors_exit_2() {
         vec!["--sandbox", "vm", "做 X"],
         vec!["-w"],
     ] {
-        s.cmd_with_key()
+        cmd_with_key(&s)
             .args(&args)
             .assert()
             .code(2)
@@ -168,7 +133,7 @@ fn argument_errors_exit_2() {
 #[test]
 fn window_zero_is_exit_2_with_a_message() {
     let s = Scene::new();
-    s.cmd_with_key()
+    cmd_with_key(&s)
         .args(["做 X", "--window", "0"])
         .assert()
         .code(2)
@@ -178,7 +143,7 @@ fn window_zero_is_exit_2_with_a_message() {
 #[test]
 fn trim_contradiction_is_exit_2() {
     let s = Scene::new();
-    s.cmd_with_key()
+    cmd_with_key(&s)
         .args(["-T", "做 X", "--no-trim"])
         .assert()
         .code(2)
@@ -188,7 +153,7 @@ fn trim_contradiction_is_exit_2() {
 #[test]
 fn websearch_in_once_tools_is_exit_2() {
     let s = Scene::new();
-    s.cmd_with_key()
+    cmd_with_key(&s)
         .args(["once", "hi", "-t", "Read,WebSearch"])
         .assert()
         .code(2)
@@ -223,7 +188,7 @@ fn missing_credentials_prints_the_four_lines() {
 #[test]
 fn empty_piped_request_on_a_fresh_directory() {
     let s = Scene::new();
-    s.cmd_with_key()
+    cmd_with_key(&s)
         .args(["--timeout", "0"])
         .assert()
         .code(1)
@@ -233,7 +198,7 @@ fn empty_piped_request_on_a_fresh_directory() {
 #[test]
 fn piped_request_is_read_and_warned_about() {
     let s = Scene::new();
-    s.cmd_with_key()
+    cmd_with_key(&s)
         .write_stdin("帮我做一个 X\n")
         .assert()
         .code(1)
@@ -246,7 +211,7 @@ fn piped_request_is_read_and_warned_about() {
             .and(clean()),
         );
     // With --timeout 0 the advice is already followed: no warning.
-    s.cmd_with_key()
+    cmd_with_key(&s)
         .args(["--timeout", "0"])
         .write_stdin("帮我做一个 X\n")
         .assert()
@@ -261,14 +226,14 @@ fn woken_directory_continues_on_empty_piped_input() {
         &s.cwd.join(".flower/notes/需求.md"),
         "## 目标\n做 X\n## 验收标准\n跑得起来\n## 边界\n不做 Y\n## 未知与假设\n无\n",
     );
-    s.cmd_with_key()
+    cmd_with_key(&s)
         .args(["--timeout", "0"])
         .assert()
         .code(1)
         .stderr(predicate::str::contains(REACHED_RUN));
     // A brief without its four sections does not wake the directory.
     write(&s.cwd.join(".flower/notes/需求.md"), "## 目标\n做 X\n");
-    s.cmd_with_key()
+    cmd_with_key(&s)
         .args(["--timeout", "0"])
         .assert()
         .code(1)
@@ -278,7 +243,7 @@ fn woken_directory_continues_on_empty_piped_input() {
 #[test]
 fn isolate_outside_git_is_exit_1() {
     let s = Scene::new();
-    s.cmd_with_key()
+    cmd_with_key(&s)
         .args(["做 X", "--isolate"])
         .assert()
         .code(1)
@@ -293,12 +258,12 @@ fn run_target_errors() {
     let s = Scene::new();
     write(&s.cwd.join("flows.toml"), "[main]\nsteps = []\n");
     write(&s.cwd.join("broken.toml"), "[main\n");
-    s.cmd_with_key()
+    cmd_with_key(&s)
         .args(["run", "flows"])
         .assert()
         .code(1)
         .stderr("需要模块:属性形式,例如 flows:main\n");
-    s.cmd_with_key()
+    cmd_with_key(&s)
         .args(["run", "missing.toml:main"])
         .assert()
         .code(1)
@@ -306,18 +271,18 @@ fn run_target_errors() {
             "找不到 missing.toml(当前目录 {})。给的是文件路径就要能对上;要按模块名导入就别带 .toml\n",
             s.cwd.display()
         ));
-    s.cmd_with_key()
+    cmd_with_key(&s)
         .args(["run", "broken.toml:main"])
         .assert()
         .code(1)
         .stderr(predicate::str::starts_with("导入 'broken.toml' 失败:").and(clean()));
-    s.cmd_with_key()
+    cmd_with_key(&s)
         .args(["run", "flows:nope"])
         .assert()
         .code(1)
         .stderr("'flows' 里没有 'nope'\n");
     // A workflow without steps is refused before anything runs, naming the field.
-    s.cmd_with_key()
+    cmd_with_key(&s)
         .args(["run", "flows.toml:main"])
         .assert()
         .code(1)
@@ -327,14 +292,14 @@ fn run_target_errors() {
 #[test]
 fn doctor_and_gc_name_an_unreachable_engine() {
     let s = Scene::new();
-    s.cmd_with_key()
+    cmd_with_key(&s)
         .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
         .arg("doctor")
         .assert()
         .code(1)
         .stdout(predicate::str::contains("fail").and(predicate::str::contains("engine")))
         .stderr(clean());
-    s.cmd_with_key()
+    cmd_with_key(&s)
         .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
         .arg("gc")
         .assert()
@@ -345,7 +310,7 @@ fn doctor_and_gc_name_an_unreachable_engine() {
 #[test]
 fn runs_and_log_live_in_the_workspace() {
     let s = Scene::new();
-    s.cmd_with_key()
+    cmd_with_key(&s)
         .args(["-w", "sub/proj", "做 X", "--timeout", "0"])
         .assert()
         .code(1);
@@ -360,7 +325,7 @@ fn runs_and_log_live_in_the_workspace() {
 #[test]
 fn workbench_switch_on_go_is_not_silent() {
     let s = Scene::new();
-    s.cmd_with_key()
+    cmd_with_key(&s)
         .args(["-W", "做 X", "--timeout", "0"])
         .assert()
         .code(1)

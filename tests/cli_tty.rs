@@ -5,62 +5,38 @@
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+mod cli_support;
+use cli_support::{write, Scene};
+
 const FRESH: &str = "要做什么? 一句话就够,回车开始(Ctrl-C 退出)\n> ";
 const WOKEN: &str = "接着上次? 直接回车 = 接着做;也可以说点新的;/new = 重开一件事(Ctrl-C 退出)\n> ";
 
-struct Scene {
-    _tmp: tempfile::TempDir,
-    home: PathBuf,
-    cwd: PathBuf,
-}
-
-impl Scene {
-    fn new() -> Self {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().canonicalize().unwrap();
-        let home = root.join("home");
-        let cwd = root.join("proj");
-        std::fs::create_dir_all(&home).unwrap();
-        std::fs::create_dir_all(&cwd).unwrap();
-        Self {
-            _tmp: tmp,
-            home,
-            cwd,
-        }
+/// Starts `flowerbox ARGS` in `s` with a terminal on stdin. `env` adds variables to PATH + HOME.
+fn start(s: &Scene, args: &[&str], env: &[(&str, &str)]) -> Tty {
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let mut cmd = s.flowerbox();
+    cmd.args(args)
+        .stdin(Stdio::from(pty.slave))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
     }
-
-    /// Starts `flowerbox ARGS` with a terminal on stdin. `env` adds variables to PATH + HOME.
-    fn start(&self, args: &[&str], env: &[(&str, &str)]) -> Tty {
-        let pty = nix::pty::openpty(None, None).unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flowerbox"));
-        cmd.env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &self.home)
-            .current_dir(&self.cwd)
-            .args(args)
-            .stdin(Stdio::from(pty.slave))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        let out = pump(child.stdout.take().unwrap());
-        let err = pump(child.stderr.take().unwrap());
-        Tty {
-            child,
-            master: File::from(pty.master),
-            out,
-            err,
-        }
+    let mut child = cmd.spawn().unwrap();
+    let out = pump(child.stdout.take().unwrap());
+    let err = pump(child.stderr.take().unwrap());
+    Tty {
+        child,
+        master: File::from(pty.master),
+        out,
+        err,
     }
 }
 
@@ -146,15 +122,10 @@ impl Tty {
     }
 }
 
-fn write(path: &Path, text: &str) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, text).unwrap();
-}
-
 #[test]
 fn bare_enter_on_a_fresh_directory() {
     let s = Scene::new();
-    let mut tty = s.start(&[], &KEY);
+    let mut tty = start(&s, &[], &KEY);
     tty.wait_for(FRESH);
     tty.type_keys(b"\n");
     let (status, out, err) = tty.finish();
@@ -169,7 +140,7 @@ fn bare_enter_on_a_fresh_directory() {
 #[test]
 fn ctrl_d_cancels() {
     let s = Scene::new();
-    let mut tty = s.start(&[], &KEY);
+    let mut tty = start(&s, &[], &KEY);
     tty.wait_for(FRESH);
     tty.type_keys(&[0x04]);
     let (status, _, err) = tty.finish();
@@ -180,7 +151,7 @@ fn ctrl_d_cancels() {
 #[test]
 fn ctrl_c_cancels_cleanly() {
     let s = Scene::new();
-    let tty = s.start(&["--new"], &KEY);
+    let tty = start(&s, &["--new"], &KEY);
     tty.wait_for(FRESH);
     kill(Pid::from_raw(tty.child.id() as i32), Signal::SIGINT).unwrap();
     let (status, _, err) = tty.finish();
@@ -192,7 +163,7 @@ fn ctrl_c_cancels_cleanly() {
 #[test]
 fn typed_request_reaches_the_runtime_seam() {
     let s = Scene::new();
-    let mut tty = s.start(&[], &KEY);
+    let mut tty = start(&s, &[], &KEY);
     tty.wait_for(FRESH);
     tty.type_keys("帮我做一个 “X”!\n".as_bytes());
     let (status, _, err) = tty.finish();
@@ -206,7 +177,7 @@ fn typed_request_reaches_the_runtime_seam() {
 fn woken_directory_offers_to_continue_and_new_starts_over() {
     let s = Scene::new();
     write(&s.cwd.join(".flower/notes/需求.md"), COMPLETE_BRIEF);
-    let mut tty = s.start(&[], &KEY);
+    let mut tty = start(&s, &[], &KEY);
     tty.wait_for(WOKEN);
     tty.type_keys(b"/new\n");
     tty.wait_for(FRESH);
@@ -217,7 +188,7 @@ fn woken_directory_offers_to_continue_and_new_starts_over() {
     assert!(err.starts_with("诉求是空的。"), "{err}");
 
     // Bare Enter on a woken directory is "continue": it goes on to the runtime.
-    let mut tty = s.start(&[], &KEY);
+    let mut tty = start(&s, &[], &KEY);
     tty.wait_for(WOKEN);
     tty.type_keys(b"\n");
     let (status, _, err) = tty.finish();
@@ -229,7 +200,8 @@ fn woken_directory_offers_to_continue_and_new_starts_over() {
 fn first_run_asks_for_credentials_then_for_the_request() {
     use std::os::unix::fs::PermissionsExt;
     let s = Scene::new();
-    let mut tty = s.start(
+    let mut tty = start(
+        &s,
         &[],
         &[("FLOWER_NO_PROBE", "1"), ("ANTHROPIC_BASE_URL", "notaurl")],
     );
@@ -269,7 +241,8 @@ fn probe_runs_on_a_terminal_and_net_trouble_is_let_through() {
         .unwrap()
         .port();
     let base = format!("http://127.0.0.1:{port}");
-    let mut tty = s.start(
+    let mut tty = start(
+        &s,
         &[],
         &[
             ("ANTHROPIC_AUTH_TOKEN", "tok-0123456789"),

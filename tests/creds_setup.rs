@@ -19,38 +19,22 @@ use flowerbox::creds::{
     ensure_credentials, CredsError, EnsurePolicy, Lookup, ProbeSettings, Refusal, Source,
 };
 
-struct Scene {
-    _tmp: tempfile::TempDir,
-    home: PathBuf,
-    cwd: PathBuf,
+mod cli_support;
+use cli_support::Scene;
+
+/// A lookup as `s`'s user would see it: HOME, the project directory and `vars`.
+fn lookup_in(s: &Scene, vars: &[(&str, &str)]) -> Lookup {
+    let mut map = BTreeMap::new();
+    map.insert("HOME".to_string(), s.home.display().to_string());
+    for (k, v) in vars {
+        map.insert(k.to_string(), v.to_string());
+    }
+    Lookup::new(map, s.cwd.clone())
 }
 
-impl Scene {
-    fn new() -> Self {
-        let tmp = tempfile::tempdir().unwrap();
-        let home = tmp.path().join("home");
-        let cwd = tmp.path().join("proj");
-        std::fs::create_dir_all(&home).unwrap();
-        std::fs::create_dir_all(&cwd).unwrap();
-        Self {
-            _tmp: tmp,
-            home,
-            cwd,
-        }
-    }
-
-    fn lookup(&self, vars: &[(&str, &str)]) -> Lookup {
-        let mut map = BTreeMap::new();
-        map.insert("HOME".to_string(), self.home.display().to_string());
-        for (k, v) in vars {
-            map.insert(k.to_string(), v.to_string());
-        }
-        Lookup::new(map, self.cwd.clone())
-    }
-
-    fn user_file(&self) -> PathBuf {
-        self.home.join(".config/flower/.env")
-    }
+/// `s`'s user file, `~/.config/flower/.env`.
+fn user_file(s: &Scene) -> PathBuf {
+    s.home.join(".config/flower/.env")
 }
 
 fn input(text: &str) -> ReaderLines<Cursor<Vec<u8>>> {
@@ -62,13 +46,13 @@ fn setup_screen_and_file() {
     let s = Scene::new();
     let mut out = Vec::new();
     let (written, creds) = setup_command(
-        &s.lookup(&[]),
+        &lookup_in(&s, &[]),
         &mut input("  sk-ant-abc-123456789  \r\nhttps://gw.example\nclaude-opus-5[1m]\n"),
         &mut out,
     )
     .unwrap();
     let screen = String::from_utf8(out).unwrap();
-    let path = s.user_file();
+    let path = user_file(&s);
     assert_eq!(written.path, path);
     let expected_head = format!(
         "== 配置 flower ========================================\n还没配过凭证。\n凭证会存到 {}(只你可读)。装一次,处处生效。\n\n1. 你的 API key 或网关 token (Anthropic 官方的 sk-ant-… 或第三方网关签发的)\n   > \n2. 网关地址 (直接回车 = Anthropic 官方;第三方网关填它的 BASE_URL)\n   > \n3. 模型名 (直接回车 = 默认;网关有自己的模型名就填,如 claude-opus-5[1m])\n   > \n+ 存好了:{}\n",
@@ -98,12 +82,17 @@ fn setup_screen_and_file() {
 #[test]
 fn setup_overwrites_the_whole_file_and_skips_empty_values() {
     let s = Scene::new();
-    let path = s.user_file();
+    let path = user_file(&s);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, "ANTHROPIC_BASE_URL=http://old\nOTHER=keep?\n").unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     let mut out = Vec::new();
-    setup_command(&s.lookup(&[]), &mut input("gw-token-xyz\n\n\n"), &mut out).unwrap();
+    setup_command(
+        &lookup_in(&s, &[]),
+        &mut input("gw-token-xyz\n\n\n"),
+        &mut out,
+    )
+    .unwrap();
     let text = std::fs::read_to_string(&path).unwrap();
     assert_eq!(
         text,
@@ -120,7 +109,7 @@ fn setup_reason_says_reconfigure_when_a_token_exists() {
     let s = Scene::new();
     let mut out = Vec::new();
     setup_command(
-        &s.lookup(&[("ANTHROPIC_AUTH_TOKEN", "already")]),
+        &lookup_in(&s, &[("ANTHROPIC_AUTH_TOKEN", "already")]),
         &mut input("new-token-1234\n\n\n"),
         &mut out,
     )
@@ -138,7 +127,7 @@ fn setup_without_token_writes_nothing() {
     ] {
         let mut out = Vec::new();
         let err = configure(
-            &s.lookup(&[]),
+            &lookup_in(&s, &[]),
             "r",
             &mut ScriptedLines(script.into()),
             &mut out,
@@ -146,7 +135,7 @@ fn setup_without_token_writes_nothing() {
         .unwrap_err();
         assert!(matches!(err, CredsError::SetupCancelled));
         assert_eq!(err.to_string(), "没给 token,取消。");
-        assert!(!s.user_file().exists());
+        assert!(!user_file(&s).exists());
     }
 }
 
@@ -156,7 +145,7 @@ fn setup_respects_xdg_config_home() {
     let xdg = s.home.join("cfg");
     let mut out = Vec::new();
     let (written, _) = setup_command(
-        &s.lookup(&[("XDG_CONFIG_HOME", &xdg.display().to_string())]),
+        &lookup_in(&s, &[("XDG_CONFIG_HOME", &xdg.display().to_string())]),
         &mut input("tok-abcdef\n\n\n"),
         &mut out,
     )
@@ -225,7 +214,7 @@ async fn non_interactive_without_token_is_missing() {
     let s = Scene::new();
     let mut out = Vec::new();
     let err = ensure_credentials(
-        &s.lookup(&[]),
+        &lookup_in(&s, &[]),
         &policy(false, false),
         &mut ScriptedLines::default(),
         &mut out,
@@ -234,7 +223,7 @@ async fn non_interactive_without_token_is_missing() {
     .unwrap_err();
     let text = err.to_string();
     assert_eq!(text.lines().count(), 4, "{text}");
-    assert!(text.contains(&s.user_file().display().to_string()));
+    assert!(text.contains(&user_file(&s).display().to_string()));
     assert!(text.contains("flowerbox setup"));
     assert!(text.contains("也会读 ~/.claude/settings.json"));
     assert!(out.is_empty());
@@ -246,7 +235,7 @@ async fn interactive_without_token_configures_then_probes() {
     let (base, hits) = gatekeeper("sk-ant-fresh-0001", 401).await;
     let mut out = Vec::new();
     let creds = ensure_credentials(
-        &s.lookup(&[("ANTHROPIC_BASE_URL", &base)]),
+        &lookup_in(&s, &[("ANTHROPIC_BASE_URL", &base)]),
         &policy(true, true),
         &mut input("sk-ant-fresh-0001\n\n\n"),
         &mut out,
@@ -266,10 +255,13 @@ async fn refused_token_gets_one_reconfiguration() {
     let (base, hits) = gatekeeper("good-token-999", 401).await;
     let mut out = Vec::new();
     let creds = ensure_credentials(
-        &s.lookup(&[
-            ("ANTHROPIC_BASE_URL", &base),
-            ("ANTHROPIC_AUTH_TOKEN", "bad"),
-        ]),
+        &lookup_in(
+            &s,
+            &[
+                ("ANTHROPIC_BASE_URL", &base),
+                ("ANTHROPIC_AUTH_TOKEN", "bad"),
+            ],
+        ),
         &policy(true, true),
         &mut input("good-token-999\n\n\n"),
         &mut out,
@@ -289,10 +281,13 @@ async fn refused_twice_exits() {
     let s = Scene::new();
     let (base, hits) = gatekeeper("never", 403).await;
     let err = ensure_credentials(
-        &s.lookup(&[
-            ("ANTHROPIC_BASE_URL", &base),
-            ("ANTHROPIC_AUTH_TOKEN", "bad"),
-        ]),
+        &lookup_in(
+            &s,
+            &[
+                ("ANTHROPIC_BASE_URL", &base),
+                ("ANTHROPIC_AUTH_TOKEN", "bad"),
+            ],
+        ),
         &policy(true, true),
         &mut input("still-bad-token\n\n\n"),
         &mut Vec::new(),
@@ -314,10 +309,13 @@ async fn non_interactive_refusals_use_the_seed_messages() {
     let s = Scene::new();
     let (base, _) = gatekeeper("never", 401).await;
     let err = ensure_credentials(
-        &s.lookup(&[
-            ("ANTHROPIC_BASE_URL", &base),
-            ("ANTHROPIC_API_KEY", "sk-ant-x"),
-        ]),
+        &lookup_in(
+            &s,
+            &[
+                ("ANTHROPIC_BASE_URL", &base),
+                ("ANTHROPIC_API_KEY", "sk-ant-x"),
+            ],
+        ),
         &policy(false, true),
         &mut ScriptedLines::default(),
         &mut Vec::new(),
@@ -331,10 +329,13 @@ async fn non_interactive_refusals_use_the_seed_messages() {
     let (base, _) = gatekeeper("never", 404).await;
     let mut out = Vec::new();
     let err = ensure_credentials(
-        &s.lookup(&[
-            ("ANTHROPIC_BASE_URL", &base),
-            ("ANTHROPIC_API_KEY", "sk-ant-x"),
-        ]),
+        &lookup_in(
+            &s,
+            &[
+                ("ANTHROPIC_BASE_URL", &base),
+                ("ANTHROPIC_API_KEY", "sk-ant-x"),
+            ],
+        ),
         &policy(false, true),
         &mut ScriptedLines::default(),
         &mut out,
@@ -356,7 +357,10 @@ async fn network_trouble_is_reported_and_let_through() {
     let (base, _) = gatekeeper("never", 503).await;
     let mut out = Vec::new();
     let creds = ensure_credentials(
-        &s.lookup(&[("ANTHROPIC_BASE_URL", &base), ("ANTHROPIC_AUTH_TOKEN", "t")]),
+        &lookup_in(
+            &s,
+            &[("ANTHROPIC_BASE_URL", &base), ("ANTHROPIC_AUTH_TOKEN", "t")],
+        ),
         &policy(true, true),
         &mut ScriptedLines::default(),
         &mut out,
@@ -376,15 +380,18 @@ async fn network_trouble_is_reported_and_let_through() {
 async fn no_probe_policy_sends_nothing() {
     let s = Scene::new();
     let (base, hits) = gatekeeper("never", 401).await;
-    let lookup = s.lookup(&[
-        ("ANTHROPIC_BASE_URL", &base),
-        ("ANTHROPIC_AUTH_TOKEN", "t"),
-        ("FLOWER_NO_PROBE", "1"),
-    ]);
+    let lookup = lookup_in(
+        &s,
+        &[
+            ("ANTHROPIC_BASE_URL", &base),
+            ("ANTHROPIC_AUTH_TOKEN", "t"),
+            ("FLOWER_NO_PROBE", "1"),
+        ],
+    );
     let policy = EnsurePolicy::standard(true, &lookup);
     assert!(!policy.probe);
-    assert!(!EnsurePolicy::standard(false, &s.lookup(&[])).probe);
-    assert!(EnsurePolicy::standard(true, &s.lookup(&[])).probe);
+    assert!(!EnsurePolicy::standard(false, &lookup_in(&s, &[])).probe);
+    assert!(EnsurePolicy::standard(true, &lookup_in(&s, &[])).probe);
     ensure_credentials(
         &lookup,
         &policy,
@@ -400,10 +407,13 @@ async fn no_probe_policy_sends_nothing() {
 async fn openai_provider_skips_the_gates() {
     let s = Scene::new();
     let creds = ensure_credentials(
-        &s.lookup(&[
-            ("FLOWERBOX_PROVIDER", "openai"),
-            ("OPENAI_BASE_URL", "http://127.0.0.1:1"),
-        ]),
+        &lookup_in(
+            &s,
+            &[
+                ("FLOWERBOX_PROVIDER", "openai"),
+                ("OPENAI_BASE_URL", "http://127.0.0.1:1"),
+            ],
+        ),
         &policy(false, true),
         &mut ScriptedLines::default(),
         &mut Vec::new(),
@@ -412,7 +422,7 @@ async fn openai_provider_skips_the_gates() {
     .unwrap();
     assert_eq!(creds.get("OPENAI_BASE_URL"), Some("http://127.0.0.1:1"));
     let err = ensure_credentials(
-        &s.lookup(&[("FLOWERBOX_PROVIDER", "bard")]),
+        &lookup_in(&s, &[("FLOWERBOX_PROVIDER", "bard")]),
         &policy(false, false),
         &mut ScriptedLines::default(),
         &mut Vec::new(),

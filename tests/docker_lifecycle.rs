@@ -3,16 +3,17 @@
 //! any container. The owning processes are this test binary re-executed in helper mode
 //! (`owner_process`, ignored in normal runs).
 
+mod child_support;
 mod docker_support;
 
+use child_support::{helper, spawn_lines, wait_for};
 use docker_support::*;
 use flowerbox::model::Role;
 use flowerbox::sandbox::docker::{teardown_on_signal, DockerOptions, DockerSandboxFactory};
 use flowerbox::sandbox::gc;
 use flowerbox::sandbox::{AgentBox, Mount, SandboxFactory};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -75,32 +76,13 @@ impl Owner {
     /// Starts a helper owning a new run in `ws`, with a fake credential in its environment.
     fn start(image: &str, ws: &Path, tag: &str) -> Owner {
         let run_id = run_id(tag);
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "owner_process",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(HELPER_ENV, format!("{run_id}|{image}|{}", ws.display()))
+        let mut c = helper("owner_process");
+        c.env(HELPER_ENV, format!("{run_id}|{image}|{}", ws.display()))
             .env("ANTHROPIC_API_KEY", FAKE_KEY)
             .env("ANTHROPIC_AUTH_TOKEN", FAKE_KEY)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.contains("READY") {
-                    let _ = tx.send(());
-                }
-            }
-        });
-        rx.recv_timeout(Duration::from_secs(180))
-            .expect("owner process never became ready");
+            .stderr(Stdio::inherit());
+        let (child, rx) = spawn_lines("owner_process", c);
+        wait_for(&rx, Duration::from_secs(180), |l| l.contains("READY"));
         Owner { child, run_id }
     }
 

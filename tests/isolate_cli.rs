@@ -6,28 +6,18 @@ use assert_cmd::Command;
 use predicates::prelude::*;
 use std::path::Path;
 
-fn flowerbox(home: &Path, cwd: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_flowerbox"));
-    c.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("FLOWER_NO_PROBE", "1")
+mod cli_support;
+use cli_support::Scene;
+
+/// `flowerbox` of `s` in `cwd`, past the credential gate, with a model nothing may reach.
+fn flowerbox(s: &Scene, cwd: &Path) -> Command {
+    let mut c = s.cmd();
+    c.env("FLOWER_NO_PROBE", "1")
         .env("ANTHROPIC_API_KEY", "sk-ant-test-key-0123456789")
         // Nothing may reach a model: a refused port.
         .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-        .current_dir(cwd)
-        .write_stdin("");
+        .current_dir(cwd);
     c
-}
-
-fn scene() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().canonicalize().unwrap();
-    let home = root.join("home");
-    let ws = root.join("proj");
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::create_dir_all(&ws).unwrap();
-    (tmp, home, ws)
 }
 
 fn siblings(root: &Path) -> Vec<String> {
@@ -41,15 +31,15 @@ fn siblings(root: &Path) -> Vec<String> {
 
 #[test]
 fn isolate_outside_a_repository_exits_1_with_the_seeds_message() {
-    let (tmp, home, ws) = scene();
-    let elsewhere = tmp.path().canonicalize().unwrap();
+    let s = Scene::new();
+    let (ws, elsewhere) = (&s.cwd, s.root());
     for args in [
         vec!["go", "--isolate", "做 X"],
         vec!["--isolate", "做 X"],
         vec!["-w", ws.to_str().unwrap(), "go", "--isolate", "做 X"],
     ] {
-        let cwd = if args[0] == "-w" { &elsewhere } else { &ws };
-        flowerbox(&home, cwd)
+        let cwd = if args[0] == "-w" { elsewhere } else { ws };
+        flowerbox(&s, cwd)
             .args(&args)
             .assert()
             .code(1)
@@ -59,15 +49,15 @@ fn isolate_outside_a_repository_exits_1_with_the_seeds_message() {
                 ws.display()
             ));
     }
-    assert_eq!(siblings(&elsewhere), ["home", "proj"]);
+    assert_eq!(siblings(elsewhere), ["home", "proj"]);
     assert!(!ws.join("runs").exists());
 }
 
 #[test]
 fn isolate_in_a_repository_without_a_commit_exits_1_and_says_why() {
-    let (tmp, home, ws) = scene();
-    git2::Repository::init(&ws).unwrap();
-    flowerbox(&home, &ws)
+    let s = Scene::new();
+    git2::Repository::init(&s.cwd).unwrap();
+    flowerbox(&s, &s.cwd)
         .args([
             "--sandbox",
             "host",
@@ -81,6 +71,5 @@ fn isolate_in_a_repository_without_a_commit_exits_1_and_says_why() {
         .code(1)
         .stderr(predicate::str::contains("还没有任何提交"))
         .stderr(predicate::str::contains("panicked").not());
-    let root = tmp.path().canonicalize().unwrap();
-    assert!(!root.join(".flower-proj-worktrees").exists());
+    assert!(!s.root().join(".flower-proj-worktrees").exists());
 }

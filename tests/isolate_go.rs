@@ -9,19 +9,9 @@ mod flow_support;
 
 use docker_support::{engine_or_skip, SERIAL};
 use flow_support::{finish, scenario, Project, Ran, ScriptedModel, HANG};
-use std::path::Path;
+use flowerbox::testkit::git;
 use std::process::{Command, Stdio};
 use std::time::Instant;
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// A project whose workspace is a repository with one commit and its own identity.
 fn repo_project() -> Project {

@@ -4,20 +4,8 @@
 
 use flowerbox::agent::Placement;
 use flowerbox::isolate::{IsolateOptions, WorktreePlacement};
-use std::path::Path;
-use std::process::Command;
+use flowerbox::testkit::git_with_identity as git;
 use std::time::Instant;
-
-fn git(dir: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .args(["-c", "user.name=T", "-c", "user.email=t@example.invalid"])
-        .args(args)
-        .current_dir(dir)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "git {args:?}");
-}
 
 async fn measure(files: usize) {
     let dir = tempfile::tempdir().unwrap();

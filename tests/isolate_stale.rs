@@ -4,8 +4,10 @@
 //! stale registration, keeps the crashed run's unmerged branch, and its own worker commits and
 //! integrates as usual.
 
+mod child_support;
 mod isolate_support;
 
+use child_support::{helper, spawn_lines, wait_for};
 use flowerbox::agent::{roles, Placement, RunOptions};
 use flowerbox::isolate::{IsolateOptions, WorktreePlacement};
 use flowerbox::model::Role;
@@ -14,9 +16,8 @@ use flowerbox::sandbox::{AgentBox, SandboxFactory};
 use isolate_support::docker_support::{agent_image, engine_or_skip, exec_ok, run_id, SERIAL};
 use isolate_support::*;
 use serde_json::json;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 const HELPER_ENV: &str = "FLOWERBOX_TEST_ISO_OWNER";
@@ -85,36 +86,16 @@ async fn a_crashed_runs_deleted_worktree_does_not_block_the_next_run() {
     std::fs::create_dir_all(flowerbox::agent::Workbench::locate(&ws, true)).unwrap();
     let crashed_run = run_id("iso-crashed");
 
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "crashed_owner",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(
-            HELPER_ENV,
-            format!("{crashed_run}|{image}|{}", ws.display()),
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
+    let mut c = helper("crashed_owner");
+    c.env(
+        HELPER_ENV,
+        format!("{crashed_run}|{image}|{}", ws.display()),
+    )
+    .stderr(Stdio::inherit());
+    let (child, rx) = spawn_lines("crashed_owner", c);
     let mut child = KillOnDrop(child);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            // libtest prints `test crashed_owner ... ` before the helper's own output.
-            if let Some((_, p)) = line.split_once("READY ") {
-                let _ = tx.send(PathBuf::from(p.trim()));
-            }
-        }
-    });
-    let crashed_tree = rx
-        .recv_timeout(Duration::from_secs(180))
-        .expect("helper never became ready");
+    let ready = wait_for(&rx, Duration::from_secs(180), |l| l.contains("READY "));
+    let crashed_tree = PathBuf::from(ready.split_once("READY ").unwrap().1.trim());
     child.0.kill().unwrap();
     child.0.wait().unwrap();
     // The user deletes the leftover directory by hand.

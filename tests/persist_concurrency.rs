@@ -10,11 +10,13 @@ use flowerbox::record::manifest::read_manifest;
 use flowerbox::record::steps::new_run_marker;
 use flowerbox::record::{LineageFile, Manifest, ManifestEntry};
 use flowerbox::session::{SessionMeta, SessionStore, SqliteSessionStore};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+mod child_support;
+use child_support::{helper, spawn_lines, wait_for};
 
 const ENV_MODE: &str = "FLOWERBOX_PERSIST_CHILD";
 const ENV_DIR: &str = "FLOWERBOX_PERSIST_DIR";
@@ -96,50 +98,13 @@ fn child() {
 }
 
 fn spawn(mode: &str, dir: &Path, id: &str, session: &str) -> (Child, mpsc::Receiver<String>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "child",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ENV_MODE, mode)
+    let mut c = helper("child");
+    c.env(ENV_MODE, mode)
         .env(ENV_DIR, dir)
         .env(ENV_ID, id)
         .env(ENV_SESSION, session)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let out = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            // libtest prints `test child ... ` right before the test's first line.
-            let line = line
-                .strip_prefix("test child ... ")
-                .map(str::to_string)
-                .unwrap_or(line);
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    (child, rx)
-}
-
-fn wait_for(rx: &mpsc::Receiver<String>, pred: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + HANG;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = rx
-            .recv_timeout(left)
-            .expect("child hung or died before reporting");
-        if pred(&line) {
-            return line;
-        }
-    }
+        .stderr(Stdio::piped());
+    spawn_lines("child", c)
 }
 
 fn finish(child: Child) -> (bool, String) {
@@ -162,7 +127,7 @@ fn four_processes_write_one_sessions_db_without_lock_errors() {
         .collect();
     let mut procs = Vec::new();
     for (child, rx) in children {
-        wait_for(&rx, |l| l == "READY");
+        wait_for(&rx, HANG, |l| l == "READY");
         procs.push((child, rx));
     }
     for (child, rx) in procs {
@@ -213,12 +178,12 @@ fn two_processes_share_manifest_and_lineage_and_a_killed_one_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (a, rx_a) = spawn("records", dir.path(), "A", "");
     let (b, rx_b) = spawn("records", dir.path(), "B", "");
-    let run_a = wait_for(&rx_a, |l| l.starts_with("RUN "))[4..].to_string();
-    let run_b = wait_for(&rx_b, |l| l.starts_with("RUN "))[4..].to_string();
+    let run_a = wait_for(&rx_a, HANG, |l| l.starts_with("RUN "))[4..].to_string();
+    let run_b = wait_for(&rx_b, HANG, |l| l.starts_with("RUN "))[4..].to_string();
     assert_ne!(run_a, run_b);
 
     // Kill B while both are busy writing.
-    let last = wait_for(&rx_b, |l| {
+    let last = wait_for(&rx_b, HANG, |l| {
         l.strip_prefix("DONE ")
             .and_then(|n| n.parse::<usize>().ok())
             .is_some_and(|n| n >= 60)

@@ -9,13 +9,16 @@ use flowerbox::model::{ContentBlock, Message, Role, Speaker};
 use flowerbox::session::{
     NoticeKind, SessionMeta, SessionStore, SqliteSessionStore, TrimPolicy, INTERRUPTED_NOTE,
 };
+use flowerbox::testkit::{bash_call as bash, tool_call as call, tool_result as result};
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
+
+mod child_support;
+use child_support::{helper, spawn_lines, wait_for};
 
 const ENV_MODE: &str = "FLOWERBOX_PERSIST_CHILD";
 const ENV_DB: &str = "FLOWERBOX_PERSIST_DB";
@@ -27,32 +30,6 @@ const HANG: Duration = Duration::from_secs(120);
 enum Item {
     Msg(Message, Option<u64>),
     Notice(NoticeKind, &'static str),
-}
-
-fn call(id: &str, name: &str, input: serde_json::Value) -> Message {
-    Message {
-        role: Speaker::Assistant,
-        content: vec![ContentBlock::ToolUse {
-            id: id.into(),
-            name: name.into(),
-            input,
-        }],
-    }
-}
-
-fn bash(id: &str, cmd: &str) -> Message {
-    call(id, "Bash", json!({ "command": cmd }))
-}
-
-fn result(id: &str, text: &str) -> Message {
-    Message {
-        role: Speaker::User,
-        content: vec![ContentBlock::ToolResult {
-            tool_use_id: id.into(),
-            content: text.into(),
-            is_error: false,
-        }],
-    }
 }
 
 /// The scripted run. It ends with a call whose tool never returns: the process dies mid-tool.
@@ -173,48 +150,13 @@ fn spawn_child(
     session: &str,
     dir: &Path,
 ) -> (Child, mpsc::Receiver<String>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "child",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ENV_MODE, mode)
+    let mut c = helper("child");
+    c.env(ENV_MODE, mode)
         .env(ENV_DB, db)
         .env(ENV_SESSION, session)
         .env(ENV_DIR, dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel();
-    let out = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            // libtest prints `test child ... ` right before the test's first line.
-            let line = line
-                .strip_prefix("test child ... ")
-                .map(str::to_string)
-                .unwrap_or(line);
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    (child, rx)
-}
-
-fn wait_for(rx: &mpsc::Receiver<String>, pred: impl Fn(&str) -> bool) -> String {
-    loop {
-        let line = rx
-            .recv_timeout(HANG)
-            .expect("child hung or died before reporting");
-        if pred(&line) {
-            return line;
-        }
-    }
+        .stderr(Stdio::inherit());
+    spawn_lines("child", c)
 }
 
 fn sigkill(mut child: Child) {
@@ -259,7 +201,7 @@ fn sigkill_mid_tool_then_resume_gives_exactly_what_the_model_saw_trimmed() {
     drop(store);
 
     let (child, rx) = spawn_child("scripted", &db, &session, dir.path());
-    wait_for(&rx, |l| l == "MIDTOOL");
+    wait_for(&rx, HANG, |l| l == "MIDTOOL");
     sigkill(child);
 
     // The restarted process.
@@ -364,7 +306,7 @@ fn sigkill_at_an_arbitrary_moment_leaves_a_valid_prefix() {
     let (child, rx) = spawn_child("continuous", &db, &session, dir.path());
     // A different moment on every run.
     let at: usize = rand::random_range(50..600);
-    let line = wait_for(&rx, |l| {
+    let line = wait_for(&rx, HANG, |l| {
         l.strip_prefix("APPENDED ")
             .and_then(|n| n.parse::<usize>().ok())
             .is_some_and(|n| n >= at)

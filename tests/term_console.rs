@@ -3,8 +3,7 @@
 
 mod term_support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flowerbox::agent::{Event, EventKind, Runtime, RuntimeConfig};
@@ -16,26 +15,8 @@ use flowerbox::session::SessionStore;
 use flowerbox::term::aside::ASIDE_STEP;
 use flowerbox::term::port::{OutputPort, PortConfig};
 use flowerbox::term::{Console, ConsoleOptions};
+use flowerbox::testkit::SharedBuf as Buf;
 use term_support::{EchoOracle, MemStore};
-
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Buf {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Buf {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).to_string()
-    }
-}
 
 struct Rig {
     console: Console,

@@ -8,34 +8,14 @@
 
 mod docker_support;
 
-use docker_support::engine_or_skip;
-use flowerbox::sandbox::docker::Engine;
+use docker_support::{engine_or_skip, repo_file, runner_image};
 use serde_json::Value;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Generous bound that only catches hangs.
 const HANG: Duration = Duration::from_secs(900);
-
-fn repo_file(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-/// The runner image from this test's binary (`docker/build.sh`), by content tag.
-async fn runner_image(engine: &Engine) -> String {
-    let base = docker_support::agent_image(engine).await;
-    let out = tokio::process::Command::new(repo_file("docker/build.sh"))
-        .args(["--bin", env!("CARGO_BIN_EXE_flowerbox"), "--base", &base])
-        .args(["--tag", "flowerbox-runner:test"])
-        .stderr(Stdio::inherit())
-        .output()
-        .await
-        .expect("run docker/build.sh");
-    assert!(out.status.success(), "docker/build.sh failed");
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
-}
 
 /// Names of the events `action` of containers of `image` between `since` and now (epoch s).
 fn runner_events(image: &str, since: u64, action: &str) -> Vec<String> {

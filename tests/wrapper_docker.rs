@@ -8,8 +8,9 @@
 mod docker_support;
 mod model_support;
 
-use docker_support::engine_or_skip;
+use docker_support::{containers_where, engine_or_skip, repo_file, runner_image};
 use flowerbox::sandbox::docker::Engine;
+use flowerbox::testkit::git;
 use model_support::ScriptedModel;
 use serde_json::{json, Value};
 use std::os::unix::fs::MetadataExt;
@@ -20,33 +21,6 @@ use std::time::{Duration, Instant};
 const SECRET: &str = "sk-ant-wrapper-test-secret-4711";
 /// Generous bound that only catches hangs.
 const HANG: Duration = Duration::from_secs(240);
-
-fn repo_file(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-/// The runner image built once per test process by `docker/build.sh` from this test's
-/// `flowerbox` binary on the shared agent image; returns its content tag.
-async fn runner_image(engine: &Engine) -> String {
-    static IMAGE: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
-    IMAGE
-        .get_or_init(|| async {
-            let base = docker_support::agent_image(engine).await;
-            let out = tokio::process::Command::new(repo_file("docker/build.sh"))
-                .args(["--bin", env!("CARGO_BIN_EXE_flowerbox"), "--base", &base])
-                .args(["--tag", "flowerbox-runner:test"])
-                .stderr(Stdio::inherit())
-                .output()
-                .await
-                .expect("run docker/build.sh");
-            assert!(out.status.success(), "docker/build.sh failed");
-            let tag = String::from_utf8(out.stdout).unwrap().trim().to_string();
-            assert!(tag.starts_with("flowerbox-runner:"), "{tag}");
-            tag
-        })
-        .await
-        .clone()
-}
 
 /// A temporary project `<tmp>/proj` (a git repository) and a HOME `<tmp>/home`.
 struct Project {
@@ -132,44 +106,12 @@ fn finish(mut child: Child) -> (ExitStatus, String, String) {
 
 /// Containers (any state) whose label `key` is `value`.
 async fn containers_labelled(engine: &Engine, key: &str, value: &str) -> Vec<String> {
-    use bollard::query_parameters::ListContainersOptions;
-    let filters =
-        std::collections::HashMap::from([("label".to_string(), vec![format!("{key}={value}")])]);
-    let opts = ListContainersOptions {
-        all: true,
-        filters: Some(filters),
-        ..Default::default()
-    };
-    engine
-        .docker()
-        .list_containers(Some(opts))
-        .await
-        .expect("list containers")
-        .into_iter()
-        .filter_map(|c| c.id)
-        .collect()
+    containers_where(engine, "label", format!("{key}={value}")).await
 }
 
 /// Runner containers this wrapper process started (named `flowerbox-runner-<pid>-…`).
 async fn runner_containers(engine: &Engine, pid: u32) -> Vec<String> {
-    use bollard::query_parameters::ListContainersOptions;
-    let filters = std::collections::HashMap::from([(
-        "name".to_string(),
-        vec![format!("flowerbox-runner-{pid}-")],
-    )]);
-    let opts = ListContainersOptions {
-        all: true,
-        filters: Some(filters),
-        ..Default::default()
-    };
-    engine
-        .docker()
-        .list_containers(Some(opts))
-        .await
-        .expect("list containers")
-        .into_iter()
-        .filter_map(|c| c.id)
-        .collect()
+    containers_where(engine, "name", format!("flowerbox-runner-{pid}-")).await
 }
 
 /// The tool_result text the model received in request `n`.
@@ -278,16 +220,6 @@ async fn an_unattended_go_workflow_runs_through_the_wrapper() {
         .await
         .is_empty());
     assert!(runner_containers(&engine, pid).await.is_empty());
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread")]

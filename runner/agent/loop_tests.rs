@@ -14,7 +14,7 @@ use super::workbench::Workbench;
 use crate::channel::Absent;
 use crate::model::*;
 use crate::sandbox::host::HostSandboxFactory;
-use crate::session::{NoticeKind, SessionError, SessionMeta, SessionStore, TrimPolicy};
+use crate::testkit::{replay, MemStore};
 
 /// Replays turns by agent-name prefix; the k-th turn is chosen by the number of assistant
 /// messages in the request (like the scripted server).
@@ -38,107 +38,12 @@ impl Provider for Fake {
         _c: &CancellationToken,
     ) -> Result<Turn, ModelError> {
         self.seen.lock().unwrap().push(req.clone());
-        let k = req
-            .messages
-            .iter()
-            .filter(|m| m.role == Speaker::Assistant)
-            .count();
-        let key = self
+        let script = self
             .turns
-            .keys()
-            .find(|p| req.caller.agent.starts_with(p.as_str()))
-            .cloned()
-            .unwrap_or_default();
-        let content = self
-            .turns
-            .get(&key)
-            .and_then(|t| t.get(k))
-            .cloned()
-            .ok_or_else(|| ModelError::InvalidRequest {
-                status: 400,
-                message: format!("no turn {k} for {}", req.caller.agent),
-                prompt_too_long: false,
-            })?;
-        let stop = if content
             .iter()
-            .any(|b| matches!(b, ContentBlock::ToolUse { .. }))
-        {
-            StopReason::ToolUse
-        } else {
-            StopReason::EndTurn
-        };
-        Ok(Turn {
-            content,
-            stop_reason: stop,
-            usage: Usage {
-                input_tokens: Some(100),
-                output_tokens: Some(10),
-                ..Default::default()
-            },
-            model: req.model.clone(),
-            retried_errors: vec![],
-            truncated_tool_use: false,
-        })
-    }
-}
-
-#[derive(Default)]
-struct MemStore {
-    sessions: Mutex<HashMap<String, (SessionMeta, Vec<Message>)>>,
-}
-
-impl SessionStore for MemStore {
-    fn create(&self, meta: &SessionMeta) -> Result<String, SessionError> {
-        let id = uuid::Uuid::new_v4().to_string();
-        self.sessions
-            .lock()
-            .unwrap()
-            .insert(id.clone(), (meta.clone(), vec![]));
-        Ok(id)
-    }
-    fn append(&self, s: &str, msg: &Message, _c: Option<u64>) -> Result<(), SessionError> {
-        self.sessions
-            .lock()
-            .unwrap()
-            .get_mut(s)
-            .ok_or(SessionError::NotFound(s.into()))?
-            .1
-            .push(msg.clone());
-        Ok(())
-    }
-    fn append_notice(&self, _s: &str, _k: NoticeKind, _t: &str) -> Result<(), SessionError> {
-        Ok(())
-    }
-    fn load_raw(&self, s: &str) -> Result<Vec<Message>, SessionError> {
-        Ok(self
-            .sessions
-            .lock()
-            .unwrap()
-            .get(s)
-            .ok_or(SessionError::NotFound(s.into()))?
-            .1
-            .clone())
-    }
-    fn load(&self, s: &str, _p: &TrimPolicy) -> Result<Vec<Message>, SessionError> {
-        self.load_raw(s)
-    }
-    fn fork(&self, s: &str) -> Result<String, SessionError> {
-        let (m, h) = self
-            .sessions
-            .lock()
-            .unwrap()
-            .get(s)
-            .cloned()
-            .ok_or(SessionError::NotFound(s.into()))?;
-        let id = uuid::Uuid::new_v4().to_string();
-        self.sessions.lock().unwrap().insert(id.clone(), (m, h));
-        Ok(id)
-    }
-    fn meta(&self, s: &str) -> Result<Option<SessionMeta>, SessionError> {
-        Ok(self.sessions.lock().unwrap().get(s).map(|v| v.0.clone()))
-    }
-    fn last_context(&self, _s: &str) -> Result<Option<u64>, SessionError> {
-        Ok(None)
+            .find(|(p, _)| req.caller.agent.starts_with(p.as_str()))
+            .map(|(_, t)| t.as_slice());
+        replay(req, script, &req.caller.agent)
     }
 }
 

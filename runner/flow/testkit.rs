@@ -15,6 +15,7 @@ use crate::record::manifest::Manifest;
 use crate::record::LineageFile;
 use crate::sandbox::host::HostSandboxFactory;
 use crate::session::SqliteSessionStore;
+use crate::testkit::replay;
 
 /// One scripted agent.
 pub struct Rule {
@@ -92,13 +93,8 @@ impl Provider for Fake {
         _c: &CancellationToken,
     ) -> Result<Turn, ModelError> {
         self.seen.lock().unwrap().push(req.clone());
-        let k = req
-            .messages
-            .iter()
-            .filter(|m| m.role == Speaker::Assistant)
-            .count();
         let first = first_user(req);
-        let content = self
+        let script = self
             .rules
             .iter()
             .find(|r| {
@@ -106,33 +102,9 @@ impl Provider for Fake {
                     && req.caller.agent.starts_with(r.agent)
                     && first.contains(r.prompt)
             })
-            .and_then(|r| r.turns.get(k))
-            .cloned()
-            .ok_or_else(|| ModelError::InvalidRequest {
-                status: 400,
-                message: format!("no turn {k} for {} ({})", req.caller.agent, req.caller.role),
-                prompt_too_long: false,
-            })?;
-        let stop = if content
-            .iter()
-            .any(|b| matches!(b, ContentBlock::ToolUse { .. }))
-        {
-            StopReason::ToolUse
-        } else {
-            StopReason::EndTurn
-        };
-        Ok(Turn {
-            content,
-            stop_reason: stop,
-            usage: Usage {
-                input_tokens: Some(100),
-                output_tokens: Some(10),
-                ..Default::default()
-            },
-            model: req.model.clone(),
-            retried_errors: vec![],
-            truncated_tool_use: false,
-        })
+            .map(|r| r.turns.as_slice());
+        let who = format!("{} ({})", req.caller.agent, req.caller.role);
+        replay(req, script, &who)
     }
 }
 

@@ -16,7 +16,7 @@ use git2::{
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use super::repo::{signature, WorkspaceRepo};
+use super::repo::{dirty_paths, signature, WorkspaceRepo};
 use super::IsolateError;
 
 /// What an integration did.
@@ -156,17 +156,8 @@ fn user_work_in(
     head_tree: &Tree,
     paths: &BTreeSet<String>,
 ) -> Result<Vec<String>, IsolateError> {
-    let mut opts = git2::StatusOptions::new();
-    opts.include_untracked(true)
-        .recurse_untracked_dirs(true)
-        .include_ignored(false)
-        .exclude_submodules(true);
-    let statuses = repo
-        .statuses(Some(&mut opts))
-        .map_err(IsolateError::git("读不出工作区状态"))?;
-    let mut hit: BTreeSet<String> = statuses
-        .iter()
-        .map(|s| String::from_utf8_lossy(s.path_bytes()).into_owned())
+    let mut hit: BTreeSet<String> = dirty_paths(repo)?
+        .into_iter()
         .filter(|p| paths.contains(p))
         .collect();
     for p in paths {

@@ -105,17 +105,8 @@ impl WorkspaceRepo {
     /// or untracked-not-ignored; paths under `exclude` (absolute) are left out. Sorted.
     pub fn uncommitted(&self, exclude: &[PathBuf]) -> Result<Vec<String>, IsolateError> {
         let repo = self.open()?;
-        let mut opts = StatusOptions::new();
-        opts.include_untracked(true)
-            .recurse_untracked_dirs(true)
-            .include_ignored(false)
-            .exclude_submodules(true);
-        let statuses = repo
-            .statuses(Some(&mut opts))
-            .map_err(IsolateError::git("读不出工作区状态"))?;
-        let mut out: Vec<String> = statuses
-            .iter()
-            .map(|s| String::from_utf8_lossy(s.path_bytes()).into_owned())
+        let mut out: Vec<String> = dirty_paths(&repo)?
+            .into_iter()
             .filter(|p| {
                 let abs = self.workdir.join(p);
                 !exclude.iter().any(|e| abs.starts_with(e))
@@ -150,6 +141,23 @@ impl WorkspaceRepo {
     }
 }
 
+/// Paths (relative to the working tree, in libgit2's order) whose status is not clean: staged,
+/// modified, deleted, typechange or untracked-not-ignored. Submodules are left out.
+pub(crate) fn dirty_paths(repo: &Repository) -> Result<Vec<String>, IsolateError> {
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false)
+        .exclude_submodules(true);
+    let statuses = repo
+        .statuses(Some(&mut opts))
+        .map_err(IsolateError::git("读不出工作区状态"))?;
+    Ok(statuses
+        .iter()
+        .map(|s| String::from_utf8_lossy(s.path_bytes()).into_owned())
+        .collect())
+}
+
 /// The identity commits are made with: the repository's configured identity when there is one
 /// (the user's own history stays consistent), else `flowerbox <agent>`.
 pub fn signature(repo: &Repository, agent: &str) -> Result<Signature<'static>, IsolateError> {
@@ -166,23 +174,8 @@ pub fn signature(repo: &Repository, agent: &str) -> Result<Signature<'static>, I
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use std::process::Command;
 
-    /// Runs git in `dir` with a fixed identity; panics on failure; returns stdout.
-    pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
-        let out = Command::new("git")
-            .args(["-c", "user.name=T", "-c", "user.email=t@example.invalid"])
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("git");
-        assert!(
-            out.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
+    pub(crate) use crate::testkit::git_with_identity as git;
 
     /// A repository at `<tmp>/proj` with one commit (`a.txt`, `b.txt`).
     pub(crate) fn repo_with_commit() -> (tempfile::TempDir, PathBuf) {

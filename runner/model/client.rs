@@ -10,6 +10,8 @@ use super::transport::{HttpRequest, HttpResponse, HttpTransport, TransportError}
 use super::{EventSink, ModelError, ModelEvent, Request, Turn};
 use eventsource_stream::{Event as SseEvent, EventStreamError, Eventsource};
 use futures::StreamExt;
+use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
@@ -58,6 +60,16 @@ pub(crate) trait WireProtocol: Send + Sync {
     type Assembler: TurnAssembler + Send;
     /// Where requests go.
     fn endpoint(&self) -> &Endpoint;
+    /// The model id used when a request leaves `model` empty.
+    fn default_model(&self) -> &str;
+    /// The model `req` asks for: its own, or [`WireProtocol::default_model`] when empty.
+    fn model<'a>(&'a self, req: &'a Request) -> &'a str {
+        if req.model.is_empty() {
+            self.default_model()
+        } else {
+            &req.model
+        }
+    }
     /// The HTTP request for `req` (headers include auth and the `x-flowerbox-*` pair).
     fn build(&self, req: &Request) -> HttpRequest;
     /// Understands an error response body.
@@ -76,8 +88,72 @@ pub(crate) trait TurnAssembler {
     fn finish(self, terminal: bool, sink: EventSink<'_>) -> Result<Turn, AttemptError>;
 }
 
+/// The headers every streaming request carries: JSON in, SSE out, and the
+/// `x-flowerbox-role` / `x-flowerbox-agent` pair from [`Request::caller`]. A provider appends
+/// its version and auth headers.
+pub(crate) fn stream_headers(req: &Request) -> Vec<(String, String)> {
+    vec![
+        ("content-type".to_string(), "application/json".to_string()),
+        ("accept".to_string(), "text/event-stream".to_string()),
+        (
+            "x-flowerbox-role".to_string(),
+            req.caller.role.as_str().to_string(),
+        ),
+        ("x-flowerbox-agent".to_string(), req.caller.agent.clone()),
+    ]
+}
+
+/// A provider's [`WireProtocol`] with the transport and retry policy it streams over: the state
+/// and the [`super::Provider`] methods every provider shares. A provider wraps one and adds its
+/// name and configuration.
+pub(crate) struct Driver<P> {
+    /// The provider's wire format and configuration.
+    pub(crate) proto: P,
+    /// Attempts, backoff, idle and network-down knobs.
+    policy: RetryPolicy,
+    /// The seam requests go through (HTTP, or a fake in tests).
+    transport: Arc<dyn HttpTransport>,
+}
+
+impl<P: WireProtocol> Driver<P> {
+    /// Binds `proto` to `policy` and `transport`.
+    pub(crate) fn new(proto: P, policy: RetryPolicy, transport: Arc<dyn HttpTransport>) -> Self {
+        Driver {
+            proto,
+            policy,
+            transport,
+        }
+    }
+
+    /// [`super::Provider::stream_turn`]: one turn with retries, see [`stream_turn`].
+    pub(crate) async fn stream_turn(
+        &self,
+        req: &Request,
+        sink: EventSink<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<Turn, ModelError> {
+        stream_turn(
+            self.transport.as_ref(),
+            &self.policy,
+            &self.proto,
+            req,
+            sink,
+            cancel,
+        )
+        .await
+    }
+
+    /// A provider's `Debug`: its type name, endpoint and default model (never credentials).
+    pub(crate) fn debug(&self, provider: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(provider)
+            .field("endpoint", &self.proto.endpoint().url)
+            .field("model", &self.proto.default_model())
+            .finish_non_exhaustive()
+    }
+}
+
 /// Streams one turn with retries: the body of every [`super::Provider::stream_turn`].
-pub(crate) async fn stream_turn<P: WireProtocol>(
+async fn stream_turn<P: WireProtocol>(
     transport: &dyn HttpTransport,
     policy: &RetryPolicy,
     proto: &P,

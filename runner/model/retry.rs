@@ -7,6 +7,7 @@
 
 use super::ModelError;
 use rand::Rng;
+use serde_json::Value;
 use std::time::Duration;
 
 /// How a provider retries, times out and waits for the network. Build it with
@@ -108,6 +109,23 @@ pub(crate) struct ApiError {
     pub message: String,
     /// The provider says the prompt exceeds the context window.
     pub prompt_too_long: bool,
+}
+
+impl ApiError {
+    /// Reads an error body of the `{"error": {..}}` shape both providers use, understanding the
+    /// `error` value with the provider's `api_error`; any other body becomes the message
+    /// verbatim (one line).
+    pub(crate) fn from_body(body: &str, api_error: impl Fn(&Value) -> ApiError) -> ApiError {
+        let parsed: Option<Value> = serde_json::from_str(body).ok();
+        match parsed.as_ref().and_then(|v| v.get("error")) {
+            Some(e) => api_error(e),
+            None => ApiError {
+                kind: None,
+                message: one_line(body),
+                prompt_too_long: false,
+            },
+        }
+    }
 }
 
 /// Maps a non-2xx status to an attempt outcome. 401/403 → auth, 404 (or a 400 of kind

@@ -221,16 +221,7 @@ pub fn worktrees(workspace: &Path) -> GcReport {
 mod tests {
     use super::*;
 
-    fn git(dir: &Path, args: &[&str]) {
-        let ok = std::process::Command::new("git")
-            .args(["-c", "user.name=T", "-c", "user.email=t@example.invalid"])
-            .args(args)
-            .current_dir(dir)
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "git {args:?}");
-    }
+    use crate::testkit::git_with_identity as git;
 
     #[test]
     fn worktree_sweep_lists_unmerged_work_and_ignores_plain_directories() {

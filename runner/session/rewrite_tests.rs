@@ -1,6 +1,7 @@
 //! Unit tests of prune, expiry and trim with exact expected outputs.
 
 use super::*;
+use crate::testkit::{bash_call as bash, tool_call as call, tool_result as result};
 use serde_json::json;
 
 fn policy(dir: &Path, trim_large: bool) -> TrimPolicy {
@@ -10,28 +11,6 @@ fn policy(dir: &Path, trim_large: bool) -> TrimPolicy {
         min_chars: 50,
         keep_ephemeral: 2,
         spill_dir: dir.join("spill"),
-    }
-}
-
-fn call(id: &str, name: &str, input: serde_json::Value) -> Message {
-    Message {
-        role: Speaker::Assistant,
-        content: vec![ContentBlock::ToolUse {
-            id: id.into(),
-            name: name.into(),
-            input,
-        }],
-    }
-}
-
-fn bash(id: &str, cmd: &str) -> Message {
-    call(id, "Bash", json!({ "command": cmd }))
-}
-
-fn result(id: &str, text: &str) -> Message {
-    Message {
-        role: Speaker::User,
-        content: vec![res(id, text)],
     }
 }
 

@@ -435,25 +435,8 @@ mod tests {
     use crate::term::render::{ANSWER_PROMPT, IDLE_PROMPT};
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    /// An in-memory terminal output.
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Buf {
-        fn take(&self) -> String {
-            String::from_utf8(std::mem::take(&mut *self.0.lock().unwrap())).unwrap()
-        }
-    }
+    // An in-memory terminal output.
+    use crate::testkit::SharedBuf as Buf;
 
     fn port(screen: bool, cols: usize, pending: Arc<AtomicBool>) -> (OutputPort, Buf) {
         let buf = Buf::default();

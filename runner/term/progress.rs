@@ -320,17 +320,7 @@ mod tests {
     use crate::model::Role;
     use crate::term::port::PortConfig;
 
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl io::Write for Buf {
-        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::testkit::SharedBuf as Buf;
 
     fn port(screen: bool) -> (OutputPort, Buf) {
         let buf = Buf::default();
@@ -423,7 +413,7 @@ mod tests {
         let s = progress.spinner("构建镜像");
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let out = String::from_utf8_lossy(&buf.0.lock().unwrap()).to_string();
+            let out = buf.text();
             if out.contains("构建镜像 0s") || out.contains("构建镜像 1s") {
                 break;
             }
@@ -431,9 +421,9 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
         }
         drop(s);
-        buf.0.lock().unwrap().clear();
+        buf.clear();
         p.print_rendered(&["after"]);
-        let out = String::from_utf8_lossy(&buf.0.lock().unwrap()).to_string();
+        let out = buf.text();
         assert!(!out.contains("构建镜像"), "{out:?}");
     }
 
@@ -444,6 +434,6 @@ mod tests {
         let s = progress.spinner("启动容器");
         std::thread::sleep(Duration::from_millis(300));
         drop(s);
-        assert!(buf.0.lock().unwrap().is_empty());
+        assert!(buf.is_empty());
     }
 }

@@ -1,12 +1,13 @@
 //! Shared setup for the Docker integration tests: the engine gate (fail when `CI=true`, skip
 //! visibly otherwise), the one agent image every test shares, a serialising lock for heavy
-//! tests, and run fixtures that clean up in `Drop`.
+//! tests, run fixtures that clean up in `Drop`, and the runner image the wrapper tests build.
 #![allow(dead_code)]
 
 use flowerbox::model::Role;
 use flowerbox::sandbox::docker::{ensure_image, DockerOptions, DockerSandboxFactory, Engine};
 use flowerbox::sandbox::{AgentBox, ExecOutput, ExecRequest, Mount, Sandbox, SandboxFactory};
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -121,16 +122,22 @@ impl TestRun {
 
 impl Drop for TestRun {
     fn drop(&mut self) {
-        let factory = self.factory.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let _ = rt.block_on(factory.teardown());
-        })
-        .join();
+        teardown_blocking(&self.factory);
     }
+}
+
+/// Tears `factory`'s run down from a `Drop`, whether or not a runtime is current: on a thread of
+/// its own with its own runtime, waiting for it. Errors are ignored (the next start sweeps).
+pub fn teardown_blocking(factory: &Arc<DockerSandboxFactory>) {
+    let factory = factory.clone();
+    let _ = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _ = rt.block_on(factory.teardown());
+    })
+    .join();
 }
 
 /// A request with sane defaults.
@@ -155,9 +162,15 @@ pub async fn exec_ok(sb: &dyn Sandbox, cmd: &str, cwd: &Path) -> ExecOutput {
 
 /// Ids of every container labelled with this run (any state), via the engine.
 pub async fn run_containers(engine: &Engine, run_id: &str) -> Vec<String> {
+    containers_where(engine, "label", format!("flowerbox.run={run_id}")).await
+}
+
+/// Ids of every container (any state) that the engine's list filter `filter` (`label`,
+/// `name`...) with `value` selects.
+pub async fn containers_where(engine: &Engine, filter: &str, value: String) -> Vec<String> {
     use bollard::query_parameters::ListContainersOptions;
     use std::collections::HashMap;
-    let filters = HashMap::from([("label".to_string(), vec![format!("flowerbox.run={run_id}")])]);
+    let filters = HashMap::from([(filter.to_string(), vec![value])]);
     let opts = ListContainersOptions {
         all: true,
         filters: Some(filters),
@@ -167,8 +180,36 @@ pub async fn run_containers(engine: &Engine, run_id: &str) -> Vec<String> {
         .docker()
         .list_containers(Some(opts))
         .await
-        .expect("list")
+        .expect("list containers")
         .into_iter()
         .filter_map(|c| c.id)
         .collect()
+}
+
+/// A file of this repository by its relative path.
+pub fn repo_file(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// The runner image built once per test process by `docker/build.sh` from this test's
+/// `flowerbox` binary on the shared agent image; returns its content tag.
+pub async fn runner_image(engine: &Engine) -> String {
+    static IMAGE: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    IMAGE
+        .get_or_init(|| async {
+            let base = agent_image(engine).await;
+            let out = tokio::process::Command::new(repo_file("docker/build.sh"))
+                .args(["--bin", env!("CARGO_BIN_EXE_flowerbox"), "--base", &base])
+                .args(["--tag", "flowerbox-runner:test"])
+                .stderr(Stdio::inherit())
+                .output()
+                .await
+                .expect("run docker/build.sh");
+            assert!(out.status.success(), "docker/build.sh failed");
+            let tag = String::from_utf8(out.stdout).unwrap().trim().to_string();
+            assert!(tag.starts_with("flowerbox-runner:"), "{tag}");
+            tag
+        })
+        .await
+        .clone()
 }

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../cli_support/mod.rs"]
+pub mod cli_support;
 #[path = "../model_support/mod.rs"]
 pub mod model_support;
 
@@ -34,7 +36,8 @@ pub fn scenario(name: &str) -> Value {
 
 /// A temporary project: `<tmp>/home` and the workspace `<tmp>/proj`.
 pub struct Project {
-    _tmp: tempfile::TempDir,
+    /// Owns both directories.
+    _scene: cli_support::Scene,
     /// HOME of the child.
     pub home: PathBuf,
     /// The workspace (also the current directory).
@@ -64,30 +67,21 @@ impl Ran {
 impl Project {
     /// A fresh project.
     pub fn new() -> Self {
-        let tmp = tempfile::tempdir().unwrap();
-        let root = tmp.path().canonicalize().unwrap();
-        let home = root.join("home");
-        let ws = root.join("proj");
-        std::fs::create_dir_all(&home).unwrap();
-        std::fs::create_dir_all(&ws).unwrap();
+        let scene = cli_support::Scene::new();
         Project {
-            _tmp: tmp,
-            home,
-            ws,
+            home: scene.home.clone(),
+            ws: scene.cwd.clone(),
+            _scene: scene,
         }
     }
 
     /// `flowerbox --sandbox <sandbox> ARGS` in the workspace, against `model`, stdin empty.
     pub fn command(&self, model: &ScriptedModel, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_flowerbox"));
-        c.env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &self.home)
-            .env("FLOWER_NO_PROBE", "1")
+        let mut c = self._scene.flowerbox();
+        c.env("FLOWER_NO_PROBE", "1")
             .env("ANTHROPIC_BASE_URL", &model.url)
             .env("ANTHROPIC_API_KEY", "sk-ant-test")
             .env("ANTHROPIC_MODEL", "claude-sonnet-4-5")
-            .current_dir(&self.ws)
             .arg("--sandbox")
             .arg(sandbox())
             .args(args)

@@ -14,28 +14,12 @@ use flowerbox::channel::Absent;
 use flowerbox::isolate::{IsolateOptions, WorktreePlacement};
 use flowerbox::record::manifest::Manifest;
 use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory, Engine};
-use flowerbox::sandbox::SandboxFactory;
 use flowerbox::session::SqliteSessionStore;
+pub use flowerbox::testkit::git;
 pub use model_support::ScriptedModel;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
-
-/// Runs git on the host in `dir`; panics on failure; returns stdout.
-pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("git");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// A repository at `<tmp>/wö rk space` with an identity in its own config (git inside the
 /// containers sees the repository's config, not the host user's global one), `runs/` ignored,
@@ -208,15 +192,7 @@ impl IsoRun {
 
 impl Drop for IsoRun {
     fn drop(&mut self) {
-        let factory = self.factory.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            let _ = rt.block_on(factory.teardown());
-        })
-        .join();
+        docker_support::teardown_blocking(&self.factory);
     }
 }
 

@@ -9,7 +9,7 @@
 mod assemble;
 pub mod wire;
 
-use super::client::{self, Endpoint, WireProtocol};
+use super::client::{self, Driver, Endpoint, WireProtocol};
 use super::retry::{ApiError, RetryPolicy};
 use super::transport::{HttpRequest, HttpTransport};
 use super::{EventSink, ModelError, Provider, Request, Turn};
@@ -57,17 +57,12 @@ pub struct AnthropicConfig {
 
 /// The anthropic [`Provider`].
 pub struct AnthropicProvider {
-    proto: AnthropicProtocol,
-    policy: RetryPolicy,
-    transport: Arc<dyn HttpTransport>,
+    driver: Driver<AnthropicProtocol>,
 }
 
 impl fmt::Debug for AnthropicProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AnthropicProvider")
-            .field("endpoint", &self.proto.endpoint.url)
-            .field("model", &self.proto.config.model)
-            .finish_non_exhaustive()
+        self.driver.debug("AnthropicProvider", f)
     }
 }
 
@@ -81,16 +76,15 @@ impl AnthropicProvider {
     ) -> Result<Self, ModelError> {
         let url = format!("{}/v1/messages", config.base_url.trim_end_matches('/'));
         let endpoint = Endpoint::parse(&url)?;
+        let proto = AnthropicProtocol { config, endpoint };
         Ok(AnthropicProvider {
-            proto: AnthropicProtocol { config, endpoint },
-            policy,
-            transport,
+            driver: Driver::new(proto, policy, transport),
         })
     }
 
     /// The resolved configuration.
     pub fn config(&self) -> &AnthropicConfig {
-        &self.proto.config
+        &self.driver.proto.config
     }
 }
 
@@ -101,7 +95,7 @@ impl Provider for AnthropicProvider {
     }
 
     fn default_model(&self) -> &str {
-        &self.proto.config.model
+        self.driver.proto.default_model()
     }
 
     async fn stream_turn(
@@ -110,31 +104,13 @@ impl Provider for AnthropicProvider {
         sink: EventSink<'_>,
         cancel: &CancellationToken,
     ) -> Result<Turn, ModelError> {
-        client::stream_turn(
-            self.transport.as_ref(),
-            &self.policy,
-            &self.proto,
-            req,
-            sink,
-            cancel,
-        )
-        .await
+        self.driver.stream_turn(req, sink, cancel).await
     }
 }
 
 struct AnthropicProtocol {
     config: AnthropicConfig,
     endpoint: Endpoint,
-}
-
-impl AnthropicProtocol {
-    fn model<'a>(&'a self, req: &'a Request) -> &'a str {
-        if req.model.is_empty() {
-            &self.config.model
-        } else {
-            &req.model
-        }
-    }
 }
 
 impl WireProtocol for AnthropicProtocol {
@@ -144,20 +120,16 @@ impl WireProtocol for AnthropicProtocol {
         &self.endpoint
     }
 
+    fn default_model(&self) -> &str {
+        &self.config.model
+    }
+
     fn build(&self, req: &Request) -> HttpRequest {
-        let mut headers = vec![
-            ("content-type".to_string(), "application/json".to_string()),
-            ("accept".to_string(), "text/event-stream".to_string()),
-            (
-                "anthropic-version".to_string(),
-                ANTHROPIC_VERSION.to_string(),
-            ),
-            (
-                "x-flowerbox-role".to_string(),
-                req.caller.role.as_str().to_string(),
-            ),
-            ("x-flowerbox-agent".to_string(), req.caller.agent.clone()),
-        ];
+        let mut headers = client::stream_headers(req);
+        headers.push((
+            "anthropic-version".to_string(),
+            ANTHROPIC_VERSION.to_string(),
+        ));
         match &self.config.auth {
             AnthropicAuth::ApiKey(k) => headers.push(("x-api-key".into(), k.clone())),
             AnthropicAuth::Bearer(t) => {

@@ -2,7 +2,7 @@
 //! and error bodies. Our [`ContentBlock`](crate::model::ContentBlock)s already have the API's
 //! shape, so messages serialize directly.
 
-use crate::model::retry::{one_line, ApiError};
+use crate::model::retry::ApiError;
 use crate::model::Request;
 use serde_json::{json, Map, Value};
 
@@ -86,16 +86,7 @@ fn message_json(m: &crate::model::Message) -> Value {
 /// message verbatim (one line). `prompt_too_long` is set for an `invalid_request_error` saying
 /// the prompt is too long (the API has no separate error type for it).
 pub(crate) fn parse_error(body: &str) -> ApiError {
-    let parsed: Option<Value> = serde_json::from_str(body).ok();
-    let err = parsed.as_ref().and_then(|v| v.get("error"));
-    match err {
-        Some(e) => api_error(e),
-        None => ApiError {
-            kind: None,
-            message: one_line(body),
-            prompt_too_long: false,
-        },
-    }
+    ApiError::from_body(body, api_error)
 }
 
 /// The `error` object of an error body or an `error` stream event.

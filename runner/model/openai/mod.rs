@@ -6,7 +6,7 @@
 mod assemble;
 pub(crate) mod wire;
 
-use super::client::{self, Endpoint, WireProtocol};
+use super::client::{self, Driver, Endpoint, WireProtocol};
 use super::retry::{ApiError, RetryPolicy};
 use super::transport::{HttpRequest, HttpTransport};
 use super::{EventSink, ModelError, Provider, Request, Turn};
@@ -43,17 +43,12 @@ impl fmt::Debug for OpenAiConfig {
 
 /// The openai [`Provider`].
 pub struct OpenAiProvider {
-    proto: OpenAiProtocol,
-    policy: RetryPolicy,
-    transport: Arc<dyn HttpTransport>,
+    driver: Driver<OpenAiProtocol>,
 }
 
 impl fmt::Debug for OpenAiProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OpenAiProvider")
-            .field("endpoint", &self.proto.endpoint.url)
-            .field("model", &self.proto.config.model)
-            .finish_non_exhaustive()
+        self.driver.debug("OpenAiProvider", f)
     }
 }
 
@@ -67,16 +62,15 @@ impl OpenAiProvider {
     ) -> Result<Self, ModelError> {
         let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
         let endpoint = Endpoint::parse(&url)?;
+        let proto = OpenAiProtocol { config, endpoint };
         Ok(OpenAiProvider {
-            proto: OpenAiProtocol { config, endpoint },
-            policy,
-            transport,
+            driver: Driver::new(proto, policy, transport),
         })
     }
 
     /// The resolved configuration.
     pub fn config(&self) -> &OpenAiConfig {
-        &self.proto.config
+        &self.driver.proto.config
     }
 }
 
@@ -87,7 +81,7 @@ impl Provider for OpenAiProvider {
     }
 
     fn default_model(&self) -> &str {
-        &self.proto.config.model
+        self.driver.proto.default_model()
     }
 
     async fn stream_turn(
@@ -96,31 +90,13 @@ impl Provider for OpenAiProvider {
         sink: EventSink<'_>,
         cancel: &CancellationToken,
     ) -> Result<Turn, ModelError> {
-        client::stream_turn(
-            self.transport.as_ref(),
-            &self.policy,
-            &self.proto,
-            req,
-            sink,
-            cancel,
-        )
-        .await
+        self.driver.stream_turn(req, sink, cancel).await
     }
 }
 
 struct OpenAiProtocol {
     config: OpenAiConfig,
     endpoint: Endpoint,
-}
-
-impl OpenAiProtocol {
-    fn model<'a>(&'a self, req: &'a Request) -> &'a str {
-        if req.model.is_empty() {
-            &self.config.model
-        } else {
-            &req.model
-        }
-    }
 }
 
 impl WireProtocol for OpenAiProtocol {
@@ -130,16 +106,12 @@ impl WireProtocol for OpenAiProtocol {
         &self.endpoint
     }
 
+    fn default_model(&self) -> &str {
+        &self.config.model
+    }
+
     fn build(&self, req: &Request) -> HttpRequest {
-        let mut headers = vec![
-            ("content-type".to_string(), "application/json".to_string()),
-            ("accept".to_string(), "text/event-stream".to_string()),
-            (
-                "x-flowerbox-role".to_string(),
-                req.caller.role.as_str().to_string(),
-            ),
-            ("x-flowerbox-agent".to_string(), req.caller.agent.clone()),
-        ];
+        let mut headers = client::stream_headers(req);
         if let Some(key) = &self.config.api_key {
             headers.push(("authorization".into(), format!("Bearer {key}")));
         }

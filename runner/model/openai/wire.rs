@@ -1,7 +1,7 @@
 //! Chat Completions wire format at the edge: our conversation types converted to `messages` /
 //! `tools`, and error bodies read.
 
-use crate::model::retry::{one_line, ApiError};
+use crate::model::retry::ApiError;
 use crate::model::{ContentBlock, Request, Speaker};
 use serde_json::{json, Value};
 
@@ -90,15 +90,7 @@ pub(crate) fn request_body(req: &Request, model: &str) -> Value {
 /// `prompt_too_long` comes from the code `context_length_exceeded`, or, for servers that copy
 /// OpenAI's text but not its code (vLLM), from the phrase "maximum context length".
 pub(crate) fn parse_error(body: &str) -> ApiError {
-    let parsed: Option<Value> = serde_json::from_str(body).ok();
-    match parsed.as_ref().and_then(|v| v.get("error")) {
-        Some(e) => api_error(e),
-        None => ApiError {
-            kind: None,
-            message: one_line(body),
-            prompt_too_long: false,
-        },
-    }
+    ApiError::from_body(body, api_error)
 }
 
 /// The `error` object of an error body or an error chunk.

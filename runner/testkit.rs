@@ -1,0 +1,231 @@
+//! Test doubles shared by the unit tests, the integration tests in `tests/` and the examples:
+//! an in-memory [`SessionStore`], the turns an in-process fake [`Provider`] answers with, an
+//! in-memory terminal output, and host `git` for building fixture repositories.
+//! Not part of flowerbox's interface (hidden from the docs); it lives in the library so that
+//! `cargo test --all-targets` builds one copy for every kind of test without a cargo feature.
+//!
+//! [`Provider`]: crate::model::Provider
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use crate::model::{ContentBlock, Message, ModelError, Request, Speaker, StopReason, Turn, Usage};
+use crate::session::{NoticeKind, SessionError, SessionMeta, SessionStore, TrimPolicy};
+
+/// Sessions in memory: messages are kept as appended, notices are dropped, `load` never trims.
+#[derive(Default)]
+pub struct MemStore {
+    /// Session id → (owner, messages).
+    sessions: Mutex<HashMap<String, (SessionMeta, Vec<Message>)>>,
+}
+
+impl MemStore {
+    /// Sessions created so far (forks included).
+    pub fn count(&self) -> usize {
+        self.sessions.lock().unwrap().len()
+    }
+}
+
+impl SessionStore for MemStore {
+    fn create(&self, meta: &SessionMeta) -> Result<String, SessionError> {
+        let id = uuid::Uuid::new_v4().to_string();
+        self.sessions
+            .lock()
+            .unwrap()
+            .insert(id.clone(), (meta.clone(), vec![]));
+        Ok(id)
+    }
+    fn append(&self, s: &str, msg: &Message, _c: Option<u64>) -> Result<(), SessionError> {
+        self.sessions
+            .lock()
+            .unwrap()
+            .get_mut(s)
+            .ok_or(SessionError::NotFound(s.into()))?
+            .1
+            .push(msg.clone());
+        Ok(())
+    }
+    fn append_notice(&self, _s: &str, _k: NoticeKind, _t: &str) -> Result<(), SessionError> {
+        Ok(())
+    }
+    fn load_raw(&self, s: &str) -> Result<Vec<Message>, SessionError> {
+        Ok(self
+            .sessions
+            .lock()
+            .unwrap()
+            .get(s)
+            .ok_or(SessionError::NotFound(s.into()))?
+            .1
+            .clone())
+    }
+    fn load(&self, s: &str, _p: &TrimPolicy) -> Result<Vec<Message>, SessionError> {
+        self.load_raw(s)
+    }
+    fn fork(&self, s: &str) -> Result<String, SessionError> {
+        let v = self
+            .sessions
+            .lock()
+            .unwrap()
+            .get(s)
+            .cloned()
+            .ok_or(SessionError::NotFound(s.into()))?;
+        let id = uuid::Uuid::new_v4().to_string();
+        self.sessions.lock().unwrap().insert(id.clone(), v);
+        Ok(id)
+    }
+    fn meta(&self, s: &str) -> Result<Option<SessionMeta>, SessionError> {
+        Ok(self.sessions.lock().unwrap().get(s).map(|v| v.0.clone()))
+    }
+    fn last_context(&self, _s: &str) -> Result<Option<u64>, SessionError> {
+        Ok(None)
+    }
+}
+
+/// A complete turn with `content` from `model`: `tool_use` when it calls a tool, `end_turn`
+/// otherwise; 100 input and 10 output tokens.
+pub fn turn_of(content: Vec<ContentBlock>, model: &str) -> Turn {
+    let stop_reason = if content
+        .iter()
+        .any(|b| matches!(b, ContentBlock::ToolUse { .. }))
+    {
+        StopReason::ToolUse
+    } else {
+        StopReason::EndTurn
+    };
+    Turn {
+        content,
+        stop_reason,
+        usage: Usage {
+            input_tokens: Some(100),
+            output_tokens: Some(10),
+            ..Default::default()
+        },
+        model: model.to_string(),
+        retried_errors: vec![],
+        truncated_tool_use: false,
+    }
+}
+
+/// Replays a script the way the scripted model server does: the answer to `req` is turn k of
+/// `turns`, k being the number of assistant messages already in the request. No script, or no
+/// turn k, is a 400 naming `who`.
+pub fn replay(
+    req: &Request,
+    turns: Option<&[Vec<ContentBlock>]>,
+    who: &str,
+) -> Result<Turn, ModelError> {
+    let k = req
+        .messages
+        .iter()
+        .filter(|m| m.role == Speaker::Assistant)
+        .count();
+    let content =
+        turns
+            .and_then(|t| t.get(k))
+            .cloned()
+            .ok_or_else(|| ModelError::InvalidRequest {
+                status: 400,
+                message: format!("no turn {k} for {who}"),
+                prompt_too_long: false,
+            })?;
+    Ok(turn_of(content, &req.model))
+}
+
+/// An assistant message calling tool `name` with `input` as call `id`.
+pub fn tool_call(id: &str, name: &str, input: serde_json::Value) -> Message {
+    Message {
+        role: Speaker::Assistant,
+        content: vec![ContentBlock::ToolUse {
+            id: id.into(),
+            name: name.into(),
+            input,
+        }],
+    }
+}
+
+/// An assistant message calling `Bash` with `command` as call `id`.
+pub fn bash_call(id: &str, command: &str) -> Message {
+    tool_call(id, "Bash", serde_json::json!({ "command": command }))
+}
+
+/// A user message answering call `id` with the successful result `text`.
+pub fn tool_result(id: &str, text: &str) -> Message {
+    Message {
+        role: Speaker::User,
+        content: vec![ContentBlock::ToolResult {
+            tool_use_id: id.into(),
+            content: text.into(),
+            is_error: false,
+        }],
+    }
+}
+
+/// A lookup over `pairs`, for code that reads its environment through a function.
+pub fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k| map.get(k).cloned()
+}
+
+/// `git ARGS` on the host in `dir`; panics on failure; returns stdout.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// [`git`] with a fixed identity (`T <t@example.invalid>`), for repositories without one.
+pub fn git_with_identity(dir: &Path, args: &[&str]) -> String {
+    let identity = ["-c", "user.name=T", "-c", "user.email=t@example.invalid"];
+    git(dir, &[&identity[..], args].concat())
+}
+
+/// An in-memory output: the code under test writes to a clone, the test reads it back.
+#[derive(Clone, Default)]
+pub struct SharedBuf(Arc<Mutex<Vec<u8>>>);
+
+impl Write for SharedBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl SharedBuf {
+    /// Everything written so far (invalid UTF-8 replaced); the buffer keeps it.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).to_string()
+    }
+
+    /// Everything written since the last `take` or `clear`, which must be UTF-8; the buffer is
+    /// emptied.
+    pub fn take(&self) -> String {
+        String::from_utf8(std::mem::take(&mut *self.0.lock().unwrap())).unwrap()
+    }
+
+    /// Empties the buffer.
+    pub fn clear(&self) {
+        self.0.lock().unwrap().clear();
+    }
+
+    /// Nothing was written since the last `take` or `clear`.
+    pub fn is_empty(&self) -> bool {
+        self.0.lock().unwrap().is_empty()
+    }
+}
