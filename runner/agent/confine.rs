@@ -58,8 +58,8 @@ impl Confinement {
                 self.listing()
             )
         })?;
-        let resolved = resolve_symlinks(&lexical)
-            .ok_or_else(|| format!("{path}: 符号链接层数太多(有环?)"))?;
+        let resolved =
+            resolve_symlinks(&lexical).ok_or_else(|| format!("{path}: 符号链接层数太多(有环?)"))?;
         let real_mount = self.mount_of(&resolved).ok_or_else(|| {
             format!(
                 "{path}: 经符号链接指向 {} ,在可访问目录之外",
@@ -256,7 +256,10 @@ mod tests {
         assert!(c.resolve("dir/f.txt", Access::Write).is_err());
         // A dangling link into the read-only workbench is not a way to write there.
         std::os::unix::fs::symlink(wb.join("new.md"), ws.join("towb")).unwrap();
-        assert!(c.resolve("towb", Access::Write).unwrap_err().contains("只读"));
+        assert!(c
+            .resolve("towb", Access::Write)
+            .unwrap_err()
+            .contains("只读"));
         assert!(!target.exists());
     }
 
