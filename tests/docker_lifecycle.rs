@@ -199,7 +199,7 @@ async fn kill9_then_the_next_start_sweeps_orphans_and_spares_live_owners() {
     );
 
     // `gc` lists the live run's containers as kept.
-    let report = gc::gc(&engine, Some(&ws)).await.unwrap();
+    let report = gc::gc(&engine, Some(&ws), Some(&ws)).await.unwrap();
     assert!(report.removed.is_empty());
     assert_eq!(
         report
@@ -211,4 +211,37 @@ async fn kill9_then_the_next_start_sweeps_orphans_and_spares_live_owners() {
         "{report:?}"
     );
     drop(live);
+}
+
+#[tokio::test]
+async fn gc_run_elsewhere_removes_orphans_of_every_workspace() {
+    // The cleanup message says "`flowerbox gc` 可以收拾残留"; run from another directory it
+    // used to look at that directory only and answer "没有残留的容器".
+    let Some(engine) = engine_or_skip("gc elsewhere").await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let image = agent_image(&engine).await;
+    let (_dir, ws) = odd_workspace();
+    let mut dead = Owner::start(&image, &ws, "gc-elsewhere");
+    dead.signal(nix::sys::signal::Signal::SIGKILL);
+    dead.wait(Duration::from_secs(30));
+    assert_eq!(run_containers(&engine, &dead.run_id).await.len(), 4);
+    let elsewhere = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_flowerbox"))
+        .arg("gc")
+        .current_dir(elsewhere.path())
+        .env("HOME", home.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains(&dead.run_id), "{said}");
+    assert!(
+        run_containers(&engine, &dead.run_id).await.is_empty(),
+        "{said}"
+    );
 }

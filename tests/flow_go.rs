@@ -295,6 +295,10 @@ fn sigterm_records_the_step_in_flight_and_dies_by_the_signal() {
         .unwrap();
     assert_eq!(row["error"], "killed-by-signal");
     assert_eq!(row["ok"], false);
+    // What the step spent before the signal is in the books: the coordinator's turn that
+    // dispatched the worker (the worker's own call never answered).
+    assert_eq!(row["num_turns"], 1, "{row}");
+    assert!(row["cost_usd"].as_f64().unwrap() > 0.0, "{row}");
 }
 
 #[test]

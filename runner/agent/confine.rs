@@ -58,7 +58,8 @@ impl Confinement {
                 self.listing()
             )
         })?;
-        let resolved = resolve_symlinks(&lexical);
+        let resolved =
+            resolve_symlinks(&lexical).ok_or_else(|| format!("{path}: 符号链接层数太多(有环?)"))?;
         let real_mount = self.mount_of(&resolved).ok_or_else(|| {
             format!(
                 "{path}: 经符号链接指向 {} ,在可访问目录之外",
@@ -120,29 +121,57 @@ fn normalize(p: &Path) -> Option<PathBuf> {
     Some(out)
 }
 
-/// Canonicalises the longest existing ancestor (following symlinks) and appends the rest.
-fn resolve_symlinks(p: &Path) -> PathBuf {
-    let mut existing = p.to_path_buf();
-    let mut rest = Vec::new();
-    loop {
-        if let Ok(c) = existing.canonicalize() {
-            let mut out = c;
-            for r in rest.iter().rev() {
-                out.push(r);
-            }
-            return out;
+/// Symlinks followed in one resolution before giving up (Linux's own limit).
+const MAX_LINKS: usize = 40;
+
+/// Resolves every symlink in `p` (absolute, normalised), like `realpath -m`: components that do
+/// not exist are kept as written, and a symlink whose target does not exist yet (dangling) is
+/// still followed, so a `Write` through it is judged by where the file would really be created.
+/// `None` on a symlink loop.
+fn resolve_symlinks(p: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::from("/");
+    // Components still to walk, last first (so `pop` yields the next one).
+    let mut todo: Vec<std::ffi::OsString> = Vec::new();
+    push_components(&mut todo, p);
+    let mut links = 0;
+    while let Some(c) = todo.pop() {
+        if c == ".." {
+            out.pop();
+            continue;
         }
-        match (
-            existing.file_name().map(|s| s.to_os_string()),
-            existing.parent(),
-        ) {
-            (Some(name), Some(parent)) => {
-                rest.push(name);
-                existing = parent.to_path_buf();
+        if c == "." {
+            continue;
+        }
+        let next = out.join(&c);
+        match std::fs::symlink_metadata(&next) {
+            Ok(md) if md.file_type().is_symlink() => {
+                links += 1;
+                if links > MAX_LINKS {
+                    return None;
+                }
+                let target = std::fs::read_link(&next).ok()?;
+                if target.is_absolute() {
+                    out = PathBuf::from("/");
+                }
+                push_components(&mut todo, &target);
             }
-            _ => return p.to_path_buf(),
+            _ => out = next,
         }
     }
+    Some(out)
+}
+
+/// Pushes `p`'s components onto `todo` so that they are popped in order.
+fn push_components(todo: &mut Vec<std::ffi::OsString>, p: &Path) {
+    let parts: Vec<std::ffi::OsString> = p
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect();
+    todo.extend(parts.into_iter().rev());
 }
 
 #[cfg(test)]
@@ -206,6 +235,45 @@ mod tests {
         let e = c.resolve("link", Access::Read).unwrap_err();
         assert!(e.contains("符号链接"), "{e}");
         assert!(c.resolve("dirlink/new.txt", Access::Write).is_err());
+    }
+
+    #[test]
+    fn dangling_symlink_pointing_out_is_refused() {
+        // A Write through a link whose target does not exist yet would create the target:
+        // outside the mounts, on the host.
+        let (d, c, ws, wb) = setup();
+        let target = d.path().join("created-outside.txt");
+        std::os::unix::fs::symlink(&target, ws.join("dangling")).unwrap();
+        let e = c.resolve("dangling", Access::Write).unwrap_err();
+        assert!(e.contains("符号链接"), "{e}");
+        assert!(c.resolve("dangling", Access::Read).is_err());
+        // Relative targets, chains through links inside the mount, and a dangling directory.
+        std::os::unix::fs::symlink("../nowhere/x.txt", ws.join("rel")).unwrap();
+        assert!(c.resolve("rel", Access::Write).is_err());
+        std::os::unix::fs::symlink(ws.join("dangling"), ws.join("chain")).unwrap();
+        assert!(c.resolve("chain", Access::Write).is_err());
+        std::os::unix::fs::symlink(d.path().join("no-dir"), ws.join("dir")).unwrap();
+        assert!(c.resolve("dir/f.txt", Access::Write).is_err());
+        // A dangling link into the read-only workbench is not a way to write there.
+        std::os::unix::fs::symlink(wb.join("new.md"), ws.join("towb")).unwrap();
+        assert!(c
+            .resolve("towb", Access::Write)
+            .unwrap_err()
+            .contains("只读"));
+        assert!(!target.exists());
+    }
+
+    #[test]
+    fn dangling_symlink_inside_resolves_to_its_target() {
+        let (_d, c, ws, _) = setup();
+        std::os::unix::fs::symlink("sub/new.txt", ws.join("later")).unwrap();
+        assert_eq!(
+            c.resolve("later", Access::Write).unwrap(),
+            ws.join("sub/new.txt")
+        );
+        std::os::unix::fs::symlink("loop2", ws.join("loop1")).unwrap();
+        std::os::unix::fs::symlink("loop1", ws.join("loop2")).unwrap();
+        assert!(c.resolve("loop1", Access::Write).is_err());
     }
 
     #[test]

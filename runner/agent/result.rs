@@ -2,6 +2,7 @@
 //! "runs/manifest.json" fields).
 
 use chrono::Utc;
+use std::sync::Mutex;
 
 use crate::model::price::Cost;
 use crate::record::manifest::ManifestEntry;
@@ -37,6 +38,30 @@ pub struct StepResult {
     pub retired: Vec<String>,
     /// Context size of the main thread's last call, in tokens.
     pub context: u64,
+}
+
+/// What an in-flight step has spent so far, counted at every model call of every depth
+/// (subagents, retries and handoffs included), so a step stopped by a signal is recorded with
+/// what it really cost, not with the zero it started with.
+#[derive(Debug, Default)]
+pub(crate) struct Meter {
+    inner: Mutex<(Cost, u32)>,
+}
+
+impl Meter {
+    /// One model call: its cost, and whether it was a main-thread turn.
+    pub(crate) fn add(&self, cost: Option<f64>, main_turn: bool) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.0.add(cost);
+        if main_turn {
+            g.1 += 1;
+        }
+    }
+
+    /// Cost and main-thread turns so far.
+    pub(crate) fn read(&self) -> (Cost, u32) {
+        *self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// The manifest row of a step result.

@@ -20,6 +20,7 @@ use crate::model::{Provider, Role};
 use crate::record::handoff::{window_for, MAX_GENERATIONS};
 use crate::record::manifest::{epoch_now, Manifest, ManifestEntry};
 
+use super::result::Meter;
 pub use super::result::{manifest_row, StepResult};
 use crate::sandbox::{AgentBox, SandboxFactory};
 use crate::session::{SessionMeta, SessionStore, TrimPolicy};
@@ -125,6 +126,8 @@ pub struct Runtime {
     events: std::sync::RwLock<Vec<EventSink>>,
     manifest: Option<Arc<Manifest>>,
     inflight: Mutex<HashMap<String, ManifestEntry>>,
+    /// What each in-flight step has spent so far (by step name).
+    meters: Mutex<HashMap<String, Arc<Meter>>>,
     rescued: std::sync::atomic::AtomicBool,
     pub(crate) registry: ToolRegistry,
     pub(crate) placement: Arc<dyn Placement>,
@@ -159,6 +162,7 @@ impl Runtime {
             events: std::sync::RwLock::new(vec![events]),
             manifest: None,
             inflight: Mutex::new(HashMap::new()),
+            meters: Mutex::new(HashMap::new()),
             rescued: std::sync::atomic::AtomicBool::new(false),
             registry: ToolRegistry::standard(),
             placement,
@@ -298,7 +302,13 @@ impl Runtime {
             .values()
             .cloned()
             .collect();
+        let meters = self.meters.lock().unwrap_or_else(|e| e.into_inner());
         for mut row in rows {
+            if let Some(m) = meters.get(&row.step) {
+                let (spend, turns) = m.read();
+                row.cost_usd = spend.exact();
+                row.num_turns = row.num_turns.max(u64::from(turns));
+            }
             row.ok = false;
             row.error = Some(why.to_string());
             row.end_at(epoch_now());
@@ -317,6 +327,10 @@ impl Runtime {
         let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
         if done {
             inflight.remove(&result.step);
+            self.meters
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&result.step);
         } else {
             inflight.insert(result.step.clone(), row.clone());
         }
@@ -426,6 +440,11 @@ impl Runtime {
         if let Some(hook) = &opts.on_session {
             hook(&session);
         }
+        let meter = Arc::new(Meter::default());
+        self.meters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(step.clone(), meter.clone());
         self.track(&result, false);
         let abox = self.main_box(&agent, spec.role);
         let mut run = AgentRun::new(
@@ -436,7 +455,8 @@ impl Runtime {
             session,
             history,
             abox.clone(),
-        );
+        )
+        .with_meter(Some(meter.clone()));
         // Cost and turns of sessions retired by handoffs.
         let mut retired_spend = Cost::default();
         let mut retired_turns = 0;
@@ -503,7 +523,8 @@ impl Runtime {
                         new_session,
                         Vec::new(),
                         abox.clone(),
-                    );
+                    )
+                    .with_meter(Some(meter.clone()));
                     next_prompt = doc.successor_prompt();
                     result.session_id = Some(run.session_id().to_string());
                     if let Some(hook) = &opts.on_session {

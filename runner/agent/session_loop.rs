@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use super::event::EventKind;
 use super::guard::{self, check_report, one_line, Decision};
+use super::result::Meter;
 use super::roles;
 use super::runtime::Runtime;
 use super::spec::{AgentSpec, WorkerDef};
@@ -55,6 +56,8 @@ pub(crate) struct AgentRun {
     todos: Vec<Value>,
     own_spend: Cost,
     children: Arc<Mutex<Cost>>,
+    /// The step's running total (shared with its subagents), read when a signal stops it.
+    meter: Option<Arc<Meter>>,
     /// Main-thread model calls.
     pub turns: u32,
     /// Context size of the last call, in tokens.
@@ -103,6 +106,7 @@ impl AgentRun {
             todos: Vec::new(),
             own_spend: Cost::default(),
             children: Arc::new(Mutex::new(Cost::default())),
+            meter: None,
             turns: 0,
             context_tokens: 0,
             errors: Vec::new(),
@@ -112,6 +116,12 @@ impl AgentRun {
             report_retry_used: false,
             budget_warned: false,
         }
+    }
+
+    /// Counts every model call of this run and its subagents into `meter` too.
+    pub(crate) fn with_meter(mut self, meter: Option<Arc<Meter>>) -> Self {
+        self.meter = meter;
+        self
     }
 
     /// The session id.
@@ -230,6 +240,7 @@ impl AgentRun {
                 parent_depth: self.depth,
                 parent_role: self.spec.role,
                 children: self.children.clone(),
+                meter: self.meter.clone(),
             }) as Arc<dyn Dispatcher>
         });
         let ctx = ToolContext::new(
@@ -396,6 +407,9 @@ impl AgentRun {
                 self.errors.extend(turn.retried_errors.iter().cloned());
                 let cost = crate::model::price::cost_usd(&turn.model, &turn.usage);
                 self.own_spend.add(cost);
+                if let Some(m) = &self.meter {
+                    m.add(cost, self.depth == 0);
+                }
                 self.context_tokens = turn.usage.context_tokens();
                 self.emit(EventKind::Usage {
                     usage: turn.usage,
@@ -545,6 +559,7 @@ struct SubDispatch {
     parent_depth: u32,
     parent_role: crate::model::Role,
     children: Arc<Mutex<Cost>>,
+    meter: Option<Arc<Meter>>,
 }
 
 #[async_trait]
@@ -605,7 +620,8 @@ impl Dispatcher for SubDispatch {
             session,
             Vec::new(),
             abox,
-        );
+        )
+        .with_meter(self.meter.clone());
         let end = run.turn(&req.prompt).await;
         *self.children.lock().unwrap_or_else(|e| e.into_inner()) += run.spend();
         let ok = end == LoopEnd::Done;

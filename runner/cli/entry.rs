@@ -77,12 +77,12 @@ pub async fn doctor(
 /// `flowerbox gc`: remove containers and pods flowerbox left behind (labels `flowerbox.run`,
 /// `flowerbox.workspace`); never force-delete worktrees or branches with unmerged work.
 pub async fn gc(opts: GcOptions, globals: GlobalOptions) -> Result<ExitStatus, CliError> {
-    let _ = opts;
     let engine =
         crate::sandbox::docker::Engine::connect(None, crate::sandbox::docker::DEFAULT_PING_TIMEOUT)
             .await
             .map_err(|e| CliError::Failed(e.to_string()))?;
-    let report = crate::sandbox::gc::gc(&engine, Some(&globals.workspace))
+    let containers_of = (!opts.every_workspace).then_some(globals.workspace.as_path());
+    let report = crate::sandbox::gc::gc(&engine, containers_of, Some(&globals.workspace))
         .await
         .map_err(crate::app::context::sandbox_error)?;
     let lines = report.lines();

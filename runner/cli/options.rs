@@ -130,7 +130,11 @@ pub struct DoctorOptions {}
 
 /// `gc`, resolved (no switches yet).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct GcOptions {}
+pub struct GcOptions {
+    /// No `-w` was given: orphaned containers of every workspace go, not only those of the
+    /// current directory (the worktree sweep still looks at the workspace's repository).
+    pub every_workspace: bool,
+}
 
 /// One subcommand's options.
 #[derive(Debug, Clone, PartialEq)]
@@ -165,6 +169,7 @@ impl Options {
     /// [`CliError::IsolateNotGit`], [`CliError::Target`] (exit 1).
     pub fn resolve(cli: Cli, host: &Host) -> Result<Self, CliError> {
         let Cli { global, command } = cli;
+        let workspace_given = global.workspace.is_some();
         let global = GlobalOptions::resolve(global, host)?;
         let command = match command {
             CommandArgs::Go(args) => CommandOptions::Go(GoOptions::resolve(args, &global)?),
@@ -172,7 +177,9 @@ impl Options {
             CommandArgs::Once(args) => CommandOptions::Once(OnceOptions::resolve(args, &global)?),
             CommandArgs::Setup => CommandOptions::Setup,
             CommandArgs::Doctor(DoctorArgs {}) => CommandOptions::Doctor(DoctorOptions {}),
-            CommandArgs::Gc(GcArgs {}) => CommandOptions::Gc(GcOptions {}),
+            CommandArgs::Gc(GcArgs {}) => CommandOptions::Gc(GcOptions {
+                every_workspace: !workspace_given,
+            }),
         };
         Ok(Self { global, command })
     }
@@ -443,6 +450,18 @@ mod tests {
         assert_eq!(g.timeout, Duration::from_secs(1800));
         assert_eq!(g.window, None);
         assert_eq!(g.workbench, e.host.cwd.join(".flower"));
+    }
+
+    #[test]
+    fn gc_without_w_looks_at_every_workspace() {
+        let e = env();
+        let gc = |args: &[&str]| match resolve(&e.host, args).unwrap().command {
+            CommandOptions::Gc(g) => g,
+            other => panic!("{other:?}"),
+        };
+        assert!(gc(&["gc"]).every_workspace);
+        assert!(!gc(&["gc", "-w", "."]).every_workspace);
+        assert!(!gc(&["-w", "sub", "gc"]).every_workspace);
     }
 
     #[test]

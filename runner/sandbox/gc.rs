@@ -179,12 +179,17 @@ pub async fn sweep_orphans(engine: &Engine, workspace: &Path) -> Result<Vec<Stri
     Ok(report.removed)
 }
 
-/// `flowerbox gc`: removes orphaned containers (of `workspace`, or of every workspace) and
-/// lists what it kept; with a workspace, also sweeps its repository's worktrees ([`worktrees`]).
-pub async fn gc(engine: &Engine, workspace: Option<&Path>) -> Result<GcReport, SandboxError> {
-    let workspace = workspace.map(std::fs::canonicalize).transpose()?;
-    let mut report = remove_orphans(engine, list(engine, workspace.as_deref()).await?).await;
-    if let Some(ws) = workspace {
+/// `flowerbox gc`: removes orphaned containers (of `containers_of`, or of every workspace when
+/// `None`) and lists what it kept; with `worktrees_of`, also sweeps that repository's worktrees
+/// ([`worktrees`]).
+pub async fn gc(
+    engine: &Engine,
+    containers_of: Option<&Path>,
+    worktrees_of: Option<&Path>,
+) -> Result<GcReport, SandboxError> {
+    let containers_of = containers_of.map(std::fs::canonicalize).transpose()?;
+    let mut report = remove_orphans(engine, list(engine, containers_of.as_deref()).await?).await;
+    if let Some(ws) = worktrees_of.map(std::fs::canonicalize).transpose()? {
         let trees = tokio::task::spawn_blocking(move || worktrees(&ws))
             .await
             .unwrap_or_else(|e| GcReport {

@@ -5,6 +5,7 @@
 mod agent_tool;
 mod bash;
 mod edit;
+mod fsio;
 mod human;
 mod read;
 mod search;
@@ -258,3 +259,6 @@ impl Default for ToolRegistry {
         Self::standard()
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -59,18 +59,13 @@ impl Tool for ReadTool {
     async fn call(&self, input: &Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let a: Args = parse_input(input)?;
         let path = ctx.path(&a.file_path, Access::Read)?;
-        let md = tokio::fs::metadata(&path)
-            .await
-            .map_err(|e| ToolError::Failed(format!("{}: {e}", a.file_path)))?;
-        if md.is_dir() {
+        if tokio::fs::metadata(&path).await.is_ok_and(|m| m.is_dir()) {
             return Err(ToolError::Failed(format!(
                 "{} 是目录,不是文件;列目录用 Glob 或 Bash ls",
                 a.file_path
             )));
         }
-        let bytes = tokio::fs::read(&path)
-            .await
-            .map_err(|e| ToolError::Failed(format!("{}: {e}", a.file_path)))?;
+        let bytes = super::fsio::read(&path, &a.file_path).await?;
         if looks_binary(&bytes) {
             return Err(ToolError::Failed(format!(
                 "{} 是二进制文件({} 字节),Read 只读文本。要看它是什么,用 Bash 跑 `file`",

@@ -44,10 +44,8 @@ impl Tool for WriteTool {
                 .await
                 .map_err(|e| ToolError::Failed(format!("{}: {e}", parent.display())))?;
         }
-        let existed = path.exists();
-        tokio::fs::write(&path, a.content.as_bytes())
-            .await
-            .map_err(|e| ToolError::Failed(format!("{}: {e}", a.file_path)))?;
+        let existed =
+            super::fsio::write(&path, &a.file_path, a.content.as_bytes().to_vec()).await?;
         if let Some(wb) = &ctx.workbench {
             if path.starts_with(wb.root()) {
                 let _ = wb.refresh();

@@ -1,0 +1,126 @@
+//! The file tools against hostile inputs: special files, malformed input, escapes.
+
+use super::*;
+use crate::channel::Absent;
+use crate::sandbox::Mount;
+use serde_json::json;
+
+/// A context whose only mount is a fresh writable directory (no sandbox, no workbench).
+fn ctx() -> (tempfile::TempDir, ToolContext, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let abox = AgentBox {
+        agent: "worker-1".into(),
+        role: Role::Worker,
+        mounts: vec![Mount {
+            path: ws.clone(),
+            read_only: false,
+        }],
+        workdir: ws.clone(),
+    };
+    let c = ToolContext::new(
+        "worker-1".into(),
+        Role::Worker,
+        0,
+        abox,
+        None,
+        None,
+        Arc::new(Absent),
+        CancellationToken::new(),
+        None,
+        ToolLimits::default(),
+    );
+    (dir, c, ws)
+}
+
+async fn call(name: &str, input: Value, c: &ToolContext) -> Result<String, ToolError> {
+    let tool = ToolRegistry::standard().get(name).unwrap();
+    // A hang is the bug being tested for: fail instead of waiting forever.
+    tokio::time::timeout(Duration::from_secs(10), tool.call(&input, c))
+        .await
+        .unwrap_or_else(|_| panic!("{name} {input} hung"))
+}
+
+#[tokio::test]
+async fn fifos_are_refused_not_waited_on() {
+    // A container can mkfifo in the workspace; opening it on the host blocks until a writer
+    // (or reader) shows up, which is never.
+    let (_d, c, ws) = ctx();
+    nix::unistd::mkfifo(&ws.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    for (tool, input) in [
+        ("Read", json!({"file_path": "fifo"})),
+        (
+            "Edit",
+            json!({"file_path": "fifo", "old_string": "a", "new_string": "b"}),
+        ),
+        ("Write", json!({"file_path": "fifo", "content": "x"})),
+    ] {
+        let e = call(tool, input, &c).await.unwrap_err();
+        assert!(e.to_string().contains("不是普通文件"), "{tool}: {e}");
+    }
+}
+
+#[tokio::test]
+async fn a_symlink_swapped_in_after_confinement_is_not_followed() {
+    // Confinement resolved `f` to a plain path; a container then replaced it with a link.
+    let (d, _c, ws) = ctx();
+    let outside = d.path().join("outside.txt");
+    std::os::unix::fs::symlink(&outside, ws.join("f")).unwrap();
+    let e = fsio::write(&ws.join("f"), "f", b"x".to_vec())
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("符号链接"), "{e}");
+    assert!(!outside.exists());
+    assert!(fsio::read(&ws.join("f"), "f").await.is_err());
+}
+
+#[tokio::test]
+async fn write_then_edit_then_read_a_regular_file() {
+    let (_d, c, ws) = ctx();
+    call(
+        "Write",
+        json!({"file_path": "a/b.txt", "content": "one\ntwo\n"}),
+        &c,
+    )
+    .await
+    .unwrap();
+    call(
+        "Edit",
+        json!({"file_path": "a/b.txt", "old_string": "two", "new_string": "2"}),
+        &c,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(ws.join("a/b.txt")).unwrap(),
+        "one\n2\n"
+    );
+    let r = call("Read", json!({"file_path": "a/b.txt"}), &c)
+        .await
+        .unwrap();
+    assert!(r.contains("     2\t2"), "{r}");
+    // Shorter content really truncates.
+    call("Write", json!({"file_path": "a/b.txt", "content": "z"}), &c)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(ws.join("a/b.txt")).unwrap(), "z");
+}
+
+#[tokio::test]
+async fn a_huge_sparse_file_is_refused_without_reading_it_whole() {
+    // `truncate -s 100G big` in a container costs nothing; loading it would kill the runner.
+    let (_d, c, ws) = ctx();
+    let f = std::fs::File::create(ws.join("big")).unwrap();
+    f.set_len(100 * 1024 * 1024 * 1024).unwrap();
+    for (tool, input) in [
+        ("Read", json!({"file_path": "big"})),
+        (
+            "Edit",
+            json!({"file_path": "big", "old_string": "a", "new_string": "b"}),
+        ),
+    ] {
+        let e = call(tool, input, &c).await.unwrap_err();
+        assert!(e.to_string().contains("太大"), "{tool}: {e}");
+    }
+}
