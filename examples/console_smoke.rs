@@ -8,7 +8,8 @@
 //! cargo run --example console_smoke -- [--ask-after SECS] [--run-for SECS]
 //! ```
 //!
-//! Lines it prints itself start with `[smoke]`: `pid N`, `interrupt: <msg>`, `quit`, `done`.
+//! Lines it prints itself start with `[smoke]`: `pid N`, `paused` (first Ctrl-C: the ticks stop),
+//! `interrupt: <msg>` (the prompt answered: they go on), `quit`, `done`.
 
 #[path = "../tests/term_support/mod.rs"]
 mod term_support;
@@ -23,13 +24,18 @@ use flowerbox::sandbox::host::HostSandboxFactory;
 use flowerbox::term::signals::{exit_by_signal, EXIT_INTERRUPTED};
 use flowerbox::term::{Console, ConsoleOptions, ConsoleSignal, Interrupt, OutputPort};
 
-/// Shows what Ctrl-C would say to the agent.
-struct LogInterrupt(OutputPort);
+/// Shows what Ctrl-C would say to the agent; while paused the fake run stops ticking.
+struct LogInterrupt(OutputPort, Arc<tokio::sync::watch::Sender<bool>>);
 
 impl Interrupt for LogInterrupt {
-    fn interrupt(&self, message: &str) {
+    fn pause(&self) {
+        self.1.send_replace(true);
+        self.0.print_lines(&["[smoke] paused"]);
+    }
+    fn resume(&self, message: &str) {
         let shown = if message.is_empty() { "(空)" } else { message };
         self.0.print_lines(&[format!("[smoke] interrupt: {shown}")]);
+        self.1.send_replace(false);
     }
 }
 
@@ -71,7 +77,11 @@ async fn main() {
         flowerbox::term::tty::chain_panic_hook(r);
     }
     console.attach_runtime(rt);
-    console.set_interrupter(Arc::new(LogInterrupt(console.port().clone())));
+    let paused = Arc::new(tokio::sync::watch::Sender::new(false));
+    console.set_interrupter(Arc::new(LogInterrupt(
+        console.port().clone(),
+        paused.clone(),
+    )));
     console.print_lines(&[format!("[smoke] pid {}", std::process::id())]);
 
     {
@@ -82,8 +92,10 @@ async fn main() {
     // The fake run: a line every 100 ms.
     let producer = {
         let sink = sink.clone();
+        let mut paused = paused.subscribe();
         tokio::spawn(async move {
             for n in 0u64.. {
+                let _ = paused.wait_for(|p| !*p).await;
                 sink(Event {
                     agent: "coordinator".into(),
                     role: Role::Coordinator,

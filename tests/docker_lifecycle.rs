@@ -13,7 +13,7 @@ use flowerbox::sandbox::docker::{teardown_on_signal, DockerOptions, DockerSandbo
 use flowerbox::sandbox::gc;
 use flowerbox::sandbox::{AgentBox, Mount, SandboxFactory};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -186,9 +186,19 @@ fn ctrl_c_then_enter_continues_text_is_said_and_twice_exits_130_cleanly() {
         h.contains("! 已打断这一轮。正在跑的 subagent 会丢掉半成品。")
     });
     assert!(h.contains("要说什么?(直接回车 = 什么都不说,接着跑;再按一次 Ctrl+C = 退出)"));
-    assert!(h.contains("[smoke] interrupt: (空)"));
+    assert!(h.contains("[smoke] paused"));
     p.wait_for("> prompt", |_| p.last_line() == ">");
+    // Held while the prompt waits: no tick goes by until the human answers.
+    let held = p.last_tick();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    assert_eq!(
+        p.last_tick(),
+        held,
+        "the run went on before the prompt was answered"
+    );
+    assert!(!p.history().contains("[smoke] interrupt:"));
     p.keys(&["Enter"]);
+    p.wait_for("resumed", |h| h.contains("[smoke] interrupt: (空)"));
     p.wait_for("resident prompt again", |_| {
         p.last_line().starts_with("(直接说")
     });

@@ -260,3 +260,44 @@ async fn large_bash_output_is_spilled() {
         "the capped result plus the full output"
     );
 }
+
+#[tokio::test]
+async fn a_paused_step_waits_for_the_human_and_resumes_with_the_words() {
+    let s = setup(vec![(
+        "ad-hoc",
+        vec![
+            vec![tool("a", "Bash", json!({"command": "sleep 30"}))],
+            vec![ContentBlock::text("好,不改 Makefile")],
+        ],
+    )]);
+    let spec = roles::once("", vec!["Bash".into()], None);
+    let rt = s.rt.clone();
+    let run = tokio::spawn(async move { rt.run(&spec, "做事", RunOptions::default()).await });
+    for _ in 0..200 {
+        if !s.fake.seen.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    s.rt.pause();
+    // The sleep is killed at once, but nothing is asked of the model until the human answers.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert_eq!(
+        s.fake.seen.lock().unwrap().len(),
+        1,
+        "resumed before the answer"
+    );
+    assert!(!run.is_finished());
+    s.rt.resume("别改 Makefile");
+    let r = tokio::time::timeout(std::time::Duration::from_secs(20), run)
+        .await
+        .expect("resumed after the answer")
+        .unwrap();
+    assert!(r.ok, "{:?}", r.error);
+    assert_eq!(r.text, "好,不改 Makefile");
+    let seen = s.fake.seen.lock().unwrap();
+    let last = serde_json::to_string(seen[1].messages.last().unwrap()).unwrap();
+    assert!(last.contains("别改 Makefile"), "{last}");
+    assert!(last.contains("不是环境故障"), "{last}");
+}

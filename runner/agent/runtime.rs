@@ -133,6 +133,9 @@ pub struct Runtime {
     pub(crate) placement: Arc<dyn Placement>,
     pub(crate) config: RuntimeConfig,
     interrupt: Mutex<(CancellationToken, Option<String>)>,
+    /// `true` from [`Runtime::pause`] to [`Runtime::resume`]: an interrupted step waits for the
+    /// human's words before it resumes (seed 000 "Ctrl-C": the prompt is a chance to speak).
+    hold: tokio::sync::watch::Sender<bool>,
     counters: Mutex<HashMap<String, u32>>,
     started_agents: Mutex<Vec<String>>,
 }
@@ -168,6 +171,7 @@ impl Runtime {
             placement,
             config,
             interrupt: Mutex::new((CancellationToken::new(), None)),
+            hold: tokio::sync::watch::Sender::new(false),
             counters: Mutex::new(HashMap::new()),
             started_agents: Mutex::new(Vec::new()),
         }
@@ -205,6 +209,28 @@ impl Runtime {
         let mut g = self.interrupt.lock().unwrap_or_else(|e| e.into_inner());
         g.1 = Some(message.to_string());
         g.0.cancel();
+    }
+
+    /// Interrupts the current turn like [`Runtime::interrupt`] and holds the interrupted step
+    /// until [`Runtime::resume`]: the first Ctrl-C stops the spending while the human decides
+    /// what to say. Subagents are not held (their half-done work is dropped anyway).
+    pub fn pause(&self) {
+        self.hold.send_replace(true);
+        self.interrupt("");
+    }
+
+    /// Ends a [`Runtime::pause`]: the held step resumes its session with `message` (empty = say
+    /// nothing). Without a pause it only sets the words an interrupted step resumes with.
+    pub fn resume(&self, message: &str) {
+        self.interrupt.lock().unwrap_or_else(|e| e.into_inner()).1 = Some(message.to_string());
+        self.hold.send_replace(false);
+    }
+
+    /// Waits while a [`Runtime::pause`] holds the run.
+    async fn held(&self) {
+        let mut rx = self.hold.subscribe();
+        // The sender lives as long as `self`: the wait cannot fail.
+        let _ = rx.wait_for(|held| !*held).await;
     }
 
     pub(crate) fn cancel_token(&self) -> CancellationToken {
@@ -475,7 +501,9 @@ impl Runtime {
                     break;
                 }
                 LoopEnd::Interrupted => {
-                    // Not a failed attempt: resume the same session with the human's words.
+                    // Not a failed attempt: resume the same session with the human's words
+                    // (after they have been said, when the interrupt holds the run).
+                    self.held().await;
                     let said = self.take_interrupt().unwrap_or_default();
                     next_prompt = if said.trim().is_empty() {
                         format!("继续。{INTERRUPT_NOTE}")

@@ -75,10 +75,10 @@
 //! # }
 //! ```
 //!
-//! Ctrl-C semantics: on a terminal the first press interrupts the round at once
-//! ([`Runtime::interrupt`] with no words: in-flight tool calls return "interrupted", the step
-//! resumes its session) and shows the three-line prompt; Enter = carry on, text = said to the
-//! agent (a second, worded [`Runtime::interrupt`]), a second Ctrl-C = [`ConsoleSignal::Quit`].
+//! Ctrl-C semantics: on a terminal the first press interrupts the round at once and holds it
+//! ([`Runtime::pause`]: in-flight tool calls return "interrupted", nothing more is spent) and
+//! shows the three-line prompt; Enter = carry on, text = said to the agent (both
+//! [`Runtime::resume`], the step resumes its session), a second Ctrl-C = [`ConsoleSignal::Quit`].
 //! When stdin is not a terminal the first Ctrl-C is already `Quit`.
 
 use std::io::IsTerminal;
@@ -108,7 +108,7 @@ use crate::channel::HumanChannel;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConsoleSignal {
     /// First Ctrl-C on a terminal: the console interrupted the round and shows the Ctrl-C
-    /// prompt. Informational; the run goes on.
+    /// prompt; the round is held until the prompt is answered. Informational for the driver.
     Interrupted,
     /// Second Ctrl-C (first when stdin is not a terminal, or nothing can be interrupted): write
     /// the in-flight step to the manifest, remove the containers, [`Console::close`], exit 130
@@ -124,13 +124,18 @@ pub enum ConsoleSignal {
 /// Interrupts the current round; [`Runtime`] is one. Called from the signal task and the
 /// input thread.
 pub trait Interrupt: Send + Sync {
-    /// Interrupts cooperatively and resumes with `message` (empty = say nothing).
-    fn interrupt(&self, message: &str);
+    /// Interrupts cooperatively and holds the interrupted work until [`Interrupt::resume`].
+    fn pause(&self);
+    /// Lets the held work resume with `message` (empty = say nothing).
+    fn resume(&self, message: &str);
 }
 
 impl Interrupt for Runtime {
-    fn interrupt(&self, message: &str) {
-        Runtime::interrupt(self, message);
+    fn pause(&self) {
+        Runtime::pause(self);
+    }
+    fn resume(&self, message: &str) {
+        Runtime::resume(self, message);
     }
 }
 

@@ -93,11 +93,8 @@ impl Shared {
             InputEvent::Line(line) => {
                 if self.interrupting.swap(false, Ordering::SeqCst) {
                     self.port.set_prompt(self.resident_prompt());
-                    let said = line.trim();
-                    if !said.is_empty() {
-                        if let Some(i) = lock(&self.interrupter).clone() {
-                            i.interrupt(said);
-                        }
+                    if let Some(i) = lock(&self.interrupter).clone() {
+                        i.resume(line.trim());
                     }
                     return;
                 }
@@ -118,7 +115,12 @@ impl Shared {
             }
             InputEvent::Eof => {
                 self.input_ended.store(true, Ordering::SeqCst);
-                self.interrupting.store(false, Ordering::SeqCst);
+                if self.interrupting.swap(false, Ordering::SeqCst) {
+                    // Nobody can answer the Ctrl-C prompt any more: carry on, saying nothing.
+                    if let Some(i) = lock(&self.interrupter).clone() {
+                        i.resume("");
+                    }
+                }
                 for id in route_eof(&channel.pending()) {
                     channel.decline(&id);
                 }
@@ -167,7 +169,8 @@ impl Shared {
         lock(&self.activity).clear();
         // Counted before interrupting: the note speaks of the questions waiting at the press.
         let waiting = self.channel().map(|c| c.pending().len()).unwrap_or(0);
-        interrupter.interrupt("");
+        // Held until the human answers the prompt (Enter, words) or presses Ctrl-C again.
+        interrupter.pause();
         let opts = self.render_options();
         let mut lines = interrupt_prompt(&opts);
         lines.extend(interrupt_pending_note(waiting, &opts));
