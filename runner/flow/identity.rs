@@ -5,7 +5,8 @@
 //!
 //! What counts is what git would count as the project: every file that is tracked, or untracked
 //! and not ignored (`.gitignore`, `.git/info/exclude`), with its content and mode (executable
-//! bit, symlink target). `.git/` itself and the caller's exclusions (the runner's own `runs/`
+//! bit, symlink target), plus the repository's `HEAD` and refs (a commit is a change too).
+//! The rest of `.git/` and the caller's exclusions (the runner's own `runs/`
 //! and workbench, which change while any agent runs) never count. Outside a git repository
 //! every file counts except those a `.gitignore` in the tree ignores.
 
@@ -105,7 +106,40 @@ pub fn identity(root: &Path, exclude: &[PathBuf]) -> io::Result<WorkspaceIdentit
         }
     }
     add_tracked(&root, &exclude, &mut files)?;
+    add_refs(&root, &mut files);
     Ok(WorkspaceIdentity { files })
+}
+
+/// Adds the repository's `HEAD` and every ref as `.git:<name>` entries: a commit, a reset or a
+/// moved branch changes no file of the tree but changes the project all the same (a judge in the
+/// worker's pod can reach the repository through `/proc/<pid>/root`). Outside a repository:
+/// nothing.
+fn add_refs(root: &Path, files: &mut BTreeMap<String, FileDigest>) {
+    let Ok(repo) = git2::Repository::discover(root) else {
+        return;
+    };
+    let describe = |r: &git2::Reference<'_>| -> Option<(String, String)> {
+        let name = r.name().ok()?.to_string();
+        let target = match (r.symbolic_target().ok().flatten(), r.target()) {
+            (Some(sym), _) => format!("ref: {sym}"),
+            (None, Some(oid)) => oid.to_string(),
+            (None, None) => return None,
+        };
+        Some((name, target))
+    };
+    let mut refs: Vec<(String, String)> = Vec::new();
+    if let Ok(head) = repo.find_reference("HEAD") {
+        refs.extend(describe(&head));
+    }
+    if let Ok(all) = repo.references() {
+        refs.extend(all.flatten().filter_map(|r| describe(&r)));
+    }
+    for (name, target) in refs {
+        let mut h = Sha256::new();
+        h.update(b"ref\0");
+        h.update(target.as_bytes());
+        files.insert(format!(".git:{name}"), h.finalize().into());
+    }
 }
 
 /// Adds files git tracks that the walk skipped because an ignore rule matches them (a tracked
@@ -252,6 +286,24 @@ mod tests {
         // An untracked, not ignored file counts.
         write(r, "notes.txt", "n");
         assert_eq!(before.changed(&id(r, &ex)), vec!["notes.txt"]);
+    }
+
+    #[test]
+    fn a_commit_or_a_moved_branch_changes_it_though_no_file_does() {
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path();
+        crate::testkit::git_with_identity(r, &["init", "-q", "-b", "main"]);
+        write(r, "a.txt", "one");
+        crate::testkit::git_with_identity(r, &["add", "-A"]);
+        crate::testkit::git_with_identity(r, &["commit", "-qm", "one"]);
+        let before = id(r, &[]);
+        assert_eq!(before, id(r, &[]));
+        // A judge's `git commit --allow-empty` (through /proc/<pid>/root) leaves every file alone.
+        crate::testkit::git_with_identity(r, &["commit", "-q", "--allow-empty", "-m", "judge"]);
+        assert_eq!(before.changed(&id(r, &[])), vec![".git:refs/heads/main"]);
+        let before = id(r, &[]);
+        crate::testkit::git_with_identity(r, &["checkout", "-q", "--detach"]);
+        assert_eq!(before.changed(&id(r, &[])), vec![".git:HEAD"]);
     }
 
     #[test]
