@@ -257,7 +257,13 @@ impl GoOptions {
             )))
             }
         };
-        if isolate && git2::Repository::open(&global.workspace).is_err() {
+        // Like `git rev-parse`: a directory inside a repository's work tree is in a repository
+        // (the isolation maps it into each worktree). Other refusals (bare, unborn, an unknown
+        // extension) come later with their own message.
+        if isolate
+            && matches!(git2::Repository::discover(&global.workspace),
+                        Err(ref e) if e.code() == git2::ErrorCode::NotFound)
+        {
             return Err(CliError::IsolateNotGit(global.workspace.clone()));
         }
         Ok(Self {
@@ -573,6 +579,11 @@ mod tests {
         let g = go(&e.host, &["-w", "repo", "go", "--isolate"]);
         assert!(g.isolate);
         assert_eq!(g.workbench, e.host.cwd.join(".flower-repo"));
+        // A subdirectory of a repository is in it (`cd repo/sub/dir && flowerbox --isolate`).
+        std::fs::create_dir_all(e.host.cwd.join("repo/sub/dir")).unwrap();
+        let g = go(&e.host, &["-w", "repo/sub/dir", "go", "--isolate"]);
+        assert!(g.isolate);
+        assert_eq!(g.workbench, e.host.cwd.join("repo/sub/.flower-dir"));
     }
 
     #[test]
