@@ -25,6 +25,7 @@ use crate::agent::{roles, AgentSpec};
 use crate::cli::error::{CliError, ExitStatus};
 use crate::cli::options::{GlobalOptions, GoOptions};
 use crate::creds::Credentials;
+use crate::record::lock::{FileLock, Held};
 use crate::record::LineageFile;
 use crate::term::render::{shorten_home, wake_banner, WakeInfo};
 
@@ -196,6 +197,10 @@ pub async fn go(
     if opts.ask.is_none() && (opts.new || !wake_state(&ws, &globals.run_dir, opts.isolate).waking) {
         return Err(CliError::NeedRequest);
     }
+    // One `go` per run directory at a time: two would drive the same sessions at once and
+    // interleave their transcripts (held until this function returns; the kernel drops it when
+    // the process dies, even by SIGKILL).
+    let _one_go = one_go(&globals.run_dir)?;
     let (brief_path, _, log_path) = notes_paths(&opts.workbench);
     let session = Session::open(
         &globals,
@@ -259,6 +264,20 @@ pub async fn go(
     }
     tracing::info!(waking = probe.waking, steps = ?wf.steps.iter().map(|s| &s.name).collect::<Vec<_>>(), "go");
     session.execute(&wf, &mut ctx).await
+}
+
+/// The lock that keeps a second `go` out of `run_dir` while this one runs.
+///
+/// Errors: [`CliError::Failed`] naming the other process when it is held.
+pub fn one_go(run_dir: &Path) -> Result<FileLock, CliError> {
+    FileLock::try_exclusive(&run_dir.join("go")).map_err(|held| match held {
+        Held::Busy(pid) => CliError::Failed(format!(
+            "{} 正被另一个 flowerbox(pid {pid})用着:两个一起接着跑会把同一条会话写乱。\
+             等它跑完再接着;要并行就用不同的 -r。",
+            run_dir.display()
+        )),
+        Held::Io(e) => CliError::Failed(e.to_string()),
+    })
 }
 
 /// Appends what the human said on a wake to the brief, unless the brief already has it (the
