@@ -335,7 +335,7 @@ fn sigint_without_a_console_ends_the_run_with_130_and_keeps_the_books() {
 fn a_second_go_in_the_same_run_dir_is_refused_while_the_first_runs() {
     let p = Project::new();
     let model = ScriptedModel::start(&scenario("flow_kill_1"));
-    let mut first = p.command(&model, &["--timeout", "0", ASK]).spawn().unwrap();
+    let mut first = KillOnDrop(p.command(&model, &["--timeout", "0", ASK]).spawn().unwrap());
     // The first is in round 1, its work session in lineage, its worker's call hanging.
     wait_until("the worker's request", || {
         !requests_with(&model, "回话格式固定四段").is_empty()
@@ -357,8 +357,8 @@ fn a_second_go_in_the_same_run_dir_is_refused_while_the_first_runs() {
     assert_eq!(model.recorded().len(), requests, "no model call");
     assert_eq!(std::fs::read_to_string(p.note("需求.md")).unwrap(), brief);
     assert_eq!(p.lineage()["woke"], 1);
-    first.kill().unwrap();
-    first.wait().unwrap();
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
 
     // Once the first is gone (even by SIGKILL) the directory is free again.
     drop(model);
@@ -366,4 +366,15 @@ fn a_second_go_in_the_same_run_dir_is_refused_while_the_first_runs() {
     let r = p.run(&model, &["--timeout", "0"]);
     assert_eq!(r.code(), 0, "{r:?}");
     assert_eq!(p.lineage()["steps"]["干活"], session.as_str());
+}
+
+/// A child killed (SIGKILL) and reaped when the test ends, also when an assertion panics: a
+/// hanging `go` must not outlive its test.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
