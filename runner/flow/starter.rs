@@ -224,6 +224,19 @@ pub async fn go(
         None
     };
     let probe = wake_state(&ws, &globals.run_dir, opts.isolate);
+    let mut opts = opts;
+    // The same command line again after a crash (up-arrow, Enter) is a wake, not a new request:
+    // appending it would re-derive the goal and tell the coordinator what it already knows.
+    let original = probe
+        .steps
+        .get(CLARIFY_STEP)
+        .and_then(|sid| first_request(session.runtime(), sid));
+    if probe.waking
+        && original.is_some()
+        && opts.ask.as_deref().map(str::trim) == original.as_deref()
+    {
+        opts.ask = None;
+    }
     let starter = Starter::from_options(&opts, probe.waking, &probe.workbench);
     let render = session.frontend.render_options();
     if let Some(dir) = archived {
@@ -264,6 +277,22 @@ pub async fn go(
     }
     tracing::info!(waking = probe.waking, steps = ?wf.steps.iter().map(|s| &s.name).collect::<Vec<_>>(), "go");
     session.execute(&wf, &mut ctx).await
+}
+
+/// The request the clarify session `sid` started from (its first user message), trimmed.
+fn first_request(rt: &crate::agent::Runtime, sid: &str) -> Option<String> {
+    let policy = crate::session::TrimPolicy::new(rt.trim_policy().spill_dir, false);
+    let history = rt.store().load(sid, &policy).ok()?;
+    let first = history.into_iter().next()?;
+    let text: String = first
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            crate::model::ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    Some(text.trim().to_string())
 }
 
 /// The lock that keeps a second `go` out of `run_dir` while this one runs.
