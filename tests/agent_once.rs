@@ -119,3 +119,50 @@ fn sigterm_records_the_step_as_killed_and_exits_by_the_signal() {
         String::from_utf8_lossy(&ps.stdout)
     );
 }
+
+#[test]
+fn resume_of_an_unknown_session_is_refused_before_any_model_call() {
+    let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
+        {"content": [{"type": "text", "text": "第一次"}]},
+        {"content": [{"type": "text", "text": "接着"}]}]}]}));
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        flowerbox(&model, home.path(), ws.path())
+            .args(["--sandbox", "host", "once"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let first = run(&["开头"]);
+    assert!(first.status.success(), "{first:?}");
+    let requests = model.recorded().len();
+    for args in [
+        &["--resume", "nope", "接着"][..],
+        &["--resume", "nope", "--fork", "接着"],
+    ] {
+        let out = run(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        assert!(
+            stderr.contains("--resume nope:") && stderr.contains("sessions.db 里没有这条会话"),
+            "{stderr}"
+        );
+    }
+    assert_eq!(
+        model.recorded().len(),
+        requests,
+        "no model call for a refused resume"
+    );
+    // A known id still continues it.
+    let db = ws.path().join("runs/sessions.db");
+    let id = rusqlite::Connection::open(&db)
+        .unwrap()
+        .query_row("SELECT id FROM sessions", [], |r| r.get::<_, String>(0))
+        .unwrap();
+    let out = run(&["--resume", &id, "接着"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("接着"),
+        "{out:?}"
+    );
+}

@@ -1,6 +1,7 @@
 //! `flowerbox go` end to end: the real binary against `scripted-model`, unattended
 //! (`--timeout 0`), through clarify → goal → work → judge → round 2 → judge; UNREACHABLE with
-//! nobody to ask; a wake after `kill -9` in the middle of round 1; `--new`.
+//! nobody to ask; a wake after `kill -9` in the middle of round 1; `--new`; a second `go` in a
+//! busy run directory; the killed command given again.
 //!
 //! Sandbox: `--sandbox host` by default, one switch away from Docker
 //! (`FLOWERBOX_TEST_SANDBOX=docker`, see `flow_support`).
@@ -328,4 +329,80 @@ fn sigint_without_a_console_ends_the_run_with_130_and_keeps_the_books() {
         .find(|r| r["step"] == "干活")
         .unwrap();
     assert_eq!(row["error"], "interrupted-by-human");
+}
+
+#[test]
+fn a_second_go_in_the_same_run_dir_is_refused_while_the_first_runs() {
+    let p = Project::new();
+    let model = ScriptedModel::start(&scenario("flow_kill_1"));
+    let mut first = KillOnDrop(p.command(&model, &["--timeout", "0", ASK]).spawn().unwrap());
+    // The first is in round 1, its work session in lineage, its worker's call hanging.
+    wait_until("the worker's request", || {
+        !requests_with(&model, "回话格式固定四段").is_empty()
+    });
+    let session = p.lineage()["steps"]["干活"].as_str().unwrap().to_string();
+    let brief = std::fs::read_to_string(p.note("需求.md")).unwrap();
+    let requests = model.recorded().len();
+
+    // A wake in a second terminal would resume the same work session and interleave the two
+    // transcripts; it is refused before it touches anything.
+    let r = p.run(&model, &["--timeout", "0", "顺便打印 bye"]);
+    assert_eq!(r.code(), 1, "{r:?}");
+    assert!(
+        r.err.contains("正被另一个 flowerbox(pid ") && r.err.contains("要并行就用不同的 -r"),
+        "{}",
+        r.err
+    );
+    assert!(!r.out.contains("接上上次"), "{}", r.out);
+    assert_eq!(model.recorded().len(), requests, "no model call");
+    assert_eq!(std::fs::read_to_string(p.note("需求.md")).unwrap(), brief);
+    assert_eq!(p.lineage()["woke"], 1);
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+
+    // Once the first is gone (even by SIGKILL) the directory is free again.
+    drop(model);
+    let model = ScriptedModel::start(&scenario("flow_kill_2"));
+    let r = p.run(&model, &["--timeout", "0"]);
+    assert_eq!(r.code(), 0, "{r:?}");
+    assert_eq!(p.lineage()["steps"]["干活"], session.as_str());
+}
+
+/// A child killed (SIGKILL) and reaped when the test ends, also when an assertion panics: a
+/// hanging `go` must not outlive its test.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_same_request_again_after_kill_9_is_a_wake_not_an_amendment() {
+    let p = Project::new();
+    let model = ScriptedModel::start(&scenario("flow_kill_1"));
+    let mut child = KillOnDrop(p.command(&model, &["--timeout", "0", ASK]).spawn().unwrap());
+    wait_until("the worker's request", || {
+        !requests_with(&model, "回话格式固定四段").is_empty()
+    });
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    let goal = std::fs::read_to_string(p.note("目标.md")).unwrap();
+    drop(model);
+
+    // Up-arrow, Enter: the very command that was killed. flow_kill_2 has no goal setter, so a
+    // re-derived goal would fail the run.
+    let model = ScriptedModel::start(&scenario("flow_kill_2"));
+    let r = p.run(&model, &["--timeout", "0", &format!(" {ASK} ")]);
+    assert_eq!(r.code(), 0, "{r:?}");
+    assert!(r.out.contains("接上上次"), "{}", r.out);
+    assert!(!r.out.contains("+ 收到"), "{}", r.out);
+    let brief = Brief::load(&p.note("需求.md")).unwrap().unwrap();
+    assert!(brief.amendments.is_empty(), "{:?}", brief.amendments);
+    assert_eq!(std::fs::read_to_string(p.note("目标.md")).unwrap(), goal);
+    let told = requests_with(&model, "你是协调者")[0]["messages"].to_string();
+    assert!(told.contains("接着上次的工作继续"), "{told}");
+    assert!(!told.contains("人在唤醒时补充了一句"), "{told}");
 }

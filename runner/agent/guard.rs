@@ -25,11 +25,14 @@ pub enum Decision {
 /// guard. Unknown tool names are refused too (the registry has the final say).
 pub fn check(spec: &AgentSpec, call: &ToolCall) -> Decision {
     if !spec.allows(&call.name) {
+        let available = if spec.tools.is_empty() {
+            "它没有任何工具,直接回答".to_string()
+        } else {
+            format!("可用:{}", spec.tools.join(", "))
+        };
         return Decision::Deny(format!(
-            "工具 {} 不在 {} 的白名单里,运行时拒绝执行(可用:{})。",
-            call.name,
-            spec.name,
-            spec.tools.join(", ")
+            "工具 {} 不在 {} 的白名单里,运行时拒绝执行({available})。",
+            call.name, spec.name,
         ));
     }
     if spec.glance_only && call.name == "Bash" {
@@ -126,6 +129,22 @@ mod tests {
             check(&j, &call("NoSuchTool", json!({}))),
             Decision::Deny(_)
         ));
+        assert!(matches!(
+            check(&j, &call("Write", json!({}))),
+            Decision::Deny(t) if t.ends_with("(可用:mcp__human__ask, Read, Glob, Grep)。")
+        ));
+    }
+
+    #[test]
+    fn an_empty_whitelist_says_so_instead_of_an_empty_list() {
+        // `once -t ''`: no tools at all.
+        let bare = roles::once("", Vec::new(), None);
+        assert_eq!(
+            check(&bare, &call("Read", json!({}))),
+            Decision::Deny(
+                "工具 Read 不在 ad-hoc 的白名单里,运行时拒绝执行(它没有任何工具,直接回答)。".into()
+            )
+        );
     }
 
     #[test]

@@ -42,6 +42,14 @@ pub async fn once(
         },
     )
     .await?;
+    if let Some(id) = &opts.resume {
+        // flower's SDK refuses an unknown session; a silent fresh session would spend the
+        // model's money on a conversation the user did not ask for.
+        if let Err(e) = known_session(&ctx, id, &globals) {
+            ctx.shutdown().await;
+            return Err(e);
+        }
+    }
     let spec = roles::once(&opts.instructions, once_tools(&opts), opts.budget_usd);
     let mut run = {
         let rt = ctx.runtime.clone();
@@ -78,6 +86,18 @@ pub async fn once(
             ctx.shutdown().await;
             Ok(ExitStatus::Signalled(sig))
         }
+    }
+}
+
+/// `Ok` when `--resume ID` names a session of this run directory.
+fn known_session(ctx: &RunContext, id: &str, globals: &GlobalOptions) -> Result<(), CliError> {
+    match ctx.runtime.store.meta(id) {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(CliError::Failed(format!(
+            "--resume {id}:{} 里没有这条会话。会话 id 要从同一个 run 目录里找(-r 指对了吗?)",
+            globals.run_dir.join("sessions.db").display()
+        ))),
+        Err(e) => Err(CliError::Failed(format!("sessions.db: {e}"))),
     }
 }
 

@@ -630,6 +630,17 @@ mod tests {
         for mode in ["default", "plan", "bypassPermissions"] {
             assert!(resolve(&e.host, &["once", "hi", "-p", mode]).is_ok());
         }
+        // An explicitly empty list is an empty whitelist (flower's `-t ''` too: nothing is
+        // pre-approved), not the default three: the agent only answers.
+        for empty in ["", " , "] {
+            let CommandOptions::Once(once) = resolve(&e.host, &["once", "hi", "-t", empty])
+                .unwrap()
+                .command
+            else {
+                panic!()
+            };
+            assert!(once.tools.is_empty(), "{empty:?}: {:?}", once.tools);
+        }
     }
 
     #[test]

@@ -4,6 +4,9 @@
 //!
 //! - `flows.toml:main` (ends in `.toml` or contains `/`) — a file path, relative to the current
 //!   directory;
+//! - `flows.py:main` (flower's own spelling) — a file path too, so a missing one gets flower's
+//!   "找不到" message and an existing one is refused for what it is: flowerbox does not run
+//!   Python, its workflows are TOML;
 //! - `flows:main`, `pkg.flows:main` — a "module" name: `flows.toml`, `pkg/flows.toml` in the
 //!   current directory.
 //!
@@ -41,10 +44,12 @@ pub enum TargetError {
     #[error("需要模块:属性形式,例如 flows:main")]
     MissingColon,
     /// A file-path target that does not exist.
-    #[error("找不到 {path}(当前目录 {})。给的是文件路径就要能对上;要按模块名导入就别带 .toml", cwd.display())]
+    #[error("找不到 {path}(当前目录 {})。给的是文件路径就要能对上;要按模块名导入就别带 .{suffix}", cwd.display())]
     NotFound {
         /// The path as typed.
         path: String,
+        /// The extension as typed (`toml`, `py`), named in the advice.
+        suffix: String,
         /// The current directory.
         cwd: PathBuf,
     },
@@ -86,14 +91,19 @@ pub fn resolve(spec: &str, cwd: &Path) -> Result<RunTarget, TargetError> {
         module: module.to_string(),
         message,
     };
-    let is_path = module.ends_with(".toml") || module.contains('/');
+    let suffix = extension(module);
+    let is_path = suffix.is_some() || module.contains('/');
     let file = if is_path {
         let file = cwd.join(module);
         if !file.exists() {
             return Err(TargetError::NotFound {
                 path: module.to_string(),
+                suffix: suffix.unwrap_or("toml").to_string(),
                 cwd: cwd.to_path_buf(),
             });
+        }
+        if suffix == Some("py") {
+            return Err(import(python_refusal(module, name, cwd)));
         }
         file
     } else {
@@ -129,6 +139,25 @@ pub fn resolve(spec: &str, cwd: &Path) -> Result<RunTarget, TargetError> {
         file,
         workflow,
     })
+}
+
+/// The workflow-file extension `module` ends in, lowercased (`FLOWS.TOML` is a path too).
+fn extension(module: &str) -> Option<&'static str> {
+    let (_, ext) = module.rsplit_once('.')?;
+    ["toml", "py"]
+        .into_iter()
+        .find(|known| ext.eq_ignore_ascii_case(known))
+}
+
+/// Why an existing `.py` target is refused, pointing at the TOML file next to it if there is one.
+fn python_refusal(module: &str, name: &str, cwd: &Path) -> String {
+    let toml = format!("{}.toml", &module[..module.len() - ".py".len()]);
+    let advice = if cwd.join(&toml).is_file() {
+        format!("要跑旁边的 TOML 就写 flowerbox run {toml}:{name}")
+    } else {
+        format!("把流程写成 TOML 文件里的 [{name}] 表(见 examples/flows.toml)")
+    };
+    format!("flowerbox 不跑 Python 流程,流程写在 TOML 文件里。{advice}")
 }
 
 #[cfg(test)]
@@ -181,6 +210,44 @@ mod tests {
                 d.path().display()
             )
         );
+    }
+
+    #[test]
+    fn python_targets_are_paths_with_flowers_advice() {
+        let d = dir();
+        let e = resolve("missing.py:main", d.path()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "找不到 missing.py(当前目录 {})。给的是文件路径就要能对上;要按模块名导入就别带 .py",
+                d.path().display()
+            )
+        );
+        std::fs::write(d.path().join("flows.py"), "def main(): ...\n").unwrap();
+        let e = resolve("flows.py:main", d.path()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "导入 'flows.py' 失败:flowerbox 不跑 Python 流程,流程写在 TOML 文件里。\
+             要跑旁边的 TOML 就写 flowerbox run flows.toml:main"
+        );
+        std::fs::write(d.path().join("lone.py"), "").unwrap();
+        let e = resolve("lone.py:build", d.path()).unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with("[build] 表(见 examples/flows.toml)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_upper_case_extension_is_still_a_path() {
+        let d = dir();
+        std::fs::write(d.path().join("UP.TOML"), "[main]\n").unwrap();
+        assert!(resolve("UP.TOML:main", d.path()).is_ok());
+        assert!(matches!(
+            resolve("gone.TOML:main", d.path()).unwrap_err(),
+            TargetError::NotFound { .. }
+        ));
     }
 
     #[test]

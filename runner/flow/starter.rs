@@ -25,6 +25,7 @@ use crate::agent::{roles, AgentSpec};
 use crate::cli::error::{CliError, ExitStatus};
 use crate::cli::options::{GlobalOptions, GoOptions};
 use crate::creds::Credentials;
+use crate::record::lock::{FileLock, Held};
 use crate::record::LineageFile;
 use crate::term::render::{shorten_home, wake_banner, WakeInfo};
 
@@ -196,6 +197,10 @@ pub async fn go(
     if opts.ask.is_none() && (opts.new || !wake_state(&ws, &globals.run_dir, opts.isolate).waking) {
         return Err(CliError::NeedRequest);
     }
+    // One `go` per run directory at a time: two would drive the same sessions at once and
+    // interleave their transcripts (held until this function returns; the kernel drops it when
+    // the process dies, even by SIGKILL).
+    let _one_go = one_go(&globals.run_dir)?;
     let (brief_path, _, log_path) = notes_paths(&opts.workbench);
     let session = Session::open(
         &globals,
@@ -219,6 +224,19 @@ pub async fn go(
         None
     };
     let probe = wake_state(&ws, &globals.run_dir, opts.isolate);
+    let mut opts = opts;
+    // The same command line again after a crash (up-arrow, Enter) is a wake, not a new request:
+    // appending it would re-derive the goal and tell the coordinator what it already knows.
+    let original = probe
+        .steps
+        .get(CLARIFY_STEP)
+        .and_then(|sid| first_request(session.runtime(), sid));
+    if probe.waking
+        && original.is_some()
+        && opts.ask.as_deref().map(str::trim) == original.as_deref()
+    {
+        opts.ask = None;
+    }
     let starter = Starter::from_options(&opts, probe.waking, &probe.workbench);
     let render = session.frontend.render_options();
     if let Some(dir) = archived {
@@ -259,6 +277,36 @@ pub async fn go(
     }
     tracing::info!(waking = probe.waking, steps = ?wf.steps.iter().map(|s| &s.name).collect::<Vec<_>>(), "go");
     session.execute(&wf, &mut ctx).await
+}
+
+/// The request the clarify session `sid` started from (its first user message), trimmed.
+fn first_request(rt: &crate::agent::Runtime, sid: &str) -> Option<String> {
+    let policy = crate::session::TrimPolicy::new(rt.trim_policy().spill_dir, false);
+    let history = rt.store().load(sid, &policy).ok()?;
+    let first = history.into_iter().next()?;
+    let text: String = first
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            crate::model::ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    Some(text.trim().to_string())
+}
+
+/// The lock that keeps a second `go` out of `run_dir` while this one runs.
+///
+/// Errors: [`CliError::Failed`] naming the other process when it is held.
+pub fn one_go(run_dir: &Path) -> Result<FileLock, CliError> {
+    FileLock::try_exclusive(&run_dir.join("go")).map_err(|held| match held {
+        Held::Busy(pid) => CliError::Failed(format!(
+            "{} 正被另一个 flowerbox(pid {pid})用着:两个一起接着跑会把同一条会话写乱。\
+             等它跑完再接着;要并行就用不同的 -r。",
+            run_dir.display()
+        )),
+        Held::Io(e) => CliError::Failed(e.to_string()),
+    })
 }
 
 /// Appends what the human said on a wake to the brief, unless the brief already has it (the

@@ -39,6 +39,51 @@ impl FileLock {
         FileExt::lock_exclusive(&file).map_err(|e| RecordError::io(&path, e))?;
         Ok(FileLock { file })
     }
+
+    /// Takes the exclusive lock on `<target>.lock` without waiting and writes this process's
+    /// pid into it; `Err(Busy(pid))` names the holder (its pid as it wrote it, 0 if unreadable).
+    ///
+    /// # Errors
+    /// [`Held::Busy`] when another process holds it; [`Held::Io`] when the lock file cannot be
+    /// created or locked.
+    pub fn try_exclusive(target: &Path) -> Result<FileLock, Held> {
+        let path = lock_path(target);
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| Held::Io(RecordError::io(dir, e)))?;
+        }
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| Held::Io(RecordError::io(&path, e)))?;
+        match FileExt::try_lock_exclusive(&file) {
+            Ok(true) => {}
+            Ok(false) => {
+                let pid = std::fs::read_to_string(&path)
+                    .ok()
+                    .and_then(|t| t.trim().parse().ok())
+                    .unwrap_or(0);
+                return Err(Held::Busy(pid));
+            }
+            Err(e) => return Err(Held::Io(RecordError::io(&path, e))),
+        }
+        // The pid is advice for the message only; failing to write it changes nothing.
+        let _ = file
+            .set_len(0)
+            .and_then(|_| writeln!(file, "{}", std::process::id()));
+        Ok(FileLock { file })
+    }
+}
+
+/// Why [`FileLock::try_exclusive`] did not get the lock.
+#[derive(Debug)]
+pub enum Held {
+    /// Another live process holds it; its pid (0 when unknown).
+    Busy(u32),
+    /// The lock file could not be opened or locked.
+    Io(RecordError),
 }
 
 impl Drop for FileLock {
@@ -137,8 +182,25 @@ mod tests {
         let first = FileLock::exclusive(&target).unwrap();
         let other = File::open(lock_path(&target)).unwrap();
         assert!(!FileExt::try_lock_exclusive(&other).unwrap());
+        assert!(matches!(
+            FileLock::try_exclusive(&target),
+            Err(Held::Busy(_))
+        ));
         drop(first);
         assert!(FileExt::try_lock_exclusive(&other).unwrap());
+    }
+
+    #[test]
+    fn try_exclusive_names_the_holder_and_is_free_again_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("runs/go");
+        let first = FileLock::try_exclusive(&target).unwrap();
+        match FileLock::try_exclusive(&target) {
+            Err(Held::Busy(pid)) => assert_eq!(pid, std::process::id()),
+            other => panic!("{other:?}"),
+        }
+        drop(first);
+        assert!(FileLock::try_exclusive(&target).is_ok());
     }
 
     #[test]
