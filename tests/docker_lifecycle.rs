@@ -183,12 +183,20 @@ async fn kill9_then_the_next_start_sweeps_orphans_and_spares_live_owners() {
     assert_eq!(orphans.len(), 4, "kill -9 leaves the containers behind");
 
     // The next start in this workspace sweeps.
+    let dead_pid = dead.child.id();
     let lines = gc::sweep_orphans(&engine, &ws).await.unwrap();
     assert_eq!(lines.len(), 4, "{lines:?}");
+    // Agent containers before the pod; names, run id and pid verbatim.
+    let said = format!("(运行 {}", dead.run_id);
+    let why = format!("):主人进程 {dead_pid} 已经没了");
     assert!(
         lines
             .iter()
-            .all(|l| l.contains(&dead.run_id) && l.contains("is gone")),
+            .all(|l| l.starts_with("删掉了残留的容器 ") && l.contains(&said) && l.ends_with(&why)),
+        "{lines:?}"
+    );
+    assert!(
+        lines[3].ends_with(&format!("(运行 {},pod{why}", dead.run_id)),
         "{lines:?}"
     );
     assert!(run_containers(&engine, &dead.run_id).await.is_empty());
@@ -205,7 +213,9 @@ async fn kill9_then_the_next_start_sweeps_orphans_and_spares_live_owners() {
         report
             .kept
             .iter()
-            .filter(|l| l.contains(&live.run_id))
+            .filter(|l| l.starts_with("留着容器 ")
+                && l.contains(&live.run_id)
+                && l.ends_with(":主人还在跑"))
             .count(),
         4,
         "{report:?}"

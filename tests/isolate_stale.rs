@@ -126,9 +126,17 @@ async fn a_crashed_runs_deleted_worktree_does_not_block_the_next_run() {
     assert!(swept.iter().any(|l| l.contains(&crashed_run)), "{swept:?}");
     // Opening the placement pruned the stale registration and kept the unmerged branch.
     let warnings = run.placement.warnings().join("\n");
-    assert!(warnings.contains("pruned stale registration"), "{warnings}");
     assert!(
-        warnings.contains(&format!("kept branch {crashed_branch} (unmerged commits)")),
+        warnings.contains(&format!(
+            "上次运行的残留:清掉了 worktree {}({crashed_branch}) 的失效登记(目录已经没了)",
+            crashed_tree.display()
+        )),
+        "{warnings}"
+    );
+    assert!(
+        warnings.contains(&format!(
+            "上次运行的残留:留着分支 {crashed_branch}:有没合入的提交"
+        )),
         "{warnings}"
     );
     assert!(!listed(&ws));

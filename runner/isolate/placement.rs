@@ -111,19 +111,19 @@ impl WorktreePlacement {
             .unwrap_or_else(|| worktrees_root(&repo.workdir));
         let mut warnings = Vec::new();
         match sweep(&repo.workspace) {
+            // Live runs' worktrees are their business: not worth a warning.
             Ok(SweepReport {
                 removed,
                 kept,
                 failed,
-            }) => {
-                warnings.extend(removed.into_iter().map(|l| format!("上次运行的残留:{l}")));
-                warnings.extend(failed.into_iter().map(|l| format!("清不掉残留:{l}")));
-                warnings.extend(
-                    kept.into_iter()
-                        .filter(|l| !l.contains("is running"))
-                        .map(|l| format!("保留着:{l}")),
-                );
-            }
+                live: _,
+            }) => warnings.extend(
+                removed
+                    .into_iter()
+                    .chain(failed)
+                    .chain(kept)
+                    .map(|l| format!("上次运行的残留:{l}")),
+            ),
             Err(e) => warnings.push(format!("清理旧 worktree 失败:{e}")),
         }
         warnings.extend(repo.start_warnings(&opts.exclude)?);

@@ -23,8 +23,11 @@ use crate::sandbox::docker::labels::Liveness;
 pub struct SweepReport {
     /// Worktrees and branches removed, registrations pruned.
     pub removed: Vec<String>,
-    /// Kept: unmerged branches, dirty worktrees, live runs' worktrees.
+    /// Kept: unmerged branches, dirty worktrees, worktrees locked by someone else or by an
+    /// owner whose liveness cannot be decided.
     pub kept: Vec<String>,
+    /// Kept because a live run owns them (its own business, no warning at the start of a run).
+    pub live: Vec<String>,
     /// Removals that failed.
     pub failed: Vec<String>,
 }
@@ -75,12 +78,10 @@ pub fn sweep(workspace: &Path) -> Result<SweepReport, IsolateError> {
         };
         match is_merged(&repo, tip) {
             Ok(true) => match delete_branch(&repo, &name) {
-                Ok(()) => report.removed.push(format!("removed merged branch {name}")),
-                Err(e) => report.failed.push(format!("branch {name}: {e}")),
+                Ok(()) => report.removed.push(format!("删掉了已合入的分支 {name}")),
+                Err(e) => report.failed.push(format!("删不掉分支 {name}:{e}")),
             },
-            _ => report
-                .kept
-                .push(format!("kept branch {name} (unmerged commits)")),
+            _ => report.kept.push(format!("留着分支 {name}:有没合入的提交")),
         }
     }
     Ok(report)
@@ -91,30 +92,30 @@ fn sweep_one(repo: &Repository, name: &str, branch: Option<&str>, report: &mut S
         return;
     };
     let what = format!(
-        "worktree {} ({})",
+        "worktree {}({})",
         wt.path().display(),
-        branch.unwrap_or("no branch")
+        branch.unwrap_or("没有分支")
     );
     match wt.is_locked() {
         Ok(WorktreeLockStatus::Locked(reason)) => {
             match reason.as_deref().and_then(OwnerLock::parse) {
                 None => {
-                    report.kept.push(format!(
-                        "kept {what} (locked: {})",
-                        reason.unwrap_or_default()
-                    ));
+                    report.kept.push(match reason.filter(|r| !r.is_empty()) {
+                        Some(r) => format!("留着 {what}:被别人锁着({r})"),
+                        None => format!("留着 {what}:被别人锁着"),
+                    });
                     return;
                 }
                 Some(lock) => match lock.owner.liveness() {
                     Liveness::Dead(_) => {}
                     Liveness::Alive => {
                         report
-                            .kept
-                            .push(format!("kept {what} (run {} is running)", lock.run));
+                            .live
+                            .push(format!("留着 {what}:运行 {} 还在跑", lock.run));
                         return;
                     }
                     Liveness::Unknown(why) => {
-                        report.kept.push(format!("kept {what} ({why})"));
+                        report.kept.push(format!("留着 {what}:{why}"));
                         return;
                     }
                 },
@@ -122,7 +123,7 @@ fn sweep_one(repo: &Repository, name: &str, branch: Option<&str>, report: &mut S
         }
         Ok(WorktreeLockStatus::Unlocked) => {}
         Err(e) => {
-            report.failed.push(format!("{what}: {e}"));
+            report.failed.push(format!("看不出 {what} 锁没锁:{e}"));
             return;
         }
     }
@@ -146,22 +147,20 @@ fn sweep_one(repo: &Repository, name: &str, branch: Option<&str>, report: &mut S
         match pruned {
             Ok(()) => report
                 .removed
-                .push(format!("pruned stale registration of {what}")),
+                .push(format!("清掉了 {what} 的失效登记(目录已经没了)")),
             Err(e) => {
-                report.failed.push(format!("{what}: {e}"));
+                report.failed.push(format!("清不掉 {what} 的失效登记:{e}"));
                 return;
             }
         }
         if let Some(b) = branch {
             if merged {
                 match delete_branch(repo, b) {
-                    Ok(()) => report.removed.push(format!("removed merged branch {b}")),
-                    Err(e) => report.failed.push(format!("branch {b}: {e}")),
+                    Ok(()) => report.removed.push(format!("删掉了已合入的分支 {b}")),
+                    Err(e) => report.failed.push(format!("删不掉分支 {b}:{e}")),
                 }
             } else if tip.is_some() {
-                report
-                    .kept
-                    .push(format!("kept branch {b} (unmerged commits)"));
+                report.kept.push(format!("留着分支 {b}:有没合入的提交"));
             }
         }
         return;
@@ -169,17 +168,17 @@ fn sweep_one(repo: &Repository, name: &str, branch: Option<&str>, report: &mut S
     let clean = is_clean(wt.path()).unwrap_or(false);
     match (merged, clean, branch) {
         (true, true, Some(b)) => match remove(repo, name, b) {
-            Ok(()) => report.removed.push(format!("removed merged {what}")),
-            Err(e) => report.failed.push(format!("{what}: {e}")),
+            Ok(()) => report.removed.push(format!("删掉了已合入的 {what}")),
+            Err(e) => report.failed.push(format!("删不掉已合入的 {what}:{e}")),
         },
         _ => {
             // Unlock so the user can handle it with plain `git worktree` commands.
             let _ = wt.unlock();
             let why = match (merged, clean) {
-                (false, _) => "unmerged commits",
-                (true, _) => "uncommitted changes",
+                (false, _) => "有没合入的提交",
+                (true, _) => "有没提交的改动",
             };
-            report.kept.push(format!("kept {what} ({why})"));
+            report.kept.push(format!("留着 {what}:{why}"));
         }
     }
 }
@@ -189,7 +188,7 @@ mod tests {
     use super::*;
     use crate::isolate::repo::open_workspace_repo;
     use crate::isolate::repo::tests::{git, repo_with_commit};
-    use crate::isolate::worktree::add;
+    use crate::isolate::worktree::{add, NewWorktree};
     use crate::sandbox::docker::labels::Owner;
 
     fn dead_owner() -> Owner {
@@ -238,23 +237,32 @@ mod tests {
         // Unmerged and dirty: kept (and unlocked).
         assert!(unmerged.path.join("u.txt").is_file());
         assert!(dirty.path.join("wip.txt").is_file());
-        assert!(rep
-            .kept
-            .iter()
-            .any(|l| l.contains("worker-2") && l.contains("unmerged")));
-        assert!(rep
-            .kept
-            .iter()
-            .any(|l| l.contains("worker-3") && l.contains("uncommitted")));
         // Directory deleted by hand: registration pruned, unmerged branch kept.
         assert!(repo.find_worktree(&gone_unmerged.name).is_err());
         assert!(repo
             .find_branch(&gone_unmerged.branch, BranchType::Local)
             .is_ok());
-        assert!(rep
-            .kept
-            .iter()
-            .any(|l| l.contains(&gone_unmerged.branch) && l.contains("unmerged")));
+        // What the user reads, paths and branches verbatim.
+        let what = |t: &NewWorktree| format!("worktree {}({})", t.path.display(), t.branch);
+        let mut removed = rep.removed.clone();
+        removed.sort();
+        let mut expected = vec![
+            format!("删掉了已合入的 {}", what(&merged)),
+            format!("清掉了 {} 的失效登记(目录已经没了)", what(&gone_unmerged)),
+        ];
+        expected.sort();
+        assert_eq!(removed, expected);
+        let mut kept = rep.kept.clone();
+        kept.sort();
+        let mut expected = vec![
+            format!("留着 {}:有没合入的提交", what(&unmerged)),
+            format!("留着 {}:有没提交的改动", what(&dirty)),
+            format!("留着分支 {}:有没合入的提交", gone_unmerged.branch),
+            format!("留着 {}:被别人锁着(on a usb stick)", what(&foreign)),
+        ];
+        expected.sort();
+        assert_eq!(kept, expected);
+        assert_eq!(rep.live, [format!("留着 {}:运行 live 还在跑", what(&live))]);
         git(&ws, &["worktree", "list"]);
         git(&ws, &["fsck"]);
         // A second sweep changes nothing more.

@@ -49,7 +49,7 @@ impl Labelled {
     }
 
     fn describe(&self) -> String {
-        format!("{} (run {}, {})", self.name, self.run, self.agent)
+        format!("{}(运行 {},{})", self.name, self.run, self.agent)
     }
 }
 
@@ -80,7 +80,7 @@ pub async fn list(
             let owner = Owner::from_labels(&labels);
             let liveness = match &owner {
                 Some(o) => o.liveness(),
-                None => Liveness::Unknown("no owner labels".into()),
+                None => Liveness::Unknown("没有主人标签".into()),
             };
             Labelled {
                 id: c.id.unwrap_or_default(),
@@ -129,12 +129,10 @@ async fn remove_orphans(engine: &Engine, all: Vec<Labelled>) -> GcReport {
     let (orphans, kept): (Vec<_>, Vec<_>) = all.into_iter().partition(Labelled::is_orphan);
     for c in kept {
         let why = match &c.liveness {
-            Liveness::Alive => "owner is running".to_string(),
+            Liveness::Alive => "主人还在跑".to_string(),
             Liveness::Unknown(r) | Liveness::Dead(r) => r.clone(),
         };
-        report
-            .kept
-            .push(format!("kept container {} ({why})", c.describe()));
+        report.kept.push(format!("留着容器 {}:{why}", c.describe()));
     }
     // Agent containers before pods: they live in the pods' namespaces.
     let (pods, agents): (Vec<_>, Vec<_>) = orphans.into_iter().partition(|c| c.role == "pod");
@@ -152,15 +150,13 @@ async fn remove_orphans(engine: &Engine, all: Vec<Labelled>) -> GcReport {
             .remove_container(&c.id, Some(opts.clone()))
             .await
         {
-            Ok(()) => report.removed.push(format!(
-                "removed orphaned container {} ({reason})",
-                c.describe()
-            )),
+            Ok(()) => report
+                .removed
+                .push(format!("删掉了残留的容器 {}:{reason}", c.describe())),
             Err(e) if status_code(&e) == Some(404) => {}
-            Err(e) => report.failed.push(format!(
-                "could not remove orphaned container {}: {e}",
-                c.describe()
-            )),
+            Err(e) => report
+                .failed
+                .push(format!("删不掉残留的容器 {}:{e}", c.describe())),
         }
     }
     report
@@ -193,7 +189,7 @@ pub async fn gc(
         let trees = tokio::task::spawn_blocking(move || worktrees(&ws))
             .await
             .unwrap_or_else(|e| GcReport {
-                failed: vec![format!("worktree sweep crashed: {e}")],
+                failed: vec![format!("清理 worktree 时崩了:{e}")],
                 ..Default::default()
             });
         report.removed.extend(trees.removed);
@@ -212,11 +208,11 @@ pub fn worktrees(workspace: &Path) -> GcReport {
     match crate::isolate::sweep(workspace) {
         Ok(r) => GcReport {
             removed: r.removed,
-            kept: r.kept,
+            kept: r.live.into_iter().chain(r.kept).collect(),
             failed: r.failed,
         },
         Err(e) => GcReport {
-            failed: vec![format!("worktrees of {}: {e}", workspace.display())],
+            failed: vec![format!("清理不了 {} 的 worktree:{e}", workspace.display())],
             ..Default::default()
         },
     }
@@ -249,10 +245,7 @@ mod tests {
         git(&ws, &["checkout", "-q", "main"]);
         let r = worktrees(&ws);
         assert!(r.failed.is_empty(), "{r:?}");
-        assert_eq!(r.removed, ["removed merged branch flower/r0/worker-1"]);
-        assert_eq!(
-            r.kept,
-            ["kept branch flower/r0/worker-2 (unmerged commits)"]
-        );
+        assert_eq!(r.removed, ["删掉了已合入的分支 flower/r0/worker-1"]);
+        assert_eq!(r.kept, ["留着分支 flower/r0/worker-2:有没合入的提交"]);
     }
 }

@@ -46,9 +46,10 @@ pub struct Owner {
 pub enum Liveness {
     /// The very process is still running.
     Alive,
-    /// Provably gone; the text says why (`pid 123 is gone`).
+    /// Provably gone; the text says why, for the user (`主人进程 123 已经没了`).
     Dead(String),
     /// Cannot be decided here (another host, missing labels); never removed automatically.
+    /// The text says why, for the user.
     Unknown(String),
 }
 
@@ -117,22 +118,22 @@ impl Owner {
     pub fn liveness(&self) -> Liveness {
         let here = host_name();
         if self.host != here {
-            return Liveness::Unknown(format!("owned by host {}", self.host));
+            return Liveness::Unknown(format!("属于另一台机器 {}", self.host));
         }
         match boot_id() {
             Ok(b) if b != self.boot_id => {
-                return Liveness::Dead(format!("owner pid {} ran before the last reboot", self.pid))
+                return Liveness::Dead(format!("主人进程 {} 是重启之前的", self.pid))
             }
             Ok(_) => {}
-            Err(e) => return Liveness::Unknown(format!("boot id unreadable: {e}")),
+            Err(e) => return Liveness::Unknown(format!("读不出 boot id:{e}")),
         }
         match start_ticks(self.pid) {
             Ok(t) if t == self.start_ticks => Liveness::Alive,
-            Ok(_) => Liveness::Dead(format!("owner pid {} is now another process", self.pid)),
+            Ok(_) => Liveness::Dead(format!("主人进程 {} 已经换成别的进程了", self.pid)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                Liveness::Dead(format!("owner pid {} is gone", self.pid))
+                Liveness::Dead(format!("主人进程 {} 已经没了", self.pid))
             }
-            Err(e) => Liveness::Unknown(format!("owner pid {} unreadable: {e}", self.pid)),
+            Err(e) => Liveness::Unknown(format!("读不出主人进程 {}:{e}", self.pid)),
         }
     }
 }
@@ -158,22 +159,34 @@ mod tests {
             start_ticks: me.start_ticks + 1,
             ..me.clone()
         };
-        assert!(matches!(reused.liveness(), Liveness::Dead(_)));
+        assert_eq!(
+            reused.liveness(),
+            Liveness::Dead(format!("主人进程 {} 已经换成别的进程了", me.pid))
+        );
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         child.wait().unwrap();
         let gone = Owner { pid, ..me.clone() };
-        assert!(matches!(gone.liveness(), Liveness::Dead(r) if r.contains("gone")));
+        assert_eq!(
+            gone.liveness(),
+            Liveness::Dead(format!("主人进程 {pid} 已经没了"))
+        );
         let foreign = Owner {
             host: format!("{}-elsewhere", me.host),
             ..me.clone()
         };
-        assert!(matches!(foreign.liveness(), Liveness::Unknown(_)));
+        assert_eq!(
+            foreign.liveness(),
+            Liveness::Unknown(format!("属于另一台机器 {}", foreign.host))
+        );
         let rebooted = Owner {
             boot_id: "other-boot".into(),
-            ..me
+            ..me.clone()
         };
-        assert!(matches!(rebooted.liveness(), Liveness::Dead(_)));
+        assert_eq!(
+            rebooted.liveness(),
+            Liveness::Dead(format!("主人进程 {} 是重启之前的", me.pid))
+        );
     }
 
     #[test]
