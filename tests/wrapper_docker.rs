@@ -328,6 +328,7 @@ async fn sigterm_reaches_flowerbox_and_the_exit_code_passes_through() {
     let said =
         String::from_utf8_lossy(&gc.stdout).into_owned() + &String::from_utf8_lossy(&gc.stderr);
     assert!(gc.status.success(), "{said}");
+    assert!(said.contains("\n- 留着容器 fbx-"), "{said}");
     assert!(said.contains(":主人还在跑\n"), "{said}");
     assert!(
         containers_labelled(&engine, "flowerbox.workspace", &ws)

@@ -90,7 +90,7 @@ pub async fn gc(opts: GcOptions, globals: GlobalOptions) -> Result<ExitStatus, C
         println!("- 没有残留的容器");
     }
     for l in lines {
-        println!("{l}");
+        println!("- {l}");
     }
     if report.failed.is_empty() {
         Ok(ExitStatus::Success)
