@@ -92,12 +92,8 @@ pub async fn gc(opts: GcOptions, globals: GlobalOptions) -> Result<ExitStatus, C
     for l in lines {
         println!("- {l}");
     }
-    if report.failed.is_empty() {
-        Ok(ExitStatus::Success)
-    } else {
-        Err(CliError::Failed(format!(
-            "gc: {} 个容器删不掉(见上)",
-            report.failed.len()
-        )))
+    match report.failure_summary() {
+        None => Ok(ExitStatus::Success),
+        Some(summary) => Err(CliError::Failed(summary)),
     }
 }

@@ -122,6 +122,12 @@ impl GcReport {
             .cloned()
             .collect()
     }
+
+    /// `gc`'s exit message when something could not be removed: counted in items (a
+    /// container, a worktree or a branch), not containers, since `failed` holds all three.
+    pub fn failure_summary(&self) -> Option<String> {
+        (!self.failed.is_empty()).then(|| format!("gc: {} 项删不掉(见上)", self.failed.len()))
+    }
 }
 
 async fn remove_orphans(engine: &Engine, all: Vec<Labelled>) -> GcReport {
@@ -223,6 +229,22 @@ mod tests {
     use super::*;
 
     use crate::testkit::git_with_identity as git;
+
+    #[test]
+    fn failure_summary_counts_items_not_containers() {
+        assert_eq!(GcReport::default().failure_summary(), None);
+        let report = GcReport {
+            failed: vec![
+                "删不掉残留的容器 c(运行 r,worker-1):x".into(),
+                "删不掉分支 flowerbox/r/worker-1:y".into(),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            report.failure_summary().as_deref(),
+            Some("gc: 2 项删不掉(见上)")
+        );
+    }
 
     #[test]
     fn worktree_sweep_lists_unmerged_work_and_ignores_plain_directories() {
