@@ -31,7 +31,7 @@ async fn missing_socket_is_reported_before_anything_is_created() {
     let SandboxError::EngineUnavailable(msg) = err else {
         panic!("wrong error: {err:?}")
     };
-    assert_clear(&msg, "socket /nonexistent/docker.sock not found");
+    assert_clear(&msg, "找不到 socket /nonexistent/docker.sock");
 }
 
 #[tokio::test]
@@ -47,7 +47,7 @@ async fn socket_without_listener_means_engine_stopped() {
         .await
         .expect_err("must fail");
     assert!(matches!(err, EngineError::Refused { .. }), "{err:?}");
-    assert_clear(&err.to_string(), "connection refused");
+    assert_clear(&err.to_string(), "拒绝连接");
     assert!(err
         .to_string()
         .contains(&format!("DOCKER_HOST=unix://{}", path.display())));
@@ -68,7 +68,7 @@ async fn silent_engine_times_out() {
         .expect_err("must fail");
     assert!(started.elapsed() < Duration::from_secs(10));
     assert!(matches!(err, EngineError::Timeout { .. }), "{err:?}");
-    assert_clear(&err.to_string(), "no answer");
+    assert_clear(&err.to_string(), "秒内没回应");
 }
 
 /// Helper mode: run as an unprivileged user, try the socket named in the env, print the error.
@@ -119,5 +119,5 @@ async fn socket_without_permission_is_reported() {
         .find(|l| l.starts_with("PROBE"))
         .unwrap_or_else(|| panic!("no probe output: {stdout}"));
     assert!(line.starts_with("PROBE true: "), "{line}");
-    assert_clear(line, "permission denied on socket");
+    assert_clear(line, "没有权限打开 socket");
 }

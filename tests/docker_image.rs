@@ -51,10 +51,32 @@ async fn doctor_checks_engine_image_tools_git_and_credentials_by_name() {
     assert_eq!(exit_code(&checks), 0);
     for line in checks.iter().map(ToString::to_string) {
         assert!(
-            line.starts_with("pass") || line.starts_with("warn"),
+            line.starts_with("通过  ") || line.starts_with("注意  "),
             "{line}"
         );
     }
+    let detail = |name: &str| {
+        checks
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| c.detail.clone())
+            .unwrap_or_default()
+    };
+    assert!(detail("engine").starts_with("Docker 引擎 "), "{checks:#?}");
+    assert!(detail("engine").contains("有回应(API "), "{checks:#?}");
+    assert_eq!(detail("image"), format!("有 {}", default_image()));
+    assert!(
+        detail("tools").starts_with(&format!("{} 里有 bash, git, file, lsof", default_image())),
+        "{checks:#?}"
+    );
+    assert!(detail("workspace").ends_with(" 不在 git 仓库里(--isolate 要有仓库)"));
+    assert_eq!(detail("credentials"), "找到了 ANTHROPIC_API_KEY");
+    // The workspace is fresh: nothing of it can be orphaned.
+    assert_eq!(detail("orphans"), "没有残留的容器", "{checks:#?}");
+    assert!(
+        detail("git").starts_with("有 git(git version "),
+        "{checks:#?}"
+    );
 
     input.image = Some("flowerbox-no-such-image:0".into());
     input.credential_names.clear();
@@ -65,6 +87,15 @@ async fn doctor_checks_engine_image_tools_git_and_credentials_by_name() {
         .map(|c| c.name)
         .collect();
     assert_eq!(failed, ["image", "credentials"]);
+    let lines: Vec<String> = checks.iter().map(ToString::to_string).collect();
+    assert!(
+        lines.contains(&"不行  image       引擎上没有 flowerbox-no-such-image:0(--image / FLOWERBOX_IMAGE 选的)".to_string()),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.contains(&"不行  credentials 一个凭证都没找到".to_string()),
+        "{lines:#?}"
+    );
     assert_eq!(exit_code(&checks), 1);
 }
 

@@ -1,6 +1,8 @@
-//! `flowerbox doctor`: one line per check with pass / warn / fail (issue "Lifecycle"): the
-//! engine, the agent image and its tools, git, credentials (names only, never values), and
-//! orphaned containers. The CLI prints [`Check`]s and exits 1 when any failed.
+//! `flowerbox doctor`: one line per check with 通过 / 注意 / 不行 (pass / warn / fail; issue
+//! "Lifecycle"): the engine, the agent image and its tools, git, credentials (names only, never
+//! values), and orphaned containers. Check names stay ASCII words (`engine`, `image`...) so the
+//! lines grep; the rest is Chinese with identifiers verbatim. The CLI prints [`Check`]s and exits
+//! 1 when any failed.
 
 use bollard::container::LogOutput;
 use bollard::models::{ContainerCreateBody, HostConfig};
@@ -33,9 +35,9 @@ pub enum CheckStatus {
 impl CheckStatus {
     fn label(self) -> &'static str {
         match self {
-            CheckStatus::Pass => "pass",
-            CheckStatus::Warn => "warn",
-            CheckStatus::Fail => "fail",
+            CheckStatus::Pass => "通过",
+            CheckStatus::Warn => "注意",
+            CheckStatus::Fail => "不行",
         }
     }
 }
@@ -101,7 +103,7 @@ pub async fn doctor(input: &DoctorInput) -> Vec<Check> {
             "engine",
             Pass,
             format!(
-                "Docker engine at {} answers (API {}; {})",
+                "Docker 引擎 {} 有回应(API {};{})",
                 e.endpoint().host,
                 e.api_version(),
                 e.endpoint().origin()
@@ -117,17 +119,17 @@ pub async fn doctor(input: &DoctorInput) -> Vec<Check> {
                 checks.push(tools_check(engine, &image).await);
             }
         }
-        Err(_) => checks.push(check("image", Warn, "not checked: no engine")),
+        Err(_) => checks.push(check("image", Warn, "没查:没有引擎")),
     }
     checks.push(git_check().await);
     checks.push(workspace_check(&input.workspace));
     checks.push(if input.credential_names.is_empty() {
-        check("credentials", Fail, "no credential found")
+        check("credentials", Fail, "一个凭证都没找到")
     } else {
         check(
             "credentials",
             Pass,
-            format!("found {}", input.credential_names.join(", ")),
+            format!("找到了 {}", input.credential_names.join(", ")),
         )
     });
     if let Ok(engine) = &engine {
@@ -136,21 +138,23 @@ pub async fn doctor(input: &DoctorInput) -> Vec<Check> {
         checks.push(match gc::list(engine, Some(&ws)).await {
             Ok(all) => {
                 let orphans = all.iter().filter(|c| c.is_orphan()).count();
-                if orphans == 0 {
+                if all.is_empty() {
+                    check("orphans", Pass, "没有残留的容器")
+                } else if orphans == 0 {
                     check(
                         "orphans",
                         Pass,
-                        format!("no orphaned container ({} of live runs)", all.len()),
+                        format!("没有残留的容器({} 个容器的主人还在跑或查不清)", all.len()),
                     )
                 } else {
                     check(
                         "orphans",
                         Warn,
-                        format!("{orphans} orphaned container(s); `flowerbox gc` removes them"),
+                        format!("{orphans} 个残留的容器;`flowerbox gc` 会删掉它们"),
                     )
                 }
             }
-            Err(e) => check("orphans", Warn, format!("could not list containers: {e}")),
+            Err(e) => check("orphans", Warn, format!("列不出容器:{e}")),
         });
     }
     checks
@@ -160,35 +164,28 @@ async fn image_check(engine: &Engine, requested: Option<&str>) -> (Check, Option
     use CheckStatus::*;
     let image = requested.map(str::to_string).unwrap_or_else(default_image);
     match image_exists(engine, &image).await {
-        Ok(true) => (
-            check("image", Pass, format!("{image} present")),
-            Some(image),
-        ),
+        Ok(true) => (check("image", Pass, format!("有 {image}")), Some(image)),
         Ok(false) if requested.is_some() => (
             check(
                 "image",
                 Fail,
-                format!("{image} (--image / FLOWERBOX_IMAGE) is not on the engine"),
+                format!("引擎上没有 {image}(--image / FLOWERBOX_IMAGE 选的)"),
             ),
             None,
         ),
         Ok(false) => {
             let base = base_image();
             let how = if image_exists(engine, &base).await.unwrap_or(false) {
-                format!("from {base}")
+                format!("从 {base} 建")
             } else if image_exists(engine, SLIM_BASE).await.unwrap_or(false) {
-                format!("from {SLIM_BASE}")
+                format!("从 {SLIM_BASE} 建")
             } else if which("debootstrap") {
-                format!("with debootstrap ({base} is built first; needs root)")
+                format!("用 debootstrap 建(先建 {base};要 root)")
             } else {
-                format!("— but {base} and {SLIM_BASE} are missing and debootstrap is not installed")
+                format!("建不了:没有 {base} 和 {SLIM_BASE},也没装 debootstrap")
             };
             (
-                check(
-                    "image",
-                    Warn,
-                    format!("{image} missing; built on first use {how}"),
-                ),
+                check("image", Warn, format!("没有 {image};第一次用时{how}")),
                 None,
             )
         }
@@ -226,13 +223,7 @@ async fn tools_check(engine: &Engine, image: &str) -> Check {
     let docker = engine.docker();
     let id = match docker.create_container(None, body).await {
         Ok(r) => r.id,
-        Err(e) => {
-            return check(
-                "tools",
-                Warn,
-                format!("could not start a container of {image}: {e}"),
-            )
-        }
+        Err(e) => return check("tools", Warn, format!("起不了 {image} 的容器:{e}")),
     };
     let run = async {
         docker.start_container(&id, None).await?;
@@ -272,23 +263,23 @@ async fn tools_check(engine: &Engine, image: &str) -> Check {
                 check(
                     "tools",
                     Pass,
-                    format!("{image} has {}", AGENT_TOOLS.join(", ")),
+                    format!("{image} 里有 {}", AGENT_TOOLS.join(", ")),
                 )
             } else {
                 let judges = if missing.iter().any(|m| *m == "file" || *m == "lsof") {
-                    "; judges cannot inspect artifacts"
+                    ";判定时查不了产物"
                 } else {
                     ""
                 };
                 check(
                     "tools",
                     Warn,
-                    format!("{image} lacks {}{judges}", missing.join(", ")),
+                    format!("{image} 里没有 {}{judges}", missing.join(", ")),
                 )
             }
         }
-        Ok(Err(e)) => check("tools", Warn, format!("could not run {image}: {e}")),
-        Err(_) => check("tools", Warn, format!("checking {image} took over 30 s")),
+        Ok(Err(e)) => check("tools", Warn, format!("跑不了 {image}:{e}")),
+        Err(_) => check("tools", Warn, format!("查 {image} 超过 30 秒")),
     }
 }
 
@@ -301,12 +292,12 @@ async fn git_check() -> Check {
         Ok(o) if o.status.success() => check(
             "git",
             CheckStatus::Pass,
-            String::from_utf8_lossy(&o.stdout).trim().to_string(),
+            format!("有 git({})", String::from_utf8_lossy(&o.stdout).trim()),
         ),
         _ => check(
             "git",
             CheckStatus::Warn,
-            "git is not on PATH (the host needs it for worktrees and merges)",
+            "PATH 上没有 git(主机要用它建 worktree、做合并)",
         ),
     }
 }
@@ -316,7 +307,7 @@ fn workspace_check(workspace: &std::path::Path) -> Check {
         return check(
             "workspace",
             CheckStatus::Fail,
-            format!("{} is not a directory", workspace.display()),
+            format!("{} 不是目录", workspace.display()),
         );
     }
     match git2::Repository::discover(workspace) {
@@ -328,14 +319,14 @@ fn workspace_check(workspace: &std::path::Path) -> Check {
             check(
                 "workspace",
                 CheckStatus::Pass,
-                format!("{} is in git repository {root}", workspace.display()),
+                format!("{} 在 git 仓库 {root} 里", workspace.display()),
             )
         }
         Err(_) => check(
             "workspace",
             CheckStatus::Warn,
             format!(
-                "{} is not in a git repository (--isolate needs one)",
+                "{} 不在 git 仓库里(--isolate 要有仓库)",
                 workspace.display()
             ),
         ),
@@ -348,9 +339,12 @@ mod tests {
 
     #[test]
     fn lines_and_exit_code() {
-        let ok = check("git", CheckStatus::Pass, "git version 2.39");
-        assert_eq!(ok.to_string(), "pass  git         git version 2.39");
-        let bad = check("credentials", CheckStatus::Fail, "no credential found");
+        let ok = check("git", CheckStatus::Pass, "有 git(git version 2.39)");
+        assert_eq!(ok.to_string(), "通过  git         有 git(git version 2.39)");
+        let warn = check("image", CheckStatus::Warn, "没有 x");
+        assert_eq!(warn.to_string(), "注意  image       没有 x");
+        let bad = check("credentials", CheckStatus::Fail, "一个凭证都没找到");
+        assert_eq!(bad.to_string(), "不行  credentials 一个凭证都没找到");
         assert_eq!(exit_code(std::slice::from_ref(&ok)), 0);
         assert_eq!(exit_code(&[ok, bad]), 1);
     }
@@ -370,7 +364,26 @@ mod tests {
         assert_eq!(engine.status, CheckStatus::Fail);
         assert!(engine.detail.contains("--sandbox host"));
         let creds = checks.iter().find(|c| c.name == "credentials").unwrap();
-        assert_eq!(creds.detail, "found ANTHROPIC_API_KEY");
+        assert_eq!(creds.detail, "找到了 ANTHROPIC_API_KEY");
+        assert!(
+            engine
+                .to_string()
+                .starts_with("不行  engine      用不了 Docker 引擎"),
+            "{engine}"
+        );
+        // No engine: the image is not checked, and the line says so in Chinese.
+        let image = checks.iter().find(|c| c.name == "image").unwrap();
+        assert_eq!(image.to_string(), "注意  image       没查:没有引擎");
+        // Not a repository: the workspace line names the path and --isolate verbatim.
+        let ws = checks.iter().find(|c| c.name == "workspace").unwrap();
+        assert_eq!(ws.status, CheckStatus::Warn);
+        assert_eq!(
+            ws.detail,
+            format!(
+                "{} 不在 git 仓库里(--isolate 要有仓库)",
+                dir.path().display()
+            )
+        );
         assert_eq!(exit_code(&checks), 1);
     }
 }

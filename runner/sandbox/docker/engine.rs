@@ -57,16 +57,13 @@ impl Endpoint {
     pub fn origin(&self) -> String {
         match &self.source {
             HostSource::Explicit => {
-                format!("configured engine {}; DOCKER_HOST is not used", self.host)
+                format!("指定的引擎 {},不看 DOCKER_HOST", self.host)
             }
             HostSource::Env => format!("DOCKER_HOST={}", self.host),
             HostSource::Context(name) => {
-                format!(
-                    "Docker context `{name}` → {}; DOCKER_HOST is not set",
-                    self.host
-                )
+                format!("Docker context `{name}` → {},没设 DOCKER_HOST", self.host)
             }
-            HostSource::Default => format!("DOCKER_HOST is not set; default {}", self.host),
+            HostSource::Default => format!("没设 DOCKER_HOST,用默认的 {}", self.host),
         }
     }
 }
@@ -145,7 +142,7 @@ fn context_host(env: &dyn Fn(&str) -> Option<String>) -> Option<(String, String)
     Some((name, host))
 }
 
-const ALTERNATIVE: &str = "or run without containers with `--sandbox host`";
+const ALTERNATIVE: &str = "或者用 `--sandbox host` 不开容器跑";
 
 /// Why the engine cannot be used. Each variant's message names the endpoint's origin
 /// (`DOCKER_HOST`) and `--sandbox host`.
@@ -153,9 +150,8 @@ const ALTERNATIVE: &str = "or run without containers with `--sandbox host`";
 pub enum EngineError {
     /// The socket exists but this user may not open it.
     #[error(
-        "cannot use the Docker engine: permission denied on socket {} ({}). Give your user \
-         access to it (e.g. add it to the `docker` group and log in again), set DOCKER_HOST to an \
-         engine you may use, {ALTERNATIVE}.",
+        "用不了 Docker 引擎:没有权限打开 socket {}({})。给你的用户开权限(比如加进 `docker` 组\
+         再重新登录),把 DOCKER_HOST 设成你能用的引擎,{ALTERNATIVE}。",
         socket.display(), endpoint.origin()
     )]
     PermissionDenied {
@@ -166,8 +162,8 @@ pub enum EngineError {
     },
     /// The socket file does not exist.
     #[error(
-        "cannot use the Docker engine: socket {} not found ({}). Start Docker or set DOCKER_HOST \
-         to the engine's socket, {ALTERNATIVE}.",
+        "用不了 Docker 引擎:找不到 socket {}({})。启动 Docker,把 DOCKER_HOST 设成引擎的 \
+         socket,{ALTERNATIVE}。",
         socket.display(), endpoint.origin()
     )]
     SocketNotFound {
@@ -178,9 +174,8 @@ pub enum EngineError {
     },
     /// Nothing listens: the engine is stopped.
     #[error(
-        "cannot use the Docker engine: connection refused at {} — the engine is not running ({}). \
-         Start it (e.g. `sudo systemctl start docker`), set DOCKER_HOST to a running engine, \
-         {ALTERNATIVE}.",
+        "用不了 Docker 引擎:{} 拒绝连接,引擎没在跑({})。启动它(比如 \
+         `sudo systemctl start docker`),把 DOCKER_HOST 设成在跑的引擎,{ALTERNATIVE}。",
         endpoint.host, endpoint.origin()
     )]
     Refused {
@@ -189,8 +184,8 @@ pub enum EngineError {
     },
     /// The engine did not answer the ping in time.
     #[error(
-        "cannot use the Docker engine: no answer from {} within {} s ({}). Check that the engine \
-         is healthy, set DOCKER_HOST to another one, {ALTERNATIVE}.",
+        "用不了 Docker 引擎:{} {} 秒内没回应({})。看看引擎是不是好的,把 DOCKER_HOST 设成\
+         别的引擎,{ALTERNATIVE}。",
         endpoint.host, timeout.as_secs_f64(), endpoint.origin()
     )]
     Timeout {
@@ -201,8 +196,7 @@ pub enum EngineError {
     },
     /// Anything else (bad URL scheme, TLS, an HTTP error from the engine).
     #[error(
-        "cannot use the Docker engine at {} ({}): {detail}. Set DOCKER_HOST to a working engine, \
-         {ALTERNATIVE}.",
+        "用不了 Docker 引擎 {}({}):{detail}。把 DOCKER_HOST 设成能用的引擎,{ALTERNATIVE}。",
         endpoint.host, endpoint.origin()
     )]
     Other {
@@ -383,7 +377,10 @@ mod tests {
         let e = resolve_with(None, &env_of(&[("HOME", home)]));
         assert_eq!(e.host, "unix:///run/other.sock");
         assert_eq!(e.source, HostSource::Context(name.into()));
-        assert!(e.origin().contains("DOCKER_HOST"));
+        assert_eq!(
+            e.origin(),
+            "Docker context `remote one` → unix:///run/other.sock,没设 DOCKER_HOST"
+        );
         // DOCKER_HOST wins over the context; DOCKER_CONTEXT=default means the default socket.
         let e = resolve_with(
             None,
@@ -430,7 +427,21 @@ mod tests {
                 t.contains("DOCKER_HOST") && t.contains("--sandbox host"),
                 "{t}"
             );
+            // Chinese, like every terminal string; the origin too.
+            assert!(t.starts_with("用不了 Docker 引擎"), "{t}");
+            assert!(t.ends_with("或者用 `--sandbox host` 不开容器跑。"), "{t}");
+            assert!(t.contains("没设 DOCKER_HOST,用默认的 unix:///nope"), "{t}");
         }
+        assert!(
+            texts[0].contains("没有权限打开 socket /nope"),
+            "{}",
+            texts[0]
+        );
+        assert!(
+            texts[3].contains("unix:///nope 5 秒内没回应"),
+            "{}",
+            texts[3]
+        );
         let unique: std::collections::HashSet<_> = texts.iter().collect();
         assert_eq!(unique.len(), texts.len());
     }
