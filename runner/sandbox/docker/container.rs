@@ -155,13 +155,27 @@ pub(crate) fn patch_passwd(facts: &ImageFacts, id: &Identity) -> (String, String
 
 /// A tar archive with `etc/passwd` and `etc/group` (root-owned, 0644) for upload at `/`.
 pub(crate) fn etc_archive(passwd: &str, group: &str) -> Result<Vec<u8>, SandboxError> {
+    tar_files(
+        &[("etc/passwd", passwd), ("etc/group", group)],
+        0o644,
+        (0, 0),
+    )
+}
+
+/// A tar archive of `(relative path, text)` files, each with `mode` and owner `(uid, gid)`, for
+/// an upload into a container.
+pub(crate) fn tar_files(
+    files: &[(&str, &str)],
+    mode: u32,
+    (uid, gid): (u64, u64),
+) -> Result<Vec<u8>, SandboxError> {
     let mut builder = tar::Builder::new(Vec::new());
-    for (path, text) in [("etc/passwd", passwd), ("etc/group", group)] {
+    for (path, text) in files {
         let mut header = tar::Header::new_gnu();
         header.set_size(text.len() as u64);
-        header.set_mode(0o644);
-        header.set_uid(0);
-        header.set_gid(0);
+        header.set_mode(mode);
+        header.set_uid(uid);
+        header.set_gid(gid);
         header.set_mtime(0);
         builder.append_data(&mut header, path, text.as_bytes())?;
     }

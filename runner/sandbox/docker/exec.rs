@@ -254,14 +254,7 @@ impl DockerSandbox {
             .and_then(|(u, g)| Some((u.parse::<u64>().ok()?, g.parse::<u64>().ok()?)))
             .unwrap_or((0, 0));
         let text = crate::sandbox::sourcing_script(&path, command);
-        let mut header = tar::Header::new_gnu();
-        header.set_size(text.len() as u64);
-        header.set_mode(0o600);
-        header.set_uid(uid);
-        header.set_gid(gid);
-        let mut builder = tar::Builder::new(Vec::new());
-        builder.append_data(&mut header, &path[5..], text.as_bytes())?;
-        let archive = builder.into_inner()?;
+        let archive = super::container::tar_files(&[(&path[5..], &text)], 0o600, (uid, gid))?;
         self.docker
             .upload_to_container(
                 &self.id,
