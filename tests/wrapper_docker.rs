@@ -13,7 +13,7 @@ use flowerbox::sandbox::docker::Engine;
 use flowerbox::testkit::git;
 use model_support::ScriptedModel;
 use serde_json::{json, Value};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -378,7 +378,13 @@ async fn a_non_root_caller_gets_its_uid_and_the_socket_group() {
     p.chown(uid, gid);
     let sock_gid = std::fs::metadata("/var/run/docker.sock").unwrap().gid();
     let c = p.wrapped(&image, &model, &["once", "-t", "Bash", "探"]);
-    let wrapper = PathBuf::from(c.get_program());
+    // The checkout may sit under a directory only root can enter (`mktemp -d` makes 0700): the
+    // other user runs a copy from a directory everyone can enter.
+    let wrapper_dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(wrapper_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let wrapper = wrapper_dir.path().join("flowerbox");
+    std::fs::copy(c.get_program(), &wrapper).unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
     let args: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
     let mut c2 = Command::new("setpriv");
     c2.arg(format!("--reuid={uid}"))
