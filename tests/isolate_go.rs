@@ -124,6 +124,10 @@ async fn a_workspace_change_while_the_judge_looks_voids_achieved() {
     std::fs::write(p.ws.join("README.md"), "proj, edited during judging\n").unwrap();
     let r = finish(child);
     assert_eq!(r.code(), 0, "{r:?}");
+    // The screen says so at once, naming the file.
+    let void = r.out.find("作废").unwrap_or_else(|| panic!("{r:?}"));
+    let line_start = r.out[..void].rfind('\n').map_or(0, |i| i + 1);
+    assert!(r.out[line_start..void].contains("README.md"), "{r:?}");
     // The judge looked and said ACHIEVED, yet a second round ran: the verdict was void, and the
     // round-2 prompt says why, naming the changed file.
     assert!(judge_run_result(&model).contains("judged-ok"));

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use super::ctx::Ctx;
 use super::goal::Goal;
-use super::identity::{identity, WorkspaceIdentity};
+use super::identity::{identity, Exclusions, WorkspaceIdentity};
 use super::step::{Gate, GateCx, OnFail, Prompt, Step, StepAbort};
 use super::verdict::{Verdict, VerdictState};
 use super::workflow::emit;
@@ -315,6 +315,14 @@ impl Gate for JudgeGate {
         }
         if v.achieved() {
             if let Some(why) = binding_broken(&before, &after) {
+                // Said at once, right after the verdict it voids: the next round must not start
+                // unexplained.
+                emit(
+                    rt,
+                    EventKind::Warning {
+                        text: format!("{label}:{why}"),
+                    },
+                );
                 v = not_yet(why, v);
             }
         }
@@ -391,17 +399,26 @@ fn record_verdict(rt: &Arc<Runtime>, label: &str, v: &Verdict, session: Option<&
 /// bound to it).
 async fn scene(rt: &Arc<Runtime>) -> Option<WorkspaceIdentity> {
     let ws = rt.config().workspace.clone();
-    let mut exclude: Vec<PathBuf> = Vec::new();
+    let mut dirs: Vec<PathBuf> = Vec::new();
     if let Some(wb) = rt.workbench() {
-        exclude.push(wb.root().to_path_buf());
+        dirs.push(wb.root().to_path_buf());
     }
     if let Some(dir) = rt
         .manifest()
         .and_then(|m| m.path().parent().map(Path::to_path_buf))
     {
-        exclude.push(dir);
+        dirs.push(dir);
     }
-    match tokio::task::spawn_blocking(move || identity(&ws, &exclude)).await {
+    let scene = move || {
+        // The runner's own stdout/stderr files (`> run.log`, `| tee run.log`) grow while the
+        // judge looks; they are the runner's record, not the project.
+        let exclude = Exclusions {
+            dirs,
+            files: super::outputs::own_output_files(),
+        };
+        identity(&ws, &exclude)
+    };
+    match tokio::task::spawn_blocking(scene).await {
         Ok(Ok(id)) => Some(id),
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "workspace identity failed");

@@ -6,14 +6,26 @@
 //! What counts is what git would count as the project: every file that is tracked, or untracked
 //! and not ignored (`.gitignore`, `.git/info/exclude`), with its content and mode (executable
 //! bit, symlink target), plus the repository's `HEAD` and refs (a commit is a change too).
-//! The rest of `.git/` and the caller's exclusions (the runner's own `runs/`
-//! and workbench, which change while any agent runs) never count. Outside a git repository
-//! every file counts except those a `.gitignore` in the tree ignores.
+//! The rest of `.git/` and the caller's exclusions never count: directories (the runner's own
+//! `runs/` and workbench, which change while any agent runs) and single files by identity (the
+//! files the runner's own stdout and stderr go to, [`super::outputs`]). Outside a git
+//! repository every file counts except those a `.gitignore` in the tree ignores.
 
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+
+use super::outputs::FileKey;
+
+/// What [`identity`] leaves out besides `.git/` and ignored files.
+#[derive(Debug, Clone, Default)]
+pub struct Exclusions {
+    /// Directories (absolute): everything beneath them.
+    pub dirs: Vec<PathBuf>,
+    /// Single files by device and inode, wherever they are in the tree.
+    pub files: Vec<FileKey>,
+}
 
 /// One file's identity: a SHA-256 over its kind, mode and content (or link target).
 type FileDigest = [u8; 32];
@@ -69,15 +81,22 @@ impl WorkspaceIdentity {
     }
 }
 
-/// Computes the identity of the tree at `root`, skipping `.git/` and every path under one of
-/// `exclude` (absolute paths; ones outside `root` are irrelevant).
+/// Computes the identity of the tree at `root`, skipping `.git/`, every path under one of
+/// `exclude.dirs` (absolute paths; ones outside `root` are irrelevant) and the files in
+/// `exclude.files`.
 ///
 /// # Errors
 /// I/O errors reading the root or a file's content. A file that vanishes between listing and
 /// reading counts as absent, not as an error (agents may be deleting temporaries).
-pub fn identity(root: &Path, exclude: &[PathBuf]) -> io::Result<WorkspaceIdentity> {
+pub fn identity(root: &Path, exclude: &Exclusions) -> io::Result<WorkspaceIdentity> {
     let root = root.canonicalize()?;
+    let skip_files = exclude.files.clone();
+    let is_skipped_file = move |p: &Path| {
+        !skip_files.is_empty()
+            && std::fs::symlink_metadata(p).is_ok_and(|m| skip_files.contains(&FileKey::of(&m)))
+    };
     let exclude: Vec<PathBuf> = exclude
+        .dirs
         .iter()
         .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
         .collect();
@@ -98,14 +117,14 @@ pub fn identity(root: &Path, exclude: &[PathBuf]) -> io::Result<WorkspaceIdentit
     for entry in walker {
         let entry = entry.map_err(io::Error::other)?;
         let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
-        if entry.depth() == 0 || is_dir {
+        if entry.depth() == 0 || is_dir || is_skipped_file(entry.path()) {
             continue;
         }
         if let Some(d) = file_digest(entry.path())? {
             files.insert(rel(&root, entry.path()), d);
         }
     }
-    add_tracked(&root, &exclude, &mut files)?;
+    add_tracked(&root, &exclude, &is_skipped_file, &mut files)?;
     add_refs(&root, &mut files);
     Ok(WorkspaceIdentity { files })
 }
@@ -147,6 +166,7 @@ fn add_refs(root: &Path, files: &mut BTreeMap<String, FileDigest>) {
 fn add_tracked(
     root: &Path,
     exclude: &[PathBuf],
+    skipped_file: &dyn Fn(&Path) -> bool,
     files: &mut BTreeMap<String, FileDigest>,
 ) -> io::Result<()> {
     let Ok(repo) = git2::Repository::discover(root) else {
@@ -168,7 +188,7 @@ fn add_tracked(
             continue;
         }
         let key = rel(root, &abs);
-        if files.contains_key(&key) {
+        if files.contains_key(&key) || skipped_file(&abs) {
             continue;
         }
         if let Some(d) = file_digest(&abs)? {
@@ -231,6 +251,7 @@ fn file_digest(path: &Path) -> io::Result<Option<FileDigest>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
 
     fn write(root: &Path, rel: &str, text: &str) {
@@ -239,8 +260,12 @@ mod tests {
         std::fs::write(p, text).unwrap();
     }
 
-    fn id(root: &Path, exclude: &[PathBuf]) -> WorkspaceIdentity {
-        identity(root, exclude).unwrap()
+    fn id(root: &Path, dirs: &[PathBuf]) -> WorkspaceIdentity {
+        let ex = Exclusions {
+            dirs: dirs.to_vec(),
+            files: Vec::new(),
+        };
+        identity(root, &ex).unwrap()
     }
 
     #[test]
@@ -332,5 +357,43 @@ mod tests {
         std::fs::remove_file(r.join("l")).unwrap();
         std::os::unix::fs::symlink("b", r.join("l")).unwrap();
         assert_eq!(before.changed(&id(r, &[])), vec!["l"]);
+    }
+
+    #[test]
+    fn excluded_files_do_not_count_wherever_they_are() {
+        // The runner's own `> run.log` in a plain directory and in a repository, tracked or not.
+        for git in [false, true] {
+            let d = tempfile::tempdir().unwrap();
+            let r = d.path();
+            if git {
+                crate::testkit::git_with_identity(r, &["init", "-q", "-b", "main"]);
+            }
+            write(r, "a.txt", "one");
+            write(r, "logs/run.log", "start\n");
+            if git {
+                crate::testkit::git_with_identity(r, &["add", "-A"]);
+                crate::testkit::git_with_identity(r, &["commit", "-qm", "one"]);
+            }
+            let log = r.join("logs/run.log");
+            let ex = Exclusions {
+                dirs: Vec::new(),
+                files: vec![FileKey::of(&std::fs::metadata(&log).unwrap())],
+            };
+            let before = identity(r, &ex).unwrap();
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(&log)
+                .unwrap()
+                .write_all(b"more output\n")
+                .unwrap();
+            assert_eq!(before, identity(r, &ex).unwrap(), "git={git}");
+            // Another file still counts.
+            write(r, "a.txt", "two");
+            assert_eq!(
+                before.changed(&identity(r, &ex).unwrap()),
+                vec!["a.txt"],
+                "git={git}"
+            );
+        }
     }
 }

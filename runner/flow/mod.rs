@@ -30,7 +30,8 @@
 //!
 //! Modules: [`workflow`] (the engine: attempts, gates, lineage), [`step`] ([`Step`] and its
 //! callbacks), [`ctx`] ([`Ctx`]), [`clarify`] and [`guard`] (the two mechanisms),
-//! [`identity`](mod@identity) (the workspace content identity verdicts are bound to), [`wake`] (the
+//! [`identity`](mod@identity) (the workspace content identity verdicts are bound to) and
+//! [`outputs`] (the runner's own output files it leaves out), [`wake`] (the
 //! read-only wake probe and `--new`'s archive), [`starter`] (`go`), [`declarative`],
 //! [`template`] and [`runfile`] (`run`), [`drive`] (the driver and the UI seam), and the
 //! documents [`brief`], [`goal`], [`verdict`].
@@ -44,6 +45,7 @@ pub mod evidence;
 pub mod goal;
 pub mod guard;
 pub mod identity;
+pub mod outputs;
 pub mod runfile;
 pub mod starter;
 pub mod step;
@@ -62,7 +64,7 @@ mod workflow_tests;
 pub use clarify::{clarify_step, Clarify, CLARIFY_RESUME, CLARIFY_STEP};
 pub use ctx::Ctx;
 pub use guard::{goal_step, with_goal, GoalGuard, GoalSetting, GOAL_STEP};
-pub use identity::{identity, WorkspaceIdentity};
+pub use identity::{identity, Exclusions, WorkspaceIdentity};
 pub use starter::{Starter, WORK_STEP};
 pub use step::{Gate, GateCx, OnFail, Prompt, Step, StepAbort};
 pub use wake::{wake_state, WakeState};

@@ -77,13 +77,18 @@ impl Project {
 
     /// `flowerbox --sandbox <sandbox> ARGS` in the workspace, against `model`, stdin empty.
     pub fn command(&self, model: &ScriptedModel, args: &[&str]) -> Command {
+        self.command_in(&sandbox(), model, args)
+    }
+
+    /// `flowerbox --sandbox SANDBOX ARGS`, whatever `FLOWERBOX_TEST_SANDBOX` says.
+    pub fn command_in(&self, sandbox: &str, model: &ScriptedModel, args: &[&str]) -> Command {
         let mut c = self._scene.flowerbox();
         c.env("FLOWER_NO_PROBE", "1")
             .env("ANTHROPIC_BASE_URL", &model.url)
             .env("ANTHROPIC_API_KEY", "sk-ant-test")
             .env("ANTHROPIC_MODEL", "claude-sonnet-4-5")
             .arg("--sandbox")
-            .arg(sandbox())
+            .arg(sandbox)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
