@@ -44,6 +44,7 @@ fn agent(name: &str, ws: &Path) -> AgentBox {
         mounts: vec![Mount {
             path: ws.to_path_buf(),
             read_only: false,
+            source: None,
         }],
         workdir: ws.to_path_buf(),
     }

@@ -33,10 +33,10 @@ async fn measure(files: usize) {
     std::fs::write(a.workdir.join("src/f0.txt"), "changed by 1\n").unwrap();
     std::fs::write(b.workdir.join("new.txt"), "new by 2\n").unwrap();
     let t = Instant::now();
-    let ra = p.finish("worker-1", &a, true).await.unwrap();
+    let ra = p.finish("worker-1", &a, true, None).await.unwrap();
     let ff = t.elapsed();
     let t = Instant::now();
-    let rb = p.finish("worker-2", &b, true).await.unwrap();
+    let rb = p.finish("worker-2", &b, true, None).await.unwrap();
     let three_way = t.elapsed();
     assert!(ra.contains("快进") && rb.contains("三方合并"), "{ra}\n{rb}");
     let t = Instant::now();

@@ -66,6 +66,11 @@ impl Confinement {
                 resolved.display()
             )
         })?;
+        if mount.source.is_some() || real_mount.source.is_some() {
+            // A shadow shows another host directory inside the container only (a worker's
+            // own ref directory): the file tools have no such view, so they stay out.
+            return Err(format!("{path}: 这个路径只在容器里能用(用 Bash)"));
+        }
         if access == Access::Write && (mount.read_only || real_mount.read_only) {
             return Err(format!(
                 "{path}: 这个 agent 对 {} 只有只读权限",
@@ -190,10 +195,12 @@ mod tests {
                 Mount {
                     path: ws.clone(),
                     read_only: false,
+                    source: None,
                 },
                 Mount {
                     path: wb.clone(),
                     read_only: true,
+                    source: None,
                 },
             ],
             ws.clone(),
@@ -283,5 +290,56 @@ mod tests {
         assert!(c.resolve(p.to_str().unwrap(), Access::Read).is_ok());
         let e = c.resolve(p.to_str().unwrap(), Access::Write).unwrap_err();
         assert!(e.contains("只读"), "{e}");
+    }
+
+    /// Issue 14 part 2: a read-only `.git` inside a read-write workspace wins below its path
+    /// (also through a symlink), and a shadow (a worker's own ref directory) is the
+    /// container's alone.
+    #[test]
+    fn nested_read_only_git_and_shadows_refuse_the_file_tools() {
+        let (d, _, ws, _) = setup();
+        let git = ws.join(".git");
+        let shadow_src = d.path().join("own-refs");
+        std::fs::create_dir_all(git.join("refs/heads/flower/r")).unwrap();
+        std::fs::create_dir_all(&shadow_src).unwrap();
+        let c = Confinement::new(
+            vec![
+                Mount {
+                    path: ws.clone(),
+                    read_only: false,
+                    source: None,
+                },
+                Mount {
+                    path: git.clone(),
+                    read_only: true,
+                    source: None,
+                },
+                Mount {
+                    path: git.join("refs/heads/flower/r"),
+                    read_only: false,
+                    source: Some(shadow_src),
+                },
+            ],
+            ws.clone(),
+        );
+        assert!(c.resolve("src.rs", Access::Write).is_ok());
+        assert!(c.resolve(".git/config", Access::Read).is_ok());
+        for p in [".git/config", ".git/hooks/post-checkout", ".git/HEAD"] {
+            assert!(
+                c.resolve(p, Access::Write).unwrap_err().contains("只读"),
+                "{p}"
+            );
+        }
+        std::os::unix::fs::symlink(git.join("config"), ws.join("cfg")).unwrap();
+        assert!(c
+            .resolve("cfg", Access::Write)
+            .unwrap_err()
+            .contains("只读"));
+        for access in [Access::Read, Access::Write] {
+            let e = c
+                .resolve(".git/refs/heads/flower/r/worker-2", access)
+                .unwrap_err();
+            assert!(e.contains("只在容器里"), "{e}");
+        }
     }
 }

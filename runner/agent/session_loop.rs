@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use super::event::EventKind;
 use super::guard::{self, check_report, one_line, Decision};
+use super::place::WorkerSandbox;
 use super::result::Meter;
 use super::roles;
 use super::runtime::Runtime;
@@ -619,13 +620,25 @@ impl Dispatcher for SubDispatch {
             self.parent_depth + 1,
             session,
             Vec::new(),
-            abox,
+            abox.clone(),
         )
         .with_meter(self.meter.clone());
-        let end = run.turn(&req.prompt).await;
+        let task = match &place.note {
+            Some(note) => format!("{}\n\n{note}", req.prompt),
+            None => req.prompt.clone(),
+        };
+        let end = run.turn(&task).await;
         *self.children.lock().unwrap_or_else(|e| e.into_inner()) += run.spend();
         let ok = end == LoopEnd::Done;
-        let integration = self.rt.placement.finish(&agent, &place, ok).await;
+        let sandbox = WorkerSandbox {
+            factory: self.rt.sandboxes.as_ref(),
+            spec: &abox,
+        };
+        let integration = self
+            .rt
+            .placement
+            .finish(&agent, &place, ok, Some(sandbox))
+            .await;
         let mut text = match &end {
             LoopEnd::Done => run.final_text(),
             LoopEnd::Interrupted => return Err(format!("执行者 {agent} 被打断了,半成品没有回报")),

@@ -4,9 +4,11 @@
 //! cannot write into another's worktree), and a git worktree lock whose reason records the
 //! owning process, so a sweep can tell a live run's worktree from a crashed one's.
 
-use git2::{BranchType, Repository, WorktreeAddOptions, WorktreeLockStatus, WorktreePruneOptions};
+use git2::{BranchType, Repository, WorktreeAddOptions, WorktreeLockStatus};
 use std::path::{Path, PathBuf};
 
+use super::fsafe::remove_tree;
+use super::state::WorkerState;
 use super::IsolateError;
 use crate::sandbox::docker::labels::Owner;
 
@@ -115,11 +117,21 @@ pub struct NewWorktree {
     pub branch: String,
     /// The worktree directory (canonical).
     pub path: PathBuf,
+    /// The worker's own git state ([`WorkerState`]).
+    pub state: WorkerState,
+}
+
+/// The git common dir of `repo`, as libgit2 names it.
+pub(crate) fn commondir(repo: &Repository) -> PathBuf {
+    repo.commondir()
+        .canonicalize()
+        .unwrap_or_else(|_| repo.commondir().to_path_buf())
 }
 
 /// Adds a worktree for `agent` of `run` at `<root>/<run>/<agent>` on a new branch from HEAD,
-/// locked with `owner`. On failure nothing is left behind (the new branch still points at
-/// HEAD, so removing it loses nothing).
+/// locked with `owner`, with the worker's own git state ([`WorkerState::create`]). On failure
+/// nothing is left behind (the new branch still points at HEAD, so removing it loses
+/// nothing).
 ///
 /// # Errors
 /// The branch or directory already exists; git or I/O failures.
@@ -167,26 +179,48 @@ pub fn add(
         };
         wt.lock(Some(&lock.reason()))
             .map_err(IsolateError::git("锁不上 worktree"))?;
-        path.canonicalize()
-            .map_err(IsolateError::io("找不到刚建的 worktree"))
+        let state = WorkerState::create(repo, &commondir(repo), &name, &branch)?;
+        let path = path
+            .canonicalize()
+            .map_err(IsolateError::io("找不到刚建的 worktree"))?;
+        Ok((path, state))
     })();
     match made {
-        Ok(path) => Ok(NewWorktree { name, branch, path }),
+        Ok((path, state)) => Ok(NewWorktree {
+            name,
+            branch,
+            path,
+            state,
+        }),
         Err(e) => {
-            if let Ok(wt) = repo.find_worktree(&name) {
-                let _ = wt.prune(Some(
-                    WorktreePruneOptions::new()
-                        .valid(true)
-                        .locked(true)
-                        .working_tree(true),
-                ));
-            }
-            if let Ok(mut b) = repo.find_branch(&branch, BranchType::Local) {
-                let _ = b.delete();
-            }
+            let _ = unregister(repo, &name, Some(&path));
+            let _ = delete_branch(repo, &branch);
             Err(e)
         }
     }
+}
+
+/// Removes worktree `name`'s directory (`path`, when known), its registration (admin dir) and
+/// its worker state, without following any link (a process left in a container may still be
+/// swapping directories for symlinks). A missing piece is fine.
+pub(crate) fn unregister(
+    repo: &Repository,
+    name: &str,
+    path: Option<&Path>,
+) -> Result<(), IsolateError> {
+    let common = commondir(repo);
+    if let Some(p) = path {
+        if let (Some(parent), Some(leaf)) = (p.parent(), p.file_name()) {
+            remove_tree(parent, leaf)
+                .map_err(IsolateError::io(format!("删不掉 worktree {}", p.display())))?;
+        }
+    }
+    remove_tree(&common.join("worktrees"), std::ffi::OsStr::new(name))
+        .map_err(IsolateError::io(format!("删不掉 worktree {name} 的登记")))?;
+    if let Some(state) = WorkerState::open(&common, name) {
+        state.remove()?;
+    }
+    Ok(())
 }
 
 /// The flowerbox lock on worktree `name`, if it holds one.
@@ -198,12 +232,21 @@ pub fn owner_lock(repo: &Repository, name: &str) -> Option<OwnerLock> {
     }
 }
 
-/// The short branch name a worktree has checked out, read from its admin `HEAD` (works when
-/// the worktree directory is gone).
+/// The short branch of flowerbox worktree `name`: the one its worker state records, else
+/// (a worktree of an older flowerbox) the `flower/` branch its admin `HEAD` names — a worker
+/// can write that `HEAD`, so nothing outside `flower/` is believed. Works when the worktree
+/// directory is gone.
 pub fn checked_out_branch(commondir: &Path, name: &str) -> Option<String> {
-    let head = std::fs::read_to_string(commondir.join("worktrees").join(name).join("HEAD")).ok()?;
-    head.trim()
+    if let Some(st) = WorkerState::open(commondir, name) {
+        return Some(st.branch);
+    }
+    let dir = super::fsafe::open_dir(&commondir.join("worktrees").join(name)).ok()?;
+    let head = super::fsafe::read_file_at(&dir, std::ffi::OsStr::new("HEAD"), 4096).ok()??;
+    String::from_utf8(head)
+        .ok()?
+        .trim()
         .strip_prefix("ref: refs/heads/")
+        .filter(|b| b.starts_with(BRANCH_PREFIX))
         .map(str::to_string)
 }
 
@@ -239,18 +282,15 @@ pub fn is_merged(repo: &Repository, tip: git2::Oid) -> Result<bool, IsolateError
     Ok(false)
 }
 
-/// Removes worktree `name` (its directory too) and deletes `branch`. Callers check first that
-/// the branch is merged and the worktree clean.
+/// Removes worktree `name` (its directory, registration and worker state, see
+/// [`unregister`]) and deletes `branch`. Callers check first that the branch is merged and the
+/// worktree clean.
 pub fn remove(repo: &Repository, name: &str, branch: &str) -> Result<(), IsolateError> {
-    if let Ok(wt) = repo.find_worktree(name) {
-        wt.prune(Some(
-            WorktreePruneOptions::new()
-                .valid(true)
-                .locked(true)
-                .working_tree(true),
-        ))
-        .map_err(IsolateError::git(format!("删不掉 worktree {name}")))?;
-    }
+    let path = repo
+        .find_worktree(name)
+        .ok()
+        .map(|wt| wt.path().to_path_buf());
+    unregister(repo, name, path.as_deref())?;
     delete_branch(repo, branch)
 }
 

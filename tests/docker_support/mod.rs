@@ -107,6 +107,7 @@ impl TestRun {
             mounts: vec![Mount {
                 path: self.workspace.clone(),
                 read_only,
+                source: None,
             }],
             workdir: self.workspace.clone(),
         }

@@ -16,6 +16,7 @@ fn ctx() -> (tempfile::TempDir, ToolContext, PathBuf) {
         mounts: vec![Mount {
             path: ws.clone(),
             read_only: false,
+            source: None,
         }],
         workdir: ws.clone(),
     };
