@@ -15,7 +15,7 @@ use super::repo::{open_workspace_repo, WorkspaceRepo};
 use super::seal::seal;
 use super::state::WorkerState;
 use super::sweep::{sweep, SweepReport};
-use super::worktree::{add, is_clean, is_merged, remove, worktrees_root};
+use super::worktree::{add, drop_gitlinks, is_clean, is_merged, remove, worktrees_root};
 use super::IsolateError;
 use crate::agent::{Placement, WorkerPlace, WorkerSandbox};
 use crate::sandbox::docker::labels::Owner;
@@ -229,6 +229,11 @@ impl WorktreePlacement {
                 Ok(_) => {}
                 Err(e) => lines.push(format!("{} 的对象没全取回:{e}", t.branch)),
             }
+            match drop_gitlinks(&self.repo.commondir, &t.name) {
+                Ok(links) if !links.is_empty() => lines.push(gitlinks_note(&t.path, &links)),
+                Ok(_) => {}
+                Err(e) => lines.push(e.to_string()),
+            }
             if let Ok(wt) = repo.find_worktree(&t.name) {
                 let _ = wt.unlock();
             }
@@ -274,6 +279,16 @@ impl WorktreePlacement {
         }
         v
     }
+}
+
+/// The user's line about gitlinks dropped from a kept worktree's index.
+pub(crate) fn gitlinks_note(worktree: &Path, links: &[String]) -> String {
+    format!(
+        "worktree {} 的索引里去掉了子模块项 {}:执行者可能在里面放了自己的仓库配置,\
+         宿主机上的 git status 会进去执行;提交里的还在,确认可信后再 git add 回来",
+        worktree.display(),
+        links.join("、")
+    )
 }
 
 /// What a worker in its own worktree is told about git.
@@ -404,13 +419,10 @@ impl Placement for WorktreePlacement {
             None => None,
         };
         let sealed = match &in_sandbox {
-            Some(sb) => Some(
-                seal(sb.as_ref(), &tree.path, &tree.branch, agent, &message)
-                    .await
-                    .map(|s| s == super::seal::Sealed::Committed),
-            ),
+            Some(sb) => Some(seal(sb.as_ref(), &tree.path, &tree.branch, agent, &message).await),
             None => None,
         };
+        let left = matches!(&sealed, Some(Ok(s)) if s.left);
         let (repo, t, who) = (self.repo.clone(), tree.clone(), agent.to_string());
         let outcome = tokio::task::spawn_blocking(move || {
             let _lock = repo.lock().map_err(|e| e.to_string())?;
@@ -418,7 +430,7 @@ impl Placement for WorktreePlacement {
                 Some(result) => {
                     // The worker's own commits come back even when the last commit failed.
                     let adopted = adopt(&repo, &t.git, Policy::Follow).map_err(|e| e.to_string());
-                    let committed = result?;
+                    let committed = result?.committed;
                     let moved = matches!(adopted?, Adopted::Moved { .. });
                     (committed || moved).then_some(())
                 }
@@ -440,7 +452,13 @@ impl Placement for WorktreePlacement {
             ok,
             "worktree finished"
         );
-        match outcome {
+        let left_note = left.then(|| {
+            format!(
+                "\n{agent} 的 worktree {} 里还有没能提交的改动(git 加不进去,或它留下的进程还在改),worktree 会留着。",
+                tree.path.display()
+            )
+        });
+        let text = match outcome {
             Ok((committed, None)) => {
                 self.set_state(agent, State::Kept);
                 let what = if committed.is_some() {
@@ -465,7 +483,8 @@ impl Placement for WorktreePlacement {
                 self.set_state(agent, State::Kept);
                 Some(report(agent, &tree.branch, &tree.path, &Err(e)))
             }
-        }
+        };
+        text.map(|t| t + left_note.as_deref().unwrap_or(""))
     }
 }
 

@@ -15,12 +15,13 @@ use crate::sandbox::{ExecRequest, Sandbox};
 const SEAL_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What the commit in the container did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Sealed {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sealed {
     /// A commit was made.
-    Committed,
-    /// Nothing was left uncommitted.
-    Clean,
+    pub committed: bool,
+    /// Changes are still uncommitted after it (a file git could not add, or a process the
+    /// worker left running changed something since): the worktree will be kept.
+    pub left: bool,
 }
 
 /// Exit codes of [`script`] that mean a refusal with a reason on stderr.
@@ -42,11 +43,14 @@ pub fn script(branch: &str, agent: &str, message: &str) -> String {
 head=$(git symbolic-ref -q HEAD)
 if [ "$head" != {want} ]; then echo "worktree 的 HEAD 在 ${{head:-分离的提交}} 上,不在分支 {branch_q} 上(执行者切了分支?),没有提交" >&2; exit {NOT_ON_BRANCH}; fi
 if [ -n "$(git ls-files -u)" ]; then echo "worktree 里有没解决的冲突,没有提交" >&2; exit {CONFLICTS}; fi
-g add -A || exit 5
-if g diff --cached --quiet && ! git rev-parse -q --verify MERGE_HEAD >/dev/null; then echo clean; exit 0; fi
+left() {{ if [ -n "$(g status --porcelain 2>/dev/null)" ]; then echo left; fi; }}
+# What cannot be added (an empty nested repository, a file a live process keeps changing)
+# stays in the worktree, which is then kept.
+for i in 1 2 3; do g add -A --ignore-errors 2>/dev/null && break; done
+if g diff --cached --quiet && ! git rev-parse -q --verify MERGE_HEAD >/dev/null; then left; echo clean; exit 0; fi
 if git config user.name >/dev/null && git config user.email >/dev/null; then set --; else set -- -c {name} -c {email}; fi
 g "$@" commit --no-verify -q -m {msg} || exit 6
-echo committed
+left; echo committed
 "#,
         want = quote(&format!("refs/heads/{branch}")),
         branch_q = branch,
@@ -80,10 +84,10 @@ pub async fn seal(
         .await
         .map_err(|e| format!("在 {} 的容器里提交失败:{e}", agent))?;
     if out.success() {
-        return Ok(if out.stdout.trim_end().ends_with("committed") {
-            Sealed::Committed
-        } else {
-            Sealed::Clean
+        let words: Vec<&str> = out.stdout.split_whitespace().collect();
+        return Ok(Sealed {
+            committed: words.last() == Some(&"committed"),
+            left: words.contains(&"left"),
         });
     }
     let why = out.stderr.trim();
@@ -125,6 +129,12 @@ mod tests {
         let o = sh(ws, &s);
         assert!(o.status.success(), "{o:?}");
         assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "clean");
+        let words = |o: &std::process::Output| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         std::fs::write(ws.join("new"), "n\n").unwrap();
         std::fs::remove_file(ws.join("a")).unwrap();
         let o = sh(ws, &s);
@@ -135,6 +145,12 @@ mod tests {
         );
         assert_eq!(git(ws, &["log", "-1", "--format=%s"]).trim(), "it's done");
         assert_eq!(git(ws, &["status", "--porcelain"]), "");
+        // An empty nested repository cannot be added; the rest is committed.
+        std::fs::write(ws.join("more"), "m\n").unwrap();
+        git(ws, &["init", "-q", "nested"]);
+        let o = sh(ws, &s);
+        assert_eq!(words(&o), "left committed", "{o:?}");
+        assert_eq!(git(ws, &["status", "--porcelain"]), "?? nested/\n");
         git(ws, &["checkout", "-q", "-b", "other"]);
         let o = sh(ws, &s);
         assert_eq!(o.status.code(), Some(NOT_ON_BRANCH as i32), "{o:?}");

@@ -18,8 +18,8 @@ use super::adopt::{adopt, import_all, Adopted, Policy};
 use super::repo::WorkspaceRepo;
 use super::state::WorkerState;
 use super::worktree::{
-    checked_out_branch, delete_branch, is_clean, is_merged, remove, unregister, OwnerLock,
-    BRANCH_PREFIX, NAME_PREFIX,
+    checked_out_branch, delete_branch, drop_gitlinks, is_clean, is_merged, remove, unregister,
+    OwnerLock, BRANCH_PREFIX, NAME_PREFIX,
 };
 use super::IsolateError;
 use crate::sandbox::docker::labels::Liveness;
@@ -197,6 +197,13 @@ fn sweep_one(
     if let Some(st) = &state {
         if !bring_back(ws, st, report) {
             // Unlock so the user can handle it with plain `git worktree` commands.
+            if let Ok(links) = drop_gitlinks(&ws.commondir, name) {
+                if !links.is_empty() {
+                    report
+                        .kept
+                        .push(super::placement::gitlinks_note(wt.path(), &links));
+                }
+            }
             let _ = wt.unlock();
             return;
         }
@@ -242,6 +249,13 @@ fn sweep_one(
         _ => {
             // Unlock so the user can handle it with plain `git worktree` commands; the real
             // branch holds everything now.
+            match drop_gitlinks(&ws.commondir, name) {
+                Ok(links) if !links.is_empty() => report
+                    .kept
+                    .push(super::placement::gitlinks_note(wt.path(), &links)),
+                Ok(_) => {}
+                Err(e) => report.failed.push(e.to_string()),
+            }
             let _ = wt.unlock();
             if let Some(st) = &state {
                 if let Err(e) = st.remove() {

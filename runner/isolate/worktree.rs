@@ -5,6 +5,7 @@
 //! owning process, so a sweep can tell a live run's worktree from a crashed one's.
 
 use git2::{BranchType, Repository, WorktreeAddOptions, WorktreeLockStatus};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use super::fsafe::remove_tree;
@@ -302,6 +303,44 @@ pub fn delete_branch(repo: &Repository, branch: &str) -> Result<(), IsolateError
             .map_err(IsolateError::git(format!("删不掉分支 {branch}"))),
         Err(_) => Ok(()),
     }
+}
+
+/// Drops every gitlink (submodule) entry from the index of kept worktree `name` and returns
+/// their paths. The user's plain `git status` in a worktree runs git inside every gitlink of
+/// its index whose directory holds a repository — one the worker may have made, with a
+/// `core.fsmonitor` of its choosing (DESIGN.md threat model 2). Without the entry git lists
+/// the directory as untracked and runs nothing there; the committed branch keeps it.
+pub fn drop_gitlinks(commondir: &Path, name: &str) -> Result<Vec<String>, IsolateError> {
+    let path = commondir.join("worktrees").join(name).join("index");
+    match std::fs::symlink_metadata(&path) {
+        Ok(md) if md.is_file() => {}
+        _ => return Ok(Vec::new()),
+    }
+    let mut index =
+        git2::Index::open(&path).map_err(IsolateError::git("读不出 worktree 的索引"))?;
+    let links: Vec<(Vec<u8>, i32)> = index
+        .iter()
+        .filter(|e| e.mode == 0o160000)
+        .map(|e| (e.path.clone(), i32::from((e.flags >> 12) & 0x3)))
+        .collect();
+    if links.is_empty() {
+        return Ok(Vec::new());
+    }
+    for (p, stage) in &links {
+        let p = Path::new(std::ffi::OsStr::from_bytes(p));
+        index
+            .remove(p, *stage)
+            .map_err(IsolateError::git("改不了 worktree 的索引"))?;
+    }
+    index
+        .write()
+        .map_err(IsolateError::git("写不回 worktree 的索引"))?;
+    let mut out: Vec<String> = links
+        .into_iter()
+        .map(|(p, _)| String::from_utf8_lossy(&p).into_owned())
+        .collect();
+    out.dedup();
+    Ok(out)
 }
 
 /// True when the worktree at `path` has no uncommitted change (untracked-not-ignored files
