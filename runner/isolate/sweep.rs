@@ -358,6 +358,69 @@ mod tests {
         assert!(again.removed.is_empty(), "{again:?}");
     }
 
+    /// A commit made as the worker's container makes it: objects in its own store, its copy
+    /// of the branch moved; nothing in the repository.
+    fn commit_in_store(ws: &Path, wt: &NewWorktree, file: &str) -> git2::Oid {
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=W", "-c", "user.email=w@example.invalid"])
+                .args(args)
+                .current_dir(&wt.path)
+                .env("GIT_OBJECT_DIRECTORY", wt.state.objects())
+                .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", ws.join(".git/objects"))
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        std::fs::write(wt.path.join(file), "w\n").unwrap();
+        run(&["add", file]);
+        let tree = run(&["write-tree"]);
+        let id = run(&["commit-tree", &tree, "-p", "HEAD", "-m", file]);
+        std::fs::write(
+            wt.state.dir().join("refs").join("worker-1"),
+            format!("{id}\n"),
+        )
+        .unwrap();
+        git2::Oid::from_str(&id).unwrap()
+    }
+
+    #[test]
+    fn a_crashed_workers_commits_come_back_from_its_store() {
+        let (dir, ws) = repo_with_commit();
+        let root = dir.path().canonicalize().unwrap().join("wt");
+        let r = open_workspace_repo(&ws).unwrap();
+        let repo = r.open().unwrap();
+        let dead = dead_owner();
+        let wt = add(&repo, &root, "dead", "worker-1", &dead).unwrap();
+        let mine = commit_in_store(&ws, &wt, "w.txt");
+        // A second worker's registration was pruned by hand; its state stayed.
+        let gone = add(&repo, &root, "gone", "worker-1", &dead).unwrap();
+        let theirs = commit_in_store(&ws, &gone, "g.txt");
+        let gone_state = gone.state.dir();
+        std::fs::remove_dir_all(&gone.path).unwrap();
+        std::fs::remove_dir_all(ws.join(".git/worktrees").join(&gone.name)).unwrap();
+        assert!(repo.find_worktree(&gone.name).is_err() && gone_state.is_dir());
+
+        let rep = sweep(&ws).unwrap();
+        assert!(rep.failed.is_empty(), "{rep:?}");
+        let tip = |b: &str| repo.refname_to_id(&format!("refs/heads/{b}")).unwrap();
+        assert_eq!(tip(&wt.branch), mine);
+        assert_eq!(tip(&gone.branch), theirs);
+        assert!(rep
+            .removed
+            .iter()
+            .any(|l| l.starts_with(&format!("取回了 {}", wt.branch))));
+        // Unmerged: worktree and branch kept, the state dropped (the branch holds it all).
+        assert!(wt.path.join("w.txt").is_file());
+        assert!(!wt.state.dir().exists() && !gone_state.exists(), "{rep:?}");
+        assert!(
+            rep.kept.iter().any(|l| l.contains("有没合入的提交")),
+            "{rep:?}"
+        );
+        git(&ws, &["fsck", "--strict"]);
+    }
+
     #[test]
     fn sweep_outside_a_repository_is_empty() {
         let d = tempfile::tempdir().unwrap();
