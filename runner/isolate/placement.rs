@@ -411,18 +411,20 @@ impl Placement for WorktreePlacement {
         let message = format!("flowerbox {agent}: 运行 {run} 里的改动");
         let started = Instant::now();
         // What the worker left is committed where it worked: in its container, which sees
-        // exactly what the worker saw. Without one (it never ran a command, or the sandboxes
-        // are gone) no process of the worker can touch the worktree, and libgit2 commits on
-        // the host.
-        let in_sandbox = match sandbox {
-            Some(s) => s.get().await.ok(),
-            None => None,
-        };
-        let sealed = match &in_sandbox {
-            Some(sb) => Some(seal(sb.as_ref(), &tree.path, &tree.branch, agent, &message).await),
-            None => None,
+        // exactly what the worker saw (a container is created for it if it never ran a
+        // command). Only without sandboxes (a caller that runs none) or with host sandboxes
+        // (`--sandbox host`: no containment by choice) does libgit2 commit on the host.
+        let sealed = match sandbox {
+            Some(s) if s.factory.kind() != "host" => Some(match s.get().await {
+                Ok(sb) => seal(sb.as_ref(), &tree.path, &tree.branch, agent, &message).await,
+                Err(e) => Err(format!(
+                    "没能在 {agent} 的容器里提交({e}),没提交的改动留在 worktree 里"
+                )),
+            }),
+            _ => None,
         };
         let left = matches!(&sealed, Some(Ok(s)) if s.left);
+        let seal_ms = started.elapsed().as_millis() as u64;
         let (repo, t, who) = (self.repo.clone(), tree.clone(), agent.to_string());
         let outcome = tokio::task::spawn_blocking(move || {
             let _lock = repo.lock().map_err(|e| e.to_string())?;
@@ -448,6 +450,7 @@ impl Placement for WorktreePlacement {
         .unwrap_or_else(|e| Err(format!("合入线程崩了:{e}")));
         tracing::info!(
             agent,
+            seal_ms,
             ms = started.elapsed().as_millis() as u64,
             ok,
             "worktree finished"
