@@ -219,7 +219,7 @@ fn sweep_one(
     };
     if wt.validate().is_err() {
         // The directory is gone: only the registration is left. Pruning it loses nothing.
-        match unregister(repo, name, None) {
+        match unregister(repo, name, None, false) {
             Ok(()) => report
                 .removed
                 .push(format!("清掉了 {what} 的失效登记(目录已经没了)")),

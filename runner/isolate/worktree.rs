@@ -194,7 +194,7 @@ pub fn add(
             state,
         }),
         Err(e) => {
-            let _ = unregister(repo, &name, Some(&path));
+            let _ = unregister(repo, &name, Some(&path), true);
             let _ = delete_branch(repo, &branch);
             Err(e)
         }
@@ -203,15 +203,26 @@ pub fn add(
 
 /// Removes worktree `name`'s directory (`path`, when known), its registration (admin dir) and
 /// its worker state, without following any link (a process left in a container may still be
-/// swapping directories for symlinks). A missing piece is fine.
+/// swapping directories for symlinks). A missing piece is fine. The directory goes only when
+/// its own `.git` file leads back to this admin dir (a registration whose `gitdir` file was
+/// rewritten must not name someone else's directory for deletion), or unchecked when
+/// `just_made` (a failed [`add`] cleaning up what it created).
 pub(crate) fn unregister(
     repo: &Repository,
     name: &str,
     path: Option<&Path>,
+    just_made: bool,
 ) -> Result<(), IsolateError> {
     let common = commondir(repo);
+    let admin = common.join("worktrees").join(name);
     if let Some(p) = path {
         if let (Some(parent), Some(leaf)) = (p.parent(), p.file_name()) {
+            if !just_made && p.exists() && !links_back(p, &admin) {
+                return Err(IsolateError::Io {
+                    what: format!("worktree {} 的 .git 不指回 {name},没删它", p.display()),
+                    source: std::io::Error::from(std::io::ErrorKind::InvalidData),
+                });
+            }
             remove_tree(parent, leaf)
                 .map_err(IsolateError::io(format!("删不掉 worktree {}", p.display())))?;
         }
@@ -222,6 +233,22 @@ pub(crate) fn unregister(
         state.remove()?;
     }
     Ok(())
+}
+
+/// True when `dir/.git` is a regular file (not followed) whose `gitdir:` is `admin`.
+fn links_back(dir: &Path, admin: &Path) -> bool {
+    let Ok(d) = super::fsafe::open_dir(dir) else {
+        return false;
+    };
+    let Ok(Some(raw)) = super::fsafe::read_file_at(&d, std::ffi::OsStr::new(".git"), 4096) else {
+        return false;
+    };
+    let text = String::from_utf8_lossy(&raw);
+    let Some(target) = text.trim_end().strip_prefix("gitdir: ") else {
+        return false;
+    };
+    let resolved = dir.join(target).canonicalize().ok();
+    resolved.is_some() && resolved == admin.canonicalize().ok()
 }
 
 /// The flowerbox lock on worktree `name`, if it holds one.
@@ -291,7 +318,7 @@ pub fn remove(repo: &Repository, name: &str, branch: &str) -> Result<(), Isolate
         .find_worktree(name)
         .ok()
         .map(|wt| wt.path().to_path_buf());
-    unregister(repo, name, path.as_deref())?;
+    unregister(repo, name, path.as_deref(), false)?;
     delete_branch(repo, branch)
 }
 
@@ -423,6 +450,19 @@ mod tests {
             .target()
             .unwrap();
         assert!(is_merged(&repo, tip).unwrap());
+        // A registration whose gitdir was rewritten to name another directory: that
+        // directory stays.
+        let other = add(&repo, &root, "r1", "worker-2", &me).unwrap();
+        let victim = dir.path().canonicalize().unwrap().join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        std::fs::write(victim.join("keep.txt"), "k").unwrap();
+        std::fs::write(
+            ws.join(".git/worktrees").join(&other.name).join("gitdir"),
+            format!("{}\n", victim.join(".git").display()),
+        )
+        .unwrap();
+        assert!(remove(&repo, &other.name, &other.branch).is_err());
+        assert!(victim.join("keep.txt").is_file());
         // A second add of the same agent fails and leaves the first intact.
         assert!(add(&repo, &root, "r1", "worker-1", &me).is_err());
         assert!(wt.path.join("a.txt").is_file());
