@@ -113,7 +113,7 @@ async fn container_and_finish_timings() {
     };
     let (mut start_before, mut start_after) = (Vec::new(), Vec::new());
     let (mut finish_before, mut finish_after) = (Vec::new(), Vec::new());
-    let rounds = 5;
+    let rounds = 7;
     for round in 0..rounds {
         for after in [false, true] {
             let agent = format!("worker-{}{}", round, if after { "a" } else { "b" });
