@@ -106,7 +106,7 @@ pub fn describe(workers: UserIds) -> String {
     let judge = ReadOnlyIds::of(Role::Judge, workers);
     let coordinator = ReadOnlyIds::of(Role::Coordinator, workers);
     format!(
-        "判定者 uid {}、协调者 uid {}(工人 uid {}),shell 只有 CAP_DAC_READ_SEARCH;lsof 由 inspector \
+        "判定者 uid {}、协调者 uid {}(工人 uid {}),shell 只有 CAP_DAC_READ_SEARCH;lsof 由 inspector\
          (uid {},CAP_SYS_PTRACE + CAP_DAC_READ_SEARCH)代跑;seccomp 拒 {}",
         judge.shell.uid,
         coordinator.shell.uid,
