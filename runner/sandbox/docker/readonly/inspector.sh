@@ -6,9 +6,9 @@
 # shell's arguments and writes the answer only into its own directory, which the shell cannot
 # write. See runner/sandbox/docker/readonly.rs.
 #
-# Request: one line on the FIFO `req`: `ID _CWD _ARG...`, ID matching [0-9]{8,40}, every other
-# field `_` followed by the base64 of the value. Answer: ID.out, ID.err, then ID.rc (the exit
-# code, renamed into place last).
+# Request: one line on the FIFO `req`: `ID _DATA`, ID matching [0-9]{8,40}, DATA the base64 of
+# the working directory and the arguments, each ended by a NUL byte. Answer: ID.out and ID.err,
+# then ID.rc (the exit code; the asker waits for it to be non-empty).
 # $1: the real lsof.
 set -f
 umask 022
@@ -26,35 +26,22 @@ exec 3<>req || fail "cannot open $dir/req"
 trap 'exit 0' TERM INT HUP
 echo $$ >pid.new && mv -f pid.new pid
 
-# Sets REPLY to the value of one `_BASE64` field (trailing newlines kept).
-decode() {
-  local v
-  v=$(printf %s "${1#_}" | base64 -d 2>/dev/null; printf x)
-  REPLY=${v%x}
-}
-
 answer() {
-  local id=$1 a
-  shift
-  decode "$1"
-  shift
-  cd -- "$REPLY" 2>/dev/null || cd /
-  local args=()
-  for a in "$@"; do
-    decode "$a"
-    args+=("$REPLY")
-  done
-  timeout -s KILL 120 "$lsof" "${args[@]}" >"$dir/$id.out" 2>"$dir/$id.err" </dev/null
-  echo $? >"$dir/$id.new"
-  mv -f "$dir/$id.new" "$dir/$id.rc"
+  local id=$1 args=()
+  mapfile -d '' -t args < <(printf %s "${2#_}" | base64 -d 2>/dev/null)
+  cd -- "${args[0]:-/}" 2>/dev/null || cd /
+  timeout -s KILL 120 "$lsof" "${args[@]:1}" >"$dir/$id.out" 2>"$dir/$id.err" </dev/null
+  echo $? >"$dir/$id.rc"
 }
 
-while read -r -u 3 id fields; do
-  [[ $id =~ ^[0-9]{8,40}$ ]] || continue
+n=0
+while read -r -u 3 id data rest; do
+  [[ $id =~ ^[0-9]{8,40}$ && -z $rest ]] || continue
   if [ -e "$id.rc" ] || [ -e "$id.out" ]; then continue; fi
-  find "$dir" -maxdepth 1 -type f -name '[0-9]*.*' -mmin +5 -delete 2>/dev/null
-  # Fields are `_` + base64: no blanks inside, and globbing is off.
-  # shellcheck disable=SC2086
-  answer "$id" $fields &
+  n=$((n + 1))
+  if [ $((n % 32)) -eq 0 ]; then
+    find "$dir" -maxdepth 1 -type f -name '[0-9]*.*' -mmin +5 -delete 2>/dev/null
+  fi
+  answer "$id" "$data" &
 done
 fail "lost $dir/req"

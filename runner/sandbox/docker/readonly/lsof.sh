@@ -14,10 +14,9 @@ until [ -s "$dir/pid" ]; do
   fi
   read -r -t 0.01 -u 9
 done
-pid=$(<"$dir/pid")
+read -r pid <"$dir/pid"
 id="${EPOCHREALTIME/./}$$$RANDOM"
-line="$id _$(printf %s "$PWD" | base64 -w0)"
-for a in "$@"; do line+=" _$(printf %s "$a" | base64 -w0)"; done
+line="$id _$(printf '%s\0' "$PWD" "$@" | base64 -w0)"
 if [ "${#line}" -ge 4000 ]; then
   echo "lsof: arguments too long for flowerbox's inspector" >&2
   exit 1
@@ -28,7 +27,7 @@ if [ ! -d "/proc/$pid" ]; then
 fi
 printf '%s\n' "$line" >"$dir/req"
 n=0
-until [ -e "$dir/$id.rc" ]; do
+until [ -s "$dir/$id.rc" ]; do
   n=$((n + 1))
   if [ ! -d "/proc/$pid" ]; then
     echo "lsof: flowerbox's inspector stopped" >&2
@@ -38,8 +37,11 @@ until [ -e "$dir/$id.rc" ]; do
     echo "lsof: no answer from flowerbox's inspector" >&2
     exit 1
   fi
-  if [ "$n" -le 50 ]; then read -r -t 0.002 -u 9; else read -r -t 0.01 -u 9; fi
+  if [ "$n" -le 100 ]; then read -r -t 0.001 -u 9; else read -r -t 0.01 -u 9; fi
 done
-cat "$dir/$id.out"
-cat "$dir/$id.err" >&2
-exit "$(<"$dir/$id.rc")"
+IFS= read -r -d '' text <"$dir/$id.out"
+printf '%s' "$text"
+IFS= read -r -d '' text <"$dir/$id.err"
+printf '%s' "$text" >&2
+read -r rc <"$dir/$id.rc"
+exit "$rc"
