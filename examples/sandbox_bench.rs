@@ -4,10 +4,12 @@
 //! 1. container cold start to first exec result (pod + agent container + `true`) vs
 //!    `docker run --rm IMAGE true`;
 //! 2. Bash round trip for `true` in a warm container vs `sh -c true` on the host;
-//! 3. 8 agent containers started in parallel (to first exec result) vs 1;
-//! 1c. a judge's container (read-only: its own uid, the lsof inspector, the seccomp profile)
-//!     to first exec result vs a worker's, which is what a judge's container was before;
-//! 2b. `lsof -nP -i` in a judge's container (answered by its inspector) vs in a worker's.
+//! 3. 8 agent containers started in parallel (to first exec result) vs 1.
+//!
+//! And for the read-only roles (issue 14): 1c, a judge's container (its own uid, the lsof
+//! inspector, the seccomp profile) to first exec result vs a worker's, which is what a judge's
+//! container was before; 2b, `lsof -nP -i` in a judge's container (answered by its inspector)
+//! vs in a worker's.
 //!
 //! Each figure is a median with its spread (p25–p75, min, max) and the ratio of the medians.
 //!
