@@ -463,7 +463,7 @@ async fn a_judge_and_a_coordinator_cannot_write_by_any_route() {
                 {"content": [
                     bash("who", "id -u; id -G; grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status"),
                     bash("file", "file ./held.txt"),
-                    bash("ps", "ps -eo pid,user,args"),
+                    bash("ps", "ps -ww -eo pid,user,args"),
                     bash("lsof_p", &format!("lsof -p $(python3 -c \"import json; print(json.load(open('{}/artifacts/victim.json'))['pid'])\")", wb.display())),
                     bash("lsof_i", &format!("lsof -nP -i :{PORT}")),
                     bash("curl", &format!("curl -s http://127.0.0.1:{PORT}/"))]},
@@ -557,8 +557,10 @@ async fn a_judge_and_a_coordinator_cannot_write_by_any_route() {
     assert!(who.starts_with("65531\n65531\n"), "{who}");
     assert!(who.contains("CapEff:\t0000000000000004"), "{who}");
     assert!(who.contains("CapBnd:\t0000000000000004"), "{who}");
-    assert!(ok("file").contains("text"));
-    assert!(ok("ps").contains("victim.py"));
+    let file = ok("file");
+    assert!(file.contains("text"), "{file}");
+    let ps = ok("ps");
+    assert!(ps.contains("victim.py"), "{ps}");
     let lsof_p = ok("lsof_p");
     let held = format!("{}/held.txt", wt.display());
     assert!(
