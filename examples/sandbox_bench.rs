@@ -182,6 +182,7 @@ async fn main() {
         mounts: vec![Mount {
             path: ws.to_path_buf(),
             read_only: true,
+            source: None,
         }],
         ..agent("judge-1", &ws)
     };
