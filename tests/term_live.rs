@@ -375,6 +375,11 @@ fn live_docker_sigterm_leaves_no_container() {
     }
     let l = Live::new("live-docker", 44, 300);
     l.start("docker");
+    // The tool call shows before its container exists: wait for the container (bounded).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while containers_of(&l.ws).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     assert!(
         !containers_of(&l.ws).is_empty(),
         "the worker should be in a container"
