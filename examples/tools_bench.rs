@@ -30,6 +30,7 @@ fn context(ws: &Path) -> ToolContext {
             path: ws.to_path_buf(),
             read_only: false,
         }],
+        masked: Vec::new(),
         workdir: ws.to_path_buf(),
     };
     ToolContext::new(

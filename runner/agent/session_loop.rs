@@ -609,6 +609,7 @@ impl Dispatcher for SubDispatch {
             agent: agent.clone(),
             role: def.spec.role,
             mounts: place.mounts.clone(),
+            masked: self.rt.config.masked.clone(),
             workdir: place.workdir.clone(),
         };
         self.rt.note_agent(&agent);
