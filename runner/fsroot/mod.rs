@@ -9,17 +9,18 @@
 //! regular; replacements are new `O_EXCL` files renamed within the same directory handle.
 //!
 //! Two views:
-//! - [`Tree`]: a place flowerbox itself writes (the workbench, the run directory). No symlink
-//!   is ever followed beneath its anchor.
+//! - [`Tree`] and [`own`]: places flowerbox itself writes (the workbench, the run directory).
+//!   No symlink is ever followed beneath the anchor (for [`own`]: anywhere in the path).
 //! - [`View`]: what one agent sees through its mounts, with its container's symlink semantics
 //!   (the file tools).
 
+pub mod own;
 mod sys;
 mod tree;
 pub mod view;
 pub mod walk;
 
-pub use tree::{Entry, Tree};
+pub use tree::{Entry, TempFile, Tree};
 pub use view::{Resolved, View, ViewError, ViewMount};
 
 use thiserror::Error;

@@ -307,7 +307,10 @@ pub(crate) fn replace_at(
 }
 
 /// Creates a fresh temporary file next to `name` in `dir` (`O_EXCL`, mode 0666 less the umask).
-fn create_temp(dir: BorrowedFd<'_>, name: &OsStr) -> Result<(OsString, OwnedFd), FsError> {
+pub(crate) fn create_temp(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+) -> Result<(OsString, OwnedFd), FsError> {
     // Keep the temporary name within NAME_MAX whatever `name` is.
     let stem: String = name.to_string_lossy().chars().take(120).collect();
     for _ in 0..16 {

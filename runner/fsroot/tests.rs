@@ -322,14 +322,14 @@ fn walks_keep_ripgreps_ignore_rules_and_stay_in_the_view() {
     tb.select("rust");
     let rules = Rules {
         types: Some(tb.build().unwrap()),
-        overrides: None,
+        ..Rules::default()
     };
     assert_eq!(files(&v, w, &rules), vec!["src/a.rs"]);
     let mut ob = ignore::overrides::OverrideBuilder::new(w);
     ob.add("*.md").unwrap();
     let rules = Rules {
-        types: None,
         overrides: Some(ob.build().unwrap()),
+        ..Rules::default()
     };
     assert_eq!(files(&v, w, &rules), vec!["docs/x.md"]);
     // A single file is visited whatever the rules say.

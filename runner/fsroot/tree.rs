@@ -154,14 +154,19 @@ impl Tree {
         self.dir(path, true).map(|_| ())
     }
 
-    /// The type of `path` (a symlink is not followed); `None` when it does not exist.
-    pub fn kind(&self, path: &Path) -> Result<Option<FileType>, FsError> {
+    /// The status of `path` (a symlink's own); `None` when it does not exist.
+    pub fn status(&self, path: &Path) -> Result<Option<rustix::fs::Stat>, FsError> {
         let (dir, name) = match self.parent(path, false) {
             Ok(p) => p,
             Err(e) if e.is_not_found() => return Ok(None),
             Err(e) => return Err(e),
         };
-        Ok(sys::lstat_at(dir.as_fd(), &name)?.map(|st| sys::kind(&st)))
+        sys::lstat_at(dir.as_fd(), &name)
+    }
+
+    /// The type of `path` (a symlink is not followed); `None` when it does not exist.
+    pub fn kind(&self, path: &Path) -> Result<Option<FileType>, FsError> {
+        Ok(self.status(path)?.map(|st| sys::kind(&st)))
     }
 
     /// True when something (of any type) is at `path`.
@@ -179,13 +184,21 @@ impl Tree {
         } else {
             rustix::fs::RenameFlags::NOREPLACE
         };
-        Ok(rustix::fs::renameat_with(
-            src_dir.as_fd(),
-            &src,
-            dst_dir.as_fd(),
-            &dst,
-            flags,
-        )?)
+        match rustix::fs::renameat_with(src_dir.as_fd(), &src, dst_dir.as_fd(), &dst, flags) {
+            // A file system without RENAME_NOREPLACE (NFS): check, then rename.
+            Err(rustix::io::Errno::INVAL) if !replace => {
+                if sys::lstat_at(dst_dir.as_fd(), &dst)?.is_some() {
+                    return Err(FsError::Io(std::io::ErrorKind::AlreadyExists.into()));
+                }
+                Ok(rustix::fs::renameat(
+                    src_dir.as_fd(),
+                    &src,
+                    dst_dir.as_fd(),
+                    &dst,
+                )?)
+            }
+            other => Ok(other?),
+        }
     }
 
     /// The entries of the directory `path` (sorted by name; symlinks listed, not followed);
@@ -211,6 +224,66 @@ impl Tree {
         Ok(out)
     }
 
+    /// The regular file `path` opened for reading (`O_NONBLOCK`), with its status; `None` when
+    /// it does not exist.
+    pub fn open_regular(
+        &self,
+        path: &Path,
+    ) -> Result<Option<(std::fs::File, rustix::fs::Stat)>, FsError> {
+        let found = self
+            .parent(path, false)
+            .and_then(|(dir, name)| sys::open_regular_at(dir.as_fd(), &name));
+        match found {
+            Ok(fd) => {
+                let st = sys::regular(fd.as_fd())?;
+                Ok(Some((std::fs::File::from(fd), st)))
+            }
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The target of the symlink `path`; `None` when it is not a symlink or does not exist.
+    pub fn read_link(&self, path: &Path) -> Result<Option<PathBuf>, FsError> {
+        match self.parent(path, false) {
+            Ok((dir, name)) => sys::readlink_at(dir.as_fd(), &name),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// At most the first `n` bytes of the regular file `path`; `None` when it does not exist.
+    pub fn read_head(&self, path: &Path, n: usize) -> Result<Option<Vec<u8>>, FsError> {
+        use std::io::Read;
+        let found = self
+            .parent(path, false)
+            .and_then(|(dir, name)| sys::open_regular_at(dir.as_fd(), &name));
+        match found {
+            Ok(fd) => {
+                let mut buf = Vec::with_capacity(n);
+                std::fs::File::from(fd)
+                    .take(n as u64)
+                    .read_to_end(&mut buf)?;
+                Ok(Some(buf))
+            }
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A new empty file in the directory `dir` (created when missing), for output whose final
+    /// name is known only at the end; removed on drop unless persisted.
+    pub fn temp_file(&self, dir: &Path) -> Result<TempFile, FsError> {
+        let fd = self.dir(dir, true)?;
+        let (name, file) = sys::create_temp(fd.as_fd(), std::ffi::OsStr::new("partial"))?;
+        Ok(TempFile {
+            dir_path: dir.to_path_buf(),
+            dir: fd,
+            name: Some(name),
+            file: std::fs::File::from(file),
+        })
+    }
+
     /// Checks that nothing on the way to `path` beneath the anchor is a symlink and that `path`
     /// is a regular file or absent (for files opened by a library that takes only a path).
     pub fn check_plain(&self, path: &Path) -> Result<(), FsError> {
@@ -231,5 +304,41 @@ pub(crate) fn mtime(st: &rustix::fs::Stat) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::new(secs as u64, nanos)
     } else {
         SystemTime::UNIX_EPOCH
+    }
+}
+
+/// A temporary file made by [`Tree::temp_file`]: written through [`TempFile::file`], then
+/// renamed within its directory's handle by [`TempFile::persist`], or removed on drop.
+#[derive(Debug)]
+pub struct TempFile {
+    dir_path: PathBuf,
+    dir: OwnedFd,
+    name: Option<OsString>,
+    file: std::fs::File,
+}
+
+impl TempFile {
+    /// The open file.
+    pub fn file(&mut self) -> &mut std::fs::File {
+        &mut self.file
+    }
+
+    /// Renames it to `name` in its directory (replacing what is there) and returns the path.
+    pub fn persist(mut self, name: &str) -> Result<PathBuf, FsError> {
+        let tmp = self.name.take().expect("not persisted yet");
+        sys::check_name(std::ffi::OsStr::new(name))?;
+        if let Err(e) = rustix::fs::renameat(self.dir.as_fd(), &tmp, self.dir.as_fd(), name) {
+            let _ = rustix::fs::unlinkat(self.dir.as_fd(), &tmp, rustix::fs::AtFlags::empty());
+            return Err(e.into());
+        }
+        Ok(self.dir_path.join(name))
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if let Some(tmp) = self.name.take() {
+            let _ = rustix::fs::unlinkat(self.dir.as_fd(), &tmp, rustix::fs::AtFlags::empty());
+        }
     }
 }

@@ -29,24 +29,59 @@ use super::FsError;
 /// Largest ignore file read.
 const IGNORE_FILE_CAP: u64 = 1024 * 1024;
 
-/// What a walk filters by, besides the ignore files it finds.
-#[derive(Default)]
+/// What a walk filters by, besides the ignore files it finds. [`Rules::default`] is `rg`'s.
 pub struct Rules {
     /// Glob overrides (Grep's `glob`): a match includes or excludes, before any ignore rule.
     pub overrides: Option<Override>,
     /// File types (Grep's `type`).
     pub types: Option<Types>,
+    /// Honour the ignore files of the directories above the base (in the view).
+    pub parents: bool,
+    /// Honour the user's global git excludes.
+    pub global: bool,
+    /// Hand out symlinks too (as links: never followed).
+    pub links: bool,
+    /// Directories left out with everything beneath them.
+    pub skip_dirs: Vec<PathBuf>,
 }
 
-/// A regular file the walk found: its path in the view and the handle of its directory.
+impl Default for Rules {
+    fn default() -> Self {
+        Rules {
+            overrides: None,
+            types: None,
+            parents: true,
+            global: true,
+            links: false,
+            skip_dirs: Vec::new(),
+        }
+    }
+}
+
+/// A regular file (or, when asked for, a symlink) the walk found: its path in the view and the
+/// handle of its directory.
 pub struct Found {
     /// The path as the container names it.
     pub path: PathBuf,
+    /// A regular file or a symlink.
+    pub kind: FileType,
     dir: Arc<OwnedFd>,
     name: OsString,
 }
 
 impl Found {
+    /// Its status (a symlink's own); `None` when it is gone.
+    pub fn stat(&self) -> Option<rustix::fs::Stat> {
+        sys::lstat_at(self.dir.as_fd(), &self.name).ok().flatten()
+    }
+
+    /// A symlink's target; `None` when it is not (or no longer) a symlink.
+    pub fn read_link(&self) -> Option<PathBuf> {
+        sys::readlink_at(self.dir.as_fd(), &self.name)
+            .ok()
+            .flatten()
+    }
+
     /// Opens the file for reading (`O_NONBLOCK`, no symlink, regular files only).
     pub fn open(&self) -> Result<std::fs::File, FsError> {
         Ok(std::fs::File::from(sys::open_regular_at(
@@ -79,13 +114,18 @@ pub fn walk(
     rules: &Rules,
     visit: &mut dyn FnMut(Found) -> bool,
 ) -> Result<(), FsError> {
-    let global = Gitignore::global().0;
+    let global = if rules.global {
+        Gitignore::global().0
+    } else {
+        Gitignore::empty()
+    };
     match base.kind()? {
         Some(FileType::Directory) => {}
         Some(FileType::RegularFile) => {
             if let Some((dir, name)) = base.entry() {
                 visit(Found {
                     path: base.path().to_path_buf(),
+                    kind: FileType::RegularFile,
                     dir,
                     name,
                 });
@@ -96,7 +136,11 @@ pub fn walk(
         _ => return Ok(()),
     }
     let root = Arc::new(base.open_dir()?);
-    let mut layers = ancestor_layers(view, base.path());
+    let mut layers = if rules.parents {
+        ancestor_layers(view, base.path())
+    } else {
+        Vec::new()
+    };
     layers.push(Arc::new(layer(view, root.as_fd(), base.path())));
     // Depth first, in name order; an explicit stack, so a deep tree cannot exhaust ours.
     let mut stack: Vec<(PathBuf, Arc<OwnedFd>, Vec<Arc<Layer>>)> =
@@ -111,12 +155,14 @@ pub fn walk(
                 continue;
             }
             let path = dir_path.join(&name);
-            if view.is_masked(&path) {
+            if view.is_masked(&path) || rules.skip_dirs.iter().any(|d| path.starts_with(d)) {
                 continue;
             }
             let mount = view.mount_exact(&path);
             let is_dir = mount.is_some() || kind == FileType::Directory;
-            if !(is_dir || kind == FileType::RegularFile) {
+            let wanted =
+                kind == FileType::RegularFile || (rules.links && kind == FileType::Symlink);
+            if !(is_dir || wanted) {
                 // Symlinks are not followed; FIFOs, sockets and devices are not searched.
                 continue;
             }
@@ -126,6 +172,7 @@ pub fn walk(
             if !is_dir {
                 let go_on = visit(Found {
                     path,
+                    kind,
                     dir: dir.clone(),
                     name,
                 });

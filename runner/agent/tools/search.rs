@@ -249,6 +249,7 @@ impl Tool for GrepTool {
                     None => None,
                 },
                 types: types.clone(),
+                ..Rules::default()
             };
             let mut searcher = SearcherBuilder::new()
                 .line_number(true)
