@@ -2,9 +2,9 @@
 //! median over `--calls` calls with its spread, against the plain `std::fs` call that does the
 //! same I/O without any confinement:
 //!
-//! 7.  `Read` of a 4 KiB file three directories below the workspace vs `fs::read`;
-//! 7b. `Write` of the same file (replacing it) vs `fs::write`;
-//! 7c. `Grep` for one word over a tree of 200 small files vs nothing (absolute time only).
+//! - 7: `Read` of a 4 KiB file three directories below the workspace vs `fs::read`;
+//! - 7b: `Write` of the same file (replacing it) vs `fs::write`;
+//! - 7c: `Grep` for one word over a tree of 200 small files (absolute time only).
 //!
 //! Usage: `tools_bench [--calls N] [--json FILE]`.
 

@@ -127,7 +127,10 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
                 out.insert(p.clone(), "<dir>".into());
                 stack.push(p);
             } else if t.is_symlink() {
-                out.insert(p.clone(), format!("-> {:?}", std::fs::read_link(&p).unwrap()));
+                out.insert(
+                    p.clone(),
+                    format!("-> {:?}", std::fs::read_link(&p).unwrap()),
+                );
             } else {
                 out.insert(p.clone(), std::fs::read_to_string(&p).unwrap_or_default());
             }
@@ -136,32 +139,34 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
     out
 }
 
-/// Every tool result of the last request the model received, by tool name: (text, is_error).
+/// Every tool result the model received (in any request, each once), with its tool's name:
+/// (name, text, is_error).
 fn tool_results(model: &ScriptedModel) -> Vec<(String, String, bool)> {
-    let reqs = model.recorded();
-    let Some(last) = reqs.last() else {
-        return Vec::new();
-    };
     let mut names: BTreeMap<String, String> = BTreeMap::new();
+    let mut seen = std::collections::BTreeSet::new();
     let mut out = Vec::new();
-    for m in last["messages"].as_array().unwrap() {
-        for b in m["content"].as_array().into_iter().flatten() {
-            match b["type"].as_str() {
-                Some("tool_use") => {
-                    names.insert(
-                        b["id"].as_str().unwrap().to_string(),
-                        b["name"].as_str().unwrap().to_string(),
-                    );
+    for req in model.recorded() {
+        for m in req["messages"].as_array().into_iter().flatten() {
+            for b in m["content"].as_array().into_iter().flatten() {
+                match b["type"].as_str() {
+                    Some("tool_use") => {
+                        names.insert(
+                            b["id"].as_str().unwrap().to_string(),
+                            b["name"].as_str().unwrap().to_string(),
+                        );
+                    }
+                    Some("tool_result") => {
+                        let id = b["tool_use_id"].as_str().unwrap().to_string();
+                        if seen.insert(id.clone()) {
+                            out.push((
+                                names.get(&id).cloned().unwrap_or_default(),
+                                b["content"].to_string(),
+                                b["is_error"].as_bool().unwrap_or(false),
+                            ));
+                        }
+                    }
+                    _ => {}
                 }
-                Some("tool_result") => {
-                    let id = b["tool_use_id"].as_str().unwrap();
-                    out.push((
-                        names.get(id).cloned().unwrap_or_default(),
-                        b["content"].to_string(),
-                        b["is_error"].as_bool().unwrap_or(false),
-                    ));
-                }
-                _ => {}
             }
         }
     }
@@ -206,6 +211,7 @@ fn a_directory_swapped_with_a_link_to_the_host_never_leaks_or_lets_a_write_out()
     if !engine("redteam_swap") {
         return;
     }
+    let _serial = docker_support::SERIAL.blocking_lock();
     let p = Project::new();
     let _sweep = Sweep(p.ws.clone());
     let root = p.ws.parent().unwrap().to_path_buf();
@@ -247,12 +253,12 @@ fn a_directory_swapped_with_a_link_to_the_host_never_leaks_or_lets_a_write_out()
         for k in 0..10 {
             let i = t * 10 + k;
             calls.push(match k {
-                0 | 1 | 2 => tool("Read", json!({"file_path": "d/secret.txt"})),
-                3 | 4 => tool(
+                0..=2 => tool("Read", json!({"file_path": "d/secret.txt"})),
+                3..=4 => tool(
                     "Write",
                     json!({"file_path": format!("d/w-{i}.txt"), "content": "w\n"}),
                 ),
-                5 | 6 => tool(
+                5..=6 => tool(
                     "Edit",
                     json!({"file_path": "d/edit.txt", "old_string": "END", "new_string": "xEND"}),
                 ),
@@ -273,7 +279,12 @@ fn a_directory_swapped_with_a_link_to_the_host_never_leaks_or_lets_a_write_out()
     let (code, out, took) = run(
         &p,
         &model,
-        &["once", "-t", "Read,Write,Edit,Glob,Grep,Bash", "读写 d 里的文件"],
+        &[
+            "once",
+            "-t",
+            "Read,Write,Edit,Glob,Grep,Bash",
+            "读写 d 里的文件",
+        ],
     );
 
     let results = tool_results(&model);
@@ -312,4 +323,339 @@ fn a_directory_swapped_with_a_link_to_the_host_never_leaks_or_lets_a_write_out()
     assert_eq!(top(&root), root_before, "created beside the workspace");
     // Calls did land inside (the attack was not simply refused wholesale).
     assert!(errors < file_calls.len(), "every call failed");
+}
+
+/// A `go` scenario: the brief, the goal, a coordinator that dispatches one worker with
+/// `worker_turns`, and judges that pass.
+fn go_scenario(worker_turns: Vec<Value>) -> Value {
+    // Text agents answer the same whatever turn they are asked for (a wake resumes them).
+    let text = |t: &str| vec![json!({"content": [{"type": "text", "text": t}]}); 4];
+    json!({"agents": [
+        {"role": "clarifier", "turns": text(
+            "## 目标\n做 X\n\n## 验收标准\n- 有 x.txt\n\n## 边界\n无\n\n## 未知与假设\n- 无\n")},
+        {"role": "judge", "prompt": "变成可判定的目标", "turns": text(
+            "## 目标\n工作区有 x.txt\n\n## 判定清单\n- `test -e x.txt` 成功\n")},
+        {"role": "judge", "prompt": "判定这一轮", "turns": text(
+            "## 结论\nACHIEVED\n\n## 理由\n看到了\n\n## 未通过\n无\n")},
+        {"role": "coordinator", "turns": [
+            {"content": [tool("Agent", json!({
+                "description": "埋雷", "prompt": "埋雷", "subagent_type": "coder"}))]},
+            text("完成")[0], text("完成")[0], text("完成")[0]]},
+        {"role": "worker", "prompt": "埋雷", "turns": worker_turns},
+    ]})
+}
+
+/// The count of `PLANTED`/`REFUSED` lines in the Bash results the model received.
+fn plant_counts(model: &ScriptedModel) -> (usize, usize) {
+    let mut planted = 0;
+    let mut refused = 0;
+    for (name, text, _) in tool_results(model) {
+        if name == "Bash" {
+            planted += text.matches("PLANTED").count();
+            refused += text.matches("REFUSED").count();
+        }
+    }
+    (planted, refused)
+}
+
+#[test]
+fn workbench_files_replaced_by_links_and_fifos_are_neither_followed_nor_waited_on() {
+    if !engine("redteam_workbench") {
+        return;
+    }
+    let _serial = docker_support::SERIAL.blocking_lock();
+    let p = Project::new();
+    let _sweep = Sweep(p.ws.clone());
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    let secret_text = format!("HOST-SECRET-{tag}");
+    let secret = p.home.join(".config/flower/.env");
+    std::fs::create_dir_all(secret.parent().unwrap()).unwrap();
+    std::fs::write(&secret, format!("FLOWERBOX_DECOY={secret_text}\n")).unwrap();
+    let planted = |name: &str| p.home.join(format!("planted-{name}"));
+    // A Read result large enough to be spilled: its spill file's name is predictable.
+    let lines: Vec<String> = (0..100)
+        .map(|i| format!("line {i} {}", "x".repeat(60)))
+        .collect();
+    std::fs::write(p.ws.join("big.txt"), lines.join("\n") + "\n").unwrap();
+    let read_result: String = lines
+        .iter()
+        .enumerate()
+        .map(|(i, l)| format!("{:>6}\t{l}\n", i + 1))
+        .collect();
+    let spill_name = flowerbox::agent::spill::spill_name(&read_result);
+    let wb = p.ws.join(".flower");
+    let runs = p.ws.join("runs");
+    // The worker: links from every note the host reads (now or on the next wake) to the host
+    // secret, links from every file the host writes to host paths, FIFOs where it reads, then
+    // a Write (the host refreshes INDEX.md) and file-tool calls at the run directory.
+    let plant = format!(
+        "cd '{wb}'; \
+         mv notes/需求.md notes/需求.orig && mkfifo notes/需求.md; \
+         mv notes/目标.md notes/目标.orig && ln -s '{secret}' notes/目标.md; \
+         rm -f INDEX.md; ln -s '{pi}' INDEX.md; \
+         ln -s '{pr}' notes/判定记录.md; \
+         mkfifo scripts/hang.sh notes/fifo.md; \
+         ln -s '{secret}' scripts/key.sh; \
+         ln -s '{ps}' spill/.{spill_name}.partial; ln -s '{ps}' spill/{spill_name}.tmp; \
+         ls -la . notes scripts",
+        wb = wb.display(),
+        secret = secret.display(),
+        pi = planted("index").display(),
+        pr = planted("record").display(),
+        ps = planted("spill").display(),
+    );
+    let run_plants = format!(
+        "cd '{ws}'; for f in manifest.json lineage.json go.lock flowerbox.log sessions.db \
+         sessions.db-wal aside new; do \
+           if ln -sf '{pr}' runs/$f 2>/dev/null; then echo PLANTED $f; else echo REFUSED $f; fi; \
+         done; \
+         if mv runs runs.moved 2>/dev/null; then echo PLANTED mv; else echo REFUSED mv; fi; \
+         if rm -rf runs 2>/dev/null && ! test -d runs; then echo PLANTED rm; else echo REFUSED rm; fi; \
+         if cat runs/manifest.json 2>/dev/null; then echo PLANTED read; else echo REFUSED read; fi",
+        ws = p.ws.display(),
+        pr = planted("run").display(),
+    );
+    let turns = vec![
+        json!({"content": [bash(&plant)]}),
+        json!({"content": [
+            bash(&run_plants),
+            tool("Write", json!({"file_path": ".flower/artifacts/report.md", "content": "r\n"})),
+            tool("Read", json!({"file_path": "runs/manifest.json"})),
+            tool("Write", json!({"file_path": "runs/manifest.json", "content": "[]"})),
+            tool("Glob", json!({"pattern": "runs/**"})),
+            tool("Read", json!({"file_path": ".flower/notes/目标.md"})),
+            tool("Write", json!({"file_path": "x.txt", "content": "x\n"})),
+            tool("Read", json!({"file_path": "big.txt"})),
+        ]}),
+        json!({"content": [{"type": "text",
+            "text": "结论:埋好了\n依据:无\n产出:x.txt\n未验证:无"}]}),
+    ];
+    let model = ScriptedModel::start(&go_scenario(turns));
+    let (code, out, took) = run(&p, &model, &["--timeout", "0", "做 X"]);
+    let (planted_n, refused_n) = plant_counts(&model);
+    let file_calls: Vec<(String, String, bool)> = tool_results(&model)
+        .into_iter()
+        .filter(|(n, _, _)| !matches!(n.as_str(), "Bash" | "Agent"))
+        .collect();
+    eprintln!(
+        "first run: exit {code:?} in {:.1} s\n{out}",
+        took.as_secs_f64()
+    );
+    eprintln!("file tools: {file_calls:?}");
+
+    // The next wake reads the notes the worker replaced.
+    let model2 = ScriptedModel::start(&go_scenario(vec![json!({"content": [{"type": "text",
+        "text": "结论:好\n依据:无\n产出:无\n未验证:无"}]})]));
+    let (code2, out2, took2) = run(&p, &model2, &["--timeout", "0", "再做一次 X"]);
+    eprintln!(
+        "wake: exit {code2:?} in {:.1} s\n{out2}",
+        took2.as_secs_f64()
+    );
+
+    let leaks =
+        requests_containing(&model, &secret_text) + requests_containing(&model2, &secret_text);
+    let written_out: Vec<String> = std::fs::read_dir(&p.home)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("planted-"))
+        .collect();
+    eprintln!(
+        "workbench/run-dir attack: {} container plants refused, {planted_n} succeeded; \
+         {} file-tool calls at the run directory and the replaced notes; {leaks} requests \
+         carried the host secret; host files written through links: {written_out:?}",
+        refused_n,
+        file_calls.len()
+    );
+    assert!(refused_n >= 11, "the plants did not run: {refused_n}");
+    assert_eq!(planted_n, 0, "a plant in the run directory succeeded");
+    assert_eq!(leaks, 0, "the host secret reached the model");
+    assert!(written_out.is_empty(), "{written_out:?}");
+    assert_eq!(
+        std::fs::read_to_string(&secret).unwrap(),
+        format!("FLOWERBOX_DECOY={secret_text}\n")
+    );
+    // The file tools refused the run directory and the linked note; a glob there finds
+    // nothing.
+    for i in [1, 2, 4] {
+        let (name, text, is_error) = &file_calls[i];
+        assert!(is_error, "{name}: {text}");
+    }
+    assert!(!file_calls[3].1.contains("manifest"), "{:?}", file_calls[3]);
+    assert!(!std::fs::symlink_metadata(runs.join("manifest.json"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert!(!std::fs::symlink_metadata(wb.join("INDEX.md"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(std::fs::read_to_string(p.ws.join("x.txt")).unwrap(), "x\n");
+    // The large result was spilled, into the workbench.
+    assert!(file_calls[6].1.contains("已落盘"), "{:?}", file_calls[6]);
+    assert_eq!(
+        std::fs::read_to_string(wb.join("spill").join(&spill_name)).unwrap(),
+        read_result
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(code2, Some(0), "{out2}");
+}
+
+#[test]
+fn a_run_directory_deep_in_the_workspace_stays_masked_when_its_parent_is_renamed() {
+    if !engine("redteam_rundir") {
+        return;
+    }
+    let _serial = docker_support::SERIAL.blocking_lock();
+    let p = Project::new();
+    let _sweep = Sweep(p.ws.clone());
+    let planted_dir = p.home.join("planted-dir");
+    std::fs::create_dir_all(&planted_dir).unwrap();
+    // The worker: plants in the masked run directory (refused), then renames its parent
+    // (allowed: only the mount point itself is busy) and puts a link to a host directory where
+    // the run directory was, for the host's next writes (manifest, lineage, log).
+    let attack = format!(
+        "cd '{ws}'; ls -la deep/records; \
+         for f in manifest.json lineage.json go.lock flowerbox.log sessions.db x; do \
+           if ln -sf '{pd}/$f' deep/records/$f 2>/dev/null; then echo PLANTED $f; \
+           else echo REFUSED $f; fi; done; \
+         if cat deep/records/manifest.json 2>/dev/null; then echo PLANTED read; \
+         else echo REFUSED read; fi; \
+         mv deep deep.moved && mkdir deep && ln -s '{pd}' deep/records && echo REDIRECTED",
+        ws = p.ws.display(),
+        pd = planted_dir.display(),
+    );
+    let turns = vec![
+        json!({"content": [bash(&attack)]}),
+        json!({"content": [
+            tool("Read", json!({"file_path": "deep.moved/records/manifest.json"})),
+            tool("Grep", json!({"pattern": "session_id", "path": "."})),
+            tool("Write", json!({"file_path": "x.txt", "content": "x\n"})),
+        ]}),
+        json!({"content": [{"type": "text", "text": "结论:好\n依据:无\n产出:x.txt\n未验证:无"}]}),
+    ];
+    let model = ScriptedModel::start(&go_scenario(turns));
+    let (code, out, took) = run(
+        &p,
+        &model,
+        &["-r", "deep/records", "--timeout", "0", "做 X"],
+    );
+    let (planted_n, refused_n) = plant_counts(&model);
+    let redirected = tool_results(&model)
+        .iter()
+        .any(|(n, t, _)| n == "Bash" && t.contains("REDIRECTED"));
+    let file_calls: Vec<(String, String, bool)> = tool_results(&model)
+        .into_iter()
+        .filter(|(n, _, _)| matches!(n.as_str(), "Read" | "Grep"))
+        .collect();
+    let written_out: Vec<_> = std::fs::read_dir(&planted_dir).unwrap().flatten().collect();
+    eprintln!(
+        "deep run directory: exit {code:?} in {:.1} s; {refused_n} plants refused, {planted_n} \
+         succeeded; parent renamed and replaced by a link: {redirected}; host writes through \
+         it: {}\n{out}",
+        took.as_secs_f64(),
+        written_out.len()
+    );
+    assert!(refused_n >= 7, "the plants did not run");
+    assert_eq!(planted_n, 0);
+    assert!(
+        redirected,
+        "the rename did not happen, the test proves nothing"
+    );
+    assert!(written_out.is_empty(), "{written_out:?}");
+    // The records stayed with the run, where the agent cannot see them.
+    assert!(p.ws.join("deep.moved/records/sessions.db").is_file());
+    for (name, text, is_error) in &file_calls {
+        assert!(
+            *is_error || !(text.contains("records/") || text.contains("确认需求")),
+            "{name} saw the records: {text}"
+        );
+    }
+}
+
+#[test]
+fn with_isolate_no_container_sees_the_run_directory() {
+    if !engine("redteam_isolate") {
+        return;
+    }
+    let _serial = docker_support::SERIAL.blocking_lock();
+    let p = Project::new();
+    let _sweep = Sweep(p.ws.clone());
+    for args in [
+        &["init", "-q", "-b", "main"][..],
+        &["config", "user.name", "Test User"],
+        &["config", "user.email", "test@example.invalid"],
+    ] {
+        flowerbox::testkit::git(&p.ws, args);
+    }
+    std::fs::write(p.ws.join(".gitignore"), "runs/\n").unwrap();
+    flowerbox::testkit::git(&p.ws, &["add", "."]);
+    flowerbox::testkit::git(&p.ws, &["commit", "-q", "-m", "init"]);
+    let runs = p.ws.join("runs");
+    let look = format!(
+        "for f in manifest.json lineage.json sessions.db flowerbox.log; do \
+           if cat '{runs}'/$f >/dev/null 2>&1; then echo PLANTED read $f; \
+           else echo REFUSED read $f; fi; done; \
+         if ln -s /etc/passwd '{runs}'/x 2>/dev/null; then echo PLANTED link; \
+         else echo REFUSED link; fi",
+        runs = runs.display()
+    );
+    let coordinator_look = format!("ls -A '{}'", runs.display());
+    let text = |t: &str| json!({"content": [{"type": "text", "text": t}]});
+    let scenario = json!({"agents": [
+        {"role": "clarifier", "turns": [text(
+            "## 目标\n做 X\n\n## 验收标准\n- 有 x.txt\n\n## 边界\n无\n\n## 未知与假设\n- 无\n")]},
+        {"role": "judge", "prompt": "变成可判定的目标", "turns": [text(
+            "## 目标\n工作区有 x.txt\n\n## 判定清单\n- `test -e x.txt` 成功\n")]},
+        {"role": "judge", "prompt": "判定这一轮", "turns": [
+            {"content": [bash(&look), tool("Read", json!({"file_path": "runs/manifest.json"}))]},
+            text("## 结论\nACHIEVED\n\n## 理由\n看到了\n\n## 未通过\n无\n")]},
+        {"role": "coordinator", "turns": [
+            {"content": [bash(&coordinator_look),
+                         tool("Read", json!({"file_path": "runs/lineage.json"}))]},
+            {"content": [tool("Agent", json!({
+                "description": "看看", "prompt": "看看运行目录", "subagent_type": "coder"}))]},
+            text("完成")]},
+        {"role": "worker", "prompt": "看看运行目录", "turns": [
+            {"content": [bash(&look),
+                         tool("Write", json!({"file_path": "x.txt", "content": "x\n"}))]},
+            text("结论:好\n依据:无\n产出:x.txt\n未验证:无")]},
+    ]});
+    let model = ScriptedModel::start(&scenario);
+    let (code, out, took) = run(
+        &p,
+        &model,
+        &[
+            "go",
+            "--isolate",
+            "--judge-can-run",
+            "--timeout",
+            "0",
+            "做 X",
+        ],
+    );
+    let (planted_n, refused_n) = plant_counts(&model);
+    let results = tool_results(&model);
+    let reads: Vec<&(String, String, bool)> =
+        results.iter().filter(|(n, _, _)| n == "Read").collect();
+    let listing = results
+        .iter()
+        .find(|(n, t, _)| n == "Bash" && !t.contains("REFUSED"))
+        .map(|(_, t, _)| t.clone())
+        .unwrap_or_default();
+    eprintln!(
+        "--isolate: exit {code:?} in {:.1} s; {refused_n} reads/plants from the judge's and \
+         the worker's containers refused, {planted_n} succeeded; file-tool reads: {reads:?}; \
+         the coordinator's listing: {listing}\n{out}",
+        took.as_secs_f64()
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(refused_n, 10, "both looks ran");
+    assert_eq!(planted_n, 0);
+    assert_eq!(reads.len(), 2);
+    assert!(reads.iter().all(|(_, _, e)| *e), "{reads:?}");
+    for f in ["manifest.json", "lineage.json", "sessions.db"] {
+        assert!(!listing.contains(f), "the coordinator saw {f}: {listing}");
+        assert!(runs.join(f).is_file(), "{f} is not where the host keeps it");
+    }
 }

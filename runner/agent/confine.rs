@@ -48,6 +48,13 @@ impl Confinement {
         }
     }
 
+    /// Also hides the masked directories by their (device, inode) identities, taken at the
+    /// start of the run: found again wherever a worker moved them.
+    pub fn hiding_ids(mut self, ids: Vec<(u64, u64)>) -> Self {
+        self.view = self.view.hiding_ids(ids);
+        self
+    }
+
     /// The working directory.
     pub fn workdir(&self) -> &Path {
         &self.workdir

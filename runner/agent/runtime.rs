@@ -88,6 +88,8 @@ pub struct RuntimeConfig {
     pub handoff_window: Option<u64>,
     /// Directories masked in every agent's box (canonical): the run directory.
     pub masked: Vec<PathBuf>,
+    /// The masked directories' (device, inode), taken before any agent ran.
+    pub masked_ids: Vec<(u64, u64)>,
 }
 
 impl RuntimeConfig {
@@ -106,6 +108,7 @@ impl RuntimeConfig {
             max_attempts: 3,
             handoff_window: Some(window_for(&model_for_window, None)),
             masked: Vec::new(),
+            masked_ids: Vec::new(),
         }
     }
 }

@@ -100,6 +100,9 @@ impl RunContext {
         // Every agent's container and file tools hide the run directory (DESIGN.md "Threat
         // model" 1): the records flowerbox trusts are not theirs to read or plant links in.
         config.masked = vec![globals.run_dir.clone()];
+        config.masked_ids = crate::fsroot::own::identity(&globals.run_dir)
+            .into_iter()
+            .collect();
         config.handoff_window = setup
             .handoff
             .then(|| window_for(&model, setup.window.map(|w| w as i64)));

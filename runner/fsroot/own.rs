@@ -42,8 +42,8 @@ pub fn read_head(path: &Path, n: usize) -> io::Result<Option<Vec<u8>>> {
     Ok(tree().read_head(&abs(path)?, n)?)
 }
 
-/// Replaces `path` with `bytes` (directories created); returns whether it existed. A symlink
-/// at `path` is replaced, never followed.
+/// Replaces `path` with `bytes` (directories created); returns whether it existed. A symlink,
+/// FIFO or socket at `path` is replaced, never followed or opened.
 pub fn write(path: &Path, bytes: &[u8]) -> io::Result<bool> {
     Ok(tree().write(&abs(path)?, bytes)?)
 }
@@ -112,6 +112,12 @@ pub fn temp_file(dir: &Path) -> io::Result<TempFile> {
 /// symlink, for files a library opens by path itself (SQLite).
 pub fn check_plain(path: &Path) -> io::Result<()> {
     Ok(tree().check_plain(&abs(path)?)?)
+}
+
+/// The (device, inode) of `path` (a symlink's own); `None` when it does not exist.
+pub fn identity(path: &Path) -> Option<(u64, u64)> {
+    let st = tree().status(&abs(path).ok()?).ok()??;
+    Some((st.st_dev, st.st_ino))
 }
 
 /// The path flowerbox uses for a directory of its own (`path`, absolute): beneath `workspace`

@@ -259,16 +259,26 @@ pub(crate) enum Durability {
     Synced,
 }
 
+/// What [`replace_at`] does with a FIFO, socket or device at the name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Special {
+    /// Refuse ([`FsError::NotRegular`]): an agent's Write names what it means to write.
+    Refuse,
+    /// Replace it (flowerbox's own files: whatever a worker put there goes).
+    Replace,
+}
+
 /// Replaces (or creates) the file `name` in `dir` with `bytes`: a new file made with
 /// `O_CREAT | O_EXCL | O_NOFOLLOW` beside it, written, then renamed over `name` within the same
-/// directory handle. A regular file keeps its permission bits; a directory, FIFO, socket or
-/// device there is refused; a symlink there is replaced (never followed). Returns whether
-/// `name` existed.
+/// directory handle. A regular file keeps its permission bits; a directory there is refused; a
+/// symlink there is replaced (never followed); a FIFO, socket or device as `special` says.
+/// Returns whether `name` existed.
 pub(crate) fn replace_at(
     dir: BorrowedFd<'_>,
     name: &OsStr,
     bytes: &[u8],
     durability: Durability,
+    special: Special,
 ) -> Result<bool, FsError> {
     check_name(name)?;
     let existing = lstat_at(dir, name)?;
@@ -276,6 +286,7 @@ pub(crate) fn replace_at(
         None | Some((FileType::Symlink, _)) => None,
         Some((FileType::RegularFile, m)) => Some(m & 0o7777),
         Some((FileType::Directory, _)) => return Err(FsError::IsDir),
+        Some(_) if special == Special::Replace => None,
         Some(_) => return Err(FsError::NotRegular),
     };
     let (tmp_name, fd) = create_temp(dir, name)?;

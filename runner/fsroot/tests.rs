@@ -462,3 +462,39 @@ fn a_directory_swapped_with_a_link_in_a_loop_never_leads_out() {
         "the race did not run"
     );
 }
+
+#[test]
+fn own_files_replace_a_fifo_the_tools_refuse_to() {
+    let s = scene();
+    let f = s.ws.join("fifo");
+    nix::unistd::mkfifo(&f, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let v = view(&s);
+    assert!(matches!(
+        v.with(&f, true, false, |r| r.replace(b"x")),
+        Err(ViewError::Fs(FsError::NotRegular))
+    ));
+    own::write(&f, b"mine").unwrap();
+    assert_eq!(std::fs::read_to_string(&f).unwrap(), "mine");
+}
+
+#[test]
+fn a_masked_directory_moved_by_renaming_its_parent_stays_masked() {
+    // In the container the mask moves with the directory; the tools find it by identity.
+    let s = scene();
+    let runs = s.ws.join("deep/runs");
+    std::fs::create_dir_all(&runs).unwrap();
+    std::fs::write(runs.join("manifest.json"), "records").unwrap();
+    let id = own::identity(&runs).unwrap();
+    let v = View::new(vec![mount(&s.ws, false)], vec![runs.clone()]).hiding_ids(vec![id]);
+    std::fs::rename(s.ws.join("deep"), s.ws.join("moved")).unwrap();
+    let moved = s.ws.join("moved/runs");
+    assert!(matches!(
+        read(&v, &moved.join("manifest.json")),
+        Err(ViewError::Masked(_))
+    ));
+    assert!(matches!(
+        v.resolve(&moved, false, false),
+        Err(ViewError::Masked(_))
+    ));
+    assert!(files(&v, &s.ws, &Rules::default()).is_empty());
+}

@@ -10,7 +10,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use super::sys::{self, Durability};
+use super::sys::{self, Durability, Special};
 use super::FsError;
 
 /// A directory whose contents flowerbox reads and writes without following any symlink.
@@ -106,17 +106,30 @@ impl Tree {
     }
 
     /// Replaces `path` with `bytes` through a new file renamed over it (directories created);
-    /// returns whether it existed. A symlink at `path` is replaced, never followed.
+    /// returns whether it existed. A symlink, FIFO or socket at `path` is replaced, never
+    /// followed or opened.
     pub fn write(&self, path: &Path, bytes: &[u8]) -> Result<bool, FsError> {
         let (dir, name) = self.parent(path, true)?;
-        sys::replace_at(dir.as_fd(), &name, bytes, Durability::Plain)
+        sys::replace_at(
+            dir.as_fd(),
+            &name,
+            bytes,
+            Durability::Plain,
+            Special::Replace,
+        )
     }
 
     /// [`Tree::write`], with the file and the directory fsynced (records that must survive a
     /// power cut).
     pub fn write_durable(&self, path: &Path, bytes: &[u8]) -> Result<bool, FsError> {
         let (dir, name) = self.parent(path, true)?;
-        sys::replace_at(dir.as_fd(), &name, bytes, Durability::Synced)
+        sys::replace_at(
+            dir.as_fd(),
+            &name,
+            bytes,
+            Durability::Synced,
+            Special::Replace,
+        )
     }
 
     /// Opens the regular file `path` for appending (created, with its directories, when

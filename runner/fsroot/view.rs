@@ -18,7 +18,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use thiserror::Error;
 
-use super::sys::{self, Durability};
+use super::sys::{self, Durability, Special};
 use super::FsError;
 
 /// Symlinks followed in one resolution before giving up (Linux's own limit).
@@ -68,6 +68,10 @@ pub enum ViewError {
 pub struct View {
     mounts: Vec<ViewMount>,
     masked: Vec<PathBuf>,
+    /// The masked directories by device and inode, taken before any agent ran: a worker can
+    /// rename a directory above a masked one (only the mount point itself is busy in its
+    /// container, where the mask moves along), so the path alone does not find it again.
+    masked_ids: Vec<(u64, u64)>,
     roots: Arc<Mutex<HashMap<usize, Arc<OwnedFd>>>>,
 }
 
@@ -124,8 +128,22 @@ impl View {
         View {
             mounts: merged,
             masked,
+            masked_ids: Vec::new(),
             roots: Arc::default(),
         }
+    }
+
+    /// Also hides the directories with these (device, inode) identities wherever they are.
+    pub fn hiding_ids(mut self, ids: Vec<(u64, u64)>) -> View {
+        self.masked_ids = ids;
+        self
+    }
+
+    /// True when the directory `fd` is a masked one (by identity).
+    pub(crate) fn is_masked_dir(&self, fd: BorrowedFd<'_>) -> bool {
+        !self.masked_ids.is_empty()
+            && rustix::fs::fstat(fd)
+                .is_ok_and(|st| self.masked_ids.contains(&(st.st_dev, st.st_ino)))
     }
 
     /// The mounts.
@@ -211,7 +229,11 @@ impl View {
                 let mut dirs: Vec<Arc<OwnedFd>> = Vec::new();
                 for name in sys::plain_components(rel)? {
                     let at = dirs.last().unwrap_or(&root).clone();
-                    dirs.push(Arc::new(sys::dir_at(at.as_fd(), name, false)?));
+                    let fd = sys::dir_at(at.as_fd(), name, false)?;
+                    if self.is_masked_dir(fd.as_fd()) {
+                        return Ok(Pos::Out { masked: true });
+                    }
+                    dirs.push(Arc::new(fd));
                 }
                 Ok(Pos::In { m, root, dirs })
             }
@@ -300,6 +322,7 @@ impl View {
                 continue;
             }
             match sys::open_at(cur.as_fd(), &c, sys::dir_flags(), 0) {
+                Ok(fd) if self.is_masked_dir(fd.as_fd()) => return Err(ViewError::Masked(logical)),
                 Ok(fd) => push_dir(&mut pos, fd),
                 Err(e) => match sys::readlink_at(cur.as_fd(), &c)? {
                     Some(target) => follow(target, &mut logical, &mut pos, &mut todo)?,
@@ -343,6 +366,15 @@ impl View {
                 }
             },
         };
+        if let At::Entry { dir, name } = &at {
+            if !self.masked_ids.is_empty() {
+                if let Ok(Some(st)) = sys::lstat_at(dir.as_fd(), name) {
+                    if self.masked_ids.contains(&(st.st_dev, st.st_ino)) {
+                        return Err(ViewError::Masked(logical));
+                    }
+                }
+            }
+        }
         let mount = &self.mounts[m];
         if for_write && mount.read_only {
             return Err(ViewError::ReadOnly(mount.path.clone()));
@@ -453,7 +485,7 @@ impl Resolved {
     /// directory handle); returns whether it existed.
     pub fn replace(&self, bytes: &[u8]) -> Result<bool, FsError> {
         let (dir, name) = self.dir_and_name().ok_or(FsError::IsDir)?;
-        sys::replace_at(dir, name, bytes, Durability::Plain)
+        sys::replace_at(dir, name, bytes, Durability::Plain, Special::Refuse)
     }
 
     /// A handle of the directory (for walks); [`FsError::Symlink`] when it was swapped for one.

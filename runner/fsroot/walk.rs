@@ -185,8 +185,12 @@ pub fn walk(
                 Some(m) => view.root(m),
                 None => sys::dir_at(dir.as_fd(), &name, false).map(Arc::new),
             };
-            // Swapped for a link or removed since it was listed: skip it.
+            // Swapped for a link or removed since it was listed: skip it; a masked directory
+            // moved here under another name: skip it too.
             let Ok(sub) = opened else { continue };
+            if mount.is_none() && view.is_masked_dir(sub.as_fd()) {
+                continue;
+            }
             subdirs.push((path, sub));
         }
         for (path, sub) in subdirs.into_iter().rev() {
