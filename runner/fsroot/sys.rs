@@ -16,10 +16,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::FsError;
 
-/// Flags every open carries: no controlling terminal, closed on exec, the last component never
-/// followed.
-fn base_flags() -> OFlags {
-    OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY
+/// Flags every open with `flags` carries: closed on exec, the last component never followed,
+/// no controlling terminal (`openat2` refuses any other flag beside `O_PATH`).
+fn base_flags(flags: OFlags) -> OFlags {
+    if flags.contains(OFlags::PATH) {
+        OFlags::NOFOLLOW | OFlags::CLOEXEC
+    } else {
+        OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY
+    }
 }
 
 /// `O_PATH | O_DIRECTORY`: a handle to walk from, no read permission needed.
@@ -70,7 +74,7 @@ pub(crate) fn open_at(
     Ok(rustix::fs::openat(
         dir,
         name,
-        flags | base_flags(),
+        flags | base_flags(flags),
         Mode::from_raw_mode(mode),
     )?)
 }
@@ -106,7 +110,7 @@ pub(crate) fn open_beneath(
         return Ok(rustix::fs::openat(
             dir,
             ".",
-            flags | base_flags(),
+            flags | base_flags(flags),
             Mode::from_raw_mode(mode),
         )?);
     }
@@ -117,7 +121,7 @@ pub(crate) fn open_beneath(
             match rustix::fs::openat2(
                 dir,
                 rel,
-                flags | base_flags(),
+                flags | base_flags(flags),
                 Mode::from_raw_mode(mode),
                 resolve,
             ) {
@@ -148,7 +152,7 @@ pub(crate) fn by_hand(
         return Ok(rustix::fs::openat(
             dir,
             ".",
-            flags | base_flags(),
+            flags | base_flags(flags),
             Mode::from_raw_mode(mode),
         )?);
     };

@@ -71,19 +71,30 @@ impl Tree {
     fn parent(&self, path: &Path, create: bool) -> Result<(OwnedFd, OsString), FsError> {
         let parts = sys::plain_components(self.rel(path)?)?;
         let (name, dirs) = parts.split_last().ok_or(FsError::IsDir)?;
-        let anchor = self.open_anchor()?;
-        let dir = match sys::dirs_beneath(anchor.as_fd(), dirs, create)? {
-            Some(d) => d,
-            None => anchor,
-        };
-        Ok((dir, name.to_os_string()))
+        Ok((self.walk(dirs, create)?, name.to_os_string()))
     }
 
     /// The directory `path` itself (created with its parents when `create`).
     fn dir(&self, path: &Path, create: bool) -> Result<OwnedFd, FsError> {
         let parts = sys::plain_components(self.rel(path)?)?;
+        self.walk(&parts, create)
+    }
+
+    /// The directory `dirs` beneath the anchor: one `openat2` (no symlink, nothing above the
+    /// anchor), or, when a directory is missing and `create`, the walk that makes them.
+    fn walk(&self, dirs: &[&std::ffi::OsStr], create: bool) -> Result<OwnedFd, FsError> {
         let anchor = self.open_anchor()?;
-        Ok(sys::dirs_beneath(anchor.as_fd(), &parts, create)?.unwrap_or(anchor))
+        if dirs.is_empty() {
+            return Ok(anchor);
+        }
+        let rel: PathBuf = dirs.iter().collect();
+        match sys::open_beneath(anchor.as_fd(), &rel, sys::dir_flags(), 0) {
+            Ok(fd) => Ok(fd),
+            Err(e) if create && e.is_not_found() => {
+                Ok(sys::dirs_beneath(anchor.as_fd(), dirs, true)?.expect("non-empty"))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The bytes of the regular file `path`, at most `cap`; `None` when it does not exist.
