@@ -51,6 +51,7 @@ fn agent(name: &str, ws: &Path) -> AgentBox {
             read_only: false,
             source: None,
         }],
+        masked: Vec::new(),
         workdir: ws.to_path_buf(),
     }
 }

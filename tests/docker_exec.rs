@@ -104,6 +104,7 @@ async fn another_uid_gets_a_passwd_entry_home_and_git_safe_directory() {
             read_only: false,
             source: None,
         }],
+        masked: Vec::new(),
         workdir: ws.clone(),
     };
     let sb = factory.sandbox(&spec).await.unwrap();

@@ -51,6 +51,7 @@ async fn owner_process() {
                 read_only: ro,
                 source: None,
             }],
+            masked: Vec::new(),
             workdir: ws.clone(),
         };
         let sb = factory.sandbox(&spec).await.expect("sandbox");

@@ -136,6 +136,7 @@ async fn container_and_finish_timings() {
                 agent: agent.clone(),
                 role: Role::Worker,
                 mounts,
+                masked: Vec::new(),
                 workdir: place.workdir.clone(),
             };
             let t = Instant::now();

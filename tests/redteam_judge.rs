@@ -463,9 +463,7 @@ async fn a_judge_and_a_coordinator_cannot_write_by_any_route() {
                 {"content": [
                     bash("who", "id -u; id -G; grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status"),
                     bash("file", "file ./held.txt"),
-                    // Filtered: the judge's own concurrent commands (long relay lines under
-                    // -ww) could push the full list over the spill threshold, timing-dependent.
-                    bash("ps", "ps -ww -eo pid,user,args | grep -e '^ *PID' -e '[v]ictim.py'"),
+                    bash("ps", "ps -ww -eo pid,user,args | cut -c1-160"),
                     bash("lsof_p", &format!("lsof -p $(python3 -c \"import json; print(json.load(open('{}/artifacts/victim.json'))['pid'])\")", wb.display())),
                     bash("lsof_i", &format!("lsof -nP -i :{PORT}")),
                     bash("curl", &format!("curl -s http://127.0.0.1:{PORT}/"))]},
@@ -597,6 +595,7 @@ async fn a_judge_and_a_coordinator_cannot_write_by_any_route() {
                 read_only: false,
                 source: None,
             }],
+            masked: Vec::new(),
             workdir: run.wb.clone(),
         })
         .await
@@ -650,6 +649,7 @@ async fn read_only_containers_hold_against_non_root_workers() {
             read_only,
             source: None,
         }],
+        masked: Vec::new(),
         workdir: wt.clone(),
     };
     let worker = run

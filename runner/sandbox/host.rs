@@ -291,6 +291,7 @@ mod tests {
                 read_only: false,
                 source: None,
             }],
+            masked: Vec::new(),
             workdir: p,
         };
         (d, HostSandboxFactory::new(), b)

@@ -109,6 +109,7 @@ impl TestRun {
                 read_only,
                 source: None,
             }],
+            masked: Vec::new(),
             workdir: self.workspace.clone(),
         }
     }
