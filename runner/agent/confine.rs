@@ -313,6 +313,7 @@ mod tests {
         let git = ws.join(".git");
         let shadow_src = d.path().join("own-refs");
         std::fs::create_dir_all(git.join("refs/heads/flower/r")).unwrap();
+        std::fs::create_dir_all(git.join("hooks")).unwrap();
         std::fs::write(git.join("config"), "[core]\n").unwrap();
         std::fs::write(git.join("refs/heads/flower/r/worker-2"), "x\n").unwrap();
         std::fs::create_dir_all(&shadow_src).unwrap();
