@@ -96,6 +96,7 @@ impl RunContext {
         let mut config =
             RuntimeConfig::new(globals.workspace.clone(), model.clone(), run_id.clone());
         config.trim_large = setup.trim_large;
+        config.tool_limits.egress = globals.egress.clone();
         config.handoff_window = setup
             .handoff
             .then(|| window_for(&model, setup.window.map(|w| w as i64)));
@@ -152,6 +153,7 @@ async fn build_sandboxes(
         SandboxKind::Docker => {
             let mut opts = DockerOptions::new(run_id, &globals.workspace);
             opts.image = globals.image.clone();
+            opts.egress = globals.egress.clone();
             let factory = DockerSandboxFactory::connect(opts)
                 .await
                 .map_err(sandbox_error)?;

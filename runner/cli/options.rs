@@ -17,6 +17,7 @@ use super::args::{
 use super::error::CliError;
 use super::host::Host;
 use super::target::{self, RunTarget};
+use crate::sandbox::egress::{parse_net, DomainRule, EgressMode, EgressPolicy};
 
 /// Tool names `once -t` accepts (the agent tool registry's names). `WebSearch` is refused: there
 /// is no search provider.
@@ -52,6 +53,10 @@ pub struct GlobalOptions {
     pub sandbox: SandboxKind,
     /// `--image`, else `$FLOWERBOX_IMAGE`; `None` = the runner's content-hashed agent image.
     pub image: Option<String>,
+    /// `--egress`/`--allow-net`/`--allow-domain`, else `$FLOWERBOX_EGRESS`,
+    /// `$FLOWERBOX_ALLOW_NET`, `$FLOWERBOX_ALLOW_DOMAIN` (process environment only: never a
+    /// `.env` file, which an agent or a cloned repository could write).
+    pub egress: EgressPolicy,
     /// stdin is a terminal (prompts, interactive setup, probe, Ctrl-C handling).
     pub interactive: bool,
 }
@@ -195,6 +200,9 @@ impl GlobalOptions {
             trim,
             sandbox,
             image,
+            egress,
+            allow_net,
+            allow_domain,
             help: _,
         } = args;
         let sandbox = SandboxKind::from_name(&sandbox)
@@ -213,6 +221,7 @@ impl GlobalOptions {
         let image = image
             .filter(|i| !i.is_empty())
             .or_else(|| host.var("FLOWERBOX_IMAGE").map(str::to_string));
+        let egress = egress_policy(egress, allow_net, allow_domain, sandbox, host)?;
         Ok(Self {
             workspace,
             run_dir,
@@ -222,9 +231,82 @@ impl GlobalOptions {
             trim,
             sandbox,
             image,
+            egress,
             interactive: host.stdin_is_terminal,
         })
     }
+}
+
+/// The egress policy from the switches, else the process environment. A setting that cannot
+/// take effect is an error (DESIGN.md invariant 6): `--allow-domain` outside proxy mode,
+/// `--allow-net` with `none`, and `none`/`proxy` with `--sandbox host` (host processes are not in
+/// a pod, so nothing would hold them to it).
+fn egress_policy(
+    mode: Option<String>,
+    nets: Vec<String>,
+    domains: Vec<String>,
+    sandbox: SandboxKind,
+    host: &Host,
+) -> Result<EgressPolicy, CliError> {
+    let list = |switch: Vec<String>, var: &str| -> (Vec<String>, String) {
+        if !switch.is_empty() {
+            return (switch, String::new());
+        }
+        let values = host
+            .var(var)
+            .map(|v| {
+                v.split([',', ' ', '\n', '\t'])
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        (values, format!("(来自 {var})"))
+    };
+    let (mode, mode_from) = match mode {
+        Some(m) => (m, String::new()),
+        None => match host.var("FLOWERBOX_EGRESS") {
+            Some(m) => (m.to_string(), "(来自 FLOWERBOX_EGRESS)".to_string()),
+            None => ("open".to_string(), String::new()),
+        },
+    };
+    let mode = EgressMode::from_name(&mode).ok_or_else(|| {
+        CliError::Usage(format!(
+            "--egress {mode}{mode_from} 不认识:只能是 open、none 或 proxy"
+        ))
+    })?;
+    let (nets, nets_from) = list(nets, "FLOWERBOX_ALLOW_NET");
+    let (domains, domains_from) = list(domains, "FLOWERBOX_ALLOW_DOMAIN");
+    let allow_nets = nets
+        .iter()
+        .map(|n| parse_net(n).map_err(|e| CliError::Usage(format!("{e}{nets_from}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let allow_domains = domains
+        .iter()
+        .map(|d| DomainRule::parse(d).map_err(|e| CliError::Usage(format!("{e}{domains_from}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    if !allow_domains.is_empty() && mode != EgressMode::Proxy {
+        return Err(CliError::Usage(format!(
+            "--allow-domain{domains_from} 只在 --egress proxy 下管用(现在是 {})",
+            mode.name()
+        )));
+    }
+    if !allow_nets.is_empty() && mode == EgressMode::None {
+        return Err(CliError::Usage(format!(
+            "--allow-net{nets_from} 和 --egress none 矛盾:none 下 pod 外面哪儿都连不了"
+        )));
+    }
+    if sandbox == SandboxKind::Host && mode != EgressMode::Open {
+        return Err(CliError::Usage(format!(
+            "--egress {}{mode_from} 要 Docker 沙箱:--sandbox host 的命令直接在本机跑,管不住它们的网络",
+            mode.name()
+        )));
+    }
+    Ok(EgressPolicy {
+        mode,
+        allow_nets,
+        allow_domains,
+    })
 }
 
 impl GoOptions {
@@ -567,6 +649,68 @@ mod tests {
         let o = resolve(&e.host, &["go", "--image=given:2"]).unwrap().global;
         assert_eq!(o.image.as_deref(), Some("given:2"));
         usage(&e.host, &["--sandbox", "vm", "go"]);
+    }
+
+    #[test]
+    fn egress_from_switches_else_the_environment_and_refused_when_it_cannot_hold() {
+        let mut e = env();
+        let o = resolve(&e.host, &["go"]).unwrap().global;
+        assert_eq!(o.egress, EgressPolicy::default());
+        assert_eq!(o.egress.mode, EgressMode::Open);
+        let o = resolve(
+            &e.host,
+            &[
+                "--egress",
+                "proxy",
+                "go",
+                "--allow-domain",
+                "*.Corp.example",
+                "--allow-net=10.1.2.3/16",
+                "--allow-net",
+                "192.168.7.7",
+            ],
+        )
+        .unwrap()
+        .global;
+        assert_eq!(o.egress.mode, EgressMode::Proxy);
+        let nets: Vec<String> = o.egress.allow_nets.iter().map(|n| n.to_string()).collect();
+        assert_eq!(nets, ["10.1.0.0/16", "192.168.7.7/32"]);
+        assert_eq!(o.egress.allow_domains[0].to_string(), "*.corp.example");
+        e.host.vars.insert("FLOWERBOX_EGRESS".into(), "none".into());
+        let o = resolve(&e.host, &["go"]).unwrap().global;
+        assert_eq!(o.egress.mode, EgressMode::None);
+        let o = resolve(&e.host, &["--egress", "open", "go"])
+            .unwrap()
+            .global;
+        assert_eq!(o.egress.mode, EgressMode::Open, "the switch wins");
+        e.host.vars.insert(
+            "FLOWERBOX_ALLOW_NET".into(),
+            "10.0.0.0/8, 172.20.0.0/16".into(),
+        );
+        let m = usage(&e.host, &["go"]);
+        assert!(
+            m.contains("--egress none 矛盾") && m.contains("FLOWERBOX_ALLOW_NET"),
+            "{m}"
+        );
+        let o = resolve(&e.host, &["--egress", "open", "go"])
+            .unwrap()
+            .global;
+        assert_eq!(o.egress.allow_nets.len(), 2);
+        e.host.vars.clear();
+        assert!(usage(&e.host, &["go", "--allow-domain", "pypi.org"]).contains("--egress proxy"));
+        assert!(usage(&e.host, &["go", "--allow-net", "nonsense"]).contains("nonsense"));
+        assert!(usage(
+            &e.host,
+            &["--egress", "proxy", "go", "--allow-domain", "1.2.3.4"]
+        )
+        .contains("不是域名"));
+        usage(&e.host, &["--egress", "everything", "go"]);
+        let m = usage(&e.host, &["--sandbox", "host", "--egress", "none", "go"]);
+        assert!(m.contains("--sandbox host"), "{m}");
+        e.host
+            .vars
+            .insert("FLOWERBOX_EGRESS".into(), "sometimes".into());
+        assert!(usage(&e.host, &["go"]).contains("FLOWERBOX_EGRESS"));
     }
 
     #[test]

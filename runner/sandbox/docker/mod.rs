@@ -13,6 +13,7 @@ pub mod engine;
 pub mod exec;
 pub mod image;
 pub mod labels;
+pub(crate) mod network;
 mod sentinel;
 mod signals;
 
@@ -43,7 +44,9 @@ use container::{
 };
 use engine::status_code;
 
+use super::egress::{EgressMode, EgressPolicy, HostAddrs};
 use super::{AgentBox, Sandbox, SandboxError, SandboxFactory};
+use network::{FenceFacts, RunNet};
 
 /// Everything the Docker backend needs for one run. Build with [`DockerOptions::new`] and
 /// override fields.
@@ -66,6 +69,8 @@ pub struct DockerOptions {
     pub show_progress: bool,
     /// How long the engine gets to answer the first ping.
     pub ping_timeout: Duration,
+    /// `--egress`, `--allow-net`, `--allow-domain`: the policy the pod's network enforces.
+    pub egress: EgressPolicy,
 }
 
 impl DockerOptions {
@@ -80,6 +85,7 @@ impl DockerOptions {
             user: None,
             show_progress: true,
             ping_timeout: DEFAULT_PING_TIMEOUT,
+            egress: EgressPolicy::default(),
         }
     }
 }
@@ -90,6 +96,8 @@ struct Pod {
     id: String,
     name: String,
     facts: ImageFacts,
+    /// Environment every agent container gets (the proxy's address in proxy mode).
+    env: Vec<String>,
 }
 
 type Slot = Arc<OnceCell<Arc<DockerSandbox>>>;
@@ -99,10 +107,14 @@ struct Inner {
     opts: DockerOptions,
     owner: Owner,
     image: OnceCell<String>,
+    /// flowerbox's own image, for the fence and the proxy (whatever `--image` says).
+    infra_image: OnceCell<String>,
     pod: OnceCell<Pod>,
     agents: Mutex<HashMap<String, Slot>>,
     /// Every container created (ids), pod last, removed at teardown whatever else happened.
     created: Mutex<Vec<(String, bool)>>,
+    /// The run's networks (ids), removed after every container.
+    networks: Mutex<Vec<String>>,
     torn_down: AtomicBool,
 }
 
@@ -141,9 +153,11 @@ impl DockerSandboxFactory {
                 opts,
                 owner,
                 image: OnceCell::new(),
+                infra_image: OnceCell::new(),
                 pod: OnceCell::new(),
                 agents: Mutex::new(HashMap::new()),
                 created: Mutex::new(Vec::new()),
+                networks: Mutex::new(Vec::new()),
                 torn_down: AtomicBool::new(false),
             }),
         })
@@ -237,6 +251,7 @@ impl Inner {
             identity,
             owner: self.owner.clone(),
             limits: self.opts.limits,
+            extra_env: Vec::new(),
         }
     }
 
@@ -269,16 +284,181 @@ impl Inner {
             .get_or_try_init(|| async {
                 let image = self.image().await?.clone();
                 let spec = self.run_spec(&image, self.identity(&[]));
-                let name = container_name(&self.opts.run_id, "pod");
-                let id = self.create(&name, spec.pod_body(), true).await?;
-                let facts = self.image_facts(&id).await;
-                self.docker()
-                    .start_container(&id, None)
-                    .await
-                    .map_err(|e| SandboxError::Container(format!("starting pod {name}: {e}")))?;
-                Ok::<_, SandboxError>(Pod { id, name, facts })
+                let policy = &self.opts.egress;
+                if policy.mode == EgressMode::None {
+                    let (id, name, facts) = self.start_pod(&spec, "none").await?;
+                    return Ok(Pod {
+                        id,
+                        name,
+                        facts,
+                        env: Vec::new(),
+                    });
+                }
+                let infra = self.infra_image().await?.clone();
+                let net = self.create_network(&spec).await?;
+                let facts = FenceFacts {
+                    host: HostAddrs::discover(),
+                    resolvers: super::egress::resolvers(),
+                    gateway: net.gateway,
+                };
+                // The proxy starts beside the pod: its address goes into the pod's rules.
+                let proxy = async {
+                    match policy.mode {
+                        EgressMode::Proxy => self
+                            .start_proxy(&spec, &infra, &net, &facts)
+                            .await
+                            .map(Some),
+                        _ => Ok(None),
+                    }
+                };
+                let (proxy, (id, name, image_facts)) =
+                    tokio::try_join!(proxy, self.start_pod(&spec, &net.name))?;
+                let rules = network::pod_rules(policy, &facts, proxy.as_ref().map(|p| p.1));
+                self.fence(&spec, &infra, &id, &rules).await?;
+                let env = match &proxy {
+                    Some((proxy_id, ip)) => {
+                        self.still_running(proxy_id, "proxy").await?;
+                        network::proxy_env(*ip)
+                    }
+                    None => Vec::new(),
+                };
+                Ok::<_, SandboxError>(Pod {
+                    id,
+                    name,
+                    facts: image_facts,
+                    env,
+                })
             })
             .await
+    }
+
+    /// Creates and starts the pod container on `network` (a network name or `none`).
+    async fn start_pod(
+        &self,
+        spec: &RunSpec,
+        network: &str,
+    ) -> Result<(String, String, ImageFacts), SandboxError> {
+        let name = container_name(&self.opts.run_id, "pod");
+        let id = self.create(&name, spec.pod_body(network), true).await?;
+        let facts = self.image_facts(&id).await;
+        self.docker()
+            .start_container(&id, None)
+            .await
+            .map_err(|e| SandboxError::Container(format!("starting pod {name}: {e}")))?;
+        Ok((id, name, facts))
+    }
+
+    /// flowerbox's own image (built when missing), which has iptables and tinyproxy.
+    async fn infra_image(&self) -> Result<&String, SandboxError> {
+        self.infra_image
+            .get_or_try_init(|| async {
+                if self.opts.image.is_none() {
+                    return Ok(self.image().await?.clone());
+                }
+                let ensured = ensure_image(&self.engine, None, self.opts.show_progress).await?;
+                Ok::<_, SandboxError>(ensured.image)
+            })
+            .await
+    }
+
+    /// The run's own bridge network, labelled like its containers.
+    async fn create_network(&self, spec: &RunSpec) -> Result<RunNet, SandboxError> {
+        let name = container_name(&self.opts.run_id, "net");
+        let net = network::create_network(self.docker(), &name, spec.labels("net", "net")).await?;
+        self.networks.lock().expect("lock").push(net.id.clone());
+        Ok(net)
+    }
+
+    /// Runs the fence in the pod's network namespace and waits for it: the rules are in before
+    /// any agent joins, or the pod fails.
+    async fn fence(
+        &self,
+        spec: &RunSpec,
+        image: &str,
+        pod_id: &str,
+        rules: &(String, String),
+    ) -> Result<(), SandboxError> {
+        let name = container_name(&self.opts.run_id, "fence");
+        let body = network::fence_body(image, pod_id, spec.labels("fence", "fence"), rules);
+        let id = self.create(&name, body, true).await?;
+        let run = async {
+            self.docker()
+                .start_container(&id, None)
+                .await
+                .map_err(|e| SandboxError::Container(format!("starting {name}: {e}")))?;
+            network::wait_exit(self.docker(), &id).await
+        };
+        let outcome = run.await;
+        let failure = match outcome {
+            Ok(0) => None,
+            Ok(code) => Some(format!(
+                "exit {code}: {}",
+                network::logs_tail(self.docker(), &id).await
+            )),
+            Err(e) => Some(e.to_string()),
+        };
+        self.remove(&id).await;
+        match failure {
+            None => Ok(()),
+            Some(why) => Err(SandboxError::Container(format!(
+                "装不上 pod 的出网规则({name}):{why}"
+            ))),
+        }
+    }
+
+    /// Starts the run's proxy on `net`; returns its id and address there.
+    async fn start_proxy(
+        &self,
+        spec: &RunSpec,
+        image: &str,
+        net: &RunNet,
+        facts: &FenceFacts,
+    ) -> Result<(String, std::net::Ipv4Addr), SandboxError> {
+        let policy = &self.opts.egress;
+        let rules = network::proxy_rules(policy, facts, net.subnet);
+        let config = network::proxy_config(policy, net.subnet);
+        let name = container_name(&self.opts.run_id, "proxy");
+        let body = network::proxy_body(
+            image,
+            &net.name,
+            spec.labels("proxy", "proxy"),
+            &rules,
+            &config,
+        );
+        let id = self.create(&name, body, true).await?;
+        self.docker()
+            .start_container(&id, None)
+            .await
+            .map_err(|e| SandboxError::Container(format!("starting {name}: {e}")))?;
+        let info = self
+            .docker()
+            .inspect_container(&id, None)
+            .await
+            .map_err(docker_err)?;
+        let ip = info
+            .network_settings
+            .and_then(|s| s.networks)
+            .and_then(|n| n.get(&net.name).cloned())
+            .and_then(|e| e.ip_address)
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| SandboxError::Container(format!("{name} 在 {} 上没有地址", net.name)))?;
+        Ok((id, ip))
+    }
+
+    /// Fails with the container's last words when it is no longer running.
+    async fn still_running(&self, id: &str, what: &str) -> Result<(), SandboxError> {
+        let info = self
+            .docker()
+            .inspect_container(id, None)
+            .await
+            .map_err(docker_err)?;
+        if info.state.and_then(|s| s.running) == Some(true) {
+            return Ok(());
+        }
+        Err(SandboxError::Container(format!(
+            "这次运行的 {what} 没起来:{}",
+            network::logs_tail(self.docker(), id).await
+        )))
     }
 
     /// Reads `/etc/passwd`, `/etc/group` and whether bash exists from a created container.
@@ -332,7 +512,8 @@ impl Inner {
         let image = self.image().await?.clone();
         let mounts: Vec<PathBuf> = spec.mounts.iter().map(|m| m.path.clone()).collect();
         let identity = self.identity(&mounts);
-        let run = self.run_spec(&image, identity.clone());
+        let mut run = self.run_spec(&image, identity.clone());
+        run.extra_env = pod.env.clone();
         let name = container_name(&self.opts.run_id, &spec.agent);
         let id = self
             .create(&name, run.agent_body(&spec, &pod.id, &pod.name), false)
@@ -394,6 +575,16 @@ impl Inner {
                 futures::future::join_all(group.iter().map(|(id, _)| self.remove(id))).await;
             first_err = first_err.or(results.into_iter().flatten().next());
         }
+        // Networks last: the engine refuses to remove one that a container still uses.
+        let networks: Vec<String> = std::mem::take(&mut *self.networks.lock().expect("lock"));
+        for id in networks {
+            if let Err(e) = self.docker().remove_network(&id).await {
+                if status_code(&e) != Some(404) {
+                    first_err = first_err.or(Some(docker_err(e)));
+                    self.networks.lock().expect("lock").push(id);
+                }
+            }
+        }
         first_err.map_or(Ok(()), Err)
     }
 }
@@ -429,7 +620,9 @@ impl Drop for Inner {
     fn drop(&mut self) {
         let left: Vec<(String, bool)> =
             std::mem::take(&mut *self.created.lock().unwrap_or_else(|e| e.into_inner()));
-        if left.is_empty() {
+        let networks: Vec<String> =
+            std::mem::take(&mut *self.networks.lock().unwrap_or_else(|e| e.into_inner()));
+        if left.is_empty() && networks.is_empty() {
             return;
         }
         let endpoint = self.engine.endpoint().clone();
@@ -455,6 +648,9 @@ impl Drop for Inner {
                         .docker()
                         .remove_container(&id, Some(opts.clone()))
                         .await;
+                }
+                for id in networks {
+                    let _ = engine.docker().remove_network(&id).await;
                 }
             });
         });
