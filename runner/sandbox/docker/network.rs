@@ -62,6 +62,8 @@ pub(crate) struct FenceFacts {
 }
 
 /// Creates the run's network (a plain bridge, no IPv6) and reads back its gateway and range.
+/// Only the run's pod (and in proxy mode its proxy, which the pod must reach) are on it, so
+/// inter-container traffic stays enabled; the engine isolates it from every other bridge.
 pub(crate) async fn create_network(
     docker: &bollard::Docker,
     name: &str,
@@ -74,10 +76,6 @@ pub(crate) async fn create_network(
         attachable: Some(false),
         enable_ipv6: Some(false),
         labels: Some(labels),
-        options: Some(HashMap::from([(
-            "com.docker.network.bridge.enable_icc".to_string(),
-            "false".to_string(),
-        )])),
         ..Default::default()
     };
     let id = docker
