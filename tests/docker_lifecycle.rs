@@ -133,7 +133,11 @@ async fn normal_run_leaves_no_container() {
         4,
         "pod + 3 agents"
     );
-    assert_eq!(run_networks(&engine, &run.run_id).await.len(), 1, "its network");
+    assert_eq!(
+        run_networks(&engine, &run.run_id).await.len(),
+        1,
+        "its network"
+    );
     run.factory.teardown().await.unwrap();
     assert!(run_containers(&engine, &run.run_id).await.is_empty());
     assert!(run_networks(&engine, &run.run_id).await.is_empty());
@@ -278,5 +282,8 @@ async fn gc_run_elsewhere_removes_orphans_of_every_workspace() {
         run_containers(&engine, &dead.run_id).await.is_empty(),
         "{said}"
     );
-    assert!(run_networks(&engine, &dead.run_id).await.is_empty(), "{said}");
+    assert!(
+        run_networks(&engine, &dead.run_id).await.is_empty(),
+        "{said}"
+    );
 }

@@ -169,10 +169,7 @@ pub async fn run_containers(engine: &Engine, run_id: &str) -> Vec<String> {
 pub async fn run_networks(engine: &Engine, run_id: &str) -> Vec<String> {
     use bollard::query_parameters::ListNetworksOptions;
     use std::collections::HashMap;
-    let filters = HashMap::from([(
-        "label".to_string(),
-        vec![format!("flowerbox.run={run_id}")],
-    )]);
+    let filters = HashMap::from([("label".to_string(), vec![format!("flowerbox.run={run_id}")])]);
     engine
         .docker()
         .list_networks(Some(ListNetworksOptions {

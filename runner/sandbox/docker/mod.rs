@@ -112,7 +112,7 @@ struct Inner {
     pod: OnceCell<Pod>,
     agents: Mutex<HashMap<String, Slot>>,
     /// Every container created (ids), pod last, removed at teardown whatever else happened.
-    created: Mutex<Vec<(String, bool)>>,
+    created: Arc<Mutex<Vec<(String, bool)>>>,
     /// The run's networks (ids), removed after every container.
     networks: Mutex<Vec<String>>,
     torn_down: AtomicBool,
@@ -156,7 +156,7 @@ impl DockerSandboxFactory {
                 infra_image: OnceCell::new(),
                 pod: OnceCell::new(),
                 agents: Mutex::new(HashMap::new()),
-                created: Mutex::new(Vec::new()),
+                created: Arc::new(Mutex::new(Vec::new())),
                 networks: Mutex::new(Vec::new()),
                 torn_down: AtomicBool::new(false),
             }),
@@ -301,7 +301,9 @@ impl Inner {
                     resolvers: super::egress::resolvers(),
                     gateway: net.gateway,
                 };
-                // The proxy starts beside the pod: its address goes into the pod's rules.
+                let rules = network::pod_rules(policy, &facts, net.subnet);
+                // The proxy (proxy mode) starts beside the pod; the fence is created while the
+                // pod's image facts are read, and runs before any agent can join.
                 let proxy = async {
                     match policy.mode {
                         EgressMode::Proxy => self
@@ -311,10 +313,25 @@ impl Inner {
                         _ => Ok(None),
                     }
                 };
-                let (proxy, (id, name, image_facts)) =
-                    tokio::try_join!(proxy, self.start_pod(&spec, &net.name))?;
-                let rules = network::pod_rules(policy, &facts, proxy.as_ref().map(|p| p.1));
-                self.fence(&spec, &infra, &id, &rules).await?;
+                let pod = async {
+                    let name = container_name(&self.opts.run_id, "pod");
+                    let id = self.create(&name, spec.pod_body(&net.name), true).await?;
+                    let fence_name = container_name(&self.opts.run_id, "fence");
+                    let fence =
+                        network::fence_body(&infra, &id, spec.labels("fence", "fence"), &rules);
+                    let (image_facts, fence_id) =
+                        tokio::join!(self.image_facts(&id), self.create(&fence_name, fence, true));
+                    let fence_id = fence_id?;
+                    self.docker()
+                        .start_container(&id, None)
+                        .await
+                        .map_err(|e| {
+                            SandboxError::Container(format!("starting pod {name}: {e}"))
+                        })?;
+                    self.run_fence(&fence_name, &fence_id).await?;
+                    Ok::<_, SandboxError>((id, name, image_facts))
+                };
+                let (proxy, (id, name, image_facts)) = tokio::try_join!(proxy, pod)?;
                 let env = match &proxy {
                     Some((proxy_id, ip)) => {
                         self.still_running(proxy_id, "proxy").await?;
@@ -369,35 +386,38 @@ impl Inner {
         Ok(net)
     }
 
-    /// Runs the fence in the pod's network namespace and waits for it: the rules are in before
-    /// any agent joins, or the pod fails.
-    async fn fence(
-        &self,
-        spec: &RunSpec,
-        image: &str,
-        pod_id: &str,
-        rules: &(String, String),
-    ) -> Result<(), SandboxError> {
-        let name = container_name(&self.opts.run_id, "fence");
-        let body = network::fence_body(image, pod_id, spec.labels("fence", "fence"), rules);
-        let id = self.create(&name, body, true).await?;
+    /// Starts the (created) fence in the pod's network namespace and waits for it to exit: the
+    /// rules are in before any agent joins, or the pod fails. The exited fence is removed in
+    /// the background (teardown removes it too, should the run end first).
+    async fn run_fence(&self, name: &str, id: &str) -> Result<(), SandboxError> {
         let run = async {
             self.docker()
-                .start_container(&id, None)
+                .start_container(id, None)
                 .await
                 .map_err(|e| SandboxError::Container(format!("starting {name}: {e}")))?;
-            network::wait_exit(self.docker(), &id).await
+            network::wait_exit(self.docker(), id).await
         };
-        let outcome = run.await;
-        let failure = match outcome {
+        let failure = match run.await {
             Ok(0) => None,
             Ok(code) => Some(format!(
                 "exit {code}: {}",
-                network::logs_tail(self.docker(), &id).await
+                network::logs_tail(self.docker(), id).await
             )),
             Err(e) => Some(e.to_string()),
         };
-        self.remove(&id).await;
+        let docker = self.docker().clone();
+        let created = self.created.clone();
+        let fence = id.to_string();
+        tokio::spawn(async move {
+            let opts = RemoveContainerOptions {
+                force: true,
+                v: true,
+                ..Default::default()
+            };
+            if docker.remove_container(&fence, Some(opts)).await.is_ok() {
+                created.lock().expect("lock").retain(|(c, _)| *c != fence);
+            }
+        });
         match failure {
             None => Ok(()),
             Some(why) => Err(SandboxError::Container(format!(

@@ -299,12 +299,13 @@ fn rules_v6(policy: &EgressPolicy) -> String {
     text
 }
 
-/// The pod's rules (IPv4, IPv6) for `policy` (not `none`, which has no network). `proxy` is
-/// the run proxy's address in proxy mode.
+/// The pod's rules (IPv4, IPv6) for `policy` (not `none`, which has no network). In proxy mode
+/// the pod may reach port [`PROXY_PORT`] on its own network (`run_net`: only the pod and its
+/// proxy are on it; the gateway, which is the host, is refused first).
 pub(crate) fn pod_rules(
     policy: &EgressPolicy,
     facts: &FenceFacts,
-    proxy: Option<Ipv4Addr>,
+    run_net: Option<Ipv4Net>,
 ) -> (String, String) {
     let mut text = String::new();
     head(&mut text, None);
@@ -315,16 +316,20 @@ pub(crate) fn pod_rules(
     }
     text.push_str("-A OUTPUT -o lo -j ACCEPT\n");
     text.push_str("-A OUTPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT\n");
-    match (policy.mode, proxy) {
-        (EgressMode::Proxy, Some(p)) => {
-            let _ = writeln!(
-                text,
-                "-A OUTPUT -d {p}/32 -p tcp --dport {PROXY_PORT} -j ACCEPT"
-            );
+    match policy.mode {
+        EgressMode::Proxy => {
             let mut host: Vec<Ipv4Addr> = facts.host.v4();
             host.extend(facts.gateway);
+            host.sort();
+            host.dedup();
             for h in host {
                 let _ = writeln!(text, "-A OUTPUT -d {h}/32 -j REJECT");
+            }
+            if let Some(net) = run_net {
+                let _ = writeln!(
+                    text,
+                    "-A OUTPUT -d {net} -p tcp --dport {PROXY_PORT} -j ACCEPT"
+                );
             }
             for n in &policy.allow_nets {
                 if let IpNet::V4(n) = n {
@@ -333,8 +338,8 @@ pub(crate) fn pod_rules(
             }
             text.push_str("-A OUTPUT -j REJECT\n");
         }
-        (EgressMode::Open, _) => open_egress_v4(&mut text, policy, facts),
-        _ => text.push_str("-A OUTPUT -j REJECT\n"),
+        EgressMode::Open => open_egress_v4(&mut text, policy, facts),
+        EgressMode::None => text.push_str("-A OUTPUT -j REJECT\n"),
     }
     text.push_str("COMMIT\n");
     (text, rules_v6(policy))
@@ -453,12 +458,17 @@ mod tests {
             mode: EgressMode::Proxy,
             ..Default::default()
         };
-        let proxy: Ipv4Addr = "172.18.0.3".parse().unwrap();
-        let (v4, v6) = pod_rules(&policy, &facts(), Some(proxy));
+        let run_net: Ipv4Net = "172.18.0.0/16".parse().unwrap();
+        let (v4, v6) = pod_rules(&policy, &facts(), Some(run_net));
         let dns = position(&v4, "-A OUTPUT -o lo -d 127.0.0.11/32 -j REJECT");
         let lo = position(&v4, "-A OUTPUT -o lo -j ACCEPT");
         assert!(dns < lo);
-        assert!(v4.contains("-A OUTPUT -d 172.18.0.3/32 -p tcp --dport 3128 -j ACCEPT\n"));
+        let gateway = position(&v4, "-A OUTPUT -d 172.18.0.1/32 -j REJECT");
+        let proxy = position(
+            &v4,
+            "-A OUTPUT -d 172.18.0.0/16 -p tcp --dport 3128 -j ACCEPT\n",
+        );
+        assert!(gateway < proxy, "the host first");
         assert!(v4.ends_with("-A OUTPUT -j REJECT\nCOMMIT\n"), "{v4}");
         assert!(!v4.contains("--dport 53"), "{v4}");
         assert!(!v4.contains("-j ACCEPT\n-A OUTPUT -j ACCEPT"));
