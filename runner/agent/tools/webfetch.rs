@@ -185,3 +185,65 @@ async fn pinned_client(
         .build()
         .map_err(|e| ToolError::Failed(e.to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::egress::{EgressMode, Refusal};
+
+    fn url(s: &str) -> Url {
+        Url::parse(s).unwrap()
+    }
+
+    fn refused(r: Result<reqwest::Client, ToolError>) -> String {
+        match r {
+            Err(ToolError::Denied(m)) => m,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_host_is_refused_before_any_connection() {
+        let host = HostAddrs::discover();
+        let open = EgressPolicy::default();
+        for u in [
+            "http://127.0.0.1:1/",
+            "http://[::1]:1/",
+            "http://[::ffff:7f00:1]:1/",
+            "http://2130706433:1/",
+            "http://0.0.0.0:1/",
+            "http://localhost:1/",
+            "http://169.254.169.254/",
+            "http://10.0.0.1/",
+        ] {
+            let m = refused(pinned_client(&url(u), &open, &host).await);
+            assert!(m.starts_with("WebFetch 不去 http://"), "{m}");
+        }
+        let m = refused(pinned_client(&url("http://127.0.0.1:8/"), &open, &host).await);
+        assert!(m.contains(&Refusal::Loopback("127.0.0.1".parse().unwrap()).to_string()));
+        for a in host.v4().into_iter().filter(|a| !a.is_loopback()) {
+            let m = refused(pinned_client(&url(&format!("http://{a}:9/")), &open, &host).await);
+            assert!(m.contains("宿主机自己的地址"), "{m}");
+        }
+        // A public address passes (nothing is connected here).
+        assert!(pinned_client(&url("http://203.0.113.80/"), &open, &host)
+            .await
+            .is_ok());
+        let none = EgressPolicy {
+            mode: EgressMode::None,
+            ..Default::default()
+        };
+        let m = refused(pinned_client(&url("http://203.0.113.80/"), &none, &host).await);
+        assert!(m.contains("none"), "{m}");
+        let proxy = EgressPolicy {
+            mode: EgressMode::Proxy,
+            ..Default::default()
+        };
+        let m = refused(pinned_client(&url("https://example.com/"), &proxy, &host).await);
+        assert!(m.contains("example.com 不在放行的域名里"), "{m}");
+        assert!(matches!(
+            pinned_client(&url("file:///etc/passwd"), &open, &host).await,
+            Err(ToolError::InvalidInput(_))
+        ));
+    }
+}
