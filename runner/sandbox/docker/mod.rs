@@ -46,7 +46,7 @@ use engine::status_code;
 
 use super::egress::{EgressMode, EgressPolicy, HostAddrs};
 use super::{AgentBox, Sandbox, SandboxError, SandboxFactory};
-use network::{FenceFacts, RunNet};
+use network::{FenceFacts, Fenced, RunNet};
 
 /// Everything the Docker backend needs for one run. Build with [`DockerOptions::new`] and
 /// override fields.
@@ -98,6 +98,8 @@ struct Pod {
     facts: ImageFacts,
     /// Environment every agent container gets (the proxy's address in proxy mode).
     env: Vec<String>,
+    /// Resolves when the pod's rules are in: agent containers start only after.
+    fenced: Fenced,
 }
 
 type Slot = Arc<OnceCell<Arc<DockerSandbox>>>;
@@ -292,6 +294,7 @@ impl Inner {
                         name,
                         facts,
                         env: Vec::new(),
+                        fenced: Fenced::ready(),
                     });
                 }
                 let infra = self.infra_image().await?.clone();
@@ -303,7 +306,8 @@ impl Inner {
                 };
                 let rules = network::pod_rules(policy, &facts, net.subnet);
                 // The proxy (proxy mode) starts beside the pod; the fence is created while the
-                // pod's image facts are read, and runs before any agent can join.
+                // pod's image facts are read and runs in the background: agent containers are
+                // created meanwhile but start only once it is done (`Pod::fenced`).
                 let proxy = async {
                     match policy.mode {
                         EgressMode::Proxy => self
@@ -328,22 +332,23 @@ impl Inner {
                         .map_err(|e| {
                             SandboxError::Container(format!("starting pod {name}: {e}"))
                         })?;
-                    self.run_fence(&fence_name, &fence_id).await?;
-                    Ok::<_, SandboxError>((id, name, image_facts))
+                    Ok::<_, SandboxError>((id, name, image_facts, fence_name, fence_id))
                 };
-                let (proxy, (id, name, image_facts)) = tokio::try_join!(proxy, pod)?;
-                let env = match &proxy {
-                    Some((proxy_id, ip)) => {
-                        self.still_running(proxy_id, "proxy").await?;
-                        network::proxy_env(*ip)
-                    }
-                    None => Vec::new(),
-                };
+                let (proxy, (id, name, image_facts, fence_name, fence_id)) =
+                    tokio::try_join!(proxy, pod)?;
+                let fenced = network::spawn_fence(
+                    self.docker().clone(),
+                    self.created.clone(),
+                    fence_name,
+                    fence_id,
+                    proxy.as_ref().map(|(proxy_id, _)| proxy_id.clone()),
+                );
                 Ok::<_, SandboxError>(Pod {
                     id,
                     name,
                     facts: image_facts,
-                    env,
+                    env: proxy.map_or_else(Vec::new, |(_, ip)| network::proxy_env(ip)),
+                    fenced,
                 })
             })
             .await
@@ -386,46 +391,6 @@ impl Inner {
         Ok(net)
     }
 
-    /// Starts the (created) fence in the pod's network namespace and waits for it to exit: the
-    /// rules are in before any agent joins, or the pod fails. The exited fence is removed in
-    /// the background (teardown removes it too, should the run end first).
-    async fn run_fence(&self, name: &str, id: &str) -> Result<(), SandboxError> {
-        let run = async {
-            self.docker()
-                .start_container(id, None)
-                .await
-                .map_err(|e| SandboxError::Container(format!("starting {name}: {e}")))?;
-            network::wait_exit(self.docker(), id).await
-        };
-        let failure = match run.await {
-            Ok(0) => None,
-            Ok(code) => Some(format!(
-                "exit {code}: {}",
-                network::logs_tail(self.docker(), id).await
-            )),
-            Err(e) => Some(e.to_string()),
-        };
-        let docker = self.docker().clone();
-        let created = self.created.clone();
-        let fence = id.to_string();
-        tokio::spawn(async move {
-            let opts = RemoveContainerOptions {
-                force: true,
-                v: true,
-                ..Default::default()
-            };
-            if docker.remove_container(&fence, Some(opts)).await.is_ok() {
-                created.lock().expect("lock").retain(|(c, _)| *c != fence);
-            }
-        });
-        match failure {
-            None => Ok(()),
-            Some(why) => Err(SandboxError::Container(format!(
-                "装不上 pod 的出网规则({name}):{why}"
-            ))),
-        }
-    }
-
     /// Starts the run's proxy on `net`; returns its id and address there.
     async fn start_proxy(
         &self,
@@ -463,22 +428,6 @@ impl Inner {
             .and_then(|a| a.parse().ok())
             .ok_or_else(|| SandboxError::Container(format!("{name} 在 {} 上没有地址", net.name)))?;
         Ok((id, ip))
-    }
-
-    /// Fails with the container's last words when it is no longer running.
-    async fn still_running(&self, id: &str, what: &str) -> Result<(), SandboxError> {
-        let info = self
-            .docker()
-            .inspect_container(id, None)
-            .await
-            .map_err(docker_err)?;
-        if info.state.and_then(|s| s.running) == Some(true) {
-            return Ok(());
-        }
-        Err(SandboxError::Container(format!(
-            "这次运行的 {what} 没起来:{}",
-            network::logs_tail(self.docker(), id).await
-        )))
     }
 
     /// Reads `/etc/passwd`, `/etc/group` and whether bash exists from a created container.
@@ -551,6 +500,8 @@ impl Inner {
             )
             .await
             .map_err(|e| SandboxError::Container(format!("writing passwd into {name}: {e}")))?;
+        // Never a process in the pod's namespace before its rules are in.
+        pod.fenced.wait().await?;
         self.docker()
             .start_container(&id, None)
             .await

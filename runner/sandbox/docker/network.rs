@@ -17,12 +17,14 @@
 //! never from free text, and passed to the infrastructure containers as arguments.
 
 use bollard::models::{ContainerCreateBody, HostConfig, NetworkCreateRequest, NetworkInspect};
-use bollard::query_parameters::LogsOptions;
+use bollard::query_parameters::{LogsOptions, RemoveContainerOptions};
 use futures::StreamExt;
 use ipnet::{IpNet, Ipv4Net};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
 
 use crate::sandbox::egress::{blocked_v4, EgressMode, EgressPolicy, HostAddrs};
 use crate::sandbox::SandboxError;
@@ -365,6 +367,97 @@ pub(crate) fn proxy_rules(
         ..policy.clone()
     };
     (text, rules_v6(&open))
+}
+
+/// Resolves once the pod's rules are loaded, or failed to load. Agent containers may be created
+/// before; they start only after (`create_agent` waits), so no agent process ever runs in the
+/// pod's namespace without its rules.
+#[derive(Debug, Clone)]
+pub(crate) struct Fenced(watch::Receiver<Option<Result<(), String>>>);
+
+impl Fenced {
+    /// Nothing to wait for (`--egress none`: no network to fence).
+    pub fn ready() -> Fenced {
+        let (_tx, rx) = watch::channel(Some(Ok(())));
+        Fenced(rx)
+    }
+
+    /// Waits for the fence's outcome.
+    pub async fn wait(&self) -> Result<(), SandboxError> {
+        let mut rx = self.0.clone();
+        let outcome = rx.wait_for(Option::is_some).await.map(|v| v.clone());
+        match outcome {
+            Ok(Some(Ok(()))) => Ok(()),
+            Ok(Some(Err(why))) => Err(SandboxError::Container(why)),
+            _ => Err(SandboxError::Container(
+                "pod 的出网规则没装上:装规则的任务没了".into(),
+            )),
+        }
+    }
+}
+
+/// Starts the (created) fence `id` in the background, waits for it to exit, checks that the
+/// proxy (proxy mode) still runs, reports the outcome, then removes the fence and forgets it in
+/// `created` (teardown removes it too, should the run end first).
+pub(crate) fn spawn_fence(
+    docker: bollard::Docker,
+    created: Arc<Mutex<Vec<(String, bool)>>>,
+    name: String,
+    id: String,
+    proxy: Option<String>,
+) -> Fenced {
+    let (tx, rx) = watch::channel(None);
+    tokio::spawn(async move {
+        let run = async {
+            docker
+                .start_container(&id, None)
+                .await
+                .map_err(|e| format!("starting {name}: {e}"))?;
+            match wait_exit(&docker, &id).await {
+                Ok(0) => {}
+                Ok(code) => return Err(format!("exit {code}: {}", logs_tail(&docker, &id).await)),
+                Err(e) => return Err(e.to_string()),
+            }
+            if let Some(proxy) = &proxy {
+                still_running(&docker, proxy, "proxy")
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        };
+        let outcome = run
+            .await
+            .map_err(|why| format!("装不上 pod 的出网规则({name}):{why}"));
+        let _ = tx.send(Some(outcome));
+        let opts = RemoveContainerOptions {
+            force: true,
+            v: true,
+            ..Default::default()
+        };
+        if docker.remove_container(&id, Some(opts)).await.is_ok() {
+            created.lock().expect("lock").retain(|(c, _)| *c != id);
+        }
+    });
+    Fenced(rx)
+}
+
+/// Fails with the container's last words when it is no longer running.
+pub(crate) async fn still_running(
+    docker: &bollard::Docker,
+    id: &str,
+    what: &str,
+) -> Result<(), SandboxError> {
+    let info = docker
+        .inspect_container(id, None)
+        .await
+        .map_err(|e| SandboxError::Docker(e.to_string()))?;
+    if info.state.and_then(|s| s.running) == Some(true) {
+        return Ok(());
+    }
+    Err(SandboxError::Container(format!(
+        "这次运行的 {what} 没起来:{}",
+        logs_tail(docker, id).await
+    )))
 }
 
 /// Waits for a container to exit and returns its exit code.
