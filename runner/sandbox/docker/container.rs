@@ -1,7 +1,8 @@
 //! What a container looks like: the pod's infrastructure container and the agent containers
 //! that join its PID and network namespaces (DESIGN.md "Pod", issue "Pod and containers").
 //!
-//! Every container runs as the invoking user's uid:gid with a tmpfs HOME, a passwd entry
+//! Every container runs as the invoking user's uid:gid (the read-only roles' as their own, see
+//! [`super::readonly`]) with a tmpfs HOME, a passwd entry
 //! (patched into the created container before it starts), git's `safe.directory` and no pruning
 //! (`GIT_CONFIG_*`), all capabilities dropped, `no-new-privileges`, pids and memory limits, a
 //! one-second stop, and labels for cleanup. Nothing from the host environment is copied in, so
@@ -83,6 +84,12 @@ impl Identity {
                     && !n.is_empty()
             });
         let name = host_name.unwrap_or_else(|| "flowerbox".to_string());
+        Identity::named(ids, &name, mounts)
+    }
+
+    /// The identity `name` for `ids`, with a HOME that overlaps no mount.
+    pub fn named(ids: UserIds, name: &str, mounts: &[PathBuf]) -> Identity {
+        let name = name.to_string();
         let mut home = if ids.uid == 0 {
             "/root".to_string()
         } else {
@@ -105,12 +112,16 @@ impl Identity {
 }
 
 /// `/etc/passwd` and `/etc/group` of the image, read once per run from the pod container, and
-/// whether the image has bash.
+/// whether the image has bash, `setpriv` and `lsof` (where).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ImageFacts {
     pub passwd: String,
     pub group: String,
     pub has_bash: bool,
+    /// For the read-only roles' containers (see [`super::readonly`]).
+    pub setpriv: Option<String>,
+    /// For the read-only roles' inspector.
+    pub lsof: Option<String>,
 }
 
 /// Adds the identity to passwd/group text unless its uid/gid is already there. A taken login
@@ -407,6 +418,7 @@ mod tests {
             passwd: "root:x:0:0:root:/root:/bin/bash".into(),
             group: "root:x:0:\n".into(),
             has_bash: true,
+            ..Default::default()
         };
         let (p, g) = patch_passwd(&facts, &ident(4242));
         assert!(
