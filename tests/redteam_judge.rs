@@ -463,7 +463,7 @@ async fn a_judge_and_a_coordinator_cannot_write_by_any_route() {
                 {"content": [
                     bash("who", "id -u; id -G; grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status"),
                     bash("file", "file ./held.txt"),
-                    bash("ps", "ps -ww -eo pid,user,args"),
+                    bash("ps", "ps -ww -eo pid,user,args | cut -c1-160"),
                     bash("lsof_p", &format!("lsof -p $(python3 -c \"import json; print(json.load(open('{}/artifacts/victim.json'))['pid'])\")", wb.display())),
                     bash("lsof_i", &format!("lsof -nP -i :{PORT}")),
                     bash("curl", &format!("curl -s http://127.0.0.1:{PORT}/"))]},

@@ -25,7 +25,7 @@
 //!   capabilities the two processes need, and every process — the inspector, each exec —
 //!   starts as `setpriv --reuid … --clear-groups --bounding-set …` before anything else runs.
 //!   `no-new-privileges` stays on, so no set-uid program gains anything.
-//! - **A seccomp profile** derived from Docker's default ([`super::seccomp`]) refuses `ptrace`,
+//! - **A seccomp profile** of its own ([`super::seccomp`]) refuses `ptrace`,
 //!   `process_vm_readv`/`writev`, `pidfd_getfd`, `kcmp`, `process_madvise` and
 //!   `open_by_handle_at` (which `CAP_DAC_READ_SEARCH` would otherwise allow: the "shocker"
 //!   escape) for every process of the container, the inspector included.

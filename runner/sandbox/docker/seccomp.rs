@@ -1,33 +1,33 @@
 //! The seccomp profile of the read-only roles' containers (judge, coordinator; see
-//! [`super::readonly`]): Docker's default profile minus what reaches into another process.
+//! [`super::readonly`]), built here rather than taken from the engine: a profile given through
+//! `security_opt` replaces the engine's default entirely, and a read-only container holds
+//! `CAP_SYS_PTRACE` and `CAP_DAC_READ_SEARCH` for its inspector, for which the engine's default
+//! would switch on exactly the calls that reach into another process.
 //!
-//! A profile given through `security_opt` replaces the engine's default entirely, so this one is
-//! derived from Docker's own: `seccomp-default.json` beside this file is moby's
-//! `profiles/seccomp/default.json` (github.com/moby/profiles, commit `cd3bed80`, Apache License
-//! 2.0), unmodified. [`read_only_profile`] then
+//! The profile allows by default and refuses, with `EPERM`:
+//! - [`REFUSED`]: every call that reads or writes another process (`ptrace`,
+//!   `process_vm_readv`/`writev`, `process_madvise`), takes one of its descriptors
+//!   (`pidfd_getfd`), compares its kernel objects (`kcmp`), or opens a file by handle
+//!   (`open_by_handle_at`: with `CAP_DAC_READ_SEARCH` the "shocker" escape, any file of the
+//!   host's filesystem);
+//! - [`KERNEL_SURFACE`]: the calls Docker's documentation lists as blocked by its default
+//!   profile (docs.docker.com "Seccomp security profiles for Docker", "Significant syscalls
+//!   blocked by the default profile"), plus io_uring and the new mount API: kernel attack
+//!   surface a read-only role never needs;
+//! - `clone` with any namespace flag (one rule per flag, as seccomp compares one masked value
+//!   per rule), and `clone3` answers `ENOSYS` so the C library falls back to `clone`, whose flags
+//!   can be checked (`clone3` passes them in memory).
 //!
-//! 1. drops every rule that Docker enables only for a capability (`includes.caps`): a read-only
-//!    container holds `CAP_SYS_PTRACE` and `CAP_DAC_READ_SEARCH` for its inspector, which would
-//!    otherwise turn on `ptrace`, `process_vm_writev`, `pidfd_getfd`, `kcmp`,
-//!    `process_madvise` and `open_by_handle_at` (with `CAP_DAC_READ_SEARCH`, the "shocker"
-//!    escape: any file of the host's filesystem opened by handle);
-//! 2. removes [`REFUSED`] from the remaining rules (the default allows `ptrace` and
-//!    `process_vm_*` on every kernel since 4.8);
-//! 3. refuses [`REFUSED`] explicitly with `EPERM`.
-//!
-//! Everything else, including the rules that apply without `CAP_SYS_ADMIN` (`clone` flags,
-//! `clone3` answering `ENOSYS`), stays as Docker has it.
+//! Rules are given for the native architecture and its 32-bit ABIs (`archMap`): otherwise a
+//! process could make the same calls through `int 0x80` under the i386 numbering, which the
+//! default action would allow. Names a kernel or architecture does not know are skipped by the
+//! engine.
 
 use serde_json::{json, Value};
 use std::sync::LazyLock;
 
-/// Docker's default profile (see the module doc).
-const DOCKER_DEFAULT: &str = include_str!("seccomp-default.json");
-
-/// System calls a read-only container may never make: each reads or writes another process
-/// (`ptrace`, `process_vm_readv`/`writev`, `process_madvise`), takes one of its descriptors
-/// (`pidfd_getfd`), compares its kernel objects (`kcmp`) or opens a file by handle
-/// (`open_by_handle_at`).
+/// System calls a read-only container may never make: each reaches into another process or
+/// opens a file by handle (module doc).
 pub const REFUSED: &[&str] = &[
     "kcmp",
     "open_by_handle_at",
@@ -38,124 +38,172 @@ pub const REFUSED: &[&str] = &[
     "ptrace",
 ];
 
-/// `EPERM`, as Docker's default action answers.
-const EPERM: i64 = 1;
+/// Kernel surface refused besides [`REFUSED`] (module doc).
+pub const KERNEL_SURFACE: &[&str] = &[
+    "_sysctl",
+    "acct",
+    "add_key",
+    "bpf",
+    "clock_adjtime",
+    "clock_settime",
+    "create_module",
+    "delete_module",
+    "finit_module",
+    "fsconfig",
+    "fsmount",
+    "fsopen",
+    "fspick",
+    "get_kernel_syms",
+    "get_mempolicy",
+    "init_module",
+    "io_uring_enter",
+    "io_uring_register",
+    "io_uring_setup",
+    "ioperm",
+    "iopl",
+    "kexec_file_load",
+    "kexec_load",
+    "keyctl",
+    "lookup_dcookie",
+    "mbind",
+    "mount",
+    "mount_setattr",
+    "move_mount",
+    "move_pages",
+    "name_to_handle_at",
+    "nfsservctl",
+    "open_tree",
+    "perf_event_open",
+    "pivot_root",
+    "query_module",
+    "quotactl",
+    "quotactl_fd",
+    "reboot",
+    "request_key",
+    "set_mempolicy",
+    "setns",
+    "settimeofday",
+    "stime",
+    "swapoff",
+    "swapon",
+    "syslog",
+    "sysfs",
+    "umount",
+    "umount2",
+    "unshare",
+    "uselib",
+    "userfaultfd",
+    "ustat",
+    "vm86",
+    "vm86old",
+];
 
-static PROFILE: LazyLock<String> = LazyLock::new(|| {
-    let default: Value =
-        serde_json::from_str(DOCKER_DEFAULT).expect("the bundled Docker profile is valid JSON");
-    derive(default).to_string()
-});
+/// The `CLONE_NEW*` flags: `clone` with any of them is refused.
+const CLONE_NAMESPACE_FLAGS: &[(&str, u64)] = &[
+    ("CLONE_NEWTIME", 0x0000_0080),
+    ("CLONE_NEWNS", 0x0002_0000),
+    ("CLONE_NEWCGROUP", 0x0200_0000),
+    ("CLONE_NEWUTS", 0x0400_0000),
+    ("CLONE_NEWIPC", 0x0800_0000),
+    ("CLONE_NEWUSER", 0x1000_0000),
+    ("CLONE_NEWPID", 0x2000_0000),
+    ("CLONE_NEWNET", 0x4000_0000),
+];
+
+/// `EPERM`.
+const EPERM: i64 = 1;
+/// `ENOSYS`.
+const ENOSYS: i64 = 38;
+
+static PROFILE: LazyLock<String> = LazyLock::new(|| profile().to_string());
 
 /// The profile as JSON text, for `security_opt: ["seccomp=<json>"]`.
 pub fn read_only_profile() -> &'static str {
     &PROFILE
 }
 
-/// Steps 1–3 of the module doc on a parsed profile.
-fn derive(mut profile: Value) -> Value {
-    let rules = profile["syscalls"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|rule| {
-            rule.pointer("/includes/caps")
-                .and_then(Value::as_array)
-                .is_none_or(|caps| caps.is_empty())
-        })
-        .filter_map(|mut rule| {
-            let names: Vec<Value> = rule["names"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|n| !n.as_str().is_some_and(|n| REFUSED.contains(&n)))
-                .collect();
-            if names.is_empty() {
-                return None;
-            }
-            rule["names"] = Value::Array(names);
-            Some(rule)
-        })
-        .chain(std::iter::once(json!({
+/// The profile (module doc).
+fn profile() -> Value {
+    let mut rules = vec![
+        json!({
             "names": REFUSED,
             "action": "SCMP_ACT_ERRNO",
             "errnoRet": EPERM,
             "comment": "flowerbox: read-only roles never reach into another process",
-        })))
-        .collect();
-    profile["syscalls"] = Value::Array(rules);
-    profile
+        }),
+        json!({
+            "names": KERNEL_SURFACE,
+            "action": "SCMP_ACT_ERRNO",
+            "errnoRet": EPERM,
+            "comment": "flowerbox: kernel surface a read-only role never needs",
+        }),
+        json!({
+            "names": ["clone3"],
+            "action": "SCMP_ACT_ERRNO",
+            "errnoRet": ENOSYS,
+            "comment": "flowerbox: fall back to clone, whose flags can be checked",
+        }),
+    ];
+    rules.extend(CLONE_NAMESPACE_FLAGS.iter().map(|(flag, bit)| {
+        json!({
+            "names": ["clone"],
+            "action": "SCMP_ACT_ERRNO",
+            "errnoRet": EPERM,
+            "args": [{"index": 0, "value": bit, "valueTwo": bit, "op": "SCMP_CMP_MASKED_EQ"}],
+            "comment": format!("flowerbox: no new namespace ({flag})"),
+        })
+    }));
+    json!({
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "archMap": [
+            {"architecture": "SCMP_ARCH_X86_64",
+             "subArchitectures": ["SCMP_ARCH_X86", "SCMP_ARCH_X32"]},
+            {"architecture": "SCMP_ARCH_AARCH64", "subArchitectures": ["SCMP_ARCH_ARM"]},
+        ],
+        "syscalls": rules,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn profile() -> Value {
+    fn parsed() -> Value {
         serde_json::from_str(read_only_profile()).unwrap()
     }
 
-    /// Names of every rule with `action`.
-    fn names(p: &Value, action: &str) -> Vec<String> {
+    /// Names refused with `errno`, unconditionally.
+    fn refused_with(p: &Value, errno: i64) -> Vec<String> {
         p["syscalls"]
             .as_array()
             .unwrap()
             .iter()
-            .filter(|r| r["action"] == action)
+            .filter(|r| {
+                r["action"] == "SCMP_ACT_ERRNO" && r["errnoRet"] == errno && r.get("args").is_none()
+            })
             .flat_map(|r| r["names"].as_array().unwrap().clone())
             .map(|n| n.as_str().unwrap().to_string())
             .collect()
     }
 
     #[test]
-    fn refused_calls_are_allowed_by_no_rule_and_refused_explicitly() {
-        let p = profile();
-        assert_eq!(p["defaultAction"], "SCMP_ACT_ERRNO");
-        let allowed = names(&p, "SCMP_ACT_ALLOW");
-        for call in REFUSED {
-            assert!(!allowed.iter().any(|a| a == call), "{call} allowed");
+    fn every_call_into_another_process_and_the_shocker_call_are_refused() {
+        let p = parsed();
+        let refused = refused_with(&p, EPERM);
+        for call in REFUSED.iter().chain(KERNEL_SURFACE) {
+            assert!(refused.iter().any(|r| r == call), "{call} not refused");
         }
-        let refused: Vec<&Value> = p["syscalls"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|r| r["action"] == "SCMP_ACT_ERRNO" && r["errnoRet"] == EPERM)
-            .collect();
-        assert_eq!(refused.len(), 1);
-        assert_eq!(refused[0]["names"], json!(REFUSED));
-        assert!(refused[0].get("includes").is_none() && refused[0].get("args").is_none());
-        // No rule depends on a capability any more: the engine adds nothing for the inspector's.
-        assert!(p["syscalls"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|r| r.pointer("/includes/caps").is_none()));
-    }
-
-    #[test]
-    fn everything_else_is_dockers_default() {
-        let default: Value = serde_json::from_str(DOCKER_DEFAULT).unwrap();
-        let p = profile();
-        for key in ["defaultAction", "defaultErrnoRet", "archMap"] {
-            assert_eq!(p[key], default[key], "{key}");
+        for call in [
+            "ptrace",
+            "open_by_handle_at",
+            "pidfd_getfd",
+            "unshare",
+            "setns",
+        ] {
+            assert!(refused.iter().any(|r| r == call), "{call}");
         }
-        // The unconditional allow rule loses exactly the refused calls.
-        let first = |v: &Value| -> Vec<String> {
-            v["syscalls"][0]["names"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|n| n.as_str().unwrap().to_string())
-                .collect()
-        };
-        let (ours, theirs) = (first(&p), first(&default));
-        let lost: Vec<&String> = theirs.iter().filter(|n| !ours.contains(n)).collect();
-        assert!(
-            lost.iter().all(|n| REFUSED.contains(&n.as_str())),
-            "{lost:?}"
-        );
+        assert_eq!(refused_with(&p, ENOSYS), ["clone3"]);
+        // What a shell, lsof and curl need is not in any refusing rule.
         for call in [
             "read",
             "openat",
@@ -165,45 +213,31 @@ mod tests {
             "kill",
             "socket",
         ] {
-            assert!(
-                names(&p, "SCMP_ACT_ALLOW").iter().any(|n| n == call),
-                "{call}"
-            );
+            assert!(!refused.iter().any(|r| r == call), "{call}");
         }
-        // Rules for containers without CAP_SYS_ADMIN stay: clone3 answers ENOSYS.
-        assert!(p["syscalls"].as_array().unwrap().iter().any(|r| {
-            r["names"] == json!(["clone3"])
-                && r["errnoRet"] == 38
-                && r.pointer("/excludes/caps").is_some()
-        }));
-        // The shocker rule is gone, not just emptied.
-        assert!(
-            !DOCKER_DEFAULT.is_empty()
-                && default["syscalls"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .any(|r| r["names"] == json!(["open_by_handle_at"])
-                        && r.pointer("/includes/caps").is_some())
-        );
     }
 
     #[test]
-    fn derive_drops_capability_rules_and_emptied_rules() {
-        let input = json!({
-            "defaultAction": "SCMP_ACT_ERRNO",
-            "syscalls": [
-                {"names": ["read", "ptrace"], "action": "SCMP_ACT_ALLOW"},
-                {"names": ["ptrace"], "action": "SCMP_ACT_ALLOW", "includes": {"minKernel": "4.8"}},
-                {"names": ["mount"], "action": "SCMP_ACT_ALLOW", "includes": {"caps": ["CAP_SYS_ADMIN"]}},
-                {"names": ["clone"], "action": "SCMP_ACT_ALLOW", "excludes": {"caps": ["CAP_SYS_ADMIN"]}}
-            ]
-        });
-        let out = derive(input);
-        let rules = out["syscalls"].as_array().unwrap();
-        assert_eq!(rules.len(), 3, "{out}");
-        assert_eq!(rules[0]["names"], json!(["read"]));
-        assert_eq!(rules[1]["names"], json!(["clone"]));
-        assert_eq!(rules[2]["action"], "SCMP_ACT_ERRNO");
+    fn clone_is_refused_for_each_namespace_flag_and_the_32_bit_abis_are_covered() {
+        let p = parsed();
+        let clone_rules: Vec<&Value> = p["syscalls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["names"] == json!(["clone"]))
+            .collect();
+        assert_eq!(clone_rules.len(), CLONE_NAMESPACE_FLAGS.len());
+        let user = clone_rules
+            .iter()
+            .find(|r| r["args"][0]["value"] == 0x1000_0000u64)
+            .expect("CLONE_NEWUSER");
+        assert_eq!(user["args"][0]["valueTwo"], 0x1000_0000u64);
+        assert_eq!(user["args"][0]["op"], "SCMP_CMP_MASKED_EQ");
+        let x86 = &p["archMap"][0];
+        assert_eq!(x86["architecture"], "SCMP_ARCH_X86_64");
+        assert!(x86["subArchitectures"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("SCMP_ARCH_X86")));
     }
 }
