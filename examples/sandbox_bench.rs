@@ -54,6 +54,7 @@ fn agent(name: &str, ws: &Path) -> AgentBox {
             path: ws.to_path_buf(),
             read_only: false,
         }],
+        masked: Vec::new(),
         workdir: ws.to_path_buf(),
     }
 }

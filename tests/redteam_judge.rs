@@ -594,6 +594,7 @@ async fn a_judge_and_a_coordinator_cannot_write_by_any_route() {
                 path: run.wb.clone(),
                 read_only: false,
             }],
+            masked: Vec::new(),
             workdir: run.wb.clone(),
         })
         .await
@@ -646,6 +647,7 @@ async fn read_only_containers_hold_against_non_root_workers() {
             path: ws.clone(),
             read_only,
         }],
+        masked: Vec::new(),
         workdir: wt.clone(),
     };
     let worker = run

@@ -424,6 +424,7 @@ fn fetch_ctx(egress: EgressPolicy, ws: &std::path::Path) -> ToolContext {
             read_only: false,
         }],
         workdir: ws.to_path_buf(),
+        masked: Vec::new(),
     };
     let limits = ToolLimits {
         egress,

@@ -340,6 +340,15 @@ impl RunSpec {
                 id.ids.uid, id.ids.gid
             ),
         );
+        // Masked directories (the run directory): an empty read-only tmpfs over each, so no
+        // agent can read the records or plant anything where the host writes them. A mount
+        // inside one (`-W`'s workbench) still shows: the engine makes its mount point first.
+        for m in &spec.masked {
+            tmpfs.insert(
+                m.to_string_lossy().into_owned(),
+                "ro,nosuid,nodev,noexec,size=64k".into(),
+            );
+        }
         let ulimits = (spec.role == Role::Judge).then(|| {
             vec![ResourcesUlimits {
                 name: Some("nofile".into()),
@@ -391,10 +400,23 @@ pub(crate) fn canonical_box(spec: &AgentBox) -> Result<AgentBox, SandboxError> {
     if !mounts.iter().any(|m| workdir.starts_with(&m.path)) {
         return Err(SandboxError::OutsideMounts(workdir));
     }
+    // A mask outside every mount has nothing to hide; one that does not exist yet is kept
+    // as given (the engine creates its mount point).
+    let masked = spec
+        .masked
+        .iter()
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
+        .filter(|p| {
+            mounts
+                .iter()
+                .any(|m| p.starts_with(&m.path) && *p != m.path)
+        })
+        .collect();
     Ok(AgentBox {
         agent: spec.agent.clone(),
         role: spec.role,
         mounts,
+        masked,
         workdir,
     })
 }
@@ -492,6 +514,7 @@ mod tests {
                     read_only: true,
                 },
             ],
+            masked: Vec::new(),
             workdir: link,
         };
         let c = canonical_box(&spec).unwrap();
@@ -532,6 +555,7 @@ mod tests {
                 path: "/w".into(),
                 read_only: true,
             }],
+            masked: Vec::new(),
             workdir: "/w".into(),
         };
         let body = spec.agent_body(&judge, "podid", "podname");
@@ -554,5 +578,43 @@ mod tests {
             .unwrap()
             .ulimits
             .is_none());
+    }
+
+    #[test]
+    fn masked_directories_get_an_empty_read_only_tmpfs() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap().join("ws");
+        let runs = ws.join("runs");
+        std::fs::create_dir_all(&runs).unwrap();
+        let spec = AgentBox {
+            agent: "worker-1".into(),
+            role: Role::Worker,
+            mounts: vec![Mount {
+                path: ws.clone(),
+                read_only: false,
+            }],
+            // The second is outside every mount: nothing to hide there.
+            masked: vec![runs.clone(), dir.path().join("elsewhere")],
+            workdir: ws.clone(),
+        };
+        let c = canonical_box(&spec).unwrap();
+        assert_eq!(c.masked, vec![runs.clone()]);
+        let run = RunSpec {
+            run_id: "r".into(),
+            workspace: ws.clone(),
+            image: "img".into(),
+            identity: ident(4242),
+            owner: Owner::current().unwrap(),
+            limits: Limits::default(),
+            extra_env: Vec::new(),
+        };
+        let tmpfs = run
+            .agent_body(&c, "p", "n")
+            .host_config
+            .unwrap()
+            .tmpfs
+            .unwrap();
+        let opts = &tmpfs[&runs.to_string_lossy().into_owned()];
+        assert!(opts.split(',').any(|o| o == "ro"), "{opts}");
     }
 }
