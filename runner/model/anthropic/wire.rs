@@ -38,7 +38,23 @@ pub(crate) fn request_body(req: &Request, model: &str) -> Value {
         body.insert("system".into(), Value::Array(system));
     }
 
-    let mut messages: Vec<Value> = req.messages.iter().map(message_json).collect();
+    // Never send an empty message (the API refuses one anywhere but last): a message whose
+    // blocks were all left out goes, and its neighbours of one role are joined.
+    let mut messages: Vec<Value> = Vec::new();
+    for m in req.messages.iter().map(message_json) {
+        let blocks = m["content"].as_array().cloned().unwrap_or_default();
+        if blocks.is_empty() {
+            continue;
+        }
+        match messages.last_mut() {
+            Some(last) if last["role"] == m["role"] => {
+                if let Some(arr) = last["content"].as_array_mut() {
+                    arr.extend(blocks);
+                }
+            }
+            _ => messages.push(m),
+        }
+    }
     if let Some(last) = messages
         .last_mut()
         .and_then(|m| m["content"].as_array_mut())
@@ -176,6 +192,25 @@ mod tests {
         assert_eq!(msgs[1]["content"][0]["input"]["command"], "ls");
         let count = b.to_string().matches("cache_control").count();
         assert_eq!(count, 3);
+    }
+
+    #[test]
+    fn an_empty_message_is_never_sent() {
+        // A turn cut off inside its only tool call, as an older flowerbox stored it.
+        let mut r = req();
+        r.messages = vec![
+            Message::user_text("write it"),
+            Message {
+                role: Speaker::Assistant,
+                content: vec![],
+            },
+            Message::user_text("[cut off]"),
+        ];
+        let b = request_body(&r, "m");
+        let msgs = b["messages"].as_array().unwrap();
+        assert_eq!(msgs.len(), 1, "{b}");
+        assert_eq!(msgs[0]["role"], "user");
+        assert_eq!(msgs[0]["content"].as_array().unwrap().len(), 2);
     }
 
     #[test]
