@@ -274,7 +274,7 @@ async fn three_byte_characters_split_across_network_chunks() {
     let resp = reqwest::Client::new()
         .post(format!("{}/v1/messages", server.url))
         .header("x-flowerbox-role", "worker")
-        .body(json!({"model": "m", "messages": [{"role": "user", "content": "go"}]}).to_string())
+        .body(json!({"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "go"}]}).to_string())
         .send()
         .await
         .unwrap();
