@@ -318,7 +318,15 @@ async fn one_attempt<P: WireProtocol>(
     if json {
         return complete_answer(proto, req, resp, idle, sink).await;
     }
-    let mut events = resp.body.eventsource();
+    // An event the body ends without its blank line (the documentation's own examples end so)
+    // is dispatched at a clean end of the body instead of being dropped.
+    let body = resp
+        .body
+        .chain(futures::stream::once(async {
+            Ok(bytes::Bytes::from_static(b"\n\n"))
+        }))
+        .boxed();
+    let mut events = body.eventsource();
     let mut assembler = proto.assembler(req);
     // Only progress restarts the idle timer: a stream of pings alone still times out.
     let mut last_progress = Instant::now();
