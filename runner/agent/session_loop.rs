@@ -124,6 +124,13 @@ impl AgentRun {
         self
     }
 
+    /// The prefix every request of this agent starts with: system blocks and tools (what
+    /// prompt caching stores).
+    #[cfg(test)]
+    pub(crate) fn request_prefix(&self) -> (&[String], &[ToolDef]) {
+        (&self.system, &self.tools)
+    }
+
     /// The session id.
     pub(crate) fn session_id(&self) -> &str {
         &self.session
@@ -591,6 +598,45 @@ struct SubDispatch {
     meter: Option<Arc<Meter>>,
 }
 
+impl SubDispatch {
+    fn place_note(&self, place: &super::place::WorkerPlace) -> String {
+        place_note_for(&self.rt, place)
+    }
+}
+
+/// Where a worker is, for the head of its first message: its working directory (its own
+/// worktree and branch with `--isolate`, and where that branch goes), the main workspace and
+/// the workbench. Kept out of the system prompt, which stays the same for every worker.
+pub(crate) fn place_note_for(rt: &Runtime, place: &super::place::WorkerPlace) -> String {
+    {
+        let ws = rt.config.workspace.display();
+        let mut lines = vec!["你的位置:".to_string()];
+        match &place.branch {
+            Some(branch) => {
+                lines.push(format!(
+                    "- 工作目录(Bash 的起点):{},这是你自己的 git worktree,分支 {branch}。",
+                    place.workdir.display()
+                ));
+                lines.push(format!(
+                    "- 只在这个 worktree 里改文件。你结束时,runner 把这里的改动提交到分支 {branch},\
+                     再合并进主工作区 {ws} 当前的分支;主工作区本身你改不了。"
+                ));
+            }
+            None => lines.push(format!(
+                "- 工作目录(Bash 的起点):{},即主工作区,其他执行者也在这里改文件。",
+                place.workdir.display()
+            )),
+        }
+        if let Some(wb) = &rt.workbench {
+            lines.push(format!(
+                "- 工作台:{}(scripts/ 放脚本,artifacts/ 放长产出,notes/ 放记录;所有 agent 共享)。",
+                wb.root().display()
+            ));
+        }
+        lines.join("\n")
+    }
+}
+
 #[async_trait]
 impl Dispatcher for SubDispatch {
     async fn dispatch(
@@ -651,7 +697,8 @@ impl Dispatcher for SubDispatch {
             abox,
         )
         .with_meter(self.meter.clone());
-        let end = run.turn(&req.prompt).await;
+        let prompt = format!("{}\n\n---\n\n{}", self.place_note(&place), req.prompt);
+        let end = run.turn(&prompt).await;
         *self.children.lock().unwrap_or_else(|e| e.into_inner()) += run.spend();
         let ok = end == LoopEnd::Done;
         let integration = self.rt.placement.finish(&agent, &place, ok).await;

@@ -98,6 +98,12 @@ impl RunContext {
         let mut config =
             RuntimeConfig::new(globals.workspace.clone(), model.clone(), run_id.clone());
         config.trim_large = setup.trim_large;
+        if globals.sandbox == SandboxKind::Host {
+            config.base_system = crate::agent::roles::base_system(
+                &globals.workspace,
+                crate::agent::roles::CommandsRun::OnHost,
+            );
+        }
         // A model outside the catalogue: what its server says about its context sizes the
         // output cap and the handoff window.
         let catalogued = crate::model::catalog::lookup(&model).is_some();
