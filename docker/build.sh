@@ -3,7 +3,7 @@
 # agent image, which flowerbox's own machinery makes sure exists (built offline on first use).
 # Prints the image's tag on stdout (progress goes to stderr); docker/flowerbox runs it.
 #
-#   docker/build.sh [--release] [--bin PATH] [--base IMAGE] [--tag NAME] [--no-prune]
+#   docker/build.sh [--release] [--bin PATH] [--base IMAGE] [--tag NAME] [--prune]
 #
 #   --bin PATH    use this flowerbox binary instead of building one (`cargo build --bin
 #                 flowerbox`, debug unless --release)
@@ -11,7 +11,8 @@
 #                 (`cargo run --example sandbox_bench -- --ensure-image`)
 #   --tag NAME    extra tag; the image is always tagged flowerbox-runner:<12 hex content hash>,
 #                 and flowerbox-runner:latest unless --tag is given
-#   --no-prune    keep older flowerbox-runner:<hash> images (removed by default when unused)
+#   --prune       remove older flowerbox-runner:<hash> images that no container uses (never
+#                 by default: the engine may hold other checkouts' or test runs' images)
 #
 # The binary is built with the host's toolchain and copied in. That works when the image's
 # glibc is at least the newest GLIBC_x.y symbol version the binary needs: this script measures
@@ -24,15 +25,15 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 REPO=flowerbox-runner
 
-bin="" base="" tag="" release="" prune=1 profile=debug
+bin="" base="" tag="" release="" prune="" profile=debug
 while [ $# -gt 0 ]; do
   case "$1" in
     --bin) bin=$2; shift 2 ;;
     --base) base=$2; shift 2 ;;
     --tag) tag=$2; shift 2 ;;
     --release) release=--release profile=release; shift ;;
-    --no-prune) prune=""; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --prune) prune=1; shift ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
