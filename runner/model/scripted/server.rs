@@ -241,11 +241,11 @@ fn pick<'a>(
     })
 }
 
+/// Builds an error response: status, error type, message, extra headers.
+type ErrorShape = fn(u16, &str, &str, &[(String, String)]) -> Response;
+
 /// A fault's status answer, in the shape `shape` gives the error body.
-fn fault_status(
-    fault: &Fault,
-    shape: fn(u16, &str, &str, &[(String, String)]) -> Response,
-) -> Option<Response> {
+fn fault_status(fault: &Fault, shape: ErrorShape) -> Option<Response> {
     let status = fault.status?;
     let kind = fault
         .error_type
