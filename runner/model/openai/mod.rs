@@ -315,6 +315,47 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_empty_stream_names_the_setting_that_avoids_it() {
+        // llama-cpp-python's answer to a streamed request with tools: HTTP 200, empty body.
+        let fake = Arc::new(FakeTransport::new(vec![Canned::sse("", 1, End::Clean)]));
+        let err = provider(fake.clone())
+            .stream_turn(&request("hi"), &|_| {}, &CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, crate::model::ModelError::BadResponse { .. }),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains("FLOWERBOX_OPENAI_STREAM=0"),
+            "{err}"
+        );
+        assert_eq!(
+            fake.request_count(),
+            1,
+            "not retried: it answers the same every time"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_gateways_own_cost_is_kept() {
+        let body = sse_data(
+            &[
+                chunk(json!({"content": "ok"}), Some("stop")),
+                json!({"id": "c", "choices": [], "usage": {"prompt_tokens": 10,
+                    "completion_tokens": 2, "cost": 0.00042}}),
+            ],
+            true,
+        );
+        let fake = Arc::new(FakeTransport::new(vec![Canned::sse(&body, 64, End::Clean)]));
+        let turn = provider(fake)
+            .stream_turn(&request("hi"), &|_| {}, &CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(turn.reported_cost_usd, Some(0.00042));
+    }
+
+    #[tokio::test]
     async fn eof_without_done_or_finish_is_incomplete() {
         let partial = sse_data(&[chunk(json!({"content": "par"}), None)], false);
         let done_less = sse_data(&[chunk(json!({"content": "fine"}), Some("stop"))], false);
