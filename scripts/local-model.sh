@@ -19,7 +19,8 @@
 # Usage: scripts/local-model.sh [--model FILE.gguf] [--ctx N]
 #   --model FILE  a GGUF model to serve (a small instruct model with a tool-use chat template
 #                 exercises tool calls; the plumbing model never calls a tool)
-#   --ctx N       the server's context length (default 8192)
+#   --ctx N       the server's context length (default 16384: the plumbing model's vocabulary
+#                 spells Chinese byte by byte, so flowerbox's prompts take many of its tokens)
 # Environment:
 #   FLOWERBOX_LOCAL_CACHE  build, venv and logs (default ~/.cache/flowerbox/local-model)
 #   FLOWERBOX_LOCAL_JOBS   parallel compile jobs (default 2)
@@ -31,7 +32,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 model=""
-ctx=8192
+ctx=16384
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model=$(realpath "$2"); shift 2 ;;

@@ -113,8 +113,10 @@ pub(crate) fn api_error(e: &Value) -> ApiError {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    let prompt_too_long = kind.as_deref() == Some("invalid_request_error")
-        && message.to_ascii_lowercase().contains("prompt is too long");
+    // llama.cpp's server (its /v1/messages too) types it `exceed_context_size_error`.
+    let prompt_too_long = kind.as_deref() == Some("exceed_context_size_error")
+        || (kind.as_deref() == Some("invalid_request_error")
+            && message.to_ascii_lowercase().contains("prompt is too long"));
     ApiError {
         kind,
         message,

@@ -137,11 +137,13 @@ pub(crate) fn api_error(e: &Value) -> ApiError {
     }
     let message = e["message"].as_str().unwrap_or_default().to_string();
     let code = e["code"].as_str().unwrap_or_default();
+    let kind = e["type"].as_str().map(str::to_string);
+    // llama.cpp's server types it `exceed_context_size_error`.
     let prompt_too_long = code == "context_length_exceeded"
+        || kind.as_deref() == Some("exceed_context_size_error")
         || message
             .to_ascii_lowercase()
             .contains("maximum context length");
-    let kind = e["type"].as_str().map(str::to_string);
     ApiError {
         kind,
         message,
@@ -234,5 +236,9 @@ mod tests {
         );
         assert!(e.prompt_too_long);
         assert!(!parse_error("oops").prompt_too_long);
+        let e = parse_error(
+            r#"{"error":{"code":400,"message":"request (9000 tokens) exceeds the available context size (8192 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":9000,"n_ctx":8192}}"#,
+        );
+        assert!(e.prompt_too_long);
     }
 }
