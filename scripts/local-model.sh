@@ -97,7 +97,7 @@ fi
 
 # --- the model ---------------------------------------------------------------------------
 if [ -z "$model" ]; then
-  model="$cache/plumbing-tiny.gguf"
+  model="$cache/plumbing-tiny-32k.gguf"
   if [ ! -f "$model" ]; then
     say "plumbing model from the sdist's vocabulary (answers OK, nothing more)"
     PYTHONPATH="$src/vendor/llama.cpp/gguf-py" python "$root/scripts/local-model/tiny_gguf.py" \
@@ -128,6 +128,8 @@ echo "  http://127.0.0.1:$lport  ($(curl -fsS "http://127.0.0.1:$lport/props" | 
 
 say "LiteLLM proxy: /v1/messages in front of llama-server"
 pport=$(free_port)
+# The proxy refuses to start without a master key; flowerbox sends it as its bearer token.
+litellm_key="sk-local-$(python -c 'import secrets; print(secrets.token_hex(16))')"
 cat >"$logs/litellm.yaml" <<EOF
 model_list:
   - model_name: local
@@ -135,8 +137,12 @@ model_list:
       model: openai/local
       api_base: http://127.0.0.1:$lport/v1
       api_key: none
+general_settings:
+  master_key: $litellm_key
 EOF
-litellm --config "$logs/litellm.yaml" --host 127.0.0.1 --port "$pport" >"$logs/litellm.log" 2>&1 &
+# LITELLM_LOCAL_MODEL_COST_MAP: its bundled price map, not one fetched from the internet.
+LITELLM_LOCAL_MODEL_COST_MAP=True \
+  litellm --config "$logs/litellm.yaml" --host 127.0.0.1 --port "$pport" >"$logs/litellm.log" 2>&1 &
 pids+=($!)
 wait_http "http://127.0.0.1:$pport/health/liveliness" 180 litellm "$logs/litellm.log"
 echo "  http://127.0.0.1:$pport"
@@ -162,7 +168,7 @@ run() { # WIRE WHAT ARGS...
     anthropic)
       env+=(ANTHROPIC_BASE_URL="http://127.0.0.1:$lport" ANTHROPIC_API_KEY=none ANTHROPIC_MODEL=local) ;;
     litellm)
-      env+=(ANTHROPIC_BASE_URL="http://127.0.0.1:$pport" ANTHROPIC_API_KEY=none ANTHROPIC_MODEL=local) ;;
+      env+=(ANTHROPIC_BASE_URL="http://127.0.0.1:$pport" ANTHROPIC_AUTH_TOKEN="$litellm_key" ANTHROPIC_MODEL=local) ;;
   esac
   local started rc=0
   started=$(date +%s)

@@ -3,6 +3,7 @@
 
 summarize.py calls RUNS_DIR   model calls (the manifest's turns, plus failed attempts)
 summarize.py problems WS      "ok", or the first error the run recorded (manifest, stderr)
+                              (what flowerbox printed on stderr counts: it prints only errors there)
 """
 import json
 import os
@@ -34,7 +35,9 @@ def problems(ws):
     err = os.path.join(ws, "stderr.log")
     if os.path.exists(err):
         with open(err, errors="replace") as f:
-            found += [l.strip() for l in f if l.strip().startswith("x ")]
+            lines = [l.strip() for l in f if l.strip()]
+        # The exit message (`x ...`, or the step a workflow stopped in) when nothing else says.
+        found += [l for l in lines if l.startswith("x ")] or lines[:1]
     if not found:
         return "ok"
     first = " ".join(found[0].split())

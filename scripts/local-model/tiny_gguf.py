@@ -42,7 +42,7 @@ def main(vocab_path, out_path):
 
     w = GGUFWriter(out_path, "llama")
     w.add_name("flowerbox-plumbing-tiny")
-    w.add_context_length(4096)
+    w.add_context_length(32768)
     w.add_embedding_length(n_embd)
     w.add_block_count(n_layer)
     w.add_feed_forward_length(n_ff)
