@@ -33,7 +33,7 @@ fn main() {
         (digits.parse::<u32>().unwrap_or(u32::MAX), f.id.clone())
     });
     print_table(&figures);
-    let missing: Vec<String> = (1..=6)
+    let missing: Vec<String> = (1..=7)
         .map(|n| n.to_string())
         .filter(|n| !figures.iter().any(|f| &f.id == n))
         .collect();

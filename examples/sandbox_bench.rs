@@ -6,6 +6,11 @@
 //! 2. Bash round trip for `true` in a warm container vs `sh -c true` on the host;
 //! 3. 8 agent containers started in parallel (to first exec result) vs 1.
 //!
+//! And for the read-only roles (issue 14): 1c, a judge's container (its own uid, the lsof
+//! inspector, the seccomp profile) to first exec result vs a worker's, which is what a judge's
+//! container was before; 2b, `lsof -nP -i` in a judge's container (answered by its inspector)
+//! vs in a worker's.
+//!
 //! Each figure is a median with its spread (p25–p75, min, max) and the ratio of the medians.
 //!
 //! Usage: `sandbox_bench [--repeat N] [--roundtrips N] [--json FILE] [--exec CMD] [--ensure-image]`.
@@ -45,6 +50,7 @@ fn agent(name: &str, ws: &Path) -> AgentBox {
             path: ws.to_path_buf(),
             read_only: false,
         }],
+        masked: Vec::new(),
         workdir: ws.to_path_buf(),
     }
 }
@@ -62,8 +68,12 @@ async fn factory(image: &str, ws: &Path, tag: &str) -> DockerSandboxFactory {
 }
 
 async fn first_result(f: &DockerSandboxFactory, name: &str, ws: &Path) -> Duration {
+    first_result_of(f, &agent(name, ws), ws).await
+}
+
+async fn first_result_of(f: &DockerSandboxFactory, b: &AgentBox, ws: &Path) -> Duration {
     let t = Instant::now();
-    let sb = f.sandbox(&agent(name, ws)).await.expect("sandbox");
+    let sb = f.sandbox(b).await.expect("sandbox");
     let out = sb.exec(req("true", ws)).await.expect("exec");
     assert!(out.success(), "{out:?}");
     t.elapsed()
@@ -166,6 +176,38 @@ async fn main() {
         f.teardown().await.expect("teardown");
     }
 
+    // 1c, 2b. A judge's container vs a worker's (pod up), alternating which goes first.
+    let judge_box = AgentBox {
+        role: Role::Judge,
+        mounts: vec![Mount {
+            path: ws.to_path_buf(),
+            read_only: true,
+        }],
+        ..agent("judge-1", &ws)
+    };
+    let (mut judge, mut worker, mut lsof_judge, mut lsof_worker) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for i in 0..repeat {
+        let f = factory(&image, &ws, &format!("judge{i}")).await;
+        first_result(&f, "coordinator", &ws).await; // the pod
+        let w = agent("worker-1", &ws);
+        if i % 2 == 0 {
+            judge.push(ms(first_result_of(&f, &judge_box, &ws).await));
+            worker.push(ms(first_result_of(&f, &w, &ws).await));
+        } else {
+            worker.push(ms(first_result_of(&f, &w, &ws).await));
+            judge.push(ms(first_result_of(&f, &judge_box, &ws).await));
+        }
+        for (b, samples) in [(&judge_box, &mut lsof_judge), (&w, &mut lsof_worker)] {
+            let sb = f.sandbox(b).await.expect("sandbox");
+            let t = Instant::now();
+            let out = sb.exec(req("lsof -nP -i", &ws)).await.expect("exec");
+            samples.push(ms(t.elapsed()));
+            assert!(out.exit_code.is_some(), "{out:?}");
+        }
+        f.teardown().await.expect("teardown");
+    }
+
     let figures = vec![
         Figure::new(
             "1",
@@ -191,6 +233,25 @@ async fn main() {
         )
         .vs("1 agent container", Stats::of(&one))
         .note("pod already up, as within a run; the containers only (no model)"),
+        Figure::new(
+            "1c",
+            "judge container start → first exec result",
+            "ms",
+            Stats::of(&judge),
+        )
+        .vs(
+            "a worker's container (a judge's before issue 14)",
+            Stats::of(&worker),
+        )
+        .note("pod up; own uid via setpriv, lsof inspector, seccomp profile"),
+        Figure::new(
+            "2b",
+            "`lsof -nP -i` in a judge's container",
+            "ms",
+            Stats::of(&lsof_judge),
+        )
+        .vs("the same in a worker's container", Stats::of(&lsof_worker))
+        .note("the judge's lsof is answered by its inspector process"),
     ];
     println!("image {image}; {repeat} repeats");
     print_table(&figures);

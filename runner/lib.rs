@@ -15,6 +15,7 @@ pub mod channel;
 pub mod cli;
 pub mod creds;
 pub mod flow;
+pub mod fsroot;
 pub mod isolate;
 pub mod model;
 pub mod record;

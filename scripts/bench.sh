@@ -9,6 +9,7 @@
 #   4  resume 10,000 messages from sessions.db        vs the raw load; RSS (4b), warm (4c)
 #   5  runner peak RSS during scripts/demo.sh         vs flowerbox --help; per extra worker (5b)
 #   6  spill (6) and manifest write (6b) per call     vs plain writes; sessions.db append (6c)
+#   7  Read (7) / Write (7b) file tool per call        vs fs::read / fs::write; Grep (7c)
 #
 # Usage: scripts/bench.sh [--json FILE] [--repeat N] [--roundtrips N] [--quick]
 #   --repeat N      repeats of the Docker and agent-run figures (default 5; RSS runs: N/2)
@@ -27,7 +28,7 @@ while [ $# -gt 0 ]; do
     --repeat) repeat=$2; shift 2 ;;
     --roundtrips) roundtrips=$2; shift 2 ;;
     --quick) repeat=2 roundtrips=20 calls=100; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -38,7 +39,7 @@ trap 'rm -rf "$parts"' EXIT
 
 echo "== building (debug)" >&2
 cargo build --quiet --bins --example sandbox_bench --example runtime_bench \
-  --example store_bench --example bench_report
+  --example store_bench --example tools_bench --example bench_report
 
 start=$(date +%s)
 echo "== 1, 2: sandbox (Docker engine)" >&2
@@ -53,7 +54,9 @@ cargo run --quiet --example store_bench -- --repeat "$repeat" --calls "$calls" \
 
 echo
 echo "flowerbox benchmarks: medians of $repeat runs ($rss_repeat for 5), $(nproc) CPUs, $(( $(date +%s) - start )) s"
-report=("$parts"/1-sandbox.json "$parts"/2-runtime.json "$parts"/3-store.json)
+echo "== 7: file tools (race-free resolution)" >&2
+cargo run --quiet --example tools_bench -- --calls "$calls" --json "$parts/4-tools.json" >&2
+report=("$parts"/1-sandbox.json "$parts"/2-runtime.json "$parts"/3-store.json "$parts"/4-tools.json)
 if [ -n "$json" ]; then
   case "$json" in /*) ;; *) json="$PWD/$json" ;; esac
   cargo run --quiet --example bench_report -- --json "$json" "${report[@]}"

@@ -103,6 +103,7 @@ async fn another_uid_gets_a_passwd_entry_home_and_git_safe_directory() {
             path: ws.clone(),
             read_only: false,
         }],
+        masked: Vec::new(),
         workdir: ws.clone(),
     };
     let sb = factory.sandbox(&spec).await.unwrap();

@@ -50,6 +50,7 @@ async fn owner_process() {
                 path: ws.clone(),
                 read_only: ro,
             }],
+            masked: Vec::new(),
             workdir: ws.clone(),
         };
         let sb = factory.sandbox(&spec).await.expect("sandbox");

@@ -49,6 +49,7 @@ async fn crashed_owner() {
             agent: "worker-1".into(),
             role: Role::Worker,
             mounts: place.mounts.clone(),
+            masked: Vec::new(),
             workdir: place.workdir.clone(),
         })
         .await

@@ -1,10 +1,13 @@
 //! Path confinement for the host-side file tools: an agent's `Read`/`Write`/`Edit`/`Glob`/`Grep`
-//! act on the host filesystem but only inside its mounts, with the same read-only / read-write
-//! rights its container has. `..` escapes, absolute paths outside, and symlinks that resolve
-//! outside are refused (as tool errors, never crashes).
+//! act on the host file system but see exactly what its container sees: its mounts (the most
+//! specific one wins), with the same read-only / read-write rights, minus the masked run
+//! directory. Paths resolve race-free through [`crate::fsroot::View`] (directory handles,
+//! `O_NOFOLLOW` one component at a time, the container's symlink rules); nothing is checked by
+//! path and opened later. Refusals are one-line messages for the model, never crashes.
 
 use std::path::{Component, Path, PathBuf};
 
+use crate::fsroot::{View, ViewError, ViewMount};
 use crate::sandbox::Mount;
 
 /// What the tool wants to do with a path.
@@ -19,14 +22,37 @@ pub enum Access {
 /// The mounts an agent may touch and the directory relative paths start from.
 #[derive(Debug, Clone)]
 pub struct Confinement {
-    mounts: Vec<Mount>,
+    view: View,
     workdir: PathBuf,
 }
 
 impl Confinement {
     /// `mounts` should be canonical absolute paths; `workdir` is where relative paths start.
     pub fn new(mounts: Vec<Mount>, workdir: PathBuf) -> Self {
-        Confinement { mounts, workdir }
+        Self::masking(mounts, Vec::new(), workdir)
+    }
+
+    /// As [`Confinement::new`], with `masked` directories (canonical) hidden as the agent's
+    /// container hides them.
+    pub fn masking(mounts: Vec<Mount>, masked: Vec<PathBuf>, workdir: PathBuf) -> Self {
+        let mounts = mounts
+            .into_iter()
+            .map(|m| ViewMount {
+                path: m.path,
+                read_only: m.read_only,
+            })
+            .collect();
+        Confinement {
+            view: View::new(mounts, masked),
+            workdir,
+        }
+    }
+
+    /// Also hides the masked directories by their (device, inode) identities, taken at the
+    /// start of the run: found again wherever a worker moved them.
+    pub fn hiding_ids(mut self, ids: Vec<(u64, u64)>) -> Self {
+        self.view = self.view.hiding_ids(ids);
+        self
     }
 
     /// The working directory.
@@ -34,62 +60,66 @@ impl Confinement {
         &self.workdir
     }
 
-    /// The mounts.
-    pub fn mounts(&self) -> &[Mount] {
-        &self.mounts
+    /// The race-free view of the mounts.
+    pub fn view(&self) -> &View {
+        &self.view
     }
 
-    /// Resolves `path` (absolute, or relative to the workdir) to a host path inside the mounts
-    /// with the needed access. Errors are one-line messages for the model.
-    pub fn resolve(&self, path: &str, access: Access) -> Result<PathBuf, String> {
+    /// The absolute path `path` names (relative paths start at the workdir), not resolved.
+    pub fn absolute(&self, path: &str) -> Result<PathBuf, String> {
         if path.trim().is_empty() {
             return Err("路径是空的".into());
         }
         let raw = Path::new(path);
-        let joined = if raw.is_absolute() {
+        Ok(if raw.is_absolute() {
             raw.to_path_buf()
         } else {
             self.workdir.join(raw)
-        };
-        let lexical = normalize(&joined).ok_or_else(|| format!("{path}: 路径越过了根目录"))?;
-        let mount = self.mount_of(&lexical).ok_or_else(|| {
-            format!(
+        })
+    }
+
+    /// Resolves `path` to the host path it names inside the mounts with the needed access
+    /// (every symlink resolved as the container would). For decisions about a path only: the
+    /// tools open files through [`Confinement::view`], never by the returned path.
+    pub fn resolve(&self, path: &str, access: Access) -> Result<PathBuf, String> {
+        let abs = self.absolute(path)?;
+        self.view
+            .resolve(&abs, access == Access::Write, false)
+            .map(|r| r.path().to_path_buf())
+            .map_err(|e| self.message(path, &abs, &e))
+    }
+
+    /// The message for the model when `path` (absolute: `abs`) does not resolve.
+    pub fn message(&self, path: &str, abs: &Path, e: &ViewError) -> String {
+        match e {
+            ViewError::Outside(_) if !normalize(abs).is_some_and(|n| self.contains(&n)) => format!(
                 "{path}: 不在这个 agent 能访问的目录里(可访问:{})",
                 self.listing()
-            )
-        })?;
-        let resolved =
-            resolve_symlinks(&lexical).ok_or_else(|| format!("{path}: 符号链接层数太多(有环?)"))?;
-        let real_mount = self.mount_of(&resolved).ok_or_else(|| {
-            format!(
-                "{path}: 经符号链接指向 {} ,在可访问目录之外",
-                resolved.display()
-            )
-        })?;
-        if access == Access::Write && (mount.read_only || real_mount.read_only) {
-            return Err(format!(
-                "{path}: 这个 agent 对 {} 只有只读权限",
-                mount.path.display()
-            ));
+            ),
+            ViewError::Outside(p) => {
+                format!("{path}: 经符号链接指向 {} ,在可访问目录之外", p.display())
+            }
+            ViewError::Masked(_) => {
+                format!("{path}: 在 flowerbox 的运行目录里,agent 看不到也改不了")
+            }
+            ViewError::ReadOnly(m) => {
+                format!("{path}: 这个 agent 对 {} 只有只读权限", m.display())
+            }
+            ViewError::Loop => format!("{path}: 符号链接层数太多(有环?)"),
+            ViewError::NotADirectory(p) => format!("{path}: {} 不是目录", p.display()),
+            ViewError::NotFound(_) => format!("{path}: 没有这个文件或目录"),
+            ViewError::Fs(e) => format!("{path}: {e}"),
         }
-        Ok(resolved)
     }
 
     /// True when `path` (already absolute) is inside a mount.
     pub fn contains(&self, path: &Path) -> bool {
-        self.mount_of(path).is_some()
-    }
-
-    fn mount_of(&self, p: &Path) -> Option<&Mount> {
-        // The longest matching mount wins (a worktree inside the repo's .git, etc.).
-        self.mounts
-            .iter()
-            .filter(|m| p.starts_with(&m.path))
-            .max_by_key(|m| m.path.components().count())
+        self.view.mounts().iter().any(|m| path.starts_with(&m.path))
     }
 
     fn listing(&self) -> String {
-        self.mounts
+        self.view
+            .mounts()
             .iter()
             .map(|m| {
                 format!(
@@ -119,59 +149,6 @@ fn normalize(p: &Path) -> Option<PathBuf> {
         }
     }
     Some(out)
-}
-
-/// Symlinks followed in one resolution before giving up (Linux's own limit).
-const MAX_LINKS: usize = 40;
-
-/// Resolves every symlink in `p` (absolute, normalised), like `realpath -m`: components that do
-/// not exist are kept as written, and a symlink whose target does not exist yet (dangling) is
-/// still followed, so a `Write` through it is judged by where the file would really be created.
-/// `None` on a symlink loop.
-fn resolve_symlinks(p: &Path) -> Option<PathBuf> {
-    let mut out = PathBuf::from("/");
-    // Components still to walk, last first (so `pop` yields the next one).
-    let mut todo: Vec<std::ffi::OsString> = Vec::new();
-    push_components(&mut todo, p);
-    let mut links = 0;
-    while let Some(c) = todo.pop() {
-        if c == ".." {
-            out.pop();
-            continue;
-        }
-        if c == "." {
-            continue;
-        }
-        let next = out.join(&c);
-        match std::fs::symlink_metadata(&next) {
-            Ok(md) if md.file_type().is_symlink() => {
-                links += 1;
-                if links > MAX_LINKS {
-                    return None;
-                }
-                let target = std::fs::read_link(&next).ok()?;
-                if target.is_absolute() {
-                    out = PathBuf::from("/");
-                }
-                push_components(&mut todo, &target);
-            }
-            _ => out = next,
-        }
-    }
-    Some(out)
-}
-
-/// Pushes `p`'s components onto `todo` so that they are popped in order.
-fn push_components(todo: &mut Vec<std::ffi::OsString>, p: &Path) {
-    let parts: Vec<std::ffi::OsString> = p
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(n) => Some(n.to_os_string()),
-            Component::ParentDir => Some("..".into()),
-            _ => None,
-        })
-        .collect();
-    todo.extend(parts.into_iter().rev());
 }
 
 #[cfg(test)]
@@ -204,6 +181,7 @@ mod tests {
     #[test]
     fn relative_and_absolute_inside() {
         let (_d, c, ws, _) = setup();
+        std::fs::create_dir_all(ws.join("a")).unwrap();
         assert_eq!(
             c.resolve("a/b.txt", Access::Write).unwrap(),
             ws.join("a/b.txt")
@@ -220,7 +198,8 @@ mod tests {
     fn escapes_are_refused() {
         let (_d, c, _, _) = setup();
         assert!(c.resolve("../outside.txt", Access::Read).is_err());
-        assert!(c.resolve("/etc/passwd", Access::Read).is_err());
+        let e = c.resolve("/etc/passwd", Access::Read).unwrap_err();
+        assert!(e.contains("不在这个 agent 能访问的目录里"), "{e}");
         assert!(c.resolve("a/../../..", Access::Read).is_err());
         assert!(c.resolve("", Access::Read).is_err());
     }
@@ -266,6 +245,7 @@ mod tests {
     #[test]
     fn dangling_symlink_inside_resolves_to_its_target() {
         let (_d, c, ws, _) = setup();
+        std::fs::create_dir_all(ws.join("sub")).unwrap();
         std::os::unix::fs::symlink("sub/new.txt", ws.join("later")).unwrap();
         assert_eq!(
             c.resolve("later", Access::Write).unwrap(),
@@ -283,5 +263,29 @@ mod tests {
         assert!(c.resolve(p.to_str().unwrap(), Access::Read).is_ok());
         let e = c.resolve(p.to_str().unwrap(), Access::Write).unwrap_err();
         assert!(e.contains("只读"), "{e}");
+    }
+
+    #[test]
+    fn the_run_directory_is_masked() {
+        let (_d, c, ws, _) = setup();
+        let runs = ws.join("runs");
+        std::fs::create_dir_all(&runs).unwrap();
+        std::fs::write(runs.join("manifest.json"), "[]").unwrap();
+        let c = Confinement::masking(
+            c.view()
+                .mounts()
+                .iter()
+                .map(|m| Mount {
+                    path: m.path.clone(),
+                    read_only: m.read_only,
+                })
+                .collect(),
+            vec![runs],
+            ws,
+        );
+        for access in [Access::Read, Access::Write] {
+            let e = c.resolve("runs/manifest.json", access).unwrap_err();
+            assert!(e.contains("运行目录"), "{e}");
+        }
     }
 }

@@ -112,6 +112,7 @@ fn prefix(
         role: spec.role,
         mounts: vec![],
         workdir: workdir.to_path_buf(),
+        masked: vec![],
     };
     let run = AgentRun::new(
         rt.clone(),

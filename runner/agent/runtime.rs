@@ -86,6 +86,10 @@ pub struct RuntimeConfig {
     /// Context window for handoffs, in tokens (`--window`, else from the model name);
     /// `None` disables handoffs (`--no-handoff`).
     pub handoff_window: Option<u64>,
+    /// Directories masked in every agent's box (canonical): the run directory.
+    pub masked: Vec<PathBuf>,
+    /// The masked directories' (device, inode), taken before any agent ran.
+    pub masked_ids: Vec<(u64, u64)>,
 }
 
 impl RuntimeConfig {
@@ -106,6 +110,8 @@ impl RuntimeConfig {
             trim_large: true,
             max_attempts: 3,
             handoff_window: Some(window_for(&model_for_window, None)),
+            masked: Vec::new(),
+            masked_ids: Vec::new(),
         }
     }
 }
@@ -395,6 +401,7 @@ impl Runtime {
                 &self.config.workspace,
                 self.workbench.as_ref().map(|w| w.root()),
             ),
+            masked: self.config.masked.clone(),
             workdir: self.config.workspace.clone(),
         }
     }

@@ -266,7 +266,7 @@ impl AgentRun {
                 meter: self.meter.clone(),
             }) as Arc<dyn Dispatcher>
         });
-        let ctx = ToolContext::new(
+        let mut ctx = ToolContext::new(
             self.agent.clone(),
             self.spec.role,
             self.depth,
@@ -279,6 +279,10 @@ impl AgentRun {
             self.rt.config.tool_limits.clone(),
         );
         *ctx.todos.lock().unwrap_or_else(|e| e.into_inner()) = self.todos.clone();
+        ctx.confine = ctx
+            .confine
+            .clone()
+            .hiding_ids(self.rt.config.masked_ids.clone());
         ctx
     }
 
@@ -684,6 +688,7 @@ impl Dispatcher for SubDispatch {
             agent: agent.clone(),
             role: def.spec.role,
             mounts: place.mounts.clone(),
+            masked: self.rt.config.masked.clone(),
             workdir: place.workdir.clone(),
         };
         self.rt.note_agent(&agent);

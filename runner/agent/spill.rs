@@ -7,6 +7,8 @@ use sha2::{Digest, Sha256};
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::fsroot::own;
+
 /// Characters at which a result is spilled.
 pub const SPILL_THRESHOLD: usize = 4000;
 /// Characters of the result kept in context after the pointer.
@@ -22,13 +24,12 @@ pub fn spill_name(text: &str) -> String {
 
 /// Writes `text` into `dir` (content-addressed, so the same text is written once) and returns
 /// (path, the text that replaces it in context).
+/// The spill directory is writable by workers: the file is written as a new file renamed
+/// into place, never through whatever a worker put at its name.
 pub fn spill(text: &str, dir: &Path) -> io::Result<(PathBuf, String)> {
-    std::fs::create_dir_all(dir)?;
     let path = dir.join(spill_name(text));
-    if !path.exists() {
-        let tmp = dir.join(format!(".{}.partial", spill_name(text)));
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, &path)?;
+    if own::kind(&path) != Some(rustix::fs::FileType::RegularFile) {
+        own::write(&path, text.as_bytes())?;
     }
     let chars = text.chars().count();
     let preview: String = text.chars().take(SPILL_PREVIEW).collect();

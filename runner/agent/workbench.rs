@@ -3,11 +3,17 @@
 //!
 //! [`Workbench::locate`] is the only definition of where it lives (flower's `wake_state()` rule):
 //! `<workspace>/.flower`, or `<workspace parent>/.flower-<name>` with `--isolate`.
+//!
+//! Workers can replace anything in it (with a symlink to a host file, or a FIFO) at any moment,
+//! so the host touches it only through [`crate::fsroot::own`]: no symlink followed, regular
+//! files only, replacements by rename.
 
-use std::fs;
+use rustix::fs::FileType;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
+
+use crate::fsroot::own;
 
 /// Most entries listed per directory in `INDEX.md`.
 pub const INDEX_LIMIT: usize = 40;
@@ -44,7 +50,7 @@ impl Workbench {
     /// Creates the four directories (idempotent) and refreshes the index.
     pub fn ensure(self) -> io::Result<Self> {
         for d in [self.scripts(), self.artifacts(), self.notes(), self.spill()] {
-            fs::create_dir_all(d)?;
+            own::create_dir_all(&d)?;
         }
         self.refresh()?;
         Ok(self)
@@ -109,8 +115,8 @@ impl Workbench {
                 ));
             }
         }
-        if self.root.exists() {
-            fs::write(self.index_path(), &out)?;
+        if own::is_dir(&self.root) {
+            own::write(&self.index_path(), out.as_bytes())?;
         }
         Ok(out)
     }
@@ -136,20 +142,17 @@ fn list_newest_first(dir: &Path) -> Vec<(PathBuf, u64)> {
     let mut v: Vec<(PathBuf, u64, SystemTime)> = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(rd) = fs::read_dir(&d) else { continue };
-        for e in rd.flatten() {
-            let Ok(md) = e.metadata() else { continue };
-            if md.is_dir() {
+        let Ok(entries) = own::entries(&d) else {
+            continue;
+        };
+        for e in entries {
+            let path = d.join(&e.name);
+            match e.kind {
                 // notes/archive holds old documents; listing them would crowd the index.
-                if e.file_name() != "archive" {
-                    stack.push(e.path());
-                }
-            } else if md.is_file() {
-                v.push((
-                    e.path(),
-                    md.len(),
-                    md.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-                ));
+                FileType::Directory if e.name != "archive" => stack.push(path),
+                FileType::RegularFile => v.push((path, e.len, e.modified)),
+                // Symlinks, FIFOs, sockets: not the workbench's documents.
+                _ => {}
             }
         }
     }
@@ -157,10 +160,10 @@ fn list_newest_first(dir: &Path) -> Vec<(PathBuf, u64)> {
     v.into_iter().map(|(p, l, _)| (p, l)).collect()
 }
 
-/// The `# desc: …` sentence of a script's first two lines.
+/// The `# desc: …` sentence of a script's first two lines (read no further than 1 KiB).
 fn script_desc(path: &Path) -> Option<String> {
-    let text = fs::read(path).ok()?;
-    let head = String::from_utf8_lossy(&text[..text.len().min(1024)]).into_owned();
+    let text = own::read_head(path, 1024).ok()??;
+    let head = String::from_utf8_lossy(&text).into_owned();
     head.lines().take(2).find_map(|l| {
         let l = l.trim_start_matches(['#', '/', '-', ' ', '!']);
         l.strip_prefix("desc:").map(|d| d.trim().to_string())
@@ -180,6 +183,7 @@ fn human_size(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn locate_plain_and_isolated() {
@@ -215,5 +219,29 @@ mod tests {
         assert!(!idx.contains("old.md"));
         assert_eq!(fs::read_to_string(wb.index_path()).unwrap(), idx);
         assert!(wb.prompt_block().contains(&wb.root().display().to_string()));
+    }
+
+    #[test]
+    fn a_hostile_workbench_is_not_followed_or_waited_on() {
+        // A worker replaced INDEX.md with a link to a host file, a script with a FIFO and a
+        // note directory with a link to a host directory.
+        let dir = tempfile::tempdir().unwrap();
+        let host = dir.path().join("host");
+        fs::create_dir_all(&host).unwrap();
+        fs::write(host.join("secret.md"), "# desc: SECRET").unwrap();
+        let wb = Workbench::at(dir.path().join(".flower")).ensure().unwrap();
+        fs::remove_file(wb.index_path()).unwrap();
+        std::os::unix::fs::symlink(host.join("target"), wb.index_path()).unwrap();
+        nix::unistd::mkfifo(&wb.scripts().join("hang.sh"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        std::os::unix::fs::symlink(host.join("secret.md"), wb.scripts().join("s.sh")).unwrap();
+        fs::remove_dir(wb.artifacts()).unwrap();
+        std::os::unix::fs::symlink(&host, wb.artifacts()).unwrap();
+        let idx = wb.refresh().unwrap();
+        assert!(
+            !idx.contains("SECRET") && !idx.contains("secret.md"),
+            "{idx}"
+        );
+        assert!(!host.join("target").exists());
+        assert!(!fs::symlink_metadata(wb.index_path()).unwrap().is_symlink());
     }
 }

@@ -72,7 +72,7 @@ impl RunContext {
             .map_err(|e| CliError::Failed(e.to_string()))?;
         let max_tokens_setting = crate::model::config::max_tokens_setting(&get)
             .map_err(|e| CliError::Failed(e.to_string()))?;
-        std::fs::create_dir_all(&globals.run_dir).map_err(|e| CliError::Io {
+        crate::fsroot::own::create_dir_all(&globals.run_dir).map_err(|e| CliError::Io {
             what: format!("建不出 {}", globals.run_dir.display()),
             source: e,
         })?;
@@ -80,14 +80,15 @@ impl RunContext {
         let store = SqliteSessionStore::open(globals.run_dir.join("sessions.db"))
             .map_err(|e| CliError::Failed(format!("打不开 sessions.db:{e}")))?;
         let workbench = match setup.workbench {
-            Some(root) => Some(
+            Some(root) => Some({
+                let root = crate::fsroot::own::trusted_dir(&root, &globals.workspace);
                 Workbench::at(root.clone())
                     .ensure()
                     .map_err(|e| CliError::Io {
                         what: format!("建不出工作台 {}", root.display()),
                         source: e,
-                    })?,
-            ),
+                    })?
+            }),
             None => None,
         };
         let sandboxes: Arc<dyn SandboxFactory> = match setup.sandboxes {
@@ -98,6 +99,12 @@ impl RunContext {
         let mut config =
             RuntimeConfig::new(globals.workspace.clone(), model.clone(), run_id.clone());
         config.trim_large = setup.trim_large;
+        // Every agent's container and file tools hide the run directory (DESIGN.md "Threat
+        // model" 1): the records flowerbox trusts are not theirs to read or plant links in.
+        config.masked = vec![globals.run_dir.clone()];
+        config.masked_ids = crate::fsroot::own::identity(&globals.run_dir)
+            .into_iter()
+            .collect();
         if globals.sandbox == SandboxKind::Host {
             config.base_system = crate::agent::roles::base_system(
                 &globals.workspace,

@@ -1,7 +1,6 @@
 //! Logs: `tracing` events go to `<run_dir>/flowerbox.log` (appended; level from `RUST_LOG`,
 //! default `info`), never to the terminal, which belongs to the UI.
 
-use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -28,12 +27,10 @@ pub fn init(run_dir: &Path, rust_log: Option<&str>) -> Result<PathBuf, CliError>
         what: format!("{what} {}", path.display()),
         source,
     };
-    std::fs::create_dir_all(run_dir).map_err(|e| io("建不出日志目录", e))?;
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(|e| io("打不开日志", e))?;
+    // The run directory lies in the workspace by default: no symlink is followed on the way
+    // (flowerbox made the path canonical at start), and only a regular file is appended to.
+    crate::fsroot::own::create_dir_all(run_dir).map_err(|e| io("建不出日志目录", e))?;
+    let (file, _) = crate::fsroot::own::open_append(&path).map_err(|e| io("打不开日志", e))?;
     let filter = rust_log
         .and_then(|f| EnvFilter::try_new(f).ok())
         .unwrap_or_else(|| EnvFilter::new("info"));

@@ -206,8 +206,12 @@ impl GlobalOptions {
         };
         std::fs::create_dir_all(&workspace).map_err(fail)?;
         let workspace = workspace.canonicalize().map_err(fail)?;
+        // The run directory is flowerbox's own: no symlink is followed beneath the workspace
+        // (an agent may have planted one), the user's own ones elsewhere are resolved now.
         let run_dir = match run_dir {
-            Some(dir) => normalize(&host.cwd.join(dir)),
+            Some(dir) => {
+                crate::fsroot::own::trusted_dir(&normalize(&host.cwd.join(dir)), &workspace)
+            }
             None => workspace.join("runs"),
         };
         let image = image

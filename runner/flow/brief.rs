@@ -11,8 +11,10 @@
 //! `## 运行中补充` headings ([`Brief::append_amendment`]); those survive parsing as
 //! [`Brief::amendments`] and flow downstream with [`Brief::prompt_block`].
 
-use std::io::{self, Write};
+use std::io;
 use std::path::Path;
+
+use crate::fsroot::own;
 
 /// The four section names in their fixed order (seed 003).
 pub const SECTION_NAMES: [&str; 4] = ["目标", "验收标准", "边界", "未知与假设"];
@@ -184,38 +186,24 @@ pub(crate) fn first_non_empty(bodies: &[String]) -> String {
         .unwrap_or_default()
 }
 
-/// Reads a file; `Ok(None)` when it does not exist.
+/// Largest note file read (brief, goal, Q&A log): what goes into a prompt stays sane.
+const NOTE_CAP: u64 = 16 * 1024 * 1024;
+
+/// Reads a note file; `Ok(None)` when it does not exist. The workbench is writable by workers,
+/// so a symlink, FIFO or socket there is an error, never followed or waited on.
 pub(crate) fn read_optional(path: &Path) -> io::Result<Option<String>> {
-    match std::fs::read_to_string(path) {
-        Ok(t) => Ok(Some(t)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
+    own::read_string(path, NOTE_CAP)
 }
 
-/// Writes `text` to `path` through a temporary sibling and a rename, creating directories.
+/// Writes `text` to `path` through a new file renamed over it, creating directories (a symlink
+/// at `path` is replaced, never written through).
 pub(crate) fn write_atomic(path: &Path, text: &str) -> io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(text.as_bytes())?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    own::write(path, text.as_bytes()).map(|_| ())
 }
 
-/// Appends `text` to `path`, creating the file and its directories.
+/// Appends `text` to `path`, creating the file and its directories (a regular file only).
 pub(crate) fn append_text(path: &Path, text: &str) -> io::Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)?;
-    f.write_all(text.as_bytes())
+    own::append(path, text.as_bytes()).map(|_| ())
 }
 
 /// Items of a list body, one per line: markers (`-`, `*`, `+`, `•`, `·`, `1.`, `1)`, `- [ ]`)

@@ -103,14 +103,10 @@ pub fn record_block(label: &str, verdict: &Verdict, evidence: &[Evidence], when:
 }
 
 /// Appends one round's block to `<notes>/判定记录.md` (created with a title line).
+/// The workbench is writable by workers: the file is opened without following a symlink,
+/// and only a regular file is appended to.
 pub fn append_record(notes: &Path, block: &str) -> std::io::Result<()> {
-    std::fs::create_dir_all(notes)?;
-    let path = notes.join(RECORD_NAME);
-    let new = !path.exists();
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)?;
+    let (mut f, new) = crate::fsroot::own::open_append(&notes.join(RECORD_NAME))?;
     if new {
         f.write_all(
             "# 判定记录\n\n每轮判定的结论,和判定者亲自看到的现场(命令与输出)。\n\n".as_bytes(),

@@ -17,6 +17,8 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use super::outputs::FileKey;
+use crate::fsroot::walk::{walk, Rules};
+use crate::fsroot::{Tree, View, ViewMount};
 
 /// What [`identity`] leaves out besides `.git/` and ignored files.
 #[derive(Debug, Clone, Default)]
@@ -91,40 +93,78 @@ impl WorkspaceIdentity {
 pub fn identity(root: &Path, exclude: &Exclusions) -> io::Result<WorkspaceIdentity> {
     let root = root.canonicalize()?;
     let skip_files = exclude.files.clone();
-    let is_skipped_file = move |p: &Path| {
+    let is_skipped_key = move |st: Option<&rustix::fs::Stat>| {
         !skip_files.is_empty()
-            && std::fs::symlink_metadata(p).is_ok_and(|m| skip_files.contains(&FileKey::of(&m)))
+            && st.is_some_and(|st| {
+                skip_files.contains(&FileKey {
+                    dev: st.st_dev,
+                    ino: st.st_ino,
+                })
+            })
     };
     let exclude: Vec<PathBuf> = exclude
         .dirs
         .iter()
         .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
         .collect();
-    let skipped = exclude.clone();
-    let skip = move |p: &Path| {
-        p.file_name() == Some(".git".as_ref()) || skipped.iter().any(|e| p.starts_with(e))
-    };
 
+    // Agents write here while the judge looks: the walk goes through directory handles and
+    // never follows a symlink (a link counts by its target string), and files are opened
+    // `O_NONBLOCK` from their directory's handle and must be regular (fsroot).
+    let view = View::new(
+        vec![ViewMount {
+            path: root.clone(),
+            read_only: true,
+        }],
+        Vec::new(),
+    );
+    let base = view
+        .resolve(&root, false, false)
+        .map_err(io::Error::other)?;
+    let rules = Rules {
+        parents: false,
+        global: false,
+        links: true,
+        skip_dirs: exclude.clone(),
+        ..Rules::default()
+    };
     let mut files = BTreeMap::new();
-    let walker = ignore::WalkBuilder::new(&root)
-        .hidden(false)
-        .parents(false)
-        .git_global(false)
-        .follow_links(false)
-        .require_git(false)
-        .filter_entry(move |e| !skip(e.path()))
-        .build();
-    for entry in walker {
-        let entry = entry.map_err(io::Error::other)?;
-        let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
-        if entry.depth() == 0 || is_dir || is_skipped_file(entry.path()) {
-            continue;
+    let mut failed: Option<io::Error> = None;
+    walk(&view, &base, &rules, &mut |f| {
+        let st = f.stat();
+        if is_skipped_key(st.as_ref()) {
+            return true;
         }
-        if let Some(d) = file_digest(entry.path())? {
-            files.insert(rel(&root, entry.path()), d);
+        let digest = if f.kind == rustix::fs::FileType::Symlink {
+            f.read_link().map(|t| link_digest(&t))
+        } else {
+            match f.open() {
+                Ok(file) => match content_digest(file) {
+                    Ok(d) => Some(d),
+                    Err(e) => {
+                        failed = Some(e);
+                        return false;
+                    }
+                },
+                // Gone, or swapped for something that is not a regular file: not counted.
+                Err(_) => None,
+            }
+        };
+        if let Some(d) = digest {
+            files.insert(rel(&root, &f.path), d);
         }
+        true
+    })
+    .map_err(io::Error::from)?;
+    if let Some(e) = failed {
+        return Err(e);
     }
-    add_tracked(&root, &exclude, &is_skipped_file, &mut files)?;
+    let tree = Tree::new(&root);
+    let skipped_file = |p: &Path| {
+        let st = tree.status(p).ok().flatten();
+        is_skipped_key(st.as_ref())
+    };
+    add_tracked(&root, &tree, &exclude, &skipped_file, &mut files)?;
     add_refs(&root, &mut files);
     Ok(WorkspaceIdentity { files })
 }
@@ -165,6 +205,7 @@ fn add_refs(root: &Path, files: &mut BTreeMap<String, FileDigest>) {
 /// file stays part of the project even when ignored). Outside a repository: nothing.
 fn add_tracked(
     root: &Path,
+    tree: &Tree,
     exclude: &[PathBuf],
     skipped_file: &dyn Fn(&Path) -> bool,
     files: &mut BTreeMap<String, FileDigest>,
@@ -191,7 +232,7 @@ fn add_tracked(
         if files.contains_key(&key) || skipped_file(&abs) {
             continue;
         }
-        if let Some(d) = file_digest(&abs)? {
+        if let Some(d) = file_digest(tree, &abs)? {
             files.insert(key, d);
         }
     }
@@ -208,35 +249,21 @@ fn rel(root: &Path, path: &Path) -> String {
         .join("/")
 }
 
-/// The digest of one file or symlink; `None` when it vanished or is not a file.
-fn file_digest(path: &Path) -> io::Result<Option<FileDigest>> {
-    use std::os::unix::fs::PermissionsExt;
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
+/// The digest of a symlink: its target string.
+fn link_digest(target: &Path) -> FileDigest {
     let mut h = Sha256::new();
-    if meta.file_type().is_symlink() {
-        let target = match std::fs::read_link(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        h.update(b"link\0");
-        h.update(target.as_os_str().as_encoded_bytes());
-        return Ok(Some(h.finalize().into()));
-    }
-    if !meta.is_file() {
-        return Ok(None);
-    }
-    // The permission bits git and a judge care about (executable or not, readable by whom).
-    h.update(format!("file {:o}\0", meta.permissions().mode() & 0o777).as_bytes());
-    let mut f = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
+    h.update(b"link\0");
+    h.update(target.as_os_str().as_encoded_bytes());
+    h.finalize().into()
+}
+
+/// The digest of an open regular file: its permission bits (executable or not, readable by
+/// whom: what git and a judge care about) and its content.
+fn content_digest(mut f: std::fs::File) -> io::Result<FileDigest> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = f.metadata()?.permissions().mode();
+    let mut h = Sha256::new();
+    h.update(format!("file {:o}\0", mode & 0o777).as_bytes());
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = f.read(&mut buf)?;
@@ -245,7 +272,20 @@ fn file_digest(path: &Path) -> io::Result<Option<FileDigest>> {
         }
         h.update(&buf[..n]);
     }
-    Ok(Some(h.finalize().into()))
+    Ok(h.finalize().into())
+}
+
+/// The digest of the file or symlink at `path` (beneath the tree's anchor, no symlink followed
+/// on the way); `None` when it vanished or is neither.
+fn file_digest(tree: &Tree, path: &Path) -> io::Result<Option<FileDigest>> {
+    match tree.kind(path)? {
+        Some(rustix::fs::FileType::Symlink) => Ok(tree.read_link(path)?.map(|t| link_digest(&t))),
+        Some(rustix::fs::FileType::RegularFile) => match tree.open_regular(path) {
+            Ok(Some((f, _))) => content_digest(f).map(Some),
+            Ok(None) | Err(_) => Ok(None),
+        },
+        _ => Ok(None),
+    }
 }
 
 #[cfg(test)]
@@ -395,5 +435,21 @@ mod tests {
                 "git={git}"
             );
         }
+    }
+
+    #[test]
+    fn fifos_and_links_out_are_neither_waited_on_nor_followed() {
+        // A worker leaves a FIFO and a link to a host directory in the workspace while the
+        // judge looks: the identity neither blocks on the FIFO nor reads through the link.
+        let d = tempfile::tempdir().unwrap();
+        let r = d.path().join("ws");
+        let host = d.path().join("host");
+        write(&host, "secret.txt", "s");
+        write(&r, "a.txt", "a");
+        nix::unistd::mkfifo(&r.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        std::os::unix::fs::symlink(&host, r.join("out")).unwrap();
+        let got = id(&r, &[]);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(got.files.contains_key("out") && got.files.contains_key("a.txt"));
     }
 }

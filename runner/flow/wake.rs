@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use super::brief::Brief;
 use super::goal::Goal;
 use crate::agent::Workbench;
+use crate::fsroot::own;
 use crate::record::{LineageFile, RecordError};
 
 /// The brief's file name under `notes/`.
@@ -100,26 +101,29 @@ pub fn archive_previous(
 ) -> Result<Option<PathBuf>, RecordError> {
     let lineage = LineageFile::new(run_dir.join(LINEAGE_FILE), workspace);
     let (brief, goal, _) = notes_paths(workbench);
-    let present: Vec<&PathBuf> = [&brief, &goal].into_iter().filter(|p| p.exists()).collect();
-    if present.is_empty() && !lineage.path().exists() {
+    let present: Vec<&PathBuf> = [&brief, &goal]
+        .into_iter()
+        .filter(|p| own::exists(p))
+        .collect();
+    if present.is_empty() && !own::exists(lineage.path()) {
         return Ok(None);
     }
     let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S").to_string();
     let base = Workbench::at(workbench).notes().join("archive");
     let mut dir = base.join(&stamp);
     let mut n = 1;
-    while dir.exists() {
+    while own::exists(&dir) {
         n += 1;
         dir = base.join(format!("{stamp}-{n}"));
     }
-    std::fs::create_dir_all(&dir).map_err(|e| RecordError::Io {
+    own::create_dir_all(&dir).map_err(|e| RecordError::Io {
         path: dir.clone(),
         source: e,
     })?;
     lineage.archive(&dir)?;
     for p in present {
         let dest = dir.join(p.file_name().unwrap_or_default());
-        std::fs::rename(p, &dest).map_err(|e| RecordError::Io {
+        own::rename(p, &dest, false).map_err(|e| RecordError::Io {
             path: p.clone(),
             source: e,
         })?;

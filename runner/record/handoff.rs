@@ -316,17 +316,23 @@ impl Handoff {
     pub fn write(&self, notes_dir: &Path) -> Result<PathBuf, RecordError> {
         let name = file_stem(&self.step);
         let path = handoff_path(notes_dir, &self.step);
-        if path.exists() {
+        // The notes are writable by workers: nothing here follows a symlink, and the archive
+        // move never overwrites.
+        if crate::fsroot::own::exists(&path) {
             let archive = notes_dir.join("archive").join("交接");
-            std::fs::create_dir_all(&archive).map_err(|e| RecordError::io(&archive, e))?;
             let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S").to_string();
             let mut dest = archive.join(format!("{name}-{stamp}.md"));
             let mut n = 2;
-            while dest.exists() {
-                dest = archive.join(format!("{name}-{stamp}-{n}.md"));
-                n += 1;
+            loop {
+                match crate::fsroot::own::rename(&path, &dest, false) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        dest = archive.join(format!("{name}-{stamp}-{n}.md"));
+                        n += 1;
+                    }
+                    Err(e) => return Err(RecordError::io(&path, e)),
+                }
             }
-            std::fs::rename(&path, &dest).map_err(|e| RecordError::io(&path, e))?;
         }
         write_atomic(&path, self.to_markdown().as_bytes())?;
         Ok(path)

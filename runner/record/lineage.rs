@@ -9,7 +9,8 @@
 
 use super::lock::{move_aside, write_atomic, FileLock};
 use super::steps::base_name;
-use super::RecordError;
+use super::{RecordError, RECORD_CAP};
+use crate::fsroot::own;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -75,7 +76,7 @@ impl LineageFile {
     /// The lineage of this workspace; `None` when the file is missing, unreadable, does not
     /// parse or belongs to another workspace. Writes nothing.
     pub fn load(&self) -> Option<Lineage> {
-        let bytes = std::fs::read(&self.path).ok()?;
+        let bytes = own::read(&self.path, RECORD_CAP).ok()??;
         let lin: Lineage = serde_json::from_slice(&bytes).ok()?;
         (lin.workspace == self.workspace).then_some(lin)
     }
@@ -88,8 +89,8 @@ impl LineageFile {
     /// [`RecordError`] when the lock, the backup or the write fails; the file is unchanged.
     pub fn update(&self, f: impl FnOnce(&mut Lineage)) -> Result<Lineage, RecordError> {
         let _lock = FileLock::exclusive(&self.path)?;
-        let mut lin = match std::fs::read(&self.path) {
-            Ok(bytes) => match serde_json::from_slice::<Lineage>(&bytes) {
+        let mut lin = match own::read(&self.path, RECORD_CAP) {
+            Ok(Some(bytes)) => match serde_json::from_slice::<Lineage>(&bytes) {
                 Ok(l) if l.workspace == self.workspace => l,
                 Ok(_) => Lineage::empty(&self.workspace),
                 Err(_) => {
@@ -97,7 +98,7 @@ impl LineageFile {
                     Lineage::empty(&self.workspace)
                 }
             },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Lineage::empty(&self.workspace),
+            Ok(None) => Lineage::empty(&self.workspace),
             Err(e) => return Err(RecordError::io(&self.path, e)),
         };
         f(&mut lin);
@@ -138,16 +139,16 @@ impl LineageFile {
     /// [`RecordError::Io`] when the directory cannot be created or the move fails.
     pub fn archive(&self, into_dir: &Path) -> Result<Option<PathBuf>, RecordError> {
         let _lock = FileLock::exclusive(&self.path)?;
-        if !self.path.exists() {
+        if !own::exists(&self.path) {
             return Ok(None);
         }
-        std::fs::create_dir_all(into_dir).map_err(|e| RecordError::io(into_dir, e))?;
+        own::create_dir_all(into_dir).map_err(|e| RecordError::io(into_dir, e))?;
         let dest = into_dir.join(
             self.path
                 .file_name()
                 .unwrap_or_else(|| "lineage.json".as_ref()),
         );
-        std::fs::rename(&self.path, &dest).map_err(|e| RecordError::io(&self.path, e))?;
+        own::rename(&self.path, &dest, true).map_err(|e| RecordError::io(&self.path, e))?;
         Ok(Some(dest))
     }
 }

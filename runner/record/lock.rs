@@ -4,10 +4,14 @@
 //! The lock is an advisory `flock` on a sibling `<file>.lock` (never on the data file itself,
 //! which is replaced by rename on every write and would leave a waiting process holding a lock
 //! on a dead inode). The kernel drops it when the holder dies, even by SIGKILL.
+//!
+//! The run directory lies in the workspace: every open here goes through
+//! [`crate::fsroot::own`] (no symlink followed anywhere in the path, regular files only).
 
 use super::RecordError;
+use crate::fsroot::own;
 use fs4::fs_std::FileExt;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -26,16 +30,7 @@ impl FileLock {
     /// [`RecordError::Io`] when the lock file cannot be created or locked.
     pub fn exclusive(target: &Path) -> Result<FileLock, RecordError> {
         let path = lock_path(target);
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| RecordError::io(dir, e))?;
-        }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| RecordError::io(&path, e))?;
+        let file = own::open_rw(&path).map_err(|e| RecordError::io(&path, e))?;
         FileExt::lock_exclusive(&file).map_err(|e| RecordError::io(&path, e))?;
         Ok(FileLock { file })
     }
@@ -48,22 +43,14 @@ impl FileLock {
     /// created or locked.
     pub fn try_exclusive(target: &Path) -> Result<FileLock, Held> {
         let path = lock_path(target);
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| Held::Io(RecordError::io(dir, e)))?;
-        }
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| Held::Io(RecordError::io(&path, e)))?;
+        let mut file = own::open_rw(&path).map_err(|e| Held::Io(RecordError::io(&path, e)))?;
         match FileExt::try_lock_exclusive(&file) {
             Ok(true) => {}
             Ok(false) => {
-                let pid = std::fs::read_to_string(&path)
+                let mut text = String::new();
+                let pid = std::io::Read::read_to_string(&mut file, &mut text)
                     .ok()
-                    .and_then(|t| t.trim().parse().ok())
+                    .and_then(|_| text.trim().parse().ok())
                     .unwrap_or(0);
                 return Err(Held::Busy(pid));
             }
@@ -103,38 +90,16 @@ pub fn lock_path(target: &Path) -> PathBuf {
     target.with_file_name(name)
 }
 
-/// Replaces `path` with `bytes` atomically: a temporary file in the same directory is written,
-/// fsynced and renamed over `path`, then the directory is fsynced so the rename survives a
-/// power cut.
+/// Replaces `path` with `bytes` atomically: a new file in the same directory is written,
+/// fsynced and renamed over `path` (through one handle of the directory), then the directory is
+/// fsynced so the rename survives a power cut.
 ///
 /// # Errors
 /// [`RecordError::Io`] for any step; `path` is then unchanged.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RecordError> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&dir).map_err(|e| RecordError::io(&dir, e))?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&format!(
-            ".{}.",
-            path.file_name().and_then(|n| n.to_str()).unwrap_or("tmp")
-        ))
-        .suffix(".tmp")
-        .tempfile_in(&dir)
-        .map_err(|e| RecordError::io(&dir, e))?;
-    tmp.write_all(bytes)
-        .map_err(|e| RecordError::io(tmp.path(), e))?;
-    tmp.as_file()
-        .sync_all()
-        .map_err(|e| RecordError::io(tmp.path(), e))?;
-    tmp.persist(path)
-        .map_err(|e| RecordError::io(path, e.error))?;
-    if let Ok(d) = File::open(&dir) {
-        // Not every file system supports fsync on a directory; the rename already happened.
-        let _ = d.sync_all();
-    }
-    Ok(())
+    own::write_durable(path, bytes)
+        .map(|_| ())
+        .map_err(|e| RecordError::io(path, e))
 }
 
 /// Moves an unusable file aside as `<name>.corrupt-<YYYYmmdd-HHMMSS>[-N]` and returns the new
@@ -155,11 +120,11 @@ pub fn move_aside(path: &Path) -> Result<PathBuf, RecordError> {
         } else {
             path.with_file_name(format!("{name}.corrupt-{stamp}-{n}"))
         };
-        if !candidate.exists() {
-            std::fs::rename(path, &candidate).map_err(|e| RecordError::io(path, e))?;
-            return Ok(candidate);
+        match own::rename(path, &candidate, false) {
+            Ok(()) => return Ok(candidate),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => n += 1,
+            Err(e) => return Err(RecordError::io(path, e)),
         }
-        n += 1;
     }
 }
 

@@ -242,9 +242,9 @@ enum ReadError {
 
 /// The rows of the file; a missing file is empty.
 fn read_rows(path: &Path) -> Result<Vec<Value>, ReadError> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+    let bytes = match crate::fsroot::own::read(path, super::RECORD_CAP) {
+        Ok(Some(b)) => b,
+        Ok(None) => return Ok(Vec::new()),
         Err(e) => return Err(ReadError::Io(e)),
     };
     match serde_json::from_slice::<Value>(&bytes) {

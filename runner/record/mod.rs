@@ -22,6 +22,10 @@ pub use handoff::{handoff_threshold, window_for, Handoff};
 pub use lineage::{Lineage, LineageFile};
 pub use manifest::{Manifest, ManifestEntry, Recovered};
 
+/// Largest record file (`manifest.json`, `lineage.json`) read: a corrupt or hostile file the
+/// size of the disk must not take the runner's memory.
+pub const RECORD_CAP: u64 = 256 * 1024 * 1024;
+
 /// Failures writing or reading run records.
 #[derive(Debug, Error)]
 pub enum RecordError {

@@ -16,9 +16,10 @@ use super::docker::image::{base_image, default_image, image_exists, SLIM_BASE};
 use super::docker::{Engine, UserIds};
 use super::gc;
 
-/// Tools an agent image should have; judges need `file` and `lsof`.
+/// Tools an agent image should have; judges need `file` and `lsof`, judges and coordinators
+/// `setpriv` (they run as a uid of their own, see [`super::docker::readonly`]).
 pub const AGENT_TOOLS: &[&str] = &[
-    "bash", "git", "file", "lsof", "ps", "rg", "python3", "curl", "make", "gcc", "tini",
+    "bash", "git", "file", "lsof", "ps", "rg", "python3", "curl", "make", "gcc", "tini", "setpriv",
 ];
 
 /// Outcome of one check.
@@ -45,7 +46,7 @@ impl CheckStatus {
 /// One check's line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Check {
-    /// `engine`, `image`, `tools`, `git`, `workspace`, `credentials`, `orphans`.
+    /// `engine`, `image`, `tools`, `judge`, `git`, `workspace`, `credentials`, `orphans`.
     pub name: &'static str,
     /// The outcome.
     pub status: CheckStatus,
@@ -116,7 +117,9 @@ pub async fn doctor(input: &DoctorInput) -> Vec<Check> {
             let (image_check, present) = image_check(engine, input.image.as_deref()).await;
             checks.push(image_check);
             if let Some(image) = present {
-                checks.push(tools_check(engine, &image).await);
+                let (tools, missing) = tools_check(engine, &image).await;
+                checks.push(tools);
+                checks.push(judge_check(&missing));
             }
         }
         Err(_) => checks.push(check("image", Warn, "没查:没有引擎")),
@@ -199,8 +202,24 @@ fn which(program: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// Runs `command -v` for every [`AGENT_TOOLS`] entry in a throwaway container.
-async fn tools_check(engine: &Engine, image: &str) -> Check {
+/// Who the read-only roles run as, with which capabilities (one line); fails when the image
+/// has no `setpriv`, without which judges and coordinators cannot start.
+fn judge_check(missing: &[String]) -> Check {
+    let line = super::docker::readonly::describe(UserIds::current());
+    if missing.iter().any(|m| m == "setpriv") {
+        check(
+            "judge",
+            CheckStatus::Fail,
+            format!("镜像里没有 setpriv(util-linux),判定者和协调者起不来;{line}"),
+        )
+    } else {
+        check("judge", CheckStatus::Pass, line)
+    }
+}
+
+/// Runs `command -v` for every [`AGENT_TOOLS`] entry in a throwaway container; the check and
+/// the tools missing (none when the check itself could not run).
+async fn tools_check(engine: &Engine, image: &str) -> (Check, Vec<String>) {
     use CheckStatus::*;
     let script = format!(
         "for t in {}; do command -v \"$t\" >/dev/null 2>&1 || echo \"$t\"; done",
@@ -223,7 +242,12 @@ async fn tools_check(engine: &Engine, image: &str) -> Check {
     let docker = engine.docker();
     let id = match docker.create_container(None, body).await {
         Ok(r) => r.id,
-        Err(e) => return check("tools", Warn, format!("起不了 {image} 的容器:{e}")),
+        Err(e) => {
+            return (
+                check("tools", Warn, format!("起不了 {image} 的容器:{e}")),
+                Vec::new(),
+            )
+        }
     };
     let run = async {
         docker.start_container(&id, None).await?;
@@ -258,15 +282,15 @@ async fn tools_check(engine: &Engine, image: &str) -> Check {
     let _ = docker.remove_container(&id, Some(rm)).await;
     match result {
         Ok(Ok(out)) => {
-            let missing: Vec<&str> = out.split_whitespace().collect();
-            if missing.is_empty() {
+            let missing: Vec<String> = out.split_whitespace().map(str::to_string).collect();
+            let check = if missing.is_empty() {
                 check(
                     "tools",
                     Pass,
                     format!("{image} 里有 {}", AGENT_TOOLS.join(", ")),
                 )
             } else {
-                let judges = if missing.iter().any(|m| *m == "file" || *m == "lsof") {
+                let judges = if missing.iter().any(|m| m == "file" || m == "lsof") {
                     ";判定时查不了产物"
                 } else {
                     ""
@@ -276,10 +300,17 @@ async fn tools_check(engine: &Engine, image: &str) -> Check {
                     Warn,
                     format!("{image} 里没有 {}{judges}", missing.join(", ")),
                 )
-            }
+            };
+            (check, missing)
         }
-        Ok(Err(e)) => check("tools", Warn, format!("跑不了 {image}:{e}")),
-        Err(_) => check("tools", Warn, format!("查 {image} 超过 30 秒")),
+        Ok(Err(e)) => (
+            check("tools", Warn, format!("跑不了 {image}:{e}")),
+            Vec::new(),
+        ),
+        Err(_) => (
+            check("tools", Warn, format!("查 {image} 超过 30 秒")),
+            Vec::new(),
+        ),
     }
 }
 
@@ -347,6 +378,29 @@ mod tests {
         assert_eq!(bad.to_string(), "不行  credentials 一个凭证都没找到");
         assert_eq!(exit_code(std::slice::from_ref(&ok)), 0);
         assert_eq!(exit_code(&[ok, bad]), 1);
+    }
+
+    #[test]
+    fn judge_line_names_uids_capabilities_and_needs_setpriv() {
+        let ok = judge_check(&["gcc".to_string()]);
+        assert_eq!(ok.status, CheckStatus::Pass);
+        assert!(
+            ok.to_string()
+                .starts_with("通过  judge       判定者 uid 655"),
+            "{ok}"
+        );
+        for part in [
+            "CAP_DAC_READ_SEARCH",
+            "CAP_SYS_PTRACE",
+            "open_by_handle_at",
+            "ptrace",
+        ] {
+            assert!(ok.detail.contains(part), "{ok}");
+        }
+        assert!(!ok.detail.contains('\n'));
+        let bad = judge_check(&["setpriv".to_string()]);
+        assert_eq!(bad.status, CheckStatus::Fail);
+        assert!(bad.detail.starts_with("镜像里没有 setpriv"), "{bad}");
     }
 
     #[tokio::test]

@@ -290,6 +290,7 @@ mod tests {
                 path: p.clone(),
                 read_only: false,
             }],
+            masked: Vec::new(),
             workdir: p,
         };
         (d, HostSandboxFactory::new(), b)

@@ -41,6 +41,10 @@ pub struct AgentBox {
     pub role: Role,
     /// Mounts, workspace (or worktree) first.
     pub mounts: Vec<Mount>,
+    /// Directories hidden inside the mounts (canonical): the run directory, which holds the
+    /// records flowerbox trusts. Each is an empty directory no agent can write in its
+    /// container, and invisible to its file tools.
+    pub masked: Vec<PathBuf>,
     /// Default working directory for commands (the workspace or the agent's worktree).
     pub workdir: PathBuf,
 }

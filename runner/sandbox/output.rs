@@ -123,21 +123,18 @@ pub struct OutputCollector {
     half: usize,
     out: Capped,
     err: Capped,
-    spill: Option<(PathBuf, tempfile::NamedTempFile, Sha256, u64)>,
+    spill: Option<(crate::fsroot::TempFile, Sha256, u64)>,
 }
 
 impl OutputCollector {
     /// `cap` is the in-memory cap per stream in bytes (minimum 64). When `spill_dir` is given
     /// (and can be created), the full output is streamed to a temporary file there.
     pub fn new(cap: usize, spill_dir: Option<&Path>) -> Self {
+        // The spill directory is in the workbench, writable by workers: the file is made and
+        // renamed through a handle of the directory, never through a path they can redirect.
         let spill = spill_dir.and_then(|dir| {
-            std::fs::create_dir_all(dir).ok()?;
-            let f = tempfile::Builder::new()
-                .prefix(".partial-")
-                .suffix(".txt")
-                .tempfile_in(dir)
-                .ok()?;
-            Some((dir.to_path_buf(), f, Sha256::new(), 0u64))
+            let f = crate::fsroot::own::temp_file(dir).ok()?;
+            Some((f, Sha256::new(), 0u64))
         });
         OutputCollector {
             half: cap.max(64) / 2,
@@ -153,10 +150,10 @@ impl OutputCollector {
             Stream::Stdout => self.out.push(bytes, self.half),
             Stream::Stderr => self.err.push(bytes, self.half),
         }
-        if let Some((_, file, hash, written)) = &mut self.spill {
+        if let Some((file, hash, written)) = &mut self.spill {
             let room = FULL_OUTPUT_LIMIT.saturating_sub(*written) as usize;
             let part = &bytes[..bytes.len().min(room)];
-            if !part.is_empty() && file.write_all(part).is_ok() {
+            if !part.is_empty() && file.file().write_all(part).is_ok() {
                 hash.update(part);
                 *written += part.len() as u64;
             }
@@ -176,13 +173,10 @@ impl OutputCollector {
         let (stderr, t2) = self.err.finish();
         let truncated = t1 || t2;
         let mut full_output = None;
-        if let Some((dir, file, hash, _)) = self.spill {
+        if let Some((file, hash, _)) = self.spill {
             if truncated {
                 let name = format!("{}.txt", &hex::encode(hash.finalize())[..16]);
-                let dest = dir.join(name);
-                if file.persist(&dest).is_ok() {
-                    full_output = Some(dest);
-                }
+                full_output = file.persist(&name).ok();
             }
         }
         CapturedOutput {

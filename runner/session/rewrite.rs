@@ -9,10 +9,10 @@
 
 use super::{NoticeKind, TrimPolicy};
 use crate::agent::glance::is_ephemeral;
+use crate::fsroot::own;
 use crate::model::{ContentBlock, Message, Speaker};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The neutral note that replaces a tool result the interruption left behind, and answers a
@@ -359,17 +359,13 @@ pub fn trim(
 
 /// Writes a spill file once (content-addressed), atomically so a concurrent reader never sees
 /// half of it.
+/// The spill directory is in the workbench, writable by workers: nothing a worker put at the
+/// name is followed (a new file is renamed over it).
 fn write_spill(path: &Path, text: &str) -> std::io::Result<()> {
-    if path.exists() {
+    if own::kind(path) == Some(rustix::fs::FileType::RegularFile) {
         return Ok(());
     }
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(text.as_bytes())?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    own::write_durable(path, text.as_bytes()).map(|_| ())
 }
 
 #[cfg(test)]

@@ -10,8 +10,11 @@
 use super::migrations;
 use super::rewrite::{self, Entry, TrimReport};
 use super::{NoticeKind, SessionError, SessionMeta, SessionStore, TrimPolicy};
+use crate::fsroot::own;
 use crate::model::{Message, Role};
-use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+use rusqlite::{
+    params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior,
+};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -61,9 +64,20 @@ impl SqliteSessionStore {
     pub fn open_with(path: impl AsRef<Path>, busy_timeout: Duration) -> Result<Self, SessionError> {
         let path = path.as_ref().to_path_buf();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)?;
+            own::create_dir_all(dir)?;
         }
-        let mut conn = Connection::open(&path)?;
+        // SQLite opens by path. The run directory is masked in every container and its path was
+        // made canonical at start; a symlink or FIFO planted there before this run is refused
+        // here, and SQLite itself refuses a symlink anywhere in the path (NOFOLLOW).
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut name = path.as_os_str().to_os_string();
+            name.push(suffix);
+            own::check_plain(Path::new(&name))?;
+        }
+        let mut conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::default() | OpenFlags::SQLITE_OPEN_NOFOLLOW,
+        )?;
         conn.busy_timeout(busy_timeout)?;
         set_wal(&conn, busy_timeout)?;
         // FULL: each commit reaches the disk, so a power cut loses no appended message.

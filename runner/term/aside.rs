@@ -71,7 +71,7 @@ impl AsideSetup {
     /// `run_id` is the main run's marker, so aside rows name the run they were asked in.
     pub fn open(run_dir: &Path, run_id: &str) -> Result<AsideSetup, SessionError> {
         let dir = Self::dir(run_dir);
-        std::fs::create_dir_all(&dir)?;
+        crate::fsroot::own::create_dir_all(&dir)?;
         let store = SqliteSessionStore::open(dir.join("sessions.db"))?;
         Ok(AsideSetup {
             store: Arc::new(store),

@@ -108,6 +108,7 @@ impl TestRun {
                 path: self.workspace.clone(),
                 read_only,
             }],
+            masked: Vec::new(),
             workdir: self.workspace.clone(),
         }
     }

@@ -66,8 +66,7 @@ impl Tool for EditTool {
 
     async fn call(&self, input: &Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let a: Args = parse_input(input)?;
-        let path = ctx.path(&a.file_path, Access::Write)?;
-        let bytes = super::fsio::read(&path, &a.file_path).await?;
+        let (_, bytes) = super::fsio::read(ctx, &a.file_path, Access::Write).await?;
         if looks_binary(&bytes) {
             return Err(ToolError::Failed(format!(
                 "{} 是二进制文件,不能 Edit",
@@ -78,7 +77,7 @@ impl Tool for EditTool {
             .map_err(|_| ToolError::Failed(format!("{} 不是 UTF-8 文本", a.file_path)))?;
         let (new_text, n) = apply_edit(&text, &a.old_string, &a.new_string, a.replace_all)
             .map_err(ToolError::Failed)?;
-        super::fsio::write(&path, &a.file_path, new_text.into_bytes()).await?;
+        let (path, _) = super::fsio::write(ctx, &a.file_path, new_text.into_bytes()).await?;
         Ok(format!("已修改 {}({n} 处)", path.display()))
     }
 }

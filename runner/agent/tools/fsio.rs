@@ -1,90 +1,88 @@
-//! Opening files for the host-side file tools without trusting what is at the path: the
-//! workspace is shared with the agents' containers, which can put a FIFO, a socket or a
-//! symlink anywhere in it at any moment. Files are opened with `O_NONBLOCK | O_NOFOLLOW` (a
-//! FIFO cannot block the runner, a symlink swapped in after confinement is not followed) and
-//! checked with `fstat` on the open descriptor to be a regular file.
+//! File access for the host-side file tools, through the agent's race-free view
+//! ([`crate::fsroot::View`]): the path is resolved from directory handles of the mount roots,
+//! the file opened from the handle of its directory with `O_NOFOLLOW | O_NONBLOCK` and checked
+//! with `fstat` to be regular, and replaced by a new `O_EXCL` file renamed within that same
+//! directory handle. A container can swap any entry for a symlink, a FIFO or a socket at any
+//! moment; none of that reaches outside its mounts or blocks the runner.
 
-use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use super::ToolError;
-
-/// Opens `path` (already confined) as an existing regular file, or creates it when `create`.
-fn open(path: &Path, shown: &str, write: bool, create: bool) -> Result<std::fs::File, ToolError> {
-    let mut o = std::fs::OpenOptions::new();
-    o.read(!write)
-        .write(write)
-        .create(create)
-        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW);
-    let f = o.open(path).map_err(|e| match e.raw_os_error() {
-        // ELOOP: the last component is a symlink (put there after confinement);
-        // ENXIO: a FIFO with no reader.
-        Some(nix::libc::ELOOP) => ToolError::Path(format!("{shown}: 是符号链接,不跟随")),
-        Some(nix::libc::ENXIO) => not_regular(shown),
-        _ => ToolError::Failed(format!("{shown}: {e}")),
-    })?;
-    let md = f
-        .metadata()
-        .map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?;
-    if md.is_dir() {
-        return Err(ToolError::Failed(format!("{shown} 是目录,不是文件")));
-    }
-    if !md.is_file() {
-        return Err(not_regular(shown));
-    }
-    Ok(f)
-}
-
-fn not_regular(shown: &str) -> ToolError {
-    ToolError::Failed(format!(
-        "{shown} 不是普通文件(FIFO、套接字或设备),文件工具不碰它;要看它是什么,用 Bash 跑 `file`"
-    ))
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
-) -> Result<T, ToolError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ToolError::Failed(e.to_string()))?
-}
+use super::{ToolContext, ToolError};
+use crate::agent::confine::Access;
+use crate::fsroot::{FsError, Resolved, ViewError};
 
 /// Largest file `Read` and `Edit` load: a container can make a sparse file of any size with
 /// one `truncate -s`, and reading it whole would take the runner's memory with it.
 pub(super) const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
-/// The bytes of the regular file at `path`, at most [`MAX_FILE_BYTES`].
-pub(super) async fn read(path: &Path, shown: &str) -> Result<Vec<u8>, ToolError> {
-    let (path, shown) = (path.to_path_buf(), shown.to_string());
-    blocking(move || {
-        let f = open(&path, &shown, false, false)?;
-        let mut buf = Vec::new();
-        f.take(MAX_FILE_BYTES + 1)
-            .read_to_end(&mut buf)
-            .map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?;
-        if buf.len() as u64 > MAX_FILE_BYTES {
-            return Err(ToolError::Failed(format!(
-                "{shown} 太大(超过 {} MiB),文件工具不整个读它;用 Bash 跑 head、sed -n 或 grep 看需要的部分",
-                MAX_FILE_BYTES / 1024 / 1024
-            )));
+/// The tool error for `e` met while handling `shown` (the path as the model wrote it).
+pub(super) fn tool_error(ctx: &ToolContext, shown: &str, e: ViewError) -> ToolError {
+    match e {
+        ViewError::Fs(FsError::Symlink) => ToolError::Path(format!(
+            "{shown}: 是符号链接,而且在不停地变(有东西在反复替换它),不跟随"
+        )),
+        ViewError::Fs(FsError::NotRegular) => ToolError::Failed(format!(
+            "{shown} 不是普通文件(FIFO、套接字或设备),文件工具不碰它;要看它是什么,用 Bash 跑 `file`"
+        )),
+        ViewError::Fs(FsError::IsDir) => ToolError::Failed(format!("{shown} 是目录,不是文件")),
+        ViewError::Fs(FsError::TooLarge(_)) => ToolError::Failed(format!(
+            "{shown} 太大(超过 {} MiB),文件工具不整个读它;用 Bash 跑 head、sed -n 或 grep 看需要的部分",
+            MAX_FILE_BYTES / 1024 / 1024
+        )),
+        ViewError::Fs(FsError::Io(io)) if io.kind() == std::io::ErrorKind::NotFound => {
+            ToolError::Failed(format!("{shown}: 没有这个文件或目录"))
         }
-        Ok(buf)
-    })
-    .await
+        ViewError::Fs(e) => ToolError::Failed(format!("{shown}: {e}")),
+        e => {
+            let abs = ctx.confine.absolute(shown).unwrap_or_default();
+            ToolError::Path(ctx.confine.message(shown, &abs, &e))
+        }
+    }
 }
 
-/// Replaces the contents of the file at `path` (created when missing); true when it existed.
-pub(super) async fn write(path: &Path, shown: &str, bytes: Vec<u8>) -> Result<bool, ToolError> {
-    let (path, shown): (PathBuf, String) = (path.to_path_buf(), shown.to_string());
-    blocking(move || {
-        let existed = std::fs::symlink_metadata(&path).is_ok();
-        let mut f = open(&path, &shown, true, true)?;
-        // Truncate only once the descriptor is known to be a regular file.
-        f.set_len(0)
-            .and_then(|_| f.write_all(&bytes))
-            .map_err(|e| ToolError::Failed(format!("{shown}: {e}")))?;
-        Ok(existed)
+/// Resolves `shown` in the agent's view and runs `op` on the result on a blocking thread
+/// (resolving again when the entry was swapped for a symlink in between). `access`: for
+/// [`Access::Write`] the directory holding the result must be writable; `create_dirs`: missing
+/// directories on the way are created.
+pub(super) async fn with<T: Send + 'static>(
+    ctx: &ToolContext,
+    shown: &str,
+    access: Access,
+    create_dirs: bool,
+    op: impl FnMut(&Resolved) -> Result<T, FsError> + Send + 'static,
+) -> Result<(PathBuf, T), ToolError> {
+    let abs = ctx.confine.absolute(shown).map_err(ToolError::Path)?;
+    let view = ctx.confine.view().clone();
+    let mut op = op;
+    let done = tokio::task::spawn_blocking(move || {
+        let mut path = PathBuf::new();
+        let out = view.with(&abs, access == Access::Write, create_dirs, |r| {
+            path = r.path().to_path_buf();
+            op(r)
+        });
+        out.map(|t| (path, t))
     })
     .await
+    .map_err(|e| ToolError::Failed(e.to_string()))?;
+    done.map_err(|e| tool_error(ctx, shown, e))
+}
+
+/// The bytes of the regular file `shown` names, at most [`MAX_FILE_BYTES`], and its path.
+/// `access` [`Access::Write`] refuses a file the agent could not write back.
+pub(super) async fn read(
+    ctx: &ToolContext,
+    shown: &str,
+    access: Access,
+) -> Result<(PathBuf, Vec<u8>), ToolError> {
+    with(ctx, shown, access, false, |r| r.read(MAX_FILE_BYTES)).await
+}
+
+/// Replaces the contents of the file `shown` names (created with its directories when
+/// missing); returns its path and whether it existed.
+pub(super) async fn write(
+    ctx: &ToolContext,
+    shown: &str,
+    bytes: Vec<u8>,
+) -> Result<(PathBuf, bool), ToolError> {
+    with(ctx, shown, Access::Write, true, move |r| r.replace(&bytes)).await
 }

@@ -17,14 +17,13 @@ use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use thiserror::Error;
 use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 
-use super::confine::{Access, Confinement};
+use super::confine::Confinement;
 use super::workbench::Workbench;
 use crate::channel::Human;
 use crate::model::{Role, ToolDef};
@@ -154,7 +153,11 @@ impl ToolContext {
         dispatcher: Option<Arc<dyn Dispatcher>>,
         limits: ToolLimits,
     ) -> Self {
-        let confine = Confinement::new(agent_box.mounts.clone(), agent_box.workdir.clone());
+        let confine = Confinement::masking(
+            agent_box.mounts.clone(),
+            agent_box.masked.clone(),
+            agent_box.workdir.clone(),
+        );
         ToolContext {
             agent,
             role,
@@ -171,11 +174,6 @@ impl ToolContext {
             env: Vec::new(),
             sandbox: OnceCell::new(),
         }
-    }
-
-    /// Resolves a path for a file tool.
-    pub fn path(&self, p: &str, access: Access) -> Result<PathBuf, ToolError> {
-        self.confine.resolve(p, access).map_err(ToolError::Path)
     }
 
     /// The agent's sandbox, created on first use.

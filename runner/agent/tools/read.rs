@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 
 use super::{parse_input, Tool, ToolContext, ToolError};
 use crate::agent::confine::Access;
+use crate::fsroot::FsError;
 
 /// Lines returned when no limit is given.
 const DEFAULT_LIMIT: usize = 2000;
@@ -58,14 +59,19 @@ impl Tool for ReadTool {
 
     async fn call(&self, input: &Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let a: Args = parse_input(input)?;
-        let path = ctx.path(&a.file_path, Access::Read)?;
-        if tokio::fs::metadata(&path).await.is_ok_and(|m| m.is_dir()) {
+        let (_, bytes) = super::fsio::with(ctx, &a.file_path, Access::Read, false, |r| {
+            match r.read(super::fsio::MAX_FILE_BYTES) {
+                Err(FsError::IsDir) => Ok(None),
+                other => other.map(Some),
+            }
+        })
+        .await?;
+        let Some(bytes) = bytes else {
             return Err(ToolError::Failed(format!(
                 "{} 是目录,不是文件;列目录用 Glob 或 Bash ls",
                 a.file_path
             )));
-        }
-        let bytes = super::fsio::read(&path, &a.file_path).await?;
+        };
         if looks_binary(&bytes) {
             return Err(ToolError::Failed(format!(
                 "{} 是二进制文件({} 字节),Read 只读文本。要看它是什么,用 Bash 跑 `file`",

@@ -1,18 +1,20 @@
-//! `Glob` and `Grep` with ripgrep semantics: the `ignore` walker (honours `.gitignore`, does not
-//! follow symlinks out of the mounts), `globset` patterns, and `grep-searcher` matching.
+//! `Glob` and `Grep` with ripgrep semantics: a walk of the agent's race-free view
+//! ([`crate::fsroot::walk`]: directory handles, `.gitignore`/`.ignore`/`info/exclude` as `rg`
+//! reads them, symlinks never followed), `globset` patterns, and `grep-searcher` matching on
+//! files opened from their directory's handle.
 
 use async_trait::async_trait;
 use globset::{GlobBuilder, GlobSetBuilder};
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
-use ignore::WalkBuilder;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::SystemTime;
 
 use super::{parse_input, Tool, ToolContext, ToolError};
 use crate::agent::confine::Access;
+use crate::fsroot::walk::{walk, Rules};
 
 /// Most paths Glob returns.
 const GLOB_LIMIT: usize = 100;
@@ -20,13 +22,21 @@ const GLOB_LIMIT: usize = 100;
 pub(super) struct GlobTool;
 pub(super) struct GrepTool;
 
-fn walker(base: &Path) -> WalkBuilder {
-    let mut w = WalkBuilder::new(base);
-    w.hidden(false)
-        .follow_links(false)
-        .require_git(false)
-        .filter_entry(|e| e.file_name() != ".git");
-    w
+/// The directory a search starts from, as the model wrote it (default: the working directory).
+fn base_of(ctx: &ToolContext, path: &Option<String>) -> String {
+    match path {
+        Some(p) => p.clone(),
+        None => ctx.confine.workdir().display().to_string(),
+    }
+}
+
+/// Grep's `glob` as an override set rooted at `base`.
+fn overrides(base: &std::path::Path, glob: &str) -> Result<ignore::overrides::Override, ToolError> {
+    let mut ob = ignore::overrides::OverrideBuilder::new(base);
+    ob.add(glob)
+        .map_err(|e| ToolError::InvalidInput(format!("glob: {e}")))?;
+    ob.build()
+        .map_err(|e| ToolError::InvalidInput(e.to_string()))
 }
 
 #[derive(Deserialize)]
@@ -57,10 +67,6 @@ impl Tool for GlobTool {
 
     async fn call(&self, input: &Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let a: GlobArgs = parse_input(input)?;
-        let base = match &a.path {
-            Some(p) => ctx.path(p, Access::Read)?,
-            None => ctx.confine.workdir().to_path_buf(),
-        };
         let glob = GlobBuilder::new(&a.pattern)
             .literal_separator(true)
             .build()
@@ -69,28 +75,22 @@ impl Tool for GlobTool {
             .add(glob)
             .build()
             .map_err(|e| ToolError::InvalidInput(e.to_string()))?;
-        let base2 = base.clone();
-        let found = tokio::task::spawn_blocking(move || {
+        let shown = base_of(ctx, &a.path);
+        let view = ctx.confine.view().clone();
+        let (base, mut found) = super::fsio::with(ctx, &shown, Access::Read, false, move |r| {
             let mut v: Vec<(PathBuf, SystemTime)> = Vec::new();
-            for e in walker(&base2).build().flatten() {
-                if !e.file_type().is_some_and(|t| t.is_file()) {
-                    continue;
-                }
-                let rel = e.path().strip_prefix(&base2).unwrap_or(e.path());
+            walk(&view, r, &Rules::default(), &mut |f| {
+                let rel = f.path.strip_prefix(r.path()).unwrap_or(&f.path);
                 if set.is_match(rel) {
-                    let m = e
-                        .metadata()
-                        .ok()
-                        .and_then(|m| m.modified().ok())
-                        .unwrap_or(SystemTime::UNIX_EPOCH);
-                    v.push((e.path().to_path_buf(), m));
+                    let m = f.modified();
+                    v.push((f.path, m));
                 }
-            }
-            v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-            v
+                true
+            })?;
+            Ok(v)
         })
-        .await
-        .map_err(|e| ToolError::Failed(e.to_string()))?;
+        .await?;
+        found.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         if found.is_empty() {
             return Ok(format!(
                 "在 {} 下没有匹配 {} 的文件",
@@ -212,44 +212,45 @@ impl Tool for GrepTool {
             "count" => Mode::Count,
             o => return Err(ToolError::InvalidInput(format!("output_mode {o:?}"))),
         };
-        let base = match &a.path {
-            Some(p) => ctx.path(p, Access::Read)?,
-            None => ctx.confine.workdir().to_path_buf(),
-        };
+        let shown = base_of(ctx, &a.path);
         let matcher = RegexMatcherBuilder::new()
             .case_insensitive(a.case_insensitive)
             .multi_line(true)
             .dot_matches_new_line(a.multiline)
             .build(&a.pattern)
             .map_err(|e| ToolError::InvalidInput(format!("pattern: {e}")))?;
-        let mut wb = walker(&base);
-        if a.glob.is_some() || a.r#type.is_some() {
-            let mut types = ignore::types::TypesBuilder::new();
-            types.add_defaults();
-            if let Some(t) = &a.r#type {
+        let types = match &a.r#type {
+            Some(t) => {
+                let mut types = ignore::types::TypesBuilder::new();
+                types.add_defaults();
                 types.select(t);
+                Some(
+                    types
+                        .build()
+                        .map_err(|e| ToolError::InvalidInput(format!("type: {e}")))?,
+                )
             }
-            wb.types(
-                types
-                    .build()
-                    .map_err(|e| ToolError::InvalidInput(format!("type: {e}")))?,
-            );
-            if let Some(g) = &a.glob {
-                let mut ob = ignore::overrides::OverrideBuilder::new(&base);
-                ob.add(g)
-                    .map_err(|e| ToolError::InvalidInput(format!("glob: {e}")))?;
-                wb.overrides(
-                    ob.build()
-                        .map_err(|e| ToolError::InvalidInput(e.to_string()))?,
-                );
-            }
+            None => None,
+        };
+        let glob = a.glob.clone();
+        if let Some(g) = &glob {
+            overrides(ctx.confine.workdir(), g)?;
         }
         let numbers = a.line_numbers.unwrap_or(true);
         let ctx_after = a.after.or(a.context).unwrap_or(0);
         let ctx_before = a.before.or(a.context).unwrap_or(0);
         let multiline = a.multiline;
         let head_limit = a.head_limit;
-        let out = tokio::task::spawn_blocking(move || {
+        let view = ctx.confine.view().clone();
+        let (_, out) = super::fsio::with(ctx, &shown, Access::Read, false, move |r| {
+            let rules = Rules {
+                overrides: match &glob {
+                    Some(g) => overrides(r.path(), g).ok(),
+                    None => None,
+                },
+                types: types.clone(),
+                ..Rules::default()
+            };
             let mut searcher = SearcherBuilder::new()
                 .line_number(true)
                 .multi_line(multiline)
@@ -258,36 +259,31 @@ impl Tool for GrepTool {
                 .before_context(if mode == Mode::Content { ctx_before } else { 0 })
                 .build();
             let mut lines = Vec::new();
-            for e in wb.build().flatten() {
-                if !e.file_type().is_some_and(|t| t.is_file()) {
-                    continue;
-                }
-                let p = e.path().display().to_string();
+            walk(&view, r, &rules, &mut |f| {
+                let Ok(file) = f.open() else { return true };
+                let p = f.path.display().to_string();
                 let mut sink = Collect {
                     path: &p,
                     numbers,
                     lines: Vec::new(),
                     count: 0,
                 };
-                if searcher.search_path(&matcher, e.path(), &mut sink).is_err() || sink.count == 0 {
-                    continue;
+                if searcher.search_file(&matcher, &file, &mut sink).is_err() || sink.count == 0 {
+                    return true;
                 }
                 match mode {
                     Mode::Files => lines.push(p.clone()),
                     Mode::Count => lines.push(format!("{p}:{}", sink.count)),
                     Mode::Content => lines.extend(sink.lines),
                 }
-                if head_limit.is_some_and(|h| lines.len() >= h) {
-                    break;
-                }
-            }
+                head_limit.is_none_or(|h| lines.len() < h)
+            })?;
             if let Some(h) = head_limit {
                 lines.truncate(h);
             }
-            lines
+            Ok(lines)
         })
-        .await
-        .map_err(|e| ToolError::Failed(e.to_string()))?;
+        .await?;
         if out.is_empty() {
             return Ok(format!("没有匹配 {} 的内容", a.pattern));
         }

@@ -4,6 +4,7 @@ use super::*;
 use crate::channel::Absent;
 use crate::sandbox::Mount;
 use serde_json::json;
+use std::path::PathBuf;
 
 /// A context whose only mount is a fresh writable directory (no sandbox, no workbench).
 fn ctx() -> (tempfile::TempDir, ToolContext, PathBuf) {
@@ -17,6 +18,7 @@ fn ctx() -> (tempfile::TempDir, ToolContext, PathBuf) {
             path: ws.clone(),
             read_only: false,
         }],
+        masked: Vec::new(),
         workdir: ws.clone(),
     };
     let c = ToolContext::new(
@@ -62,17 +64,24 @@ async fn fifos_are_refused_not_waited_on() {
 }
 
 #[tokio::test]
-async fn a_symlink_swapped_in_after_confinement_is_not_followed() {
-    // Confinement resolved `f` to a plain path; a container then replaced it with a link.
-    let (d, _c, ws) = ctx();
+async fn a_symlink_out_of_the_mounts_is_never_followed() {
+    // The container put a link where a file was; the tools resolve it as the container would,
+    // find it lands outside every mount, and touch nothing there.
+    let (d, c, ws) = ctx();
     let outside = d.path().join("outside.txt");
     std::os::unix::fs::symlink(&outside, ws.join("f")).unwrap();
-    let e = fsio::write(&ws.join("f"), "f", b"x".to_vec())
-        .await
-        .unwrap_err();
-    assert!(e.to_string().contains("符号链接"), "{e}");
+    for (tool, input) in [
+        ("Write", json!({"file_path": "f", "content": "x"})),
+        ("Read", json!({"file_path": "f"})),
+        (
+            "Edit",
+            json!({"file_path": "f", "old_string": "a", "new_string": "b"}),
+        ),
+    ] {
+        let e = call(tool, input, &c).await.unwrap_err();
+        assert!(e.to_string().contains("符号链接"), "{tool}: {e}");
+    }
     assert!(!outside.exists());
-    assert!(fsio::read(&ws.join("f"), "f").await.is_err());
 }
 
 #[tokio::test]

@@ -5,7 +5,6 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{parse_input, Tool, ToolContext, ToolError};
-use crate::agent::confine::Access;
 
 pub(super) struct WriteTool;
 
@@ -35,17 +34,8 @@ impl Tool for WriteTool {
 
     async fn call(&self, input: &Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let a: Args = parse_input(input)?;
-        let path = ctx.path(&a.file_path, Access::Write)?;
-        if path.is_dir() {
-            return Err(ToolError::Failed(format!("{} 是目录", a.file_path)));
-        }
-        if let Some(parent) = path.parent() {
-            tokio::fs::create_dir_all(parent)
-                .await
-                .map_err(|e| ToolError::Failed(format!("{}: {e}", parent.display())))?;
-        }
-        let existed =
-            super::fsio::write(&path, &a.file_path, a.content.as_bytes().to_vec()).await?;
+        let (path, existed) =
+            super::fsio::write(ctx, &a.file_path, a.content.as_bytes().to_vec()).await?;
         if let Some(wb) = &ctx.workbench {
             if path.starts_with(wb.root()) {
                 let _ = wb.refresh();

@@ -1,7 +1,8 @@
 //! What a container looks like: the pod's infrastructure container and the agent containers
 //! that join its PID and network namespaces (DESIGN.md "Pod", issue "Pod and containers").
 //!
-//! Every container runs as the invoking user's uid:gid with a tmpfs HOME, a passwd entry
+//! Every container runs as the invoking user's uid:gid (the read-only roles' as their own, see
+//! [`super::readonly`]) with a tmpfs HOME, a passwd entry
 //! (patched into the created container before it starts), git's `safe.directory` and no pruning
 //! (`GIT_CONFIG_*`), all capabilities dropped, `no-new-privileges`, pids and memory limits, a
 //! one-second stop, and labels for cleanup. Nothing from the host environment is copied in, so
@@ -83,6 +84,12 @@ impl Identity {
                     && !n.is_empty()
             });
         let name = host_name.unwrap_or_else(|| "flowerbox".to_string());
+        Identity::named(ids, &name, mounts)
+    }
+
+    /// The identity `name` for `ids`, with a HOME that overlaps no mount.
+    pub fn named(ids: UserIds, name: &str, mounts: &[PathBuf]) -> Identity {
+        let name = name.to_string();
         let mut home = if ids.uid == 0 {
             "/root".to_string()
         } else {
@@ -105,12 +112,16 @@ impl Identity {
 }
 
 /// `/etc/passwd` and `/etc/group` of the image, read once per run from the pod container, and
-/// whether the image has bash.
+/// whether the image has bash, `setpriv` and `lsof` (where).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ImageFacts {
     pub passwd: String,
     pub group: String,
     pub has_bash: bool,
+    /// For the read-only roles' containers (see [`super::readonly`]).
+    pub setpriv: Option<String>,
+    /// For the read-only roles' inspector.
+    pub lsof: Option<String>,
 }
 
 /// Adds the identity to passwd/group text unless its uid/gid is already there. A taken login
@@ -324,6 +335,15 @@ impl RunSpec {
                 id.ids.uid, id.ids.gid
             ),
         );
+        // Masked directories (the run directory): an empty read-only tmpfs over each, so no
+        // agent can read the records or plant anything where the host writes them. A mount
+        // inside one (`-W`'s workbench) still shows: the engine makes its mount point first.
+        for m in &spec.masked {
+            tmpfs.insert(
+                m.to_string_lossy().into_owned(),
+                "ro,nosuid,nodev,noexec,size=64k".into(),
+            );
+        }
         let ulimits = (spec.role == Role::Judge).then(|| {
             vec![ResourcesUlimits {
                 name: Some("nofile".into()),
@@ -375,10 +395,23 @@ pub(crate) fn canonical_box(spec: &AgentBox) -> Result<AgentBox, SandboxError> {
     if !mounts.iter().any(|m| workdir.starts_with(&m.path)) {
         return Err(SandboxError::OutsideMounts(workdir));
     }
+    // A mask outside every mount has nothing to hide; one that does not exist yet is kept
+    // as given (the engine creates its mount point).
+    let masked = spec
+        .masked
+        .iter()
+        .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
+        .filter(|p| {
+            mounts
+                .iter()
+                .any(|m| p.starts_with(&m.path) && *p != m.path)
+        })
+        .collect();
     Ok(AgentBox {
         agent: spec.agent.clone(),
         role: spec.role,
         mounts,
+        masked,
         workdir,
     })
 }
@@ -402,6 +435,7 @@ mod tests {
             passwd: "root:x:0:0:root:/root:/bin/bash".into(),
             group: "root:x:0:\n".into(),
             has_bash: true,
+            ..Default::default()
         };
         let (p, g) = patch_passwd(&facts, &ident(4242));
         assert!(
@@ -475,6 +509,7 @@ mod tests {
                     read_only: true,
                 },
             ],
+            masked: Vec::new(),
             workdir: link,
         };
         let c = canonical_box(&spec).unwrap();
@@ -514,6 +549,7 @@ mod tests {
                 path: "/w".into(),
                 read_only: true,
             }],
+            masked: Vec::new(),
             workdir: "/w".into(),
         };
         let body = spec.agent_body(&judge, "podid", "podname");
@@ -536,5 +572,42 @@ mod tests {
             .unwrap()
             .ulimits
             .is_none());
+    }
+
+    #[test]
+    fn masked_directories_get_an_empty_read_only_tmpfs() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap().join("ws");
+        let runs = ws.join("runs");
+        std::fs::create_dir_all(&runs).unwrap();
+        let spec = AgentBox {
+            agent: "worker-1".into(),
+            role: Role::Worker,
+            mounts: vec![Mount {
+                path: ws.clone(),
+                read_only: false,
+            }],
+            // The second is outside every mount: nothing to hide there.
+            masked: vec![runs.clone(), dir.path().join("elsewhere")],
+            workdir: ws.clone(),
+        };
+        let c = canonical_box(&spec).unwrap();
+        assert_eq!(c.masked, vec![runs.clone()]);
+        let run = RunSpec {
+            run_id: "r".into(),
+            workspace: ws.clone(),
+            image: "img".into(),
+            identity: ident(4242),
+            owner: Owner::current().unwrap(),
+            limits: Limits::default(),
+        };
+        let tmpfs = run
+            .agent_body(&c, "p", "n")
+            .host_config
+            .unwrap()
+            .tmpfs
+            .unwrap();
+        let opts = &tmpfs[&runs.to_string_lossy().into_owned()];
+        assert!(opts.split(',').any(|o| o == "ro"), "{opts}");
     }
 }

@@ -115,8 +115,12 @@ pub struct DockerSandbox {
     name: String,
     /// Image the container runs, for messages.
     image: String,
-    /// `uid:gid` every exec runs as.
+    /// The engine user of every exec (`uid:gid`).
     user: String,
+    /// Run first in every exec, before the command (a read-only container's `setpriv`).
+    prefix: Vec<String>,
+    /// Who the commands run as in the end: owner of files written for them.
+    owner: super::UserIds,
     /// `bash`, or `sh` when the image has no bash.
     shell: &'static str,
     /// The agent's canonical box.
@@ -139,15 +143,42 @@ impl DockerSandbox {
         spec: AgentBox,
     ) -> Self {
         let shell = if has_bash { "bash" } else { "sh" };
+        let owner = user
+            .split_once(':')
+            .and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?)))
+            .map_or(super::UserIds { uid: 0, gid: 0 }, |(uid, gid)| {
+                super::UserIds { uid, gid }
+            });
         DockerSandbox {
             docker,
             id,
             name,
             image,
             user,
+            prefix: Vec::new(),
+            owner,
             shell,
             spec,
         }
+    }
+
+    /// Every exec starts as the engine user `user` and runs `prefix` first, which ends as
+    /// `owner` (a read-only container: root, then `setpriv` to the shell's ids).
+    pub(crate) fn entered_as(
+        mut self,
+        user: String,
+        prefix: Vec<String>,
+        owner: super::UserIds,
+    ) -> Self {
+        self.user = user;
+        self.prefix = prefix;
+        self.owner = owner;
+        self
+    }
+
+    /// `prefix` + `argv`.
+    fn argv(&self, argv: Vec<String>) -> Vec<String> {
+        self.prefix.iter().cloned().chain(argv).collect()
     }
 
     /// The container id.
@@ -172,13 +203,13 @@ impl DockerSandbox {
     /// Runs a helper script (`sh -c SCRIPT flowerbox ARG`) to completion; returns its stdout and
     /// exit code.
     async fn helper(&self, script: &str, arg: &str) -> Result<(String, Option<i64>), SandboxError> {
-        let cmd = vec![
+        let cmd = self.argv(vec![
             "sh".into(),
             "-c".into(),
             script.into(),
             "flowerbox".into(),
             arg.into(),
-        ];
+        ]);
         let config = ExecConfig {
             attach_stdout: Some(true),
             attach_stderr: Some(true),
@@ -248,11 +279,7 @@ impl DockerSandbox {
     /// the short command that sources it.
     async fn stage_command(&self, command: &str, marker: &str) -> Result<String, SandboxError> {
         let path = format!("/tmp/.flowerbox-cmd-{marker}");
-        let (uid, gid) = self
-            .user
-            .split_once(':')
-            .and_then(|(u, g)| Some((u.parse::<u64>().ok()?, g.parse::<u64>().ok()?)))
-            .unwrap_or((0, 0));
+        let (uid, gid) = (u64::from(self.owner.uid), u64::from(self.owner.gid));
         let text = crate::sandbox::sourcing_script(&path, command);
         let archive = super::container::tar_files(&[(&path[5..], &text)], 0o600, (uid, gid))?;
         self.docker
@@ -286,7 +313,7 @@ impl DockerSandbox {
             attach_stderr: Some(true),
             tty: Some(false),
             env: Some(env),
-            cmd: Some(match self.shell {
+            cmd: Some(self.argv(match self.shell {
                 "bash" => vec![
                     "bash".into(),
                     "-c".into(),
@@ -296,7 +323,7 @@ impl DockerSandbox {
                     marker.clone(),
                 ],
                 shell => vec![shell.into(), "-c".into(), command],
-            }),
+            })),
             user: Some(self.user.clone()),
             working_dir: Some(cwd.to_string()),
             ..Default::default()

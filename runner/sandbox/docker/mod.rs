@@ -13,6 +13,8 @@ pub mod engine;
 pub mod exec;
 pub mod image;
 pub mod labels;
+pub mod readonly;
+pub mod seccomp;
 mod sentinel;
 mod signals;
 
@@ -21,6 +23,7 @@ pub use engine::{Endpoint, Engine, EngineError, HostSource, DEFAULT_PING_TIMEOUT
 pub use exec::DockerSandbox;
 pub use image::{default_image, ensure_image, EnsuredImage};
 pub use labels::{Liveness, Owner};
+pub use readonly::ReadOnlyIds;
 pub use signals::teardown_on_signal;
 
 use async_trait::async_trait;
@@ -42,6 +45,7 @@ use container::{
     canonical_box, container_name, etc_archive, patch_passwd, Identity, ImageFacts, RunSpec,
 };
 use engine::status_code;
+use readonly::ReadOnly;
 
 use super::{AgentBox, Sandbox, SandboxError, SandboxFactory};
 
@@ -281,23 +285,13 @@ impl Inner {
             .await
     }
 
-    /// Reads `/etc/passwd`, `/etc/group` and whether bash exists from a created container.
+    /// Reads `/etc/passwd`, `/etc/group` and whether bash, `setpriv` and `lsof` exist from a
+    /// created container.
     async fn image_facts(&self, id: &str) -> ImageFacts {
-        let bash = async {
-            let options = ContainerArchiveInfoOptions {
-                path: "/bin/bash".into(),
-            };
-            match self
-                .docker()
-                .get_container_archive_info(id, Some(options))
-                .await
-            {
-                Ok(_) => true,
-                Err(e) => status_code(&e) != Some(404),
-            }
-        };
-        let (has_bash, passwd, group) = tokio::join!(
-            bash,
+        let (has_bash, setpriv, lsof, passwd, group) = tokio::join!(
+            self.exists(id, "/bin/bash"),
+            self.first_existing(id, readonly::SETPRIV_PATHS),
+            self.first_existing(id, readonly::LSOF_PATHS),
             self.read_file(id, "/etc/passwd"),
             self.read_file(id, "/etc/group")
         );
@@ -305,7 +299,31 @@ impl Inner {
             passwd: passwd.unwrap_or_else(|| "root:x:0:0:root:/root:/bin/sh\n".into()),
             group: group.unwrap_or_else(|| "root:x:0:\n".into()),
             has_bash,
+            setpriv,
+            lsof,
         }
+    }
+
+    /// Whether `path` exists in the container (an answer other than 404 counts as yes).
+    async fn exists(&self, id: &str, path: &str) -> bool {
+        let options = ContainerArchiveInfoOptions { path: path.into() };
+        match self
+            .docker()
+            .get_container_archive_info(id, Some(options))
+            .await
+        {
+            Ok(_) => true,
+            Err(e) => status_code(&e) != Some(404),
+        }
+    }
+
+    /// The first of `paths` that exists in the container.
+    async fn first_existing(&self, id: &str, paths: &[&str]) -> Option<String> {
+        let found = futures::future::join_all(paths.iter().map(|p| self.exists(id, p))).await;
+        paths
+            .iter()
+            .zip(found)
+            .find_map(|(p, yes)| yes.then(|| p.to_string()))
     }
 
     async fn read_file(&self, id: &str, path: &str) -> Option<String> {
@@ -332,13 +350,23 @@ impl Inner {
         let image = self.image().await?.clone();
         let mounts: Vec<PathBuf> = spec.mounts.iter().map(|m| m.path.clone()).collect();
         let identity = self.identity(&mounts);
-        let run = self.run_spec(&image, identity.clone());
+        // Judges and coordinators run as a uid of their own (see `readonly`).
+        let read_only = ReadOnly::plan(spec.role, identity.ids, &mounts, &pod.facts, &image)?;
+        let inside = read_only.as_ref().map_or(&identity, |r| &r.shell);
+        let run = self.run_spec(&image, inside.clone());
         let name = container_name(&self.opts.run_id, &spec.agent);
-        let id = self
-            .create(&name, run.agent_body(&spec, &pod.id, &pod.name), false)
-            .await?;
-        let (passwd, group) = patch_passwd(&pod.facts, &identity);
-        let archive = etc_archive(&passwd, &group)?;
+        let mut body = run.agent_body(&spec, &pod.id, &pod.name);
+        if let Some(r) = &read_only {
+            r.harden(&mut body);
+        }
+        let id = self.create(&name, body, false).await?;
+        let archive = match &read_only {
+            Some(r) => r.archive(&pod.facts, &identity)?,
+            None => {
+                let (passwd, group) = patch_passwd(&pod.facts, &identity);
+                etc_archive(&passwd, &group)?
+            }
+        };
         self.docker()
             .upload_to_container(
                 &id,
@@ -355,7 +383,7 @@ impl Inner {
             .await
             .map_err(|e| SandboxError::Container(format!("starting {name}: {e}")))?;
         let user = format!("{}:{}", identity.ids.uid, identity.ids.gid);
-        Ok(Arc::new(DockerSandbox::new(
+        let sandbox = DockerSandbox::new(
             self.docker().clone(),
             id,
             name,
@@ -363,7 +391,11 @@ impl Inner {
             user,
             pod.facts.has_bash,
             spec,
-        )))
+        );
+        Ok(Arc::new(match &read_only {
+            Some(r) => sandbox.entered_as(r.exec_user(), r.exec_prefix(), r.shell.ids),
+            None => sandbox,
+        }))
     }
 
     /// Force-removes a container (kills it first; 404 is fine) and forgets it.
