@@ -4,7 +4,10 @@
 //! 1. container cold start to first exec result (pod + agent container + `true`) vs
 //!    `docker run --rm IMAGE true`;
 //! 2. Bash round trip for `true` in a warm container vs `sh -c true` on the host;
-//! 3. 8 agent containers started in parallel (to first exec result) vs 1.
+//! 3. 8 agent containers started in parallel (to first exec result) vs 1;
+//! 4. cold start per egress mode (1d, 1e): `open` (the default: a network of the run's own and
+//!    the fence that loads its rules) and `proxy` (plus the proxy container) vs `none` (no
+//!    network).
 //!
 //! And for the read-only roles (issue 14): 1c, a judge's container (its own uid, the lsof
 //! inspector, the seccomp profile) to first exec result vs a worker's, which is what a judge's
@@ -20,6 +23,7 @@
 
 use flowerbox::model::Role;
 use flowerbox::sandbox::docker::{ensure_image, DockerOptions, DockerSandboxFactory, Engine};
+use flowerbox::sandbox::egress::{EgressMode, EgressPolicy};
 use flowerbox::sandbox::{AgentBox, ExecRequest, Mount, SandboxFactory};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -56,6 +60,10 @@ fn agent(name: &str, ws: &Path) -> AgentBox {
 }
 
 async fn factory(image: &str, ws: &Path, tag: &str) -> DockerSandboxFactory {
+    factory_with(image, ws, tag, EgressMode::Open).await
+}
+
+async fn factory_with(image: &str, ws: &Path, tag: &str, mode: EgressMode) -> DockerSandboxFactory {
     let run = format!(
         "bench-{}-{tag}-{}",
         std::process::id(),
@@ -64,6 +72,10 @@ async fn factory(image: &str, ws: &Path, tag: &str) -> DockerSandboxFactory {
     let mut opts = DockerOptions::new(run, ws);
     opts.image = Some(image.into());
     opts.show_progress = false;
+    opts.egress = EgressPolicy {
+        mode,
+        ..Default::default()
+    };
     DockerSandboxFactory::connect(opts).await.expect("connect")
 }
 
@@ -208,6 +220,20 @@ async fn main() {
         f.teardown().await.expect("teardown");
     }
 
+    // 4. Cold start per egress mode, interleaved so that load drifts hit all three alike.
+    let (mut none, mut open, mut proxy) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..repeat {
+        for (mode, into) in [
+            (EgressMode::None, &mut none),
+            (EgressMode::Open, &mut open),
+            (EgressMode::Proxy, &mut proxy),
+        ] {
+            let f = factory_with(&image, &ws, &format!("egress{i}"), mode).await;
+            into.push(ms(first_result(&f, "worker-1", &ws).await));
+            f.teardown().await.expect("teardown");
+        }
+    }
+
     let figures = vec![
         Figure::new(
             "1",
@@ -252,6 +278,22 @@ async fn main() {
         )
         .vs("the same in a worker's container", Stats::of(&lsof_worker))
         .note("the judge's lsof is answered by its inspector process"),
+        Figure::new(
+            "1d",
+            "cold start, --egress open (run network + fence)",
+            "ms",
+            Stats::of(&open),
+        )
+        .vs("--egress none (no network)", Stats::of(&none))
+        .note("pod + agent container + exec of `true`"),
+        Figure::new(
+            "1e",
+            "cold start, --egress proxy (+ proxy container)",
+            "ms",
+            Stats::of(&proxy),
+        )
+        .vs("--egress none (no network)", Stats::of(&none))
+        .note("pod + proxy + agent container + exec of `true`"),
     ];
     println!("image {image}; {repeat} repeats");
     print_table(&figures);

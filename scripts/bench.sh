@@ -4,6 +4,7 @@
 # in the same run and the ratio of the medians. Prints one table; --json FILE writes it all.
 #
 #   1  container cold start → first exec result       vs docker run --rm IMAGE true
+#   1d container cold start, --egress open             vs --egress none; --egress proxy (1e)
 #   2  Bash round trip `true` in a warm container     vs sh -c true on the host
 #   3  8 scripted workers in parallel (wall clock)    vs 1 worker (ratio; ideal 1.0)
 #   4  resume 10,000 messages from sessions.db        vs the raw load; RSS (4b), warm (4c)

@@ -37,10 +37,11 @@ async fn doctor_checks_engine_image_tools_git_and_credentials_by_name() {
         workspace: ws,
         credential_names: vec!["ANTHROPIC_API_KEY".into()],
         timeout: std::time::Duration::from_secs(5),
+        egress: Default::default(),
     };
     let checks = doctor(&input).await;
     let status = |name: &str| checks.iter().find(|c| c.name == name).map(|c| c.status);
-    for name in ["engine", "image", "tools", "git", "credentials"] {
+    for name in ["engine", "image", "tools", "egress", "git", "credentials"] {
         assert_eq!(status(name), Some(CheckStatus::Pass), "{name}: {checks:#?}");
     }
     assert_eq!(

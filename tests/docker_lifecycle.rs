@@ -1,6 +1,6 @@
-//! No container outlives its run: normal teardown, SIGTERM of the owning process, kill -9 of
-//! the owner followed by the next start's sweep (live owners untouched), and no credential in
-//! any container. The owning processes are this test binary re-executed in helper mode
+//! No container (and no run network) outlives its run: normal teardown, SIGTERM of the owning
+//! process, kill -9 of the owner followed by the next start's sweep (live owners untouched), and
+//! no credential in any container. The owning processes are this test binary re-executed in helper mode
 //! (`owner_process`, ignored in normal runs).
 
 mod child_support;
@@ -134,8 +134,14 @@ async fn normal_run_leaves_no_container() {
         4,
         "pod + 3 agents"
     );
+    assert_eq!(
+        run_networks(&engine, &run.run_id).await.len(),
+        1,
+        "its network"
+    );
     run.factory.teardown().await.unwrap();
     assert!(run_containers(&engine, &run.run_id).await.is_empty());
+    assert!(run_networks(&engine, &run.run_id).await.is_empty());
     run.factory.teardown().await.unwrap(); // idempotent
 }
 
@@ -166,6 +172,10 @@ async fn sigterm_of_the_owner_removes_its_containers_and_none_holds_a_credential
         run_containers(&engine, &owner.run_id).await.is_empty(),
         "containers left after SIGTERM"
     );
+    assert!(
+        run_networks(&engine, &owner.run_id).await.is_empty(),
+        "network left after SIGTERM"
+    );
 }
 
 #[tokio::test]
@@ -183,15 +193,15 @@ async fn kill9_then_the_next_start_sweeps_orphans_and_spares_live_owners() {
     let orphans = run_containers(&engine, &dead.run_id).await;
     assert_eq!(orphans.len(), 4, "kill -9 leaves the containers behind");
 
-    // The next start in this workspace sweeps.
+    // The next start in this workspace sweeps: the containers, then the run's network.
     let dead_pid = dead.child.id();
     let lines = gc::sweep_orphans(&engine, &ws).await.unwrap();
-    assert_eq!(lines.len(), 4, "{lines:?}");
-    // Agent containers before the pod; names, run id and pid verbatim.
+    assert_eq!(lines.len(), 5, "{lines:?}");
+    // Agent containers before the pod, the network last; names, run id and pid verbatim.
     let said = format!("(运行 {}", dead.run_id);
     let why = format!("):主人进程 {dead_pid} 已经没了");
     assert!(
-        lines
+        lines[..4]
             .iter()
             .all(|l| l.starts_with("删掉了残留的容器 ") && l.contains(&said) && l.ends_with(&why)),
         "{lines:?}"
@@ -200,11 +210,22 @@ async fn kill9_then_the_next_start_sweeps_orphans_and_spares_live_owners() {
         lines[3].ends_with(&format!("(运行 {},pod{why}", dead.run_id)),
         "{lines:?}"
     );
+    assert!(
+        lines[4].starts_with("删掉了残留的网络 ")
+            && lines[4].ends_with(&format!("(运行 {}{why}", dead.run_id)),
+        "{lines:?}"
+    );
     assert!(run_containers(&engine, &dead.run_id).await.is_empty());
+    assert!(run_networks(&engine, &dead.run_id).await.is_empty());
     assert_eq!(
         run_containers(&engine, &live.run_id).await.len(),
         4,
         "a live owner's containers were touched"
+    );
+    assert_eq!(
+        run_networks(&engine, &live.run_id).await.len(),
+        1,
+        "a live owner's network was touched"
     );
 
     // `gc` lists the live run's containers as kept.
@@ -219,6 +240,13 @@ async fn kill9_then_the_next_start_sweeps_orphans_and_spares_live_owners() {
                 && l.ends_with(":主人还在跑"))
             .count(),
         4,
+        "{report:?}"
+    );
+    assert!(
+        report
+            .kept
+            .iter()
+            .any(|l| l.starts_with("留着网络 ") && l.contains(&live.run_id)),
         "{report:?}"
     );
     drop(live);
@@ -253,6 +281,10 @@ async fn gc_run_elsewhere_removes_orphans_of_every_workspace() {
     assert!(said.contains(&dead.run_id), "{said}");
     assert!(
         run_containers(&engine, &dead.run_id).await.is_empty(),
+        "{said}"
+    );
+    assert!(
+        run_networks(&engine, &dead.run_id).await.is_empty(),
         "{said}"
     );
 }

@@ -368,6 +368,17 @@ fn containers_of(ws: &Path) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// Whether a worker's container of this workspace is running.
+fn worker_running(ws: &Path) -> bool {
+    let out = Command::new("docker")
+        .args(["ps", "-q", "--filter"])
+        .arg(format!("label=flowerbox.workspace={}", ws.display()))
+        .args(["--filter", "label=flowerbox.role=worker"])
+        .output()
+        .unwrap();
+    !String::from_utf8_lossy(&out.stdout).trim().is_empty()
+}
+
 #[test]
 fn live_docker_sigterm_leaves_no_container() {
     if !tmux_available() || !docker_available() {
@@ -375,10 +386,16 @@ fn live_docker_sigterm_leaves_no_container() {
     }
     let l = Live::new("live-docker", 44, 300);
     l.start("docker");
-    assert!(
-        !containers_of(&l.ws).is_empty(),
-        "the worker should be in a container"
-    );
+    // The Bash call shows before its container runs (the run's network and fence come first):
+    // wait for the worker's container, so the signal lands while the worker is in it.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !worker_running(&l.ws) {
+        assert!(
+            Instant::now() < deadline,
+            "the worker should be in a container"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(l.pid()),
         nix::sys::signal::Signal::SIGTERM,

@@ -17,26 +17,53 @@ use std::time::{Duration, Instant};
 /// Generous bound that only catches hangs.
 const HANG: Duration = Duration::from_secs(900);
 
-/// Names of the events `action` of containers of `image` between `since` and now (epoch s).
-fn runner_events(image: &str, since: u64, action: &str) -> Vec<String> {
-    let until = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 1;
-    let out = Command::new("docker")
-        .args(["events", "--since", &since.to_string()])
-        .args(["--until", &until.to_string()])
-        .args(["--filter", &format!("image={image}")])
-        .args(["--filter", &format!("event={action}")])
-        .args(["--format", "{{.Actor.Attributes.name}}"])
-        .output()
-        .expect("docker events");
-    assert!(out.status.success(), "{out:?}");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
+/// The runner image's container events (`start`, `destroy`), watched live from before the demo
+/// starts: the engine keeps only its last 256 events for `--since` queries, and a busy shared
+/// engine (other runs, their networks and execs) pushes the runner's out before the demo ends.
+struct RunnerEvents {
+    child: std::process::Child,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl RunnerEvents {
+    fn watch(image: &str) -> RunnerEvents {
+        let mut child = Command::new("docker")
+            .args(["events", "--filter", "type=container"])
+            .args(["--filter", &format!("image={image}")])
+            .args(["--filter", "event=start", "--filter", "event=destroy"])
+            .args(["--format", "{{.Action}} {{.Actor.Attributes.name}}"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("docker events");
+        let out = child.stdout.take().unwrap();
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push(line);
+            }
+        });
+        RunnerEvents { child, lines }
+    }
+
+    /// Names of the containers with event `action` so far (after a moment for the stream).
+    fn names(&self, action: &str) -> Vec<String> {
+        std::thread::sleep(Duration::from_secs(1));
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| l.strip_prefix(&format!("{action} ")).map(str::to_string))
+            .collect()
+    }
+}
+
+impl Drop for RunnerEvents {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -58,10 +85,8 @@ async fn the_demo_runs_through_the_wrapper_to_achieved() {
     .unwrap();
     std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let base = root.join("demo");
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
+    let events = RunnerEvents::watch(&image);
+    std::thread::sleep(Duration::from_millis(500));
 
     let mut child = Command::new(repo_file("scripts/demo.sh"))
         .arg(&base)
@@ -94,7 +119,7 @@ async fn the_demo_runs_through_the_wrapper_to_achieved() {
     // flowerbox ran in the wrapper's runner containers (doctor, then the run), each removed
     // afterwards. (build.sh's own smoke run of the image has a docker-chosen name.)
     let wrapped = |action: &str| -> Vec<String> {
-        let mut v = runner_events(&image, since, action);
+        let mut v = events.names(action);
         v.retain(|n| n.starts_with("flowerbox-runner-"));
         v.sort();
         v

@@ -99,6 +99,7 @@ impl RunContext {
         let mut config =
             RuntimeConfig::new(globals.workspace.clone(), model.clone(), run_id.clone());
         config.trim_large = setup.trim_large;
+        config.tool_limits.egress = globals.egress.clone();
         // Every agent's container and file tools hide the run directory (DESIGN.md "Threat
         // model" 1): the records flowerbox trusts are not theirs to read or plant links in.
         config.masked = vec![globals.run_dir.clone()];
@@ -187,6 +188,7 @@ async fn build_sandboxes(
         SandboxKind::Docker => {
             let mut opts = DockerOptions::new(run_id, &globals.workspace);
             opts.image = globals.image.clone();
+            opts.egress = globals.egress.clone();
             let factory = DockerSandboxFactory::connect(opts)
                 .await
                 .map_err(sandbox_error)?;

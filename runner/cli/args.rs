@@ -105,7 +105,8 @@ impl PermissionMode {
     }
 }
 
-/// The global switches: flower's 5 plus `--sandbox` and `--image` (and `-h`).
+/// The global switches: flower's 5 plus `--sandbox`, `--image` and the egress policy
+/// (`--egress`, `--allow-net`, `--allow-domain`), and `-h`.
 #[derive(Debug, Args)]
 #[command(next_help_heading = "全局开关")]
 pub struct GlobalArgs {
@@ -130,6 +131,15 @@ pub struct GlobalArgs {
     /// agent 容器用的镜像 [env: FLOWERBOX_IMAGE]。不给就用按 image/ 内容哈希打标签的镜像,缺了先构建
     #[arg(long, global = true, value_name = "NAME")]
     pub image: Option<String>,
+    /// agent 能连哪儿 [env: FLOWERBOX_EGRESS] [default: open]:open = 能上互联网,宿主机、内网和链路本地(云元数据)地址都不通;none = 只有 pod 里的回环;proxy = 只能经 pod 的过滤代理访问放行的域名
+    #[arg(long, global = true, value_name = "MODE", value_parser = crate::sandbox::egress::EgressMode::NAMES)]
+    pub egress: Option<String>,
+    /// open/proxy 下照样放行的内网段,可以写多次 [env: FLOWERBOX_ALLOW_NET,逗号分隔],例如公司的包镜像 10.1.0.0/16。宿主机自己的地址永远不通
+    #[arg(long = "allow-net", global = true, value_name = "CIDR")]
+    pub allow_net: Vec<String>,
+    /// proxy 下另外放行的域名,可以写多次 [env: FLOWERBOX_ALLOW_DOMAIN,逗号分隔]。example.com 只放它自己,*.example.com 放它的子域名;包仓库默认就放行
+    #[arg(long = "allow-domain", global = true, value_name = "DOMAIN")]
+    pub allow_domain: Vec<String>,
     /// 打印帮助
     #[arg(short = 'h', long, global = true, action = ArgAction::Help)]
     pub help: Option<bool>,

@@ -63,6 +63,7 @@ pub async fn doctor(
         workspace: globals.workspace.clone(),
         credential_names: creds.names(),
         timeout: crate::sandbox::docker::DEFAULT_PING_TIMEOUT,
+        egress: globals.egress.clone(),
     };
     let checks = crate::sandbox::doctor::doctor(&input).await;
     for c in &checks {

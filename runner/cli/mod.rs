@@ -8,6 +8,7 @@
 
 pub mod app;
 pub mod args;
+mod egress;
 pub mod entry;
 pub mod error;
 pub mod host;

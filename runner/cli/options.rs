@@ -14,9 +14,13 @@ use super::args::{
     Cli, CommandArgs, DoctorArgs, GcArgs, GlobalArgs, GoArgs, OnceArgs, PermissionMode, RunArgs,
     SandboxKind,
 };
+use super::egress::egress_policy;
 use super::error::CliError;
 use super::host::Host;
 use super::target::{self, RunTarget};
+#[cfg(test)]
+use crate::sandbox::egress::EgressMode;
+use crate::sandbox::egress::EgressPolicy;
 
 /// Tool names `once -t` accepts (the agent tool registry's names). `WebSearch` is refused: there
 /// is no search provider.
@@ -52,6 +56,10 @@ pub struct GlobalOptions {
     pub sandbox: SandboxKind,
     /// `--image`, else `$FLOWERBOX_IMAGE`; `None` = the runner's content-hashed agent image.
     pub image: Option<String>,
+    /// `--egress`/`--allow-net`/`--allow-domain`, else `$FLOWERBOX_EGRESS`,
+    /// `$FLOWERBOX_ALLOW_NET`, `$FLOWERBOX_ALLOW_DOMAIN` (process environment only: never a
+    /// `.env` file, which an agent or a cloned repository could write).
+    pub egress: EgressPolicy,
     /// stdin is a terminal (prompts, interactive setup, probe, Ctrl-C handling).
     pub interactive: bool,
 }
@@ -195,6 +203,9 @@ impl GlobalOptions {
             trim,
             sandbox,
             image,
+            egress,
+            allow_net,
+            allow_domain,
             help: _,
         } = args;
         let sandbox = SandboxKind::from_name(&sandbox)
@@ -217,6 +228,7 @@ impl GlobalOptions {
         let image = image
             .filter(|i| !i.is_empty())
             .or_else(|| host.var("FLOWERBOX_IMAGE").map(str::to_string));
+        let egress = egress_policy(egress, allow_net, allow_domain, sandbox, host)?;
         Ok(Self {
             workspace,
             run_dir,
@@ -226,6 +238,7 @@ impl GlobalOptions {
             trim,
             sandbox,
             image,
+            egress,
             interactive: host.stdin_is_terminal,
         })
     }
@@ -571,6 +584,68 @@ mod tests {
         let o = resolve(&e.host, &["go", "--image=given:2"]).unwrap().global;
         assert_eq!(o.image.as_deref(), Some("given:2"));
         usage(&e.host, &["--sandbox", "vm", "go"]);
+    }
+
+    #[test]
+    fn egress_from_switches_else_the_environment_and_refused_when_it_cannot_hold() {
+        let mut e = env();
+        let o = resolve(&e.host, &["go"]).unwrap().global;
+        assert_eq!(o.egress, EgressPolicy::default());
+        assert_eq!(o.egress.mode, EgressMode::Open);
+        let o = resolve(
+            &e.host,
+            &[
+                "--egress",
+                "proxy",
+                "go",
+                "--allow-domain",
+                "*.Corp.example",
+                "--allow-net=10.1.2.3/16",
+                "--allow-net",
+                "192.168.7.7",
+            ],
+        )
+        .unwrap()
+        .global;
+        assert_eq!(o.egress.mode, EgressMode::Proxy);
+        let nets: Vec<String> = o.egress.allow_nets.iter().map(|n| n.to_string()).collect();
+        assert_eq!(nets, ["10.1.0.0/16", "192.168.7.7/32"]);
+        assert_eq!(o.egress.allow_domains[0].to_string(), "*.corp.example");
+        e.host.vars.insert("FLOWERBOX_EGRESS".into(), "none".into());
+        let o = resolve(&e.host, &["go"]).unwrap().global;
+        assert_eq!(o.egress.mode, EgressMode::None);
+        let o = resolve(&e.host, &["--egress", "open", "go"])
+            .unwrap()
+            .global;
+        assert_eq!(o.egress.mode, EgressMode::Open, "the switch wins");
+        e.host.vars.insert(
+            "FLOWERBOX_ALLOW_NET".into(),
+            "10.0.0.0/8, 172.20.0.0/16".into(),
+        );
+        let m = usage(&e.host, &["go"]);
+        assert!(
+            m.contains("--egress none 矛盾") && m.contains("FLOWERBOX_ALLOW_NET"),
+            "{m}"
+        );
+        let o = resolve(&e.host, &["--egress", "open", "go"])
+            .unwrap()
+            .global;
+        assert_eq!(o.egress.allow_nets.len(), 2);
+        e.host.vars.clear();
+        assert!(usage(&e.host, &["go", "--allow-domain", "pypi.org"]).contains("--egress proxy"));
+        assert!(usage(&e.host, &["go", "--allow-net", "nonsense"]).contains("nonsense"));
+        assert!(usage(
+            &e.host,
+            &["--egress", "proxy", "go", "--allow-domain", "1.2.3.4"]
+        )
+        .contains("不是域名"));
+        usage(&e.host, &["--egress", "everything", "go"]);
+        let m = usage(&e.host, &["--sandbox", "host", "--egress", "none", "go"]);
+        assert!(m.contains("--sandbox host"), "{m}");
+        e.host
+            .vars
+            .insert("FLOWERBOX_EGRESS".into(), "sometimes".into());
+        assert!(usage(&e.host, &["go"]).contains("FLOWERBOX_EGRESS"));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `flowerbox doctor`: one line per check with 通过 / 注意 / 不行 (pass / warn / fail; issue
 //! "Lifecycle"): the engine, the agent image and its tools, git, credentials (names only, never
-//! values), and orphaned containers. Check names stay ASCII words (`engine`, `image`...) so the
+//! values), the egress policy in force, and orphaned containers. Check names stay ASCII words (`engine`, `image`...) so the
 //! lines grep; the rest is Chinese with identifiers verbatim. The CLI prints [`Check`]s and exits
 //! 1 when any failed.
 
@@ -79,6 +79,8 @@ pub struct DoctorInput {
     pub credential_names: Vec<String>,
     /// Engine ping timeout.
     pub timeout: Duration,
+    /// The egress policy runs would use (`--egress`, `--allow-net`, `--allow-domain`).
+    pub egress: super::egress::EgressPolicy,
 }
 
 /// 1 when any check failed, else 0.
@@ -124,6 +126,7 @@ pub async fn doctor(input: &DoctorInput) -> Vec<Check> {
         }
         Err(_) => checks.push(check("image", Warn, "没查:没有引擎")),
     }
+    checks.push(check("egress", Pass, input.egress.describe()));
     checks.push(git_check().await);
     checks.push(workspace_check(&input.workspace));
     checks.push(if input.credential_names.is_empty() {
@@ -412,6 +415,7 @@ mod tests {
             workspace: dir.path().to_path_buf(),
             credential_names: vec!["ANTHROPIC_API_KEY".into()],
             timeout: Duration::from_secs(2),
+            egress: Default::default(),
         };
         let checks = doctor(&input).await;
         let engine = checks.iter().find(|c| c.name == "engine").unwrap();
@@ -424,6 +428,11 @@ mod tests {
                 .to_string()
                 .starts_with("不行  engine      用不了 Docker 引擎"),
             "{engine}"
+        );
+        let egress = checks.iter().find(|c| c.name == "egress").unwrap();
+        assert_eq!(
+            egress.to_string(),
+            "通过  egress      open:每次运行一个自己的网络,能上互联网;宿主机、内网、链路本地(云元数据)地址都不通"
         );
         // No engine: the image is not checked, and the line says so in Chinese.
         let image = checks.iter().find(|c| c.name == "image").unwrap();

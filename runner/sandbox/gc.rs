@@ -3,14 +3,17 @@
 //! A container is an orphan when its owner labels prove the owner process dead (pid gone, pid
 //! reused with another start time, or a previous boot). Containers of live owners, of other
 //! hosts, or without owner labels are never removed. The startup sweep looks at one workspace;
-//! `flowerbox gc` at all of them.
+//! `flowerbox gc` at all of them. A run's network carries the same labels and goes the same
+//! way, after the containers (the engine keeps a network that a container still uses).
 //!
 //! Worktrees (`--isolate`): [`worktrees`] sweeps the workspace's repository — registrations
 //! whose directory is gone are pruned, clean merged worktrees of dead owners are removed with
 //! their branches, and anything with unmerged commits or uncommitted changes is listed, never
 //! deleted (DESIGN.md invariant 5; the rules are in [`crate::isolate::sweep`]).
 
-use bollard::query_parameters::{ListContainersOptions, RemoveContainerOptions};
+use bollard::query_parameters::{
+    ListContainersOptions, ListNetworksOptions, RemoveContainerOptions,
+};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -53,18 +56,47 @@ impl Labelled {
     }
 }
 
+fn labelled(
+    id: Option<String>,
+    name: String,
+    state: String,
+    labels: HashMap<String, String>,
+) -> Labelled {
+    let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
+    let owner = Owner::from_labels(&labels);
+    let liveness = match &owner {
+        Some(o) => o.liveness(),
+        None => Liveness::Unknown("没有主人标签".into()),
+    };
+    Labelled {
+        id: id.unwrap_or_default(),
+        name,
+        run: get(LABEL_RUN),
+        agent: get(LABEL_AGENT),
+        role: get(LABEL_ROLE),
+        workspace: get(LABEL_WORKSPACE),
+        state,
+        owner,
+        liveness,
+    }
+}
+
+fn label_filters(workspace: Option<&Path>) -> HashMap<String, Vec<String>> {
+    let mut label_filters = vec![LABEL_RUN.to_string()];
+    if let Some(ws) = workspace {
+        label_filters.push(format!("{LABEL_WORKSPACE}={}", ws.to_string_lossy()));
+    }
+    HashMap::from([("label".to_string(), label_filters)])
+}
+
 /// Every flowerbox container (any state), of `workspace` only when given (canonical path).
 pub async fn list(
     engine: &Engine,
     workspace: Option<&Path>,
 ) -> Result<Vec<Labelled>, SandboxError> {
-    let mut label_filters = vec![LABEL_RUN.to_string()];
-    if let Some(ws) = workspace {
-        label_filters.push(format!("{LABEL_WORKSPACE}={}", ws.to_string_lossy()));
-    }
     let options = ListContainersOptions {
         all: true,
-        filters: Some(HashMap::from([("label".to_string(), label_filters)])),
+        filters: Some(label_filters(workspace)),
         ..Default::default()
     };
     let found = engine
@@ -75,28 +107,42 @@ pub async fn list(
     Ok(found
         .into_iter()
         .map(|c| {
-            let labels = c.labels.unwrap_or_default();
-            let get = |k: &str| labels.get(k).cloned().unwrap_or_default();
-            let owner = Owner::from_labels(&labels);
-            let liveness = match &owner {
-                Some(o) => o.liveness(),
-                None => Liveness::Unknown("没有主人标签".into()),
-            };
-            Labelled {
-                id: c.id.unwrap_or_default(),
-                name: c
-                    .names
+            labelled(
+                c.id,
+                c.names
                     .and_then(|n| n.into_iter().next())
                     .map(|n| n.trim_start_matches('/').to_string())
                     .unwrap_or_default(),
-                run: get(LABEL_RUN),
-                agent: get(LABEL_AGENT),
-                role: get(LABEL_ROLE),
-                workspace: get(LABEL_WORKSPACE),
-                state: c.state.map(|s| s.to_string()).unwrap_or_default(),
-                owner,
-                liveness,
-            }
+                c.state.map(|s| s.to_string()).unwrap_or_default(),
+                c.labels.unwrap_or_default(),
+            )
+        })
+        .collect())
+}
+
+/// Every flowerbox network (one per run with `--egress open|proxy`), of `workspace` only when
+/// given (canonical path). `state` is empty; `agent` and `role` are `net`.
+pub async fn list_networks(
+    engine: &Engine,
+    workspace: Option<&Path>,
+) -> Result<Vec<Labelled>, SandboxError> {
+    let options = ListNetworksOptions {
+        filters: Some(label_filters(workspace)),
+    };
+    let found = engine
+        .docker()
+        .list_networks(Some(options))
+        .await
+        .map_err(|e| SandboxError::Docker(e.to_string()))?;
+    Ok(found
+        .into_iter()
+        .map(|n| {
+            labelled(
+                n.id,
+                n.name.unwrap_or_default(),
+                String::new(),
+                n.labels.unwrap_or_default(),
+            )
         })
         .collect())
 }
@@ -130,15 +176,24 @@ impl GcReport {
     }
 }
 
-async fn remove_orphans(engine: &Engine, all: Vec<Labelled>) -> GcReport {
+async fn remove_orphans(engine: &Engine, all: Vec<Labelled>, networks: Vec<Labelled>) -> GcReport {
     let mut report = GcReport::default();
     let (orphans, kept): (Vec<_>, Vec<_>) = all.into_iter().partition(Labelled::is_orphan);
+    let (orphan_nets, kept_nets): (Vec<_>, Vec<_>) =
+        networks.into_iter().partition(Labelled::is_orphan);
+    let why = |c: &Labelled| match &c.liveness {
+        Liveness::Alive => "主人还在跑".to_string(),
+        Liveness::Unknown(r) | Liveness::Dead(r) => r.clone(),
+    };
     for c in kept {
-        let why = match &c.liveness {
-            Liveness::Alive => "主人还在跑".to_string(),
-            Liveness::Unknown(r) | Liveness::Dead(r) => r.clone(),
-        };
-        report.kept.push(format!("留着容器 {}:{why}", c.describe()));
+        report
+            .kept
+            .push(format!("留着容器 {}:{}", c.describe(), why(&c)));
+    }
+    for n in kept_nets {
+        report
+            .kept
+            .push(format!("留着网络 {}(运行 {}):{}", n.name, n.run, why(&n)));
     }
     // Agent containers before pods: they live in the pods' namespaces.
     let (pods, agents): (Vec<_>, Vec<_>) = orphans.into_iter().partition(|c| c.role == "pod");
@@ -165,24 +220,43 @@ async fn remove_orphans(engine: &Engine, all: Vec<Labelled>) -> GcReport {
                 .push(format!("删不掉残留的容器 {}:{e}", c.describe())),
         }
     }
+    // Networks after every container: the engine keeps a network that a container still uses.
+    for n in orphan_nets {
+        let Liveness::Dead(reason) = &n.liveness else {
+            continue;
+        };
+        let what = format!("{}(运行 {})", n.name, n.run);
+        match engine.docker().remove_network(&n.id).await {
+            Ok(()) => report
+                .removed
+                .push(format!("删掉了残留的网络 {what}:{reason}")),
+            Err(e) if status_code(&e) == Some(404) => {}
+            Err(e) => report.failed.push(format!("删不掉残留的网络 {what}:{e}")),
+        }
+    }
     report
 }
 
-/// The startup sweep: removes this workspace's containers whose owner is provably dead and
-/// returns one line per removed container. Live owners' containers are never touched.
+/// The startup sweep: removes this workspace's containers (then networks) whose owner is
+/// provably dead and returns one line per removed container or network. Live owners' containers are never touched.
 ///
 /// Errors: listing failed; a failed removal becomes an error naming every such container.
 pub async fn sweep_orphans(engine: &Engine, workspace: &Path) -> Result<Vec<String>, SandboxError> {
     let workspace = std::fs::canonicalize(workspace)?;
-    let report = remove_orphans(engine, list(engine, Some(&workspace)).await?).await;
+    let report = remove_orphans(
+        engine,
+        list(engine, Some(&workspace)).await?,
+        list_networks(engine, Some(&workspace)).await?,
+    )
+    .await;
     if !report.failed.is_empty() {
         return Err(SandboxError::Docker(report.failed.join("; ")));
     }
     Ok(report.removed)
 }
 
-/// `flowerbox gc`: removes orphaned containers (of `containers_of`, or of every workspace when
-/// `None`) and lists what it kept; with `worktrees_of`, also sweeps that repository's worktrees
+/// `flowerbox gc`: removes orphaned containers and networks (of `containers_of`, or of every
+/// workspace when `None`) and lists what it kept; with `worktrees_of`, also sweeps that repository's worktrees
 /// ([`worktrees`]).
 pub async fn gc(
     engine: &Engine,
@@ -190,7 +264,12 @@ pub async fn gc(
     worktrees_of: Option<&Path>,
 ) -> Result<GcReport, SandboxError> {
     let containers_of = containers_of.map(std::fs::canonicalize).transpose()?;
-    let mut report = remove_orphans(engine, list(engine, containers_of.as_deref()).await?).await;
+    let mut report = remove_orphans(
+        engine,
+        list(engine, containers_of.as_deref()).await?,
+        list_networks(engine, containers_of.as_deref()).await?,
+    )
+    .await;
     if let Some(ws) = worktrees_of.map(std::fs::canonicalize).transpose()? {
         let trees = tokio::task::spawn_blocking(move || worktrees(&ws))
             .await

@@ -7,6 +7,7 @@
 
 pub mod docker;
 pub mod doctor;
+pub mod egress;
 pub mod gc;
 pub mod host;
 pub mod output;

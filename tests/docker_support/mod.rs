@@ -166,6 +166,23 @@ pub async fn run_containers(engine: &Engine, run_id: &str) -> Vec<String> {
     containers_where(engine, "label", format!("flowerbox.run={run_id}")).await
 }
 
+/// Ids of every network labelled with this run (one with `--egress open|proxy`).
+pub async fn run_networks(engine: &Engine, run_id: &str) -> Vec<String> {
+    use bollard::query_parameters::ListNetworksOptions;
+    use std::collections::HashMap;
+    let filters = HashMap::from([("label".to_string(), vec![format!("flowerbox.run={run_id}")])]);
+    engine
+        .docker()
+        .list_networks(Some(ListNetworksOptions {
+            filters: Some(filters),
+        }))
+        .await
+        .expect("list networks")
+        .into_iter()
+        .filter_map(|n| n.id)
+        .collect()
+}
+
 /// Ids of every container (any state) that the engine's list filter `filter` (`label`,
 /// `name`...) with `value` selects.
 pub async fn containers_where(engine: &Engine, filter: &str, value: String) -> Vec<String> {

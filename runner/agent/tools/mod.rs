@@ -93,6 +93,8 @@ pub struct ToolLimits {
     pub bash_output_cap: usize,
     /// Bytes a WebFetch reads at most.
     pub webfetch_max_bytes: usize,
+    /// Where WebFetch may connect: the run's egress policy, the same one its pod enforces.
+    pub egress: crate::sandbox::egress::EgressPolicy,
 }
 
 impl Default for ToolLimits {
@@ -102,6 +104,7 @@ impl Default for ToolLimits {
             bash_max_timeout: Duration::from_secs(600),
             bash_output_cap: 30_000,
             webfetch_max_bytes: 2 * 1024 * 1024,
+            egress: crate::sandbox::egress::EgressPolicy::default(),
         }
     }
 }

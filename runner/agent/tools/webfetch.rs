@@ -1,13 +1,26 @@
 //! `WebFetch`: a host-side HTTP GET, HTML turned into text, size-capped. Runs on the host (the
 //! containers have no credentials and need no network for this); off for roles without it.
+//!
+//! It obeys the run's egress policy like the agent's pod (DESIGN.md threat model point 4): on
+//! every hop the name is checked ([`EgressPolicy::check_name`]: `none` refuses, `proxy` admits
+//! listed domains only), resolved once, every address checked ([`EgressPolicy::check_addr`]: no
+//! loopback, no host address, no private or link-local range unless `--allow-net`), and the
+//! connection pinned to the checked addresses, so a second DNS answer cannot rebind it.
+//! Redirects are followed by hand, each under the same check; no system proxy is used.
 
 use async_trait::async_trait;
 use futures::StreamExt;
+use reqwest::Url;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use super::{parse_input, Tool, ToolContext, ToolError};
+use crate::sandbox::egress::{EgressPolicy, HostAddrs};
+
+/// Redirects followed at most.
+const MAX_REDIRECTS: usize = 5;
 
 pub(super) struct WebFetchTool;
 
@@ -39,22 +52,37 @@ impl Tool for WebFetchTool {
 
     async fn call(&self, input: &Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let a: Args = parse_input(input)?;
-        let url = reqwest::Url::parse(&a.url)
-            .map_err(|e| ToolError::InvalidInput(format!("url: {e}")))?;
-        if !matches!(url.scheme(), "http" | "https") {
-            return Err(ToolError::InvalidInput("只支持 http/https".into()));
-        }
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(60))
-            .redirect(reqwest::redirect::Policy::limited(5))
-            .build()
-            .map_err(|e| ToolError::Failed(e.to_string()))?;
+        let mut url =
+            Url::parse(&a.url).map_err(|e| ToolError::InvalidInput(format!("url: {e}")))?;
+        let policy = &ctx.limits.egress;
+        let host = HostAddrs::discover();
         let fetch = async {
-            let resp = client
-                .get(url.clone())
-                .send()
-                .await
-                .map_err(|e| ToolError::Failed(format!("请求失败:{e}")))?;
+            let mut hops = 0;
+            let resp = loop {
+                let client = pinned_client(&url, policy, &host).await?;
+                let resp = client
+                    .get(url.clone())
+                    .send()
+                    .await
+                    .map_err(|e| ToolError::Failed(format!("请求失败:{e}")))?;
+                let location = resp
+                    .headers()
+                    .get(reqwest::header::LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                    .filter(|_| resp.status().is_redirection());
+                let Some(location) = location else {
+                    break resp;
+                };
+                hops += 1;
+                if hops > MAX_REDIRECTS {
+                    return Err(ToolError::Failed(format!(
+                        "重定向超过 {MAX_REDIRECTS} 次,停在 {url}"
+                    )));
+                }
+                url = url
+                    .join(location)
+                    .map_err(|e| ToolError::Failed(format!("重定向的地址不对:{e}")))?;
+            };
             let status = resp.status();
             let ctype = resp
                 .headers()
@@ -102,5 +130,120 @@ impl Tool for WebFetchTool {
         } else {
             Err(ToolError::Failed(out))
         }
+    }
+}
+
+/// A client for one hop to `url`: the scheme, the name and every resolved address checked
+/// against `policy`, the connection pinned to the addresses that passed, no redirects followed
+/// and no system proxy.
+async fn pinned_client(
+    url: &Url,
+    policy: &EgressPolicy,
+    host: &HostAddrs,
+) -> Result<reqwest::Client, ToolError> {
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(ToolError::InvalidInput("只支持 http/https".into()));
+    }
+    let denied = |why: String| ToolError::Denied(format!("WebFetch 不去 {url}:{why}"));
+    let name = url
+        .host_str()
+        .ok_or_else(|| ToolError::InvalidInput(format!("{url} 里没有主机名")))?;
+    policy.check_name(name).map_err(|r| denied(r.to_string()))?;
+    let port = url.port_or_known_default().unwrap_or(80);
+    let literal = name.trim_start_matches('[').trim_end_matches(']');
+    let (domain, addrs): (Option<&str>, Vec<SocketAddr>) = match literal.parse::<IpAddr>() {
+        Ok(ip) => (None, vec![SocketAddr::new(ip, port)]),
+        Err(_) => {
+            let found = tokio::net::lookup_host((name, port))
+                .await
+                .map_err(|e| ToolError::Failed(format!("解析不了 {name}:{e}")))?;
+            (Some(name), found.collect())
+        }
+    };
+    let mut allowed = Vec::new();
+    let mut refusal = None;
+    for a in addrs {
+        match policy.check_addr(a.ip(), host) {
+            Ok(()) => allowed.push(a),
+            Err(r) => {
+                refusal.get_or_insert(r);
+            }
+        }
+    }
+    if allowed.is_empty() {
+        let why = refusal.map_or_else(|| format!("{name} 没有地址"), |r| r.to_string());
+        return Err(denied(why));
+    }
+    let mut builder = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy();
+    if let Some(d) = domain {
+        builder = builder.resolve_to_addrs(d, &allowed);
+    }
+    builder
+        .build()
+        .map_err(|e| ToolError::Failed(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::egress::{EgressMode, Refusal};
+
+    fn url(s: &str) -> Url {
+        Url::parse(s).unwrap()
+    }
+
+    fn refused(r: Result<reqwest::Client, ToolError>) -> String {
+        match r {
+            Err(ToolError::Denied(m)) => m,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_host_is_refused_before_any_connection() {
+        let host = HostAddrs::discover();
+        let open = EgressPolicy::default();
+        for u in [
+            "http://127.0.0.1:1/",
+            "http://[::1]:1/",
+            "http://[::ffff:7f00:1]:1/",
+            "http://2130706433:1/",
+            "http://0.0.0.0:1/",
+            "http://localhost:1/",
+            "http://169.254.169.254/",
+            "http://10.0.0.1/",
+        ] {
+            let m = refused(pinned_client(&url(u), &open, &host).await);
+            assert!(m.starts_with("WebFetch 不去 http://"), "{m}");
+        }
+        let m = refused(pinned_client(&url("http://127.0.0.1:8/"), &open, &host).await);
+        assert!(m.contains(&Refusal::Loopback("127.0.0.1".parse().unwrap()).to_string()));
+        for a in host.v4().into_iter().filter(|a| !a.is_loopback()) {
+            let m = refused(pinned_client(&url(&format!("http://{a}:9/")), &open, &host).await);
+            assert!(m.contains("宿主机自己的地址"), "{m}");
+        }
+        // A public address passes (nothing is connected here).
+        assert!(pinned_client(&url("http://203.0.113.80/"), &open, &host)
+            .await
+            .is_ok());
+        let none = EgressPolicy {
+            mode: EgressMode::None,
+            ..Default::default()
+        };
+        let m = refused(pinned_client(&url("http://203.0.113.80/"), &none, &host).await);
+        assert!(m.contains("none"), "{m}");
+        let proxy = EgressPolicy {
+            mode: EgressMode::Proxy,
+            ..Default::default()
+        };
+        let m = refused(pinned_client(&url("https://example.com/"), &proxy, &host).await);
+        assert!(m.contains("example.com 不在放行的域名里"), "{m}");
+        assert!(matches!(
+            pinned_client(&url("file:///etc/passwd"), &open, &host).await,
+            Err(ToolError::InvalidInput(_))
+        ));
     }
 }

@@ -232,10 +232,12 @@ pub(crate) struct RunSpec {
     pub identity: Identity,
     pub owner: Owner,
     pub limits: Limits,
+    /// Added to every agent's environment (the run proxy's address in `--egress proxy`).
+    pub extra_env: Vec<String>,
 }
 
 impl RunSpec {
-    fn labels(&self, agent: &str, role: &str) -> HashMap<String, String> {
+    pub(crate) fn labels(&self, agent: &str, role: &str) -> HashMap<String, String> {
         let mut labels = HashMap::new();
         labels.insert(LABEL_RUN.into(), self.run_id.clone());
         labels.insert(LABEL_AGENT.into(), agent.into());
@@ -274,6 +276,7 @@ impl RunSpec {
             env.push(format!("GIT_CONFIG_KEY_{i}={k}"));
             env.push(format!("GIT_CONFIG_VALUE_{i}={v}"));
         }
+        env.extend(self.extra_env.iter().cloned());
         env
     }
 
@@ -289,8 +292,9 @@ impl RunSpec {
     }
 
     /// The pod: an init (the engine's `docker-init`) as PID 1 that reaps every zombie of the
-    /// run, owning the PID and network namespaces.
-    pub fn pod_body(&self) -> ContainerCreateBody {
+    /// run, owning the PID and network namespaces; on the run's own network, or on none
+    /// (`network` is a network name or `none`; see [`super::network`]).
+    pub fn pod_body(&self, network: &str) -> ContainerCreateBody {
         ContainerCreateBody {
             image: Some(self.image.clone()),
             entrypoint: Some(vec!["sleep".into(), "infinity".into()]),
@@ -301,6 +305,7 @@ impl RunSpec {
             stop_timeout: Some(1),
             host_config: Some(HostConfig {
                 init: Some(true),
+                network_mode: Some(network.to_string()),
                 ..self.host_config()
             }),
             ..Default::default()
@@ -541,6 +546,7 @@ mod tests {
             identity: ident(4242),
             owner: Owner::current().unwrap(),
             limits: Limits::default(),
+            extra_env: Vec::new(),
         };
         let judge = AgentBox {
             agent: "judge-1".into(),
@@ -600,6 +606,7 @@ mod tests {
             identity: ident(4242),
             owner: Owner::current().unwrap(),
             limits: Limits::default(),
+            extra_env: Vec::new(),
         };
         let tmpfs = run
             .agent_body(&c, "p", "n")

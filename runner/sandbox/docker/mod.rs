@@ -13,6 +13,7 @@ pub mod engine;
 pub mod exec;
 pub mod image;
 pub mod labels;
+pub(crate) mod network;
 pub mod readonly;
 pub mod seccomp;
 mod sentinel;
@@ -47,7 +48,9 @@ use container::{
 use engine::status_code;
 use readonly::ReadOnly;
 
+use super::egress::{EgressMode, EgressPolicy, HostAddrs};
 use super::{AgentBox, Sandbox, SandboxError, SandboxFactory};
+use network::{FenceFacts, Fenced, RunNet};
 
 /// Everything the Docker backend needs for one run. Build with [`DockerOptions::new`] and
 /// override fields.
@@ -70,6 +73,8 @@ pub struct DockerOptions {
     pub show_progress: bool,
     /// How long the engine gets to answer the first ping.
     pub ping_timeout: Duration,
+    /// `--egress`, `--allow-net`, `--allow-domain`: the policy the pod's network enforces.
+    pub egress: EgressPolicy,
 }
 
 impl DockerOptions {
@@ -84,6 +89,7 @@ impl DockerOptions {
             user: None,
             show_progress: true,
             ping_timeout: DEFAULT_PING_TIMEOUT,
+            egress: EgressPolicy::default(),
         }
     }
 }
@@ -94,6 +100,10 @@ struct Pod {
     id: String,
     name: String,
     facts: ImageFacts,
+    /// Environment every agent container gets (the proxy's address in proxy mode).
+    env: Vec<String>,
+    /// Resolves when the pod's rules are in: agent containers start only after.
+    fenced: Fenced,
 }
 
 type Slot = Arc<OnceCell<Arc<DockerSandbox>>>;
@@ -103,10 +113,14 @@ struct Inner {
     opts: DockerOptions,
     owner: Owner,
     image: OnceCell<String>,
+    /// flowerbox's own image, for the fence and the proxy (whatever `--image` says).
+    infra_image: OnceCell<String>,
     pod: OnceCell<Pod>,
     agents: Mutex<HashMap<String, Slot>>,
     /// Every container created (ids), pod last, removed at teardown whatever else happened.
-    created: Mutex<Vec<(String, bool)>>,
+    created: Arc<Mutex<Vec<(String, bool)>>>,
+    /// The run's networks (ids), removed after every container.
+    networks: Mutex<Vec<String>>,
     torn_down: AtomicBool,
 }
 
@@ -145,9 +159,11 @@ impl DockerSandboxFactory {
                 opts,
                 owner,
                 image: OnceCell::new(),
+                infra_image: OnceCell::new(),
                 pod: OnceCell::new(),
                 agents: Mutex::new(HashMap::new()),
-                created: Mutex::new(Vec::new()),
+                created: Arc::new(Mutex::new(Vec::new())),
+                networks: Mutex::new(Vec::new()),
                 torn_down: AtomicBool::new(false),
             }),
         })
@@ -241,6 +257,7 @@ impl Inner {
             identity,
             owner: self.owner.clone(),
             limits: self.opts.limits,
+            extra_env: Vec::new(),
         }
     }
 
@@ -273,16 +290,148 @@ impl Inner {
             .get_or_try_init(|| async {
                 let image = self.image().await?.clone();
                 let spec = self.run_spec(&image, self.identity(&[]));
-                let name = container_name(&self.opts.run_id, "pod");
-                let id = self.create(&name, spec.pod_body(), true).await?;
-                let facts = self.image_facts(&id).await;
-                self.docker()
-                    .start_container(&id, None)
-                    .await
-                    .map_err(|e| SandboxError::Container(format!("starting pod {name}: {e}")))?;
-                Ok::<_, SandboxError>(Pod { id, name, facts })
+                let policy = &self.opts.egress;
+                if policy.mode == EgressMode::None {
+                    let (id, name, facts) = self.start_pod(&spec, "none").await?;
+                    return Ok(Pod {
+                        id,
+                        name,
+                        facts,
+                        env: Vec::new(),
+                        fenced: Fenced::ready(),
+                    });
+                }
+                let infra = self.infra_image().await?.clone();
+                let net = self.create_network(&spec).await?;
+                let facts = FenceFacts {
+                    host: HostAddrs::discover(),
+                    resolvers: super::egress::resolvers(),
+                    gateway: net.gateway,
+                };
+                let rules = network::pod_rules(policy, &facts, net.subnet);
+                // The proxy (proxy mode) starts beside the pod; the fence is created while the
+                // pod's image facts are read and runs in the background: agent containers are
+                // created meanwhile but start only once it is done (`Pod::fenced`).
+                let proxy = async {
+                    match policy.mode {
+                        EgressMode::Proxy => self
+                            .start_proxy(&spec, &infra, &net, &facts)
+                            .await
+                            .map(Some),
+                        _ => Ok(None),
+                    }
+                };
+                let pod = async {
+                    let name = container_name(&self.opts.run_id, "pod");
+                    let id = self.create(&name, spec.pod_body(&net.name), true).await?;
+                    let fence_name = container_name(&self.opts.run_id, "fence");
+                    let fence =
+                        network::fence_body(&infra, &id, spec.labels("fence", "fence"), &rules);
+                    let (image_facts, fence_id) =
+                        tokio::join!(self.image_facts(&id), self.create(&fence_name, fence, true));
+                    let fence_id = fence_id?;
+                    self.docker()
+                        .start_container(&id, None)
+                        .await
+                        .map_err(|e| {
+                            SandboxError::Container(format!("starting pod {name}: {e}"))
+                        })?;
+                    Ok::<_, SandboxError>((id, name, image_facts, fence_name, fence_id))
+                };
+                let (proxy, (id, name, image_facts, fence_name, fence_id)) =
+                    tokio::try_join!(proxy, pod)?;
+                let fenced = network::spawn_fence(
+                    self.docker().clone(),
+                    self.created.clone(),
+                    fence_name,
+                    fence_id,
+                    proxy.as_ref().map(|(proxy_id, _)| proxy_id.clone()),
+                );
+                Ok::<_, SandboxError>(Pod {
+                    id,
+                    name,
+                    facts: image_facts,
+                    env: proxy.map_or_else(Vec::new, |(_, ip)| network::proxy_env(ip)),
+                    fenced,
+                })
             })
             .await
+    }
+
+    /// Creates and starts the pod container on `network` (a network name or `none`).
+    async fn start_pod(
+        &self,
+        spec: &RunSpec,
+        network: &str,
+    ) -> Result<(String, String, ImageFacts), SandboxError> {
+        let name = container_name(&self.opts.run_id, "pod");
+        let id = self.create(&name, spec.pod_body(network), true).await?;
+        let facts = self.image_facts(&id).await;
+        self.docker()
+            .start_container(&id, None)
+            .await
+            .map_err(|e| SandboxError::Container(format!("starting pod {name}: {e}")))?;
+        Ok((id, name, facts))
+    }
+
+    /// flowerbox's own image (built when missing), which has iptables and tinyproxy.
+    async fn infra_image(&self) -> Result<&String, SandboxError> {
+        self.infra_image
+            .get_or_try_init(|| async {
+                if self.opts.image.is_none() {
+                    return Ok(self.image().await?.clone());
+                }
+                let ensured = ensure_image(&self.engine, None, self.opts.show_progress).await?;
+                Ok::<_, SandboxError>(ensured.image)
+            })
+            .await
+    }
+
+    /// The run's own bridge network, labelled like its containers.
+    async fn create_network(&self, spec: &RunSpec) -> Result<RunNet, SandboxError> {
+        let name = container_name(&self.opts.run_id, "net");
+        let net = network::create_network(self.docker(), &name, spec.labels("net", "net")).await?;
+        self.networks.lock().expect("lock").push(net.id.clone());
+        Ok(net)
+    }
+
+    /// Starts the run's proxy on `net`; returns its id and address there.
+    async fn start_proxy(
+        &self,
+        spec: &RunSpec,
+        image: &str,
+        net: &RunNet,
+        facts: &FenceFacts,
+    ) -> Result<(String, std::net::Ipv4Addr), SandboxError> {
+        let policy = &self.opts.egress;
+        let rules = network::proxy_rules(policy, facts, net.subnet);
+        let config = network::proxy_config(policy, net.subnet);
+        let name = container_name(&self.opts.run_id, "proxy");
+        let body = network::proxy_body(
+            image,
+            &net.name,
+            spec.labels("proxy", "proxy"),
+            &rules,
+            &config,
+        );
+        let id = self.create(&name, body, true).await?;
+        self.docker()
+            .start_container(&id, None)
+            .await
+            .map_err(|e| SandboxError::Container(format!("starting {name}: {e}")))?;
+        let info = self
+            .docker()
+            .inspect_container(&id, None)
+            .await
+            .map_err(docker_err)?;
+        let ip = info
+            .network_settings
+            .and_then(|s| s.networks)
+            .and_then(|n| n.get(&net.name).cloned())
+            .and_then(|e| e.ip_address)
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| SandboxError::Container(format!("{name} 在 {} 上没有地址", net.name)))?;
+        Ok((id, ip))
     }
 
     /// Reads `/etc/passwd`, `/etc/group` and whether bash, `setpriv` and `lsof` exist from a
@@ -353,7 +502,8 @@ impl Inner {
         // Judges and coordinators run as a uid of their own (see `readonly`).
         let read_only = ReadOnly::plan(spec.role, identity.ids, &mounts, &pod.facts, &image)?;
         let inside = read_only.as_ref().map_or(&identity, |r| &r.shell);
-        let run = self.run_spec(&image, inside.clone());
+        let mut run = self.run_spec(&image, inside.clone());
+        run.extra_env = pod.env.clone();
         let name = container_name(&self.opts.run_id, &spec.agent);
         let mut body = run.agent_body(&spec, &pod.id, &pod.name);
         if let Some(r) = &read_only {
@@ -378,6 +528,8 @@ impl Inner {
             )
             .await
             .map_err(|e| SandboxError::Container(format!("writing passwd into {name}: {e}")))?;
+        // Never a process in the pod's namespace before its rules are in.
+        pod.fenced.wait().await?;
         self.docker()
             .start_container(&id, None)
             .await
@@ -426,6 +578,16 @@ impl Inner {
                 futures::future::join_all(group.iter().map(|(id, _)| self.remove(id))).await;
             first_err = first_err.or(results.into_iter().flatten().next());
         }
+        // Networks last: the engine refuses to remove one that a container still uses.
+        let networks: Vec<String> = std::mem::take(&mut *self.networks.lock().expect("lock"));
+        for id in networks {
+            if let Err(e) = self.docker().remove_network(&id).await {
+                if status_code(&e) != Some(404) {
+                    first_err = first_err.or(Some(docker_err(e)));
+                    self.networks.lock().expect("lock").push(id);
+                }
+            }
+        }
         first_err.map_or(Ok(()), Err)
     }
 }
@@ -461,7 +623,9 @@ impl Drop for Inner {
     fn drop(&mut self) {
         let left: Vec<(String, bool)> =
             std::mem::take(&mut *self.created.lock().unwrap_or_else(|e| e.into_inner()));
-        if left.is_empty() {
+        let networks: Vec<String> =
+            std::mem::take(&mut *self.networks.lock().unwrap_or_else(|e| e.into_inner()));
+        if left.is_empty() && networks.is_empty() {
             return;
         }
         let endpoint = self.engine.endpoint().clone();
@@ -487,6 +651,9 @@ impl Drop for Inner {
                         .docker()
                         .remove_container(&id, Some(opts.clone()))
                         .await;
+                }
+                for id in networks {
+                    let _ = engine.docker().remove_network(&id).await;
                 }
             });
         });
