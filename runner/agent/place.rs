@@ -15,6 +15,9 @@ pub struct WorkerPlace {
     pub workdir: PathBuf,
     /// Mounts, workspace/worktree first.
     pub mounts: Vec<Mount>,
+    /// The git branch of the worker's own worktree (`--isolate`), `None` in the shared
+    /// workspace. Its first message names it.
+    pub branch: Option<String>,
 }
 
 /// Gives workers their place and integrates their work when they end.
@@ -50,6 +53,7 @@ impl Placement for SharedPlacement {
         Ok(WorkerPlace {
             workdir: self.workspace.clone(),
             mounts: role_mounts(Role::Worker, &self.workspace, self.workbench.as_deref()),
+            branch: None,
         })
     }
 

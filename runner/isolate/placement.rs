@@ -333,6 +333,7 @@ impl Placement for WorktreePlacement {
             made.path.join(&self.repo.subdir)
         };
         let mounts = self.mounts(&made.path);
+        let branch = Some(made.branch.clone());
         self.trees.lock().unwrap_or_else(|e| e.into_inner()).insert(
             agent.to_string(),
             Tree {
@@ -342,7 +343,11 @@ impl Placement for WorktreePlacement {
                 state: State::Working,
             },
         );
-        Ok(WorkerPlace { workdir, mounts })
+        Ok(WorkerPlace {
+            workdir,
+            mounts,
+            branch,
+        })
     }
 
     async fn finish(&self, agent: &str, _place: &WorkerPlace, ok: bool) -> Option<String> {

@@ -166,6 +166,7 @@ async fn an_unknown_agent_gets_no_report() {
     let place = WorkerPlace {
         workdir: ws.clone(),
         mounts: vec![],
+        branch: None,
     };
     assert_eq!(p.finish("worker-9", &place, true).await, None);
 }
