@@ -106,6 +106,8 @@ pub fn turn_of(content: Vec<ContentBlock>, model: &str) -> Turn {
         model: model.to_string(),
         retried_errors: vec![],
         truncated_tool_use: false,
+        malformed_calls: vec![],
+        reported_cost_usd: None,
     }
 }
 

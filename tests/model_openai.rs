@@ -198,6 +198,8 @@ async fn chat_completions_stream_with_tools_and_usage() {
     assert_eq!(body["stream"], true);
     assert_eq!(body["stream_options"]["include_usage"], true);
     assert_eq!(body["tools"][0]["type"], "function");
+    // Whenever tools are offered (llama-cpp-python drops them from the prompt without it).
+    assert_eq!(body["tool_choice"], "auto");
     assert_eq!(body["tools"][0]["function"]["name"], "Bash");
     assert_eq!(body["messages"][0]["role"], "system");
     assert_eq!(
@@ -214,4 +216,43 @@ async fn unknown_provider_name_is_an_error() {
         .expect("must fail");
     assert!(matches!(err, ModelError::Setup(_)));
     assert!(err.to_string().contains("opneai"));
+}
+
+#[tokio::test]
+async fn a_local_server_says_its_context_length() {
+    // llama.cpp's server: GET /props at the root (the base URL ends in /v1).
+    let app = Router::new().route(
+        "/props",
+        axum::routing::get(|| async {
+            axum::Json(json!({"default_generation_settings": {"n_ctx": 8192}, "total_slots": 1}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let base = format!("http://{addr}/v1");
+    let get = move |k: &str| match k {
+        "FLOWERBOX_PROVIDER" => Some("openai".to_string()),
+        "OPENAI_BASE_URL" => Some(base.clone()),
+        "OPENAI_MODEL" => Some("local".into()),
+        _ => None,
+    };
+    let p = build_provider(&get, ProviderOptions::default()).unwrap();
+    assert_eq!(p.server_context_window().await, Some(8192));
+    // So an uncatalogued model asks for a quarter of it.
+    assert_eq!(
+        flowerbox::model::config::max_tokens_for(None, "local", Some(8192)),
+        2048
+    );
+    // A server that says nothing: unknown.
+    let fake = Arc::new(Fake::default());
+    let base = start(fake).await;
+    let get = move |k: &str| match k {
+        "FLOWERBOX_PROVIDER" => Some("openai".to_string()),
+        "OPENAI_BASE_URL" => Some(base.clone()),
+        "OPENAI_MODEL" => Some("local".into()),
+        _ => None,
+    };
+    let p = build_provider(&get, ProviderOptions::default()).unwrap();
+    assert_eq!(p.server_context_window().await, None);
 }

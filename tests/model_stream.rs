@@ -274,7 +274,7 @@ async fn three_byte_characters_split_across_network_chunks() {
     let resp = reqwest::Client::new()
         .post(format!("{}/v1/messages", server.url))
         .header("x-flowerbox-role", "worker")
-        .body(json!({"model": "m", "messages": [{"role": "user", "content": "go"}]}).to_string())
+        .body(json!({"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "go"}]}).to_string())
         .send()
         .await
         .unwrap();
@@ -464,4 +464,38 @@ async fn parallel_agents_are_served_concurrently() {
         assert_eq!(t.content, vec![ContentBlock::text(format!("reply {i}"))]);
     }
     assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+#[tokio::test]
+async fn strict_by_default_lax_on_request() {
+    // What the real API refuses: an empty assistant message that is not the last one.
+    let body = json!({"model": "claude-sonnet-4-5", "max_tokens": 64, "messages": [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": []},
+        {"role": "user", "content": "again"}]});
+    let turn = json!({"content": [{"type": "text", "text": "ok"}]});
+    let scenario = json!({"agents": [{"role": "worker", "turns": [turn, turn]}]});
+    let post = |url: String| {
+        let body = body.clone();
+        async move {
+            reqwest::Client::new()
+                .post(format!("{url}/v1/messages"))
+                .header("x-flowerbox-role", "worker")
+                .body(body.to_string())
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let strict = ScriptedModel::start(&scenario);
+    let resp = post(strict.url.clone()).await;
+    assert_eq!(resp.status(), 400);
+    let err: Value = resp.json().await.unwrap();
+    assert_eq!(err["error"]["type"], "invalid_request_error");
+    assert_eq!(
+        err["error"]["message"],
+        "messages.1: all messages must have non-empty content except for the optional final assistant message"
+    );
+    let lax = ScriptedModel::start_args(&scenario, &["--lax"]);
+    assert_eq!(post(lax.url.clone()).await.status(), 200);
 }

@@ -18,6 +18,8 @@ pub mod workbench;
 
 #[cfg(test)]
 mod loop_tests;
+#[cfg(test)]
+mod prompt_tests;
 
 pub use event::{Event, EventKind, EventSink};
 pub use place::{Placement, SharedPlacement, WorkerPlace, WorkerSandbox};

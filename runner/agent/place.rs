@@ -16,7 +16,10 @@ pub struct WorkerPlace {
     pub workdir: PathBuf,
     /// Mounts, workspace/worktree first.
     pub mounts: Vec<Mount>,
-    /// What the worker is told about git in its place (appended to its task).
+    /// The git branch of the worker's own worktree (`--isolate`), `None` in the shared
+    /// workspace. Its first message names it.
+    pub branch: Option<String>,
+    /// What the worker is told about git in its place (in its first message).
     pub note: Option<String>,
 }
 
@@ -56,7 +59,7 @@ pub trait Placement: Send + Sync {
 }
 
 /// What a worker in the shared workspace is told: the repository is read-only.
-pub const SHARED_GIT_NOTE: &str = "工作区的 .git 是只读的:git status/diff/log 照常能用,\
+pub const SHARED_GIT_NOTE: &str = "git:工作区的 .git 是只读的,git status/diff/log 照常能用,\
 提交、建分支、改 git 配置都会失败。提交不归你管,改动留在工作区就行。";
 
 /// The default placement: every worker writes in the shared workspace.
@@ -86,6 +89,7 @@ impl Placement for SharedPlacement {
             workdir: self.workspace.clone(),
             mounts,
             note,
+            branch: None,
         })
     }
 

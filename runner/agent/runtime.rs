@@ -97,7 +97,10 @@ impl RuntimeConfig {
     pub fn new(workspace: PathBuf, model: String, run_id: String) -> Self {
         let model_for_window = model.clone();
         RuntimeConfig {
-            base_system: base_system(&workspace),
+            base_system: super::roles::base_system(
+                &workspace,
+                super::roles::CommandsRun::InContainer,
+            ),
             workspace,
             model,
             max_tokens: 16_384,
@@ -111,15 +114,6 @@ impl RuntimeConfig {
             masked_ids: Vec::new(),
         }
     }
-}
-
-fn base_system(workspace: &std::path::Path) -> String {
-    format!(
-        "你是 flowerbox 里的一个 agent,在长程编码运行中承担一个角色。工作区在 {ws}。\
-         你的命令(Bash)在你自己的 Docker 容器里执行,路径和宿主机上一模一样;文件工具只能碰你被挂载的目录。\
-         工具报错是给你看的结果,读懂再决定下一步。",
-        ws = workspace.display()
-    )
 }
 
 /// The agent runtime. Cheap to share (`Arc<Runtime>`); one per workflow run.

@@ -125,6 +125,13 @@ impl AgentRun {
         self
     }
 
+    /// The prefix every request of this agent starts with: system blocks and tools (what
+    /// prompt caching stores).
+    #[cfg(test)]
+    pub(crate) fn request_prefix(&self) -> (&[String], &[ToolDef]) {
+        (&self.system, &self.tools)
+    }
+
     /// The session id.
     pub(crate) fn session_id(&self) -> &str {
         &self.session
@@ -148,7 +155,7 @@ impl AgentRun {
         match self.call_model(&ctx).await {
             Ok(turn) => {
                 self.turns += 1;
-                self.append(turn.to_message(), Some(self.context_tokens));
+                self.append_turn(&turn);
                 let text = turn.to_message().text();
                 if text.trim().is_empty() {
                     Err("它没写出任何文字".into())
@@ -192,6 +199,36 @@ impl AgentRun {
         self.messages.push(msg);
     }
 
+    /// Records the model's turn. A turn with no content at all (cut off by `max_tokens` inside
+    /// its only tool call) is never stored or sent: the real APIs refuse an empty message
+    /// anywhere but last, and a stored one would break every resume of the session.
+    fn append_turn(&mut self, turn: &crate::model::Turn) {
+        let msg = turn.to_message();
+        if !msg.content.is_empty() {
+            self.append(msg, Some(self.context_tokens));
+        }
+    }
+
+    /// Appends user content, merging into a trailing user message in memory (the APIs want
+    /// alternation); the store gets its own row, which resume merges back the same way.
+    fn push_user(&mut self, content: Vec<ContentBlock>) {
+        let msg = Message {
+            role: Speaker::User,
+            content,
+        };
+        match self.messages.last_mut() {
+            Some(last) if last.role == Speaker::User => {
+                last.content.extend(msg.content.iter().cloned());
+                if let Err(e) = self.rt.store.append(&self.session, &msg, None) {
+                    self.emit(EventKind::Error {
+                        text: format!("会话落盘失败:{e}"),
+                    });
+                }
+            }
+            _ => self.append(msg, None),
+        }
+    }
+
     /// Says `prompt` and runs until the agent ends its turn or something stops it.
     pub(crate) async fn turn(&mut self, prompt: &str) -> LoopEnd {
         let mut text = prompt.to_string();
@@ -213,21 +250,7 @@ impl AgentRun {
 
     /// Appends a user text, merging into a trailing user message (the API wants alternation).
     fn say(&mut self, text: String) {
-        match self.messages.last_mut() {
-            Some(last) if last.role == Speaker::User => {
-                last.content.push(ContentBlock::text(text.clone()));
-                let msg = Message {
-                    role: Speaker::User,
-                    content: vec![ContentBlock::text(text)],
-                };
-                if let Err(e) = self.rt.store.append(&self.session, &msg, None) {
-                    self.emit(EventKind::Error {
-                        text: format!("会话落盘失败:{e}"),
-                    });
-                }
-            }
-            _ => self.append(Message::user_text(text), None),
-        }
+        self.push_user(vec![ContentBlock::text(text)]);
     }
 
     fn tool_context(&self, cancel: tokio_util::sync::CancellationToken) -> ToolContext {
@@ -299,7 +322,7 @@ impl AgentRun {
             if !text.trim().is_empty() {
                 self.last_text = text;
             }
-            self.append(turn.to_message(), Some(self.context_tokens));
+            self.append_turn(&turn);
 
             let mut notes = Vec::new();
             if turn.truncated_tool_use
@@ -335,16 +358,14 @@ impl AgentRun {
                 return LoopEnd::Done;
             }
 
-            let results = join_all(calls.iter().map(|c| self.exec_call(c, ctx))).await;
+            let results = join_all(calls.iter().map(|c| {
+                let malformed = turn.malformed_calls.iter().find(|m| m.id == c.id);
+                self.exec_call(c, malformed, ctx)
+            }))
+            .await;
             let mut content: Vec<ContentBlock> = results;
             content.extend(notes.iter().map(|n| ContentBlock::text(*n)));
-            self.append(
-                Message {
-                    role: Speaker::User,
-                    content,
-                },
-                None,
-            );
+            self.push_user(content);
             if self.handoff_due() {
                 return LoopEnd::HandoffDue {
                     prompt_too_long: false,
@@ -410,7 +431,10 @@ impl AgentRun {
                         .append_notice(&self.session, NoticeKind::NetworkError, e);
                 }
                 self.errors.extend(turn.retried_errors.iter().cloned());
-                let cost = crate::model::price::cost_usd(&turn.model, &turn.usage);
+                // A gateway's own price of the call comes first; the price table otherwise.
+                let cost = turn
+                    .reported_cost_usd
+                    .or_else(|| crate::model::price::cost_usd(&turn.model, &turn.usage));
                 self.own_spend.add(cost);
                 if let Some(m) = &self.meter {
                     m.add(cost, self.depth == 0);
@@ -476,15 +500,26 @@ impl AgentRun {
         }
     }
 
-    /// Guards, runs and spills one tool call; always yields a tool_result.
-    async fn exec_call(&self, call: &ToolCall, ctx: &ToolContext) -> ContentBlock {
+    /// Guards, runs and spills one tool call; always yields a tool_result. A call whose input
+    /// was not a JSON object (`malformed`) is not run: its result tells the model what it sent.
+    async fn exec_call(
+        &self,
+        call: &ToolCall,
+        malformed: Option<&crate::model::MalformedCall>,
+        ctx: &ToolContext,
+    ) -> ContentBlock {
         self.emit(EventKind::ToolCall {
             id: call.id.clone(),
             name: call.name.clone(),
             summary: summarize(call),
         });
         let tool = self.rt.registry.get(&call.name);
-        let outcome: Result<String, ToolError> = match guard::check(&self.spec, call) {
+        let outcome: Result<String, ToolError> = match (malformed, guard::check(&self.spec, call)) {
+            (Some(m), _) => Err(ToolError::InvalidInput(format!(
+                "输入必须是一个 JSON 对象,这次收到的是:{}。这次调用没有执行;按 {} 的参数说明传一个 JSON 对象再调用。",
+                m.raw, m.name
+            ))),
+            (None, d) => match d {
             Decision::Deny(m) => Err(ToolError::Denied(m)),
             Decision::Allow => match &tool {
                 None => Err(ToolError::Denied(format!("没有叫 {} 的工具", call.name))),
@@ -492,6 +527,7 @@ impl AgentRun {
                     Err(ToolError::InvalidInput("输入必须是 JSON 对象".into()))
                 }
                 Some(t) => t.call(&call.input, ctx).await,
+            },
             },
         };
         let (mut text, is_error) = match outcome {
@@ -567,6 +603,48 @@ struct SubDispatch {
     meter: Option<Arc<Meter>>,
 }
 
+impl SubDispatch {
+    fn place_note(&self, place: &super::place::WorkerPlace) -> String {
+        place_note_for(&self.rt, place)
+    }
+}
+
+/// Where a worker is, for the head of its first message: its working directory (its own
+/// worktree and branch with `--isolate`, and where that branch goes), the main workspace and
+/// the workbench. Kept out of the system prompt, which stays the same for every worker.
+pub(crate) fn place_note_for(rt: &Runtime, place: &super::place::WorkerPlace) -> String {
+    {
+        let ws = rt.config.workspace.display();
+        let mut lines = vec!["你的位置:".to_string()];
+        match &place.branch {
+            Some(branch) => {
+                lines.push(format!(
+                    "- 工作目录(Bash 的起点):{},这是你自己的 git worktree,分支 {branch}。",
+                    place.workdir.display()
+                ));
+                lines.push(format!(
+                    "- 只在这个 worktree 里改文件。你结束时,runner 把这里的改动提交到分支 {branch},\
+                     再合并进主工作区 {ws} 当前的分支;主工作区本身你改不了。"
+                ));
+            }
+            None => lines.push(format!(
+                "- 工作目录(Bash 的起点):{},即主工作区,其他执行者也在这里改文件。",
+                place.workdir.display()
+            )),
+        }
+        if let Some(note) = &place.note {
+            lines.push(format!("- {note}"));
+        }
+        if let Some(wb) = &rt.workbench {
+            lines.push(format!(
+                "- 工作台:{}(scripts/ 放脚本,artifacts/ 放长产出,notes/ 放记录;所有 agent 共享)。",
+                wb.root().display()
+            ));
+        }
+        lines.join("\n")
+    }
+}
+
 #[async_trait]
 impl Dispatcher for SubDispatch {
     async fn dispatch(
@@ -628,11 +706,8 @@ impl Dispatcher for SubDispatch {
             abox.clone(),
         )
         .with_meter(self.meter.clone());
-        let task = match &place.note {
-            Some(note) => format!("{}\n\n{note}", req.prompt),
-            None => req.prompt.clone(),
-        };
-        let end = run.turn(&task).await;
+        let prompt = format!("{}\n\n---\n\n{}", self.place_note(&place), req.prompt);
+        let end = run.turn(&prompt).await;
         *self.children.lock().unwrap_or_else(|e| e.into_inner()) += run.spend();
         let ok = end == LoopEnd::Done;
         let sandbox = WorkerSandbox {

@@ -70,6 +70,8 @@ impl RunContext {
         let get = |k: &str| creds.get(k).map(str::to_string);
         let provider = build_provider(&get, ProviderOptions::default())
             .map_err(|e| CliError::Failed(e.to_string()))?;
+        let max_tokens_setting = crate::model::config::max_tokens_setting(&get)
+            .map_err(|e| CliError::Failed(e.to_string()))?;
         crate::fsroot::own::create_dir_all(&globals.run_dir).map_err(|e| CliError::Io {
             what: format!("建不出 {}", globals.run_dir.display()),
             source: e,
@@ -104,12 +106,38 @@ impl RunContext {
         config.masked_ids = crate::fsroot::own::identity(&globals.run_dir)
             .into_iter()
             .collect();
-        config.handoff_window = setup
-            .handoff
-            .then(|| window_for(&model, setup.window.map(|w| w as i64)));
-        if let Some(cap) = crate::model::catalog::max_output_tokens(&model) {
-            config.max_tokens_ceiling = cap;
-            config.max_tokens = config.max_tokens.min(cap);
+        if globals.sandbox == SandboxKind::Host {
+            config.base_system = crate::agent::roles::base_system(
+                &globals.workspace,
+                crate::agent::roles::CommandsRun::OnHost,
+            );
+        }
+        // A model outside the catalogue: what its server says about its context sizes the
+        // output cap and the handoff window.
+        let catalogued = crate::model::catalog::lookup(&model).is_some();
+        let server_window = if catalogued {
+            None
+        } else {
+            provider.server_context_window().await
+        };
+        config.handoff_window = setup.handoff.then(|| match (setup.window, server_window) {
+            (None, Some(w)) => w,
+            (flag, _) => window_for(&model, flag.map(|w| w as i64)),
+        });
+        config.max_tokens =
+            crate::model::config::max_tokens_for(max_tokens_setting, &model, server_window);
+        match crate::model::catalog::max_output_tokens(&model) {
+            Some(cap) => {
+                config.max_tokens_ceiling = cap;
+                config.max_tokens = config.max_tokens.min(cap);
+            }
+            None => {
+                // Doubling after a cut-off stays within what the server can hold.
+                config.max_tokens_ceiling = match server_window {
+                    Some(w) => (w / 2).max(u64::from(config.max_tokens)) as u32,
+                    None => config.max_tokens.max(config.max_tokens_ceiling),
+                };
+            }
         }
         let manifest = Arc::new(Manifest::new(
             globals.run_dir.join("manifest.json"),

@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::agent::{Event, EventSink};
-use crate::term::render::{render, RenderOptions, Tally};
+use crate::term::render::{render, text_lines, RenderOptions, Tally};
+use crate::term::stream::{LineStream, Release};
 
 /// Renders events to a writer (stdout by default) and keeps the running totals.
 pub struct PlainPrinter {
@@ -14,6 +15,9 @@ pub struct PlainPrinter {
     tally: Mutex<Tally>,
     out: Mutex<Box<dyn Write + Send>>,
     started: Instant,
+    /// Streamed text released line by line (stdout is not a terminal); `None` prints text
+    /// when its turn ends.
+    lines: Option<Mutex<LineStream>>,
 }
 
 impl PlainPrinter {
@@ -27,7 +31,7 @@ impl PlainPrinter {
         } else {
             100
         };
-        Self::new(
+        let printer = Self::build(
             RenderOptions {
                 verbose,
                 color,
@@ -35,17 +39,29 @@ impl PlainPrinter {
                 home: std::env::var_os("HOME").map(Into::into),
             },
             Box::new(std::io::stdout()),
-        )
+            !tty,
+        );
+        Arc::new(printer)
     }
 
-    /// A printer to any writer (tests).
+    /// A printer to any writer (tests); text shows when its turn ends.
     pub fn new(opts: RenderOptions, out: Box<dyn Write + Send>) -> Arc<Self> {
-        Arc::new(PlainPrinter {
+        Arc::new(Self::build(opts, out, false))
+    }
+
+    /// A printer to any writer that streams the main thread's text line by line.
+    pub fn streaming(opts: RenderOptions, out: Box<dyn Write + Send>) -> Arc<Self> {
+        Arc::new(Self::build(opts, out, true))
+    }
+
+    fn build(opts: RenderOptions, out: Box<dyn Write + Send>, stream_lines: bool) -> Self {
+        PlainPrinter {
             opts,
             tally: Mutex::new(Tally::default()),
             out: Mutex::new(out),
             started: Instant::now(),
-        })
+            lines: stream_lines.then(|| Mutex::new(LineStream::default())),
+        }
     }
 
     /// The render options.
@@ -65,7 +81,14 @@ impl PlainPrinter {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .observe(ev);
-        let lines = render(ev, &self.opts);
+        let release = match &self.lines {
+            Some(l) => l.lock().unwrap_or_else(|e| e.into_inner()).observe(ev),
+            None => Release::Render,
+        };
+        let lines = match release {
+            Release::Render => render(ev, &self.opts),
+            Release::Text(t) => text_lines(&t, &self.opts),
+        };
         if !lines.is_empty() {
             self.print_lines(&lines);
         }
@@ -101,4 +124,65 @@ pub fn terminal_columns() -> Option<usize> {
     // SAFETY: TIOCGWINSZ fills a winsize struct we own; failure leaves it zeroed.
     let rc = unsafe { nix::libc::ioctl(nix::libc::STDOUT_FILENO, nix::libc::TIOCGWINSZ, &mut ws) };
     (rc == 0 && ws.ws_col > 0).then_some(ws.ws_col as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::EventKind;
+    use crate::model::Role;
+
+    /// A writer tests can read back.
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Buf {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    fn ev(kind: EventKind) -> Event {
+        Event {
+            agent: "ad-hoc".into(),
+            role: Role::Once,
+            depth: 0,
+            kind,
+        }
+    }
+
+    #[test]
+    fn without_a_terminal_text_goes_out_line_by_line_while_it_streams() {
+        let buf = Buf::default();
+        let p = PlainPrinter::streaming(RenderOptions::default(), Box::new(buf.clone()));
+        p.print_event(&ev(EventKind::TextDelta {
+            text: "正在编译\n还".into(),
+        }));
+        // The first line is out before the turn ends.
+        assert_eq!(buf.text(), "  正在编译\n");
+        p.print_event(&ev(EventKind::TextDelta {
+            text: "差一步".into(),
+        }));
+        p.print_event(&ev(EventKind::Text {
+            text: "正在编译\n还差一步".into(),
+        }));
+        assert_eq!(buf.text(), "  正在编译\n  还差一步\n");
+        // A printer for tests (or a terminal) prints the block when the turn ends.
+        let buf = Buf::default();
+        let p = PlainPrinter::new(RenderOptions::default(), Box::new(buf.clone()));
+        p.print_event(&ev(EventKind::TextDelta { text: "a\n".into() }));
+        assert_eq!(buf.text(), "");
+        p.print_event(&ev(EventKind::Text { text: "a\n".into() }));
+        assert_eq!(buf.text(), "  a\n");
+    }
 }

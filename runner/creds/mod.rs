@@ -40,17 +40,19 @@ pub const CREDENTIAL_KEYS: [&str; 9] = [
 ];
 
 /// flowerbox's own keys, looked up through the environment and `.env` files (not through
-/// Claude Code's settings): `FLOWERBOX_PROVIDER` (`anthropic` | `openai`) and the
-/// OpenAI-compatible endpoint.
-pub const FLOWERBOX_KEYS: [&str; 4] = [
+/// Claude Code's settings): `FLOWERBOX_PROVIDER` (`anthropic` | `openai`), the
+/// OpenAI-compatible endpoint, and the model-call knobs (`model::config`).
+pub const FLOWERBOX_KEYS: [&str; 6] = [
     "FLOWERBOX_PROVIDER",
     "OPENAI_BASE_URL",
     "OPENAI_API_KEY",
     "OPENAI_MODEL",
+    "FLOWERBOX_OPENAI_STREAM",
+    "FLOWERBOX_MAX_TOKENS",
 ];
 
 /// Every key a lookup resolves, in display order.
-pub const LOOKUP_KEYS: [&str; 13] = [
+pub const LOOKUP_KEYS: [&str; 15] = [
     CREDENTIAL_KEYS[0],
     CREDENTIAL_KEYS[1],
     CREDENTIAL_KEYS[2],
@@ -64,6 +66,8 @@ pub const LOOKUP_KEYS: [&str; 13] = [
     FLOWERBOX_KEYS[1],
     FLOWERBOX_KEYS[2],
     FLOWERBOX_KEYS[3],
+    FLOWERBOX_KEYS[4],
+    FLOWERBOX_KEYS[5],
 ];
 
 /// Keys whose values are secrets: masked wherever shown.

@@ -290,20 +290,26 @@ impl Session {
     async fn finish(&self) {
         self.run.shutdown().await;
         self.close_isolation().await;
-        let (cost, known) = process_cost(&self.run);
+        let (cost, known, any_known) = process_cost(&self.run);
         let opts = self.frontend.render_options();
         self.frontend.print(&[
             String::new(),
-            closing_line(cost, known, self.run.manifest.path(), &opts),
+            closing_line(cost, known, any_known, self.run.manifest.path(), &opts),
         ]);
     }
 }
 
-/// This process's cost from its manifest rows: (known sum, every part known).
-pub fn process_cost(run: &RunContext) -> (f64, bool) {
+/// This process's cost from its manifest rows: (known sum, every part known, some part
+/// known). The sum starts at +0.0 (an empty float sum is -0.0, printed `$-0.0000`).
+pub fn process_cost(run: &RunContext) -> (f64, bool, bool) {
     let rows = run.manifest.rows();
     let known = rows.iter().all(|r| r.cost_usd.is_some());
-    (rows.iter().filter_map(|r| r.cost_usd).sum(), known)
+    let any = rows.iter().any(|r| r.cost_usd.is_some());
+    let sum = rows
+        .iter()
+        .filter_map(|r| r.cost_usd)
+        .fold(0.0, |a, b| a + b);
+    (sum, known, any)
 }
 
 /// Resolves with the signal number on SIGHUP or SIGTERM, and on SIGINT when `int` (no

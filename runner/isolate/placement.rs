@@ -291,12 +291,11 @@ pub(crate) fn gitlinks_note(worktree: &Path, links: &[String]) -> String {
     )
 }
 
-/// What a worker in its own worktree is told about git.
+/// What a worker in its own worktree is told about git (besides where it is).
 fn isolated_git_note(branch: &str) -> String {
     format!(
-        "你在自己的 git worktree 里干活,分支是 {branch}:可以 git add/commit,提交留在这个分支上;\
-         结束时没提交的改动会替你提交,再合入工作区。仓库的其他部分(配置、钩子、别的分支、标签、stash)\
-         是只读的,动它们会失败。"
+        "git:可以 git add/commit,提交留在分支 {branch} 上;仓库的其他部分(配置、钩子、别的分支、\
+         标签、stash)是只读的,动它们会失败。"
     )
 }
 
@@ -376,6 +375,7 @@ impl Placement for WorktreePlacement {
         };
         let mounts = self.mounts(&made.path, &made.state);
         let note = Some(isolated_git_note(&made.branch));
+        let branch = Some(made.branch.clone());
         self.trees.lock().unwrap_or_else(|e| e.into_inner()).insert(
             agent.to_string(),
             Tree {
@@ -390,6 +390,7 @@ impl Placement for WorktreePlacement {
             workdir,
             mounts,
             note,
+            branch,
         })
     }
 

@@ -209,6 +209,7 @@ async fn an_unknown_agent_gets_no_report() {
         workdir: ws.clone(),
         mounts: vec![],
         note: None,
+        branch: None,
     };
     assert_eq!(p.finish("worker-9", &place, true, None).await, None);
 }

@@ -10,6 +10,7 @@ use super::transport::{HttpRequest, HttpResponse, HttpTransport, TransportError}
 use super::{EventSink, ModelError, ModelEvent, Request, Turn};
 use eventsource_stream::{Event as SseEvent, EventStreamError, Eventsource};
 use futures::StreamExt;
+use serde_json::Value;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,6 +18,12 @@ use tokio_util::sync::CancellationToken;
 
 /// Error bodies are read up to this size; the rest is irrelevant to classification.
 const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// A complete (non-streamed) JSON answer is read up to this size.
+const MAX_COMPLETE_BODY: usize = 32 * 1024 * 1024;
+
+/// The header LiteLLM's proxy puts its own price of a call in (USD).
+const LITELLM_COST_HEADER: &str = "x-litellm-response-cost";
 
 /// Where a provider sends requests, kept for the reachability probe.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,13 +83,38 @@ pub(crate) trait WireProtocol: Send + Sync {
     fn parse_error(&self, status: u16, body: &str) -> super::retry::ApiError;
     /// A fresh assembler for one attempt.
     fn assembler(&self, req: &Request) -> Self::Assembler;
+    /// Whether requests ask for an event stream (`false`: the provider was configured for
+    /// complete JSON answers, and the response headers may only come when the turn is done).
+    fn streaming(&self) -> bool {
+        true
+    }
+    /// Understands a complete, non-streamed JSON answer (`content-type: application/json`
+    /// with status 200): a gateway that ignores `stream: true`, or a provider configured not to
+    /// stream. `Err` names what is wrong with the body.
+    fn complete(
+        &self,
+        req: &Request,
+        body: &Value,
+        sink: EventSink<'_>,
+    ) -> Result<Turn, AttemptError>;
+}
+
+/// What one fed event meant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fed {
+    /// Content or turn state moved on: the idle timer restarts.
+    Progress,
+    /// A keep-alive (`ping`, an empty event, an event type we ignore): the idle timer keeps
+    /// running, so a stream of pings alone still times out.
+    KeepAlive,
+    /// The protocol's terminal event (`message_stop`, `[DONE]`): the stream can be dropped.
+    Done,
 }
 
 /// Turns one attempt's SSE events into a [`Turn`].
 pub(crate) trait TurnAssembler {
-    /// Feeds one event; deltas go to `sink`. `Ok(true)` when the protocol's terminal event
-    /// (`message_stop`, `[DONE]`) was seen and the stream can be dropped.
-    fn feed(&mut self, ev: &SseEvent, sink: EventSink<'_>) -> Result<bool, AttemptError>;
+    /// Feeds one event; deltas go to `sink`.
+    fn feed(&mut self, ev: &SseEvent, sink: EventSink<'_>) -> Result<Fed, AttemptError>;
     /// Ends the attempt after the terminal event (`terminal`) or after the body ended cleanly
     /// without it (`!terminal`). A broken body never reaches here.
     fn finish(self, terminal: bool, sink: EventSink<'_>) -> Result<Turn, AttemptError>;
@@ -143,6 +175,11 @@ impl<P: WireProtocol> Driver<P> {
         .await
     }
 
+    /// The transport requests go through.
+    pub(crate) fn transport(&self) -> &dyn HttpTransport {
+        self.transport.as_ref()
+    }
+
     /// A provider's `Debug`: its type name, endpoint and default model (never credentials).
     pub(crate) fn debug(&self, provider: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct(provider)
@@ -166,9 +203,15 @@ async fn stream_turn<P: WireProtocol>(
     let mut offline_waited = Duration::ZERO;
     loop {
         attempt += 1;
+        let deadline = policy.attempt_deadline;
         let outcome = tokio::select! {
             _ = cancel.cancelled() => return Err(ModelError::Interrupted),
-            r = one_attempt(transport, policy, proto, req, sink) => r,
+            r = tokio::time::timeout(deadline, one_attempt(transport, policy, proto, req, sink)) => {
+                r.unwrap_or_else(|_| Err(AttemptError::retry(format!(
+                    "the attempt took longer than its deadline of {} s",
+                    deadline.as_secs_f64()
+                ))))
+            }
         };
         let (reason, retry_after, rate_limited) = match outcome {
             Ok(mut turn) => {
@@ -243,11 +286,18 @@ async fn one_attempt<P: WireProtocol>(
 ) -> Result<Turn, AttemptError> {
     let idle = policy.idle_timeout;
     let http = proto.build(req);
-    let resp = match tokio::time::timeout(idle, transport.post_stream(http)).await {
+    // Without streaming, the headers may come only when the whole turn is done: the attempt
+    // deadline bounds that wait instead of the idle timeout.
+    let head_wait = if proto.streaming() {
+        idle
+    } else {
+        policy.attempt_deadline
+    };
+    let resp = match tokio::time::timeout(head_wait, transport.post_stream(http)).await {
         Err(_) => {
             return Err(AttemptError::retry(format!(
                 "no response within {} s",
-                idle.as_secs_f64()
+                head_wait.as_secs_f64()
             )))
         }
         Ok(Err(TransportError::Connect(e))) => return Err(AttemptError::Offline(e)),
@@ -260,25 +310,36 @@ async fn one_attempt<P: WireProtocol>(
     if !(200..300).contains(&resp.status) {
         return Err(error_response(proto, resp, idle).await);
     }
-    // A gateway that ignores `stream: true` answers the same way every time: retrying is futile.
-    let json = resp
-        .header("content-type")
-        .is_some_and(|c| c.trim().starts_with("application/json"));
+    let json = resp.header("content-type").is_some_and(|c| {
+        c.trim()
+            .to_ascii_lowercase()
+            .starts_with("application/json")
+    });
     if json {
-        let status = resp.status;
-        let body = read_body(resp, idle).await;
-        return Err(AttemptError::Fatal(ModelError::Config {
-            status,
-            message: format!(
-                "the endpoint answered with JSON instead of an event stream (no streaming support?): {}",
-                one_line(&body)
-            ),
-        }));
+        return complete_answer(proto, req, resp, idle, sink).await;
     }
-    let mut events = resp.body.eventsource();
+    // An event the body ends without its blank line (the documentation's own examples end so)
+    // is dispatched at a clean end of the body instead of being dropped.
+    let body = resp
+        .body
+        .chain(futures::stream::once(async {
+            Ok(bytes::Bytes::from_static(b"\n\n"))
+        }))
+        .boxed();
+    let mut events = body.eventsource();
     let mut assembler = proto.assembler(req);
+    // Only progress restarts the idle timer: a stream of pings alone still times out.
+    let mut last_progress = Instant::now();
+    let mut keepalives = 0u32;
     loop {
-        let next = match tokio::time::timeout(idle, events.next()).await {
+        let left = idle.saturating_sub(last_progress.elapsed());
+        let next = match tokio::time::timeout(left, events.next()).await {
+            Err(_) if keepalives > 0 => {
+                return Err(AttemptError::retry(format!(
+                    "no content for {} s, only {keepalives} keep-alive event(s)",
+                    idle.as_secs_f64()
+                )))
+            }
             Err(_) => {
                 return Err(AttemptError::retry(format!(
                     "stream idle for {} s",
@@ -289,11 +350,14 @@ async fn one_attempt<P: WireProtocol>(
         };
         match next {
             None => return assembler.finish(false, sink),
-            Some(Ok(ev)) => {
-                if assembler.feed(&ev, sink)? {
-                    return assembler.finish(true, sink);
+            Some(Ok(ev)) => match assembler.feed(&ev, sink)? {
+                Fed::Done => return assembler.finish(true, sink),
+                Fed::Progress => {
+                    last_progress = Instant::now();
+                    keepalives = 0;
                 }
-            }
+                Fed::KeepAlive => keepalives += 1,
+            },
             Some(Err(EventStreamError::Transport(e))) => {
                 // Whatever arrived is void: the turn is retried from its start.
                 return Err(AttemptError::retry(format!("stream broken: {e}")));
@@ -301,6 +365,38 @@ async fn one_attempt<P: WireProtocol>(
             Some(Err(e)) => return Err(AttemptError::retry(format!("malformed SSE: {e}"))),
         }
     }
+}
+
+/// A 200 answer with `content-type: application/json`: one complete turn (a gateway that does
+/// not stream, or a provider configured not to), understood by the provider. A body that is not
+/// JSON, or not a turn, fails the attempt with a message naming what came back.
+async fn complete_answer<P: WireProtocol>(
+    proto: &P,
+    req: &Request,
+    resp: HttpResponse,
+    idle: Duration,
+    sink: EventSink<'_>,
+) -> Result<Turn, AttemptError> {
+    let status = resp.status;
+    let header_cost = resp
+        .header(LITELLM_COST_HEADER)
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|c| c.is_finite() && *c >= 0.0);
+    let body = read_body_limited(resp, idle, MAX_COMPLETE_BODY).await?;
+    let value: Value = serde_json::from_str(&body).map_err(|e| {
+        AttemptError::Fatal(ModelError::BadResponse {
+            status,
+            message: format!(
+                "the body says application/json but is not JSON ({e}): {}",
+                one_line(&body)
+            ),
+        })
+    })?;
+    let mut turn = proto.complete(req, &value, sink)?;
+    if turn.reported_cost_usd.is_none() {
+        turn.reported_cost_usd = header_cost;
+    }
+    Ok(turn)
 }
 
 /// Reads a non-2xx body (bounded) and classifies it.
@@ -317,6 +413,39 @@ async fn error_response<P: WireProtocol>(
         err.message = format!("HTTP {status} with an empty body");
     }
     classify_status(status, retry_after, err)
+}
+
+/// Reads a whole body up to `limit` bytes; a broken or idle body, or one over the limit, fails
+/// the attempt (retried: a cut body may be whole next time).
+async fn read_body_limited(
+    resp: HttpResponse,
+    idle: Duration,
+    limit: usize,
+) -> Result<String, AttemptError> {
+    let mut body = Vec::new();
+    let mut stream = resp.body;
+    loop {
+        match tokio::time::timeout(idle, stream.next()).await {
+            Err(_) => {
+                return Err(AttemptError::retry(format!(
+                    "body idle for {} s",
+                    idle.as_secs_f64()
+                )))
+            }
+            Ok(None) => break,
+            Ok(Some(Err(e))) => return Err(AttemptError::retry(format!("body broken: {e}"))),
+            Ok(Some(Ok(chunk))) => {
+                body.extend_from_slice(&chunk);
+                if body.len() > limit {
+                    return Err(AttemptError::Fatal(ModelError::BadResponse {
+                        status: 200,
+                        message: format!("the JSON answer is larger than {limit} bytes"),
+                    }));
+                }
+            }
+        }
+    }
+    Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
 /// Reads a body up to [`MAX_ERROR_BODY`] bytes; a broken or idle body ends the read.

@@ -14,6 +14,8 @@
 //! | `OPENAI_BASE_URL` | API root with `/v1` (default `https://api.openai.com/v1`) |
 //! | `OPENAI_API_KEY` | optional bearer key |
 //! | `OPENAI_MODEL` | required for `openai` (there is no sensible default for local servers) |
+//! | `FLOWERBOX_OPENAI_STREAM` | `0`/`false`/`no`/`off` asks the `openai` endpoint for complete JSON answers instead of event streams (servers that cannot stream tool calls); default on |
+//! | `FLOWERBOX_MAX_TOKENS` | output cap of a model call, in tokens (both providers); default: the catalogue's cap up to 16,384, else a share of the context the server reports, else [`UNCATALOGUED_MAX_TOKENS`] |
 
 use super::anthropic::{AnthropicAuth, AnthropicConfig, AnthropicProvider};
 use super::openai::{OpenAiConfig, OpenAiProvider};
@@ -28,6 +30,13 @@ pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
 
 /// How long the connect phase (DNS + TCP + TLS) may take before it counts as network down.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `max_tokens` for a model outside the catalogue whose server reports no context length: a
+/// small local model then answers in minutes, not in a quarter of an hour.
+pub const UNCATALOGUED_MAX_TOKENS: u32 = 4_096;
+
+/// `max_tokens` when nothing narrows it (the catalogue's cap may lower it).
+pub const DEFAULT_MAX_TOKENS: u32 = 16_384;
 
 /// A configuration lookup: name → value (`None` when unset).
 pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -133,6 +142,50 @@ pub fn anthropic_config(get: Lookup<'_>) -> AnthropicConfig {
     }
 }
 
+/// A yes/no variable: `1/true/yes/on` or `0/false/no/off` (any case); unset → `default`; anything
+/// else is a [`ModelError::Setup`] naming the variable (DESIGN.md invariant 6).
+fn switch(get: Lookup<'_>, name: &str, default: bool) -> Result<bool, ModelError> {
+    match value(get, name).map(|v| v.to_ascii_lowercase()).as_deref() {
+        None => Ok(default),
+        Some("1" | "true" | "yes" | "on") => Ok(true),
+        Some("0" | "false" | "no" | "off") => Ok(false),
+        Some(other) => Err(ModelError::Setup(format!(
+            "{name}={other} is neither on (1/true/yes/on) nor off (0/false/no/off)"
+        ))),
+    }
+}
+
+/// `FLOWERBOX_MAX_TOKENS`, when set: a positive whole number of tokens, else a
+/// [`ModelError::Setup`] error.
+pub fn max_tokens_setting(get: Lookup<'_>) -> Result<Option<u32>, ModelError> {
+    match value(get, "FLOWERBOX_MAX_TOKENS") {
+        None => Ok(None),
+        Some(v) => match v.parse::<u32>() {
+            Ok(n) if n > 0 => Ok(Some(n)),
+            _ => Err(ModelError::Setup(format!(
+                "FLOWERBOX_MAX_TOKENS={v} is not a positive number of tokens"
+            ))),
+        },
+    }
+}
+
+/// The output cap for `model`: `FLOWERBOX_MAX_TOKENS` when set; for a catalogued model
+/// [`DEFAULT_MAX_TOKENS`] within its cap; otherwise a quarter of the context length the server
+/// reports (`server_window`, at least 256 tokens, at most [`DEFAULT_MAX_TOKENS`]), else
+/// [`UNCATALOGUED_MAX_TOKENS`].
+pub fn max_tokens_for(setting: Option<u32>, model: &str, server_window: Option<u64>) -> u32 {
+    if let Some(n) = setting {
+        return n;
+    }
+    if let Some(cap) = super::catalog::max_output_tokens(model) {
+        return DEFAULT_MAX_TOKENS.min(cap);
+    }
+    match server_window {
+        Some(w) => (w / 4).clamp(256, u64::from(DEFAULT_MAX_TOKENS)) as u32,
+        None => UNCATALOGUED_MAX_TOKENS,
+    }
+}
+
 /// The openai configuration; `OPENAI_MODEL` is required.
 pub fn openai_config(get: Lookup<'_>) -> Result<OpenAiConfig, ModelError> {
     let model = value(get, "OPENAI_MODEL").ok_or_else(|| {
@@ -145,6 +198,7 @@ pub fn openai_config(get: Lookup<'_>) -> Result<OpenAiConfig, ModelError> {
             .unwrap_or_else(|| super::openai::DEFAULT_BASE_URL.to_string()),
         api_key: value(get, "OPENAI_API_KEY"),
         model,
+        stream: switch(get, "FLOWERBOX_OPENAI_STREAM", true)?,
     })
 }
 
@@ -181,6 +235,31 @@ pub fn build_provider(
 mod tests {
     use super::*;
     use crate::testkit::env_of as env;
+
+    #[test]
+    fn max_tokens_is_configurable_and_modest_for_unknown_models() {
+        let get = env(&[("FLOWERBOX_MAX_TOKENS", "1500")]);
+        assert_eq!(max_tokens_setting(&get).unwrap(), Some(1500));
+        for bad in ["0", "-3", "lots"] {
+            let get = env(&[("FLOWERBOX_MAX_TOKENS", bad)]);
+            assert!(max_tokens_setting(&get).is_err(), "{bad}");
+        }
+        assert_eq!(max_tokens_setting(&env(&[])).unwrap(), None);
+        assert_eq!(max_tokens_for(Some(1500), "claude-sonnet-4-5", None), 1500);
+        assert_eq!(max_tokens_for(None, "claude-sonnet-4-5", None), 16_384);
+        assert_eq!(max_tokens_for(None, "claude-3-haiku", None), 4_096);
+        // An 8k server: a quarter of it, not 16k it cannot honour.
+        assert_eq!(max_tokens_for(None, "qwen2.5-coder", Some(8_192)), 2_048);
+        assert_eq!(max_tokens_for(None, "qwen2.5-coder", Some(512)), 256);
+        assert_eq!(
+            max_tokens_for(None, "qwen2.5-coder", Some(1_000_000)),
+            16_384
+        );
+        assert_eq!(
+            max_tokens_for(None, "qwen2.5-coder", None),
+            UNCATALOGUED_MAX_TOKENS
+        );
+    }
 
     #[test]
     fn anthropic_is_the_default_and_reads_flower_variables() {
@@ -230,6 +309,20 @@ mod tests {
         ]);
         let p = build_provider(&get, ProviderOptions::default()).unwrap();
         assert_eq!((p.name(), p.default_model()), ("openai", "llama"));
+
+        let get = env(&[
+            ("FLOWERBOX_PROVIDER", "openai"),
+            ("OPENAI_MODEL", "llama"),
+            ("FLOWERBOX_OPENAI_STREAM", "off"),
+        ]);
+        assert!(!openai_config(&get).unwrap().stream);
+        let get = env(&[
+            ("FLOWERBOX_PROVIDER", "openai"),
+            ("OPENAI_MODEL", "llama"),
+            ("FLOWERBOX_OPENAI_STREAM", "maybe"),
+        ]);
+        let err = openai_config(&get).unwrap_err().to_string();
+        assert!(err.contains("FLOWERBOX_OPENAI_STREAM=maybe"), "{err}");
 
         let get = env(&[("FLOWERBOX_PROVIDER", "gemini")]);
         let err = build_provider(&get, ProviderOptions::default())

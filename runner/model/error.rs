@@ -21,6 +21,17 @@ pub enum ModelError {
         /// The response body's message.
         message: String,
     },
+    /// A 2xx answer that is not a turn of the provider's protocol (JSON that is not a message,
+    /// an empty stream from a server that cannot stream tool calls, ...). Not retried: the
+    /// endpoint answers the same way every time. The message names the real cause and, where
+    /// one exists, the setting that avoids it.
+    #[error("模型服务的回答不是一轮完整的回复 (HTTP {status}): {message}")]
+    BadResponse {
+        /// HTTP status.
+        status: u16,
+        /// What came back, and what to do about it.
+        message: String,
+    },
     /// Other 400s: the request itself is invalid. Not retried. `prompt_too_long` is true when
     /// the message says the prompt exceeds the context window (triggers a handoff).
     #[error("invalid request (HTTP {status}): {message}")]

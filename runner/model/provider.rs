@@ -18,6 +18,14 @@ pub trait Provider: Send + Sync {
     /// The model id used when a request does not override it.
     fn default_model(&self) -> &str;
 
+    /// The context length the server says it serves `default_model` with, when it says (a
+    /// local server's `/props` or `/v1/models`); `None` when unknown. Used to size `max_tokens`
+    /// and the handoff window of models outside the catalogue. Never fails: a server that says
+    /// nothing is `None`.
+    async fn server_context_window(&self) -> Option<u64> {
+        None
+    }
+
     /// Streams one assistant turn. Deltas go to `sink` as they arrive. `cancel` aborts the call
     /// (returns [`ModelError::Interrupted`]).
     async fn stream_turn(

@@ -26,9 +26,13 @@ pub struct RetryPolicy {
     /// A 429 whose `retry-after` exceeds this fails at once with
     /// [`ModelError::RateLimitedUntil`] (default 10 min). Shorter `retry-after`s are honoured.
     pub retry_after_cap: Duration,
-    /// Longest silence tolerated while waiting for response headers or the next body chunk;
-    /// longer counts as a broken stream and is retried (default 300 s).
+    /// Longest time without progress tolerated while waiting for response headers or the
+    /// next content event; keep-alive events (`ping`) do not count as progress. Longer counts
+    /// as a broken stream and is retried (default 300 s).
     pub idle_timeout: Duration,
+    /// Longest time one attempt may take from request to complete turn, however steadily it
+    /// streams; longer is retried (default 30 min: 64k output tokens at 40 tokens/s).
+    pub attempt_deadline: Duration,
     /// Probe interval while the endpoint is unreachable (flower: 15 s).
     pub probe_interval: Duration,
     /// Timeout of one DNS + TCP probe (flower: 5 s).
@@ -47,6 +51,7 @@ impl Default for RetryPolicy {
             jitter: 0.25,
             retry_after_cap: Duration::from_secs(600),
             idle_timeout: Duration::from_secs(300),
+            attempt_deadline: Duration::from_secs(1800),
             probe_interval: Duration::from_secs(15),
             probe_timeout: Duration::from_secs(5),
             max_offline_wait: Duration::from_secs(3600),

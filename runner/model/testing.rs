@@ -27,6 +27,12 @@ pub(crate) enum End {
 pub(crate) enum Canned {
     /// The connect phase fails.
     Connect,
+    /// 200 with `head`, then `frame` again every `every`, forever.
+    Drip {
+        head: String,
+        every: Duration,
+        frame: String,
+    },
     /// A response with `status`, `headers`, body `chunks`, ending as `end`.
     Resp {
         status: u16,
@@ -49,6 +55,15 @@ impl Canned {
             headers: vec![],
             chunks,
             end,
+        }
+    }
+
+    /// 200 with `head`, then a `ping` event every `every`, forever.
+    pub(crate) fn pings(head: &str, every: Duration) -> Canned {
+        Canned::Drip {
+            head: head.to_string(),
+            every,
+            frame: "event: ping\ndata: {\"type\": \"ping\"}\n\n".to_string(),
         }
     }
 
@@ -110,6 +125,18 @@ impl HttpTransport for FakeTransport {
             .expect("no canned response left");
         match next {
             Canned::Connect => Err(TransportError::Connect("connection refused".into())),
+            Canned::Drip { head, every, frame } => {
+                let head = futures::stream::once(async move { Ok(Bytes::from(head)) });
+                let tail = futures::stream::unfold(frame, move |frame| async move {
+                    tokio::time::sleep(every).await;
+                    Some((Ok(Bytes::from(frame.clone())), frame))
+                });
+                Ok(HttpResponse {
+                    status: 200,
+                    headers: vec![],
+                    body: head.chain(tail).boxed(),
+                })
+            }
             Canned::Resp {
                 status,
                 headers,

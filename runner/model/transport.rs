@@ -111,6 +111,21 @@ pub trait HttpTransport: Send + Sync {
     async fn probe(&self, host: &str, port: u16, timeout: Duration) -> Result<(), String> {
         tcp_probe(host, port, timeout).await
     }
+
+    /// A small `GET` whose JSON body is read whole within `timeout` (what a server says about
+    /// itself: `/v1/models`, llama.cpp's `/props`). `Ok` only for a 2xx JSON body. The default
+    /// (test transports) knows of no server.
+    async fn get_json(
+        &self,
+        url: &str,
+        headers: &[(String, String)],
+        timeout: Duration,
+    ) -> Result<serde_json::Value, TransportError> {
+        let _ = (url, headers, timeout);
+        Err(TransportError::Invalid(
+            "this transport sends no GET".into(),
+        ))
+    }
 }
 
 /// DNS + TCP reachability check used by [`HttpTransport::probe`]'s default.
@@ -191,6 +206,26 @@ impl HttpTransport for ReqwestTransport {
             headers,
             body,
         })
+    }
+
+    async fn get_json(
+        &self,
+        url: &str,
+        headers: &[(String, String)],
+        timeout: Duration,
+    ) -> Result<serde_json::Value, TransportError> {
+        let mut builder = self.client.get(url).timeout(timeout);
+        for (k, v) in headers {
+            builder = builder.header(k.as_str(), v.as_str());
+        }
+        let resp = builder.send().await.map_err(Self::map_err)?;
+        if !resp.status().is_success() {
+            return Err(TransportError::Io(format!(
+                "GET {url}: HTTP {}",
+                resp.status()
+            )));
+        }
+        resp.json().await.map_err(Self::map_err)
     }
 }
 

@@ -287,6 +287,41 @@ pub struct Turn {
     /// True when `stop_reason` is `max_tokens` and a tool_use block was cut off; such blocks
     /// are already removed from `content` and must never execute.
     pub truncated_tool_use: bool,
+    /// Tool calls whose input was not a JSON object (a string, an array, unparsable JSON) in a
+    /// turn that was not cut off. They stay in `content` with input `{}` (what the APIs accept
+    /// back) and must not execute: the runtime answers each with an error result quoting what
+    /// the model sent, so the model can correct itself.
+    pub malformed_calls: Vec<MalformedCall>,
+    /// The cost in USD the endpoint itself reported for this call (a gateway's `cost` field),
+    /// if any; it takes precedence over the price table.
+    pub reported_cost_usd: Option<f64>,
+}
+
+/// A tool call whose input was not a JSON object: the model's mistake, answered with an error
+/// tool result instead of being executed or retried.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MalformedCall {
+    /// The call id (its `tool_use` block keeps it, with input `{}`).
+    pub id: String,
+    /// The tool name.
+    pub name: String,
+    /// What the model sent as input, verbatim (cut to a few hundred characters).
+    pub raw: String,
+}
+
+impl MalformedCall {
+    /// A record of call `id` to `name` whose input text was `raw` (kept to 300 characters).
+    pub fn new(id: impl Into<String>, name: impl Into<String>, raw: &str) -> Self {
+        let raw = match raw.char_indices().nth(300) {
+            Some((i, _)) => format!("{}…", &raw[..i]),
+            None => raw.to_string(),
+        };
+        MalformedCall {
+            id: id.into(),
+            name: name.into(),
+            raw,
+        }
+    }
 }
 
 impl Turn {

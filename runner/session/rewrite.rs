@@ -47,6 +47,8 @@ pub struct TrimReport {
     pub kept_large: usize,
     /// Characters moved out of the context by trim.
     pub chars_saved: usize,
+    /// Stored messages left out because they had no content (repaired sessions).
+    pub repaired: usize,
 }
 
 impl TrimReport {
@@ -113,13 +115,36 @@ pub fn for_resume(
 /// (message index, block index) of results prune wrote; expiry and trim leave them alone.
 type Protected = HashSet<(usize, usize)>;
 
-/// Prune (seed 001 "剪除"): notices never enter; results left by an interruption become
+/// Adds a stored message to the history being rebuilt. A message without content the APIs
+/// accept (none at all, or only empty text: an older flowerbox stored the empty assistant
+/// message of a turn cut off inside its only tool call) is left out, and a user message right
+/// after a user message is merged into it (what the runner sent: it merges user content into a
+/// trailing user message in memory and stores it as its own row).
+fn push_merged(msgs: &mut Vec<Message>, m: &Message, report: &mut TrimReport) {
+    let empty = m
+        .content
+        .iter()
+        .all(|b| matches!(b, ContentBlock::Text { text } if text.is_empty()));
+    if empty {
+        report.repaired += 1;
+        return;
+    }
+    match msgs.last_mut() {
+        Some(last) if last.role == Speaker::User && m.role == Speaker::User => {
+            last.content.extend(m.content.iter().cloned())
+        }
+        _ => msgs.push(m.clone()),
+    }
+}
+
+/// Prune (seed 001 "剪除"): notices never enter; messages without content are left out and
+/// adjacent messages of one role merged ([`push_merged`]); results left by an interruption become
 /// [`INTERRUPTED_NOTE`]; every assistant `tool_use` is answered in the next message (missing
 /// results are added as the note, a missing user message is inserted); results answering no
 /// call of the previous message (impossible in a history the API accepted) are dropped.
 pub fn prune(entries: &[Entry], report: &mut TrimReport) -> (Vec<Message>, Protected) {
     // Pass 1: messages only; which calls were open when an interruption was recorded.
-    let mut msgs: Vec<&Message> = Vec::new();
+    let mut msgs: Vec<Message> = Vec::new();
     let mut interrupted: HashSet<&str> = HashSet::new();
     let mut open: Vec<&str> = Vec::new();
     for e in entries {
@@ -131,7 +156,7 @@ pub fn prune(entries: &[Entry], report: &mut TrimReport) -> (Vec<Message>, Prote
                 }
             }
             Entry::Message(m) => {
-                msgs.push(m);
+                push_merged(&mut msgs, m, report);
                 match m.role {
                     Speaker::Assistant => {
                         open = m.content.iter().filter_map(use_id).collect();
@@ -151,7 +176,7 @@ pub fn prune(entries: &[Entry], report: &mut TrimReport) -> (Vec<Message>, Prote
     let mut protected = Protected::new();
     let mut i = 0;
     while i < msgs.len() {
-        let m = msgs[i];
+        let m = &msgs[i];
         if m.role == Speaker::User {
             // Not directly after an assistant message with calls: results here answer nothing.
             let kept: Vec<ContentBlock> = m

@@ -425,3 +425,36 @@ fn expiry_note_shortens_the_command() {
         format!("[`{shown}` 的结果已过期(第 9 轮前),当前状态可能已变。需要请重新执行]")
     );
 }
+
+#[test]
+fn an_empty_message_stored_by_an_older_flowerbox_is_repaired_on_load() {
+    // A turn cut off by max_tokens inside its only tool call was stored as an empty assistant
+    // message; the real API refuses that history, so every resume of it failed.
+    let dir = tempfile::tempdir().unwrap();
+    let entries = vec![
+        m(Message::user_text("写个大文件")),
+        m(Message {
+            role: Speaker::Assistant,
+            content: vec![],
+        }),
+        m(Message::user_text("[被截断]")),
+        m(Message {
+            role: Speaker::Assistant,
+            content: vec![ContentBlock::text("")],
+        }),
+        m(Message::user_text("继续")),
+    ];
+    let (out, report) = for_resume(&entries, &policy(dir.path(), false)).unwrap();
+    assert_eq!(report.repaired, 2);
+    assert_eq!(
+        out,
+        vec![Message {
+            role: Speaker::User,
+            content: vec![
+                ContentBlock::text("写个大文件"),
+                ContentBlock::text("[被截断]"),
+                ContentBlock::text("继续")
+            ],
+        }]
+    );
+}

@@ -276,6 +276,7 @@ impl Console {
                 input_ended: AtomicBool::new(true),
                 cbreak: Mutex::new(None),
                 aborted: AtomicBool::new(false),
+                lines: Mutex::new(super::stream::LineStream::default()),
             }
         });
         let (tx, rx) = mpsc::unbounded_channel();

@@ -14,10 +14,11 @@ use super::port::{OutputPort, PromptKind};
 use super::progress::{Activity, Progress};
 use super::render::{
     aside_answer, aside_failure, inbox_receipt, interrupt_pending_note, interrupt_prompt, render,
-    RenderOptions, Tally, INTERRUPT_INPUT_PROMPT,
+    text_lines, RenderOptions, Tally, INTERRUPT_INPUT_PROMPT,
 };
 use super::route::{route, route_eof, Route};
 use super::sanitize::screen_width;
+use super::stream::Release;
 use super::tty::CbreakGuard;
 use crate::agent::{Event, EventKind};
 use crate::channel::HumanChannel;
@@ -44,6 +45,8 @@ pub(super) struct Shared {
     pub(super) cbreak: Mutex<Option<CbreakGuard>>,
     /// A quit or a terminating signal arrived: the end is not a normal one (no aside wait).
     pub(super) aborted: AtomicBool,
+    /// Streamed text released line by line when the output is not a screen.
+    pub(super) lines: Mutex<super::stream::LineStream>,
 }
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -69,7 +72,17 @@ impl Shared {
         lock(&self.tally).observe(ev);
         lock(&self.activity).observe(ev);
         let opts = self.render_options();
-        let mut lines = render(ev, &opts);
+        // Not a screen (a pipe, a CI log): the main thread's text goes out line by line as it
+        // streams, not only when the turn ends.
+        let release = if self.port.is_screen() {
+            Release::Render
+        } else {
+            lock(&self.lines).observe(ev)
+        };
+        let mut lines = match release {
+            Release::Render => render(ev, &opts),
+            Release::Text(t) => text_lines(&t, &opts),
+        };
         if ev.depth == 0 && matches!(ev.kind, EventKind::Text { .. }) {
             let run_time = self.started.elapsed();
             lines.push(lock(&self.tally).status_line(run_time, &opts));

@@ -16,6 +16,7 @@ pub mod render;
 pub mod route;
 pub mod sanitize;
 pub mod signals;
+pub mod stream;
 pub mod tty;
 
 pub use console::{Console, ConsoleOptions, ConsoleSignal, Interrupt};

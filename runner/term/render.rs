@@ -152,6 +152,14 @@ fn dollars(cost: Option<f64>) -> String {
     }
 }
 
+/// The main thread's text as screen lines (what a `Text` event of depth 0 shows).
+pub fn text_lines(text: &str, opts: &RenderOptions) -> Vec<String> {
+    if text.trim().is_empty() {
+        return Vec::new();
+    }
+    block(None, text, "  ", "  ", opts)
+}
+
 /// The lines for one event (possibly none). See the module doc for what shows when.
 pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<String> {
     let sub = ev.depth > 0;
@@ -200,7 +208,7 @@ pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<String> {
             };
             block(Some(Style::Dim), text, first, rest, opts)
         }
-        EventKind::Text { text } if !sub => block(None, text, "  ", "  ", opts),
+        EventKind::Text { text } if !sub => text_lines(text, opts),
         EventKind::Text { text } if opts.verbose => {
             block(Some(Style::Dim), text, GUTTER, GUTTER, opts)
         }
@@ -415,17 +423,25 @@ pub fn wake_banner(info: &WakeInfo, opts: &RenderOptions) -> String {
     )
 }
 
-/// `总花费 $1.2345 · 清单 /abs/runs/manifest.json`; `总花费 ≥ $X` when some cost is unknown.
-/// Not cut to the width: the path must stay whole for copying.
+/// `总花费 $1.2345 · 清单 /abs/runs/manifest.json`; `总花费 ≥ $X` when some cost is unknown;
+/// `总花费 未知` when no cost is known (never `$-0.0000`: unknown is not zero). Not cut to the
+/// width: the path must stay whole for copying.
 pub fn closing_line(
     cost_usd: f64,
     all_known: bool,
+    any_known: bool,
     manifest: &Path,
     opts: &RenderOptions,
 ) -> String {
-    let at_least = if all_known { "" } else { "≥ " };
+    // -0.0 (an empty float sum) and rounding noise print as $0.0000.
+    let usd = if cost_usd > 0.0 { cost_usd } else { 0.0 };
+    let cost = match (all_known, any_known) {
+        (true, _) => format!("${usd:.4}"),
+        (false, true) => format!("≥ ${usd:.4}"),
+        (false, false) => "未知".to_string(),
+    };
     let text = format!(
-        "总花费 {at_least}${cost_usd:.4} · 清单 {}",
+        "总花费 {cost} · 清单 {}",
         one_line(&manifest.display().to_string())
     );
     Style::Dim.paint_if(&text, opts.color)
@@ -536,6 +552,8 @@ pub struct Tally {
     pub cost_usd: f64,
     /// Some call's cost was unknown: totals are "at least".
     pub cost_unknown: bool,
+    /// Some call's cost was known (with `cost_unknown` and not this, the total is unknown).
+    pub cost_known: bool,
     /// The main thread's context, tokens (reset by a handoff).
     pub context_tokens: u64,
 }
@@ -550,7 +568,10 @@ impl Tally {
                 ..
             } => {
                 match cost_usd {
-                    Some(c) => self.cost_usd += c,
+                    Some(c) => {
+                        self.cost_usd += c;
+                        self.cost_known = true;
+                    }
                     None => self.cost_unknown = true,
                 }
                 if ev.depth == 0 {
@@ -569,8 +590,11 @@ impl Tally {
         if self.context_tokens > 0 {
             bits.push(format!("上下文 {}", human_tokens(self.context_tokens)));
         }
-        let at_least = if self.cost_unknown { "≥ " } else { "" };
-        bits.push(format!("累计 {at_least}${:.2}", self.cost_usd));
+        bits.push(match (self.cost_unknown, self.cost_known) {
+            (false, _) => format!("累计 ${:.2}", self.cost_usd),
+            (true, true) => format!("累计 ≥ ${:.2}", self.cost_usd),
+            (true, false) => "累计 未知".to_string(),
+        });
         bits.push(elapsed(run_time));
         line(Some(Style::Dim), format!("  - {}", bits.join(" · ")), opts)
     }
@@ -943,13 +967,42 @@ mod tests {
     fn closing_line_says_at_least_when_cost_is_unknown() {
         let m = Path::new("/abs/path/runs/manifest.json");
         assert_eq!(
-            closing_line(1.2345, true, m, &plain()),
+            closing_line(1.2345, true, true, m, &plain()),
             "总花费 $1.2345 · 清单 /abs/path/runs/manifest.json"
         );
         assert_eq!(
-            closing_line(0.5, false, m, &plain()),
+            closing_line(0.5, false, true, m, &plain()),
             "总花费 ≥ $0.5000 · 清单 /abs/path/runs/manifest.json"
         );
+        // Every cost unknown (a local model): unknown, never `≥ $-0.0000` (an empty float sum
+        // is -0.0).
+        let empty: f64 = std::iter::empty::<f64>().sum();
+        assert_eq!(
+            closing_line(empty, false, false, m, &plain()),
+            "总花费 未知 · 清单 /abs/path/runs/manifest.json"
+        );
+        assert!(!closing_line(empty, true, true, m, &plain()).contains('-'));
+    }
+
+    #[test]
+    fn the_status_line_says_unknown_when_no_cost_is_known() {
+        let usage = |c: Option<f64>| {
+            ev(
+                0,
+                EventKind::Usage {
+                    usage: Usage::default(),
+                    cost_usd: c,
+                    context_tokens: 10,
+                },
+            )
+        };
+        let mut t = Tally::default();
+        t.observe(&usage(None));
+        let line = t.status_line(Duration::from_secs(5), &plain());
+        assert!(line.contains("累计 未知"), "{line}");
+        t.observe(&usage(Some(0.25)));
+        let line = t.status_line(Duration::from_secs(5), &plain());
+        assert!(line.contains("累计 ≥ $0.25"), "{line}");
     }
 
     #[test]

@@ -30,6 +30,15 @@ impl ScriptedModel {
 
     /// Starts the binary listening on `listen`.
     pub fn start_on(scenario: &Value, listen: &str) -> Self {
+        Self::start_with(scenario, listen, &[])
+    }
+
+    /// Starts the binary on a free port with extra arguments (`--lax`).
+    pub fn start_args(scenario: &Value, args: &[&str]) -> Self {
+        Self::start_with(scenario, "127.0.0.1:0", args)
+    }
+
+    fn start_with(scenario: &Value, listen: &str, args: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let scenario_path = dir.path().join("scenario.json");
         std::fs::write(&scenario_path, scenario.to_string()).unwrap();
@@ -41,6 +50,7 @@ impl ScriptedModel {
             .arg(listen)
             .arg("--record")
             .arg(&record)
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

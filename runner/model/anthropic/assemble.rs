@@ -6,9 +6,12 @@
 //! (no fragments → `{}`); the SSE decoder below has already joined UTF-8 characters that the
 //! network split. Without `message_stop` nothing is complete.
 
-use crate::model::client::TurnAssembler;
+use crate::model::client::{Fed, TurnAssembler};
 use crate::model::retry::{classify_stream_error, AttemptError};
-use crate::model::{ContentBlock, EventSink, ModelEvent, StopReason, ToolCall, Turn, Usage};
+use crate::model::{
+    ContentBlock, EventSink, MalformedCall, ModelError, ModelEvent, StopReason, ToolCall, Turn,
+    Usage,
+};
 use eventsource_stream::Event as SseEvent;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -39,6 +42,8 @@ pub(crate) struct AnthropicAssembler {
     blocks: BTreeMap<u64, Block>,
     stop_reason: Option<StopReason>,
     usage: Usage,
+    /// A gateway's own price of the call (`usage.cost`), when it sends one.
+    cost: Option<f64>,
 }
 
 impl AnthropicAssembler {
@@ -50,6 +55,7 @@ impl AnthropicAssembler {
             blocks: BTreeMap::new(),
             stop_reason: None,
             usage: Usage::default(),
+            cost: None,
         }
     }
 
@@ -64,7 +70,7 @@ impl AnthropicAssembler {
 }
 
 /// Copies the usage fields present in `u` (absent ones keep their value).
-fn merge_usage(usage: &mut Usage, u: &Value) {
+pub(crate) fn merge_usage(usage: &mut Usage, u: &Value) {
     let get = |k: &str| u.get(k).and_then(Value::as_u64);
     if let Some(v) = get("input_tokens") {
         usage.input_tokens = Some(v);
@@ -91,9 +97,13 @@ fn parse_tool_input(json: &str) -> Option<Value> {
 }
 
 impl TurnAssembler for AnthropicAssembler {
-    fn feed(&mut self, ev: &SseEvent, sink: EventSink<'_>) -> Result<bool, AttemptError> {
+    fn feed(&mut self, ev: &SseEvent, sink: EventSink<'_>) -> Result<Fed, AttemptError> {
         if ev.data.trim().is_empty() {
-            return Ok(ev.event == "message_stop");
+            return Ok(if ev.event == "message_stop" {
+                Fed::Done
+            } else {
+                Fed::KeepAlive
+            });
         }
         let data: Value = serde_json::from_str(&ev.data)
             .map_err(|e| AttemptError::retry(format!("malformed {} event: {e}", ev.event)))?;
@@ -183,17 +193,20 @@ impl TurnAssembler for AnthropicAssembler {
                     self.stop_reason = Some(StopReason::from_wire(r));
                 }
                 merge_usage(&mut self.usage, &data["usage"]);
+                if let Some(c) = data["usage"]["cost"].as_f64() {
+                    self.cost = Some(c);
+                }
             }
-            "message_stop" => return Ok(true),
+            "message_stop" => return Ok(Fed::Done),
             "error" => {
                 return Err(classify_stream_error(super::wire::api_error(
                     &data["error"],
                 )));
             }
             // `ping` and event types added after this was written.
-            _ => {}
+            _ => return Ok(Fed::KeepAlive),
         }
-        Ok(false)
+        Ok(Fed::Progress)
     }
 
     fn finish(self, terminal: bool, _sink: EventSink<'_>) -> Result<Turn, AttemptError> {
@@ -203,6 +216,7 @@ impl TurnAssembler for AnthropicAssembler {
         let stop_reason = self.stop_reason.unwrap_or(StopReason::Other);
         let mut content = Vec::new();
         let mut truncated_tool_use = false;
+        let mut malformed_calls = Vec::new();
         for block in self.blocks.into_values() {
             match block {
                 Block::Text(text) if !text.is_empty() => content.push(ContentBlock::Text { text }),
@@ -220,19 +234,23 @@ impl TurnAssembler for AnthropicAssembler {
                     ..
                 } => content.push(ContentBlock::ToolUse { id, name, input }),
                 Block::Tool {
+                    id,
                     name,
                     json,
                     input: None,
-                    ..
                 } => {
                     if stop_reason == StopReason::MaxTokens {
                         // Cut off mid-call: never executed; the runtime tells the model.
                         truncated_tool_use = true;
                     } else {
-                        return Err(AttemptError::retry(format!(
-                            "tool_use {name}: input is not a JSON object ({} bytes)",
-                            json.len()
-                        )));
+                        // The model's mistake, not the network's: answered with an error
+                        // result, never retried.
+                        malformed_calls.push(MalformedCall::new(id.clone(), name.clone(), &json));
+                        content.push(ContentBlock::ToolUse {
+                            id,
+                            name,
+                            input: Value::Object(Default::default()),
+                        });
                     }
                 }
                 _ => {}
@@ -245,6 +263,89 @@ impl TurnAssembler for AnthropicAssembler {
             model: self.model.unwrap_or(self.requested_model),
             retried_errors: Vec::new(),
             truncated_tool_use,
+            malformed_calls,
+            reported_cost_usd: self.cost,
         })
     }
+}
+
+/// A complete Messages API answer (`{"type": "message", "content": [..], ..}`) as one turn, the
+/// way a non-streamed response or LiteLLM's mock mode sends it. An `{"type": "error"}` body is
+/// classified like an `error` event; anything else is a [`ModelError::BadResponse`] naming what
+/// came back.
+pub(crate) fn complete_message(
+    body: &Value,
+    requested_model: &str,
+    sink: EventSink<'_>,
+) -> Result<Turn, AttemptError> {
+    if body["type"] == "error" || (body.get("error").is_some() && body.get("content").is_none()) {
+        return Err(classify_stream_error(super::wire::api_error(
+            &body["error"],
+        )));
+    }
+    let Some(blocks) = body["content"].as_array() else {
+        return Err(AttemptError::Fatal(ModelError::BadResponse {
+            status: 200,
+            message: format!(
+                "JSON without a `content` array, not a Messages API message: {}",
+                crate::model::retry::one_line(&body.to_string())
+            ),
+        }));
+    };
+    let stop_reason = body["stop_reason"]
+        .as_str()
+        .map(StopReason::from_wire)
+        .unwrap_or(StopReason::Other);
+    let mut usage = Usage::default();
+    merge_usage(&mut usage, &body["usage"]);
+    let mut content = Vec::new();
+    let mut malformed_calls = Vec::new();
+    for b in blocks {
+        let s = |k: &str| b[k].as_str().unwrap_or_default().to_string();
+        match b["type"].as_str() {
+            Some("text") => {
+                let text = s("text");
+                if !text.is_empty() {
+                    sink(ModelEvent::TextDelta(text.clone()));
+                    content.push(ContentBlock::Text { text });
+                }
+            }
+            Some("thinking") => content.push(ContentBlock::Thinking {
+                thinking: s("thinking"),
+                signature: s("signature"),
+            }),
+            Some("tool_use") => {
+                let (id, name) = (s("id"), s("name"));
+                let input = match &b["input"] {
+                    Value::Object(_) => b["input"].clone(),
+                    other => {
+                        malformed_calls.push(MalformedCall::new(&id, &name, &other.to_string()));
+                        Value::Object(Default::default())
+                    }
+                };
+                if malformed_calls.iter().all(|m| m.id != id) {
+                    sink(ModelEvent::ToolCall(ToolCall {
+                        id: id.clone(),
+                        name: name.clone(),
+                        input: input.clone(),
+                    }));
+                }
+                content.push(ContentBlock::ToolUse { id, name, input });
+            }
+            _ => {}
+        }
+    }
+    Ok(Turn {
+        content,
+        stop_reason,
+        usage,
+        model: body["model"]
+            .as_str()
+            .unwrap_or(requested_model)
+            .to_string(),
+        retried_errors: Vec::new(),
+        truncated_tool_use: false,
+        malformed_calls,
+        reported_cost_usd: body["usage"]["cost"].as_f64(),
+    })
 }

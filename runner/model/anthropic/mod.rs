@@ -151,6 +151,15 @@ impl WireProtocol for AnthropicProtocol {
     fn assembler(&self, req: &Request) -> Self::Assembler {
         assemble::AnthropicAssembler::new(self.model(req))
     }
+
+    fn complete(
+        &self,
+        req: &Request,
+        body: &serde_json::Value,
+        sink: EventSink<'_>,
+    ) -> Result<Turn, super::retry::AttemptError> {
+        assemble::complete_message(body, self.model(req), sink)
+    }
 }
 
 #[cfg(test)]

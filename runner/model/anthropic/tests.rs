@@ -507,22 +507,144 @@ async fn request_headers_and_model_fallback() {
     }
 }
 
-#[tokio::test]
-async fn a_json_answer_to_a_streaming_request_is_a_config_error() {
-    let canned = Canned::Resp {
+fn json_answer(body: &str) -> Canned {
+    Canned::Resp {
         status: 200,
         headers: vec![("content-type".into(), "application/json".into())],
-        chunks: vec![bytes::Bytes::from_static(
-            b"{\"type\":\"message\",\"content\":[]}",
-        )],
+        chunks: vec![bytes::Bytes::copy_from_slice(body.as_bytes())],
         end: End::Clean,
-    };
-    let (r, _, fake) = run(vec![canned], fast()).await;
+    }
+}
+
+#[tokio::test]
+async fn a_complete_json_message_is_accepted_as_one_turn() {
+    // What LiteLLM's mock mode answers to a streamed request: a whole Messages object.
+    let body = r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-mock",
+        "content":[{"type":"text","text":"好的"},
+                   {"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"ls"}}],
+        "stop_reason":"tool_use","usage":{"input_tokens":12,"output_tokens":3}}"#;
+    let (r, events, fake) = run(vec![json_answer(body)], fast()).await;
+    let turn = r.unwrap();
+    assert_eq!(fake.request_count(), 1);
+    assert_eq!(turn.stop_reason, StopReason::ToolUse);
+    assert_eq!(turn.model, "claude-mock");
+    assert_eq!(turn.usage.input_tokens, Some(12));
+    assert_eq!(
+        turn.content,
+        vec![
+            ContentBlock::text("好的"),
+            ContentBlock::ToolUse {
+                id: "toolu_1".into(),
+                name: "Bash".into(),
+                input: json!({"command": "ls"})
+            }
+        ]
+    );
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, ModelEvent::TextDelta(t) if t == "好的")));
+}
+
+#[tokio::test]
+async fn json_that_is_not_a_message_names_the_real_cause() {
+    let (r, _, fake) = run(vec![json_answer(r#"{"hello":"world"}"#)], fast()).await;
     let err = r.unwrap_err();
     assert!(
-        matches!(err, ModelError::Config { status: 200, .. }),
+        matches!(err, ModelError::BadResponse { status: 200, .. }),
         "{err:?}"
     );
-    assert!(err.to_string().contains("event stream"));
+    assert!(err.to_string().contains("content"), "{err}");
+    assert!(!err.to_string().contains("网关地址或模型名不对"), "{err}");
     assert_eq!(fake.request_count(), 1);
+    let (r, _, _) = run(vec![json_answer("not json at all")], fast()).await;
+    assert!(r.unwrap_err().to_string().contains("not JSON"));
+    // An error object in a 200 JSON body is classified like an error event.
+    let err_body = r#"{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}"#;
+    let (r, _, _) = run(vec![json_answer(err_body)], fast()).await;
+    assert!(matches!(r.unwrap_err(), ModelError::InvalidRequest { .. }));
+}
+
+#[tokio::test]
+async fn a_tool_input_that_is_not_an_object_is_the_models_mistake_not_a_network_failure() {
+    // The input JSON parses, but to a string: one request, a turn, and the call marked
+    // malformed so the runtime answers it with an error result.
+    let body = sse(&[
+        msg_start(),
+        tool_start(0, "toolu_bad", "Bash"),
+        json_delta(0, "\"not-an-"),
+        json_delta(0, "object\""),
+        stop(0),
+        tool_start(1, "toolu_broken", "Read"),
+        json_delta(1, "{\"file_path\": "),
+        stop(1),
+        msg_delta("tool_use", 9),
+        msg_stop(),
+    ]);
+    let (r, events, fake) = run(vec![Canned::sse(&body, 16, End::Clean)], fast()).await;
+    let turn = r.unwrap();
+    assert_eq!(fake.request_count(), 1, "never retried");
+    assert!(turn.retried_errors.is_empty());
+    let ids: Vec<&str> = turn.malformed_calls.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["toolu_bad", "toolu_broken"]);
+    assert_eq!(turn.malformed_calls[0].raw, "\"not-an-object\"");
+    // The blocks stay, with an input the API accepts back.
+    assert_eq!(
+        turn.content[0],
+        ContentBlock::ToolUse {
+            id: "toolu_bad".into(),
+            name: "Bash".into(),
+            input: json!({})
+        }
+    );
+    assert!(!events.iter().any(|e| matches!(e, ModelEvent::ToolCall(_))));
+}
+
+#[tokio::test]
+async fn a_stream_of_pings_alone_times_out() {
+    // Pings every 20 ms forever: the idle timer (300 ms) counts only content events.
+    let fake = Arc::new(FakeTransport::new(vec![
+        Canned::pings(&sse(&[msg_start()]), Duration::from_millis(20)),
+        Canned::sse(&simple_text_turn("after"), 64, End::Clean),
+    ]));
+    let p = provider(fake.clone(), fast(), AnthropicAuth::None);
+    let turn = p
+        .stream_turn(&request("hi"), &|_| {}, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(turn.content, vec![ContentBlock::text("after")]);
+    assert_eq!(fake.request_count(), 2);
+    assert!(
+        turn.retried_errors[0].contains("keep-alive"),
+        "{:?}",
+        turn.retried_errors
+    );
+}
+
+#[tokio::test]
+async fn every_attempt_has_a_deadline_however_steadily_it_streams() {
+    // Text deltas every 20 ms forever: always progress, never done.
+    let endless = Canned::Drip {
+        head: sse(&[msg_start(), text_start(0)]),
+        every: Duration::from_millis(20),
+        frame: sse(&[text_delta(0, "more ")]),
+    };
+    let fake = Arc::new(FakeTransport::new(vec![
+        endless,
+        Canned::sse(&simple_text_turn("done"), 64, End::Clean),
+    ]));
+    let policy = RetryPolicy {
+        attempt_deadline: Duration::from_millis(400),
+        ..fast()
+    };
+    let p = provider(fake.clone(), policy, AnthropicAuth::None);
+    let turn = p
+        .stream_turn(&request("hi"), &|_| {}, &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(turn.content, vec![ContentBlock::text("done")]);
+    assert!(
+        turn.retried_errors[0].contains("deadline"),
+        "{:?}",
+        turn.retried_errors
+    );
 }

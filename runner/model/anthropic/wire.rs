@@ -38,7 +38,23 @@ pub(crate) fn request_body(req: &Request, model: &str) -> Value {
         body.insert("system".into(), Value::Array(system));
     }
 
-    let mut messages: Vec<Value> = req.messages.iter().map(message_json).collect();
+    // Never send an empty message (the API refuses one anywhere but last): a message whose
+    // blocks were all left out goes, and its neighbours of one role are joined.
+    let mut messages: Vec<Value> = Vec::new();
+    for m in req.messages.iter().map(message_json) {
+        let blocks = m["content"].as_array().cloned().unwrap_or_default();
+        if blocks.is_empty() {
+            continue;
+        }
+        match messages.last_mut() {
+            Some(last) if last["role"] == m["role"] => {
+                if let Some(arr) = last["content"].as_array_mut() {
+                    arr.extend(blocks);
+                }
+            }
+            _ => messages.push(m),
+        }
+    }
     if let Some(last) = messages
         .last_mut()
         .and_then(|m| m["content"].as_array_mut())
@@ -97,8 +113,10 @@ pub(crate) fn api_error(e: &Value) -> ApiError {
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_string();
-    let prompt_too_long = kind.as_deref() == Some("invalid_request_error")
-        && message.to_ascii_lowercase().contains("prompt is too long");
+    // llama.cpp's server (its /v1/messages too) types it `exceed_context_size_error`.
+    let prompt_too_long = kind.as_deref() == Some("exceed_context_size_error")
+        || (kind.as_deref() == Some("invalid_request_error")
+            && message.to_ascii_lowercase().contains("prompt is too long"));
     ApiError {
         kind,
         message,
@@ -176,6 +194,25 @@ mod tests {
         assert_eq!(msgs[1]["content"][0]["input"]["command"], "ls");
         let count = b.to_string().matches("cache_control").count();
         assert_eq!(count, 3);
+    }
+
+    #[test]
+    fn an_empty_message_is_never_sent() {
+        // A turn cut off inside its only tool call, as an older flowerbox stored it.
+        let mut r = req();
+        r.messages = vec![
+            Message::user_text("write it"),
+            Message {
+                role: Speaker::Assistant,
+                content: vec![],
+            },
+            Message::user_text("[cut off]"),
+        ];
+        let b = request_body(&r, "m");
+        let msgs = b["messages"].as_array().unwrap();
+        assert_eq!(msgs.len(), 1, "{b}");
+        assert_eq!(msgs[0]["role"], "user");
+        assert_eq!(msgs[0]["content"].as_array().unwrap().len(), 2);
     }
 
     #[test]

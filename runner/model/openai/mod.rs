@@ -29,6 +29,9 @@ pub struct OpenAiConfig {
     pub api_key: Option<String>,
     /// Model id used when a request leaves `model` empty.
     pub model: String,
+    /// Ask for event streams (`true`, the default) or complete JSON answers
+    /// (`FLOWERBOX_OPENAI_STREAM=0`, for servers that cannot stream tool calls).
+    pub stream: bool,
 }
 
 impl fmt::Debug for OpenAiConfig {
@@ -37,6 +40,7 @@ impl fmt::Debug for OpenAiConfig {
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("model", &self.model)
+            .field("stream", &self.stream)
             .finish()
     }
 }
@@ -92,6 +96,29 @@ impl Provider for OpenAiProvider {
     ) -> Result<Turn, ModelError> {
         self.driver.stream_turn(req, sink, cancel).await
     }
+
+    async fn server_context_window(&self) -> Option<u64> {
+        let cfg = &self.driver.proto.config;
+        let mut headers = Vec::new();
+        if let Some(key) = &cfg.api_key {
+            headers.push(("authorization".to_string(), format!("Bearer {key}")));
+        }
+        let base = cfg.base_url.trim_end_matches('/');
+        let root = base.strip_suffix("/v1").unwrap_or(base);
+        let wait = std::time::Duration::from_secs(5);
+        let t = self.driver.transport();
+        // llama.cpp's server: the context it was started with.
+        if let Ok(props) = t.get_json(&format!("{root}/props"), &headers, wait).await {
+            if let Some(n) = wire::served_context(&props) {
+                return Some(n);
+            }
+        }
+        let models = t
+            .get_json(&format!("{base}/models"), &headers, wait)
+            .await
+            .ok()?;
+        wire::model_context(&models, &cfg.model)
+    }
 }
 
 struct OpenAiProtocol {
@@ -112,14 +139,34 @@ impl WireProtocol for OpenAiProtocol {
 
     fn build(&self, req: &Request) -> HttpRequest {
         let mut headers = client::stream_headers(req);
+        if !self.config.stream {
+            for (k, v) in headers.iter_mut() {
+                if k == "accept" {
+                    *v = "application/json".into();
+                }
+            }
+        }
         if let Some(key) = &self.config.api_key {
             headers.push(("authorization".into(), format!("Bearer {key}")));
         }
         HttpRequest {
             url: self.endpoint.url.clone(),
             headers,
-            body: wire::request_body(req, self.model(req)),
+            body: wire::request_body(req, self.model(req), self.config.stream),
         }
+    }
+
+    fn streaming(&self) -> bool {
+        self.config.stream
+    }
+
+    fn complete(
+        &self,
+        req: &Request,
+        body: &serde_json::Value,
+        sink: EventSink<'_>,
+    ) -> Result<Turn, super::retry::AttemptError> {
+        assemble::complete_chat(body, self.model(req), sink)
     }
 
     fn parse_error(&self, _status: u16, body: &str) -> ApiError {
@@ -144,6 +191,7 @@ mod tests {
             base_url: "http://localhost:11434/v1".into(),
             api_key: Some("k".into()),
             model: "qwen".into(),
+            stream: true,
         };
         let policy = RetryPolicy {
             base_delay: Duration::from_millis(1),
@@ -264,6 +312,47 @@ mod tests {
         assert!(turn.truncated_tool_use);
         assert_eq!(turn.stop_reason, StopReason::MaxTokens);
         assert_eq!(turn.content, vec![ContentBlock::text("ok")]);
+    }
+
+    #[tokio::test]
+    async fn an_empty_stream_names_the_setting_that_avoids_it() {
+        // llama-cpp-python's answer to a streamed request with tools: HTTP 200, empty body.
+        let fake = Arc::new(FakeTransport::new(vec![Canned::sse("", 1, End::Clean)]));
+        let err = provider(fake.clone())
+            .stream_turn(&request("hi"), &|_| {}, &CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, crate::model::ModelError::BadResponse { .. }),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string().contains("FLOWERBOX_OPENAI_STREAM=0"),
+            "{err}"
+        );
+        assert_eq!(
+            fake.request_count(),
+            1,
+            "not retried: it answers the same every time"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_gateways_own_cost_is_kept() {
+        let body = sse_data(
+            &[
+                chunk(json!({"content": "ok"}), Some("stop")),
+                json!({"id": "c", "choices": [], "usage": {"prompt_tokens": 10,
+                    "completion_tokens": 2, "cost": 0.00042}}),
+            ],
+            true,
+        );
+        let fake = Arc::new(FakeTransport::new(vec![Canned::sse(&body, 64, End::Clean)]));
+        let turn = provider(fake)
+            .stream_turn(&request("hi"), &|_| {}, &CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(turn.reported_cost_usd, Some(0.00042));
     }
 
     #[tokio::test]

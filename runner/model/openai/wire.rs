@@ -5,14 +5,16 @@ use crate::model::retry::ApiError;
 use crate::model::{ContentBlock, Request, Speaker};
 use serde_json::{json, Value};
 
-/// The streaming request body for `req` with `model`.
+/// The request body for `req` with `model`, streamed unless `stream` is false.
 ///
 /// System blocks become one `system` message; a user message's tool results become `tool`
 /// messages (placed first, since they must follow the assistant's `tool_calls`), its text a
 /// `user` message; an assistant message's text and tool uses become one message with
 /// `tool_calls`. Thinking blocks have no Chat Completions form and are left out.
-/// `stream_options.include_usage` asks for usage in the final chunk.
-pub(crate) fn request_body(req: &Request, model: &str) -> Value {
+/// `stream_options.include_usage` asks for usage in the final chunk. `tool_choice: "auto"` goes
+/// with every tools list: it is OpenAI's default, but some servers (llama-cpp-python) leave the
+/// tools out of the prompt entirely without it. Messages that would be empty are never sent.
+pub(crate) fn request_body(req: &Request, model: &str, stream: bool) -> Value {
     let mut messages = Vec::new();
     let system: Vec<&str> = req
         .system
@@ -56,6 +58,9 @@ pub(crate) fn request_body(req: &Request, model: &str) -> Value {
                 messages.push(json!({"role": "user", "content": text}));
             }
             Speaker::User => {}
+            // An assistant message with neither text nor calls (a turn cut off inside its only
+            // tool call, stored by an older flowerbox) is not sent.
+            Speaker::Assistant if text.is_empty() && calls.is_empty() => {}
             Speaker::Assistant => {
                 let mut msg = json!({"role": "assistant", "content": text});
                 if !calls.is_empty() {
@@ -69,9 +74,11 @@ pub(crate) fn request_body(req: &Request, model: &str) -> Value {
         "model": model,
         "messages": messages,
         "max_tokens": req.max_tokens,
-        "stream": true,
-        "stream_options": {"include_usage": true},
+        "stream": stream,
     });
+    if stream {
+        body["stream_options"] = json!({"include_usage": true});
+    }
     if !req.tools.is_empty() {
         let tools: Vec<Value> = req
             .tools
@@ -82,8 +89,34 @@ pub(crate) fn request_body(req: &Request, model: &str) -> Value {
             })
             .collect();
         body["tools"] = Value::Array(tools);
+        body["tool_choice"] = json!("auto");
     }
     body
+}
+
+/// The context length in llama.cpp's `GET /props` (`default_generation_settings.n_ctx`, or
+/// `n_ctx` at the top in some versions).
+pub(crate) fn served_context(props: &Value) -> Option<u64> {
+    props["default_generation_settings"]["n_ctx"]
+        .as_u64()
+        .or_else(|| props["n_ctx"].as_u64())
+        .filter(|n| *n > 0)
+}
+
+/// The context length `GET /v1/models` gives for `model` (the entry with its id, else the only
+/// entry): vLLM's `max_model_len`, OpenRouter-style `context_length`/`context_window`, or
+/// llama.cpp's `meta.n_ctx_train`.
+pub(crate) fn model_context(models: &Value, model: &str) -> Option<u64> {
+    let data = models["data"].as_array()?;
+    let entry = data
+        .iter()
+        .find(|m| m["id"].as_str() == Some(model))
+        .or_else(|| (data.len() == 1).then(|| &data[0]))?;
+    ["max_model_len", "context_length", "context_window"]
+        .iter()
+        .find_map(|k| entry[*k].as_u64())
+        .or_else(|| entry["meta"]["n_ctx_train"].as_u64())
+        .filter(|n| *n > 0)
 }
 
 /// Reads `{"error": {"message", "type", "code"}}`; any other body becomes the message verbatim.
@@ -104,11 +137,13 @@ pub(crate) fn api_error(e: &Value) -> ApiError {
     }
     let message = e["message"].as_str().unwrap_or_default().to_string();
     let code = e["code"].as_str().unwrap_or_default();
+    let kind = e["type"].as_str().map(str::to_string);
+    // llama.cpp's server types it `exceed_context_size_error`.
     let prompt_too_long = code == "context_length_exceeded"
+        || kind.as_deref() == Some("exceed_context_size_error")
         || message
             .to_ascii_lowercase()
             .contains("maximum context length");
-    let kind = e["type"].as_str().map(str::to_string);
     ApiError {
         kind,
         message,
@@ -156,8 +191,9 @@ mod tests {
                 ContentBlock::text("and then?"),
             ],
         });
-        let b = request_body(&r, "qwen");
+        let b = request_body(&r, "qwen", true);
         assert_eq!(b["stream_options"]["include_usage"], true);
+        assert_eq!(b["tool_choice"], "auto");
         assert_eq!(b["tools"][0]["function"]["parameters"]["type"], "object");
         let m = b["messages"].as_array().unwrap();
         assert_eq!(m.len(), 5);
@@ -176,6 +212,20 @@ mod tests {
     }
 
     #[test]
+    fn servers_say_their_context_length() {
+        let props = json!({"default_generation_settings": {"n_ctx": 8192}, "total_slots": 1});
+        assert_eq!(served_context(&props), Some(8192));
+        assert_eq!(served_context(&json!({"n_ctx": 4096})), Some(4096));
+        assert_eq!(served_context(&json!({})), None);
+        let vllm = json!({"data": [{"id": "qwen", "max_model_len": 32768}]});
+        assert_eq!(model_context(&vllm, "qwen"), Some(32768));
+        let llama = json!({"data": [{"id": "x.gguf", "meta": {"n_ctx_train": 131072}}]});
+        assert_eq!(model_context(&llama, "other"), Some(131072));
+        let two = json!({"data": [{"id": "a", "max_model_len": 1}, {"id": "b"}]});
+        assert_eq!(model_context(&two, "c"), None);
+    }
+
+    #[test]
     fn context_length_errors_are_recognised() {
         let e = parse_error(
             r#"{"error":{"message":"too long","type":"invalid_request_error","code":"context_length_exceeded"}}"#,
@@ -186,5 +236,9 @@ mod tests {
         );
         assert!(e.prompt_too_long);
         assert!(!parse_error("oops").prompt_too_long);
+        let e = parse_error(
+            r#"{"error":{"code":400,"message":"request (9000 tokens) exceeds the available context size (8192 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":9000,"n_ctx":8192}}"#,
+        );
+        assert!(e.prompt_too_long);
     }
 }

@@ -75,9 +75,7 @@ fn block_events(
                 .into_iter()
                 .map(|t| delta(json!({"type": "thinking_delta", "thinking": t})))
                 .collect();
-            let sig = signature
-                .clone()
-                .unwrap_or_else(|| "scripted-signature".into());
+            let sig = signature.clone().unwrap_or_else(|| signature_for(thinking));
             deltas.push(delta(json!({"type": "signature_delta", "signature": sig})));
             [
                 vec![json!({"type": "content_block_start", "index": index,
@@ -104,6 +102,14 @@ fn block_events(
             ]
         }
     }
+}
+
+/// The signature the server gives a thinking block it wrote without a scripted one: a digest
+/// of the text, so a block passed back changed (or another server's) is recognised.
+pub(crate) fn signature_for(thinking: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("scripted-model thinking\n{thinking}").as_bytes());
+    format!("sig_{}", &hex::encode(digest)[..32])
 }
 
 /// Generated tool-use id for block `index` of turn `k` of entry `entry`.
@@ -214,6 +220,36 @@ pub(crate) fn turn_events(
         "usage": {"output_tokens": output}}));
     events.push(json!({"type": "message_stop"}));
     events
+}
+
+/// The turn as one complete Messages API object (what a non-streaming answer holds).
+pub(crate) fn turn_message(turn: &ScriptedTurn, meta: &TurnMeta<'_>) -> Value {
+    let content: Vec<Value> = turn
+        .content
+        .iter()
+        .enumerate()
+        .map(|(index, b)| match b {
+            ScriptedBlock::Text { text } => json!({"type": "text", "text": text}),
+            ScriptedBlock::Thinking {
+                thinking,
+                signature,
+            } => json!({"type": "thinking", "thinking": thinking,
+                "signature": signature.clone().unwrap_or_else(|| signature_for(thinking))}),
+            ScriptedBlock::ToolUse { name, input, id } => json!({"type": "tool_use",
+                "id": id.clone().unwrap_or_else(|| tool_id(meta.entry, meta.k, index)),
+                "name": name, "input": input}),
+        })
+        .collect();
+    let u = &turn.usage;
+    json!({"id": format!("msg_scripted_{}_{}", meta.entry, meta.k), "type": "message",
+    "role": "assistant", "model": meta.model, "content": content,
+    "stop_reason": turn.stop_reason(), "stop_sequence": null,
+    "usage": {
+        "input_tokens": u.input_tokens.unwrap_or(meta.input_estimate),
+        "output_tokens": u.output_tokens.unwrap_or(1),
+        "cache_creation_input_tokens": u.cache_creation_input_tokens.unwrap_or(0),
+        "cache_read_input_tokens": u.cache_read_input_tokens.unwrap_or(0),
+    }})
 }
 
 /// One event as SSE text: `event: TYPE\ndata: JSON\n\n` (non-ASCII stays raw UTF-8).

@@ -3,12 +3,22 @@
 //! The `scripted-model` binary is a thin wrapper around [`run`].
 //!
 //! ```text
-//! scripted-model --scenario FILE [--listen 127.0.0.1:0] [--record FILE]
+//! scripted-model --scenario FILE [--listen 127.0.0.1:0] [--record FILE] [--lax]
 //! ```
 //!
 //! The first line of stdout is the bound address, `http://127.0.0.1:PORT` (flushed at once; use
-//! it as `ANTHROPIC_BASE_URL`). It then serves `POST /v1/messages` (and `GET /health` → `ok`)
-//! until killed, concurrently. `--record` appends every request body as one JSON line.
+//! it as `ANTHROPIC_BASE_URL`, or with `/v1` as `OPENAI_BASE_URL`). It then serves
+//! `POST /v1/messages`, `POST /v1/chat/completions` (the same scenario as Chat Completions
+//! chunks, or one `chat.completion` for `stream: false`) and `GET /health` → `ok` until killed,
+//! concurrently. `--record` appends every request body as one JSON line.
+//!
+//! - **Strict by default.** A request the real API would refuse gets the real API's answer:
+//!   HTTP 400, `invalid_request_error` and its message text (empty messages, unanswered or
+//!   misplaced tool calls, results for unknown ids, more than four cache breakpoints, bad tool
+//!   names or schemas, `max_tokens` above the model's cap, thinking blocks not passed back
+//!   unchanged; on the Chat Completions side, `tool` messages that answer no preceding
+//!   `tool_calls`). The rules are listed in `validate.rs` and `validate_chat.rs`. `--lax` turns
+//!   this off, for tests that need a server which accepts anything.
 //!
 //! # Scenario
 //!
@@ -33,8 +43,9 @@
 //! - **Turn selection is stateless.** The turn served is number k (0-based), where k is the
 //!   number of assistant messages already in the request, so a resumed or retried conversation
 //!   gets the right turn.
-//! - **TURN.** `content` blocks: `text`, `thinking` (optional `signature`), `tool_use` (`name`,
-//!   `input` default `{}`, optional fixed `id`; ids are generated as `toolu_s{entry}_t{k}_b{i}`
+//! - **TURN.** `content` blocks: `text`, `thinking` (optional `signature`, default a digest of
+//!   the text that strict checking expects back unchanged), `tool_use` (`name`, `input` default
+//!   `{}` — any JSON, so a scenario can send a non-object input —, optional fixed `id`; ids are generated as `toolu_s{entry}_t{k}_b{i}`
 //!   otherwise). `stop_reason` defaults to `tool_use` when there is a tool_use block, else
 //!   `end_turn`. `usage` counts default to an estimate (bytes / 4) for input/output and 0 for
 //!   cache. `interleave: true` streams the tool_use blocks' fragments interleaved.
@@ -53,13 +64,18 @@
 //!   - `{"delay_ms": 200}`: a pause before every event (combine with `times` for an idle
 //!     stream that recovers);
 //!   - `{"truncate_tool_json": true, "times": 1}`: the first tool_use block gets only half its
-//!     JSON, later blocks are left out, and the turn stops with `max_tokens`.
+//!     JSON, later blocks are left out, and the turn stops with `max_tokens`;
+//!   - `{"json_answer": true}`: the whole turn as one JSON object (`application/json`), as a
+//!     gateway that ignores `stream: true` sends it.
 //! - **Mismatch.** No matching entry, or k past the last turn: HTTP 400 with an
 //!   `invalid_request_error` naming the agent, its role and k, so a test sees it at once.
 
+mod chat;
 mod events;
 pub mod scenario;
 mod server;
+pub mod validate;
+pub mod validate_chat;
 
 pub use scenario::{Entry, Fault, Scenario, ScriptedBlock, ScriptedTurn, ScriptedUsage};
 pub use server::ScriptedServer;
@@ -97,6 +113,9 @@ pub struct Args {
     /// Append every request body to this file, one JSON line each.
     #[arg(long)]
     pub record: Option<PathBuf>,
+    /// Accept any request (no checking against the real APIs' rules).
+    #[arg(long)]
+    pub lax: bool,
 }
 
 /// Loads the scenario, binds, writes `http://ADDR` and a newline to `out` (flushed), and serves
@@ -106,9 +125,10 @@ pub async fn run(args: Args, out: &mut dyn Write) -> Result<(), ScriptedError> {
         scenario,
         listen,
         record,
+        lax,
     } = args;
     let scenario = Scenario::load(&scenario)?;
-    let server = ScriptedServer::bind(scenario, listen, record).await?;
+    let server = ScriptedServer::bind_with(scenario, listen, record, !lax).await?;
     writeln!(out, "{}", server.url())
         .and_then(|_| out.flush())
         .map_err(|e| ScriptedError::Io(e.to_string()))?;

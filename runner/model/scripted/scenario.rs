@@ -74,7 +74,7 @@ pub enum ScriptedBlock {
     Thinking {
         /// The thinking text.
         thinking: String,
-        /// Signature; default `scripted-signature`.
+        /// Signature; default a digest of the text (see `events::signature_for`).
         #[serde(default)]
         signature: Option<String>,
     },
@@ -159,6 +159,11 @@ pub struct Fault {
     /// Cut the first tool_use block's JSON in half and end with `stop_reason: max_tokens`.
     #[serde(default)]
     pub truncate_tool_json: bool,
+    /// Answer with the whole turn as one JSON object (`content-type: application/json`)
+    /// instead of an event stream, as a gateway that ignores `stream: true` does (LiteLLM's
+    /// mock mode).
+    #[serde(default)]
+    pub json_answer: bool,
     /// How many requests of this (entry, turn) get this fault; absent = every request.
     #[serde(default)]
     pub times: Option<u32>,
@@ -216,6 +221,19 @@ impl Entry {
 }
 
 impl Scenario {
+    /// True when a scripted thinking block has exactly this text and this signature (the
+    /// scenario's own signatures are as good as the server's).
+    pub fn has_signed_thinking(&self, thinking: &str, signature: &str) -> bool {
+        self.agents
+            .iter()
+            .flat_map(|e| e.turns.iter())
+            .flat_map(|t| t.content.iter())
+            .any(|b| {
+                matches!(b, ScriptedBlock::Thinking { thinking: t, signature: Some(s) }
+                    if t == thinking && s == signature)
+            })
+    }
+
     /// Reads and validates a scenario file.
     pub fn load(path: &Path) -> Result<Scenario, ScriptedError> {
         let text = std::fs::read_to_string(path)
@@ -283,9 +301,10 @@ fn validate_turn(turn: &ScriptedTurn) -> Result<(), String> {
             f.error_event.is_some(),
             f.drop_after_events.is_some(),
             f.truncate_tool_json,
+            f.json_answer,
         ];
         if kinds.iter().filter(|k| **k).count() > 1 {
-            return Err("a fault has more than one of status / error_event / drop_after_events / truncate_tool_json".into());
+            return Err("a fault has more than one of status / error_event / drop_after_events / truncate_tool_json / json_answer".into());
         }
         if let Some(s) = f.status {
             if !(400..=599).contains(&s) {
