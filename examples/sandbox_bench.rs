@@ -53,6 +53,7 @@ fn agent(name: &str, ws: &Path) -> AgentBox {
         mounts: vec![Mount {
             path: ws.to_path_buf(),
             read_only: false,
+            source: None,
         }],
         masked: Vec::new(),
         workdir: ws.to_path_buf(),
@@ -194,6 +195,7 @@ async fn main() {
         mounts: vec![Mount {
             path: ws.to_path_buf(),
             read_only: true,
+            source: None,
         }],
         ..agent("judge-1", &ws)
     };

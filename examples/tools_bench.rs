@@ -29,6 +29,7 @@ fn context(ws: &Path) -> ToolContext {
         mounts: vec![Mount {
             path: ws.to_path_buf(),
             read_only: false,
+            source: None,
         }],
         masked: Vec::new(),
         workdir: ws.to_path_buf(),

@@ -102,6 +102,7 @@ async fn another_uid_gets_a_passwd_entry_home_and_git_safe_directory() {
         mounts: vec![Mount {
             path: ws.clone(),
             read_only: false,
+            source: None,
         }],
         masked: Vec::new(),
         workdir: ws.clone(),

@@ -49,6 +49,7 @@ async fn owner_process() {
             mounts: vec![Mount {
                 path: ws.clone(),
                 read_only: ro,
+                source: None,
             }],
             masked: Vec::new(),
             workdir: ws.clone(),

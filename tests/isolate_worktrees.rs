@@ -89,10 +89,17 @@ async fn two_parallel_workers_commit_in_their_own_containers_and_both_integrate(
     let glance = run.results_of("协调者", "Bash");
     assert!(glance[0].1.contains("worker-1.txt") && glance[0].1.contains("worker-2.txt"));
 
-    // Every agent container mounts the workbench; workers also their worktree and the git dir.
+    // Every agent container mounts the workbench; workers also their worktree and the git dir,
+    // read-only but for their own parts (issue 14: admin dir, object store, ref directory).
     let mounts = run.container_mounts(&engine).await;
     let wb = run.wb.display().to_string();
     let gitdir = run.ws.join(".git").display().to_string();
+    let refs = run
+        .ws
+        .join(".git/refs/heads/flower")
+        .join(&run.run_id)
+        .display()
+        .to_string();
     assert_eq!(
         mounts.iter().map(|(a, _)| a.as_str()).collect::<Vec<_>>(),
         ["worker-1", "worker-2", "协调者"]
@@ -101,10 +108,19 @@ async fn two_parallel_workers_commit_in_their_own_containers_and_both_integrate(
         let wb_mount = m.iter().find(|(p, _)| p == &wb);
         assert!(wb_mount.is_some(), "{agent}: {m:?}");
         if agent.starts_with("worker") {
-            assert!(
-                m.iter().any(|(p, rw)| p == &gitdir && *rw),
-                "{agent}: {m:?}"
-            );
+            let admin = format!("{gitdir}/worktrees/flower-{}-{agent}", run.run_id);
+            for (path, rw) in [
+                (&gitdir, false),
+                (&admin, true),
+                (&format!("{admin}/gitdir"), false),
+                (&format!("{gitdir}/objects"), true),
+                (&refs, true),
+            ] {
+                assert!(
+                    m.iter().any(|(p, w)| p == path && *w == rw),
+                    "{agent}: {path} {rw}: {m:?}"
+                );
+            }
             assert!(
                 m.iter().all(|(p, _)| p != &run.ws.display().to_string()),
                 "{m:?}"

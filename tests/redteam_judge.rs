@@ -593,6 +593,7 @@ async fn a_judge_and_a_coordinator_cannot_write_by_any_route() {
             mounts: vec![Mount {
                 path: run.wb.clone(),
                 read_only: false,
+                source: None,
             }],
             masked: Vec::new(),
             workdir: run.wb.clone(),
@@ -646,6 +647,7 @@ async fn read_only_containers_hold_against_non_root_workers() {
         mounts: vec![Mount {
             path: ws.clone(),
             read_only,
+            source: None,
         }],
         masked: Vec::new(),
         workdir: wt.clone(),

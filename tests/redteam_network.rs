@@ -422,6 +422,7 @@ fn fetch_ctx(egress: EgressPolicy, ws: &std::path::Path) -> ToolContext {
         mounts: vec![Mount {
             path: ws.to_path_buf(),
             read_only: false,
+            source: None,
         }],
         workdir: ws.to_path_buf(),
         masked: Vec::new(),

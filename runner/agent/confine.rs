@@ -24,6 +24,8 @@ pub enum Access {
 pub struct Confinement {
     view: View,
     workdir: PathBuf,
+    /// Shadows ([`Mount::source`]): shown in the container only, masked for the file tools.
+    shadows: Vec<PathBuf>,
 }
 
 impl Confinement {
@@ -34,7 +36,13 @@ impl Confinement {
 
     /// As [`Confinement::new`], with `masked` directories (canonical) hidden as the agent's
     /// container hides them.
-    pub fn masking(mounts: Vec<Mount>, masked: Vec<PathBuf>, workdir: PathBuf) -> Self {
+    /// A shadow (a worker's own ref directory or object store, shown inside `.git` in its
+    /// container only) is masked: the file tools have no such view, so they stay out.
+    pub fn masking(mounts: Vec<Mount>, mut masked: Vec<PathBuf>, workdir: PathBuf) -> Self {
+        let (shadows, mounts): (Vec<Mount>, Vec<Mount>) =
+            mounts.into_iter().partition(|m| m.source.is_some());
+        let shadows: Vec<PathBuf> = shadows.into_iter().map(|m| m.path).collect();
+        masked.extend(shadows.iter().cloned());
         let mounts = mounts
             .into_iter()
             .map(|m| ViewMount {
@@ -45,6 +53,7 @@ impl Confinement {
         Confinement {
             view: View::new(mounts, masked),
             workdir,
+            shadows,
         }
     }
 
@@ -98,6 +107,9 @@ impl Confinement {
             ),
             ViewError::Outside(p) => {
                 format!("{path}: 经符号链接指向 {} ,在可访问目录之外", p.display())
+            }
+            ViewError::Masked(p) if self.shadows.iter().any(|s| p.starts_with(s)) => {
+                format!("{path}: 这个路径只在容器里能用(用 Bash)")
             }
             ViewError::Masked(_) => {
                 format!("{path}: 在 flowerbox 的运行目录里,agent 看不到也改不了")
@@ -167,10 +179,12 @@ mod tests {
                 Mount {
                     path: ws.clone(),
                     read_only: false,
+                    source: None,
                 },
                 Mount {
                     path: wb.clone(),
                     read_only: true,
+                    source: None,
                 },
             ],
             ws.clone(),
@@ -278,6 +292,7 @@ mod tests {
                 .map(|m| Mount {
                     path: m.path.clone(),
                     read_only: m.read_only,
+                    source: None,
                 })
                 .collect(),
             vec![runs],
@@ -286,6 +301,49 @@ mod tests {
         for access in [Access::Read, Access::Write] {
             let e = c.resolve("runs/manifest.json", access).unwrap_err();
             assert!(e.contains("运行目录"), "{e}");
+        }
+    }
+
+    /// Issue 14 part 2: a read-only `.git` inside a read-write workspace wins below its path
+    /// (also through a symlink), and a shadow (a worker's own ref directory) is the
+    /// container's alone.
+    #[test]
+    fn nested_read_only_git_and_shadows_refuse_the_file_tools() {
+        let (d, _, ws, _) = setup();
+        let git = ws.join(".git");
+        let shadow_src = d.path().join("own-refs");
+        std::fs::create_dir_all(git.join("refs/heads/flower/r")).unwrap();
+        std::fs::create_dir_all(git.join("hooks")).unwrap();
+        std::fs::write(git.join("config"), "[core]\n").unwrap();
+        std::fs::write(git.join("refs/heads/flower/r/worker-2"), "x\n").unwrap();
+        std::fs::create_dir_all(&shadow_src).unwrap();
+        let m = |path: PathBuf, read_only: bool, source: Option<PathBuf>| Mount {
+            path,
+            read_only,
+            source,
+        };
+        let c = Confinement::new(
+            vec![
+                m(ws.clone(), false, None),
+                m(git.clone(), true, None),
+                m(git.join("refs/heads/flower/r"), false, Some(shadow_src)),
+            ],
+            ws.clone(),
+        );
+        assert!(c.resolve("src.rs", Access::Write).is_ok());
+        assert!(c.resolve(".git/config", Access::Read).is_ok());
+        for p in [".git/config", ".git/hooks/post-checkout", ".git/HEAD"] {
+            let e = c.resolve(p, Access::Write).unwrap_err();
+            assert!(e.contains("只读"), "{p}: {e}");
+        }
+        std::os::unix::fs::symlink(git.join("config"), ws.join("cfg")).unwrap();
+        let e = c.resolve("cfg", Access::Write).unwrap_err();
+        assert!(e.contains("只读"), "{e}");
+        for access in [Access::Read, Access::Write] {
+            let e = c
+                .resolve(".git/refs/heads/flower/r/worker-2", access)
+                .unwrap_err();
+            assert!(e.contains("只在容器里"), "{e}");
         }
     }
 }

@@ -22,7 +22,7 @@ mod loop_tests;
 mod prompt_tests;
 
 pub use event::{Event, EventKind, EventSink};
-pub use place::{Placement, SharedPlacement, WorkerPlace};
+pub use place::{Placement, SharedPlacement, WorkerPlace, WorkerSandbox};
 pub use runtime::{RunOptions, Runtime, RuntimeConfig, StepResult};
 pub use spec::{AgentSpec, WorkerDef};
 pub use workbench::Workbench;

@@ -4,9 +4,10 @@
 
 use async_trait::async_trait;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::model::Role;
-use crate::sandbox::Mount;
+use crate::sandbox::{AgentBox, Mount, Sandbox, SandboxError, SandboxFactory};
 
 /// A worker's place: its working directory and mounts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +19,25 @@ pub struct WorkerPlace {
     /// The git branch of the worker's own worktree (`--isolate`), `None` in the shared
     /// workspace. Its first message names it.
     pub branch: Option<String>,
+    /// What the worker is told about git in its place (in its first message).
+    pub note: Option<String>,
+}
+
+/// The sandbox of a worker that has ended, for [`Placement::finish`]: its container (created
+/// on demand when the worker never ran a command).
+#[derive(Clone, Copy)]
+pub struct WorkerSandbox<'a> {
+    /// The run's sandboxes.
+    pub factory: &'a dyn SandboxFactory,
+    /// The worker's box.
+    pub spec: &'a AgentBox,
+}
+
+impl WorkerSandbox<'_> {
+    /// The worker's sandbox (the same container its commands ran in).
+    pub async fn get(&self) -> Result<Arc<dyn Sandbox>, SandboxError> {
+        self.factory.sandbox(self.spec).await
+    }
 }
 
 /// Gives workers their place and integrates their work when they end.
@@ -26,10 +46,21 @@ pub trait Placement: Send + Sync {
     /// Prepares the place of a new worker named `agent`. `Err` is a message for the coordinator.
     async fn prepare(&self, agent: &str) -> Result<WorkerPlace, String>;
 
-    /// Called after the worker ended (`ok` = it finished its turn). Returns a report for the
-    /// coordinator (merge result, conflicts), appended to the `Agent` tool result.
-    async fn finish(&self, agent: &str, place: &WorkerPlace, ok: bool) -> Option<String>;
+    /// Called after the worker ended (`ok` = it finished its turn), with its sandbox when it
+    /// has one. Returns a report for the coordinator (merge result, conflicts), appended to
+    /// the `Agent` tool result.
+    async fn finish(
+        &self,
+        agent: &str,
+        place: &WorkerPlace,
+        ok: bool,
+        sandbox: Option<WorkerSandbox<'_>>,
+    ) -> Option<String>;
 }
+
+/// What a worker in the shared workspace is told: the repository is read-only.
+pub const SHARED_GIT_NOTE: &str = "git:工作区的 .git 是只读的,git status/diff/log 照常能用,\
+提交、建分支、改 git 配置都会失败。提交不归你管,改动留在工作区就行。";
 
 /// The default placement: every worker writes in the shared workspace.
 pub struct SharedPlacement {
@@ -50,20 +81,34 @@ impl SharedPlacement {
 #[async_trait]
 impl Placement for SharedPlacement {
     async fn prepare(&self, _agent: &str) -> Result<WorkerPlace, String> {
+        let mounts = role_mounts(Role::Worker, &self.workspace, self.workbench.as_deref());
+        // Only a repository whose `.git` lies in the workspace has one to protect and show.
+        let note = (mounts.len() > 1 && mounts[1].path == self.workspace.join(".git"))
+            .then(|| SHARED_GIT_NOTE.to_string());
         Ok(WorkerPlace {
             workdir: self.workspace.clone(),
-            mounts: role_mounts(Role::Worker, &self.workspace, self.workbench.as_deref()),
+            mounts,
+            note,
             branch: None,
         })
     }
 
-    async fn finish(&self, _agent: &str, _place: &WorkerPlace, _ok: bool) -> Option<String> {
+    async fn finish(
+        &self,
+        _agent: &str,
+        _place: &WorkerPlace,
+        _ok: bool,
+        _sandbox: Option<WorkerSandbox<'_>>,
+    ) -> Option<String> {
         None
     }
 }
 
 /// The mounts of a role over the shared workspace: workers and `once` write; everyone else
-/// reads. The workbench is listed only when it is not inside the workspace already.
+/// reads. A writing role gets the workspace's own `.git` (when it has one) read-only on top
+/// (DESIGN.md threat model 2: no agent plants a hook, `core.fsmonitor` or a ref that the
+/// user's next `git` on the host would run or follow). The workbench is listed only when it is
+/// not inside the workspace already.
 pub fn role_mounts(
     role: Role,
     workspace: &std::path::Path,
@@ -73,12 +118,22 @@ pub fn role_mounts(
     let mut v = vec![Mount {
         path: workspace.to_path_buf(),
         read_only,
+        source: None,
     }];
+    let git = workspace.join(".git");
+    if !read_only && std::fs::symlink_metadata(&git).is_ok() {
+        v.push(Mount {
+            path: git,
+            read_only: true,
+            source: None,
+        });
+    }
     if let Some(wb) = workbench {
         if !wb.starts_with(workspace) {
             v.push(Mount {
                 path: wb.to_path_buf(),
                 read_only,
+                source: None,
             });
         }
     }
@@ -113,5 +168,25 @@ mod tests {
             role_mounts(Role::Worker, ws, Some(Path::new("/w/p/.flower"))).len(),
             1
         );
+    }
+
+    #[tokio::test]
+    async fn a_writing_role_gets_the_repositorys_git_read_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        let plain = SharedPlacement::new(ws.clone(), None);
+        let place = plain.prepare("worker-1").await.unwrap();
+        assert_eq!(place.mounts.len(), 1);
+        assert_eq!(place.note, None);
+        std::fs::create_dir(ws.join(".git")).unwrap();
+        for role in [Role::Worker, Role::Once] {
+            let m = role_mounts(role, &ws, None);
+            assert_eq!(m.len(), 2, "{role}");
+            assert!(!m[0].read_only && m[1].read_only && m[1].path == ws.join(".git"));
+        }
+        assert_eq!(role_mounts(Role::Judge, &ws, None).len(), 1);
+        let place = plain.prepare("worker-1").await.unwrap();
+        assert_eq!(place.mounts.len(), 2);
+        assert_eq!(place.note.as_deref(), Some(SHARED_GIT_NOTE));
     }
 }

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use super::event::EventKind;
 use super::guard::{self, check_report, one_line, Decision};
+use super::place::WorkerSandbox;
 use super::result::Meter;
 use super::roles;
 use super::runtime::Runtime;
@@ -631,6 +632,9 @@ pub(crate) fn place_note_for(rt: &Runtime, place: &super::place::WorkerPlace) ->
                 place.workdir.display()
             )),
         }
+        if let Some(note) = &place.note {
+            lines.push(format!("- {note}"));
+        }
         if let Some(wb) = &rt.workbench {
             lines.push(format!(
                 "- 工作台:{}(scripts/ 放脚本,artifacts/ 放长产出,notes/ 放记录;所有 agent 共享)。",
@@ -699,14 +703,22 @@ impl Dispatcher for SubDispatch {
             self.parent_depth + 1,
             session,
             Vec::new(),
-            abox,
+            abox.clone(),
         )
         .with_meter(self.meter.clone());
         let prompt = format!("{}\n\n---\n\n{}", self.place_note(&place), req.prompt);
         let end = run.turn(&prompt).await;
         *self.children.lock().unwrap_or_else(|e| e.into_inner()) += run.spend();
         let ok = end == LoopEnd::Done;
-        let integration = self.rt.placement.finish(&agent, &place, ok).await;
+        let sandbox = WorkerSandbox {
+            factory: self.rt.sandboxes.as_ref(),
+            spec: &abox,
+        };
+        let integration = self
+            .rt
+            .placement
+            .finish(&agent, &place, ok, Some(sandbox))
+            .await;
         let mut text = match &end {
             LoopEnd::Done => run.final_text(),
             LoopEnd::Interrupted => return Err(format!("执行者 {agent} 被打断了,半成品没有回报")),

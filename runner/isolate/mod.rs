@@ -1,26 +1,36 @@
-//! Isolation with `--isolate` (DESIGN.md points 2–3, invariant 5; issue 7): every worker writes
-//! in its own git worktree on branch `flower/<run>/<agent>`, and when it ends the runner
-//! commits what it left and integrates the branch into the workspace's checked-out branch —
-//! one integration at a time, three-way merge, never touching the user's uncommitted work.
+//! Isolation with `--isolate` (DESIGN.md points 2–3, threat model 2, invariant 5; issues 7
+//! and 14): every worker writes in its own git worktree on branch `flower/<run>/<agent>`, and
+//! when it ends the runner commits what it left and integrates the branch into the workspace's
+//! checked-out branch — one integration at a time, three-way merge, never touching the user's
+//! uncommitted work.
 //!
 //! Life of a worktree: [`WorktreePlacement::open`] opens the workspace's repository (and sweeps
 //! what crashed runs left, [`sweep`]) → `prepare(agent)` adds the worktree from HEAD, locked with
-//! its owner → the worker runs in a container that mounts the worktree, the main repository's
-//! git common dir and the workbench at their host paths → `finish(agent, ok)` commits and
-//! integrates ([`integrate`]) → [`WorktreePlacement::close`] at the end of the run removes
-//! merged worktrees and branches and unlocks the kept ones. Nothing with unmerged commits is
-//! ever deleted; a conflict or the user's uncommitted changes stop an integration with a report
-//! for the coordinator, leaving workspace, branch and worktree as they were.
+//! its owner, with the worker's own git state ([`state`]) → the worker runs in a container that
+//! mounts the worktree, the main repository's git common dir **read-only** with narrow
+//! writable parts (its admin dir, its own ref directory and object store) and the workbench →
+//! `finish(agent, ok)` commits what it left inside its container ([`seal`]), brings its branch
+//! back ([`adopt`]) and integrates ([`integrate`]) → [`WorktreePlacement::close`] at the end of
+//! the run removes merged worktrees and branches and unlocks the kept ones. Nothing with
+//! unmerged commits is ever deleted; a conflict or the user's uncommitted changes stop an
+//! integration with a report for the coordinator, leaving workspace, branch and worktree as
+//! they were.
 
+pub mod adopt;
+mod fsafe;
 pub mod integrate;
 pub mod placement;
 pub mod repo;
+pub mod seal;
+pub mod state;
 pub mod sweep;
 pub mod worktree;
 
+pub use adopt::{adopt, import_all, Adopted, Policy};
 pub use integrate::{commit_worktree, integrate, Integration};
 pub use placement::{open_for_run, IsolateOptions, WorktreePlacement};
 pub use repo::{open_workspace_repo, WorkspaceRepo};
+pub use state::WorkerState;
 pub use sweep::{sweep, SweepReport};
 pub use worktree::{branch_name, worktree_name, worktrees_root, OwnerLock};
 

@@ -1,7 +1,7 @@
 //! [`WorktreePlacement`]: the [`Placement`] of `--isolate`. Each worker gets its own worktree
-//! (mounted read-write with the main repository's git common dir and the workbench, all at
-//! their host paths), and its branch is integrated when it ends, with a report for the
-//! coordinator.
+//! (mounted read-write with the workbench; the main repository's git common dir read-only but
+//! for the worker's own parts, [`super::state`]), and its branch is brought back and integrated
+//! when it ends, with a report for the coordinator.
 
 use async_trait::async_trait;
 use std::collections::BTreeMap;
@@ -9,12 +9,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
+use super::adopt::{adopt, import_all, Adopted, Policy};
 use super::integrate::{commit_worktree, integrate, Integration};
 use super::repo::{open_workspace_repo, WorkspaceRepo};
+use super::seal::seal;
+use super::state::WorkerState;
 use super::sweep::{sweep, SweepReport};
-use super::worktree::{add, is_clean, is_merged, remove, worktrees_root};
+use super::worktree::{add, drop_gitlinks, is_clean, is_merged, remove, worktrees_root};
 use super::IsolateError;
-use crate::agent::{Placement, WorkerPlace};
+use crate::agent::{Placement, WorkerPlace, WorkerSandbox};
 use crate::sandbox::docker::labels::Owner;
 use crate::sandbox::Mount;
 
@@ -67,6 +70,7 @@ struct Tree {
     branch: String,
     path: PathBuf,
     state: State,
+    git: WorkerState,
 }
 
 /// Per-agent git worktrees with serial integration (see the [module docs](super)).
@@ -170,9 +174,12 @@ impl WorktreePlacement {
             .map(|t| (t.branch.clone(), t.path.clone()))
     }
 
-    /// Ends the run's use of worktrees (blocking): integrated worktrees are removed with their
-    /// branches (after checking once more that they are clean and merged); the kept ones are
-    /// unlocked and listed. Returns one line per kept or failed item, for the user.
+    /// Ends the run's use of worktrees (blocking; the run's containers are gone): each
+    /// worker's branch is brought back once more ([`adopt`]: a process it left may have
+    /// committed after it ended); integrated worktrees are removed with their branches (after
+    /// checking once more that they are clean and merged); the kept ones are unlocked and
+    /// listed, their worker state dropped once the real branch holds everything. Returns one
+    /// line per kept or failed item, for the user.
     pub fn close(&self) -> Vec<String> {
         let trees: Vec<Tree> =
             std::mem::take(&mut *self.trees.lock().unwrap_or_else(|e| e.into_inner()))
@@ -191,17 +198,41 @@ impl WorktreePlacement {
             Err(e) => return vec![format!("worktree 没清理:{e}")],
         };
         for t in trees {
+            let adopted = adopt(&self.repo, &t.git, Policy::Follow);
+            if let Err(e) = &adopted {
+                lines.push(format!(
+                    "没取回 {} 在容器里的提交:{e};它们还在 {}",
+                    t.branch,
+                    t.git.dir().display()
+                ));
+            }
             let tip = repo
                 .find_branch(&t.branch, git2::BranchType::Local)
                 .ok()
                 .and_then(|b| b.get().target());
             let merged = tip.is_some_and(|id| is_merged(&repo, id).unwrap_or(false));
             let clean = !t.path.exists() || is_clean(&t.path).unwrap_or(false);
-            if t.state != State::Kept && merged && clean {
+            if adopted.is_ok() && t.state != State::Kept && merged && clean {
                 if let Err(e) = remove(&repo, &t.name, &t.branch) {
                     lines.push(format!("删不掉已合入的 worktree {}:{e}", t.path.display()));
                 }
                 continue;
+            }
+            // Whatever the kept worktree's index names comes over too; once the real branch
+            // holds the worker's work, the user goes on with plain git.
+            match import_all(&repo, &t.git) {
+                Ok(_) if adopted.is_ok() => {
+                    if let Err(e) = t.git.remove() {
+                        lines.push(e.to_string());
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => lines.push(format!("{} 的对象没全取回:{e}", t.branch)),
+            }
+            match drop_gitlinks(&self.repo.commondir, &t.name) {
+                Ok(links) if !links.is_empty() => lines.push(gitlinks_note(&t.path, &links)),
+                Ok(_) => {}
+                Err(e) => lines.push(e.to_string()),
             }
             if let Ok(wt) = repo.find_worktree(&t.name) {
                 let _ = wt.unlock();
@@ -231,18 +262,9 @@ impl WorktreePlacement {
         }
     }
 
-    fn mounts(&self, worktree: &Path) -> Vec<Mount> {
-        let mut v = vec![
-            Mount {
-                path: worktree.to_path_buf(),
-                read_only: false,
-            },
-            // The worktree's `.git` file points here by absolute host path.
-            Mount {
-                path: self.repo.commondir.clone(),
-                read_only: false,
-            },
-        ];
+    /// The worker's mounts ([`WorkerState::mounts`]) and the workbench.
+    fn mounts(&self, worktree: &Path, git: &WorkerState) -> Vec<Mount> {
+        let mut v = git.mounts(worktree);
         // The workbench may be created after the placement was opened: resolve it now.
         let workbench = self
             .workbench
@@ -252,10 +274,29 @@ impl WorktreePlacement {
             v.push(Mount {
                 path: workbench,
                 read_only: false,
+                source: None,
             });
         }
         v
     }
+}
+
+/// The user's line about gitlinks dropped from a kept worktree's index.
+pub(crate) fn gitlinks_note(worktree: &Path, links: &[String]) -> String {
+    format!(
+        "worktree {} 的索引里去掉了子模块项 {}:执行者可能在里面放了自己的仓库配置,\
+         宿主机上的 git status 会进去执行;提交里的还在,确认可信后再 git add 回来",
+        worktree.display(),
+        links.join("、")
+    )
+}
+
+/// What a worker in its own worktree is told about git (besides where it is).
+fn isolated_git_note(branch: &str) -> String {
+    format!(
+        "git:可以 git add/commit,提交留在分支 {branch} 上;仓库的其他部分(配置、钩子、别的分支、\
+         标签、stash)是只读的,动它们会失败。"
+    )
 }
 
 /// A list of paths for a report, capped.
@@ -332,7 +373,8 @@ impl Placement for WorktreePlacement {
         } else {
             made.path.join(&self.repo.subdir)
         };
-        let mounts = self.mounts(&made.path);
+        let mounts = self.mounts(&made.path, &made.state);
+        let note = Some(isolated_git_note(&made.branch));
         let branch = Some(made.branch.clone());
         self.trees.lock().unwrap_or_else(|e| e.into_inner()).insert(
             agent.to_string(),
@@ -341,16 +383,24 @@ impl Placement for WorktreePlacement {
                 branch: made.branch,
                 path: made.path,
                 state: State::Working,
+                git: made.state,
             },
         );
         Ok(WorkerPlace {
             workdir,
             mounts,
+            note,
             branch,
         })
     }
 
-    async fn finish(&self, agent: &str, _place: &WorkerPlace, ok: bool) -> Option<String> {
+    async fn finish(
+        &self,
+        agent: &str,
+        _place: &WorkerPlace,
+        ok: bool,
+        sandbox: Option<WorkerSandbox<'_>>,
+    ) -> Option<String> {
         let tree = self
             .trees
             .lock()
@@ -358,14 +408,39 @@ impl Placement for WorktreePlacement {
             .get(agent)
             .cloned()?;
         let _gate = self.gate.lock().await;
-        let (repo, t, who) = (self.repo.clone(), tree.clone(), agent.to_string());
         let run = self.run.get().cloned().unwrap_or_default();
+        let message = format!("flowerbox {agent}: 运行 {run} 里的改动");
         let started = Instant::now();
+        // What the worker left is committed where it worked: in its container, which sees
+        // exactly what the worker saw (a container is created for it if it never ran a
+        // command). Only without sandboxes (a caller that runs none) or with host sandboxes
+        // (`--sandbox host`: no containment by choice) does libgit2 commit on the host.
+        let sealed = match sandbox {
+            Some(s) if s.factory.kind() != "host" => Some(match s.get().await {
+                Ok(sb) => seal(sb.as_ref(), &tree.path, &tree.branch, agent, &message).await,
+                Err(e) => Err(format!(
+                    "没能在 {agent} 的容器里提交({e}),没提交的改动留在 worktree 里"
+                )),
+            }),
+            _ => None,
+        };
+        let left = matches!(&sealed, Some(Ok(s)) if s.left);
+        let seal_ms = started.elapsed().as_millis() as u64;
+        let (repo, t, who) = (self.repo.clone(), tree.clone(), agent.to_string());
         let outcome = tokio::task::spawn_blocking(move || {
             let _lock = repo.lock().map_err(|e| e.to_string())?;
-            let message = format!("flowerbox {who}: 运行 {run} 里的改动");
-            let committed =
-                commit_worktree(&t.path, &t.branch, &who, &message).map_err(|e| e.to_string())?;
+            let committed = match sealed {
+                Some(result) => {
+                    // The worker's own commits come back even when the last commit failed.
+                    let adopted = adopt(&repo, &t.git, Policy::Follow).map_err(|e| e.to_string());
+                    let committed = result?.committed;
+                    let moved = matches!(adopted?, Adopted::Moved { .. });
+                    (committed || moved).then_some(())
+                }
+                None => commit_worktree(&t.path, &t.branch, &who, &message)
+                    .map_err(|e| e.to_string())?
+                    .map(|_| ()),
+            };
             if !ok {
                 return Ok((committed, None));
             }
@@ -376,11 +451,18 @@ impl Placement for WorktreePlacement {
         .unwrap_or_else(|e| Err(format!("合入线程崩了:{e}")));
         tracing::info!(
             agent,
+            seal_ms,
             ms = started.elapsed().as_millis() as u64,
             ok,
             "worktree finished"
         );
-        match outcome {
+        let left_note = left.then(|| {
+            format!(
+                "\n{agent} 的 worktree {} 里还有没能提交的改动(git 加不进去,或它留下的进程还在改),worktree 会留着。",
+                tree.path.display()
+            )
+        });
+        let text = match outcome {
             Ok((committed, None)) => {
                 self.set_state(agent, State::Kept);
                 let what = if committed.is_some() {
@@ -405,7 +487,8 @@ impl Placement for WorktreePlacement {
                 self.set_state(agent, State::Kept);
                 Some(report(agent, &tree.branch, &tree.path, &Err(e)))
             }
-        }
+        };
+        text.map(|t| t + left_note.as_deref().unwrap_or(""))
     }
 }
 

@@ -12,7 +12,7 @@ fn placement(ws: &Path, wb: &Path) -> WorktreePlacement {
 }
 
 #[tokio::test]
-async fn prepare_gives_worktree_git_dir_and_workbench_read_write() {
+async fn prepare_gives_worktree_and_workbench_read_write_and_git_read_only_but_its_own_parts() {
     let (dir, ws) = repo_with_commit();
     let wb = dir.path().canonicalize().unwrap().join(".flower-proj");
     let p = placement(&ws, &wb);
@@ -27,23 +27,65 @@ async fn prepare_gives_worktree_git_dir_and_workbench_read_write() {
             .join(".flower-proj-worktrees/r1/worker-1")
     );
     assert_eq!(place.workdir, path);
+    let git = ws.join(".git");
+    let admin = git.join("worktrees/flower-r1-worker-1");
+    let state = git.join("flowerbox/worktrees/flower-r1-worker-1");
+    let m = |p: PathBuf, read_only: bool, source: Option<PathBuf>| Mount {
+        path: p,
+        read_only,
+        source,
+    };
     assert_eq!(
         place.mounts,
         vec![
-            Mount {
-                path: path.clone(),
-                read_only: false
-            },
-            Mount {
-                path: ws.join(".git"),
-                read_only: false
-            },
-            Mount {
-                path: wb.clone(),
-                read_only: false
-            },
+            m(path.clone(), false, None),
+            m(path.join(".git"), true, None),
+            m(git.clone(), true, None),
+            m(admin.clone(), false, None),
+            m(admin.join("gitdir"), true, None),
+            m(admin.join("commondir"), true, None),
+            m(admin.join("locked"), true, None),
+            m(admin.join("config.worktree"), true, None),
+            m(
+                git.join("refs/heads/flower/r1"),
+                false,
+                Some(state.join("refs"))
+            ),
+            m(
+                git.join("logs/refs/heads/flower/r1"),
+                false,
+                Some(state.join("logs"))
+            ),
+            m(git.join("objects"), false, Some(state.join("objects"))),
+            m(state.join("main-objects"), true, Some(git.join("objects"))),
+            m(wb.clone(), false, None),
         ]
     );
+    // Every target exists on the host (the engine must not create one inside `.git`), the
+    // worker's copy of its branch points where the branch does, and the store's alternates
+    // name the read-only view of the real objects.
+    for mount in &place.mounts {
+        assert!(mount.path.exists(), "{}", mount.path.display());
+    }
+    let head = git2::Repository::open(&ws)
+        .unwrap()
+        .refname_to_id("refs/heads/flower/r1/worker-1")
+        .unwrap();
+    assert_eq!(
+        fs::read_to_string(state.join("refs/worker-1"))
+            .unwrap()
+            .trim(),
+        head.to_string()
+    );
+    assert_eq!(
+        fs::read_to_string(state.join("objects/info/alternates")).unwrap(),
+        format!("{}\n", state.join("main-objects").display())
+    );
+    assert!(place
+        .note
+        .as_deref()
+        .unwrap()
+        .contains("flower/r1/worker-1"));
     assert!(!path.starts_with(&ws) && !path.starts_with(&wb));
     assert!(p.warnings().is_empty(), "{:?}", p.warnings());
 }
@@ -78,8 +120,8 @@ async fn two_workers_integrate_serially_and_close_removes_merged_worktrees() {
     fs::write(a.workdir.join("from1.txt"), "1\n").unwrap();
     fs::write(b.workdir.join("from2.txt"), "2\n").unwrap();
     let (ra, rb) = tokio::join!(
-        p.finish("worker-1", &a, true),
-        p.finish("worker-2", &b, true)
+        p.finish("worker-1", &a, true, None),
+        p.finish("worker-2", &b, true, None)
     );
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
     assert!(ra.contains("已合入 main"), "{ra}");
@@ -103,11 +145,11 @@ async fn a_conflict_is_reported_with_paths_and_everything_is_kept() {
     fs::write(a.workdir.join("a.txt"), "one\nTWO by 1\nthree\n").unwrap();
     fs::write(b.workdir.join("a.txt"), "one\nTWO by 2\nthree\n").unwrap();
     assert!(p
-        .finish("worker-1", &a, true)
+        .finish("worker-1", &a, true, None)
         .await
         .unwrap()
         .contains("已合入"));
-    let r = p.finish("worker-2", &b, true).await.unwrap();
+    let r = p.finish("worker-2", &b, true, None).await.unwrap();
     assert!(r.contains("冲突") && r.contains("- a.txt"), "{r}");
     assert!(
         r.contains("flower/r1/worker-2") && r.contains("git merge"),
@@ -140,7 +182,7 @@ async fn an_unfinished_worker_is_committed_but_not_integrated() {
     let p = placement(&ws, &dir.path().join("wb"));
     let a = p.prepare("worker-1").await.unwrap();
     fs::write(a.workdir.join("half.txt"), "half\n").unwrap();
-    let r = p.finish("worker-1", &a, false).await.unwrap();
+    let r = p.finish("worker-1", &a, false, None).await.unwrap();
     assert!(r.contains("没做完") && r.contains("已提交"), "{r}");
     assert!(!ws.join("half.txt").exists());
     assert!(git(&ws, &["show", "flower/r1/worker-1:half.txt"]).contains("half"));
@@ -153,7 +195,7 @@ async fn a_worker_with_no_changes_reports_so_and_is_cleaned_up() {
     let (dir, ws) = repo_with_commit();
     let p = placement(&ws, &dir.path().join("wb"));
     let a = p.prepare("worker-1").await.unwrap();
-    let r = p.finish("worker-1", &a, true).await.unwrap();
+    let r = p.finish("worker-1", &a, true, None).await.unwrap();
     assert!(r.contains("没有留下新的改动"), "{r}");
     assert!(p.close().is_empty());
     assert!(!a.workdir.exists());
@@ -166,7 +208,8 @@ async fn an_unknown_agent_gets_no_report() {
     let place = WorkerPlace {
         workdir: ws.clone(),
         mounts: vec![],
+        note: None,
         branch: None,
     };
-    assert_eq!(p.finish("worker-9", &place, true).await, None);
+    assert_eq!(p.finish("worker-9", &place, true, None).await, None);
 }

@@ -250,7 +250,7 @@ pub(crate) mod tests {
         p.bind_run("r1");
         let place = p.prepare("worker-1").await.unwrap();
         std::fs::write(place.workdir.join("rel.txt"), "r\n").unwrap();
-        let report = p.finish("worker-1", &place, true).await.unwrap();
+        let report = p.finish("worker-1", &place, true, None).await.unwrap();
         assert!(report.contains("已合入"), "{report}");
         assert!(ws.join("rel.txt").is_file());
 

@@ -2,18 +2,24 @@
 //! branches (`flower/*`). Run at the start of an `--isolate` run and by `flowerbox gc`.
 //!
 //! Rules (invariant 5): a worktree locked by a live (or undecidable) owner, or locked by
-//! someone else, is not touched. Otherwise: a registration whose directory is gone is pruned
-//! (that is all that could block a later run); a worktree that is clean and whose branch is
-//! merged is removed with its branch; a branch with unmerged commits, or a worktree with
-//! uncommitted changes, is kept and listed — never deleted.
+//! someone else, is not touched. Otherwise: commits the worker made in its container that its
+//! run never brought back are brought back first, forward only ([`adopt`] with
+//! [`Policy::FastForward`]; a branch that moved elsewhere since keeps both, listed); a
+//! registration whose directory is gone is pruned (that is all that could block a later run); a
+//! worktree that is clean and whose branch is merged is removed with its branch; a branch with
+//! unmerged commits, or a worktree with uncommitted changes, is kept and listed — never
+//! deleted. Removal never follows a link (a crashed run's containers may still be running).
 
-use git2::{BranchType, Repository, WorktreeLockStatus, WorktreePruneOptions};
+use git2::{BranchType, Repository, WorktreeLockStatus};
 use std::collections::HashSet;
 use std::path::Path;
 
+use super::adopt::{adopt, import_all, Adopted, Policy};
+use super::repo::WorkspaceRepo;
+use super::state::WorkerState;
 use super::worktree::{
-    checked_out_branch, delete_branch, is_clean, is_merged, remove, OwnerLock, BRANCH_PREFIX,
-    NAME_PREFIX,
+    checked_out_branch, delete_branch, drop_gitlinks, is_clean, is_merged, remove, unregister,
+    OwnerLock, BRANCH_PREFIX, NAME_PREFIX,
 };
 use super::IsolateError;
 use crate::sandbox::docker::labels::Liveness;
@@ -52,15 +58,31 @@ pub fn sweep(workspace: &Path) -> Result<SweepReport, IsolateError> {
     let names = repo
         .worktrees()
         .map_err(IsolateError::git("列不出 worktree"))?;
-    for name in names.iter().filter_map(|n| n.ok().flatten()) {
-        if !name.starts_with(NAME_PREFIX) {
-            continue;
-        }
+    let registered: Vec<String> = names
+        .iter()
+        .filter_map(|n| n.ok().flatten())
+        .filter(|n| n.starts_with(NAME_PREFIX))
+        .map(str::to_string)
+        .collect();
+    for name in &registered {
         let branch = checked_out_branch(&ws.commondir, name);
         if let Some(b) = &branch {
             in_worktrees.insert(b.clone());
         }
-        sweep_one(&repo, name, branch.as_deref(), &mut report);
+        sweep_one(&ws, &repo, name, branch.as_deref(), &mut report);
+    }
+    // Worker states whose registration is gone (pruned by hand): their commits come back.
+    for name in WorkerState::names(&ws.commondir) {
+        if registered.contains(&name) {
+            continue;
+        }
+        if let Some(st) = WorkerState::open(&ws.commondir, &name) {
+            if bring_back(&ws, &st, &mut report) {
+                if let Err(e) = st.remove() {
+                    report.failed.push(e.to_string());
+                }
+            }
+        }
     }
     // Branches whose worktree is gone already.
     let branches = repo
@@ -87,7 +109,51 @@ pub fn sweep(workspace: &Path) -> Result<SweepReport, IsolateError> {
     Ok(report)
 }
 
-fn sweep_one(repo: &Repository, name: &str, branch: Option<&str>, report: &mut SweepReport) {
+/// Brings a dead worker's commits back ([`adopt`], forward only), and every object of its store
+/// (what a kept worktree's index names). True when the real branch now holds everything its
+/// state had (the state may go).
+fn bring_back(ws: &WorkspaceRepo, st: &WorkerState, report: &mut SweepReport) -> bool {
+    if let Err(e) = ws.open().and_then(|r| import_all(&r, st)) {
+        report
+            .failed
+            .push(format!("取不回 {} 在容器里的对象:{e}", st.branch));
+        return false;
+    }
+    match adopt(ws, st, Policy::FastForward) {
+        Ok(Adopted::Unchanged) => true,
+        Ok(Adopted::Moved { to, .. }) => {
+            report.removed.push(format!(
+                "取回了 {} 在容器里的提交(到 {})",
+                st.branch,
+                &to.to_string()[..10]
+            ));
+            true
+        }
+        Ok(Adopted::Diverged { tip }) => {
+            report.kept.push(format!(
+                "留着 {} 的容器副本:它走到了 {},和宿主机上的分支分叉了(在 {})",
+                st.branch,
+                &tip.to_string()[..10],
+                st.dir().display()
+            ));
+            false
+        }
+        Err(e) => {
+            report
+                .failed
+                .push(format!("取不回 {} 在容器里的提交:{e}", st.branch));
+            false
+        }
+    }
+}
+
+fn sweep_one(
+    ws: &WorkspaceRepo,
+    repo: &Repository,
+    name: &str,
+    branch: Option<&str>,
+    report: &mut SweepReport,
+) {
     let Ok(wt) = repo.find_worktree(name) else {
         return;
     };
@@ -127,6 +193,21 @@ fn sweep_one(repo: &Repository, name: &str, branch: Option<&str>, report: &mut S
             return;
         }
     }
+    let state = WorkerState::open(&ws.commondir, name);
+    if let Some(st) = &state {
+        if !bring_back(ws, st, report) {
+            // Unlock so the user can handle it with plain `git worktree` commands.
+            if let Ok(links) = drop_gitlinks(&ws.commondir, name) {
+                if !links.is_empty() {
+                    report
+                        .kept
+                        .push(super::placement::gitlinks_note(wt.path(), &links));
+                }
+            }
+            let _ = wt.unlock();
+            return;
+        }
+    }
     let tip = branch.and_then(|b| {
         repo.find_branch(b, BranchType::Local)
             .ok()
@@ -138,13 +219,7 @@ fn sweep_one(repo: &Repository, name: &str, branch: Option<&str>, report: &mut S
     };
     if wt.validate().is_err() {
         // The directory is gone: only the registration is left. Pruning it loses nothing.
-        let pruned = wt.prune(Some(
-            WorktreePruneOptions::new()
-                .valid(false)
-                .locked(true)
-                .working_tree(false),
-        ));
-        match pruned {
+        match unregister(repo, name, None, false) {
             Ok(()) => report
                 .removed
                 .push(format!("清掉了 {what} 的失效登记(目录已经没了)")),
@@ -172,8 +247,21 @@ fn sweep_one(repo: &Repository, name: &str, branch: Option<&str>, report: &mut S
             Err(e) => report.failed.push(format!("删不掉已合入的 {what}:{e}")),
         },
         _ => {
-            // Unlock so the user can handle it with plain `git worktree` commands.
+            // Unlock so the user can handle it with plain `git worktree` commands; the real
+            // branch holds everything now.
+            match drop_gitlinks(&ws.commondir, name) {
+                Ok(links) if !links.is_empty() => report
+                    .kept
+                    .push(super::placement::gitlinks_note(wt.path(), &links)),
+                Ok(_) => {}
+                Err(e) => report.failed.push(e.to_string()),
+            }
             let _ = wt.unlock();
+            if let Some(st) = &state {
+                if let Err(e) = st.remove() {
+                    report.failed.push(e.to_string());
+                }
+            }
             let why = match (merged, clean) {
                 (false, _) => "有没合入的提交",
                 (true, _) => "有没提交的改动",
@@ -268,6 +356,69 @@ mod tests {
         // A second sweep changes nothing more.
         let again = sweep(&ws).unwrap();
         assert!(again.removed.is_empty(), "{again:?}");
+    }
+
+    /// A commit made as the worker's container makes it: objects in its own store, its copy
+    /// of the branch moved; nothing in the repository.
+    fn commit_in_store(ws: &Path, wt: &NewWorktree, file: &str) -> git2::Oid {
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .args(["-c", "user.name=W", "-c", "user.email=w@example.invalid"])
+                .args(args)
+                .current_dir(&wt.path)
+                .env("GIT_OBJECT_DIRECTORY", wt.state.objects())
+                .env("GIT_ALTERNATE_OBJECT_DIRECTORIES", ws.join(".git/objects"))
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        std::fs::write(wt.path.join(file), "w\n").unwrap();
+        run(&["add", file]);
+        let tree = run(&["write-tree"]);
+        let id = run(&["commit-tree", &tree, "-p", "HEAD", "-m", file]);
+        std::fs::write(
+            wt.state.dir().join("refs").join("worker-1"),
+            format!("{id}\n"),
+        )
+        .unwrap();
+        git2::Oid::from_str(&id).unwrap()
+    }
+
+    #[test]
+    fn a_crashed_workers_commits_come_back_from_its_store() {
+        let (dir, ws) = repo_with_commit();
+        let root = dir.path().canonicalize().unwrap().join("wt");
+        let r = open_workspace_repo(&ws).unwrap();
+        let repo = r.open().unwrap();
+        let dead = dead_owner();
+        let wt = add(&repo, &root, "dead", "worker-1", &dead).unwrap();
+        let mine = commit_in_store(&ws, &wt, "w.txt");
+        // A second worker's registration was pruned by hand; its state stayed.
+        let gone = add(&repo, &root, "gone", "worker-1", &dead).unwrap();
+        let theirs = commit_in_store(&ws, &gone, "g.txt");
+        let gone_state = gone.state.dir();
+        std::fs::remove_dir_all(&gone.path).unwrap();
+        std::fs::remove_dir_all(ws.join(".git/worktrees").join(&gone.name)).unwrap();
+        assert!(repo.find_worktree(&gone.name).is_err() && gone_state.is_dir());
+
+        let rep = sweep(&ws).unwrap();
+        assert!(rep.failed.is_empty(), "{rep:?}");
+        let tip = |b: &str| repo.refname_to_id(&format!("refs/heads/{b}")).unwrap();
+        assert_eq!(tip(&wt.branch), mine);
+        assert_eq!(tip(&gone.branch), theirs);
+        assert!(rep
+            .removed
+            .iter()
+            .any(|l| l.starts_with(&format!("取回了 {}", wt.branch))));
+        // Unmerged: worktree and branch kept, the state dropped (the branch holds it all).
+        assert!(wt.path.join("w.txt").is_file());
+        assert!(!wt.state.dir().exists() && !gone_state.exists(), "{rep:?}");
+        assert!(
+            rep.kept.iter().any(|l| l.contains("有没合入的提交")),
+            "{rep:?}"
+        );
+        git(&ws, &["fsck", "--strict"]);
     }
 
     #[test]

@@ -4,9 +4,12 @@
 //! cannot write into another's worktree), and a git worktree lock whose reason records the
 //! owning process, so a sweep can tell a live run's worktree from a crashed one's.
 
-use git2::{BranchType, Repository, WorktreeAddOptions, WorktreeLockStatus, WorktreePruneOptions};
+use git2::{BranchType, Repository, WorktreeAddOptions, WorktreeLockStatus};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use super::fsafe::remove_tree;
+use super::state::WorkerState;
 use super::IsolateError;
 use crate::sandbox::docker::labels::Owner;
 
@@ -115,11 +118,21 @@ pub struct NewWorktree {
     pub branch: String,
     /// The worktree directory (canonical).
     pub path: PathBuf,
+    /// The worker's own git state ([`WorkerState`]).
+    pub state: WorkerState,
+}
+
+/// The git common dir of `repo`, as libgit2 names it.
+pub(crate) fn commondir(repo: &Repository) -> PathBuf {
+    repo.commondir()
+        .canonicalize()
+        .unwrap_or_else(|_| repo.commondir().to_path_buf())
 }
 
 /// Adds a worktree for `agent` of `run` at `<root>/<run>/<agent>` on a new branch from HEAD,
-/// locked with `owner`. On failure nothing is left behind (the new branch still points at
-/// HEAD, so removing it loses nothing).
+/// locked with `owner`, with the worker's own git state ([`WorkerState::create`]). On failure
+/// nothing is left behind (the new branch still points at HEAD, so removing it loses
+/// nothing).
 ///
 /// # Errors
 /// The branch or directory already exists; git or I/O failures.
@@ -167,26 +180,75 @@ pub fn add(
         };
         wt.lock(Some(&lock.reason()))
             .map_err(IsolateError::git("锁不上 worktree"))?;
-        path.canonicalize()
-            .map_err(IsolateError::io("找不到刚建的 worktree"))
+        let state = WorkerState::create(repo, &commondir(repo), &name, &branch)?;
+        let path = path
+            .canonicalize()
+            .map_err(IsolateError::io("找不到刚建的 worktree"))?;
+        Ok((path, state))
     })();
     match made {
-        Ok(path) => Ok(NewWorktree { name, branch, path }),
+        Ok((path, state)) => Ok(NewWorktree {
+            name,
+            branch,
+            path,
+            state,
+        }),
         Err(e) => {
-            if let Ok(wt) = repo.find_worktree(&name) {
-                let _ = wt.prune(Some(
-                    WorktreePruneOptions::new()
-                        .valid(true)
-                        .locked(true)
-                        .working_tree(true),
-                ));
-            }
-            if let Ok(mut b) = repo.find_branch(&branch, BranchType::Local) {
-                let _ = b.delete();
-            }
+            let _ = unregister(repo, &name, Some(&path), true);
+            let _ = delete_branch(repo, &branch);
             Err(e)
         }
     }
+}
+
+/// Removes worktree `name`'s directory (`path`, when known), its registration (admin dir) and
+/// its worker state, without following any link (a process left in a container may still be
+/// swapping directories for symlinks). A missing piece is fine. The directory goes only when
+/// its own `.git` file leads back to this admin dir (a registration whose `gitdir` file was
+/// rewritten must not name someone else's directory for deletion), or unchecked when
+/// `just_made` (a failed [`add`] cleaning up what it created).
+pub(crate) fn unregister(
+    repo: &Repository,
+    name: &str,
+    path: Option<&Path>,
+    just_made: bool,
+) -> Result<(), IsolateError> {
+    let common = commondir(repo);
+    let admin = common.join("worktrees").join(name);
+    if let Some(p) = path {
+        if let (Some(parent), Some(leaf)) = (p.parent(), p.file_name()) {
+            if !just_made && p.exists() && !links_back(p, &admin) {
+                return Err(IsolateError::Io {
+                    what: format!("worktree {} 的 .git 不指回 {name},没删它", p.display()),
+                    source: std::io::Error::from(std::io::ErrorKind::InvalidData),
+                });
+            }
+            remove_tree(parent, leaf)
+                .map_err(IsolateError::io(format!("删不掉 worktree {}", p.display())))?;
+        }
+    }
+    remove_tree(&common.join("worktrees"), std::ffi::OsStr::new(name))
+        .map_err(IsolateError::io(format!("删不掉 worktree {name} 的登记")))?;
+    if let Some(state) = WorkerState::open(&common, name) {
+        state.remove()?;
+    }
+    Ok(())
+}
+
+/// True when `dir/.git` is a regular file (not followed) whose `gitdir:` is `admin`.
+fn links_back(dir: &Path, admin: &Path) -> bool {
+    let Ok(d) = super::fsafe::open_dir(dir) else {
+        return false;
+    };
+    let Ok(Some(raw)) = super::fsafe::read_file_at(&d, std::ffi::OsStr::new(".git"), 4096) else {
+        return false;
+    };
+    let text = String::from_utf8_lossy(&raw);
+    let Some(target) = text.trim_end().strip_prefix("gitdir: ") else {
+        return false;
+    };
+    let resolved = dir.join(target).canonicalize().ok();
+    resolved.is_some() && resolved == admin.canonicalize().ok()
 }
 
 /// The flowerbox lock on worktree `name`, if it holds one.
@@ -198,12 +260,21 @@ pub fn owner_lock(repo: &Repository, name: &str) -> Option<OwnerLock> {
     }
 }
 
-/// The short branch name a worktree has checked out, read from its admin `HEAD` (works when
-/// the worktree directory is gone).
+/// The short branch of flowerbox worktree `name`: the one its worker state records, else
+/// (a worktree of an older flowerbox) the `flower/` branch its admin `HEAD` names — a worker
+/// can write that `HEAD`, so nothing outside `flower/` is believed. Works when the worktree
+/// directory is gone.
 pub fn checked_out_branch(commondir: &Path, name: &str) -> Option<String> {
-    let head = std::fs::read_to_string(commondir.join("worktrees").join(name).join("HEAD")).ok()?;
-    head.trim()
+    if let Some(st) = WorkerState::open(commondir, name) {
+        return Some(st.branch);
+    }
+    let dir = super::fsafe::open_dir(&commondir.join("worktrees").join(name)).ok()?;
+    let head = super::fsafe::read_file_at(&dir, std::ffi::OsStr::new("HEAD"), 4096).ok()??;
+    String::from_utf8(head)
+        .ok()?
+        .trim()
         .strip_prefix("ref: refs/heads/")
+        .filter(|b| b.starts_with(BRANCH_PREFIX))
         .map(str::to_string)
 }
 
@@ -239,18 +310,15 @@ pub fn is_merged(repo: &Repository, tip: git2::Oid) -> Result<bool, IsolateError
     Ok(false)
 }
 
-/// Removes worktree `name` (its directory too) and deletes `branch`. Callers check first that
-/// the branch is merged and the worktree clean.
+/// Removes worktree `name` (its directory, registration and worker state, see
+/// [`unregister`]) and deletes `branch`. Callers check first that the branch is merged and the
+/// worktree clean.
 pub fn remove(repo: &Repository, name: &str, branch: &str) -> Result<(), IsolateError> {
-    if let Ok(wt) = repo.find_worktree(name) {
-        wt.prune(Some(
-            WorktreePruneOptions::new()
-                .valid(true)
-                .locked(true)
-                .working_tree(true),
-        ))
-        .map_err(IsolateError::git(format!("删不掉 worktree {name}")))?;
-    }
+    let path = repo
+        .find_worktree(name)
+        .ok()
+        .map(|wt| wt.path().to_path_buf());
+    unregister(repo, name, path.as_deref(), false)?;
     delete_branch(repo, branch)
 }
 
@@ -262,6 +330,44 @@ pub fn delete_branch(repo: &Repository, branch: &str) -> Result<(), IsolateError
             .map_err(IsolateError::git(format!("删不掉分支 {branch}"))),
         Err(_) => Ok(()),
     }
+}
+
+/// Drops every gitlink (submodule) entry from the index of kept worktree `name` and returns
+/// their paths. The user's plain `git status` in a worktree runs git inside every gitlink of
+/// its index whose directory holds a repository — one the worker may have made, with a
+/// `core.fsmonitor` of its choosing (DESIGN.md threat model 2). Without the entry git lists
+/// the directory as untracked and runs nothing there; the committed branch keeps it.
+pub fn drop_gitlinks(commondir: &Path, name: &str) -> Result<Vec<String>, IsolateError> {
+    let path = commondir.join("worktrees").join(name).join("index");
+    match std::fs::symlink_metadata(&path) {
+        Ok(md) if md.is_file() => {}
+        _ => return Ok(Vec::new()),
+    }
+    let mut index =
+        git2::Index::open(&path).map_err(IsolateError::git("读不出 worktree 的索引"))?;
+    let links: Vec<(Vec<u8>, i32)> = index
+        .iter()
+        .filter(|e| e.mode == 0o160000)
+        .map(|e| (e.path.clone(), i32::from((e.flags >> 12) & 0x3)))
+        .collect();
+    if links.is_empty() {
+        return Ok(Vec::new());
+    }
+    for (p, stage) in &links {
+        let p = Path::new(std::ffi::OsStr::from_bytes(p));
+        index
+            .remove(p, *stage)
+            .map_err(IsolateError::git("改不了 worktree 的索引"))?;
+    }
+    index
+        .write()
+        .map_err(IsolateError::git("写不回 worktree 的索引"))?;
+    let mut out: Vec<String> = links
+        .into_iter()
+        .map(|(p, _)| String::from_utf8_lossy(&p).into_owned())
+        .collect();
+    out.dedup();
+    Ok(out)
 }
 
 /// True when the worktree at `path` has no uncommitted change (untracked-not-ignored files
@@ -344,6 +450,19 @@ mod tests {
             .target()
             .unwrap();
         assert!(is_merged(&repo, tip).unwrap());
+        // A registration whose gitdir was rewritten to name another directory: that
+        // directory stays.
+        let other = add(&repo, &root, "r1", "worker-2", &me).unwrap();
+        let victim = dir.path().canonicalize().unwrap().join("victim");
+        std::fs::create_dir(&victim).unwrap();
+        std::fs::write(victim.join("keep.txt"), "k").unwrap();
+        std::fs::write(
+            ws.join(".git/worktrees").join(&other.name).join("gitdir"),
+            format!("{}\n", victim.join(".git").display()),
+        )
+        .unwrap();
+        assert!(remove(&repo, &other.name, &other.branch).is_err());
+        assert!(victim.join("keep.txt").is_file());
         // A second add of the same agent fails and leaves the first intact.
         assert!(add(&repo, &root, "r1", "worker-1", &me).is_err());
         assert!(wt.path.join("a.txt").is_file());

@@ -129,6 +129,7 @@ pub async fn doctor(input: &DoctorInput) -> Vec<Check> {
     checks.push(check("egress", Pass, input.egress.describe()));
     checks.push(git_check().await);
     checks.push(workspace_check(&input.workspace));
+    checks.push(gitdir_check(&input.workspace));
     checks.push(if input.credential_names.is_empty() {
         check("credentials", Fail, "一个凭证都没找到")
     } else {
@@ -331,7 +332,7 @@ async fn git_check() -> Check {
         _ => check(
             "git",
             CheckStatus::Warn,
-            "PATH 上没有 git(主机要用它建 worktree、做合并)",
+            "PATH 上没有 git(flowerbox 自己在主机上不用它,建 worktree、合并都走 libgit2;看保留的 worktree 要用)",
         ),
     }
 }
@@ -367,9 +368,70 @@ fn workspace_check(workspace: &std::path::Path) -> Check {
     }
 }
 
+/// How the repository's `.git` is mounted in agent containers (DESIGN.md threat model 2).
+fn gitdir_check(workspace: &std::path::Path) -> Check {
+    use CheckStatus::*;
+    let isolated = "带 --isolate 时也只读,执行者只能写自己 worktree 的管理目录、对象库副本和分支 flower/<运行>/<执行者>";
+    let Ok(repo) = git2::Repository::discover(workspace) else {
+        return check("gitdir", Pass, "不在 git 仓库里:没有 .git 要挂");
+    };
+    let common = repo.commondir().to_path_buf();
+    let own = workspace.join(".git");
+    match std::fs::symlink_metadata(&own) {
+        Ok(md) if md.file_type().is_symlink() => check(
+            "gitdir",
+            Warn,
+            format!(
+                "{} 是符号链接:执行者容器里只读挂的是它指向的目录,链接本身执行者能换掉;{isolated}",
+                own.display()
+            ),
+        ),
+        Ok(_) => check(
+            "gitdir",
+            Pass,
+            format!(
+                "{} 在执行者容器里只读(钩子、配置、分支都改不了,不能提交);{isolated}",
+                own.display()
+            ),
+        ),
+        Err(_) => check(
+            "gitdir",
+            Pass,
+            format!(
+                "{} 在工作区外,不带 --isolate 时容器里看不到;{isolated}",
+                common.display()
+            ),
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gitdir_line_says_how_git_is_mounted() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = d.path().canonicalize().unwrap();
+        let line = gitdir_check(&ws).to_string();
+        assert_eq!(line, "通过  gitdir      不在 git 仓库里:没有 .git 要挂");
+        git2::Repository::init(&ws).unwrap();
+        let line = gitdir_check(&ws).to_string();
+        assert!(
+            line.starts_with(&format!(
+                "通过  gitdir      {}/.git 在执行者容器里只读",
+                ws.display()
+            )),
+            "{line}"
+        );
+        assert!(
+            line.contains("flower/<运行>/<执行者>") && !line.contains('\n'),
+            "{line}"
+        );
+        std::fs::create_dir(ws.join("sub")).unwrap();
+        let line = gitdir_check(&ws.join("sub")).to_string();
+        assert!(line.contains("在工作区外"), "{line}");
+    }
 
     #[test]
     fn lines_and_exit_code() {

@@ -289,6 +289,7 @@ mod tests {
             mounts: vec![Mount {
                 path: p.clone(),
                 read_only: false,
+                source: None,
             }],
             masked: Vec::new(),
             workdir: p,

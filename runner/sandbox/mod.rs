@@ -24,13 +24,27 @@ use tokio_util::sync::CancellationToken;
 use crate::model::Role;
 
 /// One bind mount. Mounted at the same absolute path inside the container as on the host
-/// (path identity), so paths in tool results mean the same everywhere.
+/// (path identity), so paths in tool results mean the same everywhere. The one exception is a
+/// *shadow* (`source` set): another host directory shown at `path` inside the container only,
+/// as `--isolate` gives each worker its own ref directory and object store (DESIGN.md threat
+/// model 2). A mount inside another overrides it below its path (a read-only `.git` inside a
+/// read-write workspace).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
-    /// Canonical absolute host path.
+    /// Canonical absolute path inside the container, and on the host unless `source` is set.
     pub path: PathBuf,
     /// Read-only inside the container (and for the host-side file tools).
     pub read_only: bool,
+    /// The host path shown at `path` when it differs (a shadow). Host-side file tools refuse
+    /// every path below a shadow: only the container sees what is there.
+    pub source: Option<PathBuf>,
+}
+
+impl Mount {
+    /// The host path that is mounted.
+    pub fn host_path(&self) -> &std::path::Path {
+        self.source.as_deref().unwrap_or(&self.path)
+    }
 }
 
 /// What an agent's sandbox looks like: who it is and what it can see.

@@ -107,6 +107,7 @@ impl TestRun {
             mounts: vec![Mount {
                 path: self.workspace.clone(),
                 read_only,
+                source: None,
             }],
             masked: Vec::new(),
             workdir: self.workspace.clone(),

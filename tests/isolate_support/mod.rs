@@ -71,6 +71,17 @@ impl IsoRun {
         ws: PathBuf,
         scenario: impl FnOnce(&Path, &Path) -> Value,
     ) -> IsoRun {
+        Self::in_repo_with_run(engine, test, dir, ws, |ws, wb, _| scenario(ws, wb)).await
+    }
+
+    /// [`IsoRun::in_repo`] whose scenario also gets the run id (branch and worktree names).
+    pub async fn in_repo_with_run(
+        engine: &Engine,
+        test: &str,
+        dir: tempfile::TempDir,
+        ws: PathBuf,
+        scenario: impl FnOnce(&Path, &Path, &str) -> Value,
+    ) -> IsoRun {
         let image = agent_image(engine).await;
         let wb_path = Workbench::locate(&ws, true);
         let wb = Workbench::at(wb_path.clone()).ensure().unwrap();
@@ -85,7 +96,7 @@ impl IsoRun {
         iso.exclude = vec![runs.clone()];
         let placement = Arc::new(WorktreePlacement::open(iso).expect("placement"));
         placement.bind_run(&run_id);
-        let model = ScriptedModel::start(&scenario(&ws, &wb_path));
+        let model = ScriptedModel::start(&scenario(&ws, &wb_path, &run_id));
         let provider = model.provider(model_support::fast());
         let cfg = RuntimeConfig::new(ws.clone(), "claude-sonnet-4-5".into(), run_id.clone());
         let events = Arc::new(Mutex::new(Vec::new()));

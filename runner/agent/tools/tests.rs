@@ -17,6 +17,7 @@ fn ctx() -> (tempfile::TempDir, ToolContext, PathBuf) {
         mounts: vec![Mount {
             path: ws.clone(),
             read_only: false,
+            source: None,
         }],
         masked: Vec::new(),
         workdir: ws.clone(),

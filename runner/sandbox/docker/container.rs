@@ -320,15 +320,12 @@ impl RunSpec {
         let mounts = spec
             .mounts
             .iter()
-            .map(|m| {
-                let p = m.path.to_string_lossy().into_owned();
-                DockerMount {
-                    target: Some(p.clone()),
-                    source: Some(p),
-                    typ: Some(MountType::BIND),
-                    read_only: Some(m.read_only),
-                    ..Default::default()
-                }
+            .map(|m| DockerMount {
+                target: Some(m.path.to_string_lossy().into_owned()),
+                source: Some(m.host_path().to_string_lossy().into_owned()),
+                typ: Some(MountType::BIND),
+                read_only: Some(m.read_only),
+                ..Default::default()
             })
             .collect();
         let id = &self.identity;
@@ -381,17 +378,26 @@ impl RunSpec {
 }
 
 /// Canonicalises the box's paths (symlinks resolved; spaces and non-ASCII kept), drops
-/// duplicate mounts (the stricter flag wins) and checks the workdir lies in a mount.
+/// duplicate mounts (the stricter flag wins; a shadow's source stays) and checks the workdir
+/// lies in a mount.
 pub(crate) fn canonical_box(spec: &AgentBox) -> Result<AgentBox, SandboxError> {
+    let canonical = |p: &Path| {
+        std::fs::canonicalize(p)
+            .map_err(|e| SandboxError::Container(format!("mount {}: {e}", p.display())))
+    };
     let mut mounts: Vec<crate::sandbox::Mount> = Vec::new();
     for m in &spec.mounts {
-        let path = std::fs::canonicalize(&m.path)
-            .map_err(|e| SandboxError::Container(format!("mount {}: {e}", m.path.display())))?;
+        let path = canonical(&m.path)?;
+        let source = m.source.as_deref().map(canonical).transpose()?;
         match mounts.iter_mut().find(|x| x.path == path) {
-            Some(existing) => existing.read_only |= m.read_only,
+            Some(existing) => {
+                existing.read_only |= m.read_only;
+                existing.source = existing.source.take().or(source);
+            }
             None => mounts.push(crate::sandbox::Mount {
                 path,
                 read_only: m.read_only,
+                source,
             }),
         }
     }
@@ -508,10 +514,12 @@ mod tests {
                 Mount {
                     path: link.clone(),
                     read_only: false,
+                    source: None,
                 },
                 Mount {
                     path: real.clone(),
                     read_only: true,
+                    source: None,
                 },
             ],
             masked: Vec::new(),
@@ -523,7 +531,8 @@ mod tests {
             c.mounts,
             vec![Mount {
                 path: real.clone(),
-                read_only: true
+                read_only: true,
+                source: None,
             }]
         );
         assert_eq!(c.workdir, real);
@@ -554,6 +563,7 @@ mod tests {
             mounts: vec![Mount {
                 path: "/w".into(),
                 read_only: true,
+                source: None,
             }],
             masked: Vec::new(),
             workdir: "/w".into(),
@@ -592,6 +602,7 @@ mod tests {
             mounts: vec![Mount {
                 path: ws.clone(),
                 read_only: false,
+                source: None,
             }],
             // The second is outside every mount: nothing to hide there.
             masked: vec![runs.clone(), dir.path().join("elsewhere")],

@@ -1,0 +1,158 @@
+//! Committing what a worker left, inside its own container (DESIGN.md threat model 2). The
+//! host never walks a worktree that a process of the worker may still be changing (a server it
+//! left running could swap a directory for a symlink mid-walk and have host files committed and
+//! merged): git in the worker's container sees exactly what the worker saw, so a link can only
+//! lead where the worker could already read. Hooks and fsmonitor are off for this commit; a
+//! hostile configuration in the container's HOME only runs in that container.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::sandbox::{ExecRequest, Sandbox};
+
+/// How long the commit may take.
+const SEAL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What the commit in the container did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sealed {
+    /// A commit was made.
+    pub committed: bool,
+    /// Changes are still uncommitted after it (a file git could not add, or a process the
+    /// worker left running changed something since): the worktree will be kept.
+    pub left: bool,
+}
+
+/// Exit codes of [`script`] that mean a refusal with a reason on stderr.
+const NOT_ON_BRANCH: i64 = 3;
+const CONFLICTS: i64 = 4;
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// The shell script that commits everything uncommitted on `branch` (tracked changes,
+/// deletions, untracked-not-ignored files; a merge left uncommitted becomes a merge commit),
+/// as the repository's identity or `flowerbox <agent>`.
+pub fn script(branch: &str, agent: &str, message: &str) -> String {
+    let name = quote(&format!("user.name=flowerbox {agent}"));
+    let email = quote(&format!("user.email={agent}@flowerbox.invalid"));
+    format!(
+        r#"g() {{ git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c commit.gpgSign=false "$@"; }}
+head=$(git symbolic-ref -q HEAD)
+if [ "$head" != {want} ]; then echo "worktree 的 HEAD 在 ${{head:-分离的提交}} 上,不在分支 {branch_q} 上(执行者切了分支?),没有提交" >&2; exit {NOT_ON_BRANCH}; fi
+if [ -n "$(git ls-files -u)" ]; then echo "worktree 里有没解决的冲突,没有提交" >&2; exit {CONFLICTS}; fi
+left() {{ if [ -n "$(g status --porcelain 2>/dev/null)" ]; then echo left; fi; }}
+# What cannot be added (an empty nested repository, a file a live process keeps changing)
+# stays in the worktree, which is then kept.
+for i in 1 2 3; do g add -A --ignore-errors 2>/dev/null && break; done
+if g diff --cached --quiet && ! git rev-parse -q --verify MERGE_HEAD >/dev/null; then left; echo clean; exit 0; fi
+if git config user.name >/dev/null && git config user.email >/dev/null; then set --; else set -- -c {name} -c {email}; fi
+g "$@" commit --no-verify -q -m {msg} || exit 6
+left; echo committed
+"#,
+        want = quote(&format!("refs/heads/{branch}")),
+        branch_q = branch,
+        msg = quote(message),
+    )
+}
+
+/// Runs [`script`] in the worker's sandbox, in its worktree root `cwd`.
+///
+/// # Errors
+/// A message for the coordinator: the worker switched branches, left conflicts, or git or the
+/// sandbox failed.
+pub async fn seal(
+    sandbox: &dyn Sandbox,
+    cwd: &std::path::Path,
+    branch: &str,
+    agent: &str,
+    message: &str,
+) -> Result<Sealed, String> {
+    let req = ExecRequest {
+        command: script(branch, agent, message),
+        cwd: cwd.to_path_buf(),
+        env: Vec::new(),
+        timeout: SEAL_TIMEOUT,
+        output_cap: 16 * 1024,
+        spill_dir: None,
+        cancel: CancellationToken::new(),
+    };
+    let out = sandbox
+        .exec(req)
+        .await
+        .map_err(|e| format!("在 {} 的容器里提交失败:{e}", agent))?;
+    if out.success() {
+        let words: Vec<&str> = out.stdout.split_whitespace().collect();
+        return Ok(Sealed {
+            committed: words.last() == Some(&"committed"),
+            left: words.contains(&"left"),
+        });
+    }
+    let why = out.stderr.trim();
+    Err(match out.exit_code {
+        Some(NOT_ON_BRANCH | CONFLICTS) => why.to_string(),
+        _ if out.timed_out => format!("在容器里提交超时({} 秒)", SEAL_TIMEOUT.as_secs()),
+        code => format!(
+            "在容器里提交失败(退出码 {}):{why}",
+            code.map_or("无".to_string(), |c| c.to_string())
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::git_with_identity as git;
+
+    fn sh(dir: &std::path::Path, script: &str) -> std::process::Output {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap()
+    }
+
+    #[test]
+    fn the_script_commits_leftovers_refuses_conflicts_and_other_branches() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = d.path();
+        git(ws, &["init", "-q", "-b", "flower/r/w-1"]);
+        std::fs::write(ws.join("a"), "a\n").unwrap();
+        git(ws, &["add", "a"]);
+        git(ws, &["commit", "-qm", "a"]);
+        let s = script("flower/r/w-1", "w-1", "it's done");
+        let o = sh(ws, &s);
+        assert!(o.status.success(), "{o:?}");
+        assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "clean");
+        let words = |o: &std::process::Output| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        std::fs::write(ws.join("new"), "n\n").unwrap();
+        std::fs::remove_file(ws.join("a")).unwrap();
+        let o = sh(ws, &s);
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout).trim(),
+            "committed",
+            "{o:?}"
+        );
+        assert_eq!(git(ws, &["log", "-1", "--format=%s"]).trim(), "it's done");
+        assert_eq!(git(ws, &["status", "--porcelain"]), "");
+        // An empty nested repository cannot be added; the rest is committed.
+        std::fs::write(ws.join("more"), "m\n").unwrap();
+        git(ws, &["init", "-q", "nested"]);
+        let o = sh(ws, &s);
+        assert_eq!(words(&o), "left committed", "{o:?}");
+        assert_eq!(git(ws, &["status", "--porcelain"]), "?? nested/\n");
+        git(ws, &["checkout", "-q", "-b", "other"]);
+        let o = sh(ws, &s);
+        assert_eq!(o.status.code(), Some(NOT_ON_BRANCH as i32), "{o:?}");
+    }
+}
