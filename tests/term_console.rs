@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use flowerbox::agent::human::AskOutcome;
 use flowerbox::agent::{Event, EventKind, Runtime, RuntimeConfig};
 use flowerbox::channel::{HumanChannel, HumanConfig};
+use flowerbox::flow::aside::{AsideOracle, ASIDE_STEP};
 use flowerbox::model::Role;
 use flowerbox::record::manifest::{read_manifest, Manifest};
 use flowerbox::sandbox::host::HostSandboxFactory;
 use flowerbox::session::SessionStore;
-use flowerbox::term::aside::ASIDE_STEP;
 use flowerbox::term::port::{OutputPort, PortConfig};
 use flowerbox::term::{Console, ConsoleOptions};
 use flowerbox::testkit::SharedBuf as Buf;
@@ -49,9 +49,6 @@ fn rig(config: HumanConfig, aside: bool, delay: Duration) -> Rig {
         keyboard: false,
         read_input: false,
         home: None,
-        workbench: None,
-        run_dir: aside.then(|| dir.path().join("runs")),
-        aside: None,
     };
     let console = Console::with_port(opts, port, tokio::runtime::Handle::current());
     console.start(channel.clone()).unwrap();
@@ -80,7 +77,13 @@ fn rig(config: HumanConfig, aside: bool, delay: Duration) -> Rig {
         )
         .with_manifest(main_manifest),
     );
-    console.attach_runtime(rt);
+    console.set_interrupter(rt.clone());
+    console.set_aside(Arc::new(AsideOracle::new(
+        rt,
+        None,
+        aside.then(|| dir.path().join("runs")),
+        tokio::runtime::Handle::current(),
+    )));
     Rig {
         console,
         out,

@@ -16,6 +16,7 @@ pub mod logging;
 pub mod options;
 pub mod prompt;
 pub mod rewrite;
+pub mod services;
 pub mod target;
 
 use std::panic::{self, AssertUnwindSafe};

@@ -29,6 +29,32 @@ pub fn is_secret_env(name: &str) -> bool {
         || name.starts_with("CLAUDE_")
 }
 
+/// `--sandbox host` as a backend: host processes, by explicit choice only.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct HostBackend;
+
+#[async_trait]
+impl super::SandboxBackend for HostBackend {
+    fn name(&self) -> &'static str {
+        "host"
+    }
+
+    fn commands_run(&self) -> super::CommandsRun {
+        super::CommandsRun::OnHost
+    }
+
+    async fn open_run(
+        &self,
+        _run_id: &str,
+        _workspace: &std::path::Path,
+    ) -> Result<super::Preflight, SandboxError> {
+        Ok(super::Preflight {
+            factory: Arc::new(HostSandboxFactory::new()),
+            notes: Vec::new(),
+        })
+    }
+}
+
 /// Hands out host sandboxes; remembers process groups left running for teardown.
 #[derive(Default)]
 pub struct HostSandboxFactory {
