@@ -69,7 +69,7 @@ async fn main() {
         Arc::new(term_support::MemStore::default()),
         Arc::new(HostSandboxFactory::new()),
         None,
-        Arc::new(flowerbox::channel::Absent),
+        Arc::new(flowerbox::agent::human::Absent),
         sink.clone(),
     ));
     console.start(channel.clone()).expect("console start");

@@ -16,6 +16,7 @@ pub mod cli;
 pub mod creds;
 pub mod flow;
 pub mod fsroot;
+pub mod glance;
 pub mod isolate;
 pub mod model;
 pub mod record;

@@ -6,8 +6,9 @@ mod term_support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flowerbox::agent::human::AskOutcome;
 use flowerbox::agent::{Event, EventKind, Runtime, RuntimeConfig};
-use flowerbox::channel::{AskOutcome, HumanChannel, HumanConfig};
+use flowerbox::channel::{HumanChannel, HumanConfig};
 use flowerbox::model::Role;
 use flowerbox::record::manifest::{read_manifest, Manifest};
 use flowerbox::sandbox::host::HostSandboxFactory;
@@ -74,7 +75,7 @@ fn rig(config: HumanConfig, aside: bool, delay: Duration) -> Rig {
             main_store.clone(),
             Arc::new(HostSandboxFactory::new()),
             None,
-            Arc::new(flowerbox::channel::Absent),
+            Arc::new(flowerbox::agent::human::Absent),
             console.event_sink(),
         )
         .with_manifest(main_manifest),
@@ -200,7 +201,9 @@ async fn lines_answer_skip_or_go_to_the_inbox_with_the_receipt() {
     std::fs::write(&brief, "## 目标\n做个 X\n").unwrap();
     let r = rig(
         HumanConfig {
-            amend_path: Some(brief.clone()),
+            amend: Some(Arc::new(flowerbox::flow::brief::BriefAmendments::at(
+                &brief,
+            ))),
             ..HumanConfig::default()
         },
         true,

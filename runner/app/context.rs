@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::agent::human::Human;
 use crate::agent::{EventSink, Placement, Runtime, RuntimeConfig, Workbench};
-use crate::channel::Human;
 use crate::cli::args::SandboxKind;
 use crate::cli::error::CliError;
 use crate::cli::options::GlobalOptions;

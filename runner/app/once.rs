@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use super::context::{RunContext, RunSetup};
 use super::print::PlainPrinter;
+use crate::agent::human::Absent;
 use crate::agent::roles;
 use crate::agent::RunOptions;
-use crate::channel::Absent;
 use crate::cli::args::PermissionMode;
 use crate::cli::error::{CliError, ExitStatus};
 use crate::cli::options::{GlobalOptions, OnceOptions};

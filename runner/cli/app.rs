@@ -16,11 +16,11 @@ use super::args::Cli;
 use super::entry;
 use super::error::{CliError, ExitStatus};
 use super::host::Host;
-use super::input::LineSource;
 use super::logging;
 use super::options::{CommandOptions, GlobalOptions, Options};
 use super::prompt;
 use super::rewrite::Grammar;
+use crate::creds::input::LineSource;
 use crate::creds::{self, Credentials, EnsurePolicy, ProbeSettings};
 
 /// The streams of one invocation.
@@ -216,7 +216,7 @@ fn points_to_log(error: &CliError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::input::ScriptedLines;
+    use crate::creds::input::ScriptedLines;
     use std::collections::BTreeMap;
 
     struct Run {

@@ -83,9 +83,18 @@ pub async fn gc(opts: GcOptions, globals: GlobalOptions) -> Result<ExitStatus, C
             .await
             .map_err(|e| CliError::Failed(e.to_string()))?;
     let containers_of = (!opts.every_workspace).then_some(globals.workspace.as_path());
-    let report = crate::sandbox::gc::gc(&engine, containers_of, Some(&globals.workspace))
+    let mut report = crate::sandbox::gc::gc(&engine, containers_of)
         .await
         .map_err(crate::app::context::sandbox_error)?;
+    let workspace = globals.workspace.clone();
+    let trees =
+        tokio::task::spawn_blocking(move || crate::isolate::sweep::worktree_report(&workspace))
+            .await
+            .unwrap_or_else(|e| crate::sandbox::gc::GcReport {
+                failed: vec![format!("清理 worktree 时崩了:{e}")],
+                ..Default::default()
+            });
+    report.absorb(trees);
     let lines = report.lines();
     if lines.is_empty() {
         println!("- 没有残留的容器");

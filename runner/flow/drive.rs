@@ -354,6 +354,8 @@ pub fn human_config(
             Some(timeout.as_secs_f64())
         },
         log_path: Some(log_path),
-        amend_path: Some(amend_path),
+        amend: Some(std::sync::Arc::new(super::brief::BriefAmendments::at(
+            amend_path,
+        ))),
     }
 }

@@ -42,7 +42,10 @@ pub async fn run(
                 max_asks: declared.max_asks,
                 timeout_s: Some(declared.timeout_s),
                 log_path: declared.log_path.clone(),
-                amend_path: declared.brief_path.clone(),
+                amend: declared.brief_path.clone().map(|p| {
+                    std::sync::Arc::new(super::brief::BriefAmendments::at(p))
+                        as std::sync::Arc<dyn crate::channel::human::Amend>
+                }),
             },
             isolate: false,
         },

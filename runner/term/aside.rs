@@ -20,8 +20,8 @@ use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
 use crate::agent::event::null_sink;
+use crate::agent::human::Absent;
 use crate::agent::{roles, Event, EventKind, RunOptions, Runtime, StepResult, Workbench};
-use crate::channel::Absent;
 use crate::record::manifest::Manifest;
 use crate::sandbox::host::HostSandboxFactory;
 use crate::session::{SessionError, SessionStore, SqliteSessionStore};
