@@ -6,7 +6,7 @@
 
 use flowerbox::agent::Placement;
 use flowerbox::isolate::{IsolateOptions, WorktreePlacement};
-use flowerbox::testkit::git_with_identity as git;
+use flowerbox_testkit::git_with_identity as git;
 use std::time::Instant;
 
 async fn measure(files: usize) {
