@@ -17,6 +17,7 @@ pub mod creds;
 pub mod flow;
 pub mod fsroot;
 pub mod isolate;
+pub mod mcp;
 pub mod model;
 pub mod record;
 pub mod sandbox;

@@ -12,6 +12,8 @@ use crate::model::Role;
 pub const ASK_TOOL: &str = "mcp__human__ask";
 /// Tool name of the inbox tool.
 pub const INBOX_TOOL: &str = "mcp__human__inbox";
+/// Whitelist entry admitting every project MCP tool (read-only roles: `readOnlyHint` ones).
+pub const MCP_TOOLS: &str = crate::mcp::names::ALL;
 
 /// Where an agent's commands run, as its system prompt says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,25 +162,35 @@ pub const ONCE_RULES: &str = "\
 - 删除、覆盖和 git 操作之前,先确认目标路径和分支没错;拿不准就不做,在最后说明。
 - 最后用几行话说清:做成了什么、改了哪些文件、什么没验证。";
 
-/// The coordinator (main thread of `go`): `Agent`, `TodoWrite`, `Read`, glance `Bash`, and the
-/// human tools. `workers` are the definitions it may dispatch.
+/// The coordinator (main thread of `go`): `Agent`, `TodoWrite`, `Read`, glance `Bash`, the
+/// human tools and the project's read-only MCP tools. `workers` are the definitions it may dispatch.
 pub fn coordinator(name: &str, instructions: &str, workers: Vec<WorkerDef>) -> AgentSpec {
     let mut spec = AgentSpec::new(
         name,
         Role::Coordinator,
         join(COORDINATOR_RULES, instructions),
     );
-    spec.tools = ["Agent", "TodoWrite", "Read", "Bash", ASK_TOOL, INBOX_TOOL]
-        .into_iter()
-        .map(String::from)
-        .collect();
+    spec.tools = [
+        "Agent",
+        "TodoWrite",
+        "Read",
+        "Bash",
+        ASK_TOOL,
+        INBOX_TOOL,
+        MCP_TOOLS,
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
     spec.glance_only = true;
+    spec.mcp_read_only = true;
     spec.workbench_index = true;
     spec.workers = workers;
     spec
 }
 
-/// A worker definition: the hands-on subagent (`Read Write Edit Bash Glob Grep WebFetch`).
+/// A worker definition: the hands-on subagent (`Read Write Edit Bash Glob Grep WebFetch` and
+/// the project's MCP tools).
 /// `prompt` is its own system prompt; the four-part report rules are appended.
 pub fn worker(kind: &str, description: &str, prompt: &str) -> WorkerDef {
     let mut spec = AgentSpec::new(
@@ -186,10 +198,12 @@ pub fn worker(kind: &str, description: &str, prompt: &str) -> WorkerDef {
         Role::Worker,
         format!("{}\n\n{}", prompt.trim(), WORKER_RULES),
     );
-    spec.tools = ["Read", "Write", "Edit", "Bash", "Glob", "Grep", "WebFetch"]
-        .into_iter()
-        .map(String::from)
-        .collect();
+    spec.tools = [
+        "Read", "Write", "Edit", "Bash", "Glob", "Grep", "WebFetch", MCP_TOOLS,
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
     spec.report_format = true;
     WorkerDef {
         kind: kind.to_string(),
@@ -209,15 +223,17 @@ pub fn clarifier(name: &str, instructions: &str, can_read: bool) -> AgentSpec {
     spec
 }
 
-/// The judge: `mcp__human__ask`, `Read`, `Glob`, `Grep`, plus `Bash` with `can_run` (run in its
-/// read-only container).
+/// The judge: `mcp__human__ask`, `Read`, `Glob`, `Grep`, plus `Bash` and the project's
+/// read-only MCP tools with `can_run` (run in its read-only container).
 pub fn judge(name: &str, instructions: &str, can_run: bool) -> AgentSpec {
     let mut spec = AgentSpec::new(name, Role::Judge, join(JUDGE_RULES, instructions));
     spec.tools = [ASK_TOOL, "Read", "Glob", "Grep"]
         .map(String::from)
         .to_vec();
+    spec.mcp_read_only = true;
     if can_run {
         spec.tools.push("Bash".into());
+        spec.tools.push(MCP_TOOLS.into());
     }
     spec
 }

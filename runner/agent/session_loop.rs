@@ -69,6 +69,9 @@ pub(crate) struct AgentRun {
     cutoffs: u32,
     report_retry_used: bool,
     budget_warned: bool,
+    /// The project's MCP tools this agent has (started on its first turn).
+    mcp: Option<Arc<crate::mcp::AgentMcp>>,
+    mcp_started: bool,
 }
 
 impl AgentRun {
@@ -116,6 +119,8 @@ impl AgentRun {
             cutoffs: 0,
             report_retry_used: false,
             budget_warned: false,
+            mcp: None,
+            mcp_started: false,
         }
     }
 
@@ -240,12 +245,78 @@ impl AgentRun {
         self.emit(EventKind::Prompt {
             text: prompt.to_string(),
         });
-        self.say(text);
         let cancel = self.rt.cancel_token();
         let ctx = self.tool_context(cancel.clone());
+        if let Some(notes) = self.start_mcp(&ctx).await {
+            text = format!("{text}\n\n{notes}");
+        }
+        self.say(text);
         let end = self.run_loop(&ctx).await;
         self.todos = std::mem::take(&mut *ctx.todos.lock().unwrap_or_else(|e| e.into_inner()));
         end
+    }
+
+    /// On the first turn of this run: starts the project's MCP servers this agent may use
+    /// (stdio ones in its sandbox) and adds their tools. Returns what went wrong, for the
+    /// model's first message (it is also shown as a warning).
+    async fn start_mcp(&mut self, ctx: &ToolContext) -> Option<String> {
+        if std::mem::replace(&mut self.mcp_started, true) || !self.spec.wants_mcp() {
+            return None;
+        }
+        let hub = self.rt.mcp.clone()?;
+        let wants_stdio = hub.servers().iter().any(|s| {
+            matches!(s.transport, crate::mcp::Transport::Stdio { .. })
+                && crate::mcp::names::wants_server(&self.spec.tools, &s.id)
+        });
+        if !hub
+            .servers()
+            .iter()
+            .any(|s| crate::mcp::names::wants_server(&self.spec.tools, &s.id))
+        {
+            return None;
+        }
+        let mut notes = Vec::new();
+        let sandbox = if wants_stdio {
+            match ctx.sandbox().await {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    notes.push(format!("stdio MCP 服务器要在你的容器里启动,而它起不来:{e}"));
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let taken = self
+            .tools
+            .iter()
+            .map(|t| t.name.clone())
+            .chain(self.rt.registry.names().into_iter().map(String::from))
+            .collect();
+        let mcp = hub
+            .for_agent(crate::mcp::AgentAsk {
+                agent: self.agent.clone(),
+                whitelist: self.spec.tools.clone(),
+                read_only: self.spec.mcp_read_only
+                    || crate::sandbox::docker::readonly::is_read_only(self.spec.role),
+                taken,
+                sandbox,
+                cwd: self.agent_box.workdir.clone(),
+            })
+            .await;
+        self.tools.extend(mcp.tools().iter().map(|t| t.def.clone()));
+        notes.extend(mcp.notes.iter().cloned());
+        self.mcp = Some(mcp);
+        for n in &notes {
+            self.emit(EventKind::Warning { text: n.clone() });
+        }
+        (!notes.is_empty()).then(|| {
+            notes
+                .iter()
+                .map(|n| format!("[{n}]"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
     }
 
     /// Appends a user text, merging into a trailing user message (the API wants alternation).
@@ -514,27 +585,36 @@ impl AgentRun {
             summary: summarize(call),
         });
         let tool = self.rt.registry.get(&call.name);
-        let outcome: Result<String, ToolError> = match (malformed, guard::check(&self.spec, call)) {
+        // A project MCP tool is on this agent's list only when its whitelist admitted it.
+        let mcp = self.mcp.clone().filter(|m| m.tool(&call.name).is_some());
+        let decision = match &mcp {
+            Some(_) => Decision::Allow,
+            None => guard::check(&self.spec, call),
+        };
+        let outcome: Result<String, ToolError> = match (malformed, decision) {
             (Some(m), _) => Err(ToolError::InvalidInput(format!(
                 "输入必须是一个 JSON 对象,这次收到的是:{}。这次调用没有执行;按 {} 的参数说明传一个 JSON 对象再调用。",
                 m.raw, m.name
             ))),
-            (None, d) => match d {
-            Decision::Deny(m) => Err(ToolError::Denied(m)),
-            Decision::Allow => match &tool {
-                None => Err(ToolError::Denied(format!("没有叫 {} 的工具", call.name))),
-                Some(_) if !call.input.is_object() => {
-                    Err(ToolError::InvalidInput("输入必须是 JSON 对象".into()))
-                }
-                Some(t) => t.call(&call.input, ctx).await,
-            },
+            (None, Decision::Deny(m)) => Err(ToolError::Denied(m)),
+            (None, Decision::Allow) if !call.input.is_object() && (tool.is_some() || mcp.is_some()) => {
+                Err(ToolError::InvalidInput("输入必须是 JSON 对象".into()))
+            }
+            (None, Decision::Allow) => match (&tool, &mcp) {
+                (_, Some(m)) => m
+                    .call(&call.name, &call.input, &ctx.cancel)
+                    .await
+                    .map_err(mcp_tool_error),
+                (Some(t), None) => t.call(&call.input, ctx).await,
+                (None, None) => Err(ToolError::Denied(format!("没有叫 {} 的工具", call.name))),
             },
         };
         let (mut text, is_error) = match outcome {
             Ok(t) => (t, false),
             Err(e) => (e.to_string(), true),
         };
-        if let (Some(t), Some(wb)) = (&tool, &self.rt.workbench) {
+        let spills = tool.as_ref().map_or(mcp.is_some(), |t| t.spills());
+        if let (true, Some(wb)) = (spills, &self.rt.workbench) {
             let reads_spill = call.name == "Read"
                 && call
                     .input
@@ -542,7 +622,7 @@ impl AgentRun {
                     .and_then(|p| p.as_str())
                     .and_then(|p| ctx.confine.resolve(p, super::confine::Access::Read).ok())
                     .is_some_and(|p| ctx.is_spill_file(&p));
-            if t.spills() && !reads_spill {
+            if !reads_spill {
                 text = maybe_spill(text, &wb.spill());
             }
         }
@@ -557,6 +637,16 @@ impl AgentRun {
             content: text,
             is_error,
         }
+    }
+}
+
+/// An MCP failure as the tool result the model reads.
+fn mcp_tool_error(e: crate::mcp::McpError) -> ToolError {
+    use crate::mcp::McpError;
+    match e {
+        McpError::Interrupted => ToolError::Interrupted,
+        McpError::Denied(m) => ToolError::Denied(m),
+        McpError::Start(m) | McpError::Call(m) | McpError::ToolFailed(m) => ToolError::Failed(m),
     }
 }
 

@@ -12,6 +12,7 @@ use crate::cli::args::SandboxKind;
 use crate::cli::error::CliError;
 use crate::cli::options::GlobalOptions;
 use crate::creds::Credentials;
+use crate::mcp::McpHub;
 use crate::model::{build_provider, Provider, ProviderOptions};
 use crate::record::handoff::window_for;
 use crate::record::manifest::Manifest;
@@ -156,6 +157,9 @@ impl RunContext {
         if let Some(p) = setup.placement {
             runtime = runtime.with_placement(p);
         }
+        if let Some(hub) = mcp_hub(globals)? {
+            runtime = runtime.with_mcp(hub);
+        }
         Ok(RunContext {
             run_id,
             runtime: Arc::new(runtime),
@@ -166,8 +170,12 @@ impl RunContext {
         })
     }
 
-    /// Removes every container of the run (and its pod); worktrees are kept.
+    /// Stops the MCP servers and removes every container of the run (and its pod); worktrees
+    /// are kept.
     pub async fn shutdown(&self) {
+        if let Some(hub) = self.runtime.mcp() {
+            hub.shutdown().await;
+        }
         if let Err(e) = self.sandboxes.teardown().await {
             tracing::error!(error = %e, "sandbox teardown failed");
             eprintln!("x 清理容器失败:{e}(`flowerbox gc` 可以收拾残留)");
@@ -204,6 +212,36 @@ async fn build_sandboxes(
             Ok(Arc::new(factory))
         }
     }
+}
+
+/// The project's MCP servers (`.mcp.json`, `--mcp-config`), or `None` when there are none.
+/// Problems with `.mcp.json` are warnings on stderr; a broken `--mcp-config` is exit 2.
+fn mcp_hub(globals: &GlobalOptions) -> Result<Option<Arc<McpHub>>, CliError> {
+    let config = crate::mcp::config::load_with_settings(&globals.workspace, &globals.mcp)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    for w in &config.warnings {
+        eprintln!("! {w}");
+    }
+    if config.servers.is_empty() {
+        return Ok(None);
+    }
+    if globals.sandbox == SandboxKind::Host
+        && config
+            .servers
+            .iter()
+            .any(|s| matches!(s.transport, crate::mcp::Transport::Stdio { .. }))
+    {
+        eprintln!(
+            "! --sandbox host:项目的 MCP stdio 服务器直接在这台机器上以你的身份运行,没有沙箱"
+        );
+    }
+    let cap = crate::agent::tools::ToolLimits::default().bash_output_cap;
+    Ok(Some(Arc::new(McpHub::new(
+        config.servers,
+        globals.mcp.clone(),
+        globals.egress.clone(),
+        cap,
+    ))))
 }
 
 /// A sandbox failure as an exit-1 message.

@@ -50,7 +50,13 @@ pub async fn once(
             return Err(e);
         }
     }
-    let spec = roles::once(&opts.instructions, once_tools(&opts), opts.budget_usd);
+    let mut spec = roles::once(&opts.instructions, once_tools(&opts), opts.budget_usd);
+    // `plan` changes nothing: of the project's MCP tools only the read-only ones.
+    spec.mcp_read_only = opts.permission_mode == PermissionMode::Plan;
+    if let Err(e) = known_mcp_entries(&ctx, &spec.tools) {
+        ctx.shutdown().await;
+        return Err(e);
+    }
     let mut run = {
         let rt = ctx.runtime.clone();
         let prompt = opts.prompt.clone();
@@ -99,6 +105,29 @@ fn known_session(ctx: &RunContext, id: &str, globals: &GlobalOptions) -> Result<
         ))),
         Err(e) => Err(CliError::Failed(format!("sessions.db: {e}"))),
     }
+}
+
+/// `-t` names only MCP servers that are configured (arguments take effect or fail).
+fn known_mcp_entries(ctx: &RunContext, tools: &[String]) -> Result<(), CliError> {
+    let servers: Vec<String> = ctx
+        .runtime
+        .mcp()
+        .map(|h| h.servers().iter().map(|s| s.name.clone()).collect())
+        .unwrap_or_default();
+    for t in tools.iter().filter(|t| crate::mcp::names::is_entry(t)) {
+        if t == crate::mcp::names::ALL || ctx.runtime.mcp().is_some_and(|h| h.knows_entry(t)) {
+            continue;
+        }
+        let have = if servers.is_empty() {
+            "没有配置任何 MCP 服务器(.mcp.json 或 --mcp-config)".to_string()
+        } else {
+            format!("配置里的服务器:{}", servers.join(", "))
+        };
+        return Err(CliError::Usage(format!(
+            "-t 里的 {t} 不是哪个 MCP 服务器的:{have}"
+        )));
+    }
+    Ok(())
 }
 
 /// The tools `once` really offers. There is no interactive approval in flowerbox (every tool is

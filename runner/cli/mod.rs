@@ -14,6 +14,7 @@ pub mod error;
 pub mod host;
 pub mod input;
 pub mod logging;
+mod mcp;
 pub mod options;
 pub mod prompt;
 pub mod rewrite;
