@@ -65,7 +65,17 @@ pub async fn doctor(
         timeout: crate::sandbox::docker::DEFAULT_PING_TIMEOUT,
         egress: globals.egress.clone(),
     };
-    let checks = crate::sandbox::doctor::doctor(&input).await;
+    let mut checks = crate::sandbox::doctor::doctor(&input).await;
+    let sandbox = match globals.sandbox {
+        crate::cli::args::SandboxKind::Docker => crate::mcp::doctor::DoctorSandbox::Docker {
+            image: globals.image.clone(),
+        },
+        crate::cli::args::SandboxKind::Host => crate::mcp::doctor::DoctorSandbox::Host,
+    };
+    checks.extend(
+        crate::mcp::doctor::checks(&globals.workspace, &globals.mcp, &globals.egress, sandbox)
+            .await,
+    );
     for c in &checks {
         println!("{c}");
     }

@@ -15,6 +15,7 @@
 //!   the model reads, never a crash; it is stopped with its container.
 
 pub mod config;
+pub mod doctor;
 pub mod hub;
 mod linecap;
 pub mod names;

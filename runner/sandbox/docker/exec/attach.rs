@@ -148,6 +148,10 @@ impl ProcessHandle for DockerProcess {
                     Err(_) => format!("退出码 {c}"),
                 }
             }
+            Some(c @ (126 | 127)) => format!(
+                "退出码 {c}:{} 在容器里找不到或不能执行(镜像 {} 的 PATH 里有它吗?)",
+                self.program, self.sandbox.image
+            ),
             Some(c) => format!("退出码 {c}"),
             None => "退出码未知".into(),
         })

@@ -1,0 +1,552 @@
+//! The project's MCP servers, end to end: `flowerbox once` with a `.mcp.json`, the real
+//! binary, the strict scripted model over HTTP, a real Docker engine, and a hand-written MCP
+//! stdio server (`tests/fixtures/mcp/server.py`, python3 is in the agent image) that behaves
+//! well or hostilely by `--mode`. The server must run in the agent's container, its tool must
+//! reach the model, and every failure must be a tool error or a note the model reads, never a
+//! crash, with nothing left running.
+
+#[path = "docker_support/mod.rs"]
+mod docker_support;
+#[path = "model_support/mod.rs"]
+mod model_support;
+
+use model_support::ScriptedModel;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const FIXTURE: &str = include_str!("fixtures/mcp/server.py");
+/// Each run ends well within this.
+const BOUND: Duration = Duration::from_secs(120);
+
+fn engine(test: &str) -> bool {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        match docker_support::engine_or_skip(test).await {
+            Some(e) => {
+                docker_support::agent_image(&e).await;
+                true
+            }
+            None => false,
+        }
+    })
+}
+
+/// A workspace with the fixture server in it and a `.mcp.json` naming `servers`
+/// (name → mode, or a full entry).
+struct Project {
+    _dir: tempfile::TempDir,
+    ws: PathBuf,
+    home: PathBuf,
+}
+
+impl Project {
+    fn new(servers: &[(&str, Value)]) -> Project {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let ws = root.join("ws");
+        let home = root.join("home");
+        std::fs::create_dir_all(ws.join("tools")).unwrap();
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::write(ws.join("tools/mcp_fixture.py"), FIXTURE).unwrap();
+        let mut entries = serde_json::Map::new();
+        for (name, entry) in servers {
+            entries.insert(name.to_string(), entry.clone());
+        }
+        std::fs::write(
+            ws.join(".mcp.json"),
+            json!({ "mcpServers": entries }).to_string(),
+        )
+        .unwrap();
+        Project {
+            _dir: dir,
+            ws,
+            home,
+        }
+    }
+
+    /// A stdio entry running the fixture in `mode`.
+    fn fixture(&self, mode: &str) -> Value {
+        fixture_entry(&self.ws, mode)
+    }
+}
+
+fn fixture_entry(ws: &Path, mode: &str) -> Value {
+    json!({
+        "command": "python3",
+        "args": [ws.join("tools/mcp_fixture.py").display().to_string(), "--mode", mode],
+        "env": {"FIXTURE_VALUE": "from-config", "ANTHROPIC_API_KEY": "sk-ant-planted"}
+    })
+}
+
+/// Removes whatever the runs of `ws` left on the engine (only this workspace's).
+struct Sweep(PathBuf);
+
+impl Drop for Sweep {
+    fn drop(&mut self) {
+        let _ = Command::new(env!("CARGO_BIN_EXE_flowerbox"))
+            .args(["--sandbox", "docker", "-w"])
+            .arg(&self.0)
+            .arg("gc")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// `flowerbox ARGS` in the project against `model`; (exit code, stdout + stderr).
+fn run(
+    p: &Project,
+    model: &ScriptedModel,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Option<i32>, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_flowerbox"));
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &p.home)
+        .env("FLOWER_NO_PROBE", "1")
+        .env("ANTHROPIC_BASE_URL", &model.url)
+        .env("ANTHROPIC_API_KEY", "sk-ant-test-secret")
+        .env("ANTHROPIC_MODEL", "claude-sonnet-4-5")
+        .envs(env.iter().copied())
+        .current_dir(&p.ws)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let t = Instant::now();
+    let mut child = c.spawn().expect("spawn flowerbox");
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let out = child.wait_with_output().unwrap();
+            return (
+                status.code(),
+                format!(
+                    "{}\n{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+            );
+        }
+        if t.elapsed() > BOUND {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "flowerbox ran over {BOUND:?} (hung?):\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn tool(name: &str, input: Value) -> Value {
+    json!({"type": "tool_use", "name": name, "input": input})
+}
+
+/// Every tool result the model received, by the name of its tool: (text, is_error).
+fn results(model: &ScriptedModel) -> BTreeMap<String, Vec<(String, bool)>> {
+    let mut names = BTreeMap::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out: BTreeMap<String, Vec<(String, bool)>> = BTreeMap::new();
+    for req in model.recorded() {
+        for m in req["messages"].as_array().into_iter().flatten() {
+            for b in m["content"].as_array().into_iter().flatten() {
+                match b["type"].as_str() {
+                    Some("tool_use") => {
+                        names.insert(
+                            b["id"].as_str().unwrap().to_string(),
+                            b["name"].as_str().unwrap().to_string(),
+                        );
+                    }
+                    Some("tool_result") => {
+                        let id = b["tool_use_id"].as_str().unwrap().to_string();
+                        if seen.insert(id.clone()) {
+                            let text = match &b["content"] {
+                                Value::String(s) => s.clone(),
+                                other => other.to_string(),
+                            };
+                            out.entry(names[&id].clone())
+                                .or_default()
+                                .push((text, b["is_error"].as_bool().unwrap_or(false)));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    out
+}
+
+fn tool_names(req: &Value) -> Vec<String> {
+    req["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Containers (any state) of this workspace's runs.
+fn containers_of(ws: &Path) -> Vec<String> {
+    let out = Command::new("docker")
+        .args(["ps", "-aq", "--filter"])
+        .arg(format!("label=flowerbox.workspace={}", ws.display()))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn a_stdio_server_runs_in_the_agents_container_and_its_tool_reaches_the_model() {
+    if !engine("a_stdio_server_runs_in_the_agents_container_and_its_tool_reaches_the_model") {
+        return;
+    }
+    let p = Project::new(&[]);
+    let _sweep = Sweep(p.ws.clone());
+    let fixture = p.fixture("normal");
+    std::fs::write(
+        p.ws.join(".mcp.json"),
+        json!({"mcpServers": {"fixture": fixture}}).to_string(),
+    )
+    .unwrap();
+    let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
+        {"content": [tool("mcp__fixture__probe", json!({})),
+                     tool("mcp__fixture__touch", json!({"path": p.ws.join("made-by-mcp").display().to_string()}))]},
+        {"content": [{"type": "text", "text": "探过了"}]}
+    ]}]}));
+    let (code, out) = run(&p, &model, &["--sandbox", "docker", "once", "探一下"], &[]);
+    assert_eq!(code, Some(0), "{out}");
+    let reqs = model.recorded();
+    let offered = tool_names(&reqs[0]);
+    assert!(
+        offered.contains(&"mcp__fixture__probe".to_string())
+            && offered.contains(&"mcp__fixture__touch".to_string()),
+        "{offered:?}"
+    );
+    let results = results(&model);
+    let (probe, err) = &results["mcp__fixture__probe"][0];
+    assert!(!err, "{probe}");
+    let probe: Value = serde_json::from_str(probe).unwrap();
+    // Inside the agent's container, in the run's pod (whose PID 1 is `sleep infinity`), as
+    // the invoking user, marked like every command, with no credential.
+    assert_eq!(probe["dockerenv"], true, "{probe}");
+    assert!(
+        probe["pid1"].as_str().unwrap().ends_with("sleep infinity"),
+        "{probe}"
+    );
+    assert_eq!(probe["exec_marker"], true, "{probe}");
+    assert_ne!(
+        probe["hostname"].as_str().unwrap(),
+        nix::unistd::gethostname().unwrap().to_string_lossy()
+    );
+    assert_eq!(probe["uid"], nix::unistd::getuid().as_raw());
+    assert_eq!(probe["cwd"], p.ws.display().to_string());
+    assert_eq!(
+        probe["secret_env"],
+        json!([]),
+        "a credential reached the server"
+    );
+    assert_eq!(probe["fixture_env"], "from-config");
+    // The tool result is in the next request (what the model sees).
+    assert!(reqs[1].to_string().contains("sleep infinity"));
+    // The worker-like `once` writes through its own mount, as the user.
+    let made = p.ws.join("made-by-mcp");
+    assert_eq!(std::fs::read_to_string(&made).unwrap(), "touched\n");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        std::fs::metadata(&made).unwrap().uid(),
+        nix::unistd::getuid().as_raw()
+    );
+    assert!(
+        out.contains("凭证"),
+        "the dropped credential is named: {out}"
+    );
+    // Stopped with its container: nothing of the run is left on the engine.
+    assert!(
+        containers_of(&p.ws).is_empty(),
+        "{:?}",
+        containers_of(&p.ws)
+    );
+}
+
+#[test]
+fn hostile_and_broken_servers_are_tool_errors_never_crashes() {
+    if !engine("hostile_and_broken_servers_are_tool_errors_never_crashes") {
+        return;
+    }
+    let p = Project::new(&[]);
+    let _sweep = Sweep(p.ws.clone());
+    let mut servers = serde_json::Map::new();
+    for (name, mode) in [
+        ("ok", "chatty"),
+        ("crash", "crash"),
+        ("hang", "hang"),
+        ("garbage", "garbage"),
+        ("huge", "huge"),
+        ("hugeline", "hugeline"),
+        ("failinit", "failinit"),
+        ("hanginit", "hanginit"),
+        ("odd", "oddnames"),
+    ] {
+        servers.insert(name.into(), p.fixture(mode));
+    }
+    servers.insert("missing".into(), json!({"command": "no-such-mcp-server"}));
+    servers.insert(
+        "loop".into(),
+        json!({"type": "http", "url": "http://127.0.0.1:9/mcp"}),
+    );
+    servers.insert("human".into(), json!({"command": "python3"}));
+    std::fs::write(
+        p.ws.join(".mcp.json"),
+        json!({ "mcpServers": servers }).to_string(),
+    )
+    .unwrap();
+    let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
+        {"content": [
+            tool("mcp__ok__probe", json!({})),
+            tool("mcp__crash__probe", json!({})),
+            tool("mcp__hang__probe", json!({})),
+            tool("mcp__garbage__probe", json!({})),
+            tool("mcp__huge__probe", json!({})),
+            tool("mcp__hugeline__probe", json!({})),
+            tool("mcp__odd__a_b", json!({})),
+            tool("mcp__failinit__probe", json!({}))]},
+        {"content": [tool("mcp__crash__probe", json!({})), tool("mcp__ok__probe", json!({}))]},
+        {"content": [{"type": "text", "text": "都试过了"}]}
+    ]}]}));
+    let t = Instant::now();
+    let (code, out) = run(
+        &p,
+        &model,
+        &["--sandbox", "docker", "-W", "once", "挨个试"],
+        &[("MCP_TIMEOUT", "8000"), ("MCP_TOOL_TIMEOUT", "3000")],
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert!(t.elapsed() < Duration::from_secs(90), "{:?}", t.elapsed());
+    let reqs = model.recorded();
+    // The strict server accepted every request: all offered names match the APIs' pattern.
+    let offered = tool_names(&reqs[0]);
+    for n in &offered {
+        assert!(
+            n.len() <= 64
+                && n.bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-'),
+            "{n}"
+        );
+    }
+    let odd: Vec<&String> = offered
+        .iter()
+        .filter(|n| n.starts_with("mcp__odd__"))
+        .collect();
+    assert_eq!(odd.len(), 6, "{offered:?}");
+    for gone in [
+        "mcp__failinit__",
+        "mcp__hanginit__",
+        "mcp__missing__",
+        "mcp__loop__",
+        "mcp__human__probe",
+    ] {
+        assert!(
+            !offered.iter().any(|n| n.starts_with(gone)),
+            "{gone}: {offered:?}"
+        );
+    }
+    // What did not start is said in the first message, with the server's own stderr.
+    let first = reqs[0]["messages"][0].to_string();
+    assert!(
+        first.contains("failinit") && first.contains("missing config"),
+        "{first}"
+    );
+    assert!(
+        first.contains("hanginit") && first.contains("8 秒内没完成初始化"),
+        "{first}"
+    );
+    assert!(
+        first.contains("loop") && first.contains("回环地址"),
+        "{first}"
+    );
+    assert!(
+        first.contains("no-such-mcp-server 在容器里找不到或不能执行"),
+        "{first}"
+    );
+    assert!(
+        out.contains("人机通道"),
+        "the reserved name is refused: {out}"
+    );
+
+    let r = results(&model);
+    let one = |name: &str, i: usize| r[name][i].clone();
+    let (text, err) = one("mcp__ok__probe", 0);
+    assert!(!err && text.contains("\"dockerenv\": true"), "{text}");
+    let (text, err) = one("mcp__crash__probe", 0);
+    assert!(
+        err && text.contains("退出码 3") && text.contains("crashing on purpose"),
+        "{text}"
+    );
+    // The next call restarts it (and it crashes again, an error again).
+    let (text, err) = one("mcp__crash__probe", 1);
+    assert!(err && text.contains("退出码 3"), "{text}");
+    let (text, err) = one("mcp__hang__probe", 0);
+    assert!(err && text.contains("3 秒内没有回答"), "{text}");
+    let (text, err) = one("mcp__garbage__probe", 0);
+    assert!(err && text.contains("秒内没有回答"), "{text}");
+    let (text, err) = one("mcp__hugeline__probe", 0);
+    assert!(err && text.contains("超过 4 MiB"), "{text}");
+    // A huge result is capped and spilled to the workbench like Bash output.
+    let (text, err) = one("mcp__huge__probe", 0);
+    assert!(
+        !err && text.contains("已落盘到") && text.len() < 5000,
+        "{text}"
+    );
+    let spilled = text
+        .split("已落盘到 ")
+        .nth(1)
+        .and_then(|t| t.split(';').next())
+        .unwrap();
+    let full = std::fs::read_to_string(spilled).unwrap();
+    assert!(full.starts_with("HEAD") && full.ends_with("TAIL") && full.contains("中间省略"));
+    assert!(full.chars().count() < 31_000, "{}", full.len());
+    let (text, err) = one("mcp__odd__a_b", 0);
+    assert!(!err && text.contains("dockerenv"), "{text}");
+    let (text, err) = one("mcp__failinit__probe", 0);
+    assert!(err && text.contains("不在"), "{text}");
+    // The well-behaved server kept working beside the broken ones.
+    assert!(!one("mcp__ok__probe", 1).1);
+    assert!(
+        containers_of(&p.ws).is_empty(),
+        "{:?}",
+        containers_of(&p.ws)
+    );
+}
+
+#[test]
+fn plan_mode_offers_only_read_only_tools_and_minus_t_picks_tools() {
+    if !engine("plan_mode_offers_only_read_only_tools_and_minus_t_picks_tools") {
+        return;
+    }
+    let p = Project::new(&[]);
+    let _sweep = Sweep(p.ws.clone());
+    std::fs::write(
+        p.ws.join(".mcp.json"),
+        json!({"mcpServers": {"fx": p.fixture("normal"), "other": p.fixture("normal")}})
+            .to_string(),
+    )
+    .unwrap();
+    let turns = json!({"agents": [{"role": "once", "turns": [
+        {"content": [{"type": "text", "text": "看了"}]}]}]});
+    let model = ScriptedModel::start(&turns);
+    let (code, out) = run(&p, &model, &["once", "-p", "plan", "看看"], &[]);
+    assert_eq!(code, Some(0), "{out}");
+    let offered = tool_names(&model.recorded()[0]);
+    assert!(
+        offered.contains(&"mcp__fx__probe".to_string()),
+        "{offered:?}"
+    );
+    assert!(
+        !offered.iter().any(|n| n.ends_with("__touch")),
+        "{offered:?}"
+    );
+
+    let model = ScriptedModel::start(&turns);
+    let (code, out) = run(
+        &p,
+        &model,
+        &["once", "-t", "Read,mcp__fx__touch", "写"],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{out}");
+    let offered = tool_names(&model.recorded()[0]);
+    assert_eq!(offered, ["Read", "mcp__fx__touch"]);
+
+    // A server no configuration names is an argument error, before any model call.
+    let model = ScriptedModel::start(&turns);
+    let (code, out) = run(&p, &model, &["once", "-t", "mcp__nope", "写"], &[]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("mcp__nope") && out.contains("fx, other"),
+        "{out}"
+    );
+    assert!(model.recorded().is_empty());
+    assert!(containers_of(&p.ws).is_empty());
+}
+
+#[test]
+fn doctor_lists_the_servers_and_whether_each_starts() {
+    if !engine("doctor_lists_the_servers_and_whether_each_starts") {
+        return;
+    }
+    let p = Project::new(&[]);
+    let _sweep = Sweep(p.ws.clone());
+    std::fs::write(
+        p.ws.join(".mcp.json"),
+        json!({"mcpServers": {
+            "good": p.fixture("normal"),
+            "bad": p.fixture("failinit"),
+            "old": {"type": "sse", "url": "https://x.example/sse"}
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    let model = ScriptedModel::start(&json!({"agents": []}));
+    let (_, out) = run(&p, &model, &["doctor"], &[]);
+    let mcp: Vec<&str> = out.lines().filter(|l| l.contains(" mcp ")).collect();
+    assert!(
+        mcp.iter().any(|l| l.starts_with("通过")
+            && l.contains("good(")
+            && l.contains("在 agent 容器里起来了,2 个工具:probe(只读), touch")),
+        "{out}"
+    );
+    assert!(
+        mcp.iter()
+            .any(|l| l.starts_with("不行") && l.contains("bad(") && l.contains("missing config")),
+        "{out}"
+    );
+    assert!(
+        mcp.iter()
+            .any(|l| l.starts_with("注意") && l.contains("sse")),
+        "{out}"
+    );
+    assert!(
+        containers_of(&p.ws).is_empty(),
+        "{:?}",
+        containers_of(&p.ws)
+    );
+}
+
+#[test]
+fn with_sandbox_host_the_server_is_a_host_process_and_says_so() {
+    let p = Project::new(&[]);
+    std::fs::write(
+        p.ws.join(".mcp.json"),
+        json!({"mcpServers": {"fx": p.fixture("normal")}}).to_string(),
+    )
+    .unwrap();
+    let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
+        {"content": [tool("mcp__fx__probe", json!({}))]},
+        {"content": [{"type": "text", "text": "好"}]}]}]}));
+    let (code, out) = run(&p, &model, &["--sandbox", "host", "once", "探"], &[]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("没有沙箱"), "{out}");
+    let r = results(&model);
+    let probe: Value = serde_json::from_str(&r["mcp__fx__probe"][0].0).unwrap();
+    assert_eq!(probe["exec_marker"], false);
+    assert!(!probe["pid1"].as_str().unwrap().ends_with("sleep infinity"));
+    assert_eq!(
+        probe["secret_env"],
+        json!([]),
+        "credentials are removed on the host too"
+    );
+}
