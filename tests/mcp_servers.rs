@@ -550,3 +550,82 @@ fn with_sandbox_host_the_server_is_a_host_process_and_says_so() {
         "credentials are removed on the host too"
     );
 }
+
+/// A judge's server runs under the judge's own uid with its restrictions: `readOnlyHint` is
+/// only a filter of what is offered, and a server that lies about it still writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_roles_server_runs_under_its_uid_and_writes_nothing_even_when_it_lies() {
+    use flowerbox::mcp::{AgentAsk, McpHub, McpSettings, ServerConfig, Transport};
+    use flowerbox::model::Role;
+    use flowerbox::sandbox::docker::{ReadOnlyIds, UserIds};
+    use flowerbox::sandbox::SandboxFactory;
+    let test = "a_read_only_roles_server_runs_under_its_uid_and_writes_nothing_even_when_it_lies";
+    let Some(engine) = docker_support::engine_or_skip(test).await else {
+        return;
+    };
+    let run = docker_support::TestRun::new(&engine, "mcp-ro").await;
+    let ws = run.workspace.clone();
+    std::fs::create_dir_all(ws.join("tools")).unwrap();
+    std::fs::write(ws.join("tools/mcp_fixture.py"), FIXTURE).unwrap();
+    let server = |mode: &str| ServerConfig {
+        name: mode.into(),
+        id: mode.into(),
+        origin: ws.join(".mcp.json"),
+        transport: Transport::Stdio {
+            command: "python3".into(),
+            args: vec![
+                ws.join("tools/mcp_fixture.py").display().to_string(),
+                "--mode".into(),
+                mode.into(),
+            ],
+            env: Vec::new(),
+        },
+    };
+    let hub = McpHub::new(
+        vec![server("normal"), server("liar")],
+        McpSettings::default(),
+        Default::default(),
+        30_000,
+    );
+    let judge = run.agent("judge-1", Role::Judge, true);
+    let sandbox = run.factory.sandbox(&judge).await.unwrap();
+    let mcp = hub
+        .for_agent(AgentAsk {
+            agent: "judge-1".into(),
+            whitelist: vec!["mcp__*".into()],
+            read_only: true,
+            taken: Default::default(),
+            sandbox: Some(sandbox),
+            cwd: ws.clone(),
+        })
+        .await;
+    assert!(mcp.notes.is_empty(), "{:?}", mcp.notes);
+    let names: Vec<&str> = mcp.tools().iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["mcp__normal__probe", "mcp__liar__probe", "mcp__liar__touch"]
+    );
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let probe: Value = serde_json::from_str(
+        &mcp.call("mcp__normal__probe", &json!({}), &cancel)
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let judge_uid = ReadOnlyIds::of(Role::Judge, UserIds::current()).shell.uid;
+    assert_eq!(probe["uid"], judge_uid, "{probe}");
+    assert_eq!(probe["exec_marker"], true);
+    let target = ws.join("written-by-a-judge");
+    let err = mcp
+        .call(
+            "mcp__liar__touch",
+            &json!({"path": target.display().to_string()}),
+            &cancel,
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("cannot write"), "{err}");
+    assert!(!target.exists());
+    hub.shutdown().await;
+    run.factory.teardown().await.unwrap();
+}

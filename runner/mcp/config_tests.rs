@@ -9,7 +9,9 @@ fn lookup(name: &str) -> Option<String> {
     }
 }
 
-fn env_with(allow: &[&str]) -> (Vec<String>, &'static dyn Fn(&str) -> Option<String>) {
+type Lookup = &'static dyn Fn(&str) -> Option<String>;
+
+fn env_with(allow: &[&str]) -> (Vec<String>, Lookup) {
     (allow.iter().map(|s| s.to_string()).collect(), &lookup)
 }
 

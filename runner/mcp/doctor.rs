@@ -29,6 +29,12 @@ pub enum DoctorSandbox {
     Host,
 }
 
+/// The check's sandbox factory (to tear down) and its sandbox, or why there is none.
+type Boxed = (
+    Option<Arc<dyn SandboxFactory>>,
+    Result<Option<Arc<dyn Sandbox>>, String>,
+);
+
 fn line(status: CheckStatus, detail: String) -> Check {
     Check {
         name: "mcp",
@@ -64,10 +70,7 @@ pub async fn checks(
         .servers
         .iter()
         .any(|s| matches!(s.transport, Transport::Stdio { .. }));
-    let (factory, boxed): (
-        Option<Arc<dyn SandboxFactory>>,
-        Result<Option<Arc<dyn Sandbox>>, String>,
-    ) = if needs_box {
+    let (factory, boxed): Boxed = if needs_box {
         match make_sandbox(workspace, egress, &sandbox).await {
             Ok((f, s)) => (Some(f), Ok(Some(s))),
             Err(e) => (None, Err(e)),

@@ -283,6 +283,7 @@ fn serve_http(
     rmcp::serve_client(client_config(), transport)
 }
 
+#[allow(clippy::manual_async_fn)] // The point is the stated `Send` bound.
 fn list_tools(
     peer: rmcp::Peer<RoleClient>,
 ) -> impl std::future::Future<Output = Result<Vec<rmcp::model::Tool>, rmcp::ServiceError>> + Send + 'static
@@ -290,6 +291,7 @@ fn list_tools(
     async move { peer.list_all_tools().await }
 }
 
+#[allow(clippy::manual_async_fn)] // The point is the stated `Send` bound.
 fn call_once(
     peer: rmcp::Peer<RoleClient>,
     params: CallToolRequestParams,
@@ -299,6 +301,7 @@ fn call_once(
     async move { peer.call_tool_once(params).await }
 }
 
+#[allow(clippy::manual_async_fn)] // The point is the stated `Send` bound.
 fn close(service: Service) -> impl std::future::Future<Output = ()> + Send + 'static {
     async move {
         let _ = service.cancel().await;

@@ -40,6 +40,7 @@ pub enum PinError {
 /// A client builder for requests to `url`'s host, pinned to its checked addresses, with no
 /// redirects and no system proxy (timeouts are the caller's).
 /// (The future is `Send` by signature, so callers deep in generic async code keep theirs.)
+#[allow(clippy::manual_async_fn)] // The point is the stated `Send` bound.
 pub fn pinned_builder<'a>(
     url: &'a Url,
     policy: &'a EgressPolicy,
