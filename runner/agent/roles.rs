@@ -15,14 +15,7 @@ pub const INBOX_TOOL: &str = "mcp__human__inbox";
 /// Whitelist entry admitting every project MCP tool (read-only roles: `readOnlyHint` ones).
 pub const MCP_TOOLS: &str = crate::mcp::names::ALL;
 
-/// Where an agent's commands run, as its system prompt says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CommandsRun {
-    /// In the agent's own Docker container (`--sandbox docker`, the default).
-    InContainer,
-    /// As host processes of the invoking user (`--sandbox host`).
-    OnHost,
-}
+pub use crate::sandbox::CommandsRun;
 
 /// The text before every agent's rules: the run, where commands run, and the habits every role
 /// shares. It names only what is the same for every session of a role in one run (the main

@@ -6,6 +6,7 @@
 //! everything down at the end of the run.
 
 pub mod attach;
+pub mod backend;
 pub mod docker;
 pub mod doctor;
 pub mod egress;
@@ -15,6 +16,7 @@ pub mod output;
 pub mod pinned;
 
 pub use attach::{AttachSpec, Attached, ProcessHandle, StderrTail};
+pub use backend::{CommandsRun, Preflight, SandboxBackend};
 pub use output::{CapturedOutput, OutputCollector};
 
 use async_trait::async_trait;

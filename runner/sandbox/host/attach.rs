@@ -44,12 +44,25 @@ impl HostSandbox {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        let mut child = cmd.spawn()?;
-        let pgid = child.id().map(|p| p as i32).unwrap_or(0);
-        self.leftovers
+        if self
+            .leftovers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(pgid);
+            .closed
+        {
+            return Err(SandboxError::ShutDown);
+        }
+        let mut child = cmd.spawn()?;
+        let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+        // Killed at teardown like every command's group; one that raced it is killed now.
+        {
+            let mut g = self.leftovers.lock().unwrap_or_else(|e| e.into_inner());
+            if g.closed {
+                let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+                return Err(SandboxError::ShutDown);
+            }
+            g.live.insert(pgid);
+        }
         let stdin = child.stdin.take().expect("piped");
         let stdout = child.stdout.take().expect("piped");
         let mut err = child.stderr.take().expect("piped");

@@ -1,0 +1,208 @@
+//! [`RunContext`]: every service one run needs, built in one place from the run's settings
+//! ([`RunSettings`]: what the command line chose) — the model provider, `runs/sessions.db`, the
+//! sandboxes of the chosen backend, the workbench, `runs/manifest.json` and the [`Runtime`] over
+//! them.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::error::FlowError;
+use crate::agent::human::Human;
+use crate::agent::{EventSink, Placement, Runtime, RuntimeConfig, Workbench};
+use crate::mcp::McpHub;
+use crate::model::{build_provider, Provider, ProviderOptions};
+use crate::record::handoff::window_for;
+use crate::record::manifest::Manifest;
+use crate::record::steps::new_run_marker;
+use crate::sandbox::egress::EgressPolicy;
+use crate::sandbox::{SandboxBackend, SandboxFactory};
+use crate::session::SqliteSessionStore;
+
+/// The configuration values a model provider is built from (credentials, endpoint, model and
+/// the model-call knobs), by name; `None` when unset.
+pub type ModelConfig = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// What the command line chose for a run, in the run's terms.
+#[derive(Clone)]
+pub struct RunSettings {
+    /// The agents' working directory (absolute, canonical, exists).
+    pub workspace: PathBuf,
+    /// Sessions, manifest, lineage, log (absolute; created by the builder).
+    pub run_dir: PathBuf,
+    /// Where agents may connect (WebFetch applies it; the backend's pods enforce it).
+    pub egress: EgressPolicy,
+    /// Where commands run.
+    pub sandbox: Arc<dyn SandboxBackend>,
+    /// The model provider's configuration, resolved when the services are built.
+    pub model: ModelConfig,
+    /// The project's MCP servers (`.mcp.json`, `--mcp-config`), already loaded and checked;
+    /// each run gets its own [`McpHub`] over them.
+    pub mcp_servers: Vec<crate::mcp::ServerConfig>,
+    /// Timeouts of those servers.
+    pub mcp: crate::mcp::McpSettings,
+}
+
+/// What differs between the drivers (`go`, `run`, `once`, the aside oracle).
+pub struct RunSetup {
+    /// Workbench root, `None` for none (`once` without `-W`). Created by the builder.
+    pub workbench: Option<PathBuf>,
+    /// Replace large old tool results with pointers on resume (`-T`; on by default on `go`).
+    pub trim_large: bool,
+    /// `--window`, when given.
+    pub window: Option<u64>,
+    /// Handoffs enabled (not `--no-handoff`).
+    pub handoff: bool,
+    /// The human on the other end.
+    pub human: Arc<dyn Human>,
+    /// The first event outlet (more can subscribe later).
+    pub events: EventSink,
+    /// How workers are placed; the shared workspace when `None`.
+    pub placement: Option<Arc<dyn Placement>>,
+    /// Sandboxes to use instead of opening the settings' backend (tests inject their own).
+    pub sandboxes: Option<Arc<dyn SandboxFactory>>,
+}
+
+/// The services of one run.
+pub struct RunContext {
+    /// This process's run marker (`YYYYmmdd-HHMMSS-<6 hex>`).
+    pub run_id: String,
+    /// The runtime.
+    pub runtime: Arc<Runtime>,
+    /// `runs/manifest.json`.
+    pub manifest: Arc<Manifest>,
+    /// The sandboxes (torn down by [`RunContext::shutdown`]).
+    pub sandboxes: Arc<dyn SandboxFactory>,
+    /// The model provider.
+    pub provider: Arc<dyn Provider>,
+    /// The workbench, if any.
+    pub workbench: Option<Workbench>,
+}
+
+impl RunContext {
+    /// Builds the services. Errors: a bad provider configuration, an unopenable
+    /// `sessions.db`, a backend that cannot serve the run (an unreachable Docker engine is
+    /// never a silent fall-back to host execution).
+    pub async fn build(settings: &RunSettings, setup: RunSetup) -> Result<RunContext, FlowError> {
+        let get = |k: &str| (settings.model)(k);
+        let provider = build_provider(&get, ProviderOptions::default())?;
+        let max_tokens_setting = crate::model::config::max_tokens_setting(&get)?;
+        crate::fsroot::own::create_dir_all(&settings.run_dir).map_err(|e| FlowError::Io {
+            what: format!("建不出 {}", settings.run_dir.display()),
+            source: e,
+        })?;
+        let run_id = new_run_marker();
+        let store = SqliteSessionStore::open(settings.run_dir.join("sessions.db"))
+            .map_err(FlowError::Store)?;
+        let workbench = match setup.workbench {
+            Some(root) => Some({
+                let root = crate::fsroot::own::trusted_dir(&root, &settings.workspace);
+                Workbench::at(root.clone())
+                    .ensure()
+                    .map_err(|e| FlowError::Io {
+                        what: format!("建不出工作台 {}", root.display()),
+                        source: e,
+                    })?
+            }),
+            None => None,
+        };
+        let sandboxes: Arc<dyn SandboxFactory> = match setup.sandboxes {
+            Some(s) => s,
+            None => {
+                let ready = settings
+                    .sandbox
+                    .open_run(&run_id, &settings.workspace)
+                    .await?;
+                for l in ready.notes {
+                    eprintln!("- {l}");
+                }
+                ready.factory
+            }
+        };
+        let model = provider.default_model().to_string();
+        let mut config =
+            RuntimeConfig::new(settings.workspace.clone(), model.clone(), run_id.clone());
+        config.trim_large = setup.trim_large;
+        config.tool_limits.egress = settings.egress.clone();
+        // Every agent's container and file tools hide the run directory (DESIGN.md "Threat
+        // model" 1): the records flowerbox trusts are not theirs to read or plant links in.
+        config.masked = vec![settings.run_dir.clone()];
+        config.masked_ids = crate::fsroot::own::identity(&settings.run_dir)
+            .into_iter()
+            .collect();
+        config.base_system =
+            crate::agent::roles::base_system(&settings.workspace, settings.sandbox.commands_run());
+        // A model outside the catalogue: what its server says about its context sizes the
+        // output cap and the handoff window.
+        let catalogued = crate::model::catalog::lookup(&model).is_some();
+        let server_window = if catalogued {
+            None
+        } else {
+            provider.server_context_window().await
+        };
+        config.handoff_window = setup.handoff.then(|| match (setup.window, server_window) {
+            (None, Some(w)) => w,
+            (flag, _) => window_for(&model, flag.map(|w| w as i64)),
+        });
+        config.max_tokens =
+            crate::model::config::max_tokens_for(max_tokens_setting, &model, server_window);
+        match crate::model::catalog::max_output_tokens(&model) {
+            Some(cap) => {
+                config.max_tokens_ceiling = cap;
+                config.max_tokens = config.max_tokens.min(cap);
+            }
+            None => {
+                // Doubling after a cut-off stays within what the server can hold.
+                config.max_tokens_ceiling = match server_window {
+                    Some(w) => (w / 2).max(u64::from(config.max_tokens)) as u32,
+                    None => config.max_tokens.max(config.max_tokens_ceiling),
+                };
+            }
+        }
+        let manifest = Arc::new(Manifest::new(
+            settings.run_dir.join("manifest.json"),
+            run_id.clone(),
+        ));
+        let mut runtime = Runtime::new(
+            config,
+            provider.clone(),
+            Arc::new(store),
+            sandboxes.clone(),
+            workbench.clone(),
+            setup.human,
+            setup.events,
+        )
+        .with_manifest(manifest.clone());
+        if let Some(p) = setup.placement {
+            runtime = runtime.with_placement(p);
+        }
+        if !settings.mcp_servers.is_empty() {
+            let cap = crate::agent::tools::ToolLimits::default().bash_output_cap;
+            runtime = runtime.with_mcp(Arc::new(McpHub::new(
+                settings.mcp_servers.clone(),
+                settings.mcp.clone(),
+                settings.egress.clone(),
+                cap,
+            )));
+        }
+        Ok(RunContext {
+            run_id,
+            runtime: Arc::new(runtime),
+            manifest,
+            sandboxes,
+            provider,
+            workbench,
+        })
+    }
+
+    /// Stops the MCP servers and removes every container of the run (and its pod); worktrees
+    /// are kept.
+    pub async fn shutdown(&self) {
+        if let Some(hub) = self.runtime.mcp() {
+            hub.shutdown().await;
+        }
+        if let Err(e) = self.sandboxes.teardown().await {
+            tracing::error!(error = %e, "sandbox teardown failed");
+            eprintln!("x 清理容器失败:{e}(`flowerbox gc` 可以收拾残留)");
+        }
+    }
+}
