@@ -588,8 +588,11 @@ fn check_tools(tools: &[String], ceiling: &[&str]) -> Result<(), String> {
         return Err("一个工具都没有".into());
     }
     let mut seen = BTreeSet::new();
+    // A role that may run commands may have the project's MCP tools: its servers run where its
+    // commands run (the read-only roles are offered only `readOnlyHint` ones).
+    let mcp_ok = ceiling.contains(&"Bash");
     for t in tools {
-        if !ceiling.contains(&t.as_str()) {
+        if !ceiling.contains(&t.as_str()) && !(mcp_ok && crate::mcp::names::is_entry(t)) {
             return Err(format!(
                 "这个角色不能有 {t}(它最多能有:{})",
                 ceiling.join(",")
