@@ -18,6 +18,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const FIXTURE: &str = include_str!("fixtures/mcp/server.py");
+const HTTP_FIXTURE: &str = include_str!("fixtures/mcp/http_server.py");
 /// Each run ends well within this.
 const BOUND: Duration = Duration::from_secs(120);
 
@@ -628,4 +629,198 @@ async fn a_read_only_roles_server_runs_under_its_uid_and_writes_nothing_even_whe
     assert!(!target.exists());
     hub.shutdown().await;
     run.factory.teardown().await.unwrap();
+}
+
+/// A test host of our own: the HTTP fixture in a container of the agent image on a network
+/// this test creates (a private address on this machine); removed on drop.
+struct HttpHost {
+    container: String,
+    network: String,
+    ip: String,
+    _dir: tempfile::TempDir,
+}
+
+impl HttpHost {
+    fn start(image: &str) -> HttpHost {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().canonicalize().unwrap().join("http_server.py");
+        std::fs::write(&script, HTTP_FIXTURE).unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap();
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let tag = &uuid::Uuid::new_v4().simple().to_string()[..8];
+        let network = format!("fbx-mcp-test-{tag}");
+        let docker = |args: &[&str]| {
+            let out = Command::new("docker").args(args).output().unwrap();
+            assert!(
+                out.status.success(),
+                "docker {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        docker(&[
+            "network",
+            "create",
+            "--label",
+            "flowerbox.test=mcp",
+            &network,
+        ]);
+        let mount = format!(
+            "type=bind,source={},target=/srv/http_server.py,readonly",
+            script.display()
+        );
+        let container = docker(&[
+            "run",
+            "-d",
+            "--rm",
+            "--label",
+            "flowerbox.test=mcp",
+            "--network",
+            &network,
+            "--mount",
+            &mount,
+            "--entrypoint",
+            "python3",
+            image,
+            "/srv/http_server.py",
+            "8000",
+        ]);
+        let ip = docker(&[
+            "inspect",
+            "-f",
+            "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+            &container,
+        ]);
+        let host = HttpHost {
+            container,
+            network,
+            ip,
+            _dir: dir,
+        };
+        // Ready when it answers.
+        let t = Instant::now();
+        while std::net::TcpStream::connect((host.ip.as_str(), 8000)).is_err() {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "the HTTP fixture did not come up"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        host
+    }
+}
+
+impl Drop for HttpHost {
+    fn drop(&mut self) {
+        let _ = Command::new("docker")
+            .args(["rm", "-f", &self.container])
+            .output();
+        let _ = Command::new("docker")
+            .args(["network", "rm", &self.network])
+            .output();
+    }
+}
+
+#[test]
+fn an_http_server_is_reached_from_the_host_only_where_the_egress_policy_allows() {
+    let test = "an_http_server_is_reached_from_the_host_only_where_the_egress_policy_allows";
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let Some(image) = rt.block_on(async {
+        match docker_support::engine_or_skip(test).await {
+            Some(e) => Some(docker_support::agent_image(&e).await),
+            None => None,
+        }
+    }) else {
+        return;
+    };
+    let host = HttpHost::start(&image);
+    let p = Project::new(&[]);
+    let _sweep = Sweep(p.ws.clone());
+    std::fs::write(
+        p.ws.join(".mcp.json"),
+        json!({"mcpServers": {"web": {
+            "type": "http",
+            "url": format!("http://{}:8000/mcp", host.ip),
+            "headers": {"Authorization": "Bearer ${FIXTURE_TOKEN}", "X-Other": "${HOME:-none}"}
+        }}})
+        .to_string(),
+    )
+    .unwrap();
+    let scenario = json!({"agents": [{"role": "once", "turns": [
+        {"content": [tool("mcp__web__probe", json!({}))]},
+        {"content": [{"type": "text", "text": "连上了"}]}]}]});
+    // A private address: refused unless --allow-net names it (the note says so).
+    let model = ScriptedModel::start(&scenario);
+    let env = [("FIXTURE_TOKEN", "tok-42")];
+    let (code, out) = run(
+        &p,
+        &model,
+        &[
+            "--sandbox",
+            "host",
+            "--mcp-env",
+            "FIXTURE_TOKEN",
+            "once",
+            "连",
+        ],
+        &env,
+    );
+    assert_eq!(code, Some(0), "{out}");
+    let first = model.recorded()[0]["messages"][0].to_string();
+    assert!(
+        first.contains("内网") && first.contains(&host.ip),
+        "{first}"
+    );
+    assert!(!tool_names(&model.recorded()[0])
+        .iter()
+        .any(|n| n.starts_with("mcp__web")));
+
+    // Allowed: the tool is offered and called over HTTP, the named variable expanded.
+    let model = ScriptedModel::start(&scenario);
+    let allow = format!("{}/32", host.ip);
+    let (code, out) = run(
+        &p,
+        &model,
+        &[
+            "--sandbox",
+            "host",
+            "--allow-net",
+            &allow,
+            "--mcp-env",
+            "FIXTURE_TOKEN",
+            "once",
+            "连",
+        ],
+        &env,
+    );
+    assert_eq!(code, Some(0), "{out}");
+    let r = results(&model);
+    let (text, err) = &r["mcp__web__probe"][0];
+    assert!(!err, "{text}");
+    let probe: Value = serde_json::from_str(text).unwrap();
+    assert_eq!(probe["http"], true);
+    assert_eq!(probe["session"], "fixture-session-1");
+    assert_eq!(probe["auth"], "Bearer tok-42");
+
+    // Without --mcp-env the variable is not read: the server is not started, and says why.
+    let model = ScriptedModel::start(&scenario);
+    let (code, out) = run(
+        &p,
+        &model,
+        &["--sandbox", "host", "--allow-net", &allow, "once", "连"],
+        &env,
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("--mcp-env FIXTURE_TOKEN"), "{out}");
+    assert!(!tool_names(&model.recorded()[0])
+        .iter()
+        .any(|n| n.starts_with("mcp__web")));
 }
