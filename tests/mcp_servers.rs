@@ -824,3 +824,93 @@ fn an_http_server_is_reached_from_the_host_only_where_the_egress_policy_allows()
         .iter()
         .any(|n| n.starts_with("mcp__web")));
 }
+
+/// An interrupt ends a call at once (the model reads "interrupted"), and releasing the agent
+/// stops its servers: nothing of them keeps running. Host sandbox, so no engine is needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_ends_a_call_and_release_stops_the_server() {
+    use flowerbox::mcp::{AgentAsk, McpError, McpHub, McpSettings, ServerConfig, Transport};
+    use flowerbox::model::Role;
+    use flowerbox::sandbox::host::HostSandboxFactory;
+    use flowerbox::sandbox::{AgentBox, Mount, SandboxFactory};
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    // A unique path, to find its processes by.
+    let script = ws.join(format!("fx-{}.py", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&script, FIXTURE).unwrap();
+    let config = ServerConfig {
+        name: "slow".into(),
+        id: "slow".into(),
+        origin: ws.join(".mcp.json"),
+        transport: Transport::Stdio {
+            command: "python3".into(),
+            args: vec![script.display().to_string(), "--mode".into(), "hang".into()],
+            env: Vec::new(),
+        },
+    };
+    let hub = McpHub::new(
+        vec![config],
+        McpSettings::default(),
+        Default::default(),
+        30_000,
+    );
+    let factory = HostSandboxFactory::new();
+    let agent = AgentBox {
+        agent: "worker-1".into(),
+        role: Role::Worker,
+        mounts: vec![Mount {
+            path: ws.clone(),
+            read_only: false,
+            source: None,
+        }],
+        masked: Vec::new(),
+        workdir: ws.clone(),
+    };
+    let sandbox = factory.sandbox(&agent).await.unwrap();
+    let mcp = hub
+        .for_agent(AgentAsk {
+            agent: "worker-1".into(),
+            whitelist: vec!["mcp__slow".into()],
+            read_only: false,
+            taken: Default::default(),
+            sandbox: Some(sandbox),
+            cwd: ws.clone(),
+        })
+        .await;
+    assert_eq!(mcp.tools().len(), 2, "{:?}", mcp.notes);
+    let running = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                std::fs::read(e.path().join("cmdline"))
+                    .map(|c| String::from_utf8_lossy(&c).contains(&*script.to_string_lossy()))
+                    .unwrap_or(false)
+            })
+            .count()
+    };
+    assert_eq!(running(), 1);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let c = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        c.cancel();
+    });
+    let t = Instant::now();
+    let err = mcp
+        .call("mcp__slow__probe", &json!({}), &cancel)
+        .await
+        .unwrap_err();
+    assert_eq!(err, McpError::Interrupted);
+    assert!(t.elapsed() < Duration::from_secs(5));
+    hub.release("worker-1").await;
+    let t = Instant::now();
+    while running() > 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the server outlived its release"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    factory.teardown().await.unwrap();
+}
