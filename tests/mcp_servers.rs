@@ -914,3 +914,95 @@ async fn an_interrupt_ends_a_call_and_release_stops_the_server() {
     }
     factory.teardown().await.unwrap();
 }
+
+/// Through `go`: the worker gets every tool of the project's server, the coordinator and the
+/// judge (with `--judge-can-run`) only the read-only one, the clarifier none; the judge's
+/// server runs under the judge's uid, and the worker's call really writes.
+#[test]
+fn in_go_each_role_gets_the_servers_tools_its_container_allows() {
+    let test = "in_go_each_role_gets_the_servers_tools_its_container_allows";
+    if !engine(test) {
+        return;
+    }
+    let p = Project::new(&[]);
+    let _sweep = Sweep(p.ws.clone());
+    // Relative to the agent's working directory, as in Claude Code.
+    std::fs::write(
+        p.ws.join(".mcp.json"),
+        json!({"mcpServers": {"fx": {"command": "python3", "args": ["tools/mcp_fixture.py"]}}})
+            .to_string(),
+    )
+    .unwrap();
+    let done = p.ws.join("done.txt").display().to_string();
+    let model = ScriptedModel::start(&json!({"agents": [
+        {"role": "clarifier", "turns": [{"content": [{"type": "text", "text":
+            "## 目标\n写 done.txt\n\n## 验收标准\n- done.txt 存在\n\n## 边界\n无\n\n## 未知与假设\n- 无\n"}]}]},
+        {"role": "judge", "prompt": "变成可判定的目标", "turns": [{"content": [{"type": "text", "text":
+            "## 目标\ndone.txt 存在\n\n## 判定清单\n- `test -f done.txt` 成功\n"}]}]},
+        {"role": "judge", "prompt": "判定这一轮", "turns": [
+            {"content": [tool("mcp__fx__probe", json!({}))]},
+            {"content": [{"type": "text", "text": "## 结论\nACHIEVED\n\n## 理由\n看到了\n\n## 未通过\n无\n"}]}]},
+        {"role": "coordinator", "turns": [
+            {"content": [tool("Agent", json!({"description": "写 done.txt", "prompt": "用 mcp__fx__touch 写 done.txt"}))]},
+            {"content": [{"type": "text", "text": "写好了。"}]}]},
+        {"role": "worker", "turns": [
+            {"content": [tool("mcp__fx__touch", json!({"path": done}))]},
+            {"content": [{"type": "text", "text": "结论:写好了\n依据:mcp__fx__touch\n产出:done.txt\n未验证:无"}]}]}
+    ]}));
+    let (code, out) = run(
+        &p,
+        &model,
+        &[
+            "--sandbox",
+            "docker",
+            "go",
+            "--judge-can-run",
+            "--timeout",
+            "0",
+            "写 done.txt",
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(std::fs::read_to_string(&done).unwrap(), "touched\n");
+    let mut seen = std::collections::BTreeSet::new();
+    for req in model.recorded() {
+        let names = tool_names(&req);
+        let has = |n: &str| names.iter().any(|t| t == n);
+        let role = if has("Agent") {
+            "coordinator"
+        } else if has("Write") {
+            "worker"
+        } else if has("Bash") {
+            "judge"
+        } else {
+            "clarifier"
+        };
+        let mcp: Vec<&String> = names
+            .iter()
+            .filter(|n| n.starts_with("mcp__fx__"))
+            .collect();
+        let want: &[&str] = match role {
+            "worker" => &["mcp__fx__probe", "mcp__fx__touch"],
+            "coordinator" | "judge" => &["mcp__fx__probe"],
+            _ => &[],
+        };
+        assert_eq!(mcp, want, "{role}: {names:?}");
+        seen.insert(role);
+    }
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    let r = results(&model);
+    let probe: Value = serde_json::from_str(&r["mcp__fx__probe"][0].0).unwrap();
+    let judge_uid = flowerbox::sandbox::docker::ReadOnlyIds::of(
+        flowerbox::model::Role::Judge,
+        flowerbox::sandbox::docker::UserIds::current(),
+    )
+    .shell
+    .uid;
+    assert_eq!(probe["uid"], judge_uid, "{probe}");
+    assert!(
+        containers_of(&p.ws).is_empty(),
+        "{:?}",
+        containers_of(&p.ws)
+    );
+}
