@@ -301,6 +301,7 @@ fn hostile_and_broken_servers_are_tool_errors_never_crashes() {
         ("failinit", "failinit"),
         ("hanginit", "hanginit"),
         ("odd", "oddnames"),
+        ("bloat", "bloat"),
     ] {
         servers.insert(name.into(), p.fixture(mode));
     }
@@ -326,6 +327,8 @@ fn hostile_and_broken_servers_are_tool_errors_never_crashes() {
             tool("mcp__odd__a_b", json!({})),
             tool("mcp__failinit__probe", json!({}))]},
         {"content": [tool("mcp__crash__probe", json!({})), tool("mcp__ok__probe", json!({}))]},
+        {"content": [tool("mcp__crash__probe", json!({}))]},
+        {"content": [tool("mcp__crash__probe", json!({}))]},
         {"content": [{"type": "text", "text": "都试过了"}]}
     ]}]}));
     let t = Instant::now();
@@ -400,6 +403,14 @@ fn hostile_and_broken_servers_are_tool_errors_never_crashes() {
     // The next call restarts it (and it crashes again, an error again).
     let (text, err) = one("mcp__crash__probe", 1);
     assert!(err && text.contains("退出码 3"), "{text}");
+    // Twice restarted, then it stays stopped.
+    let (text, err) = one("mcp__crash__probe", 2);
+    assert!(
+        err && text.contains("退出码 3") && !text.contains("会重启"),
+        "{text}"
+    );
+    let (text, err) = one("mcp__crash__probe", 3);
+    assert!(err && text.contains("不再启动它"), "{text}");
     let (text, err) = one("mcp__hang__probe", 0);
     assert!(err && text.contains("3 秒内没有回答"), "{text}");
     let (text, err) = one("mcp__garbage__probe", 0);

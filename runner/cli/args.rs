@@ -249,7 +249,7 @@ pub struct OnceArgs {
         hide_default_value = true
     )]
     pub instructions: String,
-    /// 逗号分隔的工具白名单 [default: Read,Glob,Grep,外加项目 MCP 服务器的全部工具]。可用:Read Write Edit Bash Glob Grep WebFetch TodoWrite Agent,以及项目 MCP 工具:mcp__<服务器>__<工具>、mcp__<服务器>(它的全部工具)、mcp__*(全部)。WebSearch 不可用:flowerbox 没有接搜索服务
+    /// 逗号分隔的工具白名单 [default: Read,Glob,Grep 和项目 MCP 工具]。可用:Read Write Edit Bash Glob Grep WebFetch TodoWrite Agent。WebSearch 不可用:flowerbox 没有接搜索服务。项目 MCP 工具写 mcp__<服务器>__<工具>、mcp__<服务器>(它的全部工具)或 mcp__*(全部)
     #[arg(short = 't', long, value_name = "LIST")]
     pub tools: Option<String>,
     /// 权限模式。flowerbox 没有交互审批(工具都在白名单和沙箱里):plan = 只读,去掉 Write/Edit/Bash/Agent;其余三种照 -t 原样

@@ -122,7 +122,8 @@ impl Default for McpSettings {
 /// The servers found, and what was wrong with the rest.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct McpConfig {
-    /// Usable servers, in file order (`.mcp.json` first; `--mcp-config` replaces same names).
+    /// Usable servers, in name order (`.mcp.json`'s first; `--mcp-config`'s after, replacing
+    /// same names).
     pub servers: Vec<ServerConfig>,
     /// Problems that did not stop the run (shown as warnings).
     pub warnings: Vec<String>,

@@ -19,6 +19,9 @@ use crate::model::ToolDef;
 use crate::sandbox::egress::EgressPolicy;
 use crate::sandbox::Sandbox;
 
+/// Bytes of MCP tool definitions (descriptions and schemas) one agent is offered at most.
+pub const DEFS_MAX: usize = 128 * 1024;
+
 /// One tool offered to an agent.
 #[derive(Debug, Clone)]
 pub struct McpTool {
@@ -93,10 +96,16 @@ impl AgentMcp {
         }
     }
 
+    /// Stops every server, at once.
     async fn stop(&self) {
-        let servers: Vec<Arc<Server>> = self.servers.values().cloned().collect();
-        for s in servers {
-            s.stop().await;
+        let stops: Vec<_> = self
+            .servers
+            .values()
+            .cloned()
+            .map(|s| tokio::spawn(async move { s.stop().await }))
+            .collect();
+        for handle in stops {
+            let _ = handle.await;
         }
     }
 }
@@ -183,6 +192,7 @@ impl McpHub {
             cap: self.cap,
         };
         let mut taken = ask.taken;
+        let mut budget = DEFS_MAX;
         for (config, outcome) in wanted.into_iter().zip(started) {
             let (server, listed) = match outcome {
                 Ok(v) => v,
@@ -211,19 +221,32 @@ impl McpHub {
                         continue;
                     }
                 };
+                let def = ToolDef {
+                    name: name.clone(),
+                    description: render::description(
+                        &config.name,
+                        &tool.name,
+                        tool.description.as_deref(),
+                        tool.read_only,
+                    ),
+                    input_schema: schema,
+                };
+                // Every definition goes into every request: a server cannot bloat them.
+                let size = def.description.len() + def.input_schema.to_string().len();
+                if size > budget {
+                    mcp.notes.push(format!(
+                        "MCP 服务器 {} 的工具 {:?} 没提供给你:项目 MCP 工具的定义一共最多 {} KiB",
+                        config.name,
+                        tool.name,
+                        DEFS_MAX / 1024
+                    ));
+                    continue;
+                }
+                budget -= size;
                 taken.insert(name.clone());
                 any = true;
                 mcp.tools.push(McpTool {
-                    def: ToolDef {
-                        name: name.clone(),
-                        description: render::description(
-                            &config.name,
-                            &tool.name,
-                            tool.description.as_deref(),
-                            tool.read_only,
-                        ),
-                        input_schema: schema,
-                    },
+                    def,
                     name,
                     server: config.id.clone(),
                     original: tool.name,

@@ -123,7 +123,7 @@ fn last_lines(text: &str, n: usize) -> String {
 
 enum State {
     Live(Live),
-    Dead { why: String, restarts: u32 },
+    Dead { why: String },
 }
 
 /// One server of one agent.
@@ -131,6 +131,11 @@ pub struct Server {
     config: ServerConfig,
     launch: Launch,
     state: tokio::sync::Mutex<State>,
+    /// Times it was started again after breaking (never reset: a server that keeps breaking
+    /// stays stopped after [`MAX_RESTARTS`]).
+    restarts: std::sync::atomic::AtomicU32,
+    /// Stopped for good (its agent was released).
+    stopped: AtomicBool,
 }
 
 impl Server {
@@ -145,6 +150,8 @@ impl Server {
                 config,
                 launch,
                 state: tokio::sync::Mutex::new(State::Live(live)),
+                restarts: std::sync::atomic::AtomicU32::new(0),
+                stopped: AtomicBool::new(false),
             },
             tools,
         ))
@@ -160,21 +167,21 @@ impl Server {
         let name = &self.config.name;
         let peer = {
             let mut state = self.state.lock().await;
-            if let State::Dead { why, restarts } = &*state {
-                let (why, restarts) = (why.clone(), *restarts);
-                if restarts >= MAX_RESTARTS {
+            if let State::Dead { why } = &*state {
+                let why = why.clone();
+                if self.stopped.load(Ordering::SeqCst) {
+                    return Err(McpError::Call(format!("MCP 服务器 {name} 已经停了")));
+                }
+                if self.restarts.load(Ordering::SeqCst) >= MAX_RESTARTS {
                     return Err(McpError::Call(format!(
                         "MCP 服务器 {name} 已经停了({why}),重启了 {MAX_RESTARTS} 次也没好,这次运行里不再启动它"
                     )));
                 }
-                let restarts = restarts + 1;
+                self.restarts.fetch_add(1, Ordering::SeqCst);
                 match start_live(&self.config, &self.launch).await {
                     Ok((live, _)) => *state = State::Live(live),
                     Err(e) => {
-                        *state = State::Dead {
-                            why: e.to_string(),
-                            restarts,
-                        };
+                        *state = State::Dead { why: e.to_string() };
                         return Err(McpError::Call(format!(
                             "MCP 服务器 {name} 之前停了({why}),重启也失败了:{e}"
                         )));
@@ -219,15 +226,10 @@ impl Server {
     /// post-mortem; the next call starts it again.
     async fn fail(&self, what: &str) -> String {
         let mut state = self.state.lock().await;
-        let restarts = match &*state {
-            State::Dead { restarts, .. } => *restarts,
-            State::Live(_) => 0,
-        };
         let old = std::mem::replace(
             &mut *state,
             State::Dead {
                 why: what.to_string(),
-                restarts,
             },
         );
         let mut text = what.to_string();
@@ -237,22 +239,24 @@ impl Server {
             if !pm.is_empty() {
                 text = format!("{text}:{pm}");
             }
-            if let State::Dead { why, .. } = &mut *state {
+            if let State::Dead { why } = &mut *state {
                 *why = text.clone();
             }
-            text.push_str("(下次调用它的工具时会重启它)");
+            if self.restarts.load(Ordering::SeqCst) < MAX_RESTARTS {
+                text.push_str("(下次调用它的工具时会重启它)");
+            }
         }
         text
     }
 
     /// Stops the server (its process and everything it started).
     pub async fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
         let mut state = self.state.lock().await;
         let old = std::mem::replace(
             &mut *state,
             State::Dead {
                 why: "已停止".into(),
-                restarts: MAX_RESTARTS,
             },
         );
         if let State::Live(live) = old {
