@@ -592,7 +592,8 @@ fn check_tools(tools: &[String], ceiling: &[&str]) -> Result<(), String> {
     // commands run (the read-only roles are offered only `readOnlyHint` ones).
     let mcp_ok = ceiling.contains(&"Bash");
     for t in tools {
-        if !ceiling.contains(&t.as_str()) && !(mcp_ok && crate::mcp::names::is_entry(t)) {
+        let allowed = ceiling.contains(&t.as_str()) || (mcp_ok && crate::mcp::names::is_entry(t));
+        if !allowed {
             return Err(format!(
                 "这个角色不能有 {t}(它最多能有:{})",
                 ceiling.join(",")
