@@ -141,12 +141,6 @@ impl McpHub {
         &self.servers
     }
 
-    /// Whether `entries` admit a server that exists (`-t` names are checked against this).
-    pub fn knows_entry(&self, entry: &str) -> bool {
-        let ids: Vec<String> = self.servers.iter().map(|s| s.id.clone()).collect();
-        entry == names::ALL || names::entry_server(entry, &ids).is_some()
-    }
-
     /// The agent's servers and tools, started on its first call (later calls for the same
     /// agent get the same).
     pub async fn for_agent(&self, ask: AgentAsk) -> Arc<AgentMcp> {
