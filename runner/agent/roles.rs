@@ -6,12 +6,12 @@
 //! (the brief's and verdict's section names are Chinese, and flower users read them).
 
 use super::spec::{AgentSpec, WorkerDef};
-use crate::model::Role;
+use crate::model::{Role, ToolName};
 
 /// Tool name of the human question tool.
-pub const ASK_TOOL: &str = "mcp__human__ask";
+pub const ASK_TOOL: &str = ToolName::Ask.as_str();
 /// Tool name of the inbox tool.
-pub const INBOX_TOOL: &str = "mcp__human__inbox";
+pub const INBOX_TOOL: &str = ToolName::Inbox.as_str();
 /// Whitelist entry admitting every project MCP tool (read-only roles: `readOnlyHint` ones).
 pub const MCP_TOOLS: &str = crate::mcp::names::ALL;
 
@@ -155,26 +155,40 @@ pub const ONCE_RULES: &str = "\
 - 删除、覆盖和 git 操作之前,先确认目标路径和分支没错;拿不准就不做,在最后说明。
 - 最后用几行话说清:做成了什么、改了哪些文件、什么没验证。";
 
+/// A worker's tools (and the project's MCP tools, [`MCP_TOOLS`]).
+pub const WORKER_TOOLS: [ToolName; 7] = [
+    ToolName::Read,
+    ToolName::Write,
+    ToolName::Edit,
+    ToolName::Bash,
+    ToolName::Glob,
+    ToolName::Grep,
+    ToolName::WebFetch,
+];
+
+/// A whitelist of tool names.
+pub fn names(tools: &[ToolName]) -> Vec<String> {
+    tools.iter().map(|t| t.as_str().to_string()).collect()
+}
+
 /// The coordinator (main thread of `go`): `Agent`, `TodoWrite`, `Read`, glance `Bash`, the
-/// human tools and the project's read-only MCP tools. `workers` are the definitions it may dispatch.
+/// human tools and the project's read-only MCP tools. `workers` are the definitions it may
+/// dispatch.
 pub fn coordinator(name: &str, instructions: &str, workers: Vec<WorkerDef>) -> AgentSpec {
     let mut spec = AgentSpec::new(
         name,
         Role::Coordinator,
         join(COORDINATOR_RULES, instructions),
     );
-    spec.tools = [
-        "Agent",
-        "TodoWrite",
-        "Read",
-        "Bash",
-        ASK_TOOL,
-        INBOX_TOOL,
-        MCP_TOOLS,
-    ]
-    .into_iter()
-    .map(String::from)
-    .collect();
+    spec.tools = names(&[
+        ToolName::Agent,
+        ToolName::TodoWrite,
+        ToolName::Read,
+        ToolName::Bash,
+        ToolName::Ask,
+        ToolName::Inbox,
+    ]);
+    spec.tools.push(MCP_TOOLS.into());
     spec.glance_only = true;
     spec.mcp_read_only = true;
     spec.workbench_index = true;
@@ -191,12 +205,8 @@ pub fn worker(kind: &str, description: &str, prompt: &str) -> WorkerDef {
         Role::Worker,
         format!("{}\n\n{}", prompt.trim(), WORKER_RULES),
     );
-    spec.tools = [
-        "Read", "Write", "Edit", "Bash", "Glob", "Grep", "WebFetch", MCP_TOOLS,
-    ]
-    .into_iter()
-    .map(String::from)
-    .collect();
+    spec.tools = names(&WORKER_TOOLS);
+    spec.tools.push(MCP_TOOLS.into());
     spec.report_format = true;
     WorkerDef {
         kind: kind.to_string(),
@@ -208,10 +218,10 @@ pub fn worker(kind: &str, description: &str, prompt: &str) -> WorkerDef {
 /// The clarifier: `mcp__human__ask` plus read tools (when `can_read`); no Write/Edit/Bash/Agent.
 pub fn clarifier(name: &str, instructions: &str, can_read: bool) -> AgentSpec {
     let mut spec = AgentSpec::new(name, Role::Clarifier, join(CLARIFIER_RULES, instructions));
-    spec.tools = vec![ASK_TOOL.to_string()];
+    spec.tools = names(&[ToolName::Ask]);
     if can_read {
         spec.tools
-            .extend(["Read", "Glob", "Grep"].map(String::from));
+            .extend(names(&[ToolName::Read, ToolName::Glob, ToolName::Grep]));
     }
     spec
 }
@@ -220,12 +230,15 @@ pub fn clarifier(name: &str, instructions: &str, can_read: bool) -> AgentSpec {
 /// read-only MCP tools with `can_run` (run in its read-only container).
 pub fn judge(name: &str, instructions: &str, can_run: bool) -> AgentSpec {
     let mut spec = AgentSpec::new(name, Role::Judge, join(JUDGE_RULES, instructions));
-    spec.tools = [ASK_TOOL, "Read", "Glob", "Grep"]
-        .map(String::from)
-        .to_vec();
+    spec.tools = names(&[
+        ToolName::Ask,
+        ToolName::Read,
+        ToolName::Glob,
+        ToolName::Grep,
+    ]);
     spec.mcp_read_only = true;
     if can_run {
-        spec.tools.push("Bash".into());
+        spec.tools.push(ToolName::Bash.as_str().into());
         spec.tools.push(MCP_TOOLS.into());
     }
     spec

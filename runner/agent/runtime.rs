@@ -21,7 +21,7 @@ use crate::record::handoff::{window_for, MAX_GENERATIONS};
 use crate::record::manifest::{epoch_now, Manifest, ManifestEntry};
 
 use super::result::Meter;
-pub use super::result::{manifest_row, StepResult};
+pub use super::result::{manifest_row, StepError, StepResult};
 use crate::sandbox::{AgentBox, SandboxFactory};
 use crate::session::{SessionMeta, SessionStore, TrimPolicy};
 
@@ -138,7 +138,7 @@ pub struct Runtime {
     /// `true` from [`Runtime::pause`] to [`Runtime::resume`]: an interrupted step waits for the
     /// human's words before it resumes (seed 000 "Ctrl-C": the prompt is a chance to speak).
     hold: tokio::sync::watch::Sender<bool>,
-    counters: Mutex<HashMap<String, u32>>,
+    counters: Mutex<HashMap<Role, u32>>,
     started_agents: Mutex<Vec<String>>,
 }
 
@@ -265,12 +265,13 @@ impl Runtime {
         g.1.take()
     }
 
-    /// A fresh instance name: `worker-1`, `worker-2`, ... (per base name).
-    pub fn instance_name(&self, base: &str) -> String {
+    /// A fresh instance name of `role`: `worker-1`, `worker-2`, `judge-1`, ... (numbered per
+    /// role).
+    pub fn instance_name(&self, role: Role) -> String {
         let mut c = self.counters.lock().unwrap_or_else(|e| e.into_inner());
-        let n = c.entry(base.to_string()).or_insert(0);
+        let n = c.entry(role).or_insert(0);
         *n += 1;
-        format!("{base}-{n}")
+        format!("{}-{n}", role.as_str())
     }
 
     pub(crate) fn note_agent(&self, agent: &str) {
@@ -437,7 +438,7 @@ impl Runtime {
         let started_at = Utc::now();
         let agent = match spec.role {
             Role::Once | Role::Coordinator | Role::Clarifier => spec.name.clone(),
-            _ => self.instance_name(spec.role.as_str()),
+            _ => self.instance_name(spec.role),
         };
         let mut result = StepResult {
             step: step.clone(),
@@ -533,14 +534,12 @@ impl Runtime {
                 }
                 LoopEnd::HandoffDue { prompt_too_long } => {
                     let Some(window) = self.config.handoff_window else {
-                        result.error = Some("上下文满了,而换代被关掉了(--no-handoff)".into());
+                        result.error = Some(StepError::HandoffOff);
                         break;
                     };
                     if result.retired.len() as u32 >= MAX_GENERATIONS {
                         result.text = run.final_text();
-                        result.error = Some(format!(
-                            "换代已达上限({MAX_GENERATIONS} 代),上下文又满了:这一步停下,交接书在 notes/ 里"
-                        ));
+                        result.error = Some(StepError::Generations(MAX_GENERATIONS));
                         break;
                     }
                     let doc = self
@@ -557,7 +556,7 @@ impl Runtime {
                     let new_session = match self.store.create(&meta) {
                         Ok(id) => id,
                         Err(e) => {
-                            result.error = Some(format!("sessions.db: {e}"));
+                            result.error = Some(StepError::Store(e.to_string()));
                             break;
                         }
                     };
@@ -584,11 +583,18 @@ impl Runtime {
                         result.attempts += 1;
                         result.resumed = true;
                         next_prompt = RESILIENCE_PROMPT.to_string();
-                        self.emit(&agent, spec.role, 0, EventKind::Retry { reason: error });
+                        self.emit(
+                            &agent,
+                            spec.role,
+                            0,
+                            EventKind::Retry {
+                                reason: error.to_string(),
+                            },
+                        );
                         continue;
                     }
                     result.text = run.final_text();
-                    result.error = Some(error);
+                    result.error = Some(StepError::Model(error));
                     break;
                 }
                 LoopEnd::Stopped(reason) => {
@@ -614,7 +620,7 @@ impl Runtime {
                 cost_usd: result.spend.exact(),
                 turns: result.num_turns,
                 context_tokens: result.context,
-                error: result.error.clone(),
+                error: result.error.as_ref().map(ToString::to_string),
             },
         );
         result
@@ -626,8 +632,8 @@ impl Runtime {
         meta: &SessionMeta,
         resume: Option<&str>,
         fork: bool,
-    ) -> Result<(String, Vec<crate::model::Message>), String> {
-        let store_err = |e: crate::session::SessionError| format!("sessions.db: {e}");
+    ) -> Result<(String, Vec<crate::model::Message>), StepError> {
+        let store_err = |e: crate::session::SessionError| StepError::Store(e.to_string());
         if let Some(id) = resume {
             if self.store.meta(id).map_err(store_err)?.is_some() {
                 let id = if fork {

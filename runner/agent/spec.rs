@@ -1,7 +1,7 @@
 //! [`AgentSpec`]: the complete declaration of one agent (flower's `AgentSpec`, seed 001 "角色"):
 //! rules text, tool whitelist, limits, and how it may act.
 
-use crate::model::Role;
+use crate::model::{Role, ToolName};
 
 /// One agent's declaration. Role factories in [`crate::agent::roles`] build these; a workflow
 /// file or a Rust user can build one directly.
@@ -53,7 +53,7 @@ impl AgentSpec {
             name: name.into(),
             role,
             instructions: instructions.into(),
-            tools: vec!["Read".into(), "Glob".into(), "Grep".into()],
+            tools: super::roles::names(&[ToolName::Read, ToolName::Glob, ToolName::Grep]),
             model: None,
             max_turns: None,
             max_budget_usd: None,
@@ -70,6 +70,11 @@ impl AgentSpec {
         self.tools.iter().any(|t| t == tool)
     }
 
+    /// True when flowerbox's own `tool` is on the whitelist.
+    pub fn has(&self, tool: ToolName) -> bool {
+        self.allows(tool.as_str())
+    }
+
     /// True when the whitelist admits project MCP tools (`mcp__*`, `mcp__<server>`,
     /// `mcp__<server>__<tool>`; see [`crate::mcp::names`]).
     pub fn wants_mcp(&self) -> bool {
@@ -79,7 +84,7 @@ impl AgentSpec {
     /// True when the agent executes commands, so it needs a sandbox (container): `Bash`, or
     /// MCP tools (stdio servers run in its container).
     pub fn needs_sandbox(&self) -> bool {
-        self.allows("Bash") || self.wants_mcp()
+        self.has(ToolName::Bash) || self.wants_mcp()
     }
 
     /// Builder-style: replace the tool list.

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 use super::{parse_input, Tool, ToolContext, ToolError};
+use crate::model::ToolName;
 use crate::sandbox::{ExecOutput, ExecRequest};
 
 pub(super) struct BashTool;
@@ -75,7 +76,7 @@ pub(crate) fn format_output(o: &ExecOutput) -> (String, bool) {
 #[async_trait]
 impl Tool for BashTool {
     fn name(&self) -> &'static str {
-        "Bash"
+        ToolName::Bash.as_str()
     }
     fn description(&self) -> String {
         "Runs a bash command in your sandbox and returns its output. `timeout` is in milliseconds (default \

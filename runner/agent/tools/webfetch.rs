@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 use super::{parse_input, Tool, ToolContext, ToolError};
+use crate::model::ToolName;
 use crate::sandbox::egress::{EgressPolicy, HostAddrs};
 use crate::sandbox::pinned::{pinned_builder, PinError};
 
@@ -34,7 +35,7 @@ struct Args {
 #[async_trait]
 impl Tool for WebFetchTool {
     fn name(&self) -> &'static str {
-        "WebFetch"
+        ToolName::WebFetch.as_str()
     }
     fn description(&self) -> String {
         "Fetches a URL (http/https) and returns its content as text (HTML converted). `prompt` says what you \
