@@ -25,6 +25,7 @@ pub mod model;
 pub mod record;
 pub mod sandbox;
 pub mod session;
+pub mod signals;
 pub mod term;
 #[doc(hidden)]
 pub mod testkit;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::error::CliError;
 use super::host::Host;
 use crate::mcp::McpSettings;
-use crate::sandbox::host::is_secret_env;
+use crate::model::config::is_provider_variable as is_secret_env;
 
 /// The MCP settings from the switches, else the process environment.
 pub(super) fn mcp_settings(

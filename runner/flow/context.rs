@@ -11,7 +11,7 @@ use crate::agent::human::Human;
 use crate::agent::{EventSink, Placement, Runtime, RuntimeConfig, Workbench};
 use crate::mcp::McpHub;
 use crate::model::{build_provider, Provider, ProviderOptions};
-use crate::record::handoff::window_for;
+use crate::record::handoff::context_window;
 use crate::record::manifest::Manifest;
 use crate::record::steps::new_run_marker;
 use crate::sandbox::egress::EgressPolicy;
@@ -139,10 +139,9 @@ impl RunContext {
         } else {
             provider.server_context_window().await
         };
-        config.handoff_window = setup.handoff.then(|| match (setup.window, server_window) {
-            (None, Some(w)) => w,
-            (flag, _) => window_for(&model, flag.map(|w| w as i64)),
-        });
+        config.handoff_window = setup
+            .handoff
+            .then(|| context_window(&model, setup.window, server_window));
         config.max_tokens =
             crate::model::config::max_tokens_for(max_tokens_setting, &model, server_window);
         match crate::model::catalog::max_output_tokens(&model) {

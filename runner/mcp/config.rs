@@ -32,7 +32,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use super::names;
-use crate::sandbox::host::is_secret_env;
+use crate::model::config::is_provider_variable as is_secret_env;
 
 /// The project file, at the workspace root.
 pub const PROJECT_FILE: &str = ".mcp.json";

@@ -18,7 +18,7 @@ pub mod manifest;
 pub mod steps;
 
 pub use cost::{Cost, Totals};
-pub use handoff::{handoff_threshold, window_for, Handoff};
+pub use handoff::{context_window, handoff_threshold, window_for, Handoff};
 pub use lineage::{Lineage, LineageFile};
 pub use manifest::{Manifest, ManifestEntry, Recovered};
 

@@ -25,12 +25,10 @@ use super::{
 /// How long to wait for the pipes to close after the shell exited.
 const PIPE_GRACE: Duration = Duration::from_millis(300);
 
-/// Environment variables never passed to commands (credentials of every provider).
+/// Environment variables never passed to commands: every model provider's configuration
+/// ([`crate::model::config::is_provider_variable`]), credentials first.
 pub fn is_secret_env(name: &str) -> bool {
-    name.starts_with("ANTHROPIC_")
-        || name.starts_with("OPENAI_")
-        || name == "FLOWERBOX_PROVIDER"
-        || name.starts_with("CLAUDE_")
+    crate::model::config::is_provider_variable(name)
 }
 
 /// `--sandbox host` as a backend: host processes, by explicit choice only.

@@ -221,6 +221,26 @@ pub trait Sandbox: Send + Sync {
     }
 }
 
+/// Tears `factory` down on SIGINT, SIGTERM or SIGHUP (issue "Lifecycle": containers must not
+/// outlive a run that was told to stop). Installs the handlers now (inside a Tokio runtime) and
+/// returns a future that waits for the first of them, tears down and yields the signal. From
+/// this call on, those signals no longer terminate the process by default, so await the future
+/// (typically in a `select!` against the run) and exit afterwards.
+///
+/// Errors: installing a handler failed. A failed teardown is logged, not returned.
+pub fn teardown_on_signal(
+    factory: Arc<dyn SandboxFactory>,
+) -> std::io::Result<impl std::future::Future<Output = nix::sys::signal::Signal> + Send> {
+    let mut listener = crate::signals::SignalListener::new()?;
+    Ok(async move {
+        let sig = listener.recv().await;
+        if let Err(e) = factory.teardown().await {
+            tracing::warn!("teardown after {sig}: {e}");
+        }
+        sig
+    })
+}
+
 /// Hands out sandboxes for one run and tears them down.
 #[async_trait]
 pub trait SandboxFactory: Send + Sync {

@@ -6,7 +6,8 @@
 //! [`crate::sandbox::gc::sweep_orphans`] removes containers of dead owners of this workspace →
 //! `sandbox(&AgentBox)` creates the pod on first use and the agent's container joining it →
 //! `release(agent)` when the step that owns it ends → `teardown()` at run end (or on a signal,
-//! see [`teardown_on_signal`]; as a last resort the factory's `Drop` removes what is left).
+//! see [`crate::sandbox::teardown_on_signal`]; as a last resort the factory's `Drop` removes
+//! what is left).
 
 pub mod backend;
 pub mod container;
@@ -18,7 +19,6 @@ pub(crate) mod network;
 pub mod readonly;
 pub mod seccomp;
 mod sentinel;
-mod signals;
 
 pub use backend::DockerBackend;
 pub use container::{Limits, UserIds};
@@ -27,7 +27,6 @@ pub use exec::DockerSandbox;
 pub use image::{default_image, ensure_image, EnsuredImage};
 pub use labels::{Liveness, Owner};
 pub use readonly::ReadOnlyIds;
-pub use signals::teardown_on_signal;
 
 use async_trait::async_trait;
 use bollard::query_parameters::{
