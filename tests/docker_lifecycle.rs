@@ -47,11 +47,7 @@ async fn owner_process() {
         let spec = AgentBox {
             agent: agent.into(),
             role,
-            mounts: vec![Mount {
-                path: ws.clone(),
-                read_only: ro,
-                source: None,
-            }],
+            mounts: vec![Mount::same(ws.clone(), ro)],
             masked: Vec::new(),
             workdir: ws.clone(),
         };

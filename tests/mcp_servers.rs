@@ -869,11 +869,7 @@ async fn an_interrupt_ends_a_call_and_release_stops_the_server() {
     let agent = AgentBox {
         agent: "worker-1".into(),
         role: Role::Worker,
-        mounts: vec![Mount {
-            path: ws.clone(),
-            read_only: false,
-            source: None,
-        }],
+        mounts: vec![Mount::same(ws.clone(), false)],
         masked: Vec::new(),
         workdir: ws.clone(),
     };

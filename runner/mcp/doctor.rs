@@ -156,11 +156,7 @@ async fn make_sandbox(
     let agent = AgentBox {
         agent: "mcp-doctor".into(),
         role: Role::Worker,
-        mounts: vec![Mount {
-            path: ws.clone(),
-            read_only: true,
-            source: None,
-        }],
+        mounts: vec![Mount::same(ws.clone(), true)],
         masked: Vec::new(),
         workdir: ws.clone(),
     };

@@ -15,6 +15,7 @@ pub mod handoff;
 pub mod lineage;
 pub mod lock;
 pub mod manifest;
+pub mod owner;
 pub mod steps;
 
 pub use cost::{Cost, Totals};

@@ -55,6 +55,26 @@ impl super::SandboxBackend for HostBackend {
             notes: Vec::new(),
         })
     }
+
+    async fn checks(&self) -> Vec<super::doctor::Check> {
+        vec![super::doctor::Check {
+            name: "sandbox",
+            status: super::doctor::CheckStatus::Warn,
+            detail: "--sandbox host:命令直接在这台机器上以当前用户执行,没有容器,没有隔离".into(),
+        }]
+    }
+
+    /// Process groups die with their run: nothing outlives it here.
+    async fn leftovers(&self, _workspace: &std::path::Path) -> Option<super::doctor::Check> {
+        None
+    }
+
+    async fn gc(
+        &self,
+        _workspace: Option<&std::path::Path>,
+    ) -> Result<super::gc::GcReport, SandboxError> {
+        Ok(super::gc::GcReport::default())
+    }
 }
 
 /// Hands out host sandboxes; remembers process groups left running for teardown.
@@ -83,8 +103,8 @@ impl HostSandboxFactory {
 
 #[async_trait]
 impl SandboxFactory for HostSandboxFactory {
-    fn kind(&self) -> &'static str {
-        "host"
+    fn commands_run(&self) -> super::CommandsRun {
+        super::CommandsRun::OnHost
     }
 
     async fn sandbox(&self, spec: &AgentBox) -> Result<Arc<dyn Sandbox>, SandboxError> {
@@ -170,7 +190,7 @@ impl Sandbox for HostSandbox {
             .spec
             .mounts
             .iter()
-            .any(|m| req.cwd.starts_with(&m.path))
+            .any(|m| req.cwd.starts_with(&m.inside))
             && !self.spec.mounts.is_empty()
         {
             return Err(SandboxError::OutsideMounts(req.cwd));
@@ -346,11 +366,7 @@ mod tests {
         let b = AgentBox {
             agent: "worker-1".into(),
             role: Role::Worker,
-            mounts: vec![Mount {
-                path: p.clone(),
-                read_only: false,
-                source: None,
-            }],
+            mounts: vec![Mount::same(p.clone(), false)],
             masked: Vec::new(),
             workdir: p,
         };

@@ -10,6 +10,7 @@
 //! what is left).
 
 pub mod backend;
+pub mod checks;
 pub mod container;
 pub mod engine;
 pub mod exec;
@@ -498,7 +499,7 @@ impl Inner {
         let spec = canonical_box(spec)?;
         let pod = self.pod().await?.clone();
         let image = self.image().await?.clone();
-        let mounts: Vec<PathBuf> = spec.mounts.iter().map(|m| m.path.clone()).collect();
+        let mounts: Vec<PathBuf> = spec.mounts.iter().map(|m| m.inside.clone()).collect();
         let identity = self.identity(&mounts);
         // Judges and coordinators run as a uid of their own (see `readonly`).
         let read_only = ReadOnly::plan(spec.role, identity.ids, &mounts, &pod.facts, &image)?;
@@ -595,8 +596,8 @@ impl Inner {
 
 #[async_trait]
 impl SandboxFactory for DockerSandboxFactory {
-    fn kind(&self) -> &'static str {
-        "docker"
+    fn commands_run(&self) -> crate::sandbox::CommandsRun {
+        crate::sandbox::CommandsRun::InContainer
     }
 
     async fn sandbox(&self, spec: &AgentBox) -> Result<Arc<dyn Sandbox>, SandboxError> {

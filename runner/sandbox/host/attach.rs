@@ -25,7 +25,7 @@ impl HostSandbox {
                 .spec
                 .mounts
                 .iter()
-                .any(|m| spec.cwd.starts_with(&m.path))
+                .any(|m| spec.cwd.starts_with(&m.inside))
         {
             return Err(SandboxError::OutsideMounts(spec.cwd));
         }

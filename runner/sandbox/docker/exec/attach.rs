@@ -30,7 +30,7 @@ impl DockerSandbox {
             return Err(SandboxError::Unsupported("没有要启动的程序".into()));
         }
         let cwd = std::fs::canonicalize(&spec.cwd).unwrap_or_else(|_| spec.cwd.clone());
-        if !self.spec.mounts.iter().any(|m| cwd.starts_with(&m.path)) {
+        if !self.spec.mounts.iter().any(|m| cwd.starts_with(&m.inside)) {
             return Err(SandboxError::OutsideMounts(cwd));
         }
         let marker = uuid::Uuid::new_v4().simple().to_string();
