@@ -21,6 +21,7 @@ pub mod flow;
 pub mod fsroot;
 pub mod glance;
 pub mod isolate;
+pub mod mcp;
 pub mod model;
 pub mod record;
 pub mod sandbox;

@@ -11,6 +11,7 @@
 #   5  runner peak RSS during scripts/demo.sh         vs flowerbox --help; per extra worker (5b)
 #   6  spill (6) and manifest write (6b) per call     vs plain writes; sessions.db append (6c)
 #   7  Read (7) / Write (7b) file tool per call        vs fs::read / fs::write; Grep (7c)
+#   8  MCP stdio server start in the agent's container vs a Bash round trip; MCP call (8b)
 #
 # Usage: scripts/bench.sh [--json FILE] [--repeat N] [--roundtrips N] [--quick]
 #   --repeat N      repeats of the Docker and agent-run figures (default 5; RSS runs: N/2)
@@ -40,7 +41,7 @@ trap 'rm -rf "$parts"' EXIT
 
 echo "== building (debug)" >&2
 cargo build --quiet --bins --example sandbox_bench --example runtime_bench \
-  --example store_bench --example tools_bench --example bench_report
+  --example store_bench --example tools_bench --example mcp_bench --example bench_report
 
 start=$(date +%s)
 echo "== 1, 2: sandbox (Docker engine)" >&2
@@ -57,7 +58,10 @@ echo
 echo "flowerbox benchmarks: medians of $repeat runs ($rss_repeat for 5), $(nproc) CPUs, $(( $(date +%s) - start )) s"
 echo "== 7: file tools (race-free resolution)" >&2
 cargo run --quiet --example tools_bench -- --calls "$calls" --json "$parts/4-tools.json" >&2
-report=("$parts"/1-sandbox.json "$parts"/2-runtime.json "$parts"/3-store.json "$parts"/4-tools.json)
+echo "== 8: project MCP servers (Docker engine)" >&2
+cargo run --quiet --example mcp_bench -- --repeat "$repeat" --json "$parts/5-mcp.json" >&2
+report=("$parts"/1-sandbox.json "$parts"/2-runtime.json "$parts"/3-store.json "$parts"/4-tools.json
+  "$parts"/5-mcp.json)
 if [ -n "$json" ]; then
   case "$json" in /*) ;; *) json="$PWD/$json" ;; esac
   cargo run --quiet --example bench_report -- --json "$json" "${report[@]}"

@@ -533,6 +533,27 @@ fn the_command_line_mounts_paths_at_their_own_place_and_passes_secrets_by_name()
     );
     assert_eq!(user, &me);
 
+    // A --mcp-config file is mounted read-only at its path; the variables --mcp-env names
+    // go by name, like the secrets.
+    let mcp = root.join("mcp servers.json");
+    std::fs::write(&mcp, "{\"mcpServers\": {}}").unwrap();
+    let argv = run(
+        &[
+            "--mcp-config",
+            &mcp.to_string_lossy(),
+            "--mcp-env=DOCS_TOKEN",
+            "once",
+            "hi",
+        ],
+        false,
+    );
+    let mount = argv
+        .iter()
+        .find(|a| a.contains(&format!("target={}\"", mcp.display())))
+        .unwrap_or_else(|| panic!("{argv:?}"));
+    assert!(mount.ends_with(",readonly"), "{mount}");
+    assert!(!argv.iter().any(|a| a == "DOCS_TOKEN"), "unset: not passed");
+
     if Command::new("script").arg("--version").output().is_ok() {
         let argv = run(&["once", "hi"], true);
         assert!(argv.contains(&"-t".to_string()), "{argv:?}");

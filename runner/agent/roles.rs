@@ -12,6 +12,8 @@ use crate::model::{Role, ToolName};
 pub const ASK_TOOL: &str = ToolName::Ask.as_str();
 /// Tool name of the inbox tool.
 pub const INBOX_TOOL: &str = ToolName::Inbox.as_str();
+/// Whitelist entry admitting every project MCP tool (read-only roles: `readOnlyHint` ones).
+pub const MCP_TOOLS: &str = crate::mcp::names::ALL;
 
 pub use crate::sandbox::CommandsRun;
 
@@ -153,7 +155,7 @@ pub const ONCE_RULES: &str = "\
 - 删除、覆盖和 git 操作之前,先确认目标路径和分支没错;拿不准就不做,在最后说明。
 - 最后用几行话说清:做成了什么、改了哪些文件、什么没验证。";
 
-/// A worker's tools.
+/// A worker's tools (and the project's MCP tools, [`MCP_TOOLS`]).
 pub const WORKER_TOOLS: [ToolName; 7] = [
     ToolName::Read,
     ToolName::Write,
@@ -169,8 +171,9 @@ pub fn names(tools: &[ToolName]) -> Vec<String> {
     tools.iter().map(|t| t.as_str().to_string()).collect()
 }
 
-/// The coordinator (main thread of `go`): `Agent`, `TodoWrite`, `Read`, glance `Bash`, and the
-/// human tools. `workers` are the definitions it may dispatch.
+/// The coordinator (main thread of `go`): `Agent`, `TodoWrite`, `Read`, glance `Bash`, the
+/// human tools and the project's read-only MCP tools. `workers` are the definitions it may
+/// dispatch.
 pub fn coordinator(name: &str, instructions: &str, workers: Vec<WorkerDef>) -> AgentSpec {
     let mut spec = AgentSpec::new(
         name,
@@ -185,13 +188,16 @@ pub fn coordinator(name: &str, instructions: &str, workers: Vec<WorkerDef>) -> A
         ToolName::Ask,
         ToolName::Inbox,
     ]);
+    spec.tools.push(MCP_TOOLS.into());
     spec.glance_only = true;
+    spec.mcp_read_only = true;
     spec.workbench_index = true;
     spec.workers = workers;
     spec
 }
 
-/// A worker definition: the hands-on subagent (`Read Write Edit Bash Glob Grep WebFetch`).
+/// A worker definition: the hands-on subagent (`Read Write Edit Bash Glob Grep WebFetch` and
+/// the project's MCP tools).
 /// `prompt` is its own system prompt; the four-part report rules are appended.
 pub fn worker(kind: &str, description: &str, prompt: &str) -> WorkerDef {
     let mut spec = AgentSpec::new(
@@ -200,6 +206,7 @@ pub fn worker(kind: &str, description: &str, prompt: &str) -> WorkerDef {
         format!("{}\n\n{}", prompt.trim(), WORKER_RULES),
     );
     spec.tools = names(&WORKER_TOOLS);
+    spec.tools.push(MCP_TOOLS.into());
     spec.report_format = true;
     WorkerDef {
         kind: kind.to_string(),
@@ -219,8 +226,8 @@ pub fn clarifier(name: &str, instructions: &str, can_read: bool) -> AgentSpec {
     spec
 }
 
-/// The judge: `mcp__human__ask`, `Read`, `Glob`, `Grep`, plus `Bash` with `can_run` (run in its
-/// read-only container).
+/// The judge: `mcp__human__ask`, `Read`, `Glob`, `Grep`, plus `Bash` and the project's
+/// read-only MCP tools with `can_run` (run in its read-only container).
 pub fn judge(name: &str, instructions: &str, can_run: bool) -> AgentSpec {
     let mut spec = AgentSpec::new(name, Role::Judge, join(JUDGE_RULES, instructions));
     spec.tools = names(&[
@@ -229,8 +236,10 @@ pub fn judge(name: &str, instructions: &str, can_run: bool) -> AgentSpec {
         ToolName::Glob,
         ToolName::Grep,
     ]);
+    spec.mcp_read_only = true;
     if can_run {
         spec.tools.push(ToolName::Bash.as_str().into());
+        spec.tools.push(MCP_TOOLS.into());
     }
     spec
 }

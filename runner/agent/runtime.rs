@@ -132,6 +132,8 @@ pub struct Runtime {
     rescued: std::sync::atomic::AtomicBool,
     pub(crate) registry: ToolRegistry,
     pub(crate) placement: Arc<dyn Placement>,
+    /// The project's MCP servers, per agent; `None` when the run has none.
+    pub(crate) mcp: Option<Arc<crate::mcp::McpHub>>,
     pub(crate) config: RuntimeConfig,
     interrupt: Mutex<(CancellationToken, Option<String>)>,
     /// `true` from [`Runtime::pause`] to [`Runtime::resume`]: an interrupted step waits for the
@@ -170,6 +172,7 @@ impl Runtime {
             rescued: std::sync::atomic::AtomicBool::new(false),
             registry: ToolRegistry::standard(),
             placement,
+            mcp: None,
             config,
             interrupt: Mutex::new((CancellationToken::new(), None)),
             hold: tokio::sync::watch::Sender::new(false),
@@ -182,6 +185,18 @@ impl Runtime {
     pub fn with_placement(mut self, placement: Arc<dyn Placement>) -> Self {
         self.placement = placement;
         self
+    }
+
+    /// Offers the project's MCP servers (`.mcp.json`, `--mcp-config`) to agents whose whitelist
+    /// admits them.
+    pub fn with_mcp(mut self, hub: Arc<crate::mcp::McpHub>) -> Self {
+        self.mcp = Some(hub);
+        self
+    }
+
+    /// The MCP servers, if any.
+    pub fn mcp(&self) -> Option<&Arc<crate::mcp::McpHub>> {
+        self.mcp.as_ref()
     }
 
     /// The settings.
@@ -277,6 +292,9 @@ impl Runtime {
                 .unwrap_or_else(|e| e.into_inner()),
         );
         for a in agents {
+            if let Some(hub) = &self.mcp {
+                hub.release(&a).await;
+            }
             if let Err(e) = self.sandboxes.release(&a).await {
                 tracing::warn!(agent = %a, error = %e, "sandbox release failed");
             }

@@ -25,6 +25,9 @@ use crate::model::{
 use crate::sandbox::AgentBox;
 use crate::session::{NoticeKind, SessionMeta};
 
+#[path = "session_mcp.rs"]
+mod mcp;
+
 /// Most consecutive cut-off turns before the agent is stopped.
 const MAX_CUTOFFS: u32 = 3;
 
@@ -84,6 +87,9 @@ pub(crate) struct AgentRun {
     cutoffs: u32,
     report_retry_used: bool,
     budget_warned: bool,
+    /// The project's MCP tools this agent has (started on its first turn).
+    mcp: Option<Arc<crate::mcp::AgentMcp>>,
+    mcp_started: bool,
 }
 
 impl AgentRun {
@@ -131,6 +137,8 @@ impl AgentRun {
             cutoffs: 0,
             report_retry_used: false,
             budget_warned: false,
+            mcp: None,
+            mcp_started: false,
         }
     }
 
@@ -255,9 +263,12 @@ impl AgentRun {
         self.emit(EventKind::Prompt {
             text: prompt.to_string(),
         });
-        self.say(text);
         let cancel = self.rt.cancel_token();
         let ctx = self.tool_context(cancel.clone());
+        if let Some(notes) = self.start_mcp(&ctx).await {
+            text = format!("{text}\n\n{notes}");
+        }
+        self.say(text);
         let end = self.run_loop(&ctx).await;
         self.todos = std::mem::take(&mut *ctx.todos.lock().unwrap_or_else(|e| e.into_inner()));
         end
@@ -527,27 +538,36 @@ impl AgentRun {
             summary: summarize(call),
         });
         let tool = self.rt.registry.get(&call.name);
-        let outcome: Result<String, ToolError> = match (malformed, guard::check(&self.spec, call)) {
+        // A project MCP tool is on this agent's list only when its whitelist admitted it.
+        let mcp = self.mcp.clone().filter(|m| m.tool(&call.name).is_some());
+        let decision = match &mcp {
+            Some(_) => Decision::Allow,
+            None => guard::check(&self.spec, call),
+        };
+        let outcome: Result<String, ToolError> = match (malformed, decision) {
             (Some(m), _) => Err(ToolError::InvalidInput(format!(
                 "输入必须是一个 JSON 对象,这次收到的是:{}。这次调用没有执行;按 {} 的参数说明传一个 JSON 对象再调用。",
                 m.raw, m.name
             ))),
-            (None, d) => match d {
-            Decision::Deny(m) => Err(ToolError::Denied(m)),
-            Decision::Allow => match &tool {
-                None => Err(ToolError::Denied(format!("没有叫 {} 的工具", call.name))),
-                Some(_) if !call.input.is_object() => {
-                    Err(ToolError::InvalidInput("输入必须是 JSON 对象".into()))
-                }
-                Some(t) => t.call(&call.input, ctx).await,
-            },
+            (None, Decision::Deny(m)) => Err(ToolError::Denied(m)),
+            (None, Decision::Allow) if !call.input.is_object() && (tool.is_some() || mcp.is_some()) => {
+                Err(ToolError::InvalidInput("输入必须是 JSON 对象".into()))
+            }
+            (None, Decision::Allow) => match (&tool, &mcp) {
+                (_, Some(m)) => m
+                    .call(&call.name, &call.input, &ctx.cancel)
+                    .await
+                    .map_err(mcp::tool_error),
+                (Some(t), None) => t.call(&call.input, ctx).await,
+                (None, None) => Err(ToolError::Denied(format!("没有叫 {} 的工具", call.name))),
             },
         };
         let (mut text, is_error) = match outcome {
             Ok(t) => (t, false),
             Err(e) => (e.to_string(), true),
         };
-        if let (Some(t), Some(wb)) = (&tool, &self.rt.workbench) {
+        let spills = tool.as_ref().map_or(mcp.is_some(), |t| t.spills());
+        if let (true, Some(wb)) = (spills, &self.rt.workbench) {
             let reads_spill = ToolName::Read.is(&call.name)
                 && call
                     .input
@@ -555,7 +575,7 @@ impl AgentRun {
                     .and_then(|p| p.as_str())
                     .and_then(|p| ctx.confine.resolve(p, super::confine::Access::Read).ok())
                     .is_some_and(|p| ctx.is_spill_file(&p));
-            if t.spills() && !reads_spill {
+            if !reads_spill {
                 text = maybe_spill(text, &wb.spill());
             }
         }

@@ -30,6 +30,9 @@ pub struct AgentSpec {
     pub workers: Vec<WorkerDef>,
     /// Hold the final report to the four-part worker format (结论 / 依据 / 产出 / 未验证).
     pub report_format: bool,
+    /// Of the project's MCP tools its whitelist admits, offer only those marked
+    /// `readOnlyHint: true` (`once -p plan`; the read-only roles always are).
+    pub mcp_read_only: bool,
 }
 
 /// A worker the coordinator can dispatch (flower's `worker()` `AgentDefinition`).
@@ -58,6 +61,7 @@ impl AgentSpec {
             workbench_index: false,
             workers: Vec::new(),
             report_format: false,
+            mcp_read_only: false,
         }
     }
 
@@ -71,9 +75,16 @@ impl AgentSpec {
         self.allows(tool.as_str())
     }
 
-    /// True when the agent executes commands, so it needs a sandbox (container).
+    /// True when the whitelist admits project MCP tools (`mcp__*`, `mcp__<server>`,
+    /// `mcp__<server>__<tool>`; see [`crate::mcp::names`]).
+    pub fn wants_mcp(&self) -> bool {
+        self.tools.iter().any(|t| crate::mcp::names::is_entry(t))
+    }
+
+    /// True when the agent executes commands, so it needs a sandbox (container): `Bash`, or
+    /// MCP tools (stdio servers run in its container).
     pub fn needs_sandbox(&self) -> bool {
-        self.has(ToolName::Bash)
+        self.has(ToolName::Bash) || self.wants_mcp()
     }
 
     /// Builder-style: replace the tool list.

@@ -105,8 +105,9 @@ impl PermissionMode {
     }
 }
 
-/// The global switches: flower's 5 plus `--sandbox`, `--image` and the egress policy
-/// (`--egress`, `--allow-net`, `--allow-domain`), and `-h`.
+/// The global switches: flower's 5 plus `--sandbox`, `--image`, the egress policy
+/// (`--egress`, `--allow-net`, `--allow-domain`), the project's MCP servers (`--mcp-config`,
+/// `--mcp-env`), and `-h`.
 #[derive(Debug, Args)]
 #[command(next_help_heading = "全局开关")]
 pub struct GlobalArgs {
@@ -140,6 +141,12 @@ pub struct GlobalArgs {
     /// proxy 下另外放行的域名,可以写多次 [env: FLOWERBOX_ALLOW_DOMAIN,逗号分隔]。example.com 只放它自己,*.example.com 放它的子域名;包仓库默认就放行
     #[arg(long = "allow-domain", global = true, value_name = "DOMAIN")]
     pub allow_domain: Vec<String>,
+    /// 项目 MCP 服务器的额外配置文件(Claude Code 的 .mcp.json 格式),叠加在 <workspace>/.mcp.json 之上,同名的以它为准。stdio 服务器在 agent 自己的容器里跑
+    #[arg(long = "mcp-config", global = true, value_name = "FILE")]
+    pub mcp_config: Option<PathBuf>,
+    /// MCP 配置里的 ${VAR} 可以取值的环境变量,可以写多次 [env: FLOWERBOX_MCP_ENV,逗号分隔]。没点名的变量一律不给;模型凭证永远不给
+    #[arg(long = "mcp-env", global = true, value_name = "VAR")]
+    pub mcp_env: Vec<String>,
     /// 打印帮助
     #[arg(short = 'h', long, global = true, action = ArgAction::Help)]
     pub help: Option<bool>,
@@ -242,14 +249,9 @@ pub struct OnceArgs {
         hide_default_value = true
     )]
     pub instructions: String,
-    /// 逗号分隔的工具白名单。可用:Read Write Edit Bash Glob Grep WebFetch TodoWrite Agent。WebSearch 不可用:flowerbox 没有接搜索服务
-    #[arg(
-        short = 't',
-        long,
-        value_name = "LIST",
-        default_value = "Read,Glob,Grep"
-    )]
-    pub tools: String,
+    /// 逗号分隔的工具白名单 [default: Read,Glob,Grep 和项目 MCP 工具]。可用:Read Write Edit Bash Glob Grep WebFetch TodoWrite Agent。WebSearch 不可用:flowerbox 没有接搜索服务。项目 MCP 工具写 mcp__<服务器>__<工具>、mcp__<服务器>(它的全部工具)或 mcp__*(全部)
+    #[arg(short = 't', long, value_name = "LIST")]
+    pub tools: Option<String>,
     /// 权限模式。flowerbox 没有交互审批(工具都在白名单和沙箱里):plan = 只读,去掉 Write/Edit/Bash/Agent;其余三种照 -t 原样
     #[arg(short = 'p', long = "permission-mode", value_name = "MODE", default_value = "default", value_parser = PermissionMode::NAMES)]
     pub permission_mode: String,

@@ -45,7 +45,7 @@ pub async fn go(
     creds: Credentials,
     wake: WakeState,
 ) -> Result<ExitStatus, CliError> {
-    let settings = run_settings(&globals, &creds);
+    let settings = run_settings(&globals, &creds)?;
     let end =
         crate::flow::starter::go(&settings, go_settings(opts), wake, frontend(&globals)).await?;
     Ok(status(end))
@@ -59,7 +59,7 @@ pub async fn run(
     globals: GlobalOptions,
     creds: Credentials,
 ) -> Result<ExitStatus, CliError> {
-    let settings = run_settings(&globals, &creds);
+    let settings = run_settings(&globals, &creds)?;
     let RunOptions {
         target,
         workbench,
@@ -88,7 +88,8 @@ pub async fn once(
     globals: GlobalOptions,
     creds: Credentials,
 ) -> Result<ExitStatus, CliError> {
-    let settings = run_settings(&globals, &creds);
+    let settings = run_settings(&globals, &creds)?;
+    super::services::check_mcp_entries(&opts.tools, &settings.mcp_servers)?;
     let plain = std::sync::Arc::new(PlainFrontend::stdout(globals.verbose));
     let end = crate::flow::once::once(&settings, once_settings(opts), plain).await?;
     Ok(status(end))
@@ -109,7 +110,17 @@ pub async fn doctor(
         egress: globals.egress.clone(),
     };
     let backend = sandbox_backend(&globals);
-    let checks = crate::sandbox::doctor::doctor(backend.as_ref(), &input).await;
+    let mut checks = crate::sandbox::doctor::doctor(backend.as_ref(), &input).await;
+    let sandbox = match globals.sandbox {
+        crate::cli::args::SandboxKind::Docker => crate::mcp::doctor::DoctorSandbox::Docker {
+            image: globals.image.clone(),
+        },
+        crate::cli::args::SandboxKind::Host => crate::mcp::doctor::DoctorSandbox::Host,
+    };
+    checks.extend(
+        crate::mcp::doctor::checks(&globals.workspace, &globals.mcp, &globals.egress, sandbox)
+            .await,
+    );
     for c in &checks {
         println!("{c}");
     }

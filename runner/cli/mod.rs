@@ -13,6 +13,7 @@ pub mod entry;
 pub mod error;
 pub mod host;
 pub mod logging;
+mod mcp;
 pub mod options;
 pub mod prompt;
 pub mod rewrite;

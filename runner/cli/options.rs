@@ -38,6 +38,9 @@ pub const ONCE_TOOLS: [&str; 9] = [
     ToolName::Agent.as_str(),
 ];
 
+/// `once`'s tools without `-t`: flower's `Read,Glob,Grep`, and every project MCP tool.
+pub const ONCE_DEFAULT_TOOLS: [&str; 4] = ["Read", "Glob", "Grep", crate::mcp::names::ALL];
+
 /// The global switches, resolved.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GlobalOptions {
@@ -62,6 +65,9 @@ pub struct GlobalOptions {
     /// `$FLOWERBOX_ALLOW_NET`, `$FLOWERBOX_ALLOW_DOMAIN` (process environment only: never a
     /// `.env` file, which an agent or a cloned repository could write).
     pub egress: EgressPolicy,
+    /// `--mcp-config`, `--mcp-env` (else `$FLOWERBOX_MCP_ENV`), `$MCP_TIMEOUT`,
+    /// `$MCP_TOOL_TIMEOUT` (process environment only, like the egress settings).
+    pub mcp: crate::mcp::McpSettings,
     /// stdin is a terminal (prompts, interactive setup, probe, Ctrl-C handling).
     pub interactive: bool,
 }
@@ -119,7 +125,9 @@ pub struct OnceOptions {
     pub prompt: String,
     /// `-i`: appended after the system prompt; empty = none.
     pub instructions: String,
-    /// `-t`: the tool allowlist, names from [`ONCE_TOOLS`], in order, without duplicates.
+    /// `-t`: the tool allowlist, names from [`ONCE_TOOLS`] and MCP entries (`mcp__*`,
+    /// `mcp__<server>`, `mcp__<server>__<tool>`), in order, without duplicates. Without `-t`:
+    /// [`ONCE_DEFAULT_TOOLS`].
     pub tools: Vec<String>,
     /// `-p`.
     pub permission_mode: PermissionMode,
@@ -209,6 +217,8 @@ impl GlobalOptions {
             egress,
             allow_net,
             allow_domain,
+            mcp_config,
+            mcp_env,
             help: _,
         } = args;
         let sandbox = SandboxKind::from_name(&sandbox)
@@ -232,6 +242,7 @@ impl GlobalOptions {
             .filter(|i| !i.is_empty())
             .or_else(|| host.var("FLOWERBOX_IMAGE").map(str::to_string));
         let egress = egress_policy(egress, allow_net, allow_domain, sandbox, host)?;
+        let mcp = super::mcp::mcp_settings(mcp_config, mcp_env, host)?;
         Ok(Self {
             workspace,
             run_dir,
@@ -242,6 +253,7 @@ impl GlobalOptions {
             sandbox,
             image,
             egress,
+            mcp,
             interactive: host.stdin_is_terminal,
         })
     }
@@ -351,7 +363,10 @@ impl OnceOptions {
         Ok(Self {
             prompt,
             instructions,
-            tools: parse_tools(&tools)?,
+            tools: match tools {
+                Some(list) => parse_tools(&list)?,
+                None => ONCE_DEFAULT_TOOLS.map(String::from).to_vec(),
+            },
             permission_mode,
             budget_usd,
             resume,
@@ -372,9 +387,9 @@ fn parse_tools(list: &str) -> Result<Vec<String>, CliError> {
                     .into(),
             ));
         }
-        if !ONCE_TOOLS.contains(&name) {
+        if !ONCE_TOOLS.contains(&name) && !crate::mcp::names::is_entry(name) {
             return Err(CliError::Usage(format!(
-                "-t 里的 {name} 不是工具。可用:{}",
+                "-t 里的 {name} 不是工具。可用:{},以及项目 MCP 工具 mcp__<服务器>__<工具>、mcp__<服务器>、mcp__*",
                 ONCE_TOOLS.join(",")
             )));
         }
@@ -680,7 +695,8 @@ mod tests {
         let CommandOptions::Once(once) = o.command else {
             panic!()
         };
-        assert_eq!(once.tools, ["Read", "Glob", "Grep"]);
+        // flower's three, and the project's MCP tools (sandboxed like Bash).
+        assert_eq!(once.tools, ["Read", "Glob", "Grep", "mcp__*"]);
         assert_eq!(once.permission_mode, PermissionMode::Default);
         assert_eq!(once.budget_usd, None);
         assert_eq!(once.instructions, "");
@@ -727,6 +743,49 @@ mod tests {
                 panic!()
             };
             assert!(once.tools.is_empty(), "{empty:?}: {:?}", once.tools);
+        }
+    }
+
+    #[test]
+    fn once_accepts_mcp_names_and_the_mcp_switches_are_checked() {
+        let e = env();
+        let CommandOptions::Once(once) = resolve(
+            &e.host,
+            &["once", "hi", "-t", "Read,mcp__db__query,mcp__docs,mcp__*"],
+        )
+        .unwrap()
+        .command
+        else {
+            panic!()
+        };
+        assert_eq!(
+            once.tools,
+            ["Read", "mcp__db__query", "mcp__docs", "mcp__*"]
+        );
+        for bad in ["mcp__human__ask", "mcp__", "mcp__a b"] {
+            let err = resolve(&e.host, &["once", "hi", "-t", bad]).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{bad}");
+        }
+        let o = resolve(
+            &e.host,
+            &[
+                "--mcp-config",
+                "extra.json",
+                "--mcp-env",
+                "DOCS_TOKEN",
+                "once",
+                "hi",
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            o.global.mcp.config_file,
+            Some(e.host.cwd.join("extra.json"))
+        );
+        assert_eq!(o.global.mcp.env_allow, ["DOCS_TOKEN"]);
+        for bad in [["--mcp-env", "ANTHROPIC_API_KEY"], ["--mcp-env", "A-B"]] {
+            let err = resolve(&e.host, &[bad[0], bad[1], "once", "hi"]).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{bad:?}");
         }
     }
 

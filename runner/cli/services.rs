@@ -6,11 +6,13 @@
 use std::sync::Arc;
 
 use super::args::{PermissionMode, SandboxKind};
+use super::error::CliError;
 use super::options::{GlobalOptions, GoOptions, OnceOptions};
 use crate::creds::Credentials;
 use crate::flow::frontend::Frontend;
 use crate::flow::once::OnceSettings;
 use crate::flow::{GoSettings, RunSettings};
+use crate::mcp::{names, ServerConfig};
 use crate::sandbox::docker::DockerBackend;
 use crate::sandbox::host::HostBackend;
 use crate::sandbox::SandboxBackend;
@@ -27,17 +29,60 @@ pub fn sandbox_backend(globals: &GlobalOptions) -> Arc<dyn SandboxBackend> {
     }
 }
 
-/// The run's settings: the resolved global switches, the backend they name, and the model's
-/// configuration from `creds`.
-pub fn run_settings(globals: &GlobalOptions, creds: &Credentials) -> RunSettings {
+/// The run's settings: the resolved global switches, the backend they name, the model's
+/// configuration from `creds`, and the project's MCP servers (`.mcp.json`: problems are
+/// warnings on stderr; `--mcp-config`: problems are exit 2).
+pub fn run_settings(globals: &GlobalOptions, creds: &Credentials) -> Result<RunSettings, CliError> {
     let creds = creds.clone();
-    RunSettings {
+    Ok(RunSettings {
         workspace: globals.workspace.clone(),
         run_dir: globals.run_dir.clone(),
         egress: globals.egress.clone(),
         sandbox: sandbox_backend(globals),
         model: Arc::new(move |k: &str| creds.get(k).map(str::to_string)),
+        mcp_servers: mcp_servers(globals)?,
+        mcp: globals.mcp.clone(),
+    })
+}
+
+/// The project's MCP servers, loaded and checked.
+fn mcp_servers(globals: &GlobalOptions) -> Result<Vec<ServerConfig>, CliError> {
+    let config = crate::mcp::config::load_with_settings(&globals.workspace, &globals.mcp)
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    for w in &config.warnings {
+        eprintln!("! {w}");
     }
+    if globals.sandbox == SandboxKind::Host
+        && config
+            .servers
+            .iter()
+            .any(|s| matches!(s.transport, crate::mcp::Transport::Stdio { .. }))
+    {
+        eprintln!(
+            "! --sandbox host:项目的 MCP stdio 服务器直接在这台机器上以你的身份运行,没有沙箱"
+        );
+    }
+    Ok(config.servers)
+}
+
+/// `once -t` names only MCP servers that are configured (arguments take effect or fail).
+pub fn check_mcp_entries(tools: &[String], servers: &[ServerConfig]) -> Result<(), CliError> {
+    let ids: Vec<String> = servers.iter().map(|s| s.id.clone()).collect();
+    for t in tools.iter().filter(|t| names::is_entry(t)) {
+        if t == names::ALL || names::entry_server(t, &ids).is_some() {
+            continue;
+        }
+        let have = if servers.is_empty() {
+            "没有配置任何 MCP 服务器(.mcp.json 或 --mcp-config)".to_string()
+        } else {
+            let list: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
+            format!("配置里的服务器:{}", list.join(", "))
+        };
+        return Err(CliError::Usage(format!(
+            "-t 里的 {t} 不是哪个 MCP 服务器的:{have}"
+        )));
+    }
+    Ok(())
 }
 
 /// THE place that decides whether a `go`/`run` is interactive: the terminal console when stdin

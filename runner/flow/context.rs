@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::error::FlowError;
 use crate::agent::human::Human;
 use crate::agent::{EventSink, Placement, Runtime, RuntimeConfig, Workbench};
+use crate::mcp::McpHub;
 use crate::model::{build_provider, Provider, ProviderOptions};
 use crate::record::handoff::context_window;
 use crate::record::manifest::Manifest;
@@ -34,6 +35,11 @@ pub struct RunSettings {
     pub sandbox: Arc<dyn SandboxBackend>,
     /// The model provider's configuration, resolved when the services are built.
     pub model: ModelConfig,
+    /// The project's MCP servers (`.mcp.json`, `--mcp-config`), already loaded and checked;
+    /// each run gets its own [`McpHub`] over them.
+    pub mcp_servers: Vec<crate::mcp::ServerConfig>,
+    /// Timeouts of those servers.
+    pub mcp: crate::mcp::McpSettings,
 }
 
 /// What differs between the drivers (`go`, `run`, `once`, the aside oracle).
@@ -168,6 +174,15 @@ impl RunContext {
         if let Some(p) = setup.placement {
             runtime = runtime.with_placement(p);
         }
+        if !settings.mcp_servers.is_empty() {
+            let cap = crate::agent::tools::ToolLimits::default().bash_output_cap;
+            runtime = runtime.with_mcp(Arc::new(McpHub::new(
+                settings.mcp_servers.clone(),
+                settings.mcp.clone(),
+                settings.egress.clone(),
+                cap,
+            )));
+        }
         Ok(RunContext {
             run_id,
             runtime: Arc::new(runtime),
@@ -178,8 +193,12 @@ impl RunContext {
         })
     }
 
-    /// Removes every container of the run (and its pod); worktrees are kept.
+    /// Stops the MCP servers and removes every container of the run (and its pod); worktrees
+    /// are kept.
     pub async fn shutdown(&self) {
+        if let Some(hub) = self.runtime.mcp() {
+            hub.shutdown().await;
+        }
         if let Err(e) = self.sandboxes.teardown().await {
             tracing::error!(error = %e, "sandbox teardown failed");
             eprintln!("x 清理容器失败:{e}(`flowerbox gc` 可以收拾残留)");

@@ -628,8 +628,12 @@ fn check_tools(tools: &[String], ceiling: &[&'static str]) -> Result<(), Problem
         return Err(Problem::NoTools);
     }
     let mut seen = BTreeSet::new();
+    // A role that may run commands may have the project's MCP tools: its servers run where its
+    // commands run (the read-only roles are offered only `readOnlyHint` ones).
+    let mcp_ok = ceiling.contains(&"Bash");
     for t in tools {
-        if !ceiling.contains(&t.as_str()) {
+        let allowed = ceiling.contains(&t.as_str()) || (mcp_ok && crate::mcp::names::is_entry(t));
+        if !allowed {
             return Err(Problem::NotAllowed {
                 tool: t.clone(),
                 ceiling: ceiling.to_vec(),

@@ -85,6 +85,11 @@ fn mistakes_name_the_step_and_the_field() {
             "步骤 1「A」的 tools:这个角色不能有 Write",
         ),
         (
+            // No container, so no MCP server either.
+            "[main]\n[[main.steps]]\nname = \"A\"\nrole = \"clarifier\"\nprompt = \"x\"\ntools = [\"Read\", \"mcp__db\"]\n",
+            "步骤 1「A」的 tools:这个角色不能有 mcp__db",
+        ),
+        (
             "[main]\n[[main.steps]]\nname = \"A\"\nrole = \"worker\"\nprompt = \"{{B}}\"\n[[main.steps]]\nname = \"B\"\nrole = \"worker\"\nprompt = \"x\"\n",
             "步骤 1「A」的 prompt:{{B}} 不是前面步骤的名字",
         ),
@@ -148,7 +153,7 @@ fn a_goal_wrapped_step_gets_rounds_and_a_judge_that_may_run() {
         &table(
             "[main]\nask = \"x\"\n[[main.steps]]\nkind = \"clarify\"\n[[main.steps]]\nkind = \"goal\"\ncan_run = true\n\
              [[main.steps]]\nname = \"W\"\nrole = \"coordinator\"\nprompt = \"{{确认需求}} {{goal}}\"\n\
-             workers = [{ kind = \"tester\", description = \"跑测试\", tools = [\"Read\", \"Bash\"] }]\n\
+             workers = [{ kind = \"tester\", description = \"跑测试\", tools = [\"Read\", \"Bash\", \"mcp__db\"] }]\n\
              goal = { rounds = 5, can_run = true }\n",
             "main",
         ),
@@ -160,7 +165,8 @@ fn a_goal_wrapped_step_gets_rounds_and_a_judge_that_may_run() {
     assert_eq!(w.retries, 4);
     assert_eq!(w.spec.workers.len(), 1);
     assert_eq!(w.spec.workers[0].kind, "tester");
-    assert_eq!(w.spec.workers[0].spec.tools, ["Read", "Bash"]);
+    // A worker may have the project's MCP tools (its servers run in its container).
+    assert_eq!(w.spec.workers[0].spec.tools, ["Read", "Bash", "mcp__db"]);
 }
 
 #[test]

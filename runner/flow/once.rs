@@ -70,7 +70,9 @@ pub async fn once(
             return Err(e);
         }
     }
-    let spec = roles::once(&opts.instructions, once_tools(&opts), opts.budget_usd);
+    let mut spec = roles::once(&opts.instructions, once_tools(&opts), opts.budget_usd);
+    // Changing nothing: of the project's MCP tools only the read-only ones.
+    spec.mcp_read_only = opts.change_nothing;
     let mut run = {
         let rt = ctx.runtime.clone();
         let prompt = opts.prompt.clone();

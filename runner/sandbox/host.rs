@@ -15,8 +15,12 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
+mod attach;
+
 use super::output::{OutputCollector, Stream};
-use super::{AgentBox, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxFactory};
+use super::{
+    AgentBox, AttachSpec, Attached, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxFactory,
+};
 
 /// How long to wait for the pipes to close after the shell exited.
 const PIPE_GRACE: Duration = Duration::from_millis(300);
@@ -341,6 +345,10 @@ impl Sandbox for HostSandbox {
 
     fn agent_box(&self) -> &AgentBox {
         &self.spec
+    }
+
+    async fn attach(&self, spec: AttachSpec) -> Result<Attached, SandboxError> {
+        self.attach_process(spec).await
     }
 }
 

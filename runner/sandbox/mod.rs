@@ -5,6 +5,7 @@
 //! [`Sandbox`] (a container, created on first use) with that agent's [`Mount`]s, and tears
 //! everything down at the end of the run.
 
+pub mod attach;
 pub mod backend;
 pub mod docker;
 pub mod doctor;
@@ -12,7 +13,9 @@ pub mod egress;
 pub mod gc;
 pub mod host;
 pub mod output;
+pub mod pinned;
 
+pub use attach::{AttachSpec, Attached, ProcessHandle, StderrTail};
 pub use backend::{CommandsRun, Preflight, SandboxBackend};
 pub use output::{CapturedOutput, OutputCollector};
 
@@ -188,6 +191,9 @@ pub enum SandboxError {
     /// Anything else from the engine.
     #[error("docker: {0}")]
     Docker(String),
+    /// This sandbox cannot do what was asked (a backend without attached processes).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// One agent's place to run commands.
@@ -201,6 +207,17 @@ pub trait Sandbox: Send + Sync {
 
     /// The agent's box (mounts, workdir).
     fn agent_box(&self) -> &AgentBox;
+
+    /// Starts a long-lived process with stdin and stdout attached, where the agent's commands
+    /// run (its container, as its user, under its restrictions): a project's MCP stdio server.
+    /// See [`attach`].
+    async fn attach(&self, spec: AttachSpec) -> Result<Attached, SandboxError> {
+        let _ = spec;
+        Err(SandboxError::Unsupported(format!(
+            "{} 起不了常驻进程",
+            self.describe()
+        )))
+    }
 
     /// The programs among `tools` that cannot be found in the sandbox (e.g. a judge asks for
     /// `["file", "lsof"]` and reports an image without them as such, not as command output).

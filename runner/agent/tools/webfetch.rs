@@ -13,12 +13,12 @@ use futures::StreamExt;
 use reqwest::Url;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use super::{parse_input, Tool, ToolContext, ToolError};
 use crate::model::ToolName;
 use crate::sandbox::egress::{EgressPolicy, HostAddrs};
+use crate::sandbox::pinned::{pinned_builder, PinError};
 
 /// Redirects followed at most.
 const MAX_REDIRECTS: usize = 5;
@@ -134,55 +134,25 @@ impl Tool for WebFetchTool {
     }
 }
 
-/// A client for one hop to `url`: the scheme, the name and every resolved address checked
-/// against `policy`, the connection pinned to the addresses that passed, no redirects followed
-/// and no system proxy.
+/// A client for one hop to `url`: checked and pinned by [`pinned_builder`], with WebFetch's
+/// timeout.
 async fn pinned_client(
     url: &Url,
     policy: &EgressPolicy,
     host: &HostAddrs,
 ) -> Result<reqwest::Client, ToolError> {
-    if !matches!(url.scheme(), "http" | "https") {
-        return Err(ToolError::InvalidInput("只支持 http/https".into()));
-    }
-    let denied = |why: String| ToolError::Denied(format!("WebFetch 不去 {url}:{why}"));
-    let name = url
-        .host_str()
-        .ok_or_else(|| ToolError::InvalidInput(format!("{url} 里没有主机名")))?;
-    policy.check_name(name).map_err(|r| denied(r.to_string()))?;
-    let port = url.port_or_known_default().unwrap_or(80);
-    let literal = name.trim_start_matches('[').trim_end_matches(']');
-    let (domain, addrs): (Option<&str>, Vec<SocketAddr>) = match literal.parse::<IpAddr>() {
-        Ok(ip) => (None, vec![SocketAddr::new(ip, port)]),
-        Err(_) => {
-            let found = tokio::net::lookup_host((name, port))
-                .await
-                .map_err(|e| ToolError::Failed(format!("解析不了 {name}:{e}")))?;
-            (Some(name), found.collect())
-        }
-    };
-    let mut allowed = Vec::new();
-    let mut refusal = None;
-    for a in addrs {
-        match policy.check_addr(a.ip(), host) {
-            Ok(()) => allowed.push(a),
-            Err(r) => {
-                refusal.get_or_insert(r);
+    let builder = pinned_builder(url, policy, host)
+        .await
+        .map_err(|e| match e {
+            PinError::Scheme => ToolError::InvalidInput(e.to_string()),
+            PinError::NoHost(_) => ToolError::InvalidInput(e.to_string()),
+            PinError::Resolve { .. } => ToolError::Failed(e.to_string()),
+            PinError::Refused(_) | PinError::NoAddress(_) => {
+                ToolError::Denied(format!("WebFetch 不去 {url}:{e}"))
             }
-        }
-    }
-    if allowed.is_empty() {
-        let why = refusal.map_or_else(|| format!("{name} 没有地址"), |r| r.to_string());
-        return Err(denied(why));
-    }
-    let mut builder = reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy();
-    if let Some(d) = domain {
-        builder = builder.resolve_to_addrs(d, &allowed);
-    }
+        })?;
     builder
+        .timeout(Duration::from_secs(60))
         .build()
         .map_err(|e| ToolError::Failed(e.to_string()))
 }

@@ -27,9 +27,13 @@ use std::sync::LazyLock;
 use std::time::Duration;
 use tokio::time::Instant;
 
+mod attach;
+
 use super::sentinel::EndLine;
 use crate::sandbox::output::Stream;
-use crate::sandbox::{AgentBox, ExecOutput, ExecRequest, OutputCollector, Sandbox, SandboxError};
+use crate::sandbox::{
+    AgentBox, AttachSpec, Attached, ExecOutput, ExecRequest, OutputCollector, Sandbox, SandboxError,
+};
 
 /// Environment variable marking every process of one command.
 pub const MARKER_VAR: &str = "FLOWERBOX_EXEC";
@@ -526,6 +530,10 @@ impl Sandbox for DockerSandbox {
 
     fn agent_box(&self) -> &AgentBox {
         &self.spec
+    }
+
+    async fn attach(&self, spec: AttachSpec) -> Result<Attached, SandboxError> {
+        self.attach_process(spec).await
     }
 }
 

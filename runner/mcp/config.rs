@@ -1,0 +1,430 @@
+//! The project's MCP servers: `.mcp.json` at the workspace root and `--mcp-config FILE`, both in
+//! Claude Code's format:
+//!
+//! ```json
+//! {"mcpServers": {
+//!   "db":   {"command": "python3", "args": ["tools/db_mcp.py"], "env": {"DB_PATH": "data.db"}},
+//!   "docs": {"type": "http", "url": "https://docs.example.com/mcp",
+//!            "headers": {"Authorization": "Bearer ${DOCS_TOKEN}"}}
+//! }}
+//! ```
+//!
+//! `.mcp.json` is agent-writable (a worker may add a server that a later agent starts), so it
+//! is read like every file flowerbox finds in the workspace (no symlink, regular, capped) and
+//! what it says is data, never trusted:
+//!
+//! - **Literal values** in `env` are passed to the server as written, except variables named
+//!   like a credential (`ANTHROPIC_*`, `OPENAI_*`, `CLAUDE_*`, `FLOWERBOX_PROVIDER`), which are
+//!   dropped with a warning, and flowerbox's own `FLOWERBOX_EXEC`.
+//! - **`${VAR}` and `${VAR:-default}`** (in `command`, `args`, `env`, `url`, `headers`) take the
+//!   value from flowerbox's environment **only for variables the user names** with `--mcp-env
+//!   VAR` (or `FLOWERBOX_MCP_ENV=A,B`), and never for a credential's name; any other reference
+//!   is unset (its default applies, else the server is not started and a warning says which
+//!   variable to name). A project file can therefore never pull a host secret into a container
+//!   or send it to a URL of its choosing.
+//! - A broken `.mcp.json` is a warning (the run goes on without those servers); a broken
+//!   `--mcp-config` is an error (arguments take effect or fail).
+
+use serde_json::Value;
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use thiserror::Error;
+
+use super::names;
+use crate::model::config::is_provider_variable as is_secret_env;
+
+/// The project file, at the workspace root.
+pub const PROJECT_FILE: &str = ".mcp.json";
+/// Largest config file read.
+const FILE_CAP: u64 = 1024 * 1024;
+/// Environment variables a server never gets from a config (flowerbox's exec marker).
+const OWN_VARS: &[&str] = &[crate::sandbox::docker::exec::MARKER_VAR];
+
+/// How a server is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// A process speaking MCP on stdin/stdout, started where the agent's commands run.
+    Stdio {
+        /// Program (looked up on the sandbox's `PATH`).
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Environment passed to it (already filtered).
+        env: Vec<(String, String)>,
+    },
+    /// A Streamable HTTP endpoint, reached from the host under the egress policy.
+    Http {
+        /// `http://` or `https://` URL.
+        url: String,
+        /// Headers sent with every request.
+        headers: Vec<(String, String)>,
+    },
+}
+
+/// One server as configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// The name as written in the file.
+    pub name: String,
+    /// The name in its tools' names (`mcp__<id>__…`), see [`names::server_id`].
+    pub id: String,
+    /// The file it came from.
+    pub origin: PathBuf,
+    /// How it is reached.
+    pub transport: Transport,
+}
+
+impl ServerConfig {
+    /// One line for `doctor`: the command line or the URL.
+    pub fn describe(&self) -> String {
+        match &self.transport {
+            Transport::Stdio { command, args, .. } => {
+                let mut line = command.clone();
+                for a in args {
+                    line.push(' ');
+                    line.push_str(a);
+                }
+                format!("stdio: {line}")
+            }
+            Transport::Http { url, .. } => format!("http: {url}"),
+        }
+    }
+}
+
+/// The user's MCP settings (switches and process environment only, never a `.env` file).
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpSettings {
+    /// `--mcp-config FILE` (absolute).
+    pub config_file: Option<PathBuf>,
+    /// `--mcp-env VAR` / `FLOWERBOX_MCP_ENV`: variables `${VAR}` may take from the environment.
+    pub env_allow: Vec<String>,
+    /// Their values in flowerbox's environment (the named ones that are set).
+    pub env_values: BTreeMap<String, String>,
+    /// `MCP_TIMEOUT` (ms, as in Claude Code): how long a server gets to start and list its tools.
+    pub startup_timeout: Duration,
+    /// `MCP_TOOL_TIMEOUT` (ms, as in Claude Code): how long one tool call may take.
+    pub call_timeout: Duration,
+}
+
+impl Default for McpSettings {
+    fn default() -> Self {
+        McpSettings {
+            config_file: None,
+            env_allow: Vec::new(),
+            env_values: BTreeMap::new(),
+            startup_timeout: Duration::from_secs(30),
+            call_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// The servers found, and what was wrong with the rest.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct McpConfig {
+    /// Usable servers, in name order (`.mcp.json`'s first; `--mcp-config`'s after, replacing
+    /// same names).
+    pub servers: Vec<ServerConfig>,
+    /// Problems that did not stop the run (shown as warnings).
+    pub warnings: Vec<String>,
+}
+
+/// A `--mcp-config` file that cannot be used.
+#[derive(Debug, Error, PartialEq)]
+#[error("--mcp-config {}:{why}", path.display())]
+pub struct ConfigError {
+    /// The file.
+    pub path: PathBuf,
+    /// What is wrong.
+    pub why: String,
+}
+
+/// Where `${VAR}` values may come from.
+pub struct EnvSource<'a> {
+    allow: HashSet<&'a str>,
+    lookup: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl<'a> EnvSource<'a> {
+    /// Variables in `allow` (never a credential's name), read through `lookup`.
+    pub fn new(allow: &'a [String], lookup: &'a dyn Fn(&str) -> Option<String>) -> Self {
+        EnvSource {
+            allow: allow.iter().map(String::as_str).collect(),
+            lookup,
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<String> {
+        if !self.allow.contains(name) || is_secret_env(name) {
+            return None;
+        }
+        (self.lookup)(name)
+    }
+}
+
+/// [`load`] with `${VAR}` taken from `settings.env_values`.
+pub fn load_with_settings(
+    workspace: &Path,
+    settings: &McpSettings,
+) -> Result<McpConfig, ConfigError> {
+    let lookup = |k: &str| settings.env_values.get(k).cloned();
+    load(
+        workspace,
+        settings,
+        &EnvSource::new(&settings.env_allow, &lookup),
+    )
+}
+
+/// Loads the servers of `workspace`'s `.mcp.json` and of `settings.config_file`.
+pub fn load(
+    workspace: &Path,
+    settings: &McpSettings,
+    env: &EnvSource,
+) -> Result<McpConfig, ConfigError> {
+    let mut config = McpConfig::default();
+    let project = workspace.join(PROJECT_FILE);
+    match crate::fsroot::own::read_string(&project, FILE_CAP) {
+        Ok(None) => {}
+        Ok(Some(text)) => match parse(&text, &project, env) {
+            Ok((servers, problems)) => {
+                config.servers = servers;
+                config.warnings.extend(problems);
+            }
+            Err(why) => config.warnings.push(format!(
+                "{}:{why};这些 MCP 服务器这次不启动",
+                project.display()
+            )),
+        },
+        Err(e) => config.warnings.push(format!(
+            "{} 读不了:{e}(它必须是普通文件,不能是符号链接);这些 MCP 服务器这次不启动",
+            project.display()
+        )),
+    }
+    if let Some(path) = &settings.config_file {
+        let err = |why: String| ConfigError {
+            path: path.clone(),
+            why,
+        };
+        let meta = std::fs::metadata(path).map_err(|e| err(format!("读不了:{e}")))?;
+        if !meta.is_file() || meta.len() > FILE_CAP {
+            return Err(err(format!(
+                "要是不超过 {} KiB 的普通文件",
+                FILE_CAP / 1024
+            )));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| err(format!("读不了:{e}")))?;
+        let (servers, problems) = parse(&text, path, env).map_err(err)?;
+        if let Some(first) = problems.into_iter().next() {
+            return Err(err(first));
+        }
+        for s in servers {
+            config.servers.retain(|o| o.name != s.name);
+            config.servers.push(s);
+        }
+        // Replacing may have freed or clashed mapped names: give them again, in order.
+        let mut taken = HashSet::new();
+        let mut kept = Vec::new();
+        for mut s in std::mem::take(&mut config.servers) {
+            match names::server_id(&s.name, &taken) {
+                Ok(id) => {
+                    taken.insert(id.clone());
+                    s.id = id;
+                    kept.push(s);
+                }
+                Err(why) => config.warnings.push(why),
+            }
+        }
+        config.servers = kept;
+    }
+    Ok(config)
+}
+
+/// Parses one file: (usable servers, one problem per unusable one), or why the whole file is
+/// unusable.
+pub fn parse(
+    text: &str,
+    origin: &Path,
+    env: &EnvSource,
+) -> Result<(Vec<ServerConfig>, Vec<String>), String> {
+    let root: Value = serde_json::from_str(text).map_err(|e| format!("不是合法的 JSON:{e}"))?;
+    let Some(entries) = root.get("mcpServers") else {
+        return Err("没有 mcpServers".into());
+    };
+    let Some(entries) = entries.as_object() else {
+        return Err("mcpServers 要是一个对象(名字 → 服务器)".into());
+    };
+    let mut servers = Vec::new();
+    let mut problems = Vec::new();
+    let mut taken = HashSet::new();
+    for (name, entry) in entries {
+        let parsed = names::server_id(name, &taken).and_then(|id| {
+            let (transport, notes) = transport(entry, env)?;
+            problems.extend(notes.into_iter().map(|n| format!("MCP 服务器 {name}:{n}")));
+            Ok((id, transport))
+        });
+        match parsed {
+            Ok((id, transport)) => {
+                taken.insert(id.clone());
+                servers.push(ServerConfig {
+                    name: name.clone(),
+                    id,
+                    origin: origin.to_path_buf(),
+                    transport,
+                });
+            }
+            Err(why) => problems.push(format!("MCP 服务器 {name} 不启动:{why}")),
+        }
+    }
+    Ok((servers, problems))
+}
+
+/// One entry's transport, with notes about values dropped from it.
+fn transport(entry: &Value, env: &EnvSource) -> Result<(Transport, Vec<String>), String> {
+    let obj = entry.as_object().ok_or("要是一个对象")?;
+    let kind = match obj.get("type") {
+        None => None,
+        Some(Value::String(t)) => Some(t.as_str()),
+        Some(_) => return Err("type 要是字符串".into()),
+    };
+    let kind = kind.unwrap_or(if obj.contains_key("command") {
+        "stdio"
+    } else {
+        "http"
+    });
+    let mut notes = Vec::new();
+    match kind {
+        "stdio" => {
+            let command = string(obj.get("command"), "command")?.ok_or("没有 command")?;
+            let command = expand(&command, env)?;
+            if command.trim().is_empty() {
+                return Err("command 是空的".into());
+            }
+            let args = match obj.get("args") {
+                None | Some(Value::Null) => Vec::new(),
+                Some(Value::Array(a)) => a
+                    .iter()
+                    .map(|v| {
+                        let s = v.as_str().ok_or("args 里要都是字符串")?;
+                        no_nul(s, "args")?;
+                        expand(s, env)
+                    })
+                    .collect::<Result<_, String>>()?,
+                Some(_) => return Err("args 要是字符串数组".into()),
+            };
+            let mut vars = Vec::new();
+            for (k, v) in map(obj.get("env"), "env")? {
+                if k.is_empty() || k.contains('=') || k.contains('\0') {
+                    notes.push(format!("环境变量名 {k:?} 不合法,没传"));
+                } else if is_secret_env(&k) || OWN_VARS.contains(&k.as_str()) {
+                    notes.push(format!(
+                        "环境变量 {k} 是凭证或 flowerbox 自己的变量,不会传给 MCP 服务器"
+                    ));
+                } else {
+                    vars.push((k, expand(&v, env)?));
+                }
+            }
+            Ok((
+                Transport::Stdio {
+                    command,
+                    args,
+                    env: vars,
+                },
+                notes,
+            ))
+        }
+        "http" => {
+            let url = string(obj.get("url"), "url")?.ok_or("没有 url(也没有 command)")?;
+            let url = expand(&url, env)?;
+            let parsed = reqwest::Url::parse(&url).map_err(|e| format!("url {url} 不对:{e}"))?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(format!("url {url} 要是 http:// 或 https://"));
+            }
+            let headers = map(obj.get("headers"), "headers")?
+                .into_iter()
+                .map(|(k, v)| Ok((k, expand(&v, env)?)))
+                .collect::<Result<_, String>>()?;
+            Ok((Transport::Http { url, headers }, notes))
+        }
+        "sse" => Err(
+            "sse 传输已被 MCP 规范弃用,flowerbox 不支持;服务器支持的话改成 \"type\": \"http\""
+                .into(),
+        ),
+        other => Err(format!("type {other:?} 不认识(可用:stdio、http)")),
+    }
+}
+
+fn string(v: Option<&Value>, field: &str) -> Result<Option<String>, String> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => {
+            no_nul(s, field)?;
+            Ok(Some(s.clone()))
+        }
+        Some(_) => Err(format!("{field} 要是字符串")),
+    }
+}
+
+fn map(v: Option<&Value>, field: &str) -> Result<BTreeMap<String, String>, String> {
+    match v {
+        None | Some(Value::Null) => Ok(BTreeMap::new()),
+        Some(Value::Object(o)) => o
+            .iter()
+            .map(|(k, v)| {
+                let s = v
+                    .as_str()
+                    .ok_or_else(|| format!("{field}.{k} 要是字符串"))?;
+                no_nul(s, field)?;
+                Ok((k.clone(), s.to_string()))
+            })
+            .collect(),
+        Some(_) => Err(format!("{field} 要是对象")),
+    }
+}
+
+fn no_nul(s: &str, field: &str) -> Result<(), String> {
+    if s.contains('\0') {
+        Err(format!("{field} 里有 NUL 字符"))
+    } else {
+        Ok(())
+    }
+}
+
+/// Expands `${VAR}` and `${VAR:-default}` from `env` (only named, non-credential variables).
+/// An unset reference without a default is an error naming the variable.
+pub fn expand(text: &str, env: &EnvSource) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return Ok(out);
+        };
+        let inner = &after[..end];
+        let (name, default) = match inner.split_once(":-") {
+            Some((n, d)) => (n, Some(d)),
+            None => (inner, None),
+        };
+        match (env.get(name), default) {
+            (Some(v), _) => out.push_str(&v),
+            (None, Some(d)) => out.push_str(d),
+            (None, None) => {
+                return Err(if is_secret_env(name) {
+                    format!("引用了 ${{{name}}}:凭证从不传给 MCP 服务器")
+                } else {
+                    format!(
+                        "引用了 ${{{name}}},它没被允许或没设:要传就加 --mcp-env {name}(或 FLOWERBOX_MCP_ENV={name})"
+                    )
+                })
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

@@ -1,0 +1,197 @@
+//! `flowerbox doctor`'s MCP lines: every server the project's `.mcp.json` and `--mcp-config`
+//! name, and whether it starts — really started, where a run would start it: stdio servers in
+//! a throwaway worker container of their own (the workspace mounted read-only, so the check
+//! changes nothing), or as host processes with `--sandbox host`; HTTP servers from the host
+//! under the egress policy. Each is initialised and its tools listed, then everything is
+//! stopped and removed.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::config::{load_with_settings, McpSettings, ServerConfig, Transport};
+use super::server::{Launch, Server};
+use crate::model::Role;
+use crate::sandbox::docker::{DockerOptions, DockerSandboxFactory};
+use crate::sandbox::doctor::{Check, CheckStatus};
+use crate::sandbox::egress::EgressPolicy;
+use crate::sandbox::host::HostSandboxFactory;
+use crate::sandbox::{AgentBox, Mount, Sandbox, SandboxFactory};
+
+/// Where `doctor` starts stdio servers.
+#[derive(Debug, Clone)]
+pub enum DoctorSandbox {
+    /// In a container of flowerbox's (or `--image`'s) image.
+    Docker {
+        /// `--image`.
+        image: Option<String>,
+    },
+    /// As host processes (`--sandbox host`).
+    Host,
+}
+
+/// The check's sandbox factory (to tear down) and its sandbox, or why there is none.
+type Boxed = (
+    Option<Arc<dyn SandboxFactory>>,
+    Result<Option<Arc<dyn Sandbox>>, String>,
+);
+
+fn line(status: CheckStatus, detail: String) -> Check {
+    Check {
+        name: "mcp",
+        status,
+        detail,
+    }
+}
+
+/// One line per configuration problem and per server.
+pub async fn checks(
+    workspace: &Path,
+    settings: &McpSettings,
+    egress: &EgressPolicy,
+    sandbox: DoctorSandbox,
+) -> Vec<Check> {
+    let config = match load_with_settings(workspace, settings) {
+        Ok(c) => c,
+        Err(e) => return vec![line(CheckStatus::Fail, e.to_string())],
+    };
+    let mut out: Vec<Check> = config
+        .warnings
+        .iter()
+        .map(|w| line(CheckStatus::Warn, w.clone()))
+        .collect();
+    if config.servers.is_empty() {
+        out.push(line(
+            CheckStatus::Pass,
+            "没有项目 MCP 服务器(.mcp.json / --mcp-config)".into(),
+        ));
+        return out;
+    }
+    let needs_box = config
+        .servers
+        .iter()
+        .any(|s| matches!(s.transport, Transport::Stdio { .. }));
+    let (factory, boxed): Boxed = if needs_box {
+        match make_sandbox(workspace, egress, &sandbox).await {
+            Ok((f, s)) => (Some(f), Ok(Some(s))),
+            Err(e) => (None, Err(e)),
+        }
+    } else {
+        (None, Ok(None))
+    };
+    let where_ = match sandbox {
+        DoctorSandbox::Docker { .. } => "在 agent 容器里",
+        DoctorSandbox::Host => "在本机(--sandbox host,没有沙箱)",
+    };
+    for s in &config.servers {
+        out.push(server_line(s, &boxed, workspace, egress, settings, where_).await);
+    }
+    if let Some(f) = factory {
+        if let Err(e) = f.teardown().await {
+            out.push(line(CheckStatus::Warn, format!("收拾检查用的容器失败:{e}")));
+        }
+    }
+    out
+}
+
+async fn server_line(
+    s: &ServerConfig,
+    boxed: &Result<Option<Arc<dyn Sandbox>>, String>,
+    workspace: &Path,
+    egress: &EgressPolicy,
+    settings: &McpSettings,
+    where_: &str,
+) -> Check {
+    let head = format!("{}({};{})", s.name, s.describe(), s.origin.display());
+    let sandbox = match (&s.transport, boxed) {
+        (Transport::Stdio { .. }, Err(e)) => {
+            return line(CheckStatus::Fail, format!("{head}:没法启动:{e}"))
+        }
+        (_, Ok(b)) => b.clone(),
+        (Transport::Http { .. }, Err(_)) => None,
+    };
+    let launch = Launch {
+        sandbox,
+        cwd: workspace.to_path_buf(),
+        egress: egress.clone(),
+        startup_timeout: settings.startup_timeout,
+        call_timeout: settings.call_timeout,
+    };
+    let place = match s.transport {
+        Transport::Stdio { .. } => where_,
+        Transport::Http { .. } => "从本机按出网策略连",
+    };
+    match Server::start(s.clone(), launch).await {
+        Ok((server, tools)) => {
+            server.stop().await;
+            let names: Vec<String> = tools
+                .iter()
+                .map(|t| {
+                    if t.read_only {
+                        format!("{}(只读)", t.name)
+                    } else {
+                        t.name.clone()
+                    }
+                })
+                .collect();
+            line(
+                CheckStatus::Pass,
+                format!(
+                    "{head}:{place}起来了,{} 个工具:{}",
+                    tools.len(),
+                    names.join(", ")
+                ),
+            )
+        }
+        Err(e) => line(CheckStatus::Fail, format!("{head}:{e}")),
+    }
+}
+
+/// A worker box over the workspace, mounted read-only, in a sandbox of its own.
+async fn make_sandbox(
+    workspace: &Path,
+    egress: &EgressPolicy,
+    sandbox: &DoctorSandbox,
+) -> Result<(Arc<dyn SandboxFactory>, Arc<dyn Sandbox>), String> {
+    let ws = std::fs::canonicalize(workspace).map_err(|e| e.to_string())?;
+    let agent = AgentBox {
+        agent: "mcp-doctor".into(),
+        role: Role::Worker,
+        mounts: vec![Mount::same(ws.clone(), true)],
+        masked: Vec::new(),
+        workdir: ws.clone(),
+    };
+    let factory: Arc<dyn SandboxFactory> = match sandbox {
+        DoctorSandbox::Host => Arc::new(HostSandboxFactory::new()),
+        DoctorSandbox::Docker { image } => {
+            let run_id = format!("doctor-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
+            let mut opts = DockerOptions::new(run_id, &ws);
+            opts.image = image.clone();
+            opts.egress = egress.clone();
+            opts.show_progress = false;
+            let f = DockerSandboxFactory::connect(opts)
+                .await
+                .map_err(|e| e.to_string())?;
+            // Never a build of minutes inside doctor: the image line already says it is missing.
+            let name = image
+                .clone()
+                .unwrap_or_else(crate::sandbox::docker::default_image);
+            match crate::sandbox::docker::image::image_exists(f.engine(), &name).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(format!(
+                        "引擎上还没有 {name}(第一次运行时会建),stdio 服务器这次没查"
+                    ))
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+            Arc::new(f)
+        }
+    };
+    match factory.sandbox(&agent).await {
+        Ok(s) => Ok((factory, s)),
+        Err(e) => {
+            let _ = factory.teardown().await;
+            Err(e.to_string())
+        }
+    }
+}

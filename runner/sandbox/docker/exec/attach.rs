@@ -1,0 +1,163 @@
+//! [`crate::sandbox::Sandbox::attach`] for a container: one Docker exec with stdin, stdout and
+//! stderr attached (bollard's hijacked exec connection), started exactly like a command of the
+//! agent — the same engine user, the same `setpriv` prefix in a read-only container, the same
+//! working directory rules — and marked like one (`FLOWERBOX_EXEC=<id>` in its environment), so
+//! [`ProcessHandle::kill`] ends it and everything it started, even what escaped with `setsid`.
+//! Removing the container ends it too.
+//!
+//! The exec's multiplexed output is split by one task: stdout goes into a bounded in-memory
+//! pipe (the reader's pace holds the process back, memory stays bounded), stderr into a
+//! [`StderrTail`].
+
+use async_trait::async_trait;
+use bollard::container::LogOutput;
+use bollard::exec::StartExecResults;
+use bollard::models::ExecConfig;
+use futures::StreamExt;
+use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
+
+use super::{DockerSandbox, MARKER_VAR};
+use crate::sandbox::{AttachSpec, Attached, ProcessHandle, SandboxError, StderrTail};
+
+/// Bytes of stdout buffered between the container and the reader.
+const PIPE_BYTES: usize = 64 * 1024;
+
+impl DockerSandbox {
+    /// Starts `spec` in the container with its pipes attached.
+    pub(super) async fn attach_process(&self, spec: AttachSpec) -> Result<Attached, SandboxError> {
+        if spec.argv.is_empty() {
+            return Err(SandboxError::Unsupported("没有要启动的程序".into()));
+        }
+        let cwd = std::fs::canonicalize(&spec.cwd).unwrap_or_else(|_| spec.cwd.clone());
+        if !self.spec.mounts.iter().any(|m| cwd.starts_with(&m.inside)) {
+            return Err(SandboxError::OutsideMounts(cwd));
+        }
+        let marker = uuid::Uuid::new_v4().simple().to_string();
+        let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        env.push(format!("{MARKER_VAR}={marker}"));
+        let config = ExecConfig {
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            env: Some(env),
+            cmd: Some(self.argv(spec.argv.clone())),
+            user: Some(self.user.clone()),
+            working_dir: Some(cwd.to_string_lossy().into_owned()),
+            ..Default::default()
+        };
+        let exec_id = self
+            .docker
+            .create_exec(&self.id, config)
+            .await
+            .map_err(Self::err)?
+            .id;
+        let StartExecResults::Attached { mut output, input } = self
+            .docker
+            .start_exec(&exec_id, None)
+            .await
+            .map_err(Self::err)?
+        else {
+            return Err(SandboxError::Docker("exec started detached".into()));
+        };
+        let (reader, mut writer) = tokio::io::duplex(PIPE_BYTES);
+        let stderr = StderrTail::default();
+        let tail = stderr.clone();
+        tokio::spawn(async move {
+            let mut stdout_open = true;
+            while let Some(item) = output.next().await {
+                match item {
+                    Ok(LogOutput::StdOut { message }) if stdout_open => {
+                        // The reader went away: keep draining so stderr is still kept.
+                        stdout_open = writer.write_all(&message).await.is_ok();
+                    }
+                    Ok(LogOutput::StdErr { message }) => tail.push(&message),
+                    Ok(_) => {}
+                    Err(e) => {
+                        tail.push(format!("\n[exec stream: {e}]").as_bytes());
+                        break;
+                    }
+                }
+            }
+            let _ = writer.shutdown().await;
+        });
+        let handle = DockerProcess {
+            sandbox: self.twin(),
+            exec_id,
+            marker,
+            program: spec.argv[0].clone(),
+        };
+        Ok(Attached {
+            stdin: input,
+            stdout: Box::pin(reader),
+            stderr,
+            handle: Arc::new(handle),
+        })
+    }
+
+    /// A copy of this sandbox's handles (same container, same user), for a process handle
+    /// that outlives the borrow.
+    fn twin(&self) -> DockerSandbox {
+        DockerSandbox {
+            docker: self.docker.clone(),
+            id: self.id.clone(),
+            name: self.name.clone(),
+            image: self.image.clone(),
+            user: self.user.clone(),
+            prefix: self.prefix.clone(),
+            owner: self.owner,
+            shell: self.shell,
+            spec: self.spec.clone(),
+        }
+    }
+}
+
+/// One attached exec.
+struct DockerProcess {
+    sandbox: DockerSandbox,
+    exec_id: String,
+    marker: String,
+    program: String,
+}
+
+#[async_trait]
+impl ProcessHandle for DockerProcess {
+    async fn kill(&self) {
+        if let Ok(info) = self.sandbox.docker.inspect_exec(&self.exec_id).await {
+            if info.running == Some(false) {
+                // Its children may live on with the marker.
+                let _ = self.sandbox.helper(super::KILL_SCRIPT, &self.marker).await;
+                return;
+            }
+        }
+        if let Some(note) = self.sandbox.kill_marked(&self.marker).await {
+            tracing::warn!(process = %self.describe(), %note, "attached exec kill");
+        }
+    }
+
+    async fn ended(&self) -> Option<String> {
+        let info = self.sandbox.docker.inspect_exec(&self.exec_id).await.ok()?;
+        if info.running != Some(false) {
+            return None;
+        }
+        Some(match info.exit_code {
+            Some(c) if (129..=159).contains(&c) => {
+                match nix::sys::signal::Signal::try_from((c - 128) as i32) {
+                    Ok(sig) => format!("退出码 {c}(多半是被 {} 杀掉的)", sig.as_str()),
+                    Err(_) => format!("退出码 {c}"),
+                }
+            }
+            Some(c @ (126 | 127)) => format!(
+                "退出码 {c}:{} 在容器里找不到或不能执行(镜像 {} 的 PATH 里有它吗?)",
+                self.program, self.sandbox.image
+            ),
+            Some(c) => format!("退出码 {c}"),
+            None => "退出码未知".into(),
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!("{} in {}", self.program, self.sandbox.name)
+    }
+}
