@@ -85,6 +85,12 @@ async fn dispatch(
     let cli = Cli::try_parse_from(argv)?;
     let Options { global, command } = Options::resolve(cli, host)?;
     let lookup = host.lookup();
+    // A malformed `.env` line is skipped as in flower, but never silently: the key on it may
+    // be the one the user meant to set.
+    for warning in lookup.discover().warnings() {
+        let line = crate::term::sanitize::sanitize(&warning.to_string());
+        writeln!(io.stderr, "{line}").map_err(CliError::terminal)?;
+    }
 
     if let CommandOptions::Setup = command {
         let (_, creds) = creds::setup::setup_command(&lookup, io.stdin, io.stdout)?;
@@ -342,6 +348,26 @@ mod tests {
             "{:?}",
             r.out
         );
+    }
+
+    #[test]
+    fn a_malformed_dotenv_line_is_named_with_its_file_and_line() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join(".env"),
+            "# mine\nANTHROPIC_API_KEY sk-ant-forgot-the-equals\n",
+        )
+        .unwrap();
+        let h = host(d.path(), false, &[("FLOWER_NO_PROBE", "1")]);
+        let r = run_with(&["once", "hi"], &h, &[], |_| false);
+        assert_eq!(r.exit, Exit::Code(1));
+        let warning = format!(
+            "! {} 第 2 行看不懂(没有 `=`),跳过了\n",
+            d.path().join(".env").display()
+        );
+        assert!(r.err.starts_with(&warning), "{}", r.err);
+        assert!(r.err.contains("缺少凭证"), "{}", r.err);
+        assert!(!r.err.contains("forgot"), "{}", r.err);
     }
 
     #[test]
