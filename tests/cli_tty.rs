@@ -32,11 +32,15 @@ fn start(s: &Scene, args: &[&str], env: &[(&str, &str)]) -> Tty {
     let mut child = cmd.spawn().unwrap();
     let out = pump(child.stdout.take().unwrap());
     let err = pump(child.stderr.take().unwrap());
+    let master = File::from(pty.master);
+    // What the terminal itself shows of the typing (its echo), read from the master side.
+    let echo = pump(master.try_clone().unwrap());
     Tty {
         child,
-        master: File::from(pty.master),
+        master,
         out,
         err,
+        echo,
     }
 }
 
@@ -60,6 +64,7 @@ struct Tty {
     master: File,
     out: Arc<Mutex<Vec<u8>>>,
     err: Arc<Mutex<Vec<u8>>>,
+    echo: Arc<Mutex<Vec<u8>>>,
 }
 
 fn pump(mut from: impl Read + Send + 'static) -> Arc<Mutex<Vec<u8>>> {
@@ -94,6 +99,11 @@ impl Tty {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// What the terminal echoed of the typing so far.
+    fn echo(&self) -> String {
+        String::from_utf8_lossy(&self.echo.lock().unwrap()).into_owned()
     }
 
     fn type_keys(&mut self, bytes: &[u8]) {
@@ -228,6 +238,36 @@ fn first_run_asks_for_credentials_then_for_the_request() {
     assert_eq!(
         std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
         0o600
+    );
+}
+
+#[test]
+fn setup_does_not_echo_the_token() {
+    let s = Scene::new();
+    let mut tty = start(&s, &["setup"], &[]);
+    tty.wait_for("1. 你的 API key 或网关 token");
+    tty.type_keys(b"gw-secret-token-typed\n");
+    tty.wait_for("2. 网关地址");
+    tty.type_keys(b"http://gw.example\n");
+    tty.wait_for("3. 模型名");
+    tty.type_keys(b"gw-model\n");
+    tty.wait_for("+ 存好了:");
+    // The terminal echoed the gateway and the model as typed, never the token.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !tty.echo().contains("gw-model") {
+        assert!(Instant::now() < deadline, "no echo: {:?}", tty.echo());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let echo = tty.echo();
+    assert!(echo.contains("http://gw.example"), "{echo:?}");
+    assert!(!echo.contains("secret"), "the token was echoed: {echo:?}");
+    let (status, out, err) = tty.finish();
+    assert_eq!(status.code(), Some(0), "{out}{err}");
+    assert!(!out.contains("secret"), "{out}");
+    let text = std::fs::read_to_string(s.home.join(".config/flower/.env")).unwrap();
+    assert!(
+        text.contains("ANTHROPIC_AUTH_TOKEN=gw-secret-token-typed\n"),
+        "{text}"
     );
 }
 
