@@ -350,6 +350,14 @@ impl Runtime {
             return;
         }
         let row = manifest_row(result, m.run());
+        // While in flight the file holds what must stand if this process dies unrecorded
+        // (kill -9): cut off, cost and end unknown. The in-memory row keeps what is known,
+        // for a rescue (a signal) to complete.
+        let written = if done {
+            row.clone()
+        } else {
+            row.clone().in_flight()
+        };
         let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
         if done {
             inflight.remove(&result.step);
@@ -361,7 +369,7 @@ impl Runtime {
             inflight.insert(result.step.clone(), row.clone());
         }
         drop(inflight);
-        match m.record(row) {
+        match m.record(written) {
             Ok(Some(recovered)) => self.emit(
                 "runner",
                 Role::Coordinator,
