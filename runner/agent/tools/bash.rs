@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 use super::{parse_input, Tool, ToolContext, ToolError};
+use crate::agent::spill::SPILL_PREVIEW;
 use crate::sandbox::{ExecOutput, ExecRequest};
 
 pub(super) struct BashTool;
@@ -25,8 +26,8 @@ struct Args {
     run_in_background: bool,
 }
 
-/// Formats an [`ExecOutput`] for the model; returns (text, success).
-pub(crate) fn format_output(o: &ExecOutput) -> (String, bool) {
+/// Formats an [`ExecOutput`] for the model, as `Bash` returns it; returns (text, success).
+pub fn format_output(o: &ExecOutput) -> (String, bool) {
     let mut out = String::new();
     out.push_str(o.stdout.trim_end_matches('\n'));
     if !o.stderr.trim().is_empty() {
@@ -49,11 +50,18 @@ pub(crate) fn format_output(o: &ExecOutput) -> (String, bool) {
     }
     if o.truncated {
         match &o.full_output {
-            Some(p) => tail.push(format!(
-                "[输出共 {} 字节,中间省略;全文在 {}]",
-                o.total_bytes,
-                p.display()
-            )),
+            // The spill file holds the most: the model is pointed there (with the start and
+            // the end of the output), not at a second spill of the capped text.
+            Some(p) => {
+                out = spilled_output(&out, o.total_bytes, p);
+                if o.full_output_omitted > 0 {
+                    tail.push(format!(
+                        "[落盘文件也有上限({} MiB):只留了开头和结尾,中间 {} 字节没留下;要全部就把输出重定向到文件再分段看]",
+                        crate::sandbox::output::FULL_OUTPUT_LIMIT / 1024 / 1024,
+                        o.full_output_omitted
+                    ));
+                }
+            }
             None => tail.push(format!("[输出共 {} 字节,中间省略]", o.total_bytes)),
         }
     }
@@ -70,6 +78,23 @@ pub(crate) fn format_output(o: &ExecOutput) -> (String, bool) {
         out.push_str("(没有输出)");
     }
     (out, o.success())
+}
+
+/// The result text of an output too long for the context whose full text is in `file`: one
+/// pointer line, the first [`SPILL_PREVIEW`] characters and the last `2 × SPILL_PREVIEW`
+/// (where a failing command prints why). Short enough never to be spilled again.
+fn spilled_output(text: &str, total_bytes: u64, file: &std::path::Path) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let head: String = chars.iter().take(SPILL_PREVIEW).collect();
+    let end_from = chars
+        .len()
+        .saturating_sub(2 * SPILL_PREVIEW)
+        .max(SPILL_PREVIEW.min(chars.len()));
+    let end: String = chars[end_from..].iter().collect();
+    format!(
+        "[输出共 {total_bytes} 字节,太长不放进上下文;全文落盘在 {}:用 Read(offset/limit)或 Bash 的 grep、tail、sed -n 读它]\n{head}\n…\n{end}",
+        file.display()
+    )
 }
 
 #[async_trait]
@@ -143,6 +168,7 @@ impl Tool for BashTool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::spill::SPILL_THRESHOLD;
 
     #[test]
     fn formats_failures_and_notes() {
@@ -170,5 +196,44 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(format_output(&o).0, "(没有输出)");
+    }
+
+    #[test]
+    fn a_truncated_output_points_at_its_full_output_file_and_says_when_that_is_capped() {
+        let head = "BEGIN".to_string() + &"x".repeat(15_000);
+        let end = "y".repeat(15_000) + "error: the real cause";
+        let mut o = ExecOutput {
+            stdout: format!("{head}\n… [170000000 bytes omitted] …\n{end}"),
+            exit_code: Some(2),
+            truncated: true,
+            total_bytes: 200_000_000,
+            full_output: Some("/wb/spill/0123456789abcdef.txt".into()),
+            ..Default::default()
+        };
+        let (text, ok) = format_output(&o);
+        assert!(!ok);
+        assert!(
+            text.starts_with(
+                "[输出共 200000000 字节,太长不放进上下文;全文落盘在 /wb/spill/0123456789abcdef.txt"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("BEGIN") && text.contains("error: the real cause"),
+            "{text}"
+        );
+        assert!(text.ends_with("[退出码 2]"), "{text}");
+        assert!(
+            text.chars().count() < SPILL_THRESHOLD,
+            "never spilled a second time"
+        );
+        assert!(!text.contains("上限"), "{text}");
+        o.full_output_omitted = 133_000_000;
+        let (text, _) = format_output(&o);
+        assert!(
+            text.contains("[落盘文件也有上限(64 MiB):只留了开头和结尾,中间 133000000 字节没留下"),
+            "{text}"
+        );
+        assert!(text.chars().count() < SPILL_THRESHOLD);
     }
 }
