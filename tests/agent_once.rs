@@ -1,5 +1,5 @@
 //! `flowerbox once` end to end: the real binary, the real `scripted-model` over HTTP, the host
-//! sandbox (the Docker variant is in `tests/docker_once.rs`).
+//! sandbox (Docker-backed runs of `once` are in `tests/docker_once.rs`).
 
 #[path = "model_support/mod.rs"]
 mod model_support;
