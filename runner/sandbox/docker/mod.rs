@@ -8,6 +8,7 @@
 //! `release(agent)` when the step that owns it ends → `teardown()` at run end (or on a signal,
 //! see [`teardown_on_signal`]; as a last resort the factory's `Drop` removes what is left).
 
+mod build_progress;
 pub mod container;
 pub mod engine;
 pub mod exec;
