@@ -290,6 +290,43 @@ fn run_target_errors() {
 }
 
 #[test]
+fn a_failed_or_cancelled_start_and_doctor_leave_no_run_directory() {
+    let s = Scene::new();
+    // No token.
+    s.cmd().args(["做 X"]).assert().code(1);
+    // Nothing asked, nothing to continue.
+    cmd_with_key(&s).args(["--timeout", "0"]).assert().code(1);
+    // --isolate outside git.
+    cmd_with_key(&s)
+        .args(["做 X", "--isolate"])
+        .assert()
+        .code(1);
+    // doctor and gc look, and write nothing.
+    for cmd in ["doctor", "gc"] {
+        cmd_with_key(&s)
+            .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+            .arg(cmd)
+            .assert()
+            .code(1);
+    }
+    assert!(!s.cwd.join("runs").exists(), "a runs/ was left behind");
+}
+
+#[test]
+fn gc_and_doctor_refuse_a_missing_workspace() {
+    let s = Scene::new();
+    for cmd in ["gc", "doctor"] {
+        cmd_with_key(&s)
+            .args([cmd, "-w", "/nonexistent/flowerbox-ws"])
+            .assert()
+            .code(1)
+            .stdout("")
+            .stderr("工作目录 /nonexistent/flowerbox-ws 不存在\n");
+    }
+    assert!(!std::path::Path::new("/nonexistent/flowerbox-ws").exists());
+}
+
+#[test]
 fn doctor_and_gc_name_an_unreachable_engine() {
     let s = Scene::new();
     cmd_with_key(&s)

@@ -156,6 +156,10 @@ fn ctrl_d_cancels() {
     let (status, _, err) = tty.finish();
     assert_eq!(status.code(), Some(1));
     assert_eq!(err, "已取消\n");
+    assert!(
+        !s.cwd.join("runs").exists(),
+        "cancelled, yet a runs/ was made"
+    );
 }
 
 #[test]

@@ -100,11 +100,17 @@ async fn dispatch(
         return Ok(ExitStatus::Success);
     }
 
-    if hooks.init_logging {
-        let path = logging::init(&global.run_dir, host.var("RUST_LOG"))?;
-        super::install_panic_hook(Some(path.clone()));
-        *log = Some(path);
-    }
+    let logger = hooks
+        .init_logging
+        .then(|| logging::init(host.var("RUST_LOG")));
+    // The log file opens when the run really starts (`start_log`): a start that fails or is
+    // cancelled before that leaves no `runs/` behind.
+    let mut start_log = |path: Option<PathBuf>| {
+        if let Some(path) = path {
+            super::install_panic_hook(Some(path.clone()));
+            *log = Some(path);
+        }
+    };
     tracing::info!(?args, workspace = %global.workspace.display(), "flowerbox start");
 
     match command {
@@ -134,24 +140,31 @@ async fn dispatch(
                 writeln!(io.stderr, "{}", prompt::NOT_A_TERMINAL_WARNING)
                     .map_err(CliError::terminal)?;
             }
+            start_log(logger.map(|l| l.open(&global.run_dir)).transpose()?);
             entry::go(opts, global, creds).await
         }
         CommandOptions::Run(opts) => {
             let creds = gates(host, &global, io, hooks).await?;
+            start_log(logger.map(|l| l.open(&global.run_dir)).transpose()?);
             entry::run(opts, global, creds).await
         }
         CommandOptions::Once(opts) => {
             let creds = gates(host, &global, io, hooks).await?;
+            start_log(logger.map(|l| l.open(&global.run_dir)).transpose()?);
             entry::once(opts, global, creds).await
         }
         CommandOptions::Doctor(opts) => {
+            start_log(logger.and_then(|l| l.open_existing(&global.run_dir)));
             let creds = lookup.discover();
             if global.verbose {
                 describe(&creds, io.stdout)?;
             }
             entry::doctor(opts, global, creds).await
         }
-        CommandOptions::Gc(opts) => entry::gc(opts, global).await,
+        CommandOptions::Gc(opts) => {
+            start_log(logger.and_then(|l| l.open_existing(&global.run_dir)));
+            entry::gc(opts, global).await
+        }
         CommandOptions::Setup => unreachable!("handled above"),
     }
 }
