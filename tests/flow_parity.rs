@@ -48,3 +48,107 @@ fn the_clarifier_fetches_under_the_egress_policy() {
         "refused by the egress policy: {result}"
     );
 }
+
+/// A TodoWrite turn of the coordinator (a host-side tool: no container needed).
+fn todo(n: u32, usage: Option<u64>) -> serde_json::Value {
+    let mut turn = json!({"content": [
+        {"type": "text", "text": format!("第 {n} 步")},
+        {"type": "tool_use", "name": "TodoWrite",
+         "input": {"todos": [{"content": format!("做第 {n} 件事"), "status": "in_progress"}]}}]});
+    if let Some(tokens) = usage {
+        turn["usage"] = json!({"input_tokens": tokens, "output_tokens": 20});
+    }
+    turn
+}
+
+/// `--no-handoff` near the window: flower falls back to compaction; so does flowerbox. The
+/// oldest turns become one summary, the first prompt (brief) and the recent turns stay, and
+/// the strict server accepts the compacted conversation (every tool_use still paired).
+#[test]
+fn no_handoff_near_the_window_compacts_instead_of_failing() {
+    let p = Project::new();
+    let model = ScriptedModel::start(&json!({"agents": [
+        // The summary call: tool-free, over a transcript of the folded turns.
+        {"role": "coordinator", "prompt": "把它压缩成一段摘要", "turns": [
+            {"content": [{"type": "text", "text": "摘要:前两步各写了一条待办。"}]}]},
+        // The coordinator after the compaction: its history starts with the summary, and holds
+        // two assistant turns (the recent half), so its next turn is number 2.
+        {"role": "coordinator", "prompt": "较早的对话已压缩成下面这段摘要", "turns": [
+            {"content": [{"type": "text", "text": "不该到这里"}]},
+            {"content": [{"type": "text", "text": "不该到这里"}]},
+            {"content": [{"type": "text", "text": "压缩之后接着做完了。"}]}]},
+        {"role": "coordinator", "turns": [
+            todo(1, None), todo(2, None), todo(3, None),
+            // 12,000 tokens in a 40,000 window: past window − 33,000 (floored at 10,000).
+            todo(4, Some(12_000))]},
+        {"role": "clarifier", "turns": [{"content": [{"type": "text", "text": BRIEF}]}]}]}));
+    let r = p.run(
+        &model,
+        &[
+            "--timeout",
+            "0",
+            "--no-goal",
+            "--no-handoff",
+            "--window",
+            "40000",
+            "写个 hello.sh",
+        ],
+    );
+    assert_eq!(r.code(), 0, "{r:?}");
+    assert!(
+        r.out
+            .contains("换代关着,压缩:较早的 4 条消息换成一段摘要,最近 4 条原样留着"),
+        "{}",
+        r.out
+    );
+    assert!(r.out.contains("压缩之后接着做完了。"), "{}", r.out);
+
+    let summary_call = &requests_with(&model, "你负责压缩一段工作记录")[0];
+    assert!(
+        summary_call
+            .get("tools")
+            .is_none_or(|t| t.as_array().is_some_and(|a| a.is_empty())),
+        "{summary_call}"
+    );
+    let transcript = summary_call["messages"][0]["content"].to_string();
+    assert!(
+        transcript.contains("做第 1 件事") && transcript.contains("做第 2 件事"),
+        "{transcript}"
+    );
+    assert!(
+        !transcript.contains("做第 4 件事"),
+        "recent turns are not folded: {transcript}"
+    );
+
+    let after: Vec<_> = requests_with(&model, "你是协调者")
+        .into_iter()
+        .filter(|b| {
+            b["messages"]
+                .to_string()
+                .contains("较早的对话已压缩成下面这段摘要")
+        })
+        .collect();
+    assert_eq!(after.len(), 1, "one request after the compaction");
+    let msgs = after[0]["messages"].as_array().unwrap();
+    let head = msgs[0]["content"].to_string();
+    assert!(head.contains("写一个 hello.sh"), "the brief stays: {head}");
+    assert!(head.contains("摘要:前两步各写了一条待办。"), "{head}");
+    assert_eq!(msgs[1]["role"], "assistant");
+    assert!(msgs[1].to_string().contains("做第 3 件事"), "{}", msgs[1]);
+    assert!(msgs
+        .last()
+        .unwrap()
+        .to_string()
+        .contains("较早的对话刚被压缩成开头那段摘要"));
+
+    // The books: one step, ok, the overflowing session retired (kept whole), lineage on the
+    // compacted successor.
+    let row = p
+        .manifest()
+        .into_iter()
+        .find(|r| r["step"] == "干活")
+        .unwrap();
+    assert_eq!(row["ok"], true, "{row}");
+    assert_eq!(row["retired"].as_array().unwrap().len(), 1, "{row}");
+    assert_eq!(p.lineage()["steps"]["干活"], row["session_id"]);
+}

@@ -133,6 +133,20 @@ pub enum EventKind {
         /// Section lines for display: (label, first line).
         sections: Vec<(String, String)>,
     },
+    /// Handoffs are off and the oldest turns were summarised into one message (flower's
+    /// fallback, the SDK's compaction).
+    Compacted {
+        /// Context tokens before.
+        context_tokens: u64,
+        /// Window size.
+        window: u64,
+        /// Messages folded into the summary.
+        folded: usize,
+        /// Recent messages kept verbatim.
+        kept: usize,
+        /// The summary call failed: a mechanical summary stands in.
+        degraded: bool,
+    },
     /// Something the human should notice.
     Warning {
         /// The text.

@@ -252,14 +252,19 @@ async fn large_bash_output_is_spilled() {
     let seen = s.fake.seen.lock().unwrap();
     let res = results_of(&seen[1]);
     assert!(
-        res[0].0.starts_with("[输出共 50000 字节,太长不放进上下文;全文落盘在 "),
+        res[0]
+            .0
+            .starts_with("[输出共 50000 字节,太长不放进上下文;全文落盘在 "),
         "{}",
         &res[0].0[..100]
     );
     assert!(res[0].0.len() < 2000);
     // One file: the full output the pointer names (not a second spill of the capped text).
     let spill = s.ws.join(".flower/spill");
-    let files: Vec<_> = std::fs::read_dir(spill).unwrap().map(|e| e.unwrap().path()).collect();
+    let files: Vec<_> = std::fs::read_dir(spill)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     assert_eq!(files.len(), 1, "{files:?}");
     assert!(res[0].0.contains(&files[0].display().to_string()));
     assert_eq!(std::fs::metadata(&files[0]).unwrap().len(), 50_000);

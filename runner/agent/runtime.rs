@@ -86,6 +86,9 @@ pub struct RuntimeConfig {
     /// Context window for handoffs, in tokens (`--window`, else from the model name);
     /// `None` disables handoffs (`--no-handoff`).
     pub handoff_window: Option<u64>,
+    /// Context window for compaction, in tokens: set when handoffs are off (`--no-handoff`),
+    /// flower's fallback; `None` otherwise.
+    pub compact_window: Option<u64>,
     /// Directories masked in every agent's box (canonical): the run directory.
     pub masked: Vec<PathBuf>,
     /// The masked directories' (device, inode), taken before any agent ran.
@@ -110,6 +113,7 @@ impl RuntimeConfig {
             trim_large: true,
             max_attempts: 3,
             handoff_window: Some(window_for(&model_for_window, None)),
+            compact_window: None,
             masked: Vec::new(),
             masked_ids: Vec::new(),
         }
@@ -492,9 +496,10 @@ impl Runtime {
             abox.clone(),
         )
         .with_meter(Some(meter.clone()));
-        // Cost and turns of sessions retired by handoffs.
+        // Cost and turns of sessions retired by handoffs and compactions.
         let mut retired_spend = Cost::default();
         let mut retired_turns = 0;
+        let mut compactions = 0;
         let mut next_prompt = prompt.to_string();
         loop {
             let end = run.turn(&next_prompt).await;
@@ -569,6 +574,59 @@ impl Runtime {
                     }
                     self.track(&result, false);
                 }
+                LoopEnd::CompactDue => {
+                    let window = self.config.compact_window.unwrap_or_default();
+                    compactions += 1;
+                    if compactions > crate::agent::compact::MAX_COMPACTIONS {
+                        result.text = run.final_text();
+                        result.error = Some(format!(
+                            "压缩已达上限({} 次),上下文又满了:窗口 {window} 对这一步太小,调大 --window",
+                            crate::agent::compact::MAX_COMPACTIONS
+                        ));
+                        break;
+                    }
+                    let history = match self.compact(&mut run, window).await {
+                        Ok(h) => h,
+                        Err(e) => {
+                            result.text = run.final_text();
+                            result.error = Some(e.0);
+                            break;
+                        }
+                    };
+                    retired_spend += run.spend();
+                    retired_turns += run.turns;
+                    let old = run.session_id().to_string();
+                    let new_session = match self.seed_session(
+                        &SessionMeta {
+                            parent: Some(old.clone()),
+                            ..meta.clone()
+                        },
+                        &history,
+                    ) {
+                        Ok(id) => id,
+                        Err(e) => {
+                            result.error = Some(format!("sessions.db: {e}"));
+                            break;
+                        }
+                    };
+                    result.retired.push(old);
+                    run = AgentRun::new(
+                        self.clone(),
+                        spec.clone(),
+                        agent.clone(),
+                        0,
+                        new_session,
+                        history,
+                        abox.clone(),
+                    )
+                    .with_meter(Some(meter.clone()));
+                    next_prompt = crate::agent::compact::CONTINUE_NOTE.to_string();
+                    result.session_id = Some(run.session_id().to_string());
+                    if let Some(hook) = &opts.on_session {
+                        hook(run.session_id());
+                    }
+                    self.track(&result, false);
+                }
                 LoopEnd::Failed { error, retryable } => {
                     if retryable && result.attempts < self.config.max_attempts {
                         result.attempts += 1;
@@ -608,6 +666,19 @@ impl Runtime {
             },
         );
         result
+    }
+
+    /// A new session holding `history` (a compacted conversation), so a resume continues it.
+    fn seed_session(
+        &self,
+        meta: &SessionMeta,
+        history: &[crate::model::Message],
+    ) -> Result<String, crate::session::SessionError> {
+        let id = self.store.create(meta)?;
+        for m in history {
+            self.store.append(&id, m, None)?;
+        }
+        Ok(id)
     }
 
     /// Creates, resumes or forks a session; returns (id, history to continue from).

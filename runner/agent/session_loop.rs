@@ -41,6 +41,9 @@ pub(crate) enum LoopEnd {
     /// The main thread's context reached the handoff threshold, or the model said the prompt
     /// is too long (then the agent cannot write its own handoff).
     HandoffDue { prompt_too_long: bool },
+    /// Handoffs are off and the main thread's context reached the compaction threshold, or
+    /// the model said the prompt is too long: the oldest turns are to be summarised.
+    CompactDue,
 }
 
 /// One agent working in one session.
@@ -166,6 +169,46 @@ impl AgentRun {
             Err(LoopEnd::Failed { error, .. }) => Err(error),
             Err(_) => Err("写交接书的那一轮没有完成".into()),
         }
+    }
+
+    /// The conversation as the next request would send it.
+    pub(crate) fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// One tool-free model call outside the conversation (`system`, one user message), its
+    /// cost counted like every call of this agent; its text, or why not. Budget-exempt, like
+    /// the handoff turn: what keeps the step alive must be writable.
+    pub(crate) async fn side_call(&mut self, system: &str, prompt: &str) -> Result<String, String> {
+        let req = Request {
+            model: self.model(),
+            system: vec![system.to_string()],
+            messages: vec![Message {
+                role: Speaker::User,
+                content: vec![ContentBlock::text(prompt)],
+            }],
+            tools: Vec::new(),
+            max_tokens: self.max_tokens,
+            caller: Caller {
+                role: self.spec.role,
+                agent: self.agent.clone(),
+            },
+        };
+        let cancel = self.rt.cancel_token();
+        let turn = self
+            .rt
+            .provider
+            .stream_turn(&req, &|_| {}, &cancel)
+            .await
+            .map_err(|e| e.to_string())?;
+        let cost = turn
+            .reported_cost_usd
+            .or_else(|| crate::model::price::cost_usd(&turn.model, &turn.usage));
+        self.own_spend.add(cost);
+        if let Some(m) = &self.meter {
+            m.add(cost, false);
+        }
+        Ok(turn.to_message().text())
     }
 
     /// Cost so far, subagents included.
@@ -371,7 +414,21 @@ impl AgentRun {
                     prompt_too_long: false,
                 };
             }
+            if self.compact_due() {
+                return LoopEnd::CompactDue;
+            }
         }
+    }
+
+    /// Handoffs off, main thread at `window − 33000` (flower's fallback: the SDK's
+    /// auto-compact).
+    fn compact_due(&self) -> bool {
+        self.depth == 0
+            && self
+                .rt
+                .config
+                .compact_window
+                .is_some_and(|w| self.context_tokens >= super::compact::compact_threshold(w))
     }
 
     /// Only the main thread's context counts (seed 001 "换代").
@@ -479,13 +536,15 @@ impl AgentRun {
                 } else {
                     self.errors.push(msg.clone());
                 }
-                if e.is_prompt_too_long()
-                    && self.depth == 0
-                    && self.rt.config.handoff_window.is_some()
-                {
-                    return Err(LoopEnd::HandoffDue {
-                        prompt_too_long: true,
-                    });
+                if e.is_prompt_too_long() && self.depth == 0 {
+                    if self.rt.config.handoff_window.is_some() {
+                        return Err(LoopEnd::HandoffDue {
+                            prompt_too_long: true,
+                        });
+                    }
+                    if self.rt.config.compact_window.is_some() {
+                        return Err(LoopEnd::CompactDue);
+                    }
                 }
                 let retryable = matches!(
                     e,
@@ -722,7 +781,7 @@ impl Dispatcher for SubDispatch {
         let mut text = match &end {
             LoopEnd::Done => run.final_text(),
             LoopEnd::Interrupted => return Err(format!("执行者 {agent} 被打断了,半成品没有回报")),
-            LoopEnd::HandoffDue { .. } => {
+            LoopEnd::HandoffDue { .. } | LoopEnd::CompactDue => {
                 return Err(format!(
                     "执行者 {agent} 的上下文满了,没做完:{}",
                     run.final_text()

@@ -120,10 +120,14 @@ impl RunContext {
         } else {
             provider.server_context_window().await
         };
-        config.handoff_window = setup.handoff.then(|| match (setup.window, server_window) {
+        let window = match (setup.window, server_window) {
             (None, Some(w)) => w,
             (flag, _) => window_for(&model, flag.map(|w| w as i64)),
-        });
+        };
+        // Near the window a step hands off, or with `--no-handoff` compacts (flower's
+        // fallback): never both, so every drop of the context has one cause.
+        config.handoff_window = setup.handoff.then_some(window);
+        config.compact_window = (!setup.handoff).then_some(window);
         config.max_tokens =
             crate::model::config::max_tokens_for(max_tokens_setting, &model, server_window);
         match crate::model::catalog::max_output_tokens(&model) {

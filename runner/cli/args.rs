@@ -205,7 +205,7 @@ pub struct GoArgs {
     /// 模型上下文窗口(token)。不给时按模型名推:含 1m 或不含 haiku → 1,000,000;含 haiku → 200,000。必须是正数
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub window: Option<i64>,
-    /// 关掉换代(不写交接书换新会话)
+    /// 关掉换代(不写交接书换新会话);到 窗口 − 33000 改成压缩:较早的对话换成一段摘要
     #[arg(long)]
     pub no_handoff: bool,
     /// 这次别接上次:把上一段的 lineage.json、需求.md、目标.md 移进 notes/archive/<时间>/ 再从头开始

@@ -162,6 +162,11 @@ pub fn describe_event(ev: &Event) -> Option<String> {
             path,
             ..
         } => format!("换代:上下文 {context_tokens} tokens,交接书 {path}"),
+        EventKind::Compacted {
+            context_tokens,
+            folded,
+            ..
+        } => format!("压缩:上下文 {context_tokens} tokens,较早的 {folded} 条消息换成摘要"),
         EventKind::Warning { text } => format!("警告:{text}"),
         EventKind::Error { text } => format!("错误:{text}"),
         EventKind::GoalUnverifiable { total, items, .. } => {

@@ -314,6 +314,34 @@ pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<String> {
             degraded,
             sections,
         } => handoff(*context_tokens, *window, path, *degraded, sections, opts),
+        EventKind::Compacted {
+            context_tokens,
+            window,
+            folded,
+            kept,
+            degraded,
+        } => {
+            let mut out = vec![
+                String::new(),
+                line(
+                    Some(Style::BoldYellow),
+                    format!(
+                        "# 上下文 {}/{}K —— 换代关着,压缩:较早的 {folded} 条消息换成一段摘要,最近 {kept} 条原样留着",
+                        human_tokens(*context_tokens),
+                        window / 1000
+                    ),
+                    opts,
+                ),
+            ];
+            if *degraded {
+                out.push(line(
+                    Some(Style::Red),
+                    "  摘要没写成,用了机械整理的调用清单",
+                    opts,
+                ));
+            }
+            out
+        }
         EventKind::Warning { text } => block(Some(Style::Yellow), text, "  ! ", "    ", opts),
         EventKind::Error { text } => block(Some(Style::Red), text, "  x ", "    ", opts),
         EventKind::Inbox { text } => vec![finish(
@@ -578,7 +606,7 @@ impl Tally {
                     self.context_tokens = *context_tokens;
                 }
             }
-            EventKind::Handoff { .. } => self.context_tokens = 0,
+            EventKind::Handoff { .. } | EventKind::Compacted { .. } => self.context_tokens = 0,
             _ => {}
         }
     }
