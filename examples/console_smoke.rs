@@ -19,10 +19,12 @@ use std::time::Duration;
 
 use flowerbox::agent::{Event, EventKind, Runtime, RuntimeConfig};
 use flowerbox::channel::{HumanChannel, HumanConfig};
+use flowerbox::flow::aside::AsideOracle;
+use flowerbox::flow::frontend::Interrupt;
 use flowerbox::model::Role;
 use flowerbox::sandbox::host::HostSandboxFactory;
 use flowerbox::term::signals::{exit_by_signal, EXIT_INTERRUPTED};
-use flowerbox::term::{Console, ConsoleOptions, ConsoleSignal, Interrupt, OutputPort};
+use flowerbox::term::{Console, ConsoleOptions, ConsoleSignal, OutputPort};
 
 /// Shows what Ctrl-C would say to the agent; while paused the fake run stops ticking.
 struct LogInterrupt(OutputPort, Arc<tokio::sync::watch::Sender<bool>>);
@@ -55,9 +57,7 @@ async fn main() {
     let dir = tempfile::tempdir().expect("tempdir");
 
     let channel = HumanChannel::new(HumanConfig::default());
-    let mut opts = ConsoleOptions::detect(false);
-    opts.run_dir = Some(dir.path().join("runs"));
-    let console = Console::new(opts).expect("console");
+    let console = Console::new(ConsoleOptions::detect(false)).expect("console");
     let sink = console.event_sink();
     let rt = Arc::new(Runtime::new(
         RuntimeConfig::new(
@@ -69,14 +69,19 @@ async fn main() {
         Arc::new(term_support::MemStore::default()),
         Arc::new(HostSandboxFactory::new()),
         None,
-        Arc::new(flowerbox::channel::Absent),
+        Arc::new(flowerbox::agent::human::Absent),
         sink.clone(),
     ));
     console.start(channel.clone()).expect("console start");
     if let Some(r) = console.terminal_restore() {
         flowerbox::term::tty::chain_panic_hook(r);
     }
-    console.attach_runtime(rt);
+    console.set_aside(Arc::new(AsideOracle::new(
+        rt,
+        None,
+        Some(dir.path().join("runs")),
+        tokio::runtime::Handle::current(),
+    )));
     let paused = Arc::new(tokio::sync::watch::Sender::new(false));
     console.set_interrupter(Arc::new(LogInterrupt(
         console.port().clone(),

@@ -22,9 +22,9 @@ mod bench_common;
 
 use bench_common::{ms, print_table, wait_with_peak_rss, write_part, Figure, Stats};
 use flowerbox::agent::event::null_sink;
+use flowerbox::agent::human::Absent;
 use flowerbox::agent::roles::worker;
 use flowerbox::agent::{RunOptions, Runtime, RuntimeConfig};
-use flowerbox::channel::Absent;
 use flowerbox::model::scripted::{Scenario, ScriptedServer};
 use flowerbox::model::{build_provider, Provider, ProviderOptions};
 use flowerbox::sandbox::docker::{ensure_image, DockerOptions, DockerSandboxFactory, Engine};

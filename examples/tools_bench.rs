@@ -12,8 +12,8 @@
 mod bench_common;
 
 use bench_common::{print_table, write_part, Figure, Stats};
+use flowerbox::agent::human::Absent;
 use flowerbox::agent::tools::{ToolContext, ToolLimits, ToolRegistry};
-use flowerbox::channel::Absent;
 use flowerbox::model::Role;
 use flowerbox::sandbox::{AgentBox, Mount};
 use serde_json::{json, Value};

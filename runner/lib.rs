@@ -1,21 +1,24 @@
 //! flowerbox: flower's long-horizon coding-agent runs as one Rust binary, where every agent runs
 //! in its own Docker container. See `DESIGN.md` in the repository for the architecture.
 //!
-//! Module map (data flow order): [`cli`] parses flower's command line; [`creds`] finds and
-//! probes credentials; [`flow`] builds and runs workflows (clarify, goal, work, judge);
-//! [`agent`] runs one agent (the loop, tools, guards, workbench); [`model`] talks to the model;
+//! Module map, top to bottom (a module uses only modules below it; DESIGN.md "Module graph"
+//! has the table, `tests/module_graph.rs` keeps it true): [`cli`] parses flower's command line
+//! and chooses the frontend, the sandbox backend and the model configuration; [`term`] is the
+//! terminal frontend; [`flow`] builds and runs workflows (clarify, goal, work, judge, `once`);
+//! [`channel`] is the human channel; [`creds`] finds and probes credentials; [`isolate`] gives
+//! workers git worktrees; [`agent`] runs one agent (the loop, tools, guards, workbench);
 //! [`sandbox`] executes commands in containers; [`session`] and [`record`] persist sessions,
-//! the manifest and lineage; [`channel`] is the human channel; [`term`] renders to a terminal.
+//! the manifest and lineage; [`model`] talks to the model; [`glance`] and [`fsroot`] are leaves.
 //! `testkit` (hidden) holds the test doubles the unit tests, `tests/` and the examples share.
 #![deny(missing_docs)]
 
 pub mod agent;
-pub mod app;
 pub mod channel;
 pub mod cli;
 pub mod creds;
 pub mod flow;
 pub mod fsroot;
+pub mod glance;
 pub mod isolate;
 pub mod model;
 pub mod record;

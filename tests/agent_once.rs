@@ -78,7 +78,7 @@ fn once_runs_a_real_tool_loop_and_shows_real_time_and_cost() {
 #[test]
 fn sigterm_records_the_step_as_killed_and_exits_by_the_signal() {
     let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
-        {"content": [{"type": "tool_use", "name": "Bash", "input": {"command": "sleep 30"}}]},
+        {"content": [{"type": "tool_use", "name": "Bash", "input": {"command": "sleep 30.0417"}}]},
         {"content": [{"type": "text", "text": "不会到这里"}]}]}]}));
     let home = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
@@ -108,15 +108,23 @@ fn sigterm_records_the_step_as_killed_and_exits_by_the_signal() {
     .unwrap();
     assert_eq!(manifest[0]["error"], "killed-by-signal");
     assert_eq!(manifest[0]["ok"], false);
-    // The `sleep 30` process group is gone too.
-    let ps = Command::new("pgrep")
-        .args(["-f", "^sleep 30$"])
-        .output()
-        .unwrap();
+    // The `sleep` process group is gone too (its own argument, so no other test's sleep
+    // matches; a killed process may take a moment to be reaped once its parent is gone).
+    let t = Instant::now();
+    let survivors = loop {
+        let ps = Command::new("pgrep")
+            .args(["-f", "^sleep 30.0417$"])
+            .output()
+            .unwrap();
+        if ps.stdout.is_empty() || t.elapsed() > Duration::from_secs(5) {
+            break ps.stdout;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert!(
-        ps.stdout.is_empty(),
+        survivors.is_empty(),
         "sleep survived: {}",
-        String::from_utf8_lossy(&ps.stdout)
+        String::from_utf8_lossy(&survivors)
     );
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::Router;
-use flowerbox::cli::input::{LineRead, ReaderLines, ScriptedLines};
+use flowerbox::creds::input::{LineRead, ReaderLines, ScriptedLines};
 use flowerbox::creds::setup::{configure, setup_command, HEADER_COMMENT};
 use flowerbox::creds::{
     ensure_credentials, CredsError, EnsurePolicy, Lookup, ProbeSettings, Refusal, Source,

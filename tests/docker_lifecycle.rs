@@ -230,7 +230,7 @@ async fn kill9_then_the_next_start_sweeps_orphans_and_spares_live_owners() {
     );
 
     // `gc` lists the live run's containers as kept.
-    let report = gc::gc(&engine, Some(&ws), Some(&ws)).await.unwrap();
+    let report = gc::gc(&engine, Some(&ws)).await.unwrap();
     assert!(report.removed.is_empty());
     assert_eq!(
         report

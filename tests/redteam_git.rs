@@ -13,8 +13,8 @@
 
 mod isolate_support;
 
+use flowerbox::agent::human::Absent;
 use flowerbox::agent::{roles, RunOptions, Runtime, RuntimeConfig, Workbench};
-use flowerbox::channel::Absent;
 use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory};
 use flowerbox::session::SqliteSessionStore;
 use isolate_support::docker_support::{self, agent_image, engine_or_skip, SERIAL};

@@ -12,8 +12,8 @@
 mod docker_support;
 
 use docker_support::*;
+use flowerbox::agent::human::Absent;
 use flowerbox::agent::tools::{ToolContext, ToolError, ToolLimits, ToolRegistry};
-use flowerbox::channel::Absent;
 use flowerbox::model::Role;
 use flowerbox::sandbox::docker::Engine;
 use flowerbox::sandbox::egress::{parse_net, EgressMode, EgressPolicy, HostAddrs};

@@ -6,13 +6,14 @@ mod term_support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use flowerbox::agent::human::AskOutcome;
 use flowerbox::agent::{Event, EventKind, Runtime, RuntimeConfig};
-use flowerbox::channel::{AskOutcome, HumanChannel, HumanConfig};
+use flowerbox::channel::{HumanChannel, HumanConfig};
+use flowerbox::flow::aside::{AsideOracle, ASIDE_STEP};
 use flowerbox::model::Role;
 use flowerbox::record::manifest::{read_manifest, Manifest};
 use flowerbox::sandbox::host::HostSandboxFactory;
 use flowerbox::session::SessionStore;
-use flowerbox::term::aside::ASIDE_STEP;
 use flowerbox::term::port::{OutputPort, PortConfig};
 use flowerbox::term::{Console, ConsoleOptions};
 use flowerbox::testkit::SharedBuf as Buf;
@@ -48,9 +49,6 @@ fn rig(config: HumanConfig, aside: bool, delay: Duration) -> Rig {
         keyboard: false,
         read_input: false,
         home: None,
-        workbench: None,
-        run_dir: aside.then(|| dir.path().join("runs")),
-        aside: None,
     };
     let console = Console::with_port(opts, port, tokio::runtime::Handle::current());
     console.start(channel.clone()).unwrap();
@@ -74,12 +72,18 @@ fn rig(config: HumanConfig, aside: bool, delay: Duration) -> Rig {
             main_store.clone(),
             Arc::new(HostSandboxFactory::new()),
             None,
-            Arc::new(flowerbox::channel::Absent),
+            Arc::new(flowerbox::agent::human::Absent),
             console.event_sink(),
         )
         .with_manifest(main_manifest),
     );
-    console.attach_runtime(rt);
+    console.set_interrupter(rt.clone());
+    console.set_aside(Arc::new(AsideOracle::new(
+        rt,
+        None,
+        aside.then(|| dir.path().join("runs")),
+        tokio::runtime::Handle::current(),
+    )));
     Rig {
         console,
         out,
@@ -200,7 +204,9 @@ async fn lines_answer_skip_or_go_to_the_inbox_with_the_receipt() {
     std::fs::write(&brief, "## 目标\n做个 X\n").unwrap();
     let r = rig(
         HumanConfig {
-            amend_path: Some(brief.clone()),
+            amend: Some(Arc::new(flowerbox::flow::brief::BriefAmendments::at(
+                &brief,
+            ))),
             ..HumanConfig::default()
         },
         true,

@@ -3,8 +3,8 @@
 //! model calls), the delegate guard (the coordinator's Bash runs only glance commands, decided by
 //! the same `is_ephemeral` trim uses), and the worker report format.
 
-use super::glance::is_ephemeral;
 use super::spec::AgentSpec;
+use crate::glance::is_ephemeral;
 use crate::model::ToolCall;
 
 /// Most lines of a worker report.

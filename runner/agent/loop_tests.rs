@@ -11,7 +11,7 @@ use super::event::{Event, EventKind};
 use super::roles;
 use super::runtime::{RunOptions, Runtime, RuntimeConfig};
 use super::workbench::Workbench;
-use crate::channel::Absent;
+use crate::agent::human::Absent;
 use crate::model::*;
 use crate::sandbox::host::HostSandboxFactory;
 use crate::testkit::{replay, MemStore};

@@ -4,9 +4,9 @@
 pub mod compact;
 pub mod confine;
 pub mod event;
-pub mod glance;
 pub mod guard;
 mod handoff;
+pub mod human;
 pub mod place;
 pub mod result;
 pub mod roles;

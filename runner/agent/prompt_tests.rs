@@ -15,7 +15,7 @@ use super::runtime::{Runtime, RuntimeConfig};
 use super::session_loop::AgentRun;
 use super::spec::AgentSpec;
 use super::workbench::Workbench;
-use crate::channel::Absent;
+use crate::agent::human::Absent;
 use crate::model::Role;
 use crate::sandbox::host::HostSandboxFactory;
 use crate::sandbox::AgentBox;

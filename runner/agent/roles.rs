@@ -13,14 +13,7 @@ pub const ASK_TOOL: &str = "mcp__human__ask";
 /// Tool name of the inbox tool.
 pub const INBOX_TOOL: &str = "mcp__human__inbox";
 
-/// Where an agent's commands run, as its system prompt says it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CommandsRun {
-    /// In the agent's own Docker container (`--sandbox docker`, the default).
-    InContainer,
-    /// As host processes of the invoking user (`--sandbox host`).
-    OnHost,
-}
+pub use crate::sandbox::CommandsRun;
 
 /// The text before every agent's rules: the run, where commands run, and the habits every role
 /// shares. It names only what is the same for every session of a role in one run (the main

@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 use super::event::{Event, EventKind, EventSink};
+use super::human::Human;
 use super::place::{role_mounts, Placement, SharedPlacement};
 use super::session_loop::{AgentRun, LoopEnd};
 use super::spec::AgentSpec;
 use super::tools::{ToolLimits, ToolRegistry};
 use super::workbench::Workbench;
-use crate::channel::Human;
 use crate::model::price::Cost;
 use crate::model::{Provider, Role};
 use crate::record::handoff::{window_for, MAX_GENERATIONS};

@@ -17,20 +17,32 @@
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::panic::AssertUnwindSafe;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tokio::sync::oneshot;
 
-use super::{AskOutcome, Human};
+use crate::agent::human::{AskOutcome, Human};
 use crate::agent::{Event, EventKind, EventSink};
-use crate::flow::brief::{append_text, Brief};
 use crate::model::Role;
 
+/// Where what the human says during a run is written down, so that it survives step
+/// boundaries: the workflows append it to the brief (`notes/需求.md`). The channel only calls
+/// it; what the file looks like is the implementor's business.
+pub trait Amend: Send + Sync {
+    /// Appends `text`; `Ok(false)` when nothing was appended.
+    ///
+    /// # Errors
+    /// The file could not be written (the channel records it and carries on).
+    fn amend(&self, text: &str) -> std::io::Result<bool>;
+    /// What is amended, for messages.
+    fn target(&self) -> &Path;
+}
+
 /// How the channel behaves; `Default` is flower's: unlimited asks, 30 minutes, no files.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Clone)]
 pub struct HumanConfig {
     /// Hard question budget; `None` unlimited, `Some(0)` asking forbidden (`--asks`, where any
     /// negative value means `None`).
@@ -43,7 +55,21 @@ pub struct HumanConfig {
     pub log_path: Option<PathBuf>,
     /// What the human says during the run is appended here, usually the brief
     /// (`notes/需求.md`), so it survives step boundaries.
-    pub amend_path: Option<PathBuf>,
+    pub amend: Option<Arc<dyn Amend>>,
+}
+
+impl std::fmt::Debug for HumanConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HumanConfig")
+            .field("max_asks", &self.max_asks)
+            .field("timeout_s", &self.timeout_s)
+            .field("log_path", &self.log_path)
+            .field(
+                "amend",
+                &self.amend.as_ref().map(|a| a.target().to_path_buf()),
+            )
+            .finish()
+    }
 }
 
 impl Default for HumanConfig {
@@ -52,7 +78,7 @@ impl Default for HumanConfig {
             max_asks: None,
             timeout_s: Some(1800.0),
             log_path: None,
-            amend_path: None,
+            amend: None,
         }
     }
 }
@@ -90,7 +116,7 @@ impl PendingQuestion {
 pub struct Sent {
     /// `m1`, `m2`, … in sending order.
     pub id: String,
-    /// Whether it was appended to `amend_path` (decides the terminal's receipt text).
+    /// Whether it was appended by the config's `amend` (decides the terminal's receipt text).
     pub appended: bool,
 }
 
@@ -380,7 +406,7 @@ impl HumanChannel {
     }
 
     /// The human says something unprompted: queued for the agent's next `inbox` call (it never
-    /// interrupts), appended to `amend_path` and logged. `None` for blank text. Callable from
+    /// interrupts), appended through the config's `amend` and logged. `None` for blank text. Callable from
     /// any thread.
     pub fn send(&self, text: &str) -> Option<Sent> {
         let text = text.trim();
@@ -393,11 +419,11 @@ impl HumanChannel {
             st.mail.push_back(text.to_string());
             format!("m{}", st.next_mail)
         };
-        let appended = match &self.inner.config.amend_path {
-            Some(path) => match Brief::append_amendment(path, text) {
+        let appended = match &self.inner.config.amend {
+            Some(amend) => match amend.amend(text) {
                 Ok(done) => done,
                 Err(e) => {
-                    self.io_error(format!("追加到 {} 失败:{e}", path.display()));
+                    self.io_error(format!("追加到 {} 失败:{e}", amend.target().display()));
                     false
                 }
             },
@@ -508,7 +534,7 @@ impl HumanChannel {
             return;
         };
         let _serial = lock(&self.inner.log_lock);
-        if let Err(e) = append_text(path, entry) {
+        if let Err(e) = crate::fsroot::own::append(path, entry.as_bytes()) {
             self.io_error(format!("写问答记录 {} 失败:{e}", path.display()));
         }
     }
@@ -721,7 +747,7 @@ mod tests {
         assert_eq!(ch.remaining(), 0);
         assert_eq!(
             AskOutcome::OverBudget.tool_text(),
-            super::super::OVER_BUDGET_TEXT
+            crate::agent::human::OVER_BUDGET_TEXT
         );
     }
 
@@ -890,13 +916,25 @@ mod tests {
         assert!(!ch.connect_events(crate::agent::event::null_sink()));
     }
 
+    /// Appends each text as one line (the workflows' brief amender is tested in `flow`).
+    struct Lines(PathBuf);
+
+    impl Amend for Lines {
+        fn amend(&self, text: &str) -> std::io::Result<bool> {
+            crate::fsroot::own::append(&self.0, format!("{text}\n").as_bytes()).map(|_| true)
+        }
+        fn target(&self) -> &Path {
+            &self.0
+        }
+    }
+
     #[test]
     fn send_queues_mail_appends_to_brief_and_logs() {
         let dir = tempfile::tempdir().unwrap();
         let brief = dir.path().join("notes/需求.md");
         let log = dir.path().join("notes/问答记录.md");
         let (ch, seen) = channel(HumanConfig {
-            amend_path: Some(brief.clone()),
+            amend: Some(Arc::new(Lines(brief.clone()))),
             log_path: Some(log.clone()),
             ..HumanConfig::default()
         });
@@ -918,8 +956,10 @@ mod tests {
         assert_eq!(ch.send("再加一条").unwrap().id, "m2");
         assert_eq!(ch.pending_mail(), vec!["顺便统计总字节数", "再加一条"]);
 
-        let b = Brief::load(&brief).unwrap().unwrap();
-        assert_eq!(b.amendments, vec!["顺便统计总字节数", "再加一条"]);
+        assert_eq!(
+            std::fs::read_to_string(&brief).unwrap(),
+            "顺便统计总字节数\n再加一条\n"
+        );
         let text = std::fs::read_to_string(&log).unwrap();
         assert!(
             text.contains("人主动说\n顺便统计总字节数\n(已追加进确认书)"),
@@ -948,7 +988,7 @@ mod tests {
         let file = dir.path().join("plain");
         std::fs::write(&file, "x").unwrap();
         let ch = HumanChannel::new(HumanConfig {
-            amend_path: Some(file.join("需求.md")), // parent is a file
+            amend: Some(Arc::new(Lines(file.join("需求.md")))), // parent is a file
             log_path: Some(file.join("log.md")),
             ..HumanConfig::default()
         });

@@ -16,12 +16,14 @@ use super::args::Cli;
 use super::entry;
 use super::error::{CliError, ExitStatus};
 use super::host::Host;
-use super::input::LineSource;
 use super::logging;
 use super::options::{CommandOptions, GlobalOptions, Options};
 use super::prompt;
 use super::rewrite::Grammar;
+use crate::creds::input::LineSource;
 use crate::creds::{self, Credentials, EnsurePolicy, ProbeSettings};
+use crate::flow::wake::WakeState;
+use crate::flow::FlowError;
 
 /// The streams of one invocation.
 pub struct Io<'a> {
@@ -33,12 +35,16 @@ pub struct Io<'a> {
     pub stderr: &'a mut dyn Write,
 }
 
+/// The wake probe: `go`'s workspace, run directory and `--isolate` → what the directory holds.
+pub type WakeProbe = Box<dyn Fn(&Path, &Path, bool) -> WakeState + Send + Sync>;
+
 /// Pluggable behaviour.
 pub struct Hooks {
-    /// Whether the directory was woken, given `go`'s workbench directory: the default is the
-    /// workflow layer's probe ([`crate::flow::wake::brief_complete`]: a four-section
-    /// `notes/需求.md`). Must only read.
-    pub was_woken: Box<dyn Fn(&Path) -> bool + Send + Sync>,
+    /// Whether `go`'s directory is woken, and what it holds: the default is the workflow layer's
+    /// probe ([`crate::flow::wake::wake_state`]: a four-section `notes/需求.md`, the goal, the
+    /// lineage). Must only read. Asked once: its answer decides the start prompt and is what
+    /// `go` acts on.
+    pub wake: WakeProbe,
     /// Install the `tracing` subscriber and the panic hook's log path (the binary does; the
     /// in-process tests do not, since both are process-wide).
     pub init_logging: bool,
@@ -49,7 +55,7 @@ pub struct Hooks {
 impl Default for Hooks {
     fn default() -> Self {
         Self {
-            was_woken: Box::new(crate::flow::wake::brief_complete),
+            wake: Box::new(crate::flow::wake::wake_state),
             init_logging: true,
             probe: ProbeSettings::default(),
         }
@@ -124,10 +130,10 @@ async fn dispatch(
                 )
                 .map_err(CliError::terminal)?;
             }
+            let wake = (hooks.wake)(&global.workspace, &global.run_dir, opts.isolate);
             if opts.ask.is_none() {
-                let woken = (hooks.was_woken)(&opts.workbench);
                 let answer = prompt::ask_for_request(
-                    woken,
+                    wake.waking,
                     opts.new,
                     global.interactive,
                     io.stdin,
@@ -141,7 +147,7 @@ async fn dispatch(
                     .map_err(CliError::terminal)?;
             }
             start_log(logger.map(|l| l.open(&global.run_dir)).transpose()?);
-            entry::go(opts, global, creds).await
+            entry::go(opts, global, creds, wake).await
         }
         CommandOptions::Run(opts) => {
             let creds = gates(host, &global, io, hooks).await?;
@@ -229,13 +235,16 @@ fn finish(result: Result<ExitStatus, CliError>, io: &mut Io<'_>, log: Option<&Pa
 
 /// Errors whose message does not say everything: the log has the rest.
 fn points_to_log(error: &CliError) -> bool {
-    matches!(error, CliError::StepAborted(_) | CliError::Io { .. })
+    matches!(
+        error,
+        CliError::Flow(FlowError::StepAborted(_) | FlowError::Io { .. }) | CliError::Io { .. }
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::input::ScriptedLines;
+    use crate::creds::input::ScriptedLines;
     use std::collections::BTreeMap;
 
     struct Run {
@@ -248,12 +257,12 @@ mod tests {
         args: &[&str],
         host: &Host,
         lines: &[&str],
-        was_woken: impl Fn(&Path) -> bool + Send + Sync + 'static,
+        wake: impl Fn(&Path, &Path, bool) -> WakeState + Send + Sync + 'static,
     ) -> Run {
         let mut stdin = ScriptedLines::lines(lines.iter().copied());
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let hooks = Hooks {
-            was_woken: Box::new(was_woken),
+            wake: Box::new(wake),
             init_logging: false,
             probe: ProbeSettings::default(),
         };
@@ -306,11 +315,11 @@ mod tests {
     fn help_goes_to_stdout_and_errors_to_stderr() {
         let d = tempfile::tempdir().unwrap();
         let h = host(d.path(), false, &[]);
-        let r = run_with(&["--help"], &h, &[], |_| false);
+        let r = run_with(&["--help"], &h, &[], crate::flow::wake::wake_state);
         assert_eq!(r.exit, Exit::Code(0));
         assert!(r.out.contains("Usage: flowerbox"));
         assert!(r.err.is_empty());
-        let r = run_with(&["--nope"], &h, &[], |_| false);
+        let r = run_with(&["--nope"], &h, &[], crate::flow::wake::wake_state);
         assert_eq!(r.exit, Exit::Code(2));
         assert!(r.err.contains("--nope"), "{}", r.err);
     }
@@ -319,18 +328,22 @@ mod tests {
     fn the_wake_hook_decides_the_prompt() {
         let d = tempfile::tempdir().unwrap();
         let h = host(d.path(), true, &KEY);
-        let expected_workbench = d.path().canonicalize().unwrap().join(".flower");
-        let r = run_with(&[], &h, &[""], move |wb| {
-            assert_eq!(wb, expected_workbench);
-            true
+        let expected_workspace = d.path().canonicalize().unwrap();
+        let r = run_with(&[], &h, &[""], move |ws, runs, isolate| {
+            assert_eq!(ws, expected_workspace);
+            WakeState {
+                waking: true,
+                ..crate::flow::wake::wake_state(ws, runs, isolate)
+            }
         });
         assert!(r.out.starts_with(prompt::PROMPT_WOKEN), "{}", r.out);
-        // Bare Enter continues: the call reaches `go`, whose own read-only probe finds no
-        // brief here (the hook lied), so there is nothing to continue.
+        // Bare Enter continues: the call reaches `go`, which acts on the same answer (the hook
+        // said woken: nothing is asked again) and gets as far as the run's services, where the
+        // endpoint fails.
         assert_eq!(r.exit, Exit::Code(1));
-        assert!(r.err.starts_with("要给一句诉求"), "{}", r.err);
+        assert!(!r.err.starts_with("要给一句诉求"), "{}", r.err);
 
-        let r = run_with(&[], &h, &[""], |_| false);
+        let r = run_with(&[], &h, &[""], crate::flow::wake::wake_state);
         assert!(r.out.starts_with(prompt::PROMPT_FRESH), "{}", r.out);
         assert!(r.err.starts_with("诉求是空的"), "{}", r.err);
     }
@@ -339,7 +352,12 @@ mod tests {
     fn verbose_masks_secrets() {
         let d = tempfile::tempdir().unwrap();
         let h = host(d.path(), false, &KEY);
-        let r = run_with(&["-v", "once", "hi"], &h, &[], |_| false);
+        let r = run_with(
+            &["-v", "once", "hi"],
+            &h,
+            &[],
+            crate::flow::wake::wake_state,
+        );
         assert!(
             r.out.contains("ANTHROPIC_API_KEY=sk-a…  (进程环境)"),
             "{}",
@@ -354,7 +372,12 @@ mod tests {
         let mut env = KEY.to_vec();
         env.push(("ANTHROPIC_MODEL", "evil\x1b[2J\x1b]0;pwned\x07-model"));
         let h = host(d.path(), false, &env);
-        let r = run_with(&["-v", "once", "hi"], &h, &[], |_| false);
+        let r = run_with(
+            &["-v", "once", "hi"],
+            &h,
+            &[],
+            crate::flow::wake::wake_state,
+        );
         assert!(r.out.contains("ANTHROPIC_MODEL=evil"), "{}", r.out);
         assert!(
             !r.out.contains('\x1b') && !r.out.contains('\x07'),
@@ -372,7 +395,7 @@ mod tests {
         )
         .unwrap();
         let h = host(d.path(), false, &[("FLOWER_NO_PROBE", "1")]);
-        let r = run_with(&["once", "hi"], &h, &[], |_| false);
+        let r = run_with(&["once", "hi"], &h, &[], crate::flow::wake::wake_state);
         assert_eq!(r.exit, Exit::Code(1));
         let warning = format!(
             "! {} 第 2 行看不懂(没有 `=`),跳过了\n",
@@ -387,7 +410,12 @@ mod tests {
     fn setup_writes_the_user_file_and_no_run_dir() {
         let d = tempfile::tempdir().unwrap();
         let h = host(d.path(), false, &[]);
-        let r = run_with(&["setup"], &h, &["tok-abcdefgh", "", ""], |_| false);
+        let r = run_with(
+            &["setup"],
+            &h,
+            &["tok-abcdefgh", "", ""],
+            crate::flow::wake::wake_state,
+        );
         assert_eq!(r.exit, Exit::Code(0), "{}", r.err);
         assert!(d.path().join("home/.config/flower/.env").exists());
         assert!(!d.path().join("runs").exists());

@@ -9,43 +9,87 @@
 //!   provider from [`Credentials::get`];
 //! - return `Ok(ExitStatus::Success)` (0), `Ok(ExitStatus::Interrupted)` (130, second Ctrl-C),
 //!   `Ok(ExitStatus::Signalled(sig))` (SIGHUP/SIGTERM after recording the in-flight step), or an
-//!   `Err(CliError)` whose message is printed on stderr with exit code 1 (e.g.
-//!   [`CliError::StepAborted`]). Never print a backtrace; never exit the process yourself.
+//!   `Err(CliError)` whose message is printed on stderr with exit code 1 (e.g. a step that
+//!   stopped the run, [`crate::flow::FlowError::StepAborted`]). Never print a backtrace; never
+//!   exit the process yourself.
 
 use super::error::{CliError, ExitStatus};
 use super::options::{DoctorOptions, GcOptions, GlobalOptions, GoOptions, OnceOptions, RunOptions};
+use super::services::{frontend, go_settings, once_settings, run_settings};
+use super::target::TargetError;
 use crate::creds::Credentials;
+use crate::flow::runfile::RunFileSettings;
+use crate::flow::wake::WakeState;
+use crate::flow::{FlowError, RunEnd};
+use crate::term::PlainFrontend;
+
+/// How a run ended, as the process ends.
+fn status(end: RunEnd) -> ExitStatus {
+    match end {
+        RunEnd::Finished => ExitStatus::Success,
+        RunEnd::Interrupted => ExitStatus::Interrupted,
+        RunEnd::Signalled(sig) => ExitStatus::Signalled(sig),
+    }
+}
 
 /// `flowerbox go`: build the clarify → goal → work (+ judge per round) workflow and run it.
 /// `opts.ask` is the request, or `None` to continue a woken directory; `opts.new` asks to
 /// archive the previous run (`lineage.json`, `需求.md`, `目标.md` into
-/// `notes/archive/<YYYYmmdd-HHMMSS>/`) before starting.
+/// `notes/archive/<YYYYmmdd-HHMMSS>/`) before starting. `wake` is the directory's wake probe,
+/// the one the start prompt was decided by.
 pub async fn go(
     opts: GoOptions,
     globals: GlobalOptions,
     creds: Credentials,
+    wake: WakeState,
 ) -> Result<ExitStatus, CliError> {
-    crate::flow::starter::go(opts, globals, creds).await
+    let settings = run_settings(&globals, &creds);
+    let end =
+        crate::flow::starter::go(&settings, go_settings(opts), wake, frontend(&globals)).await?;
+    Ok(status(end))
 }
 
 /// `flowerbox run TARGET`: run the workflow `opts.target.workflow` (the named table of the
-/// workflow file) with default go-switch values.
+/// workflow file) with default go-switch values. A table that does not declare a workflow is
+/// flower's import failure, `导入 '<FILE>' 失败:<what, naming the step and field>` (exit 1).
 pub async fn run(
     opts: RunOptions,
     globals: GlobalOptions,
     creds: Credentials,
 ) -> Result<ExitStatus, CliError> {
-    crate::flow::runfile::run(opts, globals, creds).await
+    let settings = run_settings(&globals, &creds);
+    let RunOptions {
+        target,
+        workbench,
+        trim,
+    } = opts;
+    let run = RunFileSettings {
+        name: target.name.clone(),
+        table: target.workflow,
+        workbench,
+        trim,
+    };
+    match crate::flow::runfile::run(&settings, run, frontend(&globals)).await {
+        Ok(end) => Ok(status(end)),
+        Err(FlowError::Declared(e)) => Err(CliError::Target(TargetError::Import {
+            module: target.module,
+            message: format!("'{}' {e}", target.name),
+        })),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// `flowerbox once PROMPT`: one agent named `ad-hoc`, no workflow, no verdict, no human
-/// (questions time out at once).
+/// (questions time out at once). Plain output, also on a terminal.
 pub async fn once(
     opts: OnceOptions,
     globals: GlobalOptions,
     creds: Credentials,
 ) -> Result<ExitStatus, CliError> {
-    crate::app::once::once(opts, globals, creds).await
+    let settings = run_settings(&globals, &creds);
+    let plain = std::sync::Arc::new(PlainFrontend::stdout(globals.verbose));
+    let end = crate::flow::once::once(&settings, once_settings(opts), plain).await?;
+    Ok(status(end))
 }
 
 /// `flowerbox doctor`: check the Docker engine, the agent image and the credentials. `creds`
@@ -83,9 +127,18 @@ pub async fn gc(opts: GcOptions, globals: GlobalOptions) -> Result<ExitStatus, C
             .await
             .map_err(|e| CliError::Failed(e.to_string()))?;
     let containers_of = (!opts.every_workspace).then_some(globals.workspace.as_path());
-    let report = crate::sandbox::gc::gc(&engine, containers_of, Some(&globals.workspace))
+    let mut report = crate::sandbox::gc::gc(&engine, containers_of)
         .await
-        .map_err(crate::app::context::sandbox_error)?;
+        .map_err(|e| CliError::Failed(e.to_string()))?;
+    let workspace = globals.workspace.clone();
+    let trees =
+        tokio::task::spawn_blocking(move || crate::isolate::sweep::worktree_report(&workspace))
+            .await
+            .unwrap_or_else(|e| crate::sandbox::gc::GcReport {
+                failed: vec![format!("清理 worktree 时崩了:{e}")],
+                ..Default::default()
+            });
+    report.absorb(trees);
     let lines = report.lines();
     if lines.is_empty() {
         println!("- 没有残留的容器");

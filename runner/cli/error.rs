@@ -14,6 +14,9 @@ use thiserror::Error;
 
 use super::target::TargetError;
 use crate::creds::CredsError;
+use crate::flow::error::NEED_REQUEST;
+use crate::flow::FlowError;
+use crate::isolate::IsolateError;
 
 /// How a command that did not fail ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,17 +58,18 @@ pub enum CliError {
     #[error("诉求是空的。直接 `flowerbox` 然后按提示输入,或者 flowerbox \"帮我做一个 X\"。")]
     EmptyRequest,
     /// No request from a non-terminal stdin and the directory was not woken.
-    #[error("要给一句诉求,例如 flowerbox '帮我做一个 X'")]
+    #[error("{}", NEED_REQUEST)]
     NeedRequest,
     /// Credentials are missing, refused or could not be configured.
     #[error(transparent)]
     Creds(#[from] CredsError),
-    /// `--isolate` on a workspace that is not a git repository.
-    #[error("--isolate 要求 {} 是 git 仓库(每个 subagent 要分一份 worktree)。先 git init,或者去掉 --isolate。", .0.display())]
-    IsolateNotGit(PathBuf),
-    /// A workflow step failed and its policy is to stop.
-    #[error("在步骤 '{0}' 中止")]
-    StepAborted(String),
+    /// `--isolate` on a workspace that is not a git repository
+    /// ([`IsolateError::NotARepository`]).
+    #[error(transparent)]
+    Isolate(#[from] IsolateError),
+    /// A run did not finish ([`FlowError::StepAborted`] when a step stopped it).
+    #[error(transparent)]
+    Flow(#[from] FlowError),
     /// `run`'s target could not be found or loaded.
     #[error(transparent)]
     Target(#[from] TargetError),
@@ -133,13 +137,11 @@ mod tests {
         assert_eq!(ExitStatus::Signalled(15).code(), 143);
         assert_eq!(CliError::Usage("x".into()).exit_code(), 2);
         assert_eq!(CliError::Cancelled.exit_code(), 1);
-        assert_eq!(CliError::StepAborted("干活".into()).exit_code(), 1);
+        let aborted = || CliError::Flow(FlowError::StepAborted("干活".into()));
+        assert_eq!(aborted().exit_code(), 1);
+        assert_eq!(aborted().to_string(), "在步骤 '干活' 中止");
         assert_eq!(
-            CliError::StepAborted("干活".into()).to_string(),
-            "在步骤 '干活' 中止"
-        );
-        assert_eq!(
-            CliError::IsolateNotGit("/p".into()).to_string(),
+            CliError::Isolate(IsolateError::NotARepository("/p".into())).to_string(),
             "--isolate 要求 /p 是 git 仓库(每个 subagent 要分一份 worktree)。先 git init,或者去掉 --isolate。"
         );
     }

@@ -12,11 +12,11 @@ mod egress;
 pub mod entry;
 pub mod error;
 pub mod host;
-pub mod input;
 pub mod logging;
 pub mod options;
 pub mod prompt;
 pub mod rewrite;
+pub mod services;
 pub mod target;
 
 use std::panic::{self, AssertUnwindSafe};
@@ -54,7 +54,7 @@ pub fn main_entry() -> i32 {
         }
     };
     let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
-        let mut stdin = input::StdinLines;
+        let mut stdin = crate::creds::input::StdinLines;
         let mut stdout = std::io::stdout();
         let mut stderr = std::io::stderr();
         let mut io = Io {

@@ -18,6 +18,7 @@ use super::egress::egress_policy;
 use super::error::CliError;
 use super::host::Host;
 use super::target::{self, RunTarget};
+use crate::isolate::IsolateError;
 #[cfg(test)]
 use crate::sandbox::egress::EgressMode;
 use crate::sandbox::egress::EgressPolicy;
@@ -174,7 +175,7 @@ impl Options {
     /// Validates and resolves parsed arguments. Creates the workspace; reads `run`'s target.
     ///
     /// Errors: [`CliError::Usage`] (exit 2) for refused values, [`CliError::Workspace`],
-    /// [`CliError::IsolateNotGit`], [`CliError::Target`] (exit 1).
+    /// [`CliError::Isolate`], [`CliError::Target`] (exit 1).
     pub fn resolve(cli: Cli, host: &Host) -> Result<Self, CliError> {
         let Cli { global, command } = cli;
         let workspace_given = global.workspace.is_some();
@@ -291,7 +292,9 @@ impl GoOptions {
             && matches!(git2::Repository::discover(&global.workspace),
                         Err(ref e) if e.code() == git2::ErrorCode::NotFound)
         {
-            return Err(CliError::IsolateNotGit(global.workspace.clone()));
+            return Err(CliError::Isolate(IsolateError::NotARepository(
+                global.workspace.clone(),
+            )));
         }
         Ok(Self {
             ask: ask.filter(|a| !a.trim().is_empty()),
@@ -686,7 +689,10 @@ mod tests {
         let e = env();
         let err = resolve(&e.host, &["go", "--isolate"]).unwrap_err();
         assert_eq!(err.exit_code(), 1);
-        assert!(matches!(err, CliError::IsolateNotGit(ref p) if *p == e.host.cwd));
+        assert!(matches!(
+            err,
+            CliError::Isolate(IsolateError::NotARepository(ref p)) if *p == e.host.cwd
+        ));
         git2::Repository::init(e.host.cwd.join("repo")).unwrap();
         let g = go(&e.host, &["-w", "repo", "go", "--isolate"]);
         assert!(g.isolate);

@@ -10,7 +10,7 @@
 use std::io::Write;
 
 use super::error::CliError;
-use super::input::{LineRead, LineSource};
+use crate::creds::input::{LineRead, LineSource};
 
 /// The header on a fresh directory.
 pub const PROMPT_FRESH: &str = "要做什么? 一句话就够,回车开始(Ctrl-C 退出)";
@@ -92,7 +92,7 @@ pub fn ask_for_request(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::input::ScriptedLines;
+    use crate::creds::input::ScriptedLines;
 
     fn run(
         woken: bool,

@@ -13,9 +13,9 @@ use std::io::Write;
 use super::chain::Lookup;
 use super::credentials::{Credentials, ProviderKind};
 use super::error::{CredsError, Refusal};
+use super::input::LineSource;
 use super::probe::{probe, ProbeSettings, Verdict};
 use super::setup;
-use crate::cli::input::LineSource;
 
 /// How the gates may behave.
 #[derive(Debug, Clone)]

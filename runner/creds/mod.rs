@@ -12,6 +12,7 @@ mod credentials;
 pub mod dotenv;
 mod ensure;
 mod error;
+pub mod input;
 pub mod probe;
 pub mod setup;
 

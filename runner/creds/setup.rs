@@ -10,7 +10,7 @@ use super::chain::Lookup;
 use super::credentials::{Credentials, Source};
 use super::dotenv;
 use super::error::CredsError;
-use crate::cli::input::{LineRead, LineSource};
+use super::input::{LineRead, LineSource};
 
 /// The comment on the first line of the written file.
 pub const HEADER_COMMENT: &str =

@@ -12,7 +12,7 @@
 //! [`Brief::amendments`] and flow downstream with [`Brief::prompt_block`].
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::fsroot::own;
 
@@ -169,6 +169,27 @@ impl Brief {
             &format!("\n## {AMENDMENT_HEADING}({stamp})\n{text}\n"),
         )?;
         Ok(true)
+    }
+}
+
+/// The question channel's [`Amend`](crate::channel::human::Amend) for a brief: what the human
+/// says during a run becomes a [`Brief::append_amendment`] section of the brief at its path.
+#[derive(Debug, Clone)]
+pub struct BriefAmendments(PathBuf);
+
+impl BriefAmendments {
+    /// Amends the brief at `path` (`notes/需求.md`).
+    pub fn at(path: impl Into<PathBuf>) -> Self {
+        BriefAmendments(path.into())
+    }
+}
+
+impl crate::channel::human::Amend for BriefAmendments {
+    fn amend(&self, text: &str) -> io::Result<bool> {
+        Brief::append_amendment(&self.0, text)
+    }
+    fn target(&self) -> &Path {
+        &self.0
     }
 }
 
@@ -614,5 +635,20 @@ mod tests {
         let b = Brief::load(&path).unwrap().unwrap();
         assert_eq!(b.amendments, vec!["加一条"]);
         assert!(!b.is_complete());
+    }
+
+    #[test]
+    fn what_the_human_sends_lands_in_the_brief_as_amendments() {
+        use crate::channel::{HumanChannel, HumanConfig};
+        let dir = tempfile::tempdir().unwrap();
+        let brief = dir.path().join("notes/需求.md");
+        let ch = HumanChannel::new(HumanConfig {
+            amend: Some(std::sync::Arc::new(BriefAmendments::at(&brief))),
+            ..HumanConfig::default()
+        });
+        assert!(ch.send("顺便统计总字节数").unwrap().appended);
+        assert!(ch.send("再加一条").unwrap().appended);
+        let b = Brief::load(&brief).unwrap().unwrap();
+        assert_eq!(b.amendments, vec!["顺便统计总字节数", "再加一条"]);
     }
 }

@@ -1,114 +1,32 @@
 //! The driver shared by `go` and `run` (seed 000 "运行中怎么和它说话", "SIGHUP / SIGTERM",
-//! "退出码"): it opens a [`Session`] (frontend, question channel, [`RunContext`]), runs a
-//! [`Workflow`] under signal handling, prints the closing line
-//! `总花费 $X · 清单 <manifest>` and turns the outcome into an exit status.
+//! "退出码"): it opens a [`Session`] (the frontend it is given, the question channel, the
+//! [`RunContext`]), runs a [`Workflow`] under signal handling, shows the closing line
+//! `总花费 $X · 清单 <manifest>` and says how the run ended.
 //!
-//! # The UI seam (for the terminal console)
-//!
-//! Everything the human sees or types goes through a [`Frontend`]:
-//! - **events**: [`Frontend::events`] is the runtime's first event outlet; the question
-//!   channel's events (`Question`, `Answer`, `Inbox`) are connected to the same sink;
-//! - **lines** that are not events (wake banner, archive note, closing line):
-//!   [`Frontend::print`], rendered with [`Frontend::render_options`];
-//! - **input**: [`Frontend::attach`] receives the [`HumanChannel`] and the [`Runtime`] once
-//!   they exist — answer with [`HumanChannel::answer_oldest`] / `decline_oldest`, pass
-//!   unprompted lines to [`HumanChannel::send`] (inbox + brief), interrupt with
-//!   [`Runtime::interrupt`]; [`Frontend::detach`] is called when the run is over (stop the
-//!   input thread, restore the terminal);
-//! - **Ctrl-C**: a frontend that handles SIGINT itself says so with
-//!   [`Frontend::owns_interrupt`] and resolves [`Frontend::quit_requested`] on the second
-//!   Ctrl-C (the driver then records the in-flight step as `interrupted-by-human`, removes the
-//!   containers and exits 130). Otherwise the driver treats SIGINT like flower's pipe mode:
-//!   the first one ends the run (exit 130, books kept).
-//!
-//! The driver asks "interactive?" in exactly one place, [`frontend`]: the terminal
-//! [`Console`](crate::term::Console) when stdin is a terminal (resident prompt, answers, inbox,
-//! aside oracle, two-step Ctrl-C), otherwise the [`PlainFrontend`] (rendered lines on stdout,
-//! no input: questions settle by `--timeout`).
+//! Everything the human sees or types goes through the [`Frontend`] the command line chose
+//! ([`super::frontend`]): events and notices out; once the services exist, [`Frontend::attach`]
+//! gets the channel, the round's [`Interrupt`](super::frontend::Interrupt) and the
+//! [`AsideOracle`]; [`Frontend::detach`] when the run is over. A frontend that handles SIGINT
+//! itself resolves [`Frontend::quit_requested`] on the second Ctrl-C (the driver then records the
+//! in-flight step as `interrupted-by-human`, removes the containers and ends as
+//! [`RunEnd::Interrupted`]). Otherwise the driver treats SIGINT like flower's pipe mode: the first
+//! one ends the run.
 
-use async_trait::async_trait;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::aside::AsideOracle;
+use super::context::{RunContext, RunSettings, RunSetup};
 use super::ctx::Ctx;
+use super::error::{FlowError, RunEnd};
+use super::frontend::{Closing, Controls, Frontend, Notice};
 use super::workflow::{Completion, Workflow};
 use crate::agent::runtime::INTERRUPTED;
-use crate::agent::{Event, EventKind, EventSink, Runtime};
-use crate::app::{PlainPrinter, RunContext, RunSetup};
+use crate::agent::{Event, EventKind, Runtime};
 use crate::channel::{HumanChannel, HumanConfig};
-use crate::cli::error::{CliError, ExitStatus};
-use crate::cli::options::GlobalOptions;
-use crate::creds::Credentials;
-use crate::isolate::{open_for_run, IsolateError, IsolateOptions, WorktreePlacement};
+use crate::isolate::{open_for_run, IsolateOptions, WorktreePlacement};
 use crate::model::Role;
 use crate::record::manifest::KILLED_BY_SIGNAL;
-use crate::term::render::{closing_line, RenderOptions};
-
-/// What the human sees and types during a run. See the module doc.
-#[async_trait]
-pub trait Frontend: Send + Sync {
-    /// The outlet for every event of the run.
-    fn events(&self) -> EventSink;
-    /// How lines are rendered (width, colour, home for `~`).
-    fn render_options(&self) -> RenderOptions;
-    /// Prints finished lines (already rendered).
-    fn print(&self, lines: &[String]);
-    /// The run's channel and runtime exist: start taking input.
-    fn attach(&self, _channel: &HumanChannel, _runtime: &Arc<Runtime>) {}
-    /// Whether this frontend handles SIGINT itself (then the driver leaves it alone).
-    fn owns_interrupt(&self) -> bool {
-        false
-    }
-    /// Resolves when the human wants out (the second Ctrl-C); never, by default.
-    async fn quit_requested(&self) {
-        std::future::pending::<()>().await
-    }
-    /// The run is over: stop taking input.
-    fn detach(&self) {}
-}
-
-/// The non-interactive frontend: [`PlainPrinter`] to stdout, no input.
-pub struct PlainFrontend {
-    printer: Arc<PlainPrinter>,
-}
-
-impl PlainFrontend {
-    /// A plain frontend on stdout.
-    pub fn stdout(verbose: bool) -> Self {
-        PlainFrontend {
-            printer: PlainPrinter::stdout(verbose),
-        }
-    }
-
-    /// A plain frontend over any printer (tests).
-    pub fn new(printer: Arc<PlainPrinter>) -> Self {
-        PlainFrontend { printer }
-    }
-}
-
-#[async_trait]
-impl Frontend for PlainFrontend {
-    fn events(&self) -> EventSink {
-        self.printer.sink()
-    }
-    fn render_options(&self) -> RenderOptions {
-        self.printer.options().clone()
-    }
-    fn print(&self, lines: &[String]) {
-        self.printer.print_lines(lines);
-    }
-}
-
-/// THE place that decides whether the run is interactive: the terminal console when
-/// `globals.interactive` (stdin is a terminal), plain output otherwise.
-pub fn frontend(globals: &GlobalOptions) -> Arc<dyn Frontend> {
-    if globals.interactive {
-        if let Some(console) = crate::term::frontend::console_frontend(globals) {
-            return console;
-        }
-    }
-    Arc::new(PlainFrontend::stdout(globals.verbose))
-}
 
 /// What differs between the runs a [`Session`] can host.
 pub struct SessionSetup {
@@ -136,43 +54,40 @@ pub struct Session {
     pub run: RunContext,
     /// ISOLATION: the worktree placement with `--isolate`.
     pub isolation: Option<Arc<WorktreePlacement>>,
+    /// The run directory (the aside oracle keeps its books in `aside/` there).
+    run_dir: PathBuf,
 }
 
 /// ISOLATION: opens the workspace's repository for `--isolate` (sweeping what crashed runs
 /// left) — the worktree placement of [`RunSetup::placement`].
 async fn open_isolation(
-    globals: &GlobalOptions,
-    workbench: Option<&std::path::Path>,
-) -> Result<Arc<WorktreePlacement>, CliError> {
+    settings: &RunSettings,
+    workbench: Option<&Path>,
+) -> Result<Arc<WorktreePlacement>, FlowError> {
     let workbench = workbench
-        .map(std::path::Path::to_path_buf)
-        .unwrap_or_else(|| crate::agent::Workbench::locate(&globals.workspace, true));
-    let mut opts = IsolateOptions::new(&globals.workspace, workbench);
-    opts.exclude = vec![globals.run_dir.clone()];
-    open_for_run(opts).await.map_err(|e| match e {
-        IsolateError::NotARepository(p) => CliError::IsolateNotGit(p),
-        e => CliError::Failed(e.to_string()),
-    })
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| crate::agent::Workbench::locate(&settings.workspace, true));
+    let mut opts = IsolateOptions::new(&settings.workspace, workbench);
+    opts.exclude = vec![settings.run_dir.clone()];
+    Ok(open_for_run(opts).await?)
 }
 
 impl Session {
-    /// Builds the frontend, the channel and the run context. Errors are exit-1 messages.
+    /// Builds the channel and the run context around `frontend`.
     pub async fn open(
-        globals: &GlobalOptions,
-        creds: &Credentials,
+        settings: &RunSettings,
         setup: SessionSetup,
-    ) -> Result<Session, CliError> {
+        frontend: Arc<dyn Frontend>,
+    ) -> Result<Session, FlowError> {
         // ISOLATION: `--isolate` places every worker in its own git worktree.
         let isolation = match setup.isolate {
-            true => Some(open_isolation(globals, setup.workbench.as_deref()).await?),
+            true => Some(open_isolation(settings, setup.workbench.as_deref()).await?),
             false => None,
         };
-        let frontend = frontend(globals);
         let channel = HumanChannel::new(setup.human);
         channel.connect_events(frontend.events());
         let run = RunContext::build(
-            globals,
-            creds,
+            settings,
             RunSetup {
                 workbench: setup.workbench,
                 trim_large: setup.trim_large,
@@ -193,6 +108,7 @@ impl Session {
             channel,
             run,
             isolation,
+            run_dir: settings.run_dir.clone(),
         };
         // ISOLATION: branch names carry the run id; start warnings (uncommitted changes
         // workers will not see, leftovers of earlier runs) go to the human.
@@ -235,15 +151,25 @@ impl Session {
     }
 
     /// Runs `wf` over `ctx` to the end, a signal or the human's quit; then removes the
-    /// containers, prints the closing line and returns the exit status:
-    /// 0 when it finished, [`CliError::StepAborted`] when a step stopped it,
-    /// [`ExitStatus::Signalled`] after SIGHUP/SIGTERM (the in-flight step recorded as
-    /// `killed-by-signal`), [`ExitStatus::Interrupted`] after the human's quit or SIGINT.
-    pub async fn execute(self, wf: &Workflow, ctx: &mut Ctx) -> Result<ExitStatus, CliError> {
+    /// containers, shows the closing line and says how it ended: [`RunEnd::Finished`],
+    /// [`FlowError::StepAborted`] when a step stopped it, [`RunEnd::Signalled`] after
+    /// SIGHUP/SIGTERM (the in-flight step recorded as `killed-by-signal`),
+    /// [`RunEnd::Interrupted`] after the human's quit or SIGINT.
+    pub async fn execute(self, wf: &Workflow, ctx: &mut Ctx) -> Result<RunEnd, FlowError> {
         let rt = self.run.runtime.clone();
-        self.frontend.attach(&self.channel, &rt);
+        let aside = AsideOracle::new(
+            rt.clone(),
+            None,
+            Some(self.run_dir.clone()),
+            tokio::runtime::Handle::current(),
+        );
+        self.frontend.attach(Controls {
+            channel: self.channel.clone(),
+            interrupt: rt.clone(),
+            aside: Arc::new(aside),
+        });
         enum End {
-            Done(Result<Completion, super::workflow::FlowError>),
+            Done(Result<Completion, FlowError>),
             Signal(i32),
             Quit,
         }
@@ -258,44 +184,47 @@ impl Session {
                 rt.rescue(KILLED_BY_SIGNAL);
                 self.run.shutdown().await;
                 self.close_isolation().await;
-                Ok(ExitStatus::Signalled(sig))
+                Ok(RunEnd::Signalled(sig))
             }
             End::Signal(_) | End::Quit => {
                 rt.rescue(INTERRUPTED);
                 self.finish().await;
-                Ok(ExitStatus::Interrupted)
+                Ok(RunEnd::Interrupted)
             }
             End::Done(Ok(Completion::Finished)) => {
                 self.finish().await;
-                Ok(ExitStatus::Success)
+                Ok(RunEnd::Finished)
             }
             End::Done(Ok(Completion::Stopped { step, aborted })) => {
                 if let Some(why) = aborted {
                     self.note(EventKind::Error { text: why });
                 }
                 self.finish().await;
-                Err(CliError::StepAborted(step))
+                Err(FlowError::StepAborted(step))
             }
             End::Done(Err(e)) => {
                 self.note(EventKind::Error {
                     text: e.to_string(),
                 });
                 self.finish().await;
-                Err(CliError::StepAborted(e.step().to_string()))
+                Err(FlowError::StepAborted(
+                    e.step().unwrap_or(wf.name.as_str()).to_string(),
+                ))
             }
         }
     }
 
-    /// Removes the containers and prints the closing line.
+    /// Removes the containers and shows the closing line.
     async fn finish(&self) {
         self.run.shutdown().await;
         self.close_isolation().await;
-        let (cost, known, any_known) = process_cost(&self.run);
-        let opts = self.frontend.render_options();
-        self.frontend.print(&[
-            String::new(),
-            closing_line(cost, known, any_known, self.run.manifest.path(), &opts),
-        ]);
+        let (cost_usd, all_known, any_known) = process_cost(&self.run);
+        self.frontend.notice(&Notice::Closing(Closing {
+            cost_usd,
+            all_known,
+            any_known,
+            manifest: self.run.manifest.path().to_path_buf(),
+        }));
     }
 }
 
@@ -354,6 +283,8 @@ pub fn human_config(
             Some(timeout.as_secs_f64())
         },
         log_path: Some(log_path),
-        amend_path: Some(amend_path),
+        amend: Some(std::sync::Arc::new(super::brief::BriefAmendments::at(
+            amend_path,
+        ))),
     }
 }

@@ -24,8 +24,8 @@ use super::identity::{identity, Exclusions, WorkspaceIdentity};
 use super::step::{Gate, GateCx, OnFail, Prompt, Step, StepAbort};
 use super::verdict::{Verdict, VerdictState};
 use super::workflow::emit;
+use crate::agent::human::AskOutcome;
 use crate::agent::{roles, AgentSpec, EventKind, RunOptions, Runtime, StepResult};
-use crate::channel::AskOutcome;
 use crate::record::steps::judge_name;
 
 /// The goal-setting step's default name.

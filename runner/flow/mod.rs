@@ -33,18 +33,27 @@
 //! [`identity`](mod@identity) (the workspace content identity verdicts are bound to) and
 //! [`outputs`] (the runner's own output files it leaves out), [`wake`] (the
 //! read-only wake probe and `--new`'s archive), [`starter`] (`go`), [`declarative`],
-//! [`template`] and [`runfile`] (`run`), [`drive`] (the driver and the UI seam), and the
-//! documents [`brief`], [`goal`], [`verdict`].
+//! [`template`] and [`runfile`] (`run`), [`once`] (one agent), [`drive`] (the driver),
+//! [`frontend`] (the UI seam a frontend implements) and [`aside`] (the aside oracle behind it),
+//! [`context`] (the run's services from the settings the command line chose), [`error`], and
+//! the documents [`brief`], [`goal`], [`verdict`]. Nothing here knows the command line: the
+//! settings come in as values, the frontend as a trait object, failures go out as
+//! [`FlowError`].
 
+pub mod aside;
 pub mod brief;
 pub mod clarify;
+pub mod context;
 pub mod ctx;
 pub mod declarative;
 pub mod drive;
+pub mod error;
 pub mod evidence;
+pub mod frontend;
 pub mod goal;
 pub mod guard;
 pub mod identity;
+pub mod once;
 pub mod outputs;
 pub mod runfile;
 pub mod starter;
@@ -62,10 +71,13 @@ mod testkit;
 mod workflow_tests;
 
 pub use clarify::{clarify_step, Clarify, CLARIFY_RESUME, CLARIFY_STEP};
+pub use context::{RunContext, RunSettings, RunSetup};
 pub use ctx::Ctx;
+pub use error::{FlowError, RunEnd};
+pub use frontend::{Frontend, Notice};
 pub use guard::{goal_step, with_goal, GoalGuard, GoalSetting, GOAL_STEP};
 pub use identity::{identity, Exclusions, WorkspaceIdentity};
-pub use starter::{Starter, WORK_STEP};
+pub use starter::{GoSettings, Starter, WORK_STEP};
 pub use step::{Gate, GateCx, OnFail, Prompt, Step, StepAbort};
 pub use wake::{wake_state, WakeState};
-pub use workflow::{Completion, FlowError, Workflow};
+pub use workflow::{Completion, Workflow};

@@ -3,36 +3,44 @@
 //! same closing line — with `run`'s defaults (no `go` switches: handoffs on, the window from
 //! the model name, `-T` for trimming).
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::context::RunSettings;
 use super::ctx::Ctx;
 use super::declarative;
 use super::drive::{Session, SessionSetup};
+use super::error::{FlowError, RunEnd};
+use super::frontend::Frontend;
 use super::wake::LINEAGE_FILE;
 use super::workflow::Workflow;
+use crate::channel::human::Amend;
 use crate::channel::HumanConfig;
-use crate::cli::error::{CliError, ExitStatus};
-use crate::cli::options::{GlobalOptions, RunOptions};
-use crate::cli::target::TargetError;
-use crate::creds::Credentials;
 use crate::record::LineageFile;
 
-/// Runs `run`. A workflow file that does not validate is flower's import failure,
-/// `导入 '<FILE>' 失败:<what, naming the step and field>` (exit 1), before anything runs.
+/// What one `run` is asked to do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunFileSettings {
+    /// The workflow's name (the table's name in its file).
+    pub name: String,
+    /// The workflow's table, unparsed beyond TOML.
+    pub table: toml::Table,
+    /// With `-W`: the workbench used when the workflow carries none itself.
+    pub workbench: Option<PathBuf>,
+    /// `-T`: trim on resume.
+    pub trim: bool,
+}
+
+/// Runs `run`. A table that does not declare a workflow is [`FlowError::Declared`], naming the
+/// step and field, before anything runs.
 pub async fn run(
-    opts: RunOptions,
-    globals: GlobalOptions,
-    creds: Credentials,
-) -> Result<ExitStatus, CliError> {
-    let target = &opts.target;
-    let declared = declarative::load(&target.workflow, &globals.workspace, opts.workbench.clone())
-        .map_err(|e| {
-            CliError::Target(TargetError::Import {
-                module: target.module.clone(),
-                message: format!("'{}' {e}", target.name),
-            })
-        })?;
+    settings: &RunSettings,
+    opts: RunFileSettings,
+    frontend: Arc<dyn Frontend>,
+) -> Result<RunEnd, FlowError> {
+    let declared = declarative::load(&opts.table, &settings.workspace, opts.workbench.clone())?;
     let session = Session::open(
-        &globals,
-        &creds,
+        settings,
         SessionSetup {
             workbench: declared.workbench.clone(),
             trim_large: opts.trim,
@@ -42,18 +50,22 @@ pub async fn run(
                 max_asks: declared.max_asks,
                 timeout_s: Some(declared.timeout_s),
                 log_path: declared.log_path.clone(),
-                amend_path: declared.brief_path.clone(),
+                amend: declared
+                    .brief_path
+                    .clone()
+                    .map(|p| Arc::new(super::brief::BriefAmendments::at(p)) as Arc<dyn Amend>),
             },
             isolate: false,
         },
+        frontend,
     )
     .await?;
-    let mut wf = Workflow::new(target.name.clone(), declared.steps.clone())
+    let mut wf = Workflow::new(opts.name.clone(), declared.steps.clone())
         .with_channel(session.channel.clone());
     if declared.continuous {
         wf = wf.continuous(LineageFile::new(
-            globals.run_dir.join(LINEAGE_FILE),
-            &globals.workspace,
+            settings.run_dir.join(LINEAGE_FILE),
+            &settings.workspace,
         ));
     }
     let mut ctx = Ctx::default();

@@ -1,33 +1,35 @@
 //! `go` (seed 000 "`go`", api.md `starter_flow()`): the ready-made three-step workflow
 //! 确认需求 → 设定目标 → 干活, with an independent judge after every work round.
 //!
-//! Order of one `go` ([`go`]): (credentials and the start prompt happened in the command line,
-//! whose wake check is [`super::wake::brief_complete`]) → the run's services
-//! ([`Session::open`]) → `--new` archives the previous run → the read-only wake probe → the
-//! wake banner → on a wake, the human's new line lands in three places (appended to the
-//! brief; the goal is re-derived; it is what the coordinator is told) → the workflow → the
-//! closing line.
+//! Order of one `go` ([`go`]): (credentials, the wake probe [`super::wake::wake_state`] and the
+//! start prompt happened in the command line, which hands the probe's answer over: whether this
+//! directory is woken is decided once) → the run's services ([`Session::open`]) → `--new`
+//! archives the previous run (which makes it a fresh directory) → the wake banner → on a wake,
+//! the human's new line lands in three places (appended to the brief; the goal is re-derived;
+//! it is what the coordinator is told), unless it is the request the run started from (recorded
+//! in lineage) typed again → the workflow → the closing line.
 //!
 //! The work step's agent is the coordinator (`Agent`, `TodoWrite`, `Read`, glance `Bash`, ask,
 //! inbox), dispatching `coder` workers through `Agent`.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::brief::Brief;
 use super::clarify::{Clarify, CLARIFY_STEP};
+use super::context::RunSettings;
 use super::ctx::Ctx;
 use super::drive::{human_config, Session, SessionSetup};
+use super::error::{FlowError, RunEnd};
+use super::frontend::{Frontend, Notice, WakeInfo};
 use super::guard::{GoalGuard, GoalSetting, GOAL_STEP};
 use super::step::{Prompt, Step};
-use super::wake::{archive_previous, notes_paths, wake_state, LINEAGE_FILE};
+use super::wake::{archive_previous, notes_paths, WakeState, LINEAGE_FILE};
 use super::workflow::Workflow;
 use crate::agent::{roles, AgentSpec};
-use crate::cli::error::{CliError, ExitStatus};
-use crate::cli::options::{GlobalOptions, GoOptions};
-use crate::creds::Credentials;
 use crate::record::lock::{FileLock, Held};
 use crate::record::LineageFile;
-use crate::term::render::{shorten_home, wake_banner, WakeInfo};
 
 /// The work step's name.
 pub const WORK_STEP: &str = "干活";
@@ -39,6 +41,37 @@ pub const WORKER_PROMPT: &str = "你负责实现。每改一处就跑一次验�
 pub const WORK_RESUME: &str =
     "接着上次的工作继续:先看一眼现场和工作台,从停下的地方接着做,不要从头开始。\
 需求和目标没有变(都在工作台的 notes/ 里)。";
+
+/// What one `go` is asked to do (its switches, resolved by the command line).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GoSettings {
+    /// The request; `None` = continue a woken directory.
+    pub ask: Option<String>,
+    /// Question budget: `None` = unlimited, `Some(0)` = no questions.
+    pub asks: Option<u64>,
+    /// Total work rounds, at least 1.
+    pub rounds: u32,
+    /// Set a goal and judge every round.
+    pub goal: bool,
+    /// Judges run commands in a read-only container joined to the worker's pod.
+    pub judge_can_run: bool,
+    /// How long a question waits: `ZERO` = fully automatic, `Duration::MAX` = forever.
+    pub timeout: Duration,
+    /// One git worktree per worker.
+    pub isolate: bool,
+    /// The context window, when given.
+    pub window: Option<u64>,
+    /// Handoffs to a fresh session near the window.
+    pub handoff: bool,
+    /// Archive the previous run first.
+    pub new: bool,
+    /// Only clarify the request.
+    pub clarify_only: bool,
+    /// Trim on resume.
+    pub trim: bool,
+    /// The workbench root.
+    pub workbench: PathBuf,
+}
 
 /// The `go` workflow's settings (flower's `starter_flow` parameters).
 #[derive(Debug, Clone)]
@@ -67,7 +100,7 @@ pub struct Starter {
 
 impl Starter {
     /// The settings of `go`'s switches for a workbench at `workbench`.
-    pub fn from_options(opts: &GoOptions, waking: bool, workbench: &Path) -> Self {
+    pub fn from_settings(opts: &GoSettings, waking: bool, workbench: &Path) -> Self {
         let (brief_path, goal_path, _) = notes_paths(workbench);
         Starter {
             ask: opts.ask.clone(),
@@ -182,29 +215,31 @@ fn work_prompt(ctx: &Ctx, brief_path: &Path, goal_path: &Path) -> String {
     out
 }
 
-/// Runs `go`. See the module doc for the order; exit statuses as [`Session::execute`].
+/// Runs `go`. See the module doc for the order; `wake` is the probe of this directory the
+/// command line made (the one decision whether it is woken). Ends as [`Session::execute`].
 ///
-/// Errors: [`CliError::NeedRequest`] when there is no request and nothing to continue; I/O
-/// failures archiving or amending; whatever building the run context refuses.
+/// Errors: [`FlowError::NeedRequest`] when there is no request and nothing to continue;
+/// [`FlowError::Busy`] when another `go` holds the run directory; I/O failures archiving or
+/// amending; whatever building the run's services refuses.
 pub async fn go(
-    opts: GoOptions,
-    globals: GlobalOptions,
-    creds: Credentials,
-) -> Result<ExitStatus, CliError> {
-    let ws = globals.workspace.clone();
+    settings: &RunSettings,
+    opts: GoSettings,
+    wake: WakeState,
+    frontend: Arc<dyn Frontend>,
+) -> Result<RunEnd, FlowError> {
+    let ws = settings.workspace.clone();
     // Nothing to continue and nothing asked (the start prompt normally catches this; `--new`
     // always comes with a request).
-    if opts.ask.is_none() && (opts.new || !wake_state(&ws, &globals.run_dir, opts.isolate).waking) {
-        return Err(CliError::NeedRequest);
+    if opts.ask.is_none() && (opts.new || !wake.waking) {
+        return Err(FlowError::NeedRequest);
     }
     // One `go` per run directory at a time: two would drive the same sessions at once and
     // interleave their transcripts (held until this function returns; the kernel drops it when
     // the process dies, even by SIGKILL).
-    let _one_go = one_go(&globals.run_dir)?;
+    let _one_go = one_go(&settings.run_dir)?;
     let (brief_path, _, log_path) = notes_paths(&opts.workbench);
     let session = Session::open(
-        &globals,
-        &creds,
+        settings,
         SessionSetup {
             workbench: Some(opts.workbench.clone()),
             trim_large: opts.trim,
@@ -213,61 +248,61 @@ pub async fn go(
             human: human_config(opts.asks, opts.timeout, log_path, brief_path),
             isolate: opts.isolate,
         },
+        frontend,
     )
     .await?;
     let archived = if opts.new {
-        archive_previous(&ws, &globals.run_dir, &opts.workbench).map_err(|e| CliError::Io {
+        archive_previous(&ws, &settings.run_dir, &opts.workbench).map_err(|e| FlowError::Io {
             what: "归档上一段失败".into(),
             source: std::io::Error::other(e.to_string()),
         })?
     } else {
         None
     };
-    let probe = wake_state(&ws, &globals.run_dir, opts.isolate);
+    // The archive moved brief, goal and lineage away: what is left is a fresh directory.
+    let wake = match archived {
+        Some(_) => wake.archived(),
+        None => wake,
+    };
+    let lineage = LineageFile::new(settings.run_dir.join(LINEAGE_FILE), &ws);
     let mut opts = opts;
     // The same command line again after a crash (up-arrow, Enter) is a wake, not a new request:
     // appending it would re-derive the goal and tell the coordinator what it already knows.
-    let original = probe
-        .steps
-        .get(CLARIFY_STEP)
-        .and_then(|sid| first_request(session.runtime(), sid));
-    if probe.waking
-        && original.is_some()
-        && opts.ask.as_deref().map(str::trim) == original.as_deref()
+    if wake.waking
+        && wake.request.is_some()
+        && opts.ask.as_deref().map(str::trim) == wake.request.as_deref()
     {
         opts.ask = None;
     }
-    let starter = Starter::from_options(&opts, probe.waking, &probe.workbench);
-    let render = session.frontend.render_options();
-    if let Some(dir) = archived {
-        session.frontend.print(&[format!(
-            "<- 上一段已归档到 {}",
-            shorten_home(&dir, render.home.as_deref())
-        )]);
+    if let (false, Some(ask)) = (wake.waking, &opts.ask) {
+        // The request this run starts from, for the next process to recognise.
+        if let Err(e) = lineage.update(|l| l.request = Some(ask.trim().to_string())) {
+            tracing::warn!(error = %e, "lineage: the request is not recorded");
+        }
     }
-    if probe.waking {
-        let work_context = probe
+    let starter = Starter::from_settings(&opts, wake.waking, &wake.workbench);
+    if let Some(dir) = archived {
+        session.frontend.notice(&Notice::Archived(dir));
+    }
+    if wake.waking {
+        let work_context = wake
             .steps
             .get(WORK_STEP)
             .and_then(|sid| session.runtime().store().last_context(sid).ok().flatten());
-        let info = WakeInfo {
+        session.frontend.notice(&Notice::Wake(WakeInfo {
             workspace: ws.clone(),
-            checks: (probe.checks > 0).then_some(probe.checks),
+            checks: (wake.checks > 0).then_some(wake.checks),
             work_context,
-            woke: u32::try_from(probe.woke + 1).unwrap_or(u32::MAX),
-        };
-        session.frontend.print(&[wake_banner(&info, &render)]);
+            woke: u32::try_from(wake.woke + 1).unwrap_or(u32::MAX),
+        }));
     }
     if let Some(said) = starter.said() {
-        amend_brief(&starter.brief_path, said).map_err(|e| CliError::Io {
+        amend_brief(&starter.brief_path, said).map_err(|e| FlowError::Io {
             what: format!("追加进 {} 失败", starter.brief_path.display()),
             source: e,
         })?;
-        session.frontend.print(&[
-            "+ 收到 (已追加进确认书;目标会按它重新设定,协调者这一轮直接收到它)".to_string(),
-        ]);
+        session.frontend.notice(&Notice::Amended);
     }
-    let lineage = LineageFile::new(globals.run_dir.join(LINEAGE_FILE), &ws);
     let wf = starter
         .workflow(lineage)
         .with_channel(session.channel.clone());
@@ -275,37 +310,20 @@ pub async fn go(
     if let Some(ask) = &opts.ask {
         ctx.vars.insert("ask".into(), ask.clone());
     }
-    tracing::info!(waking = probe.waking, steps = ?wf.steps.iter().map(|s| &s.name).collect::<Vec<_>>(), "go");
+    tracing::info!(waking = wake.waking, steps = ?wf.steps.iter().map(|s| &s.name).collect::<Vec<_>>(), "go");
     session.execute(&wf, &mut ctx).await
-}
-
-/// The request the clarify session `sid` started from (its first user message), trimmed.
-fn first_request(rt: &crate::agent::Runtime, sid: &str) -> Option<String> {
-    let policy = crate::session::TrimPolicy::new(rt.trim_policy().spill_dir, false);
-    let history = rt.store().load(sid, &policy).ok()?;
-    let first = history.into_iter().next()?;
-    let text: String = first
-        .content
-        .iter()
-        .filter_map(|b| match b {
-            crate::model::ContentBlock::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
-    Some(text.trim().to_string())
 }
 
 /// The lock that keeps a second `go` out of `run_dir` while this one runs.
 ///
-/// Errors: [`CliError::Failed`] naming the other process when it is held.
-pub fn one_go(run_dir: &Path) -> Result<FileLock, CliError> {
+/// Errors: [`FlowError::Busy`] naming the other process when it is held.
+pub fn one_go(run_dir: &Path) -> Result<FileLock, FlowError> {
     FileLock::try_exclusive(&run_dir.join("go")).map_err(|held| match held {
-        Held::Busy(pid) => CliError::Failed(format!(
-            "{} 正被另一个 flowerbox(pid {pid})用着:两个一起接着跑会把同一条会话写乱。\
-             等它跑完再接着;要并行就用不同的 -r。",
-            run_dir.display()
-        )),
-        Held::Io(e) => CliError::Failed(e.to_string()),
+        Held::Busy(pid) => FlowError::Busy {
+            run_dir: run_dir.to_path_buf(),
+            pid,
+        },
+        Held::Io(e) => FlowError::Lock(e),
     })
 }
 

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
+use crate::agent::human::Human;
 use crate::agent::{Event, EventKind, Runtime, RuntimeConfig, Workbench};
-use crate::channel::Human;
 use crate::model::*;
 use crate::record::manifest::Manifest;
 use crate::record::LineageFile;

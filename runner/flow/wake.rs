@@ -3,7 +3,9 @@
 //!
 //! [`wake_state`] looks at a directory before anything runs and writes not one byte: is there
 //! a complete brief (then this run continues the last one), how many checks has the goal, how
-//! many wakes happened, which step used which session. [`archive_previous`] is `--new` /
+//! many wakes happened, which step used which session, which request the run started from.
+//! It is asked once per invocation (the command line's start prompt and `go` act on the same
+//! answer). [`archive_previous`] is `--new` /
 //! `/new`: `lineage.json`, `需求.md` and `目标.md` are MOVED together into
 //! `notes/archive/<YYYYmmdd-HHMMSS>/` — three faces of the same stretch of history; taking
 //! only some would leave "the goal is there but the conversation is gone".
@@ -43,6 +45,23 @@ pub struct WakeState {
     pub woke: u64,
     /// Step name → session id, as lineage recorded them (not checked against the store).
     pub steps: BTreeMap<String, String>,
+    /// The request the run started from (lineage), trimmed.
+    pub request: Option<String>,
+}
+
+impl WakeState {
+    /// The state after `--new` moved brief, goal and lineage into the archive: a fresh
+    /// directory with the same workbench.
+    pub fn archived(self) -> WakeState {
+        WakeState {
+            waking: false,
+            checks: 0,
+            woke: 0,
+            steps: BTreeMap::new(),
+            request: None,
+            ..self
+        }
+    }
 }
 
 /// The notes paths of a workbench root.
@@ -66,7 +85,8 @@ pub fn wake_state(workspace: &Path, run_dir: &Path, isolate: bool) -> WakeState 
         _ => 0,
     };
     let lineage = LineageFile::new(run_dir.join(LINEAGE_FILE), workspace).load();
-    let (woke, steps) = lineage.map_or((0, BTreeMap::new()), |l| (l.woke, l.steps));
+    let (woke, steps, request) =
+        lineage.map_or((0, BTreeMap::new(), None), |l| (l.woke, l.steps, l.request));
     WakeState {
         waking,
         workbench,
@@ -75,6 +95,7 @@ pub fn wake_state(workspace: &Path, run_dir: &Path, isolate: bool) -> WakeState 
         checks,
         woke,
         steps,
+        request,
     }
 }
 

@@ -22,6 +22,7 @@
 use std::sync::{Arc, Weak};
 
 use super::ctx::Ctx;
+use super::error::FlowError;
 use super::step::{GateCx, OnFail, Step};
 use crate::agent::{Event, EventKind, RunOptions, Runtime, StepResult};
 use crate::channel::HumanChannel;
@@ -41,28 +42,6 @@ pub enum Completion {
         /// The gate's [`super::StepAbort`] reason, when that is why.
         aborted: Option<String>,
     },
-}
-
-/// Errors in how a workflow is put together (not step failures, which are [`Completion`]).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FlowError {
-    /// `resume_from` names a step that has no session (it did not run, or was skipped).
-    #[error("步骤 '{step}' 要接着 '{from}' 的会话,可 '{from}' 没有会话(没跑,或被跳过了)")]
-    NoSession {
-        /// The step with `resume_from`.
-        step: String,
-        /// The step it names.
-        from: String,
-    },
-}
-
-impl FlowError {
-    /// The step the error belongs to.
-    pub fn step(&self) -> &str {
-        match self {
-            FlowError::NoSession { step, .. } => step,
-        }
-    }
 }
 
 /// A sequence of steps. Build with [`Workflow::new`], add continuity with
@@ -106,7 +85,8 @@ impl Workflow {
     }
 
     /// Runs the steps over `ctx` on `rt`. `Ok(Completion::Stopped)` when a step failed and
-    /// stopped the workflow; `Err` only for a workflow that is put together wrongly.
+    /// stopped the workflow; `Err` only for a workflow that is put together wrongly
+    /// ([`FlowError::NoSession`]).
     pub async fn run(&self, rt: &Arc<Runtime>, ctx: &mut Ctx) -> Result<Completion, FlowError> {
         if let Some(ch) = &self.channel {
             ch.connect_events(forward_to(rt));

@@ -23,6 +23,7 @@ use super::worktree::{
 };
 use super::IsolateError;
 use crate::sandbox::docker::labels::Liveness;
+use crate::sandbox::gc::GcReport;
 
 /// What a sweep did, one line per item.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -271,6 +272,25 @@ fn sweep_one(
     }
 }
 
+/// `flowerbox gc`'s worktree part: [`sweep`] of the repository containing `workspace`, as
+/// lines of a [`GcReport`] (nothing outside a repository). Blocking (git). Removed: stale
+/// registrations, merged clean worktrees of dead owners, merged branches; kept and listed: live
+/// runs' worktrees, unmerged branches, worktrees with uncommitted changes. A failure to open the
+/// repository is one `failed` line.
+pub fn worktree_report(workspace: &Path) -> GcReport {
+    match sweep(workspace) {
+        Ok(r) => GcReport {
+            removed: r.removed,
+            kept: r.live.into_iter().chain(r.kept).collect(),
+            failed: r.failed,
+        },
+        Err(e) => GcReport {
+            failed: vec![format!("清理不了 {} 的 worktree:{e}", workspace.display())],
+            ..Default::default()
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -425,5 +445,30 @@ mod tests {
     fn sweep_outside_a_repository_is_empty() {
         let d = tempfile::tempdir().unwrap();
         assert_eq!(sweep(d.path()).unwrap(), SweepReport::default());
+    }
+
+    #[test]
+    fn worktree_sweep_lists_unmerged_work_and_ignores_plain_directories() {
+        let plain = tempfile::tempdir().unwrap();
+        assert_eq!(worktree_report(plain.path()), GcReport::default());
+
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("proj");
+        std::fs::create_dir(&ws).unwrap();
+        git(&ws, &["init", "-q", "-b", "main"]);
+        std::fs::write(ws.join("a"), "a").unwrap();
+        git(&ws, &["add", "a"]);
+        git(&ws, &["commit", "-q", "-m", "a"]);
+        // A branch left by a finished run: one unmerged, one merged.
+        git(&ws, &["branch", "flower/r0/worker-1"]);
+        git(&ws, &["checkout", "-q", "-b", "flower/r0/worker-2"]);
+        std::fs::write(ws.join("b"), "b").unwrap();
+        git(&ws, &["add", "b"]);
+        git(&ws, &["commit", "-q", "-m", "b"]);
+        git(&ws, &["checkout", "-q", "main"]);
+        let r = worktree_report(&ws);
+        assert!(r.failed.is_empty(), "{r:?}");
+        assert_eq!(r.removed, ["删掉了已合入的分支 flower/r0/worker-1"]);
+        assert_eq!(r.kept, ["留着分支 flower/r0/worker-2:有没合入的提交"]);
     }
 }

@@ -1,6 +1,6 @@
 //! `runs/lineage.json` (seed 000, seed 001 "血缘"; flower `docs/en/guide/continuity.md`):
-//! `{"workspace": …, "woke": N, "steps": {"步骤名": "session_id"}}` — which session each step
-//! used, so the next process resumes it.
+//! `{"workspace": …, "woke": N, "steps": {"步骤名": "session_id"}, "request": …}` — which session
+//! each step used, so the next process resumes it, and the request the run started from.
 //!
 //! Unlike flower, updates are merged under a file lock (two parallel runs no longer overwrite
 //! each other's steps) and written atomically. A file for another workspace, or one that does
@@ -24,6 +24,10 @@ pub struct Lineage {
     pub woke: u64,
     /// Plain step name → the last session of that step (the successor after handoffs).
     pub steps: BTreeMap<String, String>,
+    /// The request the run started from (`go`), trimmed: the same request typed again after a
+    /// crash is a plain wake, not something new the human said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
     /// Fields written by other versions, kept as they are.
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
@@ -36,6 +40,7 @@ impl Lineage {
             workspace: workspace.to_string(),
             woke: 0,
             steps: BTreeMap::new(),
+            request: None,
             extra: Default::default(),
         }
     }

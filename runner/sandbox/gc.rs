@@ -6,10 +6,8 @@
 //! `flowerbox gc` at all of them. A run's network carries the same labels and goes the same
 //! way, after the containers (the engine keeps a network that a container still uses).
 //!
-//! Worktrees (`--isolate`): [`worktrees`] sweeps the workspace's repository — registrations
-//! whose directory is gone are pruned, clean merged worktrees of dead owners are removed with
-//! their branches, and anything with unmerged commits or uncommitted changes is listed, never
-//! deleted (DESIGN.md invariant 5; the rules are in [`crate::isolate::sweep`]).
+//! Worktrees (`--isolate`) are not this module's: `flowerbox gc` adds
+//! [`crate::isolate::sweep::worktree_report`] (DESIGN.md invariant 5).
 
 use bollard::query_parameters::{
     ListContainersOptions, ListNetworksOptions, RemoveContainerOptions,
@@ -159,6 +157,13 @@ pub struct GcReport {
 }
 
 impl GcReport {
+    /// Adds `other`'s lines after this report's.
+    pub fn absorb(&mut self, other: GcReport) {
+        self.removed.extend(other.removed);
+        self.kept.extend(other.kept);
+        self.failed.extend(other.failed);
+    }
+
     /// Printable lines: removed, then failed, then kept.
     pub fn lines(&self) -> Vec<String> {
         self.removed
@@ -255,59 +260,22 @@ pub async fn sweep_orphans(engine: &Engine, workspace: &Path) -> Result<Vec<Stri
     Ok(report.removed)
 }
 
-/// `flowerbox gc`: removes orphaned containers and networks (of `containers_of`, or of every
-/// workspace when `None`) and lists what it kept; with `worktrees_of`, also sweeps that repository's worktrees
-/// ([`worktrees`]).
-pub async fn gc(
-    engine: &Engine,
-    containers_of: Option<&Path>,
-    worktrees_of: Option<&Path>,
-) -> Result<GcReport, SandboxError> {
+/// `flowerbox gc`'s container part: removes orphaned containers and networks (of
+/// `containers_of`, or of every workspace when `None`) and lists what it kept. The worktree
+/// part is [`crate::isolate::sweep::worktree_report`]; the command line runs both.
+pub async fn gc(engine: &Engine, containers_of: Option<&Path>) -> Result<GcReport, SandboxError> {
     let containers_of = containers_of.map(std::fs::canonicalize).transpose()?;
-    let mut report = remove_orphans(
+    Ok(remove_orphans(
         engine,
         list(engine, containers_of.as_deref()).await?,
         list_networks(engine, containers_of.as_deref()).await?,
     )
-    .await;
-    if let Some(ws) = worktrees_of.map(std::fs::canonicalize).transpose()? {
-        let trees = tokio::task::spawn_blocking(move || worktrees(&ws))
-            .await
-            .unwrap_or_else(|e| GcReport {
-                failed: vec![format!("清理 worktree 时崩了:{e}")],
-                ..Default::default()
-            });
-        report.removed.extend(trees.removed);
-        report.kept.extend(trees.kept);
-        report.failed.extend(trees.failed);
-    }
-    Ok(report)
-}
-
-/// Sweeps flowerbox's worktrees and branches in the repository containing `workspace`
-/// (nothing outside a repository). Blocking (git). Removed: stale registrations, merged clean
-/// worktrees of dead owners, merged branches; kept and listed: live runs' worktrees, unmerged
-/// branches, worktrees with uncommitted changes. A failure to open the repository is one
-/// `failed` line.
-pub fn worktrees(workspace: &Path) -> GcReport {
-    match crate::isolate::sweep(workspace) {
-        Ok(r) => GcReport {
-            removed: r.removed,
-            kept: r.live.into_iter().chain(r.kept).collect(),
-            failed: r.failed,
-        },
-        Err(e) => GcReport {
-            failed: vec![format!("清理不了 {} 的 worktree:{e}", workspace.display())],
-            ..Default::default()
-        },
-    }
+    .await)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    use crate::testkit::git_with_identity as git;
 
     #[test]
     fn failure_summary_counts_items_not_containers() {
@@ -323,30 +291,5 @@ mod tests {
             report.failure_summary().as_deref(),
             Some("gc: 2 项删不掉(见上)")
         );
-    }
-
-    #[test]
-    fn worktree_sweep_lists_unmerged_work_and_ignores_plain_directories() {
-        let plain = tempfile::tempdir().unwrap();
-        assert_eq!(worktrees(plain.path()), GcReport::default());
-
-        let dir = tempfile::tempdir().unwrap();
-        let ws = dir.path().join("proj");
-        std::fs::create_dir(&ws).unwrap();
-        git(&ws, &["init", "-q", "-b", "main"]);
-        std::fs::write(ws.join("a"), "a").unwrap();
-        git(&ws, &["add", "a"]);
-        git(&ws, &["commit", "-q", "-m", "a"]);
-        // A branch left by a finished run: one unmerged, one merged.
-        git(&ws, &["branch", "flower/r0/worker-1"]);
-        git(&ws, &["checkout", "-q", "-b", "flower/r0/worker-2"]);
-        std::fs::write(ws.join("b"), "b").unwrap();
-        git(&ws, &["add", "b"]);
-        git(&ws, &["commit", "-q", "-m", "b"]);
-        git(&ws, &["checkout", "-q", "main"]);
-        let r = worktrees(&ws);
-        assert!(r.failed.is_empty(), "{r:?}");
-        assert_eq!(r.removed, ["删掉了已合入的分支 flower/r0/worker-1"]);
-        assert_eq!(r.kept, ["留着分支 flower/r0/worker-2:有没合入的提交"]);
     }
 }

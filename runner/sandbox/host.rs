@@ -29,11 +29,47 @@ pub fn is_secret_env(name: &str) -> bool {
         || name.starts_with("CLAUDE_")
 }
 
+/// `--sandbox host` as a backend: host processes, by explicit choice only.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct HostBackend;
+
+#[async_trait]
+impl super::SandboxBackend for HostBackend {
+    fn name(&self) -> &'static str {
+        "host"
+    }
+
+    fn commands_run(&self) -> super::CommandsRun {
+        super::CommandsRun::OnHost
+    }
+
+    async fn open_run(
+        &self,
+        _run_id: &str,
+        _workspace: &std::path::Path,
+    ) -> Result<super::Preflight, SandboxError> {
+        Ok(super::Preflight {
+            factory: Arc::new(HostSandboxFactory::new()),
+            notes: Vec::new(),
+        })
+    }
+}
+
 /// Hands out host sandboxes; remembers process groups left running for teardown.
 #[derive(Default)]
 pub struct HostSandboxFactory {
     boxes: Mutex<HashMap<String, Arc<HostSandbox>>>,
-    leftovers: Arc<Mutex<HashSet<i32>>>,
+    leftovers: Arc<Mutex<Groups>>,
+}
+
+/// The process groups commands left running, and whether teardown has happened.
+#[derive(Default)]
+struct Groups {
+    /// Groups of running or left-running commands, killed at teardown.
+    live: HashSet<i32>,
+    /// Set by teardown: a command that starts afterwards (a tool call racing a signal's
+    /// teardown) is killed at once instead of outliving the runner.
+    closed: bool,
 }
 
 impl HostSandboxFactory {
@@ -73,12 +109,11 @@ impl SandboxFactory for HostSandboxFactory {
 
     async fn teardown(&self) -> Result<(), SandboxError> {
         self.boxes.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        let groups: Vec<i32> = self
-            .leftovers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain()
-            .collect();
+        let groups: Vec<i32> = {
+            let mut g = self.leftovers.lock().unwrap_or_else(|e| e.into_inner());
+            g.closed = true;
+            g.live.drain().collect()
+        };
         for g in &groups {
             let _ = killpg(Pid::from_raw(*g), Signal::SIGTERM);
         }
@@ -95,7 +130,7 @@ impl SandboxFactory for HostSandboxFactory {
 /// One agent's host sandbox.
 pub struct HostSandbox {
     spec: AgentBox,
-    leftovers: Arc<Mutex<HashSet<i32>>>,
+    leftovers: Arc<Mutex<Groups>>,
 }
 
 type Shared = Arc<Mutex<Option<OutputCollector>>>;
@@ -177,13 +212,31 @@ impl Sandbox for HostSandbox {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        let mut child = cmd.spawn()?;
-        let pgid = child.id().map(|p| p as i32).unwrap_or(0);
-        // Tracked while running too, so a teardown on a signal kills in-flight commands.
-        self.leftovers
+        if self
+            .leftovers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(pgid);
+            .closed
+        {
+            return Err(SandboxError::ShutDown);
+        }
+        let mut child = cmd.spawn()?;
+        let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+        // Tracked while running too, so a teardown on a signal kills in-flight commands; one
+        // that raced the teardown (spawned after it drained the groups) is killed here.
+        let raced_teardown = {
+            let mut g = self.leftovers.lock().unwrap_or_else(|e| e.into_inner());
+            if g.closed {
+                let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+            } else {
+                g.live.insert(pgid);
+            }
+            g.closed
+        };
+        if raced_teardown {
+            let _ = child.wait().await;
+            return Err(SandboxError::ShutDown);
+        }
         let sink: Shared = Arc::new(Mutex::new(Some(OutputCollector::new(
             req.output_cap,
             req.spill_dir.as_deref(),
@@ -228,6 +281,7 @@ impl Sandbox for HostSandbox {
             self.leftovers
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
+                .live
                 .remove(&pgid);
         }
         let captured = sink
@@ -384,6 +438,23 @@ mod tests {
         assert_eq!(o.exit_code, Some(0));
         assert!(!o.notes.is_empty());
         f.teardown().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_command_after_teardown_is_refused_and_never_runs() {
+        // A tool call racing a signal's teardown: the sandbox an agent already holds must not
+        // start a process that outlives the runner.
+        let (d, f, b) = setup();
+        let sb = f.sandbox(&b).await.unwrap();
+        f.teardown().await.unwrap();
+        let marker = d.path().join("ran");
+        let cmd = format!("touch {}", marker.display());
+        assert!(matches!(
+            sb.exec(req(&b, &cmd, 5000)).await,
+            Err(SandboxError::ShutDown)
+        ));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!marker.exists(), "the command ran after teardown");
     }
 
     #[tokio::test]

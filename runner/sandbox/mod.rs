@@ -5,6 +5,7 @@
 //! [`Sandbox`] (a container, created on first use) with that agent's [`Mount`]s, and tears
 //! everything down at the end of the run.
 
+pub mod backend;
 pub mod docker;
 pub mod doctor;
 pub mod egress;
@@ -12,6 +13,7 @@ pub mod gc;
 pub mod host;
 pub mod output;
 
+pub use backend::{CommandsRun, Preflight, SandboxBackend};
 pub use output::{CapturedOutput, OutputCollector};
 
 use async_trait::async_trait;

@@ -8,8 +8,8 @@
 //! then trim of large results. Results written by prune are left alone by the other two.
 
 use super::{NoticeKind, TrimPolicy};
-use crate::agent::glance::is_ephemeral;
 use crate::fsroot::own;
+use crate::glance::is_ephemeral;
 use crate::model::{ContentBlock, Message, Speaker};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};

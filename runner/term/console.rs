@@ -5,34 +5,28 @@
 //!
 //! # How a driver uses it
 //!
-//! `go` and `run` use it through the workflow driver's UI seam ([`super::frontend`]: the
-//! console is the `Frontend` when stdin is a terminal). Any other driver uses it directly.
-//! Use it when stdin is a terminal (`ConsoleOptions::detect` tells); otherwise the plain
-//! printer does. Two phases: [`Console::new`] gives the event sink and changes nothing on the
-//! terminal (so the Docker image build can draw its own spinner), [`Console::start`] takes the
-//! terminal over once the question channel exists. Sketch of a `go`/`run` driver:
+//! `go` and `run` use it as the run's frontend ([`super::frontend`]: the command line picks the
+//! console when stdin is a terminal, and the workflow driver calls the seam). Any other driver
+//! uses it directly. Two phases: [`Console::new`] gives the event sink and changes nothing on
+//! the terminal (so the Docker image build can draw its own spinner), [`Console::start`] takes
+//! the terminal over once the question channel exists. Sketch of a driver:
 //!
 //! ```no_run
 //! # use std::sync::Arc;
-//! # use flowerbox::app::{RunContext, RunSetup};
 //! # async fn drive(
-//! #     globals: flowerbox::cli::options::GlobalOptions,
-//! #     creds: flowerbox::creds::Credentials,
+//! #     settings: flowerbox::flow::RunSettings,
 //! #     channel: flowerbox::channel::HumanChannel,
 //! #     credential_lines: Vec<String>,
-//! # ) -> flowerbox::cli::error::ExitStatus {
+//! # ) -> flowerbox::flow::RunEnd {
 //! use flowerbox::agent::runtime::INTERRUPTED;
-//! use flowerbox::cli::error::ExitStatus;
+//! use flowerbox::flow::aside::AsideOracle;
+//! use flowerbox::flow::{RunContext, RunEnd, RunSetup};
 //! use flowerbox::record::manifest::KILLED_BY_SIGNAL;
 //! use flowerbox::term::{tty, Console, ConsoleOptions, ConsoleSignal};
 //!
-//! let mut opts = ConsoleOptions::detect(globals.verbose); // ttys, NO_COLOR, $HOME
-//! opts.run_dir = Some(globals.run_dir.clone()); // aside/ books open on the first `?`
-//! let console = Console::new(opts).expect("inside tokio");
-//! if globals.verbose {
-//!     console.print_lines(&credential_lines); // -v: sanitised, through the one port
-//! }
-//! let ctx = RunContext::build(&globals, &creds, RunSetup {
+//! let console = Console::new(ConsoleOptions::detect(false)).expect("inside tokio");
+//! console.print_lines(&credential_lines); // -v: sanitised, through the one port
+//! let ctx = RunContext::build(&settings, RunSetup {
 //!     events: console.event_sink(), // every event is rendered by the console
 //!     human: Arc::new(channel.clone()),
 //! #   workbench: None, trim_large: true, window: None, handoff: true, placement: None,
@@ -43,14 +37,20 @@
 //! if let Some(r) = console.terminal_restore() {
 //!     tty::chain_panic_hook(r); // binary layer: the terminal comes back even on a panic
 //! }
-//! console.attach_runtime(ctx.runtime.clone()); // Ctrl-C interrupts it; `?` borrows its model
+//! console.set_interrupter(ctx.runtime.clone()); // Ctrl-C interrupts the round
+//! console.set_aside(Arc::new(AsideOracle::new(
+//!     ctx.runtime.clone(), // `?` borrows its model, never its store or sandboxes
+//!     None,
+//!     Some(settings.run_dir.clone()),
+//!     tokio::runtime::Handle::current(),
+//! )));
 //! let mut work = tokio::spawn(async { /* the workflow over ctx.runtime */ });
 //! loop {
 //!     tokio::select! {
 //!         _ = &mut work => {
 //!             console.finish().await; // (等 N 条旁路问答收尾…), ≤120 s; restores the tty
-//!             // print the closing line (render::closing_line) with console.print_rendered
-//!             return ExitStatus::Success;
+//!             // show the closing line (render::closing_line) with console.print_rendered
+//!             return RunEnd::Finished;
 //!         }
 //!         sig = console.next_signal() => match sig {
 //!             ConsoleSignal::Interrupted => continue, // the console already interrupted
@@ -59,7 +59,7 @@
 //!                 ctx.runtime.rescue(INTERRUPTED);
 //!                 ctx.shutdown().await; // containers removed, worktrees kept
 //!                 console.close();
-//!                 return ExitStatus::Interrupted; // 130, no panic text
+//!                 return RunEnd::Interrupted; // 130, no panic text
 //!             }
 //!             ConsoleSignal::Terminate(s) => {
 //!                 work.abort();
@@ -67,7 +67,7 @@
 //!                 ctx.shutdown().await;
 //!                 console.close();
 //!                 // The command line re-raises it: 143 for SIGTERM, 129 for SIGHUP.
-//!                 return ExitStatus::Signalled(s as i32);
+//!                 return RunEnd::Signalled(s as i32);
 //!             }
 //!         },
 //!     }
@@ -76,9 +76,9 @@
 //! ```
 //!
 //! Ctrl-C semantics: on a terminal the first press interrupts the round at once and holds it
-//! ([`Runtime::pause`]: in-flight tool calls return "interrupted", nothing more is spent) and
+//! (`Runtime::pause`: in-flight tool calls return "interrupted", nothing more is spent) and
 //! shows the three-line prompt; Enter = carry on, text = said to the agent (both
-//! [`Runtime::resume`], the step resumes its session), a second Ctrl-C = [`ConsoleSignal::Quit`].
+//! `Runtime::resume`, the step resumes its session), a second Ctrl-C = [`ConsoleSignal::Quit`].
 //! When stdin is not a terminal the first Ctrl-C is already `Quit`.
 
 use std::io::IsTerminal;
@@ -91,7 +91,7 @@ use nix::sys::signal::Signal;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::aside::{AsideOracle, AsideOutcome, AsideSetup, ASIDE_WAIT};
+use super::aside::{EventWindow, ASIDE_WAIT};
 use super::dispatch::{lock, Shared};
 use super::input::{InputEvent, InputMode, InputThread};
 use super::port::{OutputPort, PortConfig, PromptKind};
@@ -101,8 +101,9 @@ use super::sanitize::Style;
 use super::signals::SignalListener;
 use super::tty::{CbreakGuard, TerminalRestore};
 use super::TermError;
-use crate::agent::{Event, EventSink, Runtime, Workbench};
+use crate::agent::{Event, EventSink};
 use crate::channel::HumanChannel;
+use crate::flow::frontend::{Aside, AsideOutcome, AsideReport, Interrupt};
 
 /// Something the driver must act on, from [`Console::next_signal`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,31 +113,13 @@ pub enum ConsoleSignal {
     Interrupted,
     /// Second Ctrl-C (first when stdin is not a terminal, or nothing can be interrupted): write
     /// the in-flight step to the manifest, remove the containers, [`Console::close`], exit 130
-    /// (`ExitStatus::Interrupted`).
+    /// (`RunEnd::Interrupted`).
     Quit,
     /// SIGTERM or SIGHUP: write the in-flight step as `killed-by-signal`, remove the
     /// containers, keep the worktrees, [`Console::close`], then leave by the signal
-    /// (`ExitStatus::Signalled` from a command-line driver, which re-raises it;
+    /// (`RunEnd::Signalled` to a command-line driver, which re-raises it;
     /// [`super::signals::exit_by_signal`] elsewhere).
     Terminate(Signal),
-}
-
-/// Interrupts the current round; [`Runtime`] is one. Called from the signal task and the
-/// input thread.
-pub trait Interrupt: Send + Sync {
-    /// Interrupts cooperatively and holds the interrupted work until [`Interrupt::resume`].
-    fn pause(&self);
-    /// Lets the held work resume with `message` (empty = say nothing).
-    fn resume(&self, message: &str);
-}
-
-impl Interrupt for Runtime {
-    fn pause(&self) {
-        Runtime::pause(self);
-    }
-    fn resume(&self, message: &str) {
-        Runtime::resume(self, message);
-    }
 }
 
 /// How the console behaves.
@@ -155,14 +138,6 @@ pub struct ConsoleOptions {
     pub read_input: bool,
     /// The home directory, shown as `~`.
     pub home: Option<PathBuf>,
-    /// The workbench described to the aside oracle (defaults to the attached runtime's).
-    pub workbench: Option<Workbench>,
-    /// The run directory (`-r`): the aside oracle opens `<run_dir>/aside/sessions.db` and
-    /// `<run_dir>/aside/manifest.json` there on its first question, unless `aside` is given.
-    pub run_dir: Option<PathBuf>,
-    /// The aside oracle's own store and manifest, given up front (tests). With neither this
-    /// nor `run_dir`, aside questions fail with a `NotReady` line.
-    pub aside: Option<AsideSetup>,
 }
 
 impl ConsoleOptions {
@@ -177,9 +152,6 @@ impl ConsoleOptions {
             keyboard: std::io::stdin().is_terminal(),
             read_input: true,
             home: std::env::var_os("HOME").map(PathBuf::from),
-            workbench: None,
-            run_dir: None,
-            aside: None,
         }
     }
 }
@@ -248,18 +220,11 @@ impl Console {
         let progress = Progress::new(port.clone());
         let shared = Arc::new_cyclic(|weak: &std::sync::Weak<Shared>| {
             let weak = weak.clone();
-            let report = Arc::new(move |o: AsideOutcome| {
+            let report: AsideReport = Arc::new(move |o: AsideOutcome| {
                 if let Some(s) = weak.upgrade() {
                     s.on_aside(o);
                 }
             });
-            let aside = AsideOracle::new(
-                opts.aside.clone(),
-                opts.run_dir.clone(),
-                opts.workbench.clone(),
-                tokio.clone(),
-                report,
-            );
             Shared {
                 port: port.clone(),
                 progress: progress.clone(),
@@ -269,7 +234,9 @@ impl Console {
                 verbose: opts.verbose,
                 home: opts.home.clone(),
                 channel,
-                aside,
+                aside: Mutex::new(None),
+                window: Mutex::new(EventWindow::default()),
+                report,
                 interrupter: Mutex::new(None),
                 interrupting: AtomicBool::new(false),
                 keyboard: opts.keyboard,
@@ -393,23 +360,21 @@ impl Console {
         })
     }
 
-    /// The event outlet (for `RunSetup::events` or [`Runtime::subscribe`]). Non-blocking apart
+    /// The event outlet (for `RunSetup::events` or `Runtime::subscribe`). Non-blocking apart
     /// from the terminal write; never panics.
     pub fn event_sink(&self) -> EventSink {
         Console::sink_of(&self.shared)
     }
 
-    /// The run's runtime: Ctrl-C interrupts it, and the aside oracle borrows its provider and
-    /// settings (never its store or sandboxes). Does not subscribe to its events. Call again
-    /// to replace.
-    pub fn attach_runtime(&self, rt: Arc<Runtime>) {
-        self.shared.aside.attach(rt.clone());
-        *lock(&self.shared.interrupter) = Some(rt);
-    }
-
-    /// Replaces what Ctrl-C interrupts (tests, drivers without a [`Runtime`]).
+    /// What Ctrl-C interrupts (the run's round). Call again to replace.
     pub fn set_interrupter(&self, i: Arc<dyn Interrupt>) {
         *lock(&self.shared.interrupter) = Some(i);
+    }
+
+    /// Where `?` questions go (the run's aside oracle). Until one is set they fail as not
+    /// ready. Call again to replace.
+    pub fn set_aside(&self, aside: Arc<dyn Aside>) {
+        *lock(&self.shared.aside) = Some(aside);
     }
 
     /// The output port (the one writer).
@@ -421,6 +386,12 @@ impl Console {
     /// closing line and the wake banner).
     pub fn render_options(&self) -> RenderOptions {
         self.shared.render_options()
+    }
+
+    /// The status line: context, cost so far ("≥" when unknown), elapsed time.
+    pub fn status_line(&self) -> String {
+        let opts = self.shared.render_options();
+        lock(&self.shared.tally).status_line(self.shared.started.elapsed(), &opts)
     }
 
     /// Prints untrusted lines, sanitised (the `-v` credential print goes here).
@@ -474,7 +445,7 @@ impl Console {
 
     /// Aside questions still being answered.
     pub fn asides_pending(&self) -> usize {
-        self.shared.aside.pending()
+        self.shared.aside().map_or(0, |a| a.pending())
     }
 
     /// The next signal to act on (after [`Console::start`]). Pending forever once closed.
@@ -500,11 +471,13 @@ impl Console {
     /// the `(等 N 条旁路问答收尾…)` line), then [`Console::close`].
     pub async fn finish(&self) {
         lock(&self.shared.activity).clear();
-        let n = self.shared.aside.pending();
-        if n > 0 {
-            let line = aside_waiting(n, &self.shared.render_options());
-            self.shared.port.print_rendered(&[line]);
-            self.shared.aside.wait(ASIDE_WAIT).await;
+        if let Some(aside) = self.shared.aside() {
+            let n = aside.pending();
+            if n > 0 {
+                let line = aside_waiting(n, &self.shared.render_options());
+                self.shared.port.print_rendered(&[line]);
+                aside.wait(ASIDE_WAIT).await;
+            }
         }
         self.close();
     }
@@ -514,21 +487,20 @@ impl Console {
     /// a Quit or Terminate it does not wait.
     pub fn finish_blocking(&self) {
         lock(&self.shared.activity).clear();
-        let n = self.shared.aside.pending();
-        let aborted = || self.shared.aborted.load(Ordering::SeqCst);
-        if n > 0 && !aborted() {
-            let line = aside_waiting(n, &self.shared.render_options());
-            self.shared.port.print_rendered(&[line]);
-            // Polled, so a signal that arrives meanwhile ends the wait at once.
-            let deadline = std::time::Instant::now() + ASIDE_WAIT;
-            while self.shared.aside.pending() > 0
-                && !aborted()
-                && std::time::Instant::now() < deadline
-            {
-                std::thread::sleep(std::time::Duration::from_millis(50));
+        if let Some(aside) = self.shared.aside() {
+            let n = aside.pending();
+            let aborted = || self.shared.aborted.load(Ordering::SeqCst);
+            if n > 0 && !aborted() {
+                let line = aside_waiting(n, &self.shared.render_options());
+                self.shared.port.print_rendered(&[line]);
+                // Polled, so a signal that arrives meanwhile ends the wait at once.
+                let deadline = std::time::Instant::now() + ASIDE_WAIT;
+                while aside.pending() > 0 && !aborted() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
             }
+            aside.wait_blocking(std::time::Duration::ZERO);
         }
-        self.shared.aside.wait_blocking(std::time::Duration::ZERO);
         self.close();
     }
 

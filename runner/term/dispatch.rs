@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::aside::{AsideOracle, AsideOutcome};
-use super::console::{ConsoleSignal, Interrupt};
+use super::aside::EventWindow;
+use super::console::ConsoleSignal;
 use super::input::InputEvent;
 use super::port::{OutputPort, PromptKind};
 use super::progress::{Activity, Progress};
@@ -22,6 +22,7 @@ use super::stream::Release;
 use super::tty::CbreakGuard;
 use crate::agent::{Event, EventKind};
 use crate::channel::HumanChannel;
+use crate::flow::frontend::{Aside, AsideFailure, AsideOutcome, AsideReport, Interrupt};
 
 /// State shared by the event sink, the input thread, the signal task and the driver.
 pub(super) struct Shared {
@@ -34,7 +35,12 @@ pub(super) struct Shared {
     pub(super) home: Option<PathBuf>,
     /// The question channel, once [`Console::start`] gave it.
     pub(super) channel: Arc<Mutex<Option<HumanChannel>>>,
-    pub(super) aside: AsideOracle,
+    /// The run's aside oracle, once the driver gave it.
+    pub(super) aside: Mutex<Option<Arc<dyn Aside>>>,
+    /// The recent events, described for the oracle.
+    pub(super) window: Mutex<EventWindow>,
+    /// Where aside outcomes go (this state's [`Shared::on_aside`], weakly).
+    pub(super) report: AsideReport,
     pub(super) interrupter: Mutex<Option<Arc<dyn Interrupt>>>,
     /// The Ctrl-C prompt is showing.
     pub(super) interrupting: AtomicBool,
@@ -67,8 +73,22 @@ impl Shared {
         lock(&self.channel).clone()
     }
 
+    pub(super) fn aside(&self) -> Option<Arc<dyn Aside>> {
+        lock(&self.aside).clone()
+    }
+
+    fn ask_aside(&self, question: &str) {
+        let report = self.report.clone();
+        match self.aside() {
+            Some(aside) => aside.ask(question, lock(&self.window).lines(), report),
+            None => report(AsideOutcome::Failed(AsideFailure::NotReady(
+                "运行还没开始,没有可问的上下文".into(),
+            ))),
+        }
+    }
+
     pub(super) fn on_event(&self, ev: &Event) {
-        self.aside.observe(ev);
+        lock(&self.window).push(ev);
         lock(&self.tally).observe(ev);
         lock(&self.activity).observe(ev);
         let opts = self.render_options();
@@ -122,7 +142,7 @@ impl Shared {
                             self.to_inbox(&channel, &text);
                         }
                     }
-                    Route::Aside { question } => self.aside.ask(&question),
+                    Route::Aside { question } => self.ask_aside(&question),
                     Route::Inbox { text } => self.to_inbox(&channel, &text),
                 }
             }
@@ -153,7 +173,9 @@ impl Shared {
         let opts = self.render_options();
         let lines = match outcome {
             AsideOutcome::Answer { text, cost_usd } => aside_answer(&text, cost_usd, &opts),
-            AsideOutcome::Failed { kind, message } => aside_failure(&kind, &message, &opts),
+            AsideOutcome::Failed(failure) => {
+                aside_failure(failure.kind(), failure.message(), &opts)
+            }
         };
         self.port.print_rendered(&lines);
     }

@@ -1,23 +1,39 @@
-//! The console as the workflow driver's [`Frontend`] (the UI seam of [`crate::flow::drive`]):
-//! what `go` and `run` use when stdin is a terminal.
+//! The console as a run's [`Frontend`] (the UI seam of [`crate::flow::frontend`]): what `go` and
+//! `run` get when stdin is a terminal; and how a [`Notice`] looks on screen, for both frontends.
 //!
-//! Lifecycle as the driver calls it: [`console_frontend`] builds the console (events print as
-//! lines; the terminal is untouched while the run context is built and the Docker image may be
+//! Lifecycle as the driver calls it: the command line builds the console (events print as lines;
+//! the terminal is untouched while the run's services are built and the Docker image may be
 //! built with its own spinner); [`Frontend::attach`] takes the terminal (cbreak, input thread,
-//! resident prompt, signal listener) and attaches the runtime (Ctrl-C, aside oracle);
+//! resident prompt, signal listener) and the run's controls (Ctrl-C, aside oracle);
 //! [`Frontend::quit_requested`] resolves on the second Ctrl-C; [`Frontend::detach`] waits for
 //! pending aside answers (≤ 120 s, not after a quit or a signal) and restores the terminal.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 
-use super::console::{Console, ConsoleOptions};
-use super::render::RenderOptions;
-use crate::agent::{EventSink, Runtime};
-use crate::channel::HumanChannel;
-use crate::cli::options::GlobalOptions;
-use crate::flow::drive::Frontend;
+use super::console::Console;
+use super::render::{closing_line, shorten_home, wake_banner, RenderOptions};
+use crate::agent::EventSink;
+use crate::flow::frontend::{Controls, Frontend, Notice};
+
+/// The lines of a notice (every kind but [`Notice::Totals`], which is the frontend's own
+/// running tally).
+pub fn notice_lines(notice: &Notice, opts: &RenderOptions) -> Vec<String> {
+    match notice {
+        Notice::Archived(dir) => vec![format!(
+            "<- 上一段已归档到 {}",
+            shorten_home(dir, opts.home.as_deref())
+        )],
+        Notice::Wake(info) => vec![wake_banner(info, opts)],
+        Notice::Amended => {
+            vec!["+ 收到 (已追加进确认书;目标会按它重新设定,协调者这一轮直接收到它)".to_string()]
+        }
+        Notice::Closing(c) => vec![
+            String::new(),
+            closing_line(c.cost_usd, c.all_known, c.any_known, &c.manifest, opts),
+        ],
+        Notice::Totals => Vec::new(),
+    }
+}
 
 #[async_trait]
 impl Frontend for Console {
@@ -25,19 +41,20 @@ impl Frontend for Console {
         self.event_sink()
     }
 
-    fn render_options(&self) -> RenderOptions {
-        Console::render_options(self)
+    fn notice(&self, notice: &Notice) {
+        let lines = match notice {
+            Notice::Totals => vec![self.status_line()],
+            other => notice_lines(other, &self.render_options()),
+        };
+        self.print_rendered(&lines);
     }
 
-    fn print(&self, lines: &[String]) {
-        self.print_rendered(lines);
-    }
-
-    fn attach(&self, channel: &HumanChannel, runtime: &Arc<Runtime>) {
-        if let Err(e) = self.start(channel.clone()) {
+    fn attach(&self, controls: Controls) {
+        if let Err(e) = self.start(controls.channel.clone()) {
             tracing::warn!(error = %e, "console: no interactive input");
         }
-        self.attach_runtime(runtime.clone());
+        self.set_interrupter(controls.interrupt);
+        self.set_aside(controls.aside);
     }
 
     fn owns_interrupt(&self) -> bool {
@@ -50,20 +67,5 @@ impl Frontend for Console {
 
     fn detach(&self) {
         self.finish_blocking();
-    }
-}
-
-/// The console for a `go`/`run` run whose stdin is a terminal, or `None` when it cannot be
-/// built (no tokio runtime): the driver then falls back to plain output.
-pub fn console_frontend(globals: &GlobalOptions) -> Option<Arc<dyn Frontend>> {
-    let mut opts = ConsoleOptions::detect(globals.verbose);
-    opts.keyboard = globals.interactive;
-    opts.run_dir = Some(globals.run_dir.clone());
-    match Console::new(opts) {
-        Ok(c) => Some(Arc::new(c)),
-        Err(e) => {
-            tracing::warn!(error = %e, "console unavailable");
-            None
-        }
     }
 }

@@ -10,6 +10,7 @@ mod dispatch;
 pub mod frontend;
 pub mod input;
 pub mod line_editor;
+pub mod plain;
 pub mod port;
 pub mod progress;
 pub mod render;
@@ -19,7 +20,8 @@ pub mod signals;
 pub mod stream;
 pub mod tty;
 
-pub use console::{Console, ConsoleOptions, ConsoleSignal, Interrupt};
+pub use console::{Console, ConsoleOptions, ConsoleSignal};
+pub use plain::{PlainFrontend, PlainPrinter};
 pub use port::{OutputPort, PromptKind};
 pub use progress::Spinner;
 

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use super::sanitize::{fit, layout_width, sanitize, wrap, Style};
 use crate::agent::{Event, EventKind};
+use crate::flow::frontend::WakeInfo;
 use crate::flow::goal::unverifiable_warning;
 
 /// The prompt while a question is pending (seed 000 "常驻在最下面的输入提示符").
@@ -416,19 +417,6 @@ fn handoff(
     ));
     out.push(String::new());
     out
-}
-
-/// What the wake banner reports (seed 000 "唤醒横幅").
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WakeInfo {
-    /// The workspace (home shown as `~`).
-    pub workspace: PathBuf,
-    /// Checks in the goal; shown only when there is a checklist.
-    pub checks: Option<usize>,
-    /// The work session's last context in tokens; shown only when known.
-    pub work_context: Option<u64>,
-    /// The wake count (this run included).
-    pub woke: u32,
 }
 
 /// `<- 在 ~/proj 接上上次  需求已确认 · 目标 7 条 · 干活上下文 71.4K · 第 3 次唤醒`.

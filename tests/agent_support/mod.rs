@@ -5,8 +5,8 @@
 #[path = "../model_support/mod.rs"]
 pub mod model_support;
 
+use flowerbox::agent::human::Absent;
 use flowerbox::agent::{Event, Runtime, RuntimeConfig, Workbench};
-use flowerbox::channel::Absent;
 use flowerbox::record::manifest::Manifest;
 use flowerbox::sandbox::host::HostSandboxFactory;
 use flowerbox::session::SqliteSessionStore;

@@ -9,8 +9,8 @@ pub mod docker_support;
 pub mod model_support;
 
 use docker_support::{agent_image, run_id};
+use flowerbox::agent::human::Absent;
 use flowerbox::agent::{Event, EventKind, Placement, Runtime, RuntimeConfig, Workbench};
-use flowerbox::channel::Absent;
 use flowerbox::isolate::{IsolateOptions, WorktreePlacement};
 use flowerbox::record::manifest::Manifest;
 use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory, Engine};

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::confine::Confinement;
 use super::workbench::Workbench;
-use crate::channel::Human;
+use crate::agent::human::Human;
 use crate::model::{Role, ToolDef};
 use crate::sandbox::{AgentBox, Sandbox, SandboxFactory};
 

@@ -1,7 +1,7 @@
 //! The file tools against hostile inputs: special files, malformed input, escapes.
 
 use super::*;
-use crate::channel::Absent;
+use crate::agent::human::Absent;
 use crate::sandbox::Mount;
 use serde_json::json;
 use std::path::PathBuf;

@@ -8,6 +8,7 @@
 //! `release(agent)` when the step that owns it ends → `teardown()` at run end (or on a signal,
 //! see [`teardown_on_signal`]; as a last resort the factory's `Drop` removes what is left).
 
+pub mod backend;
 mod build_progress;
 pub mod container;
 pub mod engine;
@@ -20,6 +21,7 @@ pub mod seccomp;
 mod sentinel;
 mod signals;
 
+pub use backend::DockerBackend;
 pub use container::{Limits, UserIds};
 pub use engine::{Endpoint, Engine, EngineError, HostSource, DEFAULT_PING_TIMEOUT};
 pub use exec::DockerSandbox;

@@ -1,13 +1,17 @@
 //! [`PlainPrinter`]: the non-interactive event outlet — rendered, sanitised lines to stdout, no
-//! prompt, no spinners (pipes, CI, `once`). The interactive console replaces it on a terminal.
+//! prompt, no spinners (pipes, CI, `once`) — and [`PlainFrontend`], the run's frontend over it.
+//! The interactive console replaces both on a terminal.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use async_trait::async_trait;
+
+use super::render::{render, text_lines, RenderOptions, Tally};
+use super::stream::{LineStream, Release};
 use crate::agent::{Event, EventSink};
-use crate::term::render::{render, text_lines, RenderOptions, Tally};
-use crate::term::stream::{LineStream, Release};
+use crate::flow::frontend::{Frontend, Notice};
 
 /// Renders events to a writer (stdout by default) and keeps the running totals.
 pub struct PlainPrinter {
@@ -35,7 +39,7 @@ impl PlainPrinter {
             RenderOptions {
                 verbose,
                 color,
-                width: crate::term::sanitize::screen_width(width),
+                width: super::sanitize::screen_width(width),
                 home: std::env::var_os("HOME").map(Into::into),
             },
             Box::new(std::io::stdout()),
@@ -115,6 +119,40 @@ impl PlainPrinter {
     /// Totals so far.
     pub fn tally(&self) -> Tally {
         self.tally.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+/// The non-interactive frontend: a [`PlainPrinter`], no input (questions settle by
+/// `--timeout`), Ctrl-C left to the driver.
+pub struct PlainFrontend {
+    printer: Arc<PlainPrinter>,
+}
+
+impl PlainFrontend {
+    /// A plain frontend on stdout.
+    pub fn stdout(verbose: bool) -> Self {
+        PlainFrontend {
+            printer: PlainPrinter::stdout(verbose),
+        }
+    }
+
+    /// A plain frontend over any printer (tests).
+    pub fn new(printer: Arc<PlainPrinter>) -> Self {
+        PlainFrontend { printer }
+    }
+}
+
+#[async_trait]
+impl Frontend for PlainFrontend {
+    fn events(&self) -> EventSink {
+        self.printer.sink()
+    }
+    fn notice(&self, notice: &Notice) {
+        let lines = match notice {
+            Notice::Totals => vec![self.printer.status_line()],
+            other => super::frontend::notice_lines(other, self.printer.options()),
+        };
+        self.printer.print_lines(&lines);
     }
 }
 

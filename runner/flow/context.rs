@@ -1,25 +1,40 @@
-//! [`RunContext`]: every service one run needs, built in one place from the validated options
-//! and the credentials — the model provider, `runs/sessions.db`, the sandboxes (Docker by
-//! default, host only by explicit choice), the workbench, `runs/manifest.json` and the
-//! [`Runtime`] over them.
+//! [`RunContext`]: every service one run needs, built in one place from the run's settings
+//! ([`RunSettings`]: what the command line chose) — the model provider, `runs/sessions.db`, the
+//! sandboxes of the chosen backend, the workbench, `runs/manifest.json` and the [`Runtime`] over
+//! them.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::error::FlowError;
+use crate::agent::human::Human;
 use crate::agent::{EventSink, Placement, Runtime, RuntimeConfig, Workbench};
-use crate::channel::Human;
-use crate::cli::args::SandboxKind;
-use crate::cli::error::CliError;
-use crate::cli::options::GlobalOptions;
-use crate::creds::Credentials;
 use crate::model::{build_provider, Provider, ProviderOptions};
 use crate::record::handoff::window_for;
 use crate::record::manifest::Manifest;
 use crate::record::steps::new_run_marker;
-use crate::sandbox::docker::{DockerOptions, DockerSandboxFactory};
-use crate::sandbox::host::HostSandboxFactory;
-use crate::sandbox::SandboxFactory;
+use crate::sandbox::egress::EgressPolicy;
+use crate::sandbox::{SandboxBackend, SandboxFactory};
 use crate::session::SqliteSessionStore;
+
+/// The configuration values a model provider is built from (credentials, endpoint, model and
+/// the model-call knobs), by name; `None` when unset.
+pub type ModelConfig = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// What the command line chose for a run, in the run's terms.
+#[derive(Clone)]
+pub struct RunSettings {
+    /// The agents' working directory (absolute, canonical, exists).
+    pub workspace: PathBuf,
+    /// Sessions, manifest, lineage, log (absolute; created by the builder).
+    pub run_dir: PathBuf,
+    /// Where agents may connect (WebFetch applies it; the backend's pods enforce it).
+    pub egress: EgressPolicy,
+    /// Where commands run.
+    pub sandbox: Arc<dyn SandboxBackend>,
+    /// The model provider's configuration, resolved when the services are built.
+    pub model: ModelConfig,
+}
 
 /// What differs between the drivers (`go`, `run`, `once`, the aside oracle).
 pub struct RunSetup {
@@ -37,8 +52,7 @@ pub struct RunSetup {
     pub events: EventSink,
     /// How workers are placed; the shared workspace when `None`.
     pub placement: Option<Arc<dyn Placement>>,
-    /// Sandboxes to use instead of building them from `--sandbox` (the aside oracle needs
-    /// none; tests inject their own).
+    /// Sandboxes to use instead of opening the settings' backend (tests inject their own).
     pub sandboxes: Option<Arc<dyn SandboxFactory>>,
 }
 
@@ -59,32 +73,26 @@ pub struct RunContext {
 }
 
 impl RunContext {
-    /// Builds the services. Errors are exit-1 messages: a bad provider configuration, an
-    /// unopenable `sessions.db`, an unreachable Docker engine (never a silent fall-back to
-    /// host execution).
-    pub async fn build(
-        globals: &GlobalOptions,
-        creds: &Credentials,
-        setup: RunSetup,
-    ) -> Result<RunContext, CliError> {
-        let get = |k: &str| creds.get(k).map(str::to_string);
-        let provider = build_provider(&get, ProviderOptions::default())
-            .map_err(|e| CliError::Failed(e.to_string()))?;
-        let max_tokens_setting = crate::model::config::max_tokens_setting(&get)
-            .map_err(|e| CliError::Failed(e.to_string()))?;
-        crate::fsroot::own::create_dir_all(&globals.run_dir).map_err(|e| CliError::Io {
-            what: format!("建不出 {}", globals.run_dir.display()),
+    /// Builds the services. Errors: a bad provider configuration, an unopenable
+    /// `sessions.db`, a backend that cannot serve the run (an unreachable Docker engine is
+    /// never a silent fall-back to host execution).
+    pub async fn build(settings: &RunSettings, setup: RunSetup) -> Result<RunContext, FlowError> {
+        let get = |k: &str| (settings.model)(k);
+        let provider = build_provider(&get, ProviderOptions::default())?;
+        let max_tokens_setting = crate::model::config::max_tokens_setting(&get)?;
+        crate::fsroot::own::create_dir_all(&settings.run_dir).map_err(|e| FlowError::Io {
+            what: format!("建不出 {}", settings.run_dir.display()),
             source: e,
         })?;
         let run_id = new_run_marker();
-        let store = SqliteSessionStore::open(globals.run_dir.join("sessions.db"))
-            .map_err(|e| CliError::Failed(format!("打不开 sessions.db:{e}")))?;
+        let store = SqliteSessionStore::open(settings.run_dir.join("sessions.db"))
+            .map_err(FlowError::Store)?;
         let workbench = match setup.workbench {
             Some(root) => Some({
-                let root = crate::fsroot::own::trusted_dir(&root, &globals.workspace);
+                let root = crate::fsroot::own::trusted_dir(&root, &settings.workspace);
                 Workbench::at(root.clone())
                     .ensure()
-                    .map_err(|e| CliError::Io {
+                    .map_err(|e| FlowError::Io {
                         what: format!("建不出工作台 {}", root.display()),
                         source: e,
                     })?
@@ -93,25 +101,30 @@ impl RunContext {
         };
         let sandboxes: Arc<dyn SandboxFactory> = match setup.sandboxes {
             Some(s) => s,
-            None => build_sandboxes(globals, &run_id).await?,
+            None => {
+                let ready = settings
+                    .sandbox
+                    .open_run(&run_id, &settings.workspace)
+                    .await?;
+                for l in ready.notes {
+                    eprintln!("- {l}");
+                }
+                ready.factory
+            }
         };
         let model = provider.default_model().to_string();
         let mut config =
-            RuntimeConfig::new(globals.workspace.clone(), model.clone(), run_id.clone());
+            RuntimeConfig::new(settings.workspace.clone(), model.clone(), run_id.clone());
         config.trim_large = setup.trim_large;
-        config.tool_limits.egress = globals.egress.clone();
+        config.tool_limits.egress = settings.egress.clone();
         // Every agent's container and file tools hide the run directory (DESIGN.md "Threat
         // model" 1): the records flowerbox trusts are not theirs to read or plant links in.
-        config.masked = vec![globals.run_dir.clone()];
-        config.masked_ids = crate::fsroot::own::identity(&globals.run_dir)
+        config.masked = vec![settings.run_dir.clone()];
+        config.masked_ids = crate::fsroot::own::identity(&settings.run_dir)
             .into_iter()
             .collect();
-        if globals.sandbox == SandboxKind::Host {
-            config.base_system = crate::agent::roles::base_system(
-                &globals.workspace,
-                crate::agent::roles::CommandsRun::OnHost,
-            );
-        }
+        config.base_system =
+            crate::agent::roles::base_system(&settings.workspace, settings.sandbox.commands_run());
         // A model outside the catalogue: what its server says about its context sizes the
         // output cap and the handoff window.
         let catalogued = crate::model::catalog::lookup(&model).is_some();
@@ -144,7 +157,7 @@ impl RunContext {
             }
         }
         let manifest = Arc::new(Manifest::new(
-            globals.run_dir.join("manifest.json"),
+            settings.run_dir.join("manifest.json"),
             run_id.clone(),
         ));
         let mut runtime = Runtime::new(
@@ -177,40 +190,4 @@ impl RunContext {
             eprintln!("x 清理容器失败:{e}(`flowerbox gc` 可以收拾残留)");
         }
     }
-}
-
-/// The sandboxes `--sandbox` asks for. Docker: ping the engine before anything is created
-/// (a dead engine is exit 1 with its own message, never a fall-back to the host), remove
-/// containers that crashed runs of this workspace left behind, and make sure the image exists
-/// (built on first use, with progress).
-async fn build_sandboxes(
-    globals: &GlobalOptions,
-    run_id: &str,
-) -> Result<Arc<dyn SandboxFactory>, CliError> {
-    match globals.sandbox {
-        SandboxKind::Host => Ok(Arc::new(HostSandboxFactory::new())),
-        SandboxKind::Docker => {
-            let mut opts = DockerOptions::new(run_id, &globals.workspace);
-            opts.image = globals.image.clone();
-            opts.egress = globals.egress.clone();
-            let factory = DockerSandboxFactory::connect(opts)
-                .await
-                .map_err(sandbox_error)?;
-            match factory.sweep_orphans().await {
-                Ok(lines) => {
-                    for l in lines {
-                        eprintln!("- {l}");
-                    }
-                }
-                Err(e) => tracing::warn!(error = %e, "orphan sweep failed"),
-            }
-            factory.ensure_image().await.map_err(sandbox_error)?;
-            Ok(Arc::new(factory))
-        }
-    }
-}
-
-/// A sandbox failure as an exit-1 message.
-pub fn sandbox_error(e: crate::sandbox::SandboxError) -> CliError {
-    CliError::Failed(e.to_string())
 }

@@ -1,0 +1,123 @@
+//! What the command line chooses for a run, in one place: the sandbox backend (`--sandbox`), the
+//! model's configuration (the credentials the gates passed), the frontend (the terminal console
+//! when stdin is a terminal, plain lines otherwise), and the run's settings made from the
+//! resolved options. Below this module nothing knows the command line.
+
+use std::sync::Arc;
+
+use super::args::{PermissionMode, SandboxKind};
+use super::options::{GlobalOptions, GoOptions, OnceOptions};
+use crate::creds::Credentials;
+use crate::flow::frontend::Frontend;
+use crate::flow::once::OnceSettings;
+use crate::flow::{GoSettings, RunSettings};
+use crate::sandbox::docker::DockerBackend;
+use crate::sandbox::host::HostBackend;
+use crate::sandbox::SandboxBackend;
+use crate::term::{Console, ConsoleOptions, PlainFrontend};
+
+/// The backend `--sandbox` names (Docker by default; the host only by explicit choice).
+pub fn sandbox_backend(globals: &GlobalOptions) -> Arc<dyn SandboxBackend> {
+    match globals.sandbox {
+        SandboxKind::Host => Arc::new(HostBackend),
+        SandboxKind::Docker => Arc::new(DockerBackend::new(
+            globals.image.clone(),
+            globals.egress.clone(),
+        )),
+    }
+}
+
+/// The run's settings: the resolved global switches, the backend they name, and the model's
+/// configuration from `creds`.
+pub fn run_settings(globals: &GlobalOptions, creds: &Credentials) -> RunSettings {
+    let creds = creds.clone();
+    RunSettings {
+        workspace: globals.workspace.clone(),
+        run_dir: globals.run_dir.clone(),
+        egress: globals.egress.clone(),
+        sandbox: sandbox_backend(globals),
+        model: Arc::new(move |k: &str| creds.get(k).map(str::to_string)),
+    }
+}
+
+/// THE place that decides whether a `go`/`run` is interactive: the terminal console when stdin
+/// is a terminal, plain output otherwise (also when the console cannot be built).
+pub fn frontend(globals: &GlobalOptions) -> Arc<dyn Frontend> {
+    if globals.interactive {
+        let mut opts = ConsoleOptions::detect(globals.verbose);
+        opts.keyboard = globals.interactive;
+        match Console::new(opts) {
+            Ok(c) => return Arc::new(c),
+            Err(e) => tracing::warn!(error = %e, "console unavailable"),
+        }
+    }
+    Arc::new(PlainFrontend::stdout(globals.verbose))
+}
+
+/// `go`'s resolved switches as the workflow's settings.
+pub fn go_settings(opts: GoOptions) -> GoSettings {
+    let GoOptions {
+        ask,
+        asks,
+        rounds,
+        goal,
+        judge_can_run,
+        timeout,
+        isolate,
+        window,
+        handoff,
+        new,
+        clarify_only,
+        trim,
+        workbench,
+    } = opts;
+    GoSettings {
+        ask,
+        asks,
+        rounds,
+        goal,
+        judge_can_run,
+        timeout,
+        isolate,
+        window,
+        handoff,
+        new,
+        clarify_only,
+        trim,
+        workbench,
+    }
+}
+
+/// `once`'s resolved switches as the agent's settings. There is no interactive approval in
+/// flowerbox (every tool is whitelisted and sandboxed), so `default`, `acceptEdits` and
+/// `bypassPermissions` run the `-t` tools as given; `plan` means "change nothing".
+pub fn once_settings(opts: OnceOptions) -> OnceSettings {
+    let OnceOptions {
+        prompt,
+        instructions,
+        tools,
+        permission_mode,
+        budget_usd,
+        resume,
+        fork,
+        workbench,
+        trim,
+    } = opts;
+    let change_nothing = match permission_mode {
+        PermissionMode::Plan => true,
+        PermissionMode::Default
+        | PermissionMode::AcceptEdits
+        | PermissionMode::BypassPermissions => false,
+    };
+    OnceSettings {
+        prompt,
+        instructions,
+        tools,
+        change_nothing,
+        budget_usd,
+        resume,
+        fork,
+        workbench,
+        trim,
+    }
+}

@@ -1,0 +1,135 @@
+//! `flowerbox once PROMPT` (seed 000 "`once`"): one agent named `ad-hoc` with the `-t` tools,
+//! no workflow, no verdict, no human (questions time out at once). Unlike flower, it shows its
+//! real time and cost, and its containers never leak (SIGHUP/SIGTERM are handled).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::context::{RunContext, RunSettings, RunSetup};
+use super::error::{FlowError, RunEnd};
+use super::frontend::{Frontend, Notice};
+use crate::agent::human::Absent;
+use crate::agent::roles;
+use crate::agent::RunOptions;
+use crate::record::manifest::KILLED_BY_SIGNAL;
+
+/// Step name of `once` in the manifest (seed 000).
+pub const ONCE_STEP: &str = "ad-hoc";
+
+/// What `once` runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OnceSettings {
+    /// The prompt.
+    pub prompt: String,
+    /// Appended after the system prompt; empty = none.
+    pub instructions: String,
+    /// The tool allowlist, in order.
+    pub tools: Vec<String>,
+    /// Change nothing (`-p plan`): the tools that write or execute are removed.
+    pub change_nothing: bool,
+    /// Dollar budget; `None` = no limit.
+    pub budget_usd: Option<f64>,
+    /// Continue this session.
+    pub resume: Option<String>,
+    /// Fork it instead of continuing it.
+    pub fork: bool,
+    /// The workbench root, if any.
+    pub workbench: Option<PathBuf>,
+    /// Trim large old tool results on resume.
+    pub trim: bool,
+}
+
+/// Runs `once`. [`RunEnd::Finished`] when the agent finished its turn;
+/// [`FlowError::AgentFailed`] with its error otherwise; SIGHUP/SIGTERM record the step as
+/// `killed-by-signal`, remove the containers and end as [`RunEnd::Signalled`].
+pub async fn once(
+    settings: &RunSettings,
+    opts: OnceSettings,
+    frontend: Arc<dyn Frontend>,
+) -> Result<RunEnd, FlowError> {
+    let ctx = RunContext::build(
+        settings,
+        RunSetup {
+            workbench: opts.workbench.clone(),
+            trim_large: opts.trim,
+            window: None,
+            handoff: true,
+            human: Arc::new(Absent),
+            events: frontend.events(),
+            placement: None,
+            sandboxes: None,
+        },
+    )
+    .await?;
+    if let Some(id) = &opts.resume {
+        // flower's SDK refuses an unknown session; a silent fresh session would spend the
+        // model's money on a conversation the user did not ask for.
+        if let Err(e) = known_session(&ctx, id, settings) {
+            ctx.shutdown().await;
+            return Err(e);
+        }
+    }
+    let spec = roles::once(&opts.instructions, once_tools(&opts), opts.budget_usd);
+    let mut run = {
+        let rt = ctx.runtime.clone();
+        let prompt = opts.prompt.clone();
+        let run_opts = RunOptions {
+            step: Some(ONCE_STEP.into()),
+            resume: opts.resume.clone(),
+            fork: opts.fork,
+            on_session: None,
+        };
+        tokio::spawn(async move { rt.run(&spec, &prompt, run_opts).await })
+    };
+    let outcome = tokio::select! {
+        r = &mut run => Ok(r.map_err(|e| FlowError::Internal(e.to_string()))?),
+        sig = super::drive::wait_for_signal(true) => Err(sig),
+    };
+    match outcome {
+        Ok(result) => {
+            ctx.shutdown().await;
+            frontend.notice(&Notice::Totals);
+            if result.ok {
+                Ok(RunEnd::Finished)
+            } else {
+                Err(FlowError::AgentFailed(
+                    result.error.unwrap_or_else(|| "没做完".into()),
+                ))
+            }
+        }
+        Err(sig) => {
+            // Stop the step first, so nothing it does later can overwrite the rescue row.
+            run.abort();
+            ctx.runtime.rescue(KILLED_BY_SIGNAL);
+            ctx.shutdown().await;
+            Ok(RunEnd::Signalled(sig))
+        }
+    }
+}
+
+/// `Ok` when `--resume ID` names a session of this run directory.
+fn known_session(ctx: &RunContext, id: &str, settings: &RunSettings) -> Result<(), FlowError> {
+    match ctx.runtime.store.meta(id) {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(FlowError::UnknownSession {
+            id: id.to_string(),
+            db: settings.run_dir.join("sessions.db"),
+        }),
+        Err(e) => Err(FlowError::Session(e)),
+    }
+}
+
+/// The tools `once` really offers. There is no interactive approval in flowerbox (every tool is
+/// whitelisted and sandboxed), so without `change_nothing` the `-t` tools run as given; with it
+/// (`-p plan`) the tools that write or execute are removed.
+pub fn once_tools(opts: &OnceSettings) -> Vec<String> {
+    const MUTATING: [&str; 4] = ["Write", "Edit", "Bash", "Agent"];
+    if !opts.change_nothing {
+        return opts.tools.clone();
+    }
+    opts.tools
+        .iter()
+        .filter(|t| !MUTATING.contains(&t.as_str()))
+        .cloned()
+        .collect()
+}

@@ -1,0 +1,45 @@
+//! The backend seam: where a run's commands execute, as one value the command line picks
+//! (`--sandbox docker|host`) and everything else asks — the run's preflight here; the doctor's
+//! checks and `gc` next to it. A new backend (a remote engine, Podman, Kubernetes) is one more
+//! implementation, with no edit to the callers. DESIGN.md "Backends and scale-out".
+
+use async_trait::async_trait;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{SandboxError, SandboxFactory};
+
+/// Where an agent's commands run, as its system prompt says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandsRun {
+    /// In the agent's own container (`--sandbox docker`, the default).
+    InContainer,
+    /// As host processes of the invoking user (`--sandbox host`).
+    OnHost,
+}
+
+/// What a backend has ready for one run.
+pub struct Preflight {
+    /// Hands each agent its sandbox; torn down at the end of the run.
+    pub factory: Arc<dyn SandboxFactory>,
+    /// What the preflight did that the human should know (containers of dead runs removed).
+    pub notes: Vec<String>,
+}
+
+/// One way to run agents' commands.
+#[async_trait]
+pub trait SandboxBackend: Send + Sync {
+    /// `docker` or `host` (logs, `-v`).
+    fn name(&self) -> &'static str;
+
+    /// Where commands run, for the agents' system prompts.
+    fn commands_run(&self) -> CommandsRun;
+
+    /// Everything before the first agent of run `run_id` in `workspace`: reach the engine (a
+    /// dead one is an error, never a fall-back to the host), remove what dead runs of this
+    /// workspace left, make sure the image exists.
+    ///
+    /// # Errors
+    /// The backend cannot serve the run.
+    async fn open_run(&self, run_id: &str, workspace: &Path) -> Result<Preflight, SandboxError>;
+}

@@ -1,0 +1,72 @@
+//! [`DockerBackend`]: the Docker Engine as the run's [`SandboxBackend`] (the default): one pod
+//! per run, one container per agent that executes commands.
+
+use async_trait::async_trait;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{DockerOptions, DockerSandboxFactory, DEFAULT_PING_TIMEOUT};
+use crate::sandbox::egress::EgressPolicy;
+use crate::sandbox::{CommandsRun, Preflight, SandboxBackend, SandboxError};
+
+/// What the command line chose for the Docker backend; nothing is connected until a run opens.
+#[derive(Debug, Clone)]
+pub struct DockerBackend {
+    /// `--image` / `FLOWERBOX_IMAGE`; `None` = flowerbox's own image, built when missing.
+    pub image: Option<String>,
+    /// Engine endpoint; `None` = `DOCKER_HOST`, else the current Docker context, else the
+    /// default socket.
+    pub docker_host: Option<String>,
+    /// The policy the pod's network enforces.
+    pub egress: EgressPolicy,
+    /// How long the engine gets to answer the first ping.
+    pub ping_timeout: Duration,
+}
+
+impl DockerBackend {
+    /// The default engine with `image` and `egress`.
+    pub fn new(image: Option<String>, egress: EgressPolicy) -> Self {
+        DockerBackend {
+            image,
+            docker_host: None,
+            egress,
+            ping_timeout: DEFAULT_PING_TIMEOUT,
+        }
+    }
+}
+
+#[async_trait]
+impl SandboxBackend for DockerBackend {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+
+    fn commands_run(&self) -> CommandsRun {
+        CommandsRun::InContainer
+    }
+
+    /// Pings the engine before anything is created, removes containers that crashed runs of
+    /// this workspace left behind, and makes sure the image exists (built on first use, with
+    /// progress).
+    async fn open_run(&self, run_id: &str, workspace: &Path) -> Result<Preflight, SandboxError> {
+        let mut opts = DockerOptions::new(run_id, workspace);
+        opts.image = self.image.clone();
+        opts.egress = self.egress.clone();
+        opts.docker_host = self.docker_host.clone();
+        opts.ping_timeout = self.ping_timeout;
+        let factory = DockerSandboxFactory::connect(opts).await?;
+        let notes = match factory.sweep_orphans().await {
+            Ok(lines) => lines,
+            Err(e) => {
+                tracing::warn!(error = %e, "orphan sweep failed");
+                Vec::new()
+            }
+        };
+        factory.ensure_image().await?;
+        Ok(Preflight {
+            factory: Arc::new(factory),
+            notes,
+        })
+    }
+}
