@@ -152,3 +152,34 @@ fn no_handoff_near_the_window_compacts_instead_of_failing() {
     assert_eq!(row["retired"].as_array().unwrap().len(), 1, "{row}");
     assert_eq!(p.lineage()["steps"]["干活"], row["session_id"]);
 }
+
+/// UNREACHABLE with no 理由 section: the stop names the default reason, not an empty colon.
+#[test]
+fn unreachable_without_a_reason_prints_the_default_reason() {
+    let p = Project::new();
+    let mut s = scenario("flow_unreachable");
+    let mut changed = false;
+    for agent in s["agents"].as_array_mut().unwrap() {
+        for turn in agent["turns"].as_array_mut().unwrap() {
+            for block in turn["content"].as_array_mut().unwrap() {
+                if block["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("UNREACHABLE"))
+                {
+                    block["text"] = json!("## 结论\nUNREACHABLE\n");
+                    changed = true;
+                }
+            }
+        }
+    }
+    assert!(changed);
+    let model = ScriptedModel::start(&s);
+    let r = p.run(&model, &["--timeout", "0", "写个 hello.sh"]);
+    assert_eq!(r.code(), 1, "{r:?}");
+    let all = format!("{}{}", r.out, r.err);
+    assert!(
+        all.contains("目标被判为无法达成,没人应答:判定者没写理由"),
+        "{all}"
+    );
+    assert!(!all.contains("没人应答:\n"), "{all}");
+}
