@@ -183,3 +183,31 @@ fn unreachable_without_a_reason_prints_the_default_reason() {
     );
     assert!(!all.contains("没人应答:\n"), "{all}");
 }
+
+/// A brief missing sections stops the run: the screen names them, and the books record the
+/// step as failed with that reason (it used to be `ok: true, error: null`).
+#[test]
+fn a_brief_missing_sections_stops_and_says_which() {
+    let p = Project::new();
+    let model = ScriptedModel::start(&json!({"agents": [{"role": "clarifier", "turns": [
+        {"content": [{"type": "text", "text": "## 目标\n写一个 hello.sh\n"}]}]}]}));
+    let r = p.run(&model, &["--timeout", "0", "写个 hello.sh"]);
+    assert_eq!(r.code(), 1, "{r:?}");
+    assert!(r.err.contains("在步骤 '确认需求' 中止"), "{}", r.err);
+    assert!(
+        r.out
+            .contains("需求确认书不完整,缺:验收标准、边界、未知与假设"),
+        "{}",
+        r.out
+    );
+    let row = p
+        .manifest()
+        .into_iter()
+        .find(|r| r["step"] == "确认需求")
+        .unwrap();
+    assert_eq!(row["ok"], false, "{row}");
+    assert_eq!(
+        row["error"], "需求确认书不完整,缺:验收标准、边界、未知与假设",
+        "{row}"
+    );
+}

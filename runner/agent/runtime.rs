@@ -348,6 +348,26 @@ impl Runtime {
         }
     }
 
+    /// The step `label` ended, but what it produced was not accepted (a workflow's gate
+    /// rejected its last attempt): its manifest row becomes `ok: false` with `why`.
+    pub fn mark_failed(&self, label: &str, why: &str) {
+        let Some(m) = &self.manifest else { return };
+        let amended = m.amend(label, |row| {
+            row.ok = false;
+            row.error = Some(why.to_string());
+        });
+        if let Err(e) = amended {
+            self.emit(
+                "runner",
+                Role::Coordinator,
+                0,
+                EventKind::Error {
+                    text: format!("manifest.json 写入失败:{e}"),
+                },
+            );
+        }
+    }
+
     fn track(&self, result: &StepResult, done: bool) {
         let Some(m) = &self.manifest else { return };
         if self.rescued.load(std::sync::atomic::Ordering::SeqCst) {

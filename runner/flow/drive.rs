@@ -195,10 +195,10 @@ impl Session {
                 self.finish().await;
                 Ok(RunEnd::Finished)
             }
-            End::Done(Ok(Completion::Stopped { step, aborted })) => {
-                if let Some(why) = aborted {
-                    self.note(EventKind::Error { text: why });
-                }
+            End::Done(Ok(Completion::Stopped { step, why })) => {
+                // The cause is already on screen: the step's own error under its line, or the
+                // workflow's note when its gate rejected it.
+                tracing::info!(%step, %why, "stopped");
                 self.finish().await;
                 Err(FlowError::StepAborted(step))
             }

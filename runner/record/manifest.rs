@@ -197,6 +197,24 @@ impl Manifest {
         self.write_locked(&rows)
     }
 
+    /// Changes this process's row of `step` with `f` and writes the file; `Ok(None)` without
+    /// writing when there is no such row.
+    ///
+    /// # Errors
+    /// As [`Manifest::record`].
+    pub fn amend(
+        &self,
+        step: &str,
+        f: impl FnOnce(&mut ManifestEntry),
+    ) -> Result<Option<Recovered>, RecordError> {
+        let mut rows = self.rows.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(row) = rows.iter_mut().find(|r| r.step == step) else {
+            return Ok(None);
+        };
+        f(row);
+        self.write_locked(&rows)
+    }
+
     /// Writes this process's rows again (merging with the file as it is now).
     ///
     /// # Errors
@@ -408,6 +426,26 @@ mod tests {
                 && at("\"session_id\": null") < at("\"run\": \"20260101")
         );
         assert_eq!(read_manifest(&path).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn amend_changes_one_of_this_processs_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("manifest.json");
+        let m = Manifest::new(&path, "r");
+        let mut e = entry("确认需求");
+        e.ok = true;
+        m.record(e).unwrap();
+        m.amend("确认需求", |r| {
+            r.ok = false;
+            r.error = Some("需求确认书不完整,缺:边界".into());
+        })
+        .unwrap();
+        assert_eq!(m.amend("没有这步", |r| r.ok = true).unwrap(), None);
+        let rows = read_manifest(&path).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert!(!rows[0].ok);
+        assert_eq!(rows[0].error.as_deref(), Some("需求确认书不完整,缺:边界"));
     }
 
     #[test]
