@@ -69,7 +69,12 @@ fn once_runs_a_real_tool_loop_and_shows_real_time_and_cost() {
     .unwrap();
     assert_eq!(manifest[0]["step"], "ad-hoc");
     assert_eq!(manifest[0]["num_turns"], 4);
-    assert!(manifest[0]["cost_usd"].as_f64().unwrap() > 0.0);
+    let cost = manifest[0]["cost_usd"].as_f64().unwrap();
+    assert!(cost > 0.0);
+    // The status line's figure is the step's, at the step line's precision (it used to say
+    // `累计 $0.00` under a step of `$0.0015`).
+    assert!(status.contains(&format!("累计 ${cost:.4}")), "{status}");
+    assert!(stdout.contains(&format!("· ${cost:.4}")), "{stdout}");
     // The secret never reached a command's environment or the log.
     let log = std::fs::read_to_string(ws.path().join("runs/flowerbox.log")).unwrap_or_default();
     assert!(!log.contains("sk-ant-test-secret"));

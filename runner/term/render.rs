@@ -599,16 +599,17 @@ impl Tally {
         }
     }
 
-    /// `  - 上下文 71.4K · 累计 $0.12 · 1:23` (`≥ $` when some cost is unknown; no context
-    /// part before the first model call).
+    /// `  - 上下文 71.4K · 累计 $0.1200 · 1:23` (`≥ $` when some cost is unknown; no context
+    /// part before the first model call). Four decimals, as the step line and the closing line
+    /// show cost: a `once` of $0.0015 must not say `累计 $0.00` under `$0.0015`.
     pub fn status_line(&self, run_time: Duration, opts: &RenderOptions) -> String {
         let mut bits = Vec::new();
         if self.context_tokens > 0 {
             bits.push(format!("上下文 {}", human_tokens(self.context_tokens)));
         }
         bits.push(match (self.cost_unknown, self.cost_known) {
-            (false, _) => format!("累计 ${:.2}", self.cost_usd),
-            (true, true) => format!("累计 ≥ ${:.2}", self.cost_usd),
+            (false, _) => format!("累计 ${:.4}", self.cost_usd),
+            (true, true) => format!("累计 ≥ ${:.4}", self.cost_usd),
             (true, false) => "累计 未知".to_string(),
         });
         bits.push(elapsed(run_time));
@@ -1018,7 +1019,7 @@ mod tests {
         assert!(line.contains("累计 未知"), "{line}");
         t.observe(&usage(Some(0.25)));
         let line = t.status_line(Duration::from_secs(5), &plain());
-        assert!(line.contains("累计 ≥ $0.25"), "{line}");
+        assert!(line.contains("累计 ≥ $0.2500"), "{line}");
     }
 
     #[test]
@@ -1203,13 +1204,21 @@ mod tests {
         );
         assert_eq!(
             t.status_line(Duration::from_secs(83), &plain()),
-            "  - 上下文 71.4K · 累计 $0.12 · 1:23"
+            "  - 上下文 71.4K · 累计 $0.1200 · 1:23"
         );
         t.observe(&usage(0, None, 80_000));
         t.observe(&ev(0, handoff_event(false)));
         assert_eq!(
             t.status_line(Duration::from_secs(3723), &plain()),
-            "  - 累计 ≥ $0.12 · 1:02:03"
+            "  - 累计 ≥ $0.1200 · 1:02:03"
+        );
+        // The once of issue 20: the step line said $0.0015, the status line $0.00.
+        let mut t = Tally::default();
+        t.observe(&usage(0, Some(0.0015), 900));
+        let status = t.status_line(Duration::from_secs(2), &plain());
+        assert!(
+            status.contains(&format!("累计 {}", dollars(Some(0.0015)))),
+            "{status}"
         );
     }
 
