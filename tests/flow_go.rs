@@ -35,6 +35,16 @@ fn unattended_go_clarifies_sets_a_goal_and_works_until_the_judge_passes() {
         "unattended: the question is not shown"
     );
 
+    // A worker's lines name it (parallel workers' lines interleave).
+    assert!(r.out.contains("  | worker-"), "{}", r.out);
+    assert!(
+        r.out
+            .lines()
+            .any(|l| l.starts_with("  | worker-") && l.contains("* Bash chmod +x hello.sh")),
+        "{}",
+        r.out
+    );
+
     // Goal: frozen with its two checks.
     let goal = Goal::load(&p.note("目标.md")).unwrap().unwrap();
     assert_eq!(goal.checks.len(), 2, "{goal:?}");

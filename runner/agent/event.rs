@@ -69,7 +69,8 @@ pub enum EventKind {
         id: String,
         /// Tool name.
         name: String,
-        /// One-line summary of the input (`Bash: cargo build`).
+        /// Summary of the input (`Bash: cargo build`): one line, or one per line of a
+        /// multi-line command (at most four).
         summary: String,
     },
     /// A tool result.

@@ -310,3 +310,24 @@ async fn a_paused_step_waits_for_the_human_and_resumes_with_the_words() {
     assert!(last.contains("别改 Makefile"), "{last}");
     assert!(last.contains("不是环境故障"), "{last}");
 }
+
+#[test]
+fn a_multi_line_command_keeps_its_lines_in_the_summary() {
+    let call = |command: &str| crate::model::ToolCall {
+        id: "t".into(),
+        name: "Bash".into(),
+        input: json!({ "command": command }),
+    };
+    assert_eq!(
+        super::session_loop::summarize(&call("pkill -x httpd || true\nnohup ./httpd > log 2>&1 &")),
+        "Bash: pkill -x httpd || true\nnohup ./httpd > log 2>&1 &"
+    );
+    assert_eq!(
+        super::session_loop::summarize(&call("a\n\n  b   c\nd\ne\nf\ng")),
+        "Bash: a\nb c\nd\ne\n…(共 6 行)"
+    );
+    assert_eq!(
+        super::session_loop::summarize(&call("make  -j4")),
+        "Bash: make -j4"
+    );
+}

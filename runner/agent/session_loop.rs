@@ -619,8 +619,13 @@ impl AgentRun {
     }
 }
 
-/// One line describing a call: `Bash: cargo build`.
-fn summarize(call: &ToolCall) -> String {
+/// Lines of a multi-line command shown in a call's summary.
+const SUMMARY_LINES: usize = 4;
+
+/// A call in brief: `Bash: cargo build`. A multi-line command keeps its line breaks (each line
+/// shortened, at most [`SUMMARY_LINES`], then how many more): flattened, two commands read as
+/// one.
+pub(crate) fn summarize(call: &ToolCall) -> String {
     let key = [
         "command",
         "file_path",
@@ -631,10 +636,19 @@ fn summarize(call: &ToolCall) -> String {
     ]
     .into_iter()
     .find_map(|k| call.input.get(k).and_then(|v| v.as_str()));
-    match key {
-        Some(v) => format!("{}: {}", call.name, one_line(v, 100)),
-        None => call.name.clone(),
+    let Some(v) = key else {
+        return call.name.clone();
+    };
+    let lines: Vec<&str> = v.lines().filter(|l| !l.trim().is_empty()).collect();
+    let mut shown: Vec<String> = lines
+        .iter()
+        .take(SUMMARY_LINES)
+        .map(|l| one_line(l, 100))
+        .collect();
+    if lines.len() > SUMMARY_LINES {
+        shown.push(format!("…(共 {} 行)", lines.len()));
     }
+    format!("{}: {}", call.name, shown.join("\n"))
 }
 
 /// The workers an agent may dispatch; a general worker when none are declared.

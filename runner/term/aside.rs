@@ -44,6 +44,7 @@ pub fn describe_event(ev: &Event) -> Option<String> {
         }
         EventKind::Text { text } => format!("说:{text}"),
         EventKind::ToolCall { name, summary, .. } => {
+            let summary = summary.lines().collect::<Vec<_>>().join(" ; ");
             if summary.starts_with(name.as_str()) {
                 format!("调用 {summary}")
             } else {

@@ -164,7 +164,9 @@ pub fn text_lines(text: &str, opts: &RenderOptions) -> Vec<String> {
 /// The lines for one event (possibly none). See the module doc for what shows when.
 pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<String> {
     let sub = ev.depth > 0;
-    let pad = if sub { GUTTER } else { "  " };
+    // A subagent's lines name it: parallel workers' lines interleave.
+    let named = format!("{GUTTER}{} ", one_line(&ev.agent));
+    let pad = if sub { named.as_str() } else { "  " };
     match &ev.kind {
         EventKind::StepStart { step } => {
             let name = one_line(step);
@@ -203,15 +205,15 @@ pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<String> {
         }
         EventKind::Prompt { text } if opts.verbose => {
             let (first, rest) = if sub {
-                ("  | > ", "  |   ")
+                (format!("{pad}> "), "  |   ")
             } else {
-                ("  > ", "    ")
+                ("  > ".to_string(), "    ")
             };
-            block(Some(Style::Dim), text, first, rest, opts)
+            block(Some(Style::Dim), text, &first, rest, opts)
         }
         EventKind::Text { text } if !sub => text_lines(text, opts),
         EventKind::Text { text } if opts.verbose => {
-            block(Some(Style::Dim), text, GUTTER, GUTTER, opts)
+            block(Some(Style::Dim), text, pad, GUTTER, opts)
         }
         EventKind::Thinking { text } if !sub => {
             block(Some(Style::Cyan), text, "  ~ ", "    ", opts)
@@ -220,18 +222,32 @@ pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<String> {
         EventKind::ToolCall { name, .. } if name == "Agent" => Vec::new(),
         EventKind::ToolCall { name, summary, .. } => {
             let name = one_line(name);
-            let summary = one_line(summary);
-            let summary = summary
+            // One screen line per line of a multi-line command: flattened, `a || true` and
+            // `nohup b` would read as one command.
+            let mut lines = summary.lines().map(one_line).filter(|l| !l.is_empty());
+            let first = lines.next().unwrap_or_default();
+            let first = first
                 .strip_prefix(&format!("{name}:"))
                 .map(str::trim_start)
-                .unwrap_or(&summary)
+                .unwrap_or(&first)
                 .to_string();
             let head_style = if sub { Style::Dim } else { Style::Blue };
-            let mut segs = vec![(Some(head_style), format!("{pad}* {name}"))];
-            if !summary.is_empty() {
-                segs.push((Some(Style::Dim), format!(" {summary}")));
+            let head = format!("{pad}* {name}");
+            let mut segs = vec![(Some(head_style), head.clone())];
+            if !first.is_empty() {
+                segs.push((Some(Style::Dim), format!(" {first}")));
             }
-            vec![finish(segs, opts)]
+            let mut out = vec![finish(segs, opts)];
+            let hang = if sub {
+                format!(
+                    "{GUTTER}{}",
+                    " ".repeat(layout_width(&head) + 1 - layout_width(GUTTER))
+                )
+            } else {
+                " ".repeat(layout_width(&head) + 1)
+            };
+            out.extend(lines.map(|l| line(Some(Style::Dim), format!("{hang}{l}"), opts)));
+            out
         }
         EventKind::ToolResult {
             is_error: true,
@@ -718,7 +734,10 @@ mod tests {
             vec!["  决定先写解析器"]
         );
         assert!(r(1, text("我在读文件"), &plain()).is_empty());
-        assert_eq!(r(1, text("我在读文件"), &verbose()), vec!["  | 我在读文件"]);
+        assert_eq!(
+            r(1, text("我在读文件"), &verbose()),
+            vec!["  | worker-1 我在读文件"]
+        );
         assert!(r(0, EventKind::TextDelta { text: "x".into() }, &verbose()).is_empty());
     }
 
@@ -738,7 +757,7 @@ mod tests {
         };
         assert!(r(0, p(), &plain()).is_empty());
         assert_eq!(r(0, p(), &verbose()), vec!["  > 任务书"]);
-        assert_eq!(r(1, p(), &verbose()), vec!["  | > 任务书"]);
+        assert_eq!(r(1, p(), &verbose()), vec!["  | worker-1 > 任务书"]);
     }
 
     #[test]
@@ -754,13 +773,32 @@ mod tests {
         );
         assert_eq!(
             r(1, call("Read", "src/main.rs"), &plain()),
-            vec!["  | * Read src/main.rs"]
+            vec!["  | worker-1 * Read src/main.rs"]
         );
         assert_eq!(
             r(1, call("TodoWrite", ""), &plain()),
-            vec!["  | * TodoWrite"]
+            vec!["  | worker-1 * TodoWrite"]
         );
         assert!(r(0, call("Agent", "worker"), &plain()).is_empty());
+        // A multi-line command keeps its lines (issue 20: `pkill -x httpd || true nohup …`).
+        assert_eq!(
+            r(
+                1,
+                call(
+                    "Bash",
+                    "Bash: pkill -x httpd || true\nnohup ./httpd > log 2>&1 &"
+                ),
+                &plain()
+            ),
+            vec![
+                "  | worker-1 * Bash pkill -x httpd || true",
+                "  |                 nohup ./httpd > log 2>&1 &"
+            ]
+        );
+        assert_eq!(
+            r(0, call("Bash", "Bash: make\n./app"), &plain()),
+            vec!["  * Bash make", "         ./app"]
+        );
     }
 
     #[test]
@@ -775,10 +813,13 @@ mod tests {
             r(0, res(true, "没有这个文件"), &plain()),
             vec!["  x 没有这个文件"]
         );
-        assert_eq!(r(1, res(true, "exit 2"), &plain()), vec!["  | x exit 2"]);
+        assert_eq!(
+            r(1, res(true, "exit 2"), &plain()),
+            vec!["  | worker-1 x exit 2"]
+        );
         assert!(r(0, res(false, "ok"), &plain()).is_empty());
         assert_eq!(r(0, res(false, "ok"), &verbose()), vec!["  ok"]);
-        assert_eq!(r(1, res(false, "ok"), &verbose()), vec!["  | ok"]);
+        assert_eq!(r(1, res(false, "ok"), &verbose()), vec!["  | worker-1 ok"]);
         let long = "a ".repeat(400);
         let shown: usize = r(0, res(true, &long), &plain())
             .iter()
