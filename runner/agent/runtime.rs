@@ -133,6 +133,9 @@ pub struct Runtime {
     /// What each in-flight step has spent so far (by step name).
     meters: Mutex<HashMap<String, Arc<Meter>>>,
     rescued: std::sync::atomic::AtomicBool,
+    /// The provider refused the credentials (HTTP 401/403) during this run: its message
+    /// (seed 000 "跑挂了之后的自动重配" keys on this, typed, never on text).
+    credentials_refused: Mutex<Option<String>>,
     pub(crate) registry: ToolRegistry,
     pub(crate) placement: Arc<dyn Placement>,
     pub(crate) config: RuntimeConfig,
@@ -171,6 +174,7 @@ impl Runtime {
             inflight: Mutex::new(HashMap::new()),
             meters: Mutex::new(HashMap::new()),
             rescued: std::sync::atomic::AtomicBool::new(false),
+            credentials_refused: Mutex::new(None),
             registry: ToolRegistry::standard(),
             placement,
             config,
@@ -346,6 +350,24 @@ impl Runtime {
                 tracing::error!(error = %e, "manifest write failed during rescue");
             }
         }
+    }
+
+    /// Notes that the provider refused the credentials (the first refusal's message is kept).
+    pub(crate) fn note_credentials_refused(&self, message: &str) {
+        let mut slot = self
+            .credentials_refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        slot.get_or_insert_with(|| message.to_string());
+    }
+
+    /// The message of the provider's credential refusal (HTTP 401/403) in this run, if one
+    /// happened.
+    pub fn credentials_refused(&self) -> Option<String> {
+        self.credentials_refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The step `label` ended, but what it produced was not accepted (a workflow's gate

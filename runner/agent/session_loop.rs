@@ -527,6 +527,9 @@ impl AgentRun {
             }
             Err(e) => {
                 let msg = e.to_string();
+                if e.is_auth() {
+                    self.rt.note_credentials_refused(&msg);
+                }
                 let _ = self
                     .rt
                     .store

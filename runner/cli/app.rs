@@ -147,12 +147,16 @@ async fn dispatch(
                     .map_err(CliError::terminal)?;
             }
             start_log(logger.map(|l| l.open(&global.run_dir)).transpose()?);
-            entry::go(opts, global, creds, wake).await
+            let interactive = global.interactive;
+            let result = entry::go(opts, global, creds, wake).await;
+            reconfigure_after_refusal(result, &lookup, interactive, io)
         }
         CommandOptions::Run(opts) => {
             let creds = gates(host, &global, io, hooks).await?;
             start_log(logger.map(|l| l.open(&global.run_dir)).transpose()?);
-            entry::run(opts, global, creds).await
+            let interactive = global.interactive;
+            let result = entry::run(opts, global, creds).await;
+            reconfigure_after_refusal(result, &lookup, interactive, io)
         }
         CommandOptions::Once(opts) => {
             let creds = gates(host, &global, io, hooks).await?;
@@ -173,6 +177,44 @@ async fn dispatch(
         }
         CommandOptions::Setup => unreachable!("handled above"),
     }
+}
+
+/// The first line of a reconfiguration after a run stopped on refused credentials.
+pub const LOOKS_LIKE_CREDENTIALS: &str = "! 看起来是凭证不对:";
+/// The last line of it.
+pub const CONFIGURED_RUN_AGAIN: &str = "配好了。再跑一次刚才的命令 —— 同一目录会接着上次。";
+
+/// Seed 000 "跑挂了之后的自动重配": a `go` or `run` stopped after the provider refused the
+/// credentials (HTTP 401/403, known by type). On a terminal: [`LOOKS_LIKE_CREDENTIALS`] with the
+/// first 120 characters of the refusal, the setup questions, [`CONFIGURED_RUN_AGAIN`], and exit 1
+/// all the same. Without one: the seed's refusal message, exit 1. Any other outcome passes
+/// through.
+fn reconfigure_after_refusal(
+    result: Result<ExitStatus, CliError>,
+    lookup: &creds::Lookup,
+    interactive: bool,
+    io: &mut Io<'_>,
+) -> Result<ExitStatus, CliError> {
+    let Err(CliError::Flow(FlowError::CredentialsRefused { step, message })) = result else {
+        return result;
+    };
+    tracing::warn!(%step, %message, "credentials refused during the run");
+    if !interactive {
+        return Err(CliError::Creds(creds::CredsError::Refused {
+            refusal: creds::Refusal::Auth,
+            after_reconfigure: false,
+        }));
+    }
+    let head: String = message.chars().take(120).collect();
+    writeln!(
+        io.stdout,
+        "{LOOKS_LIKE_CREDENTIALS}{}",
+        crate::term::sanitize::sanitize(&head)
+    )
+    .map_err(CliError::terminal)?;
+    creds::setup::configure(lookup, "凭证被拒了,重新配一次。", io.stdin, io.stdout)?;
+    writeln!(io.stdout, "{CONFIGURED_RUN_AGAIN}").map_err(CliError::terminal)?;
+    Err(CliError::Flow(FlowError::StepAborted(step)))
 }
 
 /// The two credential gates, then the `-v` dump.

@@ -200,7 +200,10 @@ impl Session {
                 // workflow's note when its gate rejected it.
                 tracing::info!(%step, %why, "stopped");
                 self.finish().await;
-                Err(FlowError::StepAborted(step))
+                match rt.credentials_refused() {
+                    Some(message) => Err(FlowError::CredentialsRefused { step, message }),
+                    None => Err(FlowError::StepAborted(step)),
+                }
             }
             End::Done(Err(e)) => {
                 self.note(EventKind::Error {

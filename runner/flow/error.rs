@@ -43,6 +43,15 @@ pub enum FlowError {
     /// A step failed and its policy is to stop.
     #[error("在步骤 '{0}' 中止")]
     StepAborted(String),
+    /// A step stopped the run, and the provider had refused the credentials (HTTP 401/403):
+    /// the command line offers to reconfigure (seed 000 "跑挂了之后的自动重配").
+    #[error("在步骤 '{step}' 中止")]
+    CredentialsRefused {
+        /// The step.
+        step: String,
+        /// The provider's refusal, as the model layer put it.
+        message: String,
+    },
     /// Another `go` holds the run directory.
     #[error(
         "{} 正被另一个 flowerbox(pid {pid})用着:两个一起接着跑会把同一条会话写乱。\
@@ -108,7 +117,9 @@ impl FlowError {
     /// The step the error belongs to, when it belongs to one.
     pub fn step(&self) -> Option<&str> {
         match self {
-            FlowError::NoSession { step, .. } | FlowError::StepAborted(step) => Some(step),
+            FlowError::NoSession { step, .. }
+            | FlowError::StepAborted(step)
+            | FlowError::CredentialsRefused { step, .. } => Some(step),
             _ => None,
         }
     }
