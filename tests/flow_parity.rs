@@ -211,3 +211,33 @@ fn a_brief_missing_sections_stops_and_says_which() {
         "{row}"
     );
 }
+
+/// `--clarify-only` with a request on a clarified directory: a no-op as in flower, said so;
+/// the brief is not amended, no goal re-derivation is promised, the cost is never `$-0`.
+#[test]
+fn clarify_only_on_a_clarified_directory_leaves_the_brief_alone() {
+    let p = Project::new();
+    let model = ScriptedModel::start(&json!({"agents": [{"role": "clarifier", "turns": [
+        {"content": [{"type": "text", "text": BRIEF}]}]}]}));
+    assert_eq!(
+        p.run(
+            &model,
+            &["--timeout", "0", "--clarify-only", "写个 hello.sh"]
+        )
+        .code(),
+        0
+    );
+    let before = std::fs::read_to_string(p.note("需求.md")).unwrap();
+    let r = p.run(&model, &["--timeout", "0", "--clarify-only", "顺便支持 Y"]);
+    assert_eq!(r.code(), 0, "{r:?}");
+    assert_eq!(std::fs::read_to_string(p.note("需求.md")).unwrap(), before);
+    assert!(r.out.contains("--clarify-only 不改它"), "{}", r.out);
+    assert!(!r.out.contains("目标会按它重新设定"), "{}", r.out);
+    let last = r.out.lines().last().unwrap();
+    assert!(last.starts_with("总花费 $0.0000 · "), "{last}");
+    assert_eq!(
+        requests_with(&model, "你是确认者").len(),
+        1,
+        "asked nothing again"
+    );
+}

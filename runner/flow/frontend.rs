@@ -62,6 +62,9 @@ pub enum Notice {
     /// What the human said on a wake was appended to the brief (the goal is re-derived and
     /// the coordinator is told).
     Amended,
+    /// `--clarify-only` on a directory whose brief is complete, with a request: the brief is
+    /// left as it is (flower: a no-op; re-clarifying takes `--new`).
+    AlreadyClarified,
     /// The run is over: the closing line.
     Closing(Closing),
     /// A single agent (`once`) is done: the running totals (context, cost, time).

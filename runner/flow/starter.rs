@@ -296,12 +296,18 @@ pub async fn go(
             woke: u32::try_from(wake.woke + 1).unwrap_or(u32::MAX),
         }));
     }
-    if let Some(said) = starter.said() {
-        amend_brief(&starter.brief_path, said).map_err(|e| FlowError::Io {
-            what: format!("追加进 {} 失败", starter.brief_path.display()),
-            source: e,
-        })?;
-        session.frontend.notice(&Notice::Amended);
+    match starter.said() {
+        // Only the clarify step runs, and it is skipped on a complete brief: appending the
+        // request would change the brief behind the human's back and re-derive no goal.
+        Some(_) if starter.clarify_only => session.frontend.notice(&Notice::AlreadyClarified),
+        Some(said) => {
+            amend_brief(&starter.brief_path, said).map_err(|e| FlowError::Io {
+                what: format!("追加进 {} 失败", starter.brief_path.display()),
+                source: e,
+            })?;
+            session.frontend.notice(&Notice::Amended);
+        }
+        None => {}
     }
     let wf = starter
         .workflow(lineage)
