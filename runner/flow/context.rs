@@ -85,8 +85,17 @@ impl RunContext {
             source: e,
         })?;
         let run_id = new_run_marker();
-        let store = SqliteSessionStore::open(settings.run_dir.join("sessions.db"))
-            .map_err(FlowError::Store)?;
+        let store = match SqliteSessionStore::open(settings.run_dir.join("sessions.db")) {
+            Ok(s) => s,
+            Err(e) => {
+                // The run cannot start, but what a crashed run left (its containers) goes.
+                match settings.sandbox.sweep_dead(&settings.workspace).await {
+                    Ok(lines) => lines.iter().for_each(|l| eprintln!("- {l}")),
+                    Err(err) => tracing::warn!(error = %err, "orphan sweep failed"),
+                }
+                return Err(FlowError::Store(e));
+            }
+        };
         let workbench = match setup.workbench {
             Some(root) => Some({
                 let root = crate::fsroot::own::trusted_dir(&root, &settings.workspace);

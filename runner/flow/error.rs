@@ -75,8 +75,8 @@ pub enum FlowError {
         /// The cause.
         source: std::io::Error,
     },
-    /// `sessions.db` could not be opened.
-    #[error("打不开 sessions.db:{0}")]
+    /// `sessions.db` could not be opened (a damaged one says how to start over).
+    #[error("打不开 sessions.db:{err}{hint}", err = .0, hint = damaged_hint(.0))]
     Store(SessionError),
     /// The session store failed while the run was being set up.
     #[error("sessions.db: {0}")]
@@ -111,6 +111,16 @@ pub enum FlowError {
     /// The agent's task died.
     #[error("内部错误:{0}")]
     Internal(String),
+}
+
+/// What to do about a damaged `sessions.db`: `go --new` moves it aside.
+fn damaged_hint(e: &SessionError) -> &'static str {
+    match e {
+        SessionError::Damaged(_) => {
+            "\n它没法修:加 --new 把它移到一边从头开始(里面的会话就接不上了;原文件留着)"
+        }
+        _ => "",
+    }
 }
 
 impl FlowError {

@@ -55,6 +55,7 @@ pub mod guard;
 pub mod identity;
 pub mod once;
 pub mod outputs;
+pub mod recover;
 pub mod runfile;
 pub mod starter;
 pub mod step;

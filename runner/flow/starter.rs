@@ -237,6 +237,13 @@ pub async fn go(
     // interleave their transcripts (held until this function returns; the kernel drops it when
     // the process dies, even by SIGKILL).
     let _one_go = one_go(&settings.run_dir)?;
+    if opts.new {
+        // Starting over needs no old session: a damaged store goes aside instead of stopping
+        // every later start too.
+        if let Some(text) = super::recover::set_aside_damaged_store(&settings.run_dir)? {
+            frontend.notice(&Notice::Recovered(text));
+        }
+    }
     let (brief_path, _, log_path) = notes_paths(&opts.workbench);
     let session = Session::open(
         settings,
@@ -259,12 +266,27 @@ pub async fn go(
     } else {
         None
     };
+    let lineage = LineageFile::new(settings.run_dir.join(LINEAGE_FILE), &ws);
     // The archive moved brief, goal and lineage away: what is left is a fresh directory.
+    // Otherwise the lineage is checked against the store: a damaged file is rebuilt (and the
+    // probe asked again), sessions the store lacks are named.
     let wake = match archived {
         Some(_) => wake.archived(),
-        None => wake,
+        None => {
+            let said = super::recover::check_lineage(
+                &lineage,
+                session.runtime().store().as_ref(),
+                CLARIFY_STEP,
+            );
+            for text in &said {
+                session.frontend.notice(&Notice::Recovered(text.clone()));
+            }
+            match said.is_empty() {
+                true => wake,
+                false => super::wake::wake_state(&ws, &settings.run_dir, opts.isolate),
+            }
+        }
     };
-    let lineage = LineageFile::new(settings.run_dir.join(LINEAGE_FILE), &ws);
     let mut opts = opts;
     // The same command line again after a crash (up-arrow, Enter) is a wake, not a new request:
     // appending it would re-derive the goal and tell the coordinator what it already knows.

@@ -42,4 +42,16 @@ pub trait SandboxBackend: Send + Sync {
     /// # Errors
     /// The backend cannot serve the run.
     async fn open_run(&self, run_id: &str, workspace: &Path) -> Result<Preflight, SandboxError>;
+
+    /// Only the sweep of [`SandboxBackend::open_run`]: removes what dead runs of `workspace`
+    /// left (containers, networks) and says what went. For a start that fails before its
+    /// preflight (a damaged `sessions.db`): what a crashed run left must not outlive it
+    /// because the next start could not begin. Nothing to sweep by default.
+    ///
+    /// # Errors
+    /// The backend cannot be reached.
+    async fn sweep_dead(&self, workspace: &Path) -> Result<Vec<String>, SandboxError> {
+        let _ = workspace;
+        Ok(Vec::new())
+    }
 }

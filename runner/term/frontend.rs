@@ -31,6 +31,7 @@ pub fn notice_lines(notice: &Notice, opts: &RenderOptions) -> Vec<String> {
             "- 需求已经确认过(notes/需求.md 四段齐全):--clarify-only 不改它,这句话没记进确认书。要按它重新确认就加 --new"
                 .to_string(),
         ],
+        Notice::Recovered(text) => vec![crate::term::sanitize::sanitize(&format!("! {text}"))],
         Notice::Closing(c) => vec![
             String::new(),
             closing_line(c.cost_usd, c.all_known, c.any_known, &c.manifest, opts),

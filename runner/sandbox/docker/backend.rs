@@ -69,4 +69,11 @@ impl SandboxBackend for DockerBackend {
             notes,
         })
     }
+
+    async fn sweep_dead(&self, workspace: &Path) -> Result<Vec<String>, SandboxError> {
+        let engine = super::Engine::connect(self.docker_host.as_deref(), self.ping_timeout)
+            .await
+            .map_err(|e| SandboxError::EngineUnavailable(e.to_string()))?;
+        crate::sandbox::gc::sweep_orphans(&engine, workspace).await
+    }
 }
