@@ -121,7 +121,7 @@ async fn main() {
             tokio::time::sleep(Duration::from_secs_f64(ask_after)).await;
             channel
                 .ask_question(
-                    "coordinator",
+                    flowerbox::agent::human::Asker::new("coordinator", Role::Coordinator),
                     "要不要加测试?",
                     &["要".to_string(), "不要".to_string()],
                 )

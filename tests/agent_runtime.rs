@@ -179,7 +179,7 @@ async fn budget_stops_before_the_next_call_and_the_manifest_says_so() {
     let r = h.rt.run(&spec, "花钱", RunOptions::default()).await;
     assert!(!r.ok);
     assert!(
-        r.error.as_deref().unwrap().contains("预算用完"),
+        r.error.as_ref().unwrap().to_string().contains("预算用完"),
         "{:?}",
         r.error
     );
@@ -314,7 +314,7 @@ async fn a_missing_handoff_document_is_degraded_and_eight_generations_brake() {
     assert!(!r.ok);
     assert_eq!(r.retired.len(), 8);
     assert!(
-        r.error.as_deref().unwrap().contains("8 代"),
+        r.error.as_ref().unwrap().to_string().contains("8 代"),
         "{:?}",
         r.error
     );

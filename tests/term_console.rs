@@ -222,8 +222,12 @@ async fn lines_answer_skip_or_go_to_the_inbox_with_the_receipt() {
     // A question: digits pick the option.
     let ch = r.channel.clone();
     let ask = tokio::spawn(async move {
-        ch.ask_question("clarifier", "CLI 还是库?", &["CLI".into(), "库".into()])
-            .await
+        ch.ask_question(
+            flowerbox::agent::human::Asker::new("clarifier", Role::Clarifier),
+            "CLI 还是库?",
+            &["CLI".into(), "库".into()],
+        )
+        .await
     });
     wait_for(&r.out, "  ? CLI 还是库?").await;
     r.console.handle_line("2");
@@ -231,14 +235,28 @@ async fn lines_answer_skip_or_go_to_the_inbox_with_the_receipt() {
     wait_for(&r.out, "  + 库").await;
     // Empty line skips.
     let ch = r.channel.clone();
-    let ask = tokio::spawn(async move { ch.ask_question("clarifier", "再问一个?", &[]).await });
+    let ask = tokio::spawn(async move {
+        ch.ask_question(
+            flowerbox::agent::human::Asker::new("clarifier", Role::Clarifier),
+            "再问一个?",
+            &[],
+        )
+        .await
+    });
     wait_for(&r.out, "  ? 再问一个?").await;
     r.console.handle_line("");
     assert_eq!(ask.await.unwrap(), AskOutcome::Skipped);
     wait_for(&r.out, "  . 已跳过").await;
     // EOF declines what is pending.
     let ch = r.channel.clone();
-    let ask = tokio::spawn(async move { ch.ask_question("clarifier", "第三个?", &[]).await });
+    let ask = tokio::spawn(async move {
+        ch.ask_question(
+            flowerbox::agent::human::Asker::new("clarifier", Role::Clarifier),
+            "第三个?",
+            &[],
+        )
+        .await
+    });
     wait_for(&r.out, "  ? 第三个?").await;
     r.console.handle_eof();
     assert_eq!(ask.await.unwrap(), AskOutcome::Skipped);

@@ -21,6 +21,7 @@
 use std::sync::Arc;
 
 use super::event::EventKind;
+use super::result::StepError;
 use super::runtime::Runtime;
 use super::session_loop::AgentRun;
 use crate::model::{ContentBlock, Message, Speaker};
@@ -244,25 +245,19 @@ pub fn degraded_summary(folded: &[Message], why: &str) -> String {
     cap(&lines.join("\n"), 20_000)
 }
 
-/// Why a compaction could not be done.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CannotCompact(pub String);
-
 impl Runtime {
     /// Compacts `run`'s history for `window`: the summary (from a tool-free call, or the
     /// degraded one), the rebuilt history, and an event for the UI. Returns the new history.
     ///
-    /// Errors: [`CannotCompact`] when there is nothing left to fold.
+    /// Errors: [`StepError::NothingToCompact`] when there is nothing left to fold.
     pub(crate) async fn compact(
         self: &Arc<Self>,
         run: &mut AgentRun,
         window: u64,
-    ) -> Result<Vec<Message>, CannotCompact> {
+    ) -> Result<Vec<Message>, StepError> {
         let used = run.context_tokens;
         let Some(plan) = plan(run.messages(), window) else {
-            return Err(CannotCompact(format!(
-                "上下文 {used} tokens 快满了,可较早的对话已经没有可压缩的了(窗口 {window}):这一步停下"
-            )));
+            return Err(StepError::NothingToCompact { used, window });
         };
         let request = summary_request(&transcript(&plan.folded));
         let (summary, degraded) = match run.side_call(SUMMARY_SYSTEM, &request).await {

@@ -7,6 +7,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use super::tools::ToolError;
 use crate::fsroot::{View, ViewError, ViewMount};
 use crate::sandbox::Mount;
 
@@ -75,9 +76,9 @@ impl Confinement {
     }
 
     /// The absolute path `path` names (relative paths start at the workdir), not resolved.
-    pub fn absolute(&self, path: &str) -> Result<PathBuf, String> {
+    pub fn absolute(&self, path: &str) -> Result<PathBuf, ToolError> {
         if path.trim().is_empty() {
-            return Err("路径是空的".into());
+            return Err(ToolError::Path("路径是空的".into()));
         }
         let raw = Path::new(path);
         Ok(if raw.is_absolute() {
@@ -90,12 +91,12 @@ impl Confinement {
     /// Resolves `path` to the host path it names inside the mounts with the needed access
     /// (every symlink resolved as the container would). For decisions about a path only: the
     /// tools open files through [`Confinement::view`], never by the returned path.
-    pub fn resolve(&self, path: &str, access: Access) -> Result<PathBuf, String> {
+    pub fn resolve(&self, path: &str, access: Access) -> Result<PathBuf, ToolError> {
         let abs = self.absolute(path)?;
         self.view
             .resolve(&abs, access == Access::Write, false)
             .map(|r| r.path().to_path_buf())
-            .map_err(|e| self.message(path, &abs, &e))
+            .map_err(|e| ToolError::Path(self.message(path, &abs, &e)))
     }
 
     /// The message for the model when `path` (absolute: `abs`) does not resolve.
@@ -212,7 +213,10 @@ mod tests {
     fn escapes_are_refused() {
         let (_d, c, _, _) = setup();
         assert!(c.resolve("../outside.txt", Access::Read).is_err());
-        let e = c.resolve("/etc/passwd", Access::Read).unwrap_err();
+        let e = c
+            .resolve("/etc/passwd", Access::Read)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("不在这个 agent 能访问的目录里"), "{e}");
         assert!(c.resolve("a/../../..", Access::Read).is_err());
         assert!(c.resolve("", Access::Read).is_err());
@@ -225,7 +229,7 @@ mod tests {
         std::fs::write(&outside, "x").unwrap();
         std::os::unix::fs::symlink(&outside, ws.join("link")).unwrap();
         std::os::unix::fs::symlink(d.path(), ws.join("dirlink")).unwrap();
-        let e = c.resolve("link", Access::Read).unwrap_err();
+        let e = c.resolve("link", Access::Read).unwrap_err().to_string();
         assert!(e.contains("符号链接"), "{e}");
         assert!(c.resolve("dirlink/new.txt", Access::Write).is_err());
     }
@@ -237,7 +241,10 @@ mod tests {
         let (d, c, ws, wb) = setup();
         let target = d.path().join("created-outside.txt");
         std::os::unix::fs::symlink(&target, ws.join("dangling")).unwrap();
-        let e = c.resolve("dangling", Access::Write).unwrap_err();
+        let e = c
+            .resolve("dangling", Access::Write)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("符号链接"), "{e}");
         assert!(c.resolve("dangling", Access::Read).is_err());
         // Relative targets, chains through links inside the mount, and a dangling directory.
@@ -252,6 +259,7 @@ mod tests {
         assert!(c
             .resolve("towb", Access::Write)
             .unwrap_err()
+            .to_string()
             .contains("只读"));
         assert!(!target.exists());
     }
@@ -275,7 +283,10 @@ mod tests {
         let (_d, c, _, wb) = setup();
         let p = wb.join("notes.md");
         assert!(c.resolve(p.to_str().unwrap(), Access::Read).is_ok());
-        let e = c.resolve(p.to_str().unwrap(), Access::Write).unwrap_err();
+        let e = c
+            .resolve(p.to_str().unwrap(), Access::Write)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("只读"), "{e}");
     }
 
@@ -299,7 +310,10 @@ mod tests {
             ws,
         );
         for access in [Access::Read, Access::Write] {
-            let e = c.resolve("runs/manifest.json", access).unwrap_err();
+            let e = c
+                .resolve("runs/manifest.json", access)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("运行目录"), "{e}");
         }
     }
@@ -333,16 +347,17 @@ mod tests {
         assert!(c.resolve("src.rs", Access::Write).is_ok());
         assert!(c.resolve(".git/config", Access::Read).is_ok());
         for p in [".git/config", ".git/hooks/post-checkout", ".git/HEAD"] {
-            let e = c.resolve(p, Access::Write).unwrap_err();
+            let e = c.resolve(p, Access::Write).unwrap_err().to_string();
             assert!(e.contains("只读"), "{p}: {e}");
         }
         std::os::unix::fs::symlink(git.join("config"), ws.join("cfg")).unwrap();
-        let e = c.resolve("cfg", Access::Write).unwrap_err();
+        let e = c.resolve("cfg", Access::Write).unwrap_err().to_string();
         assert!(e.contains("只读"), "{e}");
         for access in [Access::Read, Access::Write] {
             let e = c
                 .resolve(".git/refs/heads/flower/r/worker-2", access)
-                .unwrap_err();
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("只在容器里"), "{e}");
         }
     }

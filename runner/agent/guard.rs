@@ -5,7 +5,7 @@
 
 use super::spec::AgentSpec;
 use crate::glance::is_ephemeral;
-use crate::model::ToolCall;
+use crate::model::{ToolCall, ToolName};
 
 /// Most lines of a worker report.
 pub const REPORT_MAX_LINES: usize = 30;
@@ -35,7 +35,7 @@ pub fn check(spec: &AgentSpec, call: &ToolCall) -> Decision {
             call.name, spec.name,
         ));
     }
-    if spec.glance_only && call.name == "Bash" {
+    if spec.glance_only && ToolName::Bash.is(&call.name) {
         let cmd = call
             .input
             .get("command")
@@ -52,26 +52,42 @@ pub fn check(spec: &AgentSpec, call: &ToolCall) -> Decision {
     Decision::Allow
 }
 
+/// What is wrong with a worker report (the text is for the model).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportProblem {
+    /// The parts that are missing, in order.
+    pub missing: Vec<&'static str>,
+    /// The non-empty lines, when more than [`REPORT_MAX_LINES`].
+    pub too_long: Option<usize>,
+}
+
+impl std::fmt::Display for ReportProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut problems = Vec::new();
+        if !self.missing.is_empty() {
+            problems.push(format!("缺少:{}", self.missing.join("、")));
+        }
+        if let Some(n) = self.too_long {
+            problems.push(format!("{n} 行,超过 {REPORT_MAX_LINES} 行"));
+        }
+        f.write_str(&problems.join(";"))
+    }
+}
+
 /// Checks a worker report: the four parts present (as headings or `结论:` lines) and at most
 /// [`REPORT_MAX_LINES`] non-empty lines. `Err` names what is wrong.
-pub fn check_report(text: &str) -> Result<(), String> {
+pub fn check_report(text: &str) -> Result<(), ReportProblem> {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-    let missing: Vec<&str> = REPORT_PARTS
+    let missing: Vec<&'static str> = REPORT_PARTS
         .iter()
         .copied()
         .filter(|part| !lines.iter().any(|l| is_heading(l, part)))
         .collect();
-    let mut problems = Vec::new();
-    if !missing.is_empty() {
-        problems.push(format!("缺少:{}", missing.join("、")));
-    }
-    if lines.len() > REPORT_MAX_LINES {
-        problems.push(format!("{} 行,超过 {REPORT_MAX_LINES} 行", lines.len()));
-    }
-    if problems.is_empty() {
+    let too_long = (lines.len() > REPORT_MAX_LINES).then_some(lines.len());
+    if missing.is_empty() && too_long.is_none() {
         Ok(())
     } else {
-        Err(problems.join(";"))
+        Err(ReportProblem { missing, too_long })
     }
 }
 
@@ -172,10 +188,13 @@ mod tests {
         assert!(check_report(good).is_ok());
         assert!(check_report("结论:好了\n依据:跑过\n产出:a\n未验证:无").is_ok());
         assert!(check_report("**结论**:好了\n**依据**:x\n**产出**:y\n**未验证**:无").is_ok());
-        let e = check_report("做完了").unwrap_err();
+        let e = check_report("做完了").unwrap_err().to_string();
         assert!(e.contains("结论") && e.contains("未验证"));
         let long = format!("{good}\n{}", "x\n".repeat(40));
-        assert!(check_report(&long).unwrap_err().contains("超过 30 行"));
+        assert!(check_report(&long)
+            .unwrap_err()
+            .to_string()
+            .contains("超过 30 行"));
         // "结论性" is not the heading 结论.
         assert!(check_report("结论性的话\n依据:\n产出:\n未验证:").is_err());
     }

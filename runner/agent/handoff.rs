@@ -38,7 +38,7 @@ impl Runtime {
                         why = format!("它写的交接书缺:{}", h.missing().join("、"));
                     }
                 }
-                Err(e) => why = e,
+                Err(e) => why = e.to_string(),
             }
         }
         let degraded = doc.is_none();

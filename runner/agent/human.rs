@@ -5,6 +5,30 @@
 
 use async_trait::async_trait;
 
+use crate::model::Role;
+
+/// Who asks: the agent instance, its role and depth, as the human's screen shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Asker<'a> {
+    /// The instance name (`clarifier`, `worker-2`, `judge-1`).
+    pub agent: &'a str,
+    /// Its role.
+    pub role: Role,
+    /// 0 for a main thread, 1 for a worker it dispatched.
+    pub depth: u32,
+}
+
+impl<'a> Asker<'a> {
+    /// A main-thread asker.
+    pub fn new(agent: &'a str, role: Role) -> Self {
+        Asker {
+            agent,
+            role,
+            depth: 0,
+        }
+    }
+}
+
 /// The seed's fixed text fed back when the ask budget is used up (seed 000 "超时").
 pub const OVER_BUDGET_TEXT: &str =
     "提问额度已用完。不要再问了 —— 把剩下的不确定项写进「未知与假设」那一段,按你自己的判断继续。";
@@ -60,7 +84,7 @@ impl AskOutcome {
 pub trait Human: Send + Sync {
     /// Asks one question with optional options; resolves when answered, skipped, timed out or
     /// refused by budget.
-    async fn ask(&self, agent: &str, question: &str, options: &[String]) -> AskOutcome;
+    async fn ask(&self, asker: Asker<'_>, question: &str, options: &[String]) -> AskOutcome;
 
     /// Takes every message the human sent since the last call (oldest first).
     fn inbox(&self) -> Vec<String>;
@@ -75,7 +99,7 @@ pub struct Absent;
 
 #[async_trait]
 impl Human for Absent {
-    async fn ask(&self, _agent: &str, question: &str, _options: &[String]) -> AskOutcome {
+    async fn ask(&self, _asker: Asker<'_>, question: &str, _options: &[String]) -> AskOutcome {
         if question.trim().is_empty() {
             AskOutcome::Empty
         } else {

@@ -23,7 +23,7 @@ mod loop_tests;
 mod prompt_tests;
 
 pub use event::{Event, EventKind, EventSink};
-pub use place::{Placement, SharedPlacement, WorkerPlace, WorkerSandbox};
-pub use runtime::{RunOptions, Runtime, RuntimeConfig, StepResult};
+pub use place::{PlaceError, Placement, SharedPlacement, WorkerPlace, WorkerSandbox};
+pub use runtime::{RunOptions, Runtime, RuntimeConfig, StepError, StepResult};
 pub use spec::{AgentSpec, WorkerDef};
 pub use workbench::Workbench;

@@ -40,11 +40,20 @@ impl WorkerSandbox<'_> {
     }
 }
 
+/// Why a worker got no place: the placement's own error, whose text the coordinator reads as
+/// the `Agent` call's result.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct PlaceError(pub Box<dyn std::error::Error + Send + Sync>);
+
 /// Gives workers their place and integrates their work when they end.
 #[async_trait]
 pub trait Placement: Send + Sync {
-    /// Prepares the place of a new worker named `agent`. `Err` is a message for the coordinator.
-    async fn prepare(&self, agent: &str) -> Result<WorkerPlace, String>;
+    /// Prepares the place of a new worker named `agent`.
+    ///
+    /// # Errors
+    /// The place could not be made (the coordinator is told why).
+    async fn prepare(&self, agent: &str) -> Result<WorkerPlace, PlaceError>;
 
     /// Called after the worker ended (`ok` = it finished its turn), with its sandbox when it
     /// has one. Returns a report for the coordinator (merge result, conflicts), appended to
@@ -80,7 +89,7 @@ impl SharedPlacement {
 
 #[async_trait]
 impl Placement for SharedPlacement {
-    async fn prepare(&self, _agent: &str) -> Result<WorkerPlace, String> {
+    async fn prepare(&self, _agent: &str) -> Result<WorkerPlace, PlaceError> {
         let mounts = role_mounts(Role::Worker, &self.workspace, self.workbench.as_deref());
         // Only a repository whose `.git` lies in the workspace has one to protect and show.
         let note = (mounts.len() > 1 && mounts[1].path == self.workspace.join(".git"))

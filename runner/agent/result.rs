@@ -1,11 +1,69 @@
 //! [`StepResult`]: the complete books of one step, and its manifest row (seed 000
-//! "runs/manifest.json" fields).
+//! "runs/manifest.json" fields); [`StepError`]: why a step did not succeed.
 
 use chrono::Utc;
 use std::sync::Mutex;
 
 use crate::model::price::Cost;
+use crate::model::ModelError;
 use crate::record::manifest::ManifestEntry;
+
+/// Why a step did not succeed. The display text is what the manifest's `error` and the screen
+/// say; callers decide by the variant, never by the text.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StepError {
+    /// The session store failed (its message).
+    #[error("sessions.db: {0}")]
+    Store(String),
+    /// A model call failed for good (after the provider's retries and the runtime's attempts).
+    #[error("{0}")]
+    Model(ModelError),
+    /// The agent's turn limit was reached.
+    #[error("到了轮数上限({0} 轮)")]
+    TurnLimit(u32),
+    /// The agent's budget was spent.
+    #[error("预算用完:已花 {spent},上限 ${limit:.4}")]
+    Budget {
+        /// What was spent.
+        spent: Cost,
+        /// The limit, USD.
+        limit: f64,
+    },
+    /// The output was cut off at `max_tokens` this many times in a row.
+    #[error("输出连续 {0} 次在 max_tokens 处被截断")]
+    CutOff(u32),
+    /// The context is full and handoffs are off (`--no-handoff`).
+    #[error("上下文满了,而换代被关掉了(--no-handoff)")]
+    HandoffOff,
+    /// The context is full again after this many generations.
+    #[error("换代已达上限({0} 代),上下文又满了:这一步停下,交接书在 notes/ 里")]
+    Generations(u32),
+    /// Handoffs are off and the context is full again after this many compactions.
+    #[error("压缩已达上限({count} 次),上下文又满了:窗口 {window} 对这一步太小,调大 --window")]
+    Compactions {
+        /// Compactions made.
+        count: u32,
+        /// The window, tokens.
+        window: u64,
+    },
+    /// Handoffs are off, the context is full, and nothing older is left to compact.
+    #[error(
+        "上下文 {used} tokens 快满了,可较早的对话已经没有可压缩的了(窗口 {window}):这一步停下"
+    )]
+    NothingToCompact {
+        /// The context, tokens.
+        used: u64,
+        /// The window, tokens.
+        window: u64,
+    },
+}
+
+impl StepError {
+    /// The agent stopped at one of its own limits (turns, budget).
+    pub fn is_limit(&self) -> bool {
+        matches!(self, StepError::TurnLimit(_) | StepError::Budget { .. })
+    }
+}
 
 /// The complete books of one finished step (api.md `StepResult`; the manifest row).
 #[derive(Debug, Clone, PartialEq)]
@@ -23,7 +81,7 @@ pub struct StepResult {
     /// The main thread's final text.
     pub text: String,
     /// Why it failed.
-    pub error: Option<String>,
+    pub error: Option<StepError>,
     /// Start, UTC.
     pub started_at: chrono::DateTime<Utc>,
     /// End, UTC.
@@ -73,7 +131,7 @@ pub fn manifest_row(r: &StepResult, run: &str) -> ManifestEntry {
     row.cost_usd = r.spend.exact();
     row.num_turns = u64::from(r.num_turns);
     row.text = r.text.clone();
-    row.error = r.error.clone();
+    row.error = r.error.as_ref().map(ToString::to_string);
     row.started_at = started;
     row.attempts = r.attempts;
     row.errors = r.errors.clone();

@@ -6,12 +6,12 @@
 //! (the brief's and verdict's section names are Chinese, and flower users read them).
 
 use super::spec::{AgentSpec, WorkerDef};
-use crate::model::Role;
+use crate::model::{Role, ToolName};
 
 /// Tool name of the human question tool.
-pub const ASK_TOOL: &str = "mcp__human__ask";
+pub const ASK_TOOL: &str = ToolName::Ask.as_str();
 /// Tool name of the inbox tool.
-pub const INBOX_TOOL: &str = "mcp__human__inbox";
+pub const INBOX_TOOL: &str = ToolName::Inbox.as_str();
 
 pub use crate::sandbox::CommandsRun;
 
@@ -154,6 +154,22 @@ pub const ONCE_RULES: &str = "\
 - 删除、覆盖和 git 操作之前,先确认目标路径和分支没错;拿不准就不做,在最后说明。
 - 最后用几行话说清:做成了什么、改了哪些文件、什么没验证。";
 
+/// A worker's tools.
+pub const WORKER_TOOLS: [ToolName; 7] = [
+    ToolName::Read,
+    ToolName::Write,
+    ToolName::Edit,
+    ToolName::Bash,
+    ToolName::Glob,
+    ToolName::Grep,
+    ToolName::WebFetch,
+];
+
+/// A whitelist of tool names.
+pub fn names(tools: &[ToolName]) -> Vec<String> {
+    tools.iter().map(|t| t.as_str().to_string()).collect()
+}
+
 /// The coordinator (main thread of `go`): `Agent`, `TodoWrite`, `Read`, glance `Bash`, and the
 /// human tools. `workers` are the definitions it may dispatch.
 pub fn coordinator(name: &str, instructions: &str, workers: Vec<WorkerDef>) -> AgentSpec {
@@ -162,10 +178,14 @@ pub fn coordinator(name: &str, instructions: &str, workers: Vec<WorkerDef>) -> A
         Role::Coordinator,
         join(COORDINATOR_RULES, instructions),
     );
-    spec.tools = ["Agent", "TodoWrite", "Read", "Bash", ASK_TOOL, INBOX_TOOL]
-        .into_iter()
-        .map(String::from)
-        .collect();
+    spec.tools = names(&[
+        ToolName::Agent,
+        ToolName::TodoWrite,
+        ToolName::Read,
+        ToolName::Bash,
+        ToolName::Ask,
+        ToolName::Inbox,
+    ]);
     spec.glance_only = true;
     spec.workbench_index = true;
     spec.workers = workers;
@@ -180,10 +200,7 @@ pub fn worker(kind: &str, description: &str, prompt: &str) -> WorkerDef {
         Role::Worker,
         format!("{}\n\n{}", prompt.trim(), WORKER_RULES),
     );
-    spec.tools = ["Read", "Write", "Edit", "Bash", "Glob", "Grep", "WebFetch"]
-        .into_iter()
-        .map(String::from)
-        .collect();
+    spec.tools = names(&WORKER_TOOLS);
     spec.report_format = true;
     WorkerDef {
         kind: kind.to_string(),
@@ -196,12 +213,16 @@ pub fn worker(kind: &str, description: &str, prompt: &str) -> WorkerDef {
 /// Write/Edit/Bash/Agent.
 pub fn clarifier(name: &str, instructions: &str, can_read: bool) -> AgentSpec {
     let mut spec = AgentSpec::new(name, Role::Clarifier, join(CLARIFIER_RULES, instructions));
-    spec.tools = vec![ASK_TOOL.to_string()];
+    spec.tools = names(&[ToolName::Ask]);
     if can_read {
         // WebFetch runs in the host process under the run's egress policy, like every agent's
         // (no container needed). WebSearch needs a search provider, which flowerbox has not.
-        spec.tools
-            .extend(["Read", "Glob", "Grep", "WebFetch"].map(String::from));
+        spec.tools.extend(names(&[
+            ToolName::Read,
+            ToolName::Glob,
+            ToolName::Grep,
+            ToolName::WebFetch,
+        ]));
     }
     spec
 }
@@ -210,11 +231,14 @@ pub fn clarifier(name: &str, instructions: &str, can_read: bool) -> AgentSpec {
 /// read-only container).
 pub fn judge(name: &str, instructions: &str, can_run: bool) -> AgentSpec {
     let mut spec = AgentSpec::new(name, Role::Judge, join(JUDGE_RULES, instructions));
-    spec.tools = [ASK_TOOL, "Read", "Glob", "Grep"]
-        .map(String::from)
-        .to_vec();
+    spec.tools = names(&[
+        ToolName::Ask,
+        ToolName::Read,
+        ToolName::Glob,
+        ToolName::Grep,
+    ]);
     if can_run {
-        spec.tools.push("Bash".into());
+        spec.tools.push(ToolName::Bash.as_str().into());
     }
     spec
 }

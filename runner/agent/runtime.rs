@@ -21,7 +21,7 @@ use crate::record::handoff::{window_for, MAX_GENERATIONS};
 use crate::record::manifest::{epoch_now, Manifest, ManifestEntry};
 
 use super::result::Meter;
-pub use super::result::{manifest_row, StepResult};
+pub use super::result::{manifest_row, StepError, StepResult};
 use crate::sandbox::{AgentBox, SandboxFactory};
 use crate::session::{SessionMeta, SessionStore, TrimPolicy};
 
@@ -133,9 +133,6 @@ pub struct Runtime {
     /// What each in-flight step has spent so far (by step name).
     meters: Mutex<HashMap<String, Arc<Meter>>>,
     rescued: std::sync::atomic::AtomicBool,
-    /// The provider refused the credentials (HTTP 401/403) during this run: its message
-    /// (seed 000 "跑挂了之后的自动重配" keys on this, typed, never on text).
-    credentials_refused: Mutex<Option<String>>,
     pub(crate) registry: ToolRegistry,
     pub(crate) placement: Arc<dyn Placement>,
     pub(crate) config: RuntimeConfig,
@@ -143,7 +140,7 @@ pub struct Runtime {
     /// `true` from [`Runtime::pause`] to [`Runtime::resume`]: an interrupted step waits for the
     /// human's words before it resumes (seed 000 "Ctrl-C": the prompt is a chance to speak).
     hold: tokio::sync::watch::Sender<bool>,
-    counters: Mutex<HashMap<String, u32>>,
+    counters: Mutex<HashMap<Role, u32>>,
     started_agents: Mutex<Vec<String>>,
 }
 
@@ -174,7 +171,6 @@ impl Runtime {
             inflight: Mutex::new(HashMap::new()),
             meters: Mutex::new(HashMap::new()),
             rescued: std::sync::atomic::AtomicBool::new(false),
-            credentials_refused: Mutex::new(None),
             registry: ToolRegistry::standard(),
             placement,
             config,
@@ -258,12 +254,13 @@ impl Runtime {
         g.1.take()
     }
 
-    /// A fresh instance name: `worker-1`, `worker-2`, ... (per base name).
-    pub fn instance_name(&self, base: &str) -> String {
+    /// A fresh instance name of `role`: `worker-1`, `worker-2`, `judge-1`, ... (numbered per
+    /// role).
+    pub fn instance_name(&self, role: Role) -> String {
         let mut c = self.counters.lock().unwrap_or_else(|e| e.into_inner());
-        let n = c.entry(base.to_string()).or_insert(0);
+        let n = c.entry(role).or_insert(0);
         *n += 1;
-        format!("{base}-{n}")
+        format!("{}-{n}", role.as_str())
     }
 
     pub(crate) fn note_agent(&self, agent: &str) {
@@ -350,24 +347,6 @@ impl Runtime {
                 tracing::error!(error = %e, "manifest write failed during rescue");
             }
         }
-    }
-
-    /// Notes that the provider refused the credentials (the first refusal's message is kept).
-    pub(crate) fn note_credentials_refused(&self, message: &str) {
-        let mut slot = self
-            .credentials_refused
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        slot.get_or_insert_with(|| message.to_string());
-    }
-
-    /// The message of the provider's credential refusal (HTTP 401/403) in this run, if one
-    /// happened.
-    pub fn credentials_refused(&self) -> Option<String> {
-        self.credentials_refused
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
     }
 
     /// The step `label` ended, but what it produced was not accepted (a workflow's gate
@@ -473,7 +452,7 @@ impl Runtime {
         let started_at = Utc::now();
         let agent = match spec.role {
             Role::Once | Role::Coordinator | Role::Clarifier => spec.name.clone(),
-            _ => self.instance_name(spec.role.as_str()),
+            _ => self.instance_name(spec.role),
         };
         let mut result = StepResult {
             step: step.clone(),
@@ -570,14 +549,12 @@ impl Runtime {
                 }
                 LoopEnd::HandoffDue { prompt_too_long } => {
                     let Some(window) = self.config.handoff_window else {
-                        result.error = Some("上下文满了,而换代被关掉了(--no-handoff)".into());
+                        result.error = Some(StepError::HandoffOff);
                         break;
                     };
                     if result.retired.len() as u32 >= MAX_GENERATIONS {
                         result.text = run.final_text();
-                        result.error = Some(format!(
-                            "换代已达上限({MAX_GENERATIONS} 代),上下文又满了:这一步停下,交接书在 notes/ 里"
-                        ));
+                        result.error = Some(StepError::Generations(MAX_GENERATIONS));
                         break;
                     }
                     let doc = self
@@ -594,7 +571,7 @@ impl Runtime {
                     let new_session = match self.store.create(&meta) {
                         Ok(id) => id,
                         Err(e) => {
-                            result.error = Some(format!("sessions.db: {e}"));
+                            result.error = Some(StepError::Store(e.to_string()));
                             break;
                         }
                     };
@@ -621,17 +598,17 @@ impl Runtime {
                     compactions += 1;
                     if compactions > crate::agent::compact::MAX_COMPACTIONS {
                         result.text = run.final_text();
-                        result.error = Some(format!(
-                            "压缩已达上限({} 次),上下文又满了:窗口 {window} 对这一步太小,调大 --window",
-                            crate::agent::compact::MAX_COMPACTIONS
-                        ));
+                        result.error = Some(StepError::Compactions {
+                            count: crate::agent::compact::MAX_COMPACTIONS,
+                            window,
+                        });
                         break;
                     }
                     let history = match self.compact(&mut run, window).await {
                         Ok(h) => h,
                         Err(e) => {
                             result.text = run.final_text();
-                            result.error = Some(e.0);
+                            result.error = Some(e);
                             break;
                         }
                     };
@@ -647,7 +624,7 @@ impl Runtime {
                     ) {
                         Ok(id) => id,
                         Err(e) => {
-                            result.error = Some(format!("sessions.db: {e}"));
+                            result.error = Some(StepError::Store(e.to_string()));
                             break;
                         }
                     };
@@ -674,11 +651,18 @@ impl Runtime {
                         result.attempts += 1;
                         result.resumed = true;
                         next_prompt = RESILIENCE_PROMPT.to_string();
-                        self.emit(&agent, spec.role, 0, EventKind::Retry { reason: error });
+                        self.emit(
+                            &agent,
+                            spec.role,
+                            0,
+                            EventKind::Retry {
+                                reason: error.to_string(),
+                            },
+                        );
                         continue;
                     }
                     result.text = run.final_text();
-                    result.error = Some(error);
+                    result.error = Some(StepError::Model(error));
                     break;
                 }
                 LoopEnd::Stopped(reason) => {
@@ -704,7 +688,7 @@ impl Runtime {
                 cost_usd: result.spend.exact(),
                 turns: result.num_turns,
                 context_tokens: result.context,
-                error: result.error.clone(),
+                error: result.error.as_ref().map(ToString::to_string),
             },
         );
         result
@@ -729,8 +713,8 @@ impl Runtime {
         meta: &SessionMeta,
         resume: Option<&str>,
         fork: bool,
-    ) -> Result<(String, Vec<crate::model::Message>), String> {
-        let store_err = |e: crate::session::SessionError| format!("sessions.db: {e}");
+    ) -> Result<(String, Vec<crate::model::Message>), StepError> {
+        let store_err = |e: crate::session::SessionError| StepError::Store(e.to_string());
         if let Some(id) = resume {
             if self.store.meta(id).map_err(store_err)?.is_some() {
                 let id = if fork {

@@ -10,13 +10,14 @@ use std::sync::{Arc, Mutex};
 use super::event::EventKind;
 use super::guard::{self, check_report, one_line, Decision};
 use super::place::WorkerSandbox;
-use super::result::Meter;
+use super::result::{Meter, StepError};
 use super::roles;
 use super::runtime::Runtime;
 use super::spec::{AgentSpec, WorkerDef};
 use super::spill::maybe_spill;
 use super::tools::{DispatchRequest, Dispatcher, ToolContext, ToolError};
 use crate::model::price::Cost;
+use crate::model::ToolName;
 use crate::model::{
     Caller, ContentBlock, Message, ModelError, ModelEvent, Request, Speaker, StopReason, ToolCall,
     ToolDef,
@@ -35,15 +36,29 @@ pub(crate) enum LoopEnd {
     /// The human interrupted (cooperatively, at a message boundary).
     Interrupted,
     /// A model call failed; `retryable` when a later attempt may succeed.
-    Failed { error: String, retryable: bool },
+    Failed { error: ModelError, retryable: bool },
     /// A limit stopped it (turns, budget, cut-offs).
-    Stopped(String),
+    Stopped(StepError),
     /// The main thread's context reached the handoff threshold, or the model said the prompt
     /// is too long (then the agent cannot write its own handoff).
     HandoffDue { prompt_too_long: bool },
     /// Handoffs are off and the main thread's context reached the compaction threshold, or
     /// the model said the prompt is too long: the oldest turns are to be summarised.
     CompactDue,
+}
+
+/// Why the agent wrote no handoff document (the text goes into the degraded one).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum HandoffFailure {
+    /// Its answer had no text.
+    #[error("它没写出任何文字")]
+    NoText,
+    /// The model call failed.
+    #[error("{0}")]
+    Model(ModelError),
+    /// The turn ended otherwise (interrupted, handoff due again).
+    #[error("写交接书的那一轮没有完成")]
+    Incomplete,
 }
 
 /// One agent working in one session.
@@ -87,7 +102,7 @@ impl AgentRun {
     ) -> Self {
         let system = vec![rt.config.base_system.clone(), spec.instructions.clone()];
         let mut tools = rt.registry.definitions(&spec.tools);
-        if let Some(def) = tools.iter_mut().find(|d| d.name == "Agent") {
+        if let Some(def) = tools.iter_mut().find(|d| ToolName::Agent.is(&d.name)) {
             let kinds = workers_of(&spec);
             def.description
                 .push_str("\nAvailable subagent_type values:");
@@ -152,7 +167,7 @@ impl AgentRun {
 
     /// One budget-exempt model call asking for the handoff document; its text, or why not.
     /// Tool calls in the answer are not executed (the session is retired next).
-    pub(crate) async fn handoff_turn(&mut self, prompt: &str) -> Result<String, String> {
+    pub(crate) async fn handoff_turn(&mut self, prompt: &str) -> Result<String, HandoffFailure> {
         self.say(prompt.to_string());
         let ctx = self.tool_context(self.rt.cancel_token());
         match self.call_model(&ctx).await {
@@ -161,13 +176,13 @@ impl AgentRun {
                 self.append_turn(&turn);
                 let text = turn.to_message().text();
                 if text.trim().is_empty() {
-                    Err("它没写出任何文字".into())
+                    Err(HandoffFailure::NoText)
                 } else {
                     Ok(text)
                 }
             }
-            Err(LoopEnd::Failed { error, .. }) => Err(error),
-            Err(_) => Err("写交接书的那一轮没有完成".into()),
+            Err(LoopEnd::Failed { error, .. }) => Err(HandoffFailure::Model(error)),
+            Err(_) => Err(HandoffFailure::Incomplete),
         }
     }
 
@@ -298,7 +313,7 @@ impl AgentRun {
 
     fn tool_context(&self, cancel: tokio_util::sync::CancellationToken) -> ToolContext {
         let sandboxes = self.spec.needs_sandbox().then(|| self.rt.sandboxes.clone());
-        let dispatcher: Option<Arc<dyn Dispatcher>> = self.spec.allows("Agent").then(|| {
+        let dispatcher: Option<Arc<dyn Dispatcher>> = self.spec.has(ToolName::Agent).then(|| {
             Arc::new(SubDispatch {
                 rt: self.rt.clone(),
                 workers: workers_of(&self.spec),
@@ -337,13 +352,13 @@ impl AgentRun {
             }
             if let Some(max) = self.spec.max_turns {
                 if self.turns >= max {
-                    return LoopEnd::Stopped(format!("到了轮数上限({max} 轮)"));
+                    return LoopEnd::Stopped(StepError::TurnLimit(max));
                 }
             }
             if let Some(limit) = self.spec.max_budget_usd {
                 let spent = self.spend();
                 if spent.known_usd >= limit {
-                    return LoopEnd::Stopped(format!("预算用完:已花 {spent},上限 ${limit:.4}"));
+                    return LoopEnd::Stopped(StepError::Budget { spent, limit });
                 }
                 if spent.unknown && !self.budget_warned {
                     self.budget_warned = true;
@@ -373,9 +388,7 @@ impl AgentRun {
             {
                 self.cutoffs += 1;
                 if self.cutoffs > MAX_CUTOFFS {
-                    return LoopEnd::Stopped(format!(
-                        "输出连续 {MAX_CUTOFFS} 次在 max_tokens 处被截断"
-                    ));
+                    return LoopEnd::Stopped(StepError::CutOff(MAX_CUTOFFS));
                 }
                 self.max_tokens = (self.max_tokens * 2).min(self.rt.config.max_tokens_ceiling);
                 notes.push(if turn.truncated_tool_use {
@@ -527,9 +540,6 @@ impl AgentRun {
             }
             Err(e) => {
                 let msg = e.to_string();
-                if e.is_auth() {
-                    self.rt.note_credentials_refused(&msg);
-                }
                 let _ = self
                     .rt
                     .store
@@ -555,7 +565,7 @@ impl AgentRun {
                 );
                 self.emit(EventKind::Error { text: msg.clone() });
                 Err(LoopEnd::Failed {
-                    error: msg,
+                    error: e,
                     retryable,
                 })
             }
@@ -597,7 +607,7 @@ impl AgentRun {
             Err(e) => (e.to_string(), true),
         };
         if let (Some(t), Some(wb)) = (&tool, &self.rt.workbench) {
-            let reads_spill = call.name == "Read"
+            let reads_spill = ToolName::Read.is(&call.name)
                 && call
                     .input
                     .get("file_path")
@@ -727,22 +737,27 @@ impl Dispatcher for SubDispatch {
         &self,
         _parent: &ToolContext,
         req: DispatchRequest,
-    ) -> Result<String, String> {
+    ) -> Result<String, ToolError> {
         let def = match &req.subagent_type {
             Some(k) => self.workers.iter().find(|w| &w.kind == k).ok_or_else(|| {
-                format!(
+                ToolError::Failed(format!(
                     "没有叫 {k} 的执行者;可用:{}",
                     self.workers
                         .iter()
                         .map(|w| w.kind.as_str())
                         .collect::<Vec<_>>()
                         .join(", ")
-                )
+                ))
             })?,
             None => &self.workers[0],
         };
-        let agent = self.rt.instance_name("worker");
-        let place = self.rt.placement.prepare(&agent).await?;
+        let agent = self.rt.instance_name(def.spec.role);
+        let place = self
+            .rt
+            .placement
+            .prepare(&agent)
+            .await
+            .map_err(|e| ToolError::Failed(e.to_string()))?;
         self.rt.emit(
             &self.parent_agent,
             self.parent_role,
@@ -763,7 +778,7 @@ impl Dispatcher for SubDispatch {
             .rt
             .store
             .create(&meta)
-            .map_err(|e| format!("sessions.db: {e}"))?;
+            .map_err(|e| ToolError::Failed(StepError::Store(e.to_string()).to_string()))?;
         let abox = AgentBox {
             agent: agent.clone(),
             role: def.spec.role,
@@ -797,19 +812,25 @@ impl Dispatcher for SubDispatch {
             .await;
         let mut text = match &end {
             LoopEnd::Done => run.final_text(),
-            LoopEnd::Interrupted => return Err(format!("执行者 {agent} 被打断了,半成品没有回报")),
+            LoopEnd::Interrupted => {
+                return Err(ToolError::Failed(format!(
+                    "执行者 {agent} 被打断了,半成品没有回报"
+                )))
+            }
             LoopEnd::HandoffDue { .. } | LoopEnd::CompactDue => {
-                return Err(format!(
+                return Err(ToolError::Failed(format!(
                     "执行者 {agent} 的上下文满了,没做完:{}",
                     run.final_text()
-                ))
+                )))
             }
-            LoopEnd::Failed { error, .. } | LoopEnd::Stopped(error) => {
-                format!(
-                    "执行者 {agent} 没做完:{error}\n它最后说:{}",
-                    run.final_text()
-                )
-            }
+            LoopEnd::Failed { error, .. } => format!(
+                "执行者 {agent} 没做完:{error}\n它最后说:{}",
+                run.final_text()
+            ),
+            LoopEnd::Stopped(error) => format!(
+                "执行者 {agent} 没做完:{error}\n它最后说:{}",
+                run.final_text()
+            ),
         };
         if let Some(i) = integration {
             text.push_str("\n\n");
@@ -818,7 +839,7 @@ impl Dispatcher for SubDispatch {
         if ok {
             Ok(format!("[{agent}]\n{text}"))
         } else {
-            Err(text)
+            Err(ToolError::Failed(text))
         }
     }
 }

@@ -1,7 +1,7 @@
 //! [`AgentSpec`]: the complete declaration of one agent (flower's `AgentSpec`, seed 001 "角色"):
 //! rules text, tool whitelist, limits, and how it may act.
 
-use crate::model::Role;
+use crate::model::{Role, ToolName};
 
 /// One agent's declaration. Role factories in [`crate::agent::roles`] build these; a workflow
 /// file or a Rust user can build one directly.
@@ -50,7 +50,7 @@ impl AgentSpec {
             name: name.into(),
             role,
             instructions: instructions.into(),
-            tools: vec!["Read".into(), "Glob".into(), "Grep".into()],
+            tools: super::roles::names(&[ToolName::Read, ToolName::Glob, ToolName::Grep]),
             model: None,
             max_turns: None,
             max_budget_usd: None,
@@ -66,9 +66,14 @@ impl AgentSpec {
         self.tools.iter().any(|t| t == tool)
     }
 
+    /// True when flowerbox's own `tool` is on the whitelist.
+    pub fn has(&self, tool: ToolName) -> bool {
+        self.allows(tool.as_str())
+    }
+
     /// True when the agent executes commands, so it needs a sandbox (container).
     pub fn needs_sandbox(&self) -> bool {
-        self.allows("Bash")
+        self.has(ToolName::Bash)
     }
 
     /// Builder-style: replace the tool list.

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use tokio::sync::oneshot;
 
-use crate::agent::human::{AskOutcome, Human};
+use crate::agent::human::{AskOutcome, Asker, Human};
 use crate::agent::{Event, EventKind, EventSink};
 use crate::model::Role;
 
@@ -263,10 +263,11 @@ impl HumanChannel {
     /// and the log. Cancelling the returned future withdraws the question.
     pub async fn ask_question(
         &self,
-        agent: &str,
+        asker: Asker<'_>,
         question: &str,
         options: &[String],
     ) -> AskOutcome {
+        let agent = asker.agent;
         let question = question.trim();
         let options: Vec<String> = options
             .iter()
@@ -274,7 +275,7 @@ impl HumanChannel {
             .filter(|o| !o.is_empty())
             .collect();
         if question.is_empty() {
-            self.settle("-", agent, question, &options, AskOutcome::Empty, false);
+            self.settle("-", asker, question, &options, AskOutcome::Empty, false);
             return AskOutcome::Empty;
         }
         let wait = self.wait();
@@ -283,7 +284,7 @@ impl HumanChannel {
             if let Some(max) = self.inner.config.max_asks {
                 if st.asked >= max {
                     drop(st);
-                    self.settle("-", agent, question, &options, AskOutcome::OverBudget, true);
+                    self.settle("-", asker, question, &options, AskOutcome::OverBudget, true);
                     return AskOutcome::OverBudget;
                 }
             }
@@ -293,7 +294,7 @@ impl HumanChannel {
             if wait == Some(Duration::ZERO) {
                 drop(st);
                 // Unattended: no queue, no event, not on screen; still in the log.
-                self.settle(&id, agent, question, &options, AskOutcome::Timeout, false);
+                self.settle(&id, asker, question, &options, AskOutcome::Timeout, false);
                 return AskOutcome::Timeout;
             }
             let (tx, rx) = oneshot::channel();
@@ -312,7 +313,7 @@ impl HumanChannel {
         };
         let guard = Withdraw { ch: self, id: &id };
         self.emit(
-            agent,
+            asker,
             EventKind::Question {
                 question: question.to_string(),
                 options: options.clone(),
@@ -333,7 +334,7 @@ impl HumanChannel {
             },
         };
         std::mem::forget(guard); // settled: nothing to withdraw
-        self.settle(&id, agent, question, &options, outcome.clone(), true);
+        self.settle(&id, asker, question, &options, outcome.clone(), true);
         outcome
     }
 
@@ -477,7 +478,7 @@ impl HumanChannel {
     fn settle(
         &self,
         id: &str,
-        agent: &str,
+        asker: Asker<'_>,
         question: &str,
         options: &[String],
         outcome: AskOutcome,
@@ -485,7 +486,7 @@ impl HumanChannel {
     ) {
         let ex = Exchange {
             id: id.to_string(),
-            agent: agent.to_string(),
+            agent: asker.agent.to_string(),
             question: question.to_string(),
             options: options.to_vec(),
             outcome: outcome.clone(),
@@ -498,7 +499,7 @@ impl HumanChannel {
                 _ => String::new(),
             };
             self.emit(
-                agent,
+                asker,
                 EventKind::Answer {
                     outcome: outcome.kind().to_string(),
                     text,
@@ -508,14 +509,14 @@ impl HumanChannel {
     }
 
     /// Sends an event to the UI callback; a panic in it is recorded, never propagated.
-    fn emit(&self, agent: &str, kind: EventKind) {
+    fn emit(&self, asker: Asker<'_>, kind: EventKind) {
         let Some(sink) = lock(&self.inner.on_event).clone() else {
             return;
         };
         let ev = Event {
-            agent: agent.to_string(),
-            role: role_of(agent),
-            depth: 0,
+            agent: asker.agent.to_string(),
+            role: asker.role,
+            depth: asker.depth,
             kind,
         };
         if let Err(panic) = std::panic::catch_unwind(AssertUnwindSafe(|| sink(ev))) {
@@ -568,15 +569,19 @@ impl Drop for Withdraw<'_> {
 
 #[async_trait]
 impl Human for HumanChannel {
-    async fn ask(&self, agent: &str, question: &str, options: &[String]) -> AskOutcome {
-        self.ask_question(agent, question, options).await
+    async fn ask(&self, asker: Asker<'_>, question: &str, options: &[String]) -> AskOutcome {
+        self.ask_question(asker, question, options).await
     }
 
     /// Takes every queued message (oldest first) and tells the UI each was delivered.
     fn inbox(&self) -> Vec<String> {
         let taken: Vec<String> = lock(&self.inner.state).mail.drain(..).collect();
         for text in &taken {
-            self.emit("inbox", EventKind::Inbox { text: text.clone() });
+            // Delivered to whoever looked; the screen shows the delivery, not the reader.
+            self.emit(
+                Asker::new("inbox", Role::Coordinator),
+                EventKind::Inbox { text: text.clone() },
+            );
         }
         taken
     }
@@ -584,19 +589,6 @@ impl Human for HumanChannel {
     fn remaining(&self) -> i64 {
         HumanChannel::remaining(self)
     }
-}
-
-/// The role an agent instance name belongs to (`worker-2` → worker); events need one, the
-/// channel only knows the name. Unknown names count as the coordinator, the usual asker.
-fn role_of(agent: &str) -> Role {
-    if agent == "ad-hoc" {
-        return Role::Once;
-    }
-    let head = agent
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .next()
-        .unwrap_or_default();
-    Role::parse(head).unwrap_or(Role::Coordinator)
 }
 
 /// Local time for log entries.
@@ -684,8 +676,12 @@ mod tests {
         let asker = {
             let ch = ch.clone();
             tokio::spawn(async move {
-                ch.ask_question("clarifier", "CLI 还是库?", &opts(&["CLI", "库"]))
-                    .await
+                ch.ask_question(
+                    Asker::new("clarifier", Role::Clarifier),
+                    "CLI 还是库?",
+                    &opts(&["CLI", "库"]),
+                )
+                .await
             })
         };
         let p = until_pending(&ch).await;
@@ -710,8 +706,12 @@ mod tests {
         let asker = {
             let ch = ch.clone();
             tokio::spawn(async move {
-                ch.ask_question("coordinator", "几个?", &opts(&["一", "二"]))
-                    .await
+                ch.ask_question(
+                    Asker::new("coordinator", Role::Coordinator),
+                    "几个?",
+                    &opts(&["一", "二"]),
+                )
+                .await
             })
         };
         until_pending(&ch).await;
@@ -728,7 +728,8 @@ mod tests {
         });
         assert_eq!(ch.remaining(), 0);
         assert_eq!(
-            ch.ask_question("clarifier", "问?", &[]).await,
+            ch.ask_question(Asker::new("clarifier", Role::Clarifier), "问?", &[])
+                .await,
             AskOutcome::OverBudget
         );
         assert!(!ch.has_pending());
@@ -739,9 +740,14 @@ mod tests {
             timeout_s: Some(0.0),
             ..HumanConfig::default()
         });
-        assert_eq!(ch.ask_question("a", "一", &[]).await, AskOutcome::Timeout);
         assert_eq!(
-            ch.ask_question("a", "二", &[]).await,
+            ch.ask_question(Asker::new("a", Role::Coordinator), "一", &[])
+                .await,
+            AskOutcome::Timeout
+        );
+        assert_eq!(
+            ch.ask_question(Asker::new("a", Role::Coordinator), "二", &[])
+                .await,
             AskOutcome::OverBudget
         );
         assert_eq!(ch.remaining(), 0);
@@ -758,7 +764,8 @@ mod tests {
             ..HumanConfig::default()
         });
         for _ in 0..3 {
-            ch.ask_question("a", "q", &[]).await;
+            ch.ask_question(Asker::new("a", Role::Coordinator), "q", &[])
+                .await;
         }
         assert_eq!(ch.remaining(), -1);
         assert!(kinds(&seen).is_empty());
@@ -775,7 +782,11 @@ mod tests {
                 ..HumanConfig::default()
             });
             let out = ch
-                .ask_question("clarifier", "要不要 Web?", &opts(&["要", "不要"]))
+                .ask_question(
+                    Asker::new("clarifier", Role::Clarifier),
+                    "要不要 Web?",
+                    &opts(&["要", "不要"]),
+                )
                 .await;
             assert_eq!(out, AskOutcome::Timeout, "timeout_s = {t}");
             assert!(kinds(&seen).is_empty(), "nothing shown for timeout_s = {t}");
@@ -794,7 +805,9 @@ mod tests {
             timeout_s: Some(0.05),
             ..HumanConfig::default()
         });
-        let out = ch.ask_question("judge-1", "怎么办?", &[]).await;
+        let out = ch
+            .ask_question(Asker::new("judge-1", Role::Judge), "怎么办?", &[])
+            .await;
         assert_eq!(out, AskOutcome::Timeout);
         assert!(!ch.has_pending());
         assert_eq!(kinds(&seen), vec!["question:-1", "answer:timeout"]);
@@ -809,7 +822,10 @@ mod tests {
         });
         let asker = {
             let ch = ch.clone();
-            tokio::spawn(async move { ch.ask_question("a", "等我", &[]).await })
+            tokio::spawn(async move {
+                ch.ask_question(Asker::new("a", Role::Coordinator), "等我", &[])
+                    .await
+            })
         };
         until_pending(&ch).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -824,7 +840,10 @@ mod tests {
         for how in ["decline", "blank"] {
             let asker = {
                 let ch = ch.clone();
-                tokio::spawn(async move { ch.ask_question("a", "跳吗?", &[]).await })
+                tokio::spawn(async move {
+                    ch.ask_question(Asker::new("a", Role::Coordinator), "跳吗?", &[])
+                        .await
+                })
             };
             let p = until_pending(&ch).await;
             match how {
@@ -851,7 +870,11 @@ mod tests {
             max_asks: Some(1),
             ..HumanConfig::default()
         });
-        assert_eq!(ch.ask_question("a", "  \n", &[]).await, AskOutcome::Empty);
+        assert_eq!(
+            ch.ask_question(Asker::new("a", Role::Coordinator), "  \n", &[])
+                .await,
+            AskOutcome::Empty
+        );
         assert_eq!(ch.remaining(), 1);
         assert!(kinds(&seen).is_empty());
     }
@@ -873,7 +896,11 @@ mod tests {
             })
         };
         let out = ch
-            .ask_question("clarifier", "选一个", &opts(&["纯命令行", "Web 界面"]))
+            .ask_question(
+                Asker::new("clarifier", Role::Clarifier),
+                "选一个",
+                &opts(&["纯命令行", "Web 界面"]),
+            )
             .await;
         assert_eq!(ui.join().unwrap(), (true, true));
         assert_eq!(out, AskOutcome::Answered("纯命令行".into()));
@@ -884,7 +911,10 @@ mod tests {
         let (ch, _) = channel(HumanConfig::default());
         let asker = {
             let ch = ch.clone();
-            tokio::spawn(async move { ch.ask_question("a", "会被取消", &[]).await })
+            tokio::spawn(async move {
+                ch.ask_question(Asker::new("a", Role::Coordinator), "会被取消", &[])
+                    .await
+            })
         };
         until_pending(&ch).await;
         asker.abort();
@@ -904,7 +934,11 @@ mod tests {
             c.fetch_add(1, Ordering::SeqCst);
             panic!("前端炸了");
         }));
-        assert_eq!(ch.ask_question("a", "q", &[]).await, AskOutcome::Timeout);
+        assert_eq!(
+            ch.ask_question(Asker::new("a", Role::Coordinator), "q", &[])
+                .await,
+            AskOutcome::Timeout
+        );
         assert_eq!(calls.load(Ordering::SeqCst), 2);
         assert_eq!(ch.ui_errors(), vec!["前端炸了", "前端炸了"]);
     }
@@ -1010,8 +1044,12 @@ mod tests {
         let asker = {
             let ch = ch.clone();
             tokio::spawn(async move {
-                ch.ask_question("clarifier", "语言?", &opts(&["Rust", "Go"]))
-                    .await
+                ch.ask_question(
+                    Asker::new("clarifier", Role::Clarifier),
+                    "语言?",
+                    &opts(&["Rust", "Go"]),
+                )
+                .await
             })
         };
         // Answer it from the test while the 20 ms timeout may race: either outcome is logged.
@@ -1026,9 +1064,12 @@ mod tests {
         };
         let first = asker.await.unwrap();
         assert_eq!(answered, first == AskOutcome::Answered("Rust".into()));
-        ch.ask_question("clarifier", "第二个", &[]).await;
-        ch.ask_question("clarifier", "第三个", &[]).await;
-        ch.ask_question("clarifier", "", &[]).await;
+        ch.ask_question(Asker::new("clarifier", Role::Clarifier), "第二个", &[])
+            .await;
+        ch.ask_question(Asker::new("clarifier", Role::Clarifier), "第三个", &[])
+            .await;
+        ch.ask_question(Asker::new("clarifier", Role::Clarifier), "", &[])
+            .await;
         let text = std::fs::read_to_string(&log).unwrap();
         assert!(
             text.contains("· clarifier · timeout\n问:第二个\n答:(无人应答)\n"),
@@ -1043,12 +1084,27 @@ mod tests {
         assert_eq!(ch.transcript().matches("### ").count(), 4);
     }
 
-    #[test]
-    fn role_is_inferred_from_the_instance_name() {
-        assert_eq!(role_of("worker-2"), Role::Worker);
-        assert_eq!(role_of("judge-1"), Role::Judge);
-        assert_eq!(role_of("clarifier"), Role::Clarifier);
-        assert_eq!(role_of("ad-hoc"), Role::Once);
-        assert_eq!(role_of("干活"), Role::Coordinator);
+    #[tokio::test]
+    async fn events_carry_the_askers_role_and_depth() {
+        let ch = HumanChannel::new(HumanConfig {
+            timeout_s: Some(0.01),
+            ..HumanConfig::default()
+        });
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        ch.set_on_event(Arc::new(move |ev: Event| {
+            lock(&s).push((ev.role, ev.depth))
+        }));
+        let worker = Asker {
+            agent: "worker-2",
+            role: Role::Worker,
+            depth: 1,
+        };
+        assert_eq!(ch.ask_question(worker, "q", &[]).await, AskOutcome::Timeout);
+        assert_eq!(
+            *lock(&seen),
+            vec![(Role::Worker, 1), (Role::Worker, 1)],
+            "question and answer"
+        );
     }
 }

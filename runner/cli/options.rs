@@ -19,6 +19,7 @@ use super::error::CliError;
 use super::host::Host;
 use super::target::{self, RunTarget};
 use crate::isolate::IsolateError;
+use crate::model::ToolName;
 #[cfg(test)]
 use crate::sandbox::egress::EgressMode;
 use crate::sandbox::egress::EgressPolicy;
@@ -26,15 +27,15 @@ use crate::sandbox::egress::EgressPolicy;
 /// Tool names `once -t` accepts (the agent tool registry's names). `WebSearch` is refused: there
 /// is no search provider.
 pub const ONCE_TOOLS: [&str; 9] = [
-    "Read",
-    "Write",
-    "Edit",
-    "Bash",
-    "Glob",
-    "Grep",
-    "WebFetch",
-    "TodoWrite",
-    "Agent",
+    ToolName::Read.as_str(),
+    ToolName::Write.as_str(),
+    ToolName::Edit.as_str(),
+    ToolName::Bash.as_str(),
+    ToolName::Glob.as_str(),
+    ToolName::Grep.as_str(),
+    ToolName::WebFetch.as_str(),
+    ToolName::TodoWrite.as_str(),
+    ToolName::Agent.as_str(),
 ];
 
 /// The global switches, resolved.

@@ -24,7 +24,7 @@ use super::frontend::{
 };
 use crate::agent::event::null_sink;
 use crate::agent::human::Absent;
-use crate::agent::{roles, RunOptions, Runtime, StepResult};
+use crate::agent::{roles, RunOptions, Runtime, StepError, StepResult};
 use crate::record::manifest::Manifest;
 use crate::sandbox::host::HostSandboxFactory;
 use crate::session::{SessionError, SessionStore, SqliteSessionStore};
@@ -112,13 +112,14 @@ pub fn outcome_of(res: &StepResult) -> AsideOutcome {
             cost_usd: res.spend.exact(),
         };
     }
-    let message = res.error.clone().unwrap_or_else(|| "未知错误".to_string());
-    AsideOutcome::Failed(if message.starts_with("sessions.db") {
-        AsideFailure::Session(message)
-    } else if message.contains("轮数上限") || message.contains("预算用完") {
-        AsideFailure::LimitReached(message)
-    } else {
-        AsideFailure::Model(message)
+    let message = res
+        .error
+        .as_ref()
+        .map_or_else(|| "未知错误".to_string(), ToString::to_string);
+    AsideOutcome::Failed(match &res.error {
+        Some(StepError::Store(_)) => AsideFailure::Session(message),
+        Some(e) if e.is_limit() => AsideFailure::LimitReached(message),
+        _ => AsideFailure::Model(message),
     })
 }
 
@@ -333,12 +334,32 @@ mod tests {
             }
         );
         r.ok = false;
-        r.error = Some("到了轮数上限(12 轮)".into());
+        r.error = Some(StepError::TurnLimit(12));
         assert!(matches!(
             outcome_of(&r),
             AsideOutcome::Failed(f) if f.kind() == "LimitReached"
         ));
-        r.error = Some("连不上 api".into());
+        r.error = Some(StepError::Model(crate::model::ModelError::Setup(
+            "连不上 api".into(),
+        )));
+        assert!(matches!(
+            outcome_of(&r),
+            AsideOutcome::Failed(f) if f.kind() == "ModelError" && f.message() == "连不上 api"
+        ));
+        r.error = Some(StepError::Store("disk I/O error".into()));
+        assert!(matches!(
+            outcome_of(&r),
+            AsideOutcome::Failed(f) if f.kind() == "SessionError"
+        ));
+        r.error = Some(StepError::Budget {
+            spent: Default::default(),
+            limit: 0.5,
+        });
+        assert!(matches!(
+            outcome_of(&r),
+            AsideOutcome::Failed(f) if f.kind() == "LimitReached"
+        ));
+        r.error = Some(StepError::CutOff(3));
         assert!(matches!(
             outcome_of(&r),
             AsideOutcome::Failed(f) if f.kind() == "ModelError"

@@ -58,7 +58,7 @@ use super::starter::WORKER_PROMPT;
 use super::step::{OnFail, Prompt, Step};
 use super::template::{fill, placeholders};
 use super::wake::notes_paths;
-use crate::agent::roles::{self, ASK_TOOL, INBOX_TOOL};
+use crate::agent::roles;
 use crate::agent::{AgentSpec, Workbench};
 
 /// A workflow file problem: which step (1-based, with its name when known), which field, what.
@@ -78,6 +78,33 @@ impl DeclError {
             message: message.into(),
         }
     }
+}
+
+/// What is wrong with a template or a tool list (placed into a [`DeclError`] by its field).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum Problem {
+    /// A `{{name}}` names neither `ask`, `brief`, `goal` nor an earlier step.
+    #[error("{{{{{key}}}}} 不是前面步骤的名字(可用:ask、brief、goal{})", .known.iter().map(|n| format!("、{n}")).collect::<String>())]
+    Placeholder {
+        /// The name used.
+        key: String,
+        /// The earlier steps.
+        known: Vec<String>,
+    },
+    /// An empty tool list.
+    #[error("一个工具都没有")]
+    NoTools,
+    /// A tool the role may not have.
+    #[error("这个角色不能有 {tool}(它最多能有:{})", .ceiling.join(","))]
+    NotAllowed {
+        /// The tool.
+        tool: String,
+        /// What the role may have.
+        ceiling: Vec<&'static str>,
+    },
+    /// A tool listed twice.
+    #[error("{0} 写了两次")]
+    Twice(String),
 }
 
 /// A loaded workflow file, ready to run.
@@ -189,29 +216,45 @@ const AGENT_KEYS: &[&str] = &[
 /// The tools each role may be given at most (its guarantees: the clarifier and the judge never
 /// write, the coordinator never edits).
 fn role_ceiling(role: &str) -> Option<&'static [&'static str]> {
+    use crate::model::ToolName as T;
+    const COORDINATOR: &[&str] = &[
+        T::Agent.as_str(),
+        T::TodoWrite.as_str(),
+        T::Read.as_str(),
+        T::Glob.as_str(),
+        T::Grep.as_str(),
+        T::Bash.as_str(),
+        T::Ask.as_str(),
+        T::Inbox.as_str(),
+    ];
+    const WORKER: &[&str] = &[
+        T::Read.as_str(),
+        T::Write.as_str(),
+        T::Edit.as_str(),
+        T::Bash.as_str(),
+        T::Glob.as_str(),
+        T::Grep.as_str(),
+        T::WebFetch.as_str(),
+        T::TodoWrite.as_str(),
+    ];
+    const JUDGE: &[&str] = &[
+        T::Read.as_str(),
+        T::Glob.as_str(),
+        T::Grep.as_str(),
+        T::Bash.as_str(),
+        T::Ask.as_str(),
+    ];
+    const CLARIFIER: &[&str] = &[
+        T::Read.as_str(),
+        T::Glob.as_str(),
+        T::Grep.as_str(),
+        T::Ask.as_str(),
+    ];
     Some(match role {
-        "coordinator" => &[
-            "Agent",
-            "TodoWrite",
-            "Read",
-            "Glob",
-            "Grep",
-            "Bash",
-            ASK_TOOL,
-            INBOX_TOOL,
-        ],
-        "worker" => &[
-            "Read",
-            "Write",
-            "Edit",
-            "Bash",
-            "Glob",
-            "Grep",
-            "WebFetch",
-            "TodoWrite",
-        ],
-        "judge" => &["Read", "Glob", "Grep", "Bash", ASK_TOOL],
-        "clarifier" => &["Read", "Glob", "Grep", ASK_TOOL],
+        "coordinator" => COORDINATOR,
+        "worker" => WORKER,
+        "judge" => JUDGE,
+        "clarifier" => CLARIFIER,
         _ => return None,
     })
 }
@@ -364,7 +407,7 @@ impl Builder {
             "clarify" => {
                 let template = d.prompt.clone().unwrap_or_else(|| "{{ask}}".to_string());
                 self.check_template(&template)
-                    .map_err(|m| field("prompt", m))?;
+                    .map_err(|m| field("prompt", m.to_string()))?;
                 if template.contains("{{ask}}") && self.ask.is_none() {
                     return Err(field("prompt", "用了 {{ask}},可流程里没写 ask".into()));
                 }
@@ -451,7 +494,7 @@ impl Builder {
                             );
                             if let Some(tools) = &w.tools {
                                 check_tools(tools, role_ceiling("worker").unwrap_or_default())
-                                    .map_err(|m| field("workers.tools", m))?;
+                                    .map_err(|m| field("workers.tools", m.to_string()))?;
                                 def.spec.tools = tools.clone();
                             }
                             Ok(def)
@@ -465,7 +508,7 @@ impl Builder {
             _ => roles::clarifier("clarifier", &instructions, true),
         };
         if let Some(tools) = &d.tools {
-            check_tools(tools, ceiling).map_err(|m| field("tools", m))?;
+            check_tools(tools, ceiling).map_err(|m| field("tools", m.to_string()))?;
             spec.tools = tools.clone();
         }
         apply_limits(&mut spec, &d, field)?;
@@ -474,13 +517,13 @@ impl Builder {
             .clone()
             .ok_or_else(|| field("prompt", "agent 步骤要写 prompt".into()))?;
         self.check_template(&prompt)
-            .map_err(|m| field("prompt", m))?;
+            .map_err(|m| field("prompt", m.to_string()))?;
         let mut step = Step::new(name, spec, self.render(prompt))
             .retries(retries)
             .on_fail(on_fail);
         if let Some(rp) = d.resume_prompt.clone() {
             self.check_template(&rp)
-                .map_err(|m| field("resume_prompt", m))?;
+                .map_err(|m| field("resume_prompt", m.to_string()))?;
             step = step.resume_prompt(self.render(rp));
         }
         match (&d.resume_from, d.fork) {
@@ -533,18 +576,15 @@ impl Builder {
     }
 
     /// Every `{{name}}` names `ask`, `brief`, `goal` or an earlier step.
-    fn check_template(&self, text: &str) -> Result<(), String> {
+    fn check_template(&self, text: &str) -> Result<(), Problem> {
         for key in placeholders(text) {
             let known =
                 matches!(key.as_str(), "ask" | "brief" | "goal") || self.names.contains(&key);
             if !known {
-                return Err(format!(
-                    "{{{{{key}}}}} 不是前面步骤的名字(可用:ask、brief、goal{})",
-                    self.names
-                        .iter()
-                        .map(|n| format!("、{n}"))
-                        .collect::<String>()
-                ));
+                return Err(Problem::Placeholder {
+                    key,
+                    known: self.names.to_vec(),
+                });
             }
         }
         Ok(())
@@ -583,20 +623,20 @@ fn apply_limits(
 }
 
 /// `tools` must be names the role may have.
-fn check_tools(tools: &[String], ceiling: &[&str]) -> Result<(), String> {
+fn check_tools(tools: &[String], ceiling: &[&'static str]) -> Result<(), Problem> {
     if tools.is_empty() {
-        return Err("一个工具都没有".into());
+        return Err(Problem::NoTools);
     }
     let mut seen = BTreeSet::new();
     for t in tools {
         if !ceiling.contains(&t.as_str()) {
-            return Err(format!(
-                "这个角色不能有 {t}(它最多能有:{})",
-                ceiling.join(",")
-            ));
+            return Err(Problem::NotAllowed {
+                tool: t.clone(),
+                ceiling: ceiling.to_vec(),
+            });
         }
         if !seen.insert(t) {
-            return Err(format!("{t} 写了两次"));
+            return Err(Problem::Twice(t.clone()));
         }
     }
     Ok(())

@@ -22,7 +22,7 @@ use super::error::{FlowError, RunEnd};
 use super::frontend::{Closing, Controls, Frontend, Notice};
 use super::workflow::{Completion, Workflow};
 use crate::agent::runtime::INTERRUPTED;
-use crate::agent::{Event, EventKind, Runtime};
+use crate::agent::{Event, EventKind, Runtime, StepError};
 use crate::channel::{HumanChannel, HumanConfig};
 use crate::isolate::{open_for_run, IsolateOptions, WorktreePlacement};
 use crate::model::Role;
@@ -200,7 +200,12 @@ impl Session {
                 // workflow's note when its gate rejected it.
                 tracing::info!(%step, %why, "stopped");
                 self.finish().await;
-                match rt.credentials_refused() {
+                // Typed: the step's own error is the provider's refusal (HTTP 401/403).
+                let refused = ctx.results.get(&step).and_then(|r| match &r.error {
+                    Some(StepError::Model(e)) if e.is_auth() => Some(e.to_string()),
+                    _ => None,
+                });
+                match refused {
                     Some(message) => Err(FlowError::CredentialsRefused { step, message }),
                     None => Err(FlowError::StepAborted(step)),
                 }

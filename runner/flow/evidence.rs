@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::Path;
 
 use super::verdict::Verdict;
-use crate::model::{ContentBlock, Message};
+use crate::model::{ContentBlock, Message, ToolName};
 
 /// The file name under `notes/`.
 pub const RECORD_NAME: &str = "判定记录.md";
@@ -34,7 +34,7 @@ pub fn evidence_of(messages: &[Message]) -> Vec<Evidence> {
             match b {
                 ContentBlock::ToolUse { id, name, input } => {
                     let command = match input.get("command").and_then(|c| c.as_str()) {
-                        Some(c) if name == "Bash" => c.to_string(),
+                        Some(c) if ToolName::Bash.is(name) => c.to_string(),
                         _ => {
                             let arg = ["file_path", "pattern", "path"]
                                 .iter()

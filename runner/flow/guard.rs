@@ -24,7 +24,7 @@ use super::identity::{identity, Exclusions, WorkspaceIdentity};
 use super::step::{Gate, GateCx, OnFail, Prompt, Step, StepAbort};
 use super::verdict::{Verdict, VerdictState};
 use super::workflow::emit;
-use crate::agent::human::AskOutcome;
+use crate::agent::human::{AskOutcome, Asker};
 use crate::agent::{roles, AgentSpec, EventKind, RunOptions, Runtime, StepResult};
 use crate::record::steps::judge_name;
 
@@ -305,7 +305,10 @@ impl Gate for JudgeGate {
             v = not_yet(
                 format!(
                     "判定者没跑完({}),按未达成处理",
-                    judged.error.as_deref().unwrap_or("原因不明")
+                    judged
+                        .error
+                        .as_ref()
+                        .map_or_else(|| "原因不明".to_string(), ToString::to_string)
                 ),
                 v,
             );
@@ -350,15 +353,12 @@ impl JudgeGate {
         let reason = one_line(&v.reason);
         let options: Vec<String> = UNREACHABLE_OPTIONS.iter().map(|s| s.to_string()).collect();
         let question = format!("目标被判为**无法达成**:{reason}\n怎么办?");
-        match human.ask("judge", &question, &options).await {
+        let judge = Asker::new("judge", crate::model::Role::Judge);
+        match human.ask(judge, &question, &options).await {
             AskOutcome::Answered(a) if a == UNREACHABLE_OPTIONS[0] => Ok(true),
             AskOutcome::Answered(a) if a == UNREACHABLE_OPTIONS[1] => {
                 let outcome = human
-                    .ask(
-                        "judge",
-                        "新目标是什么?(追加在原目标后面,看得见改了什么)",
-                        &[],
-                    )
+                    .ask(judge, "新目标是什么?(追加在原目标后面,看得见改了什么)", &[])
                     .await;
                 if let AskOutcome::Answered(extra) = outcome {
                     goal.amend(&extra);

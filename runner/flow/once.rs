@@ -10,6 +10,7 @@ use super::error::{FlowError, RunEnd};
 use super::frontend::{Frontend, Notice};
 use crate::agent::human::Absent;
 use crate::agent::roles;
+use crate::agent::tools::ToolRegistry;
 use crate::agent::RunOptions;
 use crate::record::manifest::KILLED_BY_SIGNAL;
 
@@ -93,7 +94,9 @@ pub async fn once(
                 Ok(RunEnd::Finished)
             } else {
                 Err(FlowError::AgentFailed(
-                    result.error.unwrap_or_else(|| "没做完".into()),
+                    result
+                        .error
+                        .map_or_else(|| "没做完".into(), |e| e.to_string()),
                 ))
             }
         }
@@ -121,15 +124,55 @@ fn known_session(ctx: &RunContext, id: &str, settings: &RunSettings) -> Result<(
 
 /// The tools `once` really offers. There is no interactive approval in flowerbox (every tool is
 /// whitelisted and sandboxed), so without `change_nothing` the `-t` tools run as given; with it
-/// (`-p plan`) the tools that write or execute are removed.
+/// (`-p plan`) the tools that write or execute ([`Tool::mutating`]) are removed.
+///
+/// [`Tool::mutating`]: crate::agent::tools::Tool::mutating
 pub fn once_tools(opts: &OnceSettings) -> Vec<String> {
-    const MUTATING: [&str; 4] = ["Write", "Edit", "Bash", "Agent"];
     if !opts.change_nothing {
         return opts.tools.clone();
     }
+    let registry = ToolRegistry::standard();
     opts.tools
         .iter()
-        .filter(|t| !MUTATING.contains(&t.as_str()))
+        .filter(|t| !registry.is_mutating(t))
         .cloned()
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_leaves_out_the_tools_that_write_or_execute() {
+        let all: Vec<String> = crate::model::ToolName::ALL
+            .iter()
+            .map(|t| t.to_string())
+            .collect();
+        let mut opts = OnceSettings {
+            prompt: "看一眼".into(),
+            instructions: String::new(),
+            tools: all.clone(),
+            change_nothing: false,
+            budget_usd: None,
+            resume: None,
+            fork: false,
+            workbench: None,
+            trim: false,
+        };
+        assert_eq!(once_tools(&opts), all);
+        opts.change_nothing = true;
+        assert_eq!(
+            once_tools(&opts),
+            [
+                "Read",
+                "Glob",
+                "Grep",
+                "TodoWrite",
+                "WebFetch",
+                "mcp__human__ask",
+                "mcp__human__inbox"
+            ]
+        );
+    }
 }

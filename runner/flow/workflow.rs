@@ -232,7 +232,8 @@ impl Workflow {
                     // The attempt's own failure: its step line already showed the error.
                     return Ok(Err(result
                         .error
-                        .clone()
+                        .as_ref()
+                        .map(ToString::to_string)
                         .unwrap_or_else(|| format!("步骤 '{}' 没跑完", step.name))));
                 } else {
                     ctx.rejected

@@ -371,7 +371,12 @@ struct Answers(
 
 #[async_trait]
 impl Human for Answers {
-    async fn ask(&self, _agent: &str, question: &str, options: &[String]) -> AskOutcome {
+    async fn ask(
+        &self,
+        _asker: crate::agent::human::Asker<'_>,
+        question: &str,
+        options: &[String],
+    ) -> AskOutcome {
         self.1
             .lock()
             .unwrap()

@@ -74,6 +74,25 @@ pub enum IsolateError {
         /// The error.
         source: std::io::Error,
     },
+    /// A worker was dispatched before the run id was bound ([`WorktreePlacement::bind_run`]).
+    #[error("worktree 隔离还没绑定运行编号(bind_run),派不了执行者")]
+    Unbound,
+    /// A worker's worktree could not be made.
+    #[error("给 {agent} 建 worktree 失败:{source}")]
+    Prepare {
+        /// The worker.
+        agent: String,
+        /// Why.
+        source: Box<IsolateError>,
+    },
+    /// The blocking task doing `what` died.
+    #[error("{what}的线程崩了:{reason}")]
+    Crashed {
+        /// What it was doing.
+        what: &'static str,
+        /// The join error.
+        reason: String,
+    },
 }
 
 impl IsolateError {

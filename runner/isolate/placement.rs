@@ -12,14 +12,14 @@ use std::time::Instant;
 use super::adopt::{adopt, import_all, Adopted, Policy};
 use super::integrate::{commit_worktree, integrate, Integration};
 use super::repo::{open_workspace_repo, WorkspaceRepo};
-use super::seal::seal;
+use super::seal::{seal, SealError};
 use super::state::WorkerState;
 use super::sweep::{sweep, SweepReport};
 use super::worktree::{add, drop_gitlinks, is_clean, is_merged, remove, worktrees_root};
 use super::IsolateError;
-use crate::agent::{Placement, WorkerPlace, WorkerSandbox};
+use crate::agent::{PlaceError, Placement, WorkerPlace, WorkerSandbox};
 use crate::sandbox::docker::labels::Owner;
-use crate::sandbox::Mount;
+use crate::sandbox::{Mount, SandboxError};
 
 /// Most paths listed in one report.
 const LIST_LIMIT: usize = 20;
@@ -312,8 +312,35 @@ fn list(paths: &[String]) -> String {
     out.join("\n")
 }
 
+/// Why a finished worker's work was not brought back (the text is for the coordinator).
+#[derive(Debug, thiserror::Error)]
+enum FinishError {
+    /// Its container could not be reached to commit in.
+    #[error("没能在 {agent} 的容器里提交({source}),没提交的改动留在 worktree 里")]
+    NoSandbox {
+        /// The worker.
+        agent: String,
+        /// Why.
+        source: SandboxError,
+    },
+    /// Committing in its container failed.
+    #[error(transparent)]
+    Seal(#[from] SealError),
+    /// Git on the host failed.
+    #[error(transparent)]
+    Isolate(#[from] IsolateError),
+    /// The integration task died.
+    #[error("合入线程崩了:{0}")]
+    Crashed(String),
+}
+
 /// The coordinator's report of one worker's integration.
-fn report(agent: &str, branch: &str, path: &Path, outcome: &Result<Integration, String>) -> String {
+fn report(
+    agent: &str,
+    branch: &str,
+    path: &Path,
+    outcome: &Result<Integration, FinishError>,
+) -> String {
     let kept = format!("分支 {branch} 和 worktree {} 都留着。", path.display());
     match outcome {
         Ok(Integration::AlreadyMerged) => format!("[合入] {agent} 没有留下新的改动。"),
@@ -345,11 +372,13 @@ fn report(agent: &str, branch: &str, path: &Path, outcome: &Result<Integration, 
 
 #[async_trait]
 impl Placement for WorktreePlacement {
-    async fn prepare(&self, agent: &str) -> Result<WorkerPlace, String> {
-        let run =
-            self.run.get().cloned().ok_or_else(|| {
-                "worktree 隔离还没绑定运行编号(bind_run),派不了执行者".to_string()
-            })?;
+    async fn prepare(&self, agent: &str) -> Result<WorkerPlace, PlaceError> {
+        let place = |e: IsolateError| PlaceError(Box::new(e));
+        let run = self
+            .run
+            .get()
+            .cloned()
+            .ok_or_else(|| place(IsolateError::Unbound))?;
         let _gate = self.gate.lock().await;
         let (repo, root, owner, who) = (
             self.repo.clone(),
@@ -364,8 +393,18 @@ impl Placement for WorktreePlacement {
             add(&r, &root, &run, &who, &owner)
         })
         .await
-        .map_err(|e| format!("建 worktree 的线程崩了:{e}"))?
-        .map_err(|e| format!("给 {agent} 建 worktree 失败:{e}"))?;
+        .map_err(|e| {
+            place(IsolateError::Crashed {
+                what: "建 worktree ",
+                reason: e.to_string(),
+            })
+        })?
+        .map_err(|e| {
+            place(IsolateError::Prepare {
+                agent: agent.to_string(),
+                source: Box::new(e),
+            })
+        })?;
         tracing::info!(agent, branch = %made.branch, path = %made.path.display(),
             ms = started.elapsed().as_millis() as u64, "worktree created");
         let workdir = if self.repo.subdir.as_os_str().is_empty() {
@@ -417,10 +456,13 @@ impl Placement for WorktreePlacement {
         // (`--sandbox host`: no containment by choice) does libgit2 commit on the host.
         let sealed = match sandbox {
             Some(s) if s.factory.kind() != "host" => Some(match s.get().await {
-                Ok(sb) => seal(sb.as_ref(), &tree.path, &tree.branch, agent, &message).await,
-                Err(e) => Err(format!(
-                    "没能在 {agent} 的容器里提交({e}),没提交的改动留在 worktree 里"
-                )),
+                Ok(sb) => seal(sb.as_ref(), &tree.path, &tree.branch, agent, &message)
+                    .await
+                    .map_err(FinishError::from),
+                Err(source) => Err(FinishError::NoSandbox {
+                    agent: agent.to_string(),
+                    source,
+                }),
             }),
             _ => None,
         };
@@ -428,27 +470,25 @@ impl Placement for WorktreePlacement {
         let seal_ms = started.elapsed().as_millis() as u64;
         let (repo, t, who) = (self.repo.clone(), tree.clone(), agent.to_string());
         let outcome = tokio::task::spawn_blocking(move || {
-            let _lock = repo.lock().map_err(|e| e.to_string())?;
+            let _lock = repo.lock()?;
             let committed = match sealed {
                 Some(result) => {
                     // The worker's own commits come back even when the last commit failed.
-                    let adopted = adopt(&repo, &t.git, Policy::Follow).map_err(|e| e.to_string());
+                    let adopted = adopt(&repo, &t.git, Policy::Follow);
                     let committed = result?.committed;
                     let moved = matches!(adopted?, Adopted::Moved { .. });
                     (committed || moved).then_some(())
                 }
-                None => commit_worktree(&t.path, &t.branch, &who, &message)
-                    .map_err(|e| e.to_string())?
-                    .map(|_| ()),
+                None => commit_worktree(&t.path, &t.branch, &who, &message)?.map(|_| ()),
             };
             if !ok {
                 return Ok((committed, None));
             }
-            let merged = integrate(&repo, &t.branch, &who).map_err(|e| e.to_string())?;
-            Ok::<_, String>((committed, Some(merged)))
+            let merged = integrate(&repo, &t.branch, &who)?;
+            Ok::<_, FinishError>((committed, Some(merged)))
         })
         .await
-        .unwrap_or_else(|e| Err(format!("合入线程崩了:{e}")));
+        .unwrap_or_else(|e| Err(FinishError::Crashed(e.to_string())));
         tracing::info!(
             agent,
             seal_ms,

@@ -104,6 +104,7 @@ async fn unbound_placement_refuses_and_subdir_workspaces_map_into_the_worktree()
         .prepare("worker-1")
         .await
         .unwrap_err()
+        .to_string()
         .contains("bind_run"));
     p.bind_run("r2");
     let place = p.prepare("worker-1").await.unwrap();

@@ -58,18 +58,44 @@ left; echo committed
     )
 }
 
+/// Why what a worker left could not be committed (the text is for the coordinator).
+#[derive(Debug, thiserror::Error)]
+pub enum SealError {
+    /// The sandbox could not run the commit.
+    #[error("在 {agent} 的容器里提交失败:{source}")]
+    Exec {
+        /// The worker.
+        agent: String,
+        /// Why.
+        source: crate::sandbox::SandboxError,
+    },
+    /// The worker switched branches or left conflicts: the script's own explanation.
+    #[error("{0}")]
+    Refused(String),
+    /// The commit did not finish in time.
+    #[error("在容器里提交超时({0} 秒)")]
+    Timeout(u64),
+    /// git failed in the container.
+    #[error("在容器里提交失败(退出码 {}):{stderr}", code.map_or("无".to_string(), |c| c.to_string()))]
+    Failed {
+        /// Its exit code, if it had one.
+        code: Option<i64>,
+        /// What it said.
+        stderr: String,
+    },
+}
+
 /// Runs [`script`] in the worker's sandbox, in its worktree root `cwd`.
 ///
 /// # Errors
-/// A message for the coordinator: the worker switched branches, left conflicts, or git or the
-/// sandbox failed.
+/// The worker switched branches, left conflicts, or git or the sandbox failed.
 pub async fn seal(
     sandbox: &dyn Sandbox,
     cwd: &std::path::Path,
     branch: &str,
     agent: &str,
     message: &str,
-) -> Result<Sealed, String> {
+) -> Result<Sealed, SealError> {
     let req = ExecRequest {
         command: script(branch, agent, message),
         cwd: cwd.to_path_buf(),
@@ -79,10 +105,10 @@ pub async fn seal(
         spill_dir: None,
         cancel: CancellationToken::new(),
     };
-    let out = sandbox
-        .exec(req)
-        .await
-        .map_err(|e| format!("在 {} 的容器里提交失败:{e}", agent))?;
+    let out = sandbox.exec(req).await.map_err(|source| SealError::Exec {
+        agent: agent.to_string(),
+        source,
+    })?;
     if out.success() {
         let words: Vec<&str> = out.stdout.split_whitespace().collect();
         return Ok(Sealed {
@@ -90,14 +116,11 @@ pub async fn seal(
             left: words.contains(&"left"),
         });
     }
-    let why = out.stderr.trim();
+    let why = out.stderr.trim().to_string();
     Err(match out.exit_code {
-        Some(NOT_ON_BRANCH | CONFLICTS) => why.to_string(),
-        _ if out.timed_out => format!("在容器里提交超时({} 秒)", SEAL_TIMEOUT.as_secs()),
-        code => format!(
-            "在容器里提交失败(退出码 {}):{why}",
-            code.map_or("无".to_string(), |c| c.to_string())
-        ),
+        Some(NOT_ON_BRANCH | CONFLICTS) => SealError::Refused(why),
+        _ if out.timed_out => SealError::Timeout(SEAL_TIMEOUT.as_secs()),
+        code => SealError::Failed { code, stderr: why },
     })
 }
 

@@ -488,7 +488,7 @@ async fn wait_online(
         if *waited >= policy.max_offline_wait {
             return Err(ModelError::Unreachable {
                 waited_s: waited.as_secs(),
-                last: one_line(&last),
+                last: one_line(&last.to_string()),
             });
         }
         let step = policy.probe_interval.min(policy.max_offline_wait - *waited);

@@ -3,7 +3,7 @@
 use thiserror::Error;
 
 /// A failed model call, after the provider's own retries.
-#[derive(Debug, Error)]
+#[derive(Debug, Clone, PartialEq, Error)]
 pub enum ModelError {
     /// 401/403: the credentials were refused. Not retried; the user must reconfigure.
     #[error("凭证被拒 (HTTP {status}): {message}")]

@@ -21,6 +21,7 @@ pub mod retry;
 pub mod scripted;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod tool_name;
 pub mod transport;
 pub mod types;
 
@@ -28,4 +29,5 @@ pub use config::{build_provider, ProviderOptions};
 pub use error::ModelError;
 pub use provider::{EventSink, Provider};
 pub use retry::RetryPolicy;
+pub use tool_name::ToolName;
 pub use types::*;

@@ -164,13 +164,19 @@ impl HttpTransport for FakeTransport {
         }
     }
 
-    async fn probe(&self, _host: &str, _port: u16, _timeout: Duration) -> Result<(), String> {
+    async fn probe(
+        &self,
+        host: &str,
+        port: u16,
+        _timeout: Duration,
+    ) -> Result<(), crate::model::transport::ProbeError> {
         *self.probes.lock().unwrap() += 1;
-        self.probe_results
-            .lock()
-            .unwrap()
-            .pop_front()
-            .unwrap_or(Ok(()))
+        let next = self.probe_results.lock().unwrap().pop_front();
+        next.unwrap_or(Ok(()))
+            .map_err(|reason| crate::model::transport::ProbeError::Connect {
+                addr: format!("{host}:{port}"),
+                reason,
+            })
     }
 }
 

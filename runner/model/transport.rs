@@ -107,8 +107,8 @@ pub trait HttpTransport: Send + Sync {
     async fn post_stream(&self, req: HttpRequest) -> Result<HttpResponse, TransportError>;
 
     /// Checks that `host:port` resolves and accepts a TCP connection within `timeout`: DNS plus
-    /// a TCP handshake only, no HTTP and no credentials. `Err` carries the reason.
-    async fn probe(&self, host: &str, port: u16, timeout: Duration) -> Result<(), String> {
+    /// a TCP handshake only, no HTTP and no credentials. `Err` says why not.
+    async fn probe(&self, host: &str, port: u16, timeout: Duration) -> Result<(), ProbeError> {
         tcp_probe(host, port, timeout).await
     }
 
@@ -128,28 +128,76 @@ pub trait HttpTransport: Send + Sync {
     }
 }
 
+/// Why an endpoint did not answer a [`HttpTransport::probe`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProbeError {
+    /// The name did not resolve.
+    #[error("DNS {host}: {reason}")]
+    Dns {
+        /// The host name.
+        host: String,
+        /// The resolver's error.
+        reason: String,
+    },
+    /// The name resolved to nothing.
+    #[error("DNS {host}: no addresses")]
+    NoAddress {
+        /// The host name.
+        host: String,
+    },
+    /// No address accepted a connection (the last one's error).
+    #[error("TCP {addr}: {reason}")]
+    Connect {
+        /// The address tried last.
+        addr: String,
+        /// Its error.
+        reason: String,
+    },
+    /// Nothing answered within the timeout.
+    #[error("{host}:{port}: no answer within {secs} s")]
+    Timeout {
+        /// The host.
+        host: String,
+        /// The port.
+        port: u16,
+        /// The timeout, seconds.
+        secs: f64,
+    },
+}
+
 /// DNS + TCP reachability check used by [`HttpTransport::probe`]'s default.
-pub async fn tcp_probe(host: &str, port: u16, timeout: Duration) -> Result<(), String> {
+pub async fn tcp_probe(host: &str, port: u16, timeout: Duration) -> Result<(), ProbeError> {
     let attempt = async {
         let addrs: Vec<_> = tokio::net::lookup_host((host, port))
             .await
-            .map_err(|e| format!("DNS {host}: {e}"))?
+            .map_err(|e| ProbeError::Dns {
+                host: host.to_string(),
+                reason: e.to_string(),
+            })?
             .collect();
-        let mut last = format!("DNS {host}: no addresses");
+        let mut last = ProbeError::NoAddress {
+            host: host.to_string(),
+        };
         for addr in addrs {
             match tokio::net::TcpStream::connect(addr).await {
                 Ok(_) => return Ok(()),
-                Err(e) => last = format!("TCP {addr}: {e}"),
+                Err(e) => {
+                    last = ProbeError::Connect {
+                        addr: addr.to_string(),
+                        reason: e.to_string(),
+                    }
+                }
             }
         }
         Err(last)
     };
     match tokio::time::timeout(timeout, attempt).await {
         Ok(r) => r,
-        Err(_) => Err(format!(
-            "{host}:{port}: no answer within {} s",
-            timeout.as_secs_f64()
-        )),
+        Err(_) => Err(ProbeError::Timeout {
+            host: host.to_string(),
+            port,
+            secs: timeout.as_secs_f64(),
+        }),
     }
 }
 
@@ -275,6 +323,6 @@ mod tests {
         let err = tcp_probe("127.0.0.1", port, Duration::from_secs(5))
             .await
             .unwrap_err();
-        assert!(err.contains("TCP"), "{err}");
+        assert!(err.to_string().contains("TCP"), "{err}");
     }
 }

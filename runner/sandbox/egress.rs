@@ -82,6 +82,18 @@ pub const BLOCKED_V4: &[&str] = &[
     "224.0.0.0/3",
 ];
 
+/// A `--allow-domain` or `--allow-net` value that is not one (the text names the switch and
+/// the spelling it wants).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllowError {
+    /// Not a domain.
+    #[error("--allow-domain {0} 不是域名:要 example.com 或 *.example.com 这样的写法")]
+    Domain(String),
+    /// Not a network.
+    #[error("--allow-net {0} 不是网段:要 10.1.0.0/16 或 10.1.2.3 这样的写法")]
+    Net(String),
+}
+
 /// An allowed domain: `example.com` (that name only) or `*.example.com` (its subdomains).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DomainRule {
@@ -94,7 +106,7 @@ pub struct DomainRule {
 impl DomainRule {
     /// Parses `example.com` or `*.example.com` (letters, digits, `-` and `.`; the last label not
     /// all digits, so an address is never a domain).
-    pub fn parse(text: &str) -> Result<DomainRule, String> {
+    pub fn parse(text: &str) -> Result<DomainRule, AllowError> {
         let lower = text.trim().to_ascii_lowercase();
         let (subdomains, name) = match lower.strip_prefix("*.") {
             Some(rest) => (true, rest.to_string()),
@@ -112,9 +124,7 @@ impl DomainRule {
             .last()
             .is_some_and(|l| !l.chars().all(|c| c.is_ascii_digit()));
         if labels.len() < 2 || !labels.iter().all(label_ok) || !last_is_name || name.len() > 253 {
-            return Err(format!(
-                "--allow-domain {text} 不是域名:要 example.com 或 *.example.com 这样的写法"
-            ));
+            return Err(AllowError::Domain(text.to_string()));
         }
         Ok(DomainRule { name, subdomains })
     }
@@ -153,14 +163,12 @@ impl fmt::Display for DomainRule {
 }
 
 /// Parses a `--allow-net` value: a CIDR (`10.1.0.0/16`) or one address (`10.1.2.3`).
-pub fn parse_net(text: &str) -> Result<IpNet, String> {
+pub fn parse_net(text: &str) -> Result<IpNet, AllowError> {
     let t = text.trim();
     let net = t
         .parse::<IpNet>()
         .or_else(|_| t.parse::<IpAddr>().map(IpNet::from))
-        .map_err(|_| {
-            format!("--allow-net {text} 不是网段:要 10.1.0.0/16 或 10.1.2.3 这样的写法")
-        })?;
+        .map_err(|_| AllowError::Net(text.to_string()))?;
     Ok(net.trunc())
 }
 

@@ -21,7 +21,7 @@ pub const INTERRUPTED_NOTE: &str = "[上一轮在此处被中断,该工具结果
 
 /// The tool whose calls can be ephemeral (its input's `command` goes to
 /// [`is_ephemeral`]).
-pub const BASH_TOOL: &str = "Bash";
+pub const BASH_TOOL: &str = crate::model::ToolName::Bash.as_str();
 
 /// One stored row of a session, in order.
 #[derive(Debug, Clone, PartialEq)]

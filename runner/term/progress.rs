@@ -23,6 +23,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle, TermLike};
 
 use super::port::OutputPort;
 use crate::agent::{Event, EventKind};
+use crate::model::ToolName;
 
 /// A Bash command gets a spinner once it has run this long (short ones would only flicker).
 pub const BASH_SPINNER_AFTER: Duration = Duration::from_secs(2);
@@ -265,7 +266,7 @@ impl Activity {
                     .entry(ev.agent.clone())
                     .or_default()
                     .insert(id.clone());
-                if name == "Bash" {
+                if ToolName::Bash.is(name) {
                     let cmd = summary.strip_prefix("Bash:").unwrap_or(summary).trim();
                     let cmd: String = cmd.lines().next().unwrap_or("").chars().take(60).collect();
                     let s = self

@@ -17,6 +17,7 @@ use super::sanitize::{fit, layout_width, sanitize, wrap, Style};
 use crate::agent::{Event, EventKind};
 use crate::flow::frontend::WakeInfo;
 use crate::flow::goal::unverifiable_warning;
+use crate::model::ToolName;
 
 /// The prompt while a question is pending (seed 000 "常驻在最下面的输入提示符").
 pub const ANSWER_PROMPT: &str = "你的回答 (回车=跳过,让它自己判断) > ";
@@ -219,7 +220,7 @@ pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<String> {
             block(Some(Style::Cyan), text, "  ~ ", "    ", opts)
         }
         // The Dispatch event shows an Agent call.
-        EventKind::ToolCall { name, .. } if name == "Agent" => Vec::new(),
+        EventKind::ToolCall { name, .. } if ToolName::Agent.is(name) => Vec::new(),
         EventKind::ToolCall { name, summary, .. } => {
             let name = one_line(name);
             // One screen line per line of a multi-line command: flattened, `a || true` and

@@ -6,6 +6,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{parse_input, Tool, ToolContext, ToolError};
+use crate::model::ToolName;
 
 pub(super) struct AgentTool;
 
@@ -25,14 +26,18 @@ pub struct DispatchRequest {
 #[async_trait]
 pub trait Dispatcher: Send + Sync {
     /// Runs one worker to the end of its turn; `Ok` is its report (plus any integration report),
-    /// `Err` a message for the coordinator.
-    async fn dispatch(&self, parent: &ToolContext, req: DispatchRequest) -> Result<String, String>;
+    /// `Err` what the coordinator reads instead.
+    async fn dispatch(
+        &self,
+        parent: &ToolContext,
+        req: DispatchRequest,
+    ) -> Result<String, ToolError>;
 }
 
 #[async_trait]
 impl Tool for AgentTool {
     fn name(&self) -> &'static str {
-        "Agent"
+        ToolName::Agent.as_str()
     }
     fn description(&self) -> String {
         "Dispatches a worker subagent with a task brief and returns its final report. The worker has its own \
@@ -64,6 +69,6 @@ impl Tool for AgentTool {
         if ctx.cancel.is_cancelled() {
             return Err(ToolError::Interrupted);
         }
-        d.dispatch(ctx, req).await.map_err(ToolError::Failed)
+        d.dispatch(ctx, req).await
     }
 }

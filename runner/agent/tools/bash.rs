@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::{parse_input, Tool, ToolContext, ToolError};
 use crate::agent::spill::SPILL_PREVIEW;
+use crate::model::ToolName;
 use crate::sandbox::{ExecOutput, ExecRequest};
 
 pub(super) struct BashTool;
@@ -160,7 +161,7 @@ fn crlf_hint(path: &std::path::Path, head: &[u8]) -> Option<String> {
 #[async_trait]
 impl Tool for BashTool {
     fn name(&self) -> &'static str {
-        "Bash"
+        ToolName::Bash.as_str()
     }
     fn description(&self) -> String {
         "Runs a bash command in your sandbox and returns its output. `timeout` is in milliseconds (default \

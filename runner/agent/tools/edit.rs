@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use super::read::looks_binary;
 use super::{parse_input, Tool, ToolContext, ToolError};
 use crate::agent::confine::Access;
+use crate::model::ToolName;
 
 pub(super) struct EditTool;
 
@@ -19,25 +20,40 @@ struct Args {
     replace_all: bool,
 }
 
-/// Applies one edit to `text`; errors are messages for the model.
+/// Why an edit cannot be applied (the text is for the model).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum EditError {
+    /// `old_string` is empty.
+    #[error("old_string 是空的;新建文件用 Write")]
+    Empty,
+    /// `old_string` equals `new_string`.
+    #[error("old_string 和 new_string 一样,没有要改的")]
+    Unchanged,
+    /// `old_string` does not occur.
+    #[error("old_string 在文件里找不到(要逐字符一致,包括缩进和换行)")]
+    NotFound,
+    /// `old_string` occurs this many times and `replace_all` is off.
+    #[error("old_string 在文件里出现了 {0} 次;多给些上下文让它唯一,或者用 replace_all")]
+    NotUnique(usize),
+}
+
+/// Applies one edit to `text`: the new text and how many places changed.
 pub(crate) fn apply_edit(
     text: &str,
     old: &str,
     new: &str,
     replace_all: bool,
-) -> Result<(String, usize), String> {
+) -> Result<(String, usize), EditError> {
     if old.is_empty() {
-        return Err("old_string 是空的;新建文件用 Write".into());
+        return Err(EditError::Empty);
     }
     if old == new {
-        return Err("old_string 和 new_string 一样,没有要改的".into());
+        return Err(EditError::Unchanged);
     }
     let count = text.matches(old).count();
     match (count, replace_all) {
-        (0, _) => Err("old_string 在文件里找不到(要逐字符一致,包括缩进和换行)".into()),
-        (n, false) if n > 1 => Err(format!(
-            "old_string 在文件里出现了 {n} 次;多给些上下文让它唯一,或者用 replace_all"
-        )),
+        (0, _) => Err(EditError::NotFound),
+        (n, false) if n > 1 => Err(EditError::NotUnique(n)),
         (n, _) => Ok((text.replace(old, new), n)),
     }
 }
@@ -45,7 +61,7 @@ pub(crate) fn apply_edit(
 #[async_trait]
 impl Tool for EditTool {
     fn name(&self) -> &'static str {
-        "Edit"
+        ToolName::Edit.as_str()
     }
     fn description(&self) -> String {
         "Replaces `old_string` with `new_string` in a file. The match is exact and must be unique unless \
@@ -76,7 +92,7 @@ impl Tool for EditTool {
         let text = String::from_utf8(bytes)
             .map_err(|_| ToolError::Failed(format!("{} 不是 UTF-8 文本", a.file_path)))?;
         let (new_text, n) = apply_edit(&text, &a.old_string, &a.new_string, a.replace_all)
-            .map_err(ToolError::Failed)?;
+            .map_err(|e| ToolError::Failed(e.to_string()))?;
         let (path, _) = super::fsio::write(ctx, &a.file_path, new_text.into_bytes()).await?;
         Ok(format!("已修改 {}({n} 处)", path.display()))
     }
@@ -94,6 +110,7 @@ mod tests {
         );
         assert!(apply_edit("a b a", "a", "c", false)
             .unwrap_err()
+            .to_string()
             .contains("2 次"));
         assert_eq!(
             apply_edit("a b a", "a", "c", true).unwrap(),

@@ -51,7 +51,7 @@ pub(super) async fn with<T: Send + 'static>(
     create_dirs: bool,
     op: impl FnMut(&Resolved) -> Result<T, FsError> + Send + 'static,
 ) -> Result<(PathBuf, T), ToolError> {
-    let abs = ctx.confine.absolute(shown).map_err(ToolError::Path)?;
+    let abs = ctx.confine.absolute(shown)?;
     let view = ctx.confine.view().clone();
     let mut op = op;
     let done = tokio::task::spawn_blocking(move || {

@@ -5,6 +5,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{parse_input, Tool, ToolContext, ToolError};
+use crate::agent::human::Asker;
 use crate::agent::roles::{ASK_TOOL, INBOX_TOOL};
 
 pub(super) struct AskTool;
@@ -39,7 +40,12 @@ impl Tool for AskTool {
         let a: AskArgs = parse_input(input)?;
         // An interrupt does not withdraw a pending question (seed 000 "Ctrl-C": 打断不影响它们);
         // the interruption takes effect at the next message boundary.
-        let outcome = ctx.human.ask(&ctx.agent, &a.question, &a.options).await;
+        let asker = Asker {
+            agent: &ctx.agent,
+            role: ctx.role,
+            depth: ctx.depth,
+        };
+        let outcome = ctx.human.ask(asker, &a.question, &a.options).await;
         Ok(outcome.tool_text())
     }
 }

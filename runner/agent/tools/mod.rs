@@ -61,7 +61,8 @@ pub trait Tool: Send + Sync {
     fn description(&self) -> String;
     /// JSON Schema of the input.
     fn input_schema(&self) -> Value;
-    /// Changes files or runs commands (informational; rights are enforced by mounts).
+    /// Changes files or runs commands, itself or through the workers it dispatches (rights are
+    /// enforced by mounts; `once -p plan` offers no tool that says so).
     fn mutating(&self) -> bool {
         false
     }
@@ -246,6 +247,12 @@ impl ToolRegistry {
             .filter_map(|n| self.tools.get(n.as_str()))
             .map(|t| t.definition())
             .collect()
+    }
+
+    /// Whether the tool called `name` writes files or runs commands (the tools `once -p plan`
+    /// leaves out); unknown names are not.
+    pub fn is_mutating(&self, name: &str) -> bool {
+        self.tools.get(name).is_some_and(|t| t.mutating())
     }
 
     /// Names of every registered tool, sorted.

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use super::{parse_input, Tool, ToolContext, ToolError};
 use crate::agent::confine::Access;
 use crate::fsroot::FsError;
+use crate::model::ToolName;
 
 /// Lines returned when no limit is given.
 const DEFAULT_LIMIT: usize = 2000;
@@ -39,7 +40,7 @@ pub(crate) fn looks_binary(bytes: &[u8]) -> bool {
 #[async_trait]
 impl Tool for ReadTool {
     fn name(&self) -> &'static str {
-        "Read"
+        ToolName::Read.as_str()
     }
     fn description(&self) -> String {
         "Reads a text file. Output has line numbers (cat -n style). `offset` is the 1-based first line, \

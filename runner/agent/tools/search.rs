@@ -15,6 +15,7 @@ use std::time::SystemTime;
 use super::{parse_input, Tool, ToolContext, ToolError};
 use crate::agent::confine::Access;
 use crate::fsroot::walk::{walk, Rules};
+use crate::model::ToolName;
 
 /// Most paths Glob returns.
 const GLOB_LIMIT: usize = 100;
@@ -49,7 +50,7 @@ struct GlobArgs {
 #[async_trait]
 impl Tool for GlobTool {
     fn name(&self) -> &'static str {
-        "Glob"
+        ToolName::Glob.as_str()
     }
     fn description(&self) -> String {
         "Finds files by glob pattern (`**/*.rs`), newest first, honouring .gitignore. `path` is the directory \
@@ -183,7 +184,7 @@ impl Sink for Collect<'_> {
 #[async_trait]
 impl Tool for GrepTool {
     fn name(&self) -> &'static str {
-        "Grep"
+        ToolName::Grep.as_str()
     }
     fn description(&self) -> String {
         "Searches file contents with a regular expression (ripgrep syntax). output_mode: files_with_matches \

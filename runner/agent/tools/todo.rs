@@ -5,6 +5,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{parse_input, Tool, ToolContext, ToolError};
+use crate::model::ToolName;
 
 pub(super) struct TodoWriteTool;
 
@@ -22,7 +23,7 @@ struct Args {
 #[async_trait]
 impl Tool for TodoWriteTool {
     fn name(&self) -> &'static str {
-        "TodoWrite"
+        ToolName::TodoWrite.as_str()
     }
     fn description(&self) -> String {
         "Replaces your todo list. Each item: {content, status: pending|in_progress|completed, activeForm}.".into()

@@ -17,6 +17,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use super::{parse_input, Tool, ToolContext, ToolError};
+use crate::model::ToolName;
 use crate::sandbox::egress::{EgressPolicy, HostAddrs};
 
 /// Redirects followed at most.
@@ -34,7 +35,7 @@ struct Args {
 #[async_trait]
 impl Tool for WebFetchTool {
     fn name(&self) -> &'static str {
-        "WebFetch"
+        ToolName::WebFetch.as_str()
     }
     fn description(&self) -> String {
         "Fetches a URL (http/https) and returns its content as text (HTML converted). `prompt` says what you \

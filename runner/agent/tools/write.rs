@@ -5,6 +5,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{parse_input, Tool, ToolContext, ToolError};
+use crate::model::ToolName;
 
 pub(super) struct WriteTool;
 
@@ -17,7 +18,7 @@ struct Args {
 #[async_trait]
 impl Tool for WriteTool {
     fn name(&self) -> &'static str {
-        "Write"
+        ToolName::Write.as_str()
     }
     fn description(&self) -> String {
         "Writes a file, replacing it if it exists; parent directories are created.".into()

@@ -277,19 +277,38 @@ impl Scenario {
     }
 }
 
-fn validate_turn(turn: &ScriptedTurn) -> Result<(), String> {
-    const STOPS: [&str; 5] = [
-        "end_turn",
-        "tool_use",
-        "max_tokens",
-        "stop_sequence",
-        "refusal",
-    ];
+/// What is wrong with a scripted turn.
+#[derive(Debug, thiserror::Error)]
+enum BadTurn {
+    /// An unknown stop reason.
+    #[error("stop_reason {0:?} is not one of {STOPS:?}")]
+    StopReason(String),
+    /// Two fault kinds in one fault.
+    #[error("a fault has more than one of status / error_event / drop_after_events / truncate_tool_json / json_answer")]
+    Faults,
+    /// A fault status that is not an error.
+    #[error("fault status {0} is not an error status")]
+    Status(u16),
+    /// `after_events` without `error_event`.
+    #[error("after_events needs error_event")]
+    AfterEvents,
+    /// `truncate_tool_json` on a turn without a tool call.
+    #[error("truncate_tool_json needs a tool_use block")]
+    Truncate,
+}
+
+/// The stop reasons a scripted turn may give.
+const STOPS: [&str; 5] = [
+    "end_turn",
+    "tool_use",
+    "max_tokens",
+    "stop_sequence",
+    "refusal",
+];
+
+fn validate_turn(turn: &ScriptedTurn) -> Result<(), BadTurn> {
     if !STOPS.contains(&turn.stop_reason()) {
-        return Err(format!(
-            "stop_reason {:?} is not one of {STOPS:?}",
-            turn.stop_reason()
-        ));
+        return Err(BadTurn::StopReason(turn.stop_reason().to_string()));
     }
     let has_tool = turn
         .content
@@ -304,18 +323,18 @@ fn validate_turn(turn: &ScriptedTurn) -> Result<(), String> {
             f.json_answer,
         ];
         if kinds.iter().filter(|k| **k).count() > 1 {
-            return Err("a fault has more than one of status / error_event / drop_after_events / truncate_tool_json / json_answer".into());
+            return Err(BadTurn::Faults);
         }
         if let Some(s) = f.status {
             if !(400..=599).contains(&s) {
-                return Err(format!("fault status {s} is not an error status"));
+                return Err(BadTurn::Status(s));
             }
         }
         if f.after_events.is_some() && f.error_event.is_none() {
-            return Err("after_events needs error_event".into());
+            return Err(BadTurn::AfterEvents);
         }
         if f.truncate_tool_json && !has_tool {
-            return Err("truncate_tool_json needs a tool_use block".into());
+            return Err(BadTurn::Truncate);
         }
     }
     Ok(())

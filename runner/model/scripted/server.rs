@@ -189,14 +189,39 @@ struct Picked<'a> {
     fault: Fault,
 }
 
+/// Why a request matches no scripted turn (the text of the server's 400).
+#[derive(Debug, thiserror::Error)]
+enum Mismatch {
+    /// No entry matches the caller.
+    #[error("scripted-model: no scenario entry matches {who} at turn k={k}")]
+    NoEntry {
+        /// The caller, as its headers name it.
+        who: String,
+        /// The turn asked for.
+        k: usize,
+    },
+    /// The entry has no turn `k`.
+    #[error("scripted-model: {who} asks for turn k={k} but agents[{entry}] has {turns} turns")]
+    NoTurn {
+        /// The caller.
+        who: String,
+        /// The turn asked for.
+        k: usize,
+        /// The entry matched.
+        entry: usize,
+        /// Its turns.
+        turns: usize,
+    },
+}
+
 /// Matches a request (headers, prompt text, `k` assistant messages) to its scenario turn and
-/// counts it for `times`. `Err` is the mismatch message.
+/// counts it for `times`.
 fn pick<'a>(
     st: &'a ServerState,
     headers: &HeaderMap,
     prompt_text: &str,
     k: usize,
-) -> Result<Picked<'a>, String> {
+) -> Result<Picked<'a>, Mismatch> {
     let header = |n: &str| {
         headers
             .get(n)
@@ -214,16 +239,16 @@ fn pick<'a>(
         .scenario
         .select(role.as_deref(), agent.as_deref(), prompt_text)
     else {
-        return Err(format!(
-            "scripted-model: no scenario entry matches {who} at turn k={k}"
-        ));
+        return Err(Mismatch::NoEntry { who, k });
     };
     let entry = &st.scenario.agents[entry_ix];
     let Some(turn) = entry.turns.get(k) else {
-        return Err(format!(
-            "scripted-model: {who} asks for turn k={k} but agents[{entry_ix}] has {} turns",
-            entry.turns.len()
-        ));
+        return Err(Mismatch::NoTurn {
+            who,
+            k,
+            entry: entry_ix,
+            turns: entry.turns.len(),
+        });
     };
     let n = {
         let mut c = st.counters.lock().unwrap_or_else(|p| p.into_inner());
@@ -288,7 +313,7 @@ async fn messages(State(st): State<Arc<ServerState>>, headers: HeaderMap, body: 
             sig == signature_for(thinking) || st.scenario.has_signed_thinking(thinking, sig)
         };
         if let Err(msg) = check_messages_request(&req, &signed) {
-            return error_response(400, "invalid_request_error", &msg, &[]);
+            return error_response(400, "invalid_request_error", &msg.0, &[]);
         }
     }
     let msgs = req["messages"].as_array().cloned().unwrap_or_default();
@@ -304,7 +329,7 @@ async fn messages(State(st): State<Arc<ServerState>>, headers: HeaderMap, body: 
     );
     let p = match pick(&st, &headers, &prompt_text, k) {
         Ok(p) => p,
-        Err(msg) => return error_response(400, "invalid_request_error", &msg, &[]),
+        Err(m) => return error_response(400, "invalid_request_error", &m.to_string(), &[]),
     };
     if let Some(resp) = fault_status(&p.fault, error_response) {
         return resp;
@@ -408,7 +433,7 @@ async fn chat(State(st): State<Arc<ServerState>>, headers: HeaderMap, body: Byte
         .unwrap_or_default();
     let p = match pick(&st, &headers, &format!("{system}\n{first_user}"), k) {
         Ok(p) => p,
-        Err(msg) => return openai_error(400, "invalid_request_error", &msg, &[]),
+        Err(m) => return openai_error(400, "invalid_request_error", &m.to_string(), &[]),
     };
     if let Some(resp) = fault_status(&p.fault, openai_error) {
         return resp;

@@ -24,17 +24,35 @@
 
 use serde_json::Value;
 
+/// What the real API answers a request that breaks one of its rules: the message of its HTTP
+/// 400 (`invalid_request_error`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Refusal(pub String);
+
+impl From<String> for Refusal {
+    fn from(message: String) -> Self {
+        Refusal(message)
+    }
+}
+
+impl From<&str> for Refusal {
+    fn from(message: &str) -> Self {
+        Refusal(message.to_string())
+    }
+}
+
 /// Checks one request body. `Err` is the message of the 400 the real API would send;
 /// `signed(thinking, signature)` tells whether this server issued `signature` for `thinking`.
 pub fn check_messages_request(
     req: &Value,
     signed: &dyn Fn(&str, &str) -> bool,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     let Some(model) = req["model"].as_str() else {
-        return Err("model: Field required".into());
+        return Err(Refusal::from("model: Field required"));
     };
     let max_tokens = match &req["max_tokens"] {
-        Value::Null => return Err("max_tokens: Field required".into()),
+        Value::Null => return Err(Refusal::from("max_tokens: Field required")),
         v => v
             .as_u64()
             .filter(|n| *n >= 1)
@@ -42,13 +60,13 @@ pub fn check_messages_request(
     };
     if let Some(cap) = crate::model::catalog::max_output_tokens(model) {
         if max_tokens > u64::from(cap) {
-            return Err(format!(
+            return Err(Refusal::from(format!(
                 "max_tokens: {max_tokens} > {cap}, which is the maximum allowed number of output tokens for {model}"
-            ));
+            )));
         }
     }
     let Some(messages) = req["messages"].as_array() else {
-        return Err("messages: Field required".into());
+        return Err(Refusal::from("messages: Field required"));
     };
     check_cache_control(req)?;
     check_system(&req["system"])?;
@@ -60,16 +78,16 @@ pub fn check_messages_request(
     for (i, m) in messages.iter().enumerate() {
         let role = m["role"].as_str().unwrap_or_default();
         if role != "user" && role != "assistant" {
-            return Err(format!(
+            return Err(Refusal::from(format!(
                 "messages.{i}.role: Input should be 'user' or 'assistant'"
-            ));
+            )));
         }
         let blocks = blocks_of(&m["content"]);
         let final_assistant = i == last && role == "assistant";
         if blocks.is_empty() && !final_assistant {
-            return Err(format!(
+            return Err(Refusal::from(format!(
                 "messages.{i}: all messages must have non-empty content except for the optional final assistant message"
-            ));
+            )));
         }
         for (j, b) in blocks.iter().enumerate() {
             check_block(i, j, b, role, signed)?;
@@ -77,15 +95,15 @@ pub fn check_messages_request(
         if final_assistant {
             let text_end = blocks.last().and_then(|b| b["text"].as_str());
             if text_end.is_some_and(|t| t.ends_with(char::is_whitespace)) {
-                return Err(
-                    "messages: final assistant content cannot end with trailing whitespace".into(),
-                );
+                return Err(Refusal::from(
+                    "messages: final assistant content cannot end with trailing whitespace",
+                ));
             }
             if !thinking_on {
                 if let Some(j) = blocks.iter().position(|b| b["type"] == "thinking") {
-                    return Err(format!(
+                    return Err(Refusal::from(format!(
                         "messages.{i}.content.{j}: When thinking is disabled, an `assistant` message in the final position cannot contain `thinking`. To use thinking blocks, enable `thinking` in your request."
-                    ));
+                    )));
                 }
             }
         }
@@ -107,11 +125,13 @@ fn blocks_of(content: &Value) -> Vec<Value> {
     }
 }
 
-fn check_system(system: &Value) -> Result<(), String> {
+fn check_system(system: &Value) -> Result<(), Refusal> {
     if let Some(blocks) = system.as_array() {
         for b in blocks {
             if b["text"].as_str().is_some_and(str::is_empty) {
-                return Err("system: text content blocks must be non-empty".into());
+                return Err(Refusal::from(
+                    "system: text content blocks must be non-empty",
+                ));
             }
         }
     }
@@ -124,43 +144,45 @@ fn check_block(
     b: &Value,
     role: &str,
     signed: &dyn Fn(&str, &str) -> bool,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     match b["type"].as_str().unwrap_or_default() {
         "text" => {
             let text = b["text"].as_str().unwrap_or_default();
             if text.is_empty() {
-                return Err("messages: text content blocks must be non-empty".into());
+                return Err(Refusal::from(
+                    "messages: text content blocks must be non-empty",
+                ));
             }
             if text.trim().is_empty() {
-                return Err(
-                    "messages: text content blocks must contain non-whitespace text".into(),
-                );
+                return Err(Refusal::from(
+                    "messages: text content blocks must contain non-whitespace text",
+                ));
             }
         }
         "tool_use" => {
             if role != "assistant" {
-                return Err(format!(
+                return Err(Refusal::from(format!(
                     "messages.{i}.content.{j}.type: `tool_use` blocks can only be in `assistant` messages"
-                ));
+                )));
             }
             if !b["input"].is_object() {
-                return Err(format!(
+                return Err(Refusal::from(format!(
                     "messages.{i}.content.{j}.tool_use.input: Input should be a valid dictionary"
-                ));
+                )));
             }
         }
         "tool_result" if role != "user" => {
-            return Err(format!(
+            return Err(Refusal::from(format!(
                 "messages.{i}.content.{j}.type: `tool_result` blocks can only be in `user` messages"
-            ));
+            )));
         }
         "thinking" => {
             let thinking = b["thinking"].as_str().unwrap_or_default();
             let signature = b["signature"].as_str().unwrap_or_default();
             if role != "assistant" || !signed(thinking, signature) {
-                return Err(format!(
+                return Err(Refusal::from(format!(
                     "messages.{i}.content.{j}: Invalid `signature` in `thinking` block"
-                ));
+                )));
             }
         }
         _ => {}
@@ -170,7 +192,7 @@ fn check_block(
 
 /// Every `tool_use` answered first thing in the next message; no result for an unknown id;
 /// ids unique.
-fn check_tool_pairs(messages: &[Value]) -> Result<(), String> {
+fn check_tool_pairs(messages: &[Value]) -> Result<(), Refusal> {
     let mut seen = std::collections::HashSet::new();
     for (i, m) in messages.iter().enumerate() {
         let blocks = blocks_of(&m["content"]);
@@ -183,9 +205,9 @@ fn check_tool_pairs(messages: &[Value]) -> Result<(), String> {
                 if seen.insert(id.clone()) {
                     Ok(id)
                 } else {
-                    Err(format!(
+                    Err(Refusal::from(format!(
                         "messages.{i}.content.{j}: `tool_use` ids must be unique"
-                    ))
+                    )))
                 }
             })
             .collect::<Result<_, _>>()?;
@@ -205,9 +227,9 @@ fn check_tool_pairs(messages: &[Value]) -> Result<(), String> {
                 }
                 let id = b["tool_use_id"].as_str().unwrap_or_default();
                 if !prev.iter().any(|p| p == id) {
-                    return Err(format!(
+                    return Err(Refusal::from(format!(
                         "messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` blocks: {id}. Each `tool_result` block must have a corresponding `tool_use` block in the previous message."
-                    ));
+                    )));
                 }
             }
         }
@@ -235,20 +257,20 @@ fn check_tool_pairs(messages: &[Value]) -> Result<(), String> {
             } else {
                 missing.join(", ")
             };
-            return Err(format!(
+            return Err(Refusal::from(format!(
                 "messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after: {ids}. Each `tool_use` block must have a corresponding `tool_result` block in the next message."
-            ));
+            )));
         }
         let leading = next_blocks
             .iter()
             .take_while(|b| b["type"] == "tool_result")
             .count();
         if leading < uses.len() {
-            return Err(format!(
+            return Err(Refusal::from(format!(
                 "messages.{}: Did not find {} `tool_result` block(s) at the beginning of this message. Messages following `tool_use` blocks must begin with a matching number of `tool_result` blocks.",
                 i + 1,
                 uses.len()
-            ));
+            )));
         }
     }
     Ok(())
@@ -256,7 +278,7 @@ fn check_tool_pairs(messages: &[Value]) -> Result<(), String> {
 
 /// With thinking on, the last assistant message of an open tool loop (the conversation ends in
 /// its tool results) must start with a thinking block.
-fn check_thinking_loop(messages: &[Value]) -> Result<(), String> {
+fn check_thinking_loop(messages: &[Value]) -> Result<(), Refusal> {
     let Some(i) = messages.iter().rposition(|m| m["role"] == "assistant") else {
         return Ok(());
     };
@@ -265,16 +287,16 @@ fn check_thinking_loop(messages: &[Value]) -> Result<(), String> {
     if in_loop {
         if let Some(first) = blocks.first().filter(|b| b["type"] != "thinking") {
             let found = first["type"].as_str().unwrap_or_default();
-            return Err(format!(
+            return Err(Refusal::from(format!(
                 "messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{found}`. When `thinking` is enabled, a final `assistant` message must start with a thinking block (preceeding the lastmost set of `tool_use` and `tool_result` blocks). We recommend you include thinking blocks from previous turns. To avoid this requirement, disable `thinking`. Please consult our documentation at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
-            ));
+            )));
         }
     }
     Ok(())
 }
 
 /// Tool names and schemas.
-fn check_tools(tools: &Value) -> Result<(), String> {
+fn check_tools(tools: &Value) -> Result<(), Refusal> {
     let Some(tools) = tools.as_array() else {
         return Ok(());
     };
@@ -286,36 +308,38 @@ fn check_tools(tools: &Value) -> Result<(), String> {
                 .bytes()
                 .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-');
         if !ok {
-            return Err(format!(
+            return Err(Refusal::from(format!(
                 "tools.{i}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'"
-            ));
+            )));
         }
         if !names.insert(name) {
-            return Err("tools: Tool names must be unique.".into());
+            return Err(Refusal::from("tools: Tool names must be unique."));
         }
         let schema = &t["input_schema"];
         if schema.is_null() {
-            return Err(format!("tools.{i}.custom.input_schema: Field required"));
+            return Err(Refusal::from(format!(
+                "tools.{i}.custom.input_schema: Field required"
+            )));
         }
         if ["oneOf", "allOf", "anyOf"]
             .iter()
             .any(|k| schema.get(k).is_some())
         {
-            return Err(format!(
+            return Err(Refusal::from(format!(
                 "tools.{i}.custom.input_schema: input_schema does not support oneOf, allOf, or anyOf at the top level"
-            ));
+            )));
         }
         if schema["type"] != "object" {
-            return Err(format!(
+            return Err(Refusal::from(format!(
                 "tools.{i}.custom.input_schema: JSON schema is invalid. It must match JSON Schema draft 2020-12 (https://json-schema.org/draft/2020-12). Learn more about tool use at https://docs.claude.com/en/docs/tool-use."
-            ));
+            )));
         }
     }
     Ok(())
 }
 
 /// At most four breakpoints in the whole request; none on an empty text block.
-fn check_cache_control(req: &Value) -> Result<(), String> {
+fn check_cache_control(req: &Value) -> Result<(), Refusal> {
     let mut marks: Vec<&Value> = Vec::new();
     for t in req["tools"].as_array().into_iter().flatten() {
         if t.get("cache_control").is_some() {
@@ -338,13 +362,15 @@ fn check_cache_control(req: &Value) -> Result<(), String> {
         .iter()
         .any(|b| b["type"] == "text" && b["text"].as_str().is_some_and(str::is_empty))
     {
-        return Err("cache_control cannot be set for empty text blocks".into());
+        return Err(Refusal::from(
+            "cache_control cannot be set for empty text blocks",
+        ));
     }
     if marks.len() > 4 {
-        return Err(format!(
+        return Err(Refusal::from(format!(
             "A maximum of 4 blocks with cache_control may be provided. Found {}.",
             marks.len()
-        ));
+        )));
     }
     Ok(())
 }

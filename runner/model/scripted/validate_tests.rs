@@ -9,7 +9,7 @@ fn any_sig(_: &str, s: &str) -> bool {
 }
 
 fn check(req: Value) -> Result<(), String> {
-    check_messages_request(&req, &any_sig)
+    check_messages_request(&req, &any_sig).map_err(|r| r.0)
 }
 
 fn req(messages: Value) -> Value {
