@@ -99,6 +99,21 @@ fn go_help_lists_its_switches_and_the_globals() {
 }
 
 #[test]
+fn run_help_points_to_the_workflow_file_format() {
+    let s = Scene::new();
+    s.cmd().args(["run", "--help"]).assert().code(0).stdout(
+        predicate::str::contains("README 的「Workflow files」")
+            .and(predicate::str::contains("examples/flows.toml")),
+    );
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    assert!(
+        readme.contains("\n## Workflow files\n"),
+        "the section it points to exists"
+    );
+}
+
+#[test]
 fn once_help_says_websearch_is_unavailable() {
     let s = Scene::new();
     s.cmd().args(["once", "--help"]).assert().code(0).stdout(

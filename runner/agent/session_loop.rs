@@ -404,6 +404,14 @@ impl AgentRun {
                 if self.spec.report_format && !self.report_retry_used {
                     if let Err(problem) = check_report(&self.last_text) {
                         self.report_retry_used = true;
+                        // Said on screen: the extra turn it costs is not a mystery (a
+                        // scripted worker without that turn fails on it).
+                        self.emit(EventKind::Warning {
+                            text: format!(
+                                "{} 的回话不是四段报告({problem}),让它按 结论 / 依据 / 产出 / 未验证 重写一次",
+                                self.agent
+                            ),
+                        });
                         self.say(format!(
                             "回话格式不对({problem})。按四段重写,总共不超过 {} 行:结论 / 依据 / 产出 / 未验证。只回这份报告。",
                             guard::REPORT_MAX_LINES

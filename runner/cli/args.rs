@@ -152,7 +152,10 @@ pub enum CommandArgs {
     #[command(disable_help_flag = true)]
     Go(GoArgs),
     /// 运行一个 workflow(流程文件:名字,例如 flows.toml:main)
-    #[command(disable_help_flag = true)]
+    #[command(
+        disable_help_flag = true,
+        after_help = "流程文件的写法(每个顶层表一个流程,步骤、模板、isolate / window / handoff、when 条件、执行者的四段回话)见 README 的「Workflow files」一节;examples/flows.toml 是完整的例子。"
+    )]
     Run(RunArgs),
     /// 跑一次单 agent
     #[command(disable_help_flag = true)]

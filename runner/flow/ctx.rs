@@ -29,6 +29,9 @@ pub struct Ctx {
     pub goal: Option<Goal>,
     /// The latest verdict (`_verdict`), for the UI.
     pub verdict: Option<Verdict>,
+    /// The last verdict of every judged step, by plain step name (`when` conditions of
+    /// workflow files read it).
+    pub verdicts: BTreeMap<String, Verdict>,
     /// Judged rounds so far (`_goal_rounds`).
     pub goal_rounds: u32,
     /// The last attempt's result of every step that ran (`_results`), by plain step name.

@@ -328,6 +328,7 @@ impl Gate for JudgeGate {
         }
         record_verdict(rt, &label, &v, judged.session_id.as_deref());
         cx.ctx.verdict = Some(v.clone());
+        cx.ctx.verdicts.insert(cx.step.to_string(), v.clone());
         cx.ctx.rejected = Some(format!(
             "{label} 判定{}:{}",
             v.state.label(),

@@ -43,6 +43,7 @@
 pub mod aside;
 pub mod brief;
 pub mod clarify;
+pub mod condition;
 pub mod context;
 pub mod ctx;
 pub mod declarative;

@@ -45,8 +45,8 @@ pub async fn run(
         SessionSetup {
             workbench: declared.workbench.clone(),
             trim_large: opts.trim,
-            window: None,
-            handoff: true,
+            window: declared.window,
+            handoff: declared.handoff,
             human: HumanConfig {
                 max_asks: declared.max_asks,
                 timeout_s: Some(declared.timeout_s),
@@ -56,7 +56,7 @@ pub async fn run(
                     .clone()
                     .map(|p| Arc::new(super::brief::BriefAmendments::at(p)) as Arc<dyn Amend>),
             },
-            isolate: false,
+            isolate: declared.isolate,
         },
         frontend,
     )
