@@ -23,7 +23,7 @@ use flowerbox::flow::aside::AsideOracle;
 use flowerbox::flow::frontend::Interrupt;
 use flowerbox::model::Role;
 use flowerbox::sandbox::host::HostSandboxFactory;
-use flowerbox::term::signals::{exit_by_signal, EXIT_INTERRUPTED};
+use flowerbox::signals::{exit_by_signal, EXIT_INTERRUPTED};
 use flowerbox::term::{Console, ConsoleOptions, ConsoleSignal, OutputPort};
 
 /// Shows what Ctrl-C would say to the agent; while paused the fake run stops ticking.

@@ -50,11 +50,7 @@ fn agent(name: &str, ws: &Path) -> AgentBox {
     AgentBox {
         agent: name.into(),
         role: Role::Worker,
-        mounts: vec![Mount {
-            path: ws.to_path_buf(),
-            read_only: false,
-            source: None,
-        }],
+        mounts: vec![Mount::same(ws.to_path_buf(), false)],
         masked: Vec::new(),
         workdir: ws.to_path_buf(),
     }
@@ -192,11 +188,7 @@ async fn main() {
     // 1c, 2b. A judge's container vs a worker's (pod up), alternating which goes first.
     let judge_box = AgentBox {
         role: Role::Judge,
-        mounts: vec![Mount {
-            path: ws.to_path_buf(),
-            read_only: true,
-            source: None,
-        }],
+        mounts: vec![Mount::same(ws.to_path_buf(), true)],
         ..agent("judge-1", &ws)
     };
     let (mut judge, mut worker, mut lsof_judge, mut lsof_worker) =

@@ -26,11 +26,7 @@ fn context(ws: &Path) -> ToolContext {
     let abox = AgentBox {
         agent: "worker-1".into(),
         role: Role::Worker,
-        mounts: vec![Mount {
-            path: ws.to_path_buf(),
-            read_only: false,
-            source: None,
-        }],
+        mounts: vec![Mount::same(ws.to_path_buf(), false)],
         masked: Vec::new(),
         workdir: ws.to_path_buf(),
     };

@@ -9,7 +9,8 @@
 //! workers git worktrees; [`agent`] runs one agent (the loop, tools, guards, workbench);
 //! [`sandbox`] executes commands in containers; [`session`] and [`record`] persist sessions,
 //! the manifest and lineage; [`model`] talks to the model; [`glance`] and [`fsroot`] are leaves.
-//! `testkit` (hidden) holds the test doubles the unit tests, `tests/` and the examples share.
+//! The test doubles the unit tests, `tests/` and the examples share are the `flowerbox-testkit`
+//! crate (`testkit/`), not part of the library.
 #![deny(missing_docs)]
 
 pub mod agent;
@@ -24,6 +25,12 @@ pub mod model;
 pub mod record;
 pub mod sandbox;
 pub mod session;
+pub mod signals;
 pub mod term;
-#[doc(hidden)]
-pub mod testkit;
+// The test doubles (`testkit/`), compiled into the unit tests only; the file names its
+// paths `flowerbox::…`, which this crate answers to as well.
+extern crate self as flowerbox;
+#[cfg(test)]
+#[path = "../testkit/src/lib.rs"]
+#[allow(dead_code)] // the unit tests use a part; `tests/` and `examples/` the rest
+pub(crate) mod testkit;

@@ -99,11 +99,7 @@ async fn another_uid_gets_a_passwd_entry_home_and_git_safe_directory() {
     let spec = AgentBox {
         agent: "worker-1".into(),
         role: Role::Worker,
-        mounts: vec![Mount {
-            path: ws.clone(),
-            read_only: false,
-            source: None,
-        }],
+        mounts: vec![Mount::same(ws.clone(), false)],
         masked: Vec::new(),
         workdir: ws.clone(),
     };

@@ -25,21 +25,25 @@ async fn image_builds_from_nothing_on_this_registry_less_engine() {
 
 #[tokio::test]
 async fn doctor_checks_engine_image_tools_git_and_credentials_by_name() {
+    use flowerbox::sandbox::docker::DockerBackend;
     use flowerbox::sandbox::doctor::{doctor, exit_code, CheckStatus, DoctorInput};
     let Some(engine) = engine_or_skip("doctor").await else {
         return;
     };
     agent_image(&engine).await;
     let (_dir, ws) = odd_workspace();
-    let mut input = DoctorInput {
+    let mut backend = DockerBackend {
         docker_host: None,
         image: None,
+        egress: Default::default(),
+        ping_timeout: std::time::Duration::from_secs(5),
+    };
+    let mut input = DoctorInput {
         workspace: ws,
         credential_names: vec!["ANTHROPIC_API_KEY".into()],
-        timeout: std::time::Duration::from_secs(5),
         egress: Default::default(),
     };
-    let checks = doctor(&input).await;
+    let checks = doctor(&backend, &input).await;
     let status = |name: &str| checks.iter().find(|c| c.name == name).map(|c| c.status);
     for name in ["engine", "image", "tools", "egress", "git", "credentials"] {
         assert_eq!(status(name), Some(CheckStatus::Pass), "{name}: {checks:#?}");
@@ -79,9 +83,9 @@ async fn doctor_checks_engine_image_tools_git_and_credentials_by_name() {
         "{checks:#?}"
     );
 
-    input.image = Some("flowerbox-no-such-image:0".into());
+    backend.image = Some("flowerbox-no-such-image:0".into());
     input.credential_names.clear();
-    let checks = doctor(&input).await;
+    let checks = doctor(&backend, &input).await;
     let failed: Vec<&str> = checks
         .iter()
         .filter(|c| c.status == CheckStatus::Fail)

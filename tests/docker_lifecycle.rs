@@ -9,8 +9,9 @@ mod docker_support;
 use child_support::{helper, spawn_lines, wait_for};
 use docker_support::*;
 use flowerbox::model::Role;
-use flowerbox::sandbox::docker::{teardown_on_signal, DockerOptions, DockerSandboxFactory};
+use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory};
 use flowerbox::sandbox::gc;
+use flowerbox::sandbox::teardown_on_signal;
 use flowerbox::sandbox::{AgentBox, Mount, SandboxFactory};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -46,11 +47,7 @@ async fn owner_process() {
         let spec = AgentBox {
             agent: agent.into(),
             role,
-            mounts: vec![Mount {
-                path: ws.clone(),
-                read_only: ro,
-                source: None,
-            }],
+            mounts: vec![Mount::same(ws.clone(), ro)],
             masked: Vec::new(),
             workdir: ws.clone(),
         };

@@ -11,7 +11,7 @@ mod flow_support;
 
 use docker_support::{engine_or_skip, SERIAL};
 use flow_support::*;
-use flowerbox::testkit::git;
+use flowerbox_testkit::git;
 use std::fs::File;
 use std::process::{Command, Stdio};
 

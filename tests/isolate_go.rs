@@ -9,7 +9,7 @@ mod flow_support;
 
 use docker_support::{engine_or_skip, SERIAL};
 use flow_support::{finish, scenario, Project, Ran, ScriptedModel, HANG};
-use flowerbox::testkit::git;
+use flowerbox_testkit::git;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 

@@ -9,7 +9,7 @@ mod flow_support;
 
 use docker_support::{engine_or_skip, SERIAL};
 use flow_support::{finish, requests_with, wait_until, Project, ScriptedModel};
-use flowerbox::testkit::git;
+use flowerbox_testkit::git;
 use serde_json::json;
 use std::process::{Command, Stdio};
 

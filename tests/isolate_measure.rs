@@ -6,7 +6,7 @@
 
 use flowerbox::agent::Placement;
 use flowerbox::isolate::{IsolateOptions, WorktreePlacement};
-use flowerbox::testkit::git_with_identity as git;
+use flowerbox_testkit::git_with_identity as git;
 use std::time::Instant;
 
 async fn measure(files: usize) {
@@ -124,11 +124,7 @@ async fn container_and_finish_timings() {
                 // Before: worktree, the whole git dir read-write, workbench.
                 vec![
                     place.mounts[0].clone(),
-                    Mount {
-                        path: ws.join(".git"),
-                        read_only: false,
-                        source: None,
-                    },
+                    Mount::same(ws.join(".git"), false),
                     place.mounts.last().unwrap().clone(),
                 ]
             };

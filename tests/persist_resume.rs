@@ -9,7 +9,7 @@ use flowerbox::model::{ContentBlock, Message, Role, Speaker};
 use flowerbox::session::{
     NoticeKind, SessionMeta, SessionStore, SqliteSessionStore, TrimPolicy, INTERRUPTED_NOTE,
 };
-use flowerbox::testkit::{bash_call as bash, tool_call as call, tool_result as result};
+use flowerbox_testkit::{bash_call as bash, tool_call as call, tool_result as result};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};

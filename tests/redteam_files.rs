@@ -586,11 +586,11 @@ fn with_isolate_no_container_sees_the_run_directory() {
         &["config", "user.name", "Test User"],
         &["config", "user.email", "test@example.invalid"],
     ] {
-        flowerbox::testkit::git(&p.ws, args);
+        flowerbox_testkit::git(&p.ws, args);
     }
     std::fs::write(p.ws.join(".gitignore"), "runs/\n").unwrap();
-    flowerbox::testkit::git(&p.ws, &["add", "."]);
-    flowerbox::testkit::git(&p.ws, &["commit", "-q", "-m", "init"]);
+    flowerbox_testkit::git(&p.ws, &["add", "."]);
+    flowerbox_testkit::git(&p.ws, &["commit", "-q", "-m", "init"]);
     let runs = p.ws.join("runs");
     let look = format!(
         "for f in manifest.json lineage.json sessions.db flowerbox.log; do \

@@ -590,11 +590,7 @@ async fn a_judge_and_a_coordinator_cannot_write_by_any_route() {
         .sandbox(&AgentBox {
             agent: "worker-control".into(),
             role: Role::Worker,
-            mounts: vec![Mount {
-                path: run.wb.clone(),
-                read_only: false,
-                source: None,
-            }],
+            mounts: vec![Mount::same(run.wb.clone(), false)],
             masked: Vec::new(),
             workdir: run.wb.clone(),
         })
@@ -644,11 +640,7 @@ async fn read_only_containers_hold_against_non_root_workers() {
     let boxed = |agent: &str, role: Role, read_only: bool| AgentBox {
         agent: agent.into(),
         role,
-        mounts: vec![Mount {
-            path: ws.clone(),
-            read_only,
-            source: None,
-        }],
+        mounts: vec![Mount::same(ws.clone(), read_only)],
         masked: Vec::new(),
         workdir: wt.clone(),
     };

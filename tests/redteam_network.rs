@@ -419,11 +419,7 @@ fn fetch_ctx(egress: EgressPolicy, ws: &std::path::Path) -> ToolContext {
     let abox = AgentBox {
         agent: "worker-1".into(),
         role: Role::Worker,
-        mounts: vec![Mount {
-            path: ws.to_path_buf(),
-            read_only: false,
-            source: None,
-        }],
+        mounts: vec![Mount::same(ws.to_path_buf(), false)],
         workdir: ws.to_path_buf(),
         masked: Vec::new(),
     };

@@ -16,7 +16,7 @@ use flowerbox::sandbox::host::HostSandboxFactory;
 use flowerbox::session::SessionStore;
 use flowerbox::term::port::{OutputPort, PortConfig};
 use flowerbox::term::{Console, ConsoleOptions};
-use flowerbox::testkit::SharedBuf as Buf;
+use flowerbox_testkit::SharedBuf as Buf;
 use term_support::{EchoOracle, MemStore};
 
 struct Rig {

@@ -10,7 +10,7 @@ mod model_support;
 
 use docker_support::{containers_where, engine_or_skip, repo_file, runner_image};
 use flowerbox::sandbox::docker::Engine;
-use flowerbox::testkit::git;
+use flowerbox_testkit::git;
 use model_support::ScriptedModel;
 use serde_json::{json, Value};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

@@ -41,13 +41,14 @@ impl Confinement {
     /// container only) is masked: the file tools have no such view, so they stay out.
     pub fn masking(mounts: Vec<Mount>, mut masked: Vec<PathBuf>, workdir: PathBuf) -> Self {
         let (shadows, mounts): (Vec<Mount>, Vec<Mount>) =
-            mounts.into_iter().partition(|m| m.source.is_some());
-        let shadows: Vec<PathBuf> = shadows.into_iter().map(|m| m.path).collect();
+            mounts.into_iter().partition(Mount::is_shadow);
+        let shadows: Vec<PathBuf> = shadows.into_iter().map(|m| m.inside).collect();
         masked.extend(shadows.iter().cloned());
+        // Path identity: what the agent names is the host path the tools open.
         let mounts = mounts
             .into_iter()
             .map(|m| ViewMount {
-                path: m.path,
+                path: m.inside,
                 read_only: m.read_only,
             })
             .collect();
@@ -177,16 +178,8 @@ mod tests {
         std::fs::create_dir_all(&wb).unwrap();
         let c = Confinement::new(
             vec![
-                Mount {
-                    path: ws.clone(),
-                    read_only: false,
-                    source: None,
-                },
-                Mount {
-                    path: wb.clone(),
-                    read_only: true,
-                    source: None,
-                },
+                Mount::same(ws.clone(), false),
+                Mount::same(wb.clone(), true),
             ],
             ws.clone(),
         );
@@ -300,11 +293,7 @@ mod tests {
             c.view()
                 .mounts()
                 .iter()
-                .map(|m| Mount {
-                    path: m.path.clone(),
-                    read_only: m.read_only,
-                    source: None,
-                })
+                .map(|m| Mount::same(m.path.clone(), m.read_only))
                 .collect(),
             vec![runs],
             ws,
@@ -331,10 +320,9 @@ mod tests {
         std::fs::write(git.join("config"), "[core]\n").unwrap();
         std::fs::write(git.join("refs/heads/flower/r/worker-2"), "x\n").unwrap();
         std::fs::create_dir_all(&shadow_src).unwrap();
-        let m = |path: PathBuf, read_only: bool, source: Option<PathBuf>| Mount {
-            path,
-            read_only,
-            source,
+        let m = |path: PathBuf, read_only: bool, shadow: Option<PathBuf>| match shadow {
+            Some(host) => Mount::shadow(host, path, read_only),
+            None => Mount::same(path, read_only),
         };
         let c = Confinement::new(
             vec![

@@ -92,7 +92,7 @@ impl Placement for SharedPlacement {
     async fn prepare(&self, _agent: &str) -> Result<WorkerPlace, PlaceError> {
         let mounts = role_mounts(Role::Worker, &self.workspace, self.workbench.as_deref());
         // Only a repository whose `.git` lies in the workspace has one to protect and show.
-        let note = (mounts.len() > 1 && mounts[1].path == self.workspace.join(".git"))
+        let note = (mounts.len() > 1 && mounts[1].inside == self.workspace.join(".git"))
             .then(|| SHARED_GIT_NOTE.to_string());
         Ok(WorkerPlace {
             workdir: self.workspace.clone(),
@@ -124,26 +124,14 @@ pub fn role_mounts(
     workbench: Option<&std::path::Path>,
 ) -> Vec<Mount> {
     let read_only = !matches!(role, Role::Worker | Role::Once);
-    let mut v = vec![Mount {
-        path: workspace.to_path_buf(),
-        read_only,
-        source: None,
-    }];
+    let mut v = vec![Mount::same(workspace.to_path_buf(), read_only)];
     let git = workspace.join(".git");
     if !read_only && std::fs::symlink_metadata(&git).is_ok() {
-        v.push(Mount {
-            path: git,
-            read_only: true,
-            source: None,
-        });
+        v.push(Mount::same(git, true));
     }
     if let Some(wb) = workbench {
         if !wb.starts_with(workspace) {
-            v.push(Mount {
-                path: wb.to_path_buf(),
-                read_only,
-                source: None,
-            });
+            v.push(Mount::same(wb.to_path_buf(), read_only));
         }
     }
     v
@@ -191,7 +179,7 @@ mod tests {
         for role in [Role::Worker, Role::Once] {
             let m = role_mounts(role, &ws, None);
             assert_eq!(m.len(), 2, "{role}");
-            assert!(!m[0].read_only && m[1].read_only && m[1].path == ws.join(".git"));
+            assert!(!m[0].read_only && m[1].read_only && m[1].inside == ws.join(".git"));
         }
         assert_eq!(role_mounts(Role::Judge, &ws, None).len(), 1);
         let place = plain.prepare("worker-1").await.unwrap();

@@ -17,7 +17,7 @@ use super::tools::{ToolLimits, ToolRegistry};
 use super::workbench::Workbench;
 use crate::model::price::Cost;
 use crate::model::{Provider, Role};
-use crate::record::handoff::{window_for, MAX_GENERATIONS};
+use crate::record::handoff::{context_window, MAX_GENERATIONS};
 use crate::record::manifest::{epoch_now, Manifest, ManifestEntry};
 
 use super::result::Meter;
@@ -83,8 +83,9 @@ pub struct RuntimeConfig {
     pub max_attempts: u32,
     /// Text before every agent's rules in its system prompt.
     pub base_system: String,
-    /// Context window for handoffs, in tokens (`--window`, else from the model name);
-    /// `None` disables handoffs (`--no-handoff`).
+    /// Context window for handoffs, in tokens (`--window`, else the catalogue's, else the
+    /// server's, else from the model name: [`context_window`]); `None` disables handoffs
+    /// (`--no-handoff`).
     pub handoff_window: Option<u64>,
     /// Context window for compaction, in tokens: set when handoffs are off (`--no-handoff`),
     /// flower's fallback; `None` otherwise.
@@ -112,7 +113,7 @@ impl RuntimeConfig {
             tool_limits: ToolLimits::default(),
             trim_large: true,
             max_attempts: 3,
-            handoff_window: Some(window_for(&model_for_window, None)),
+            handoff_window: Some(context_window(&model_for_window, None, None)),
             compact_window: None,
             masked: Vec::new(),
             masked_ids: Vec::new(),

@@ -15,7 +15,7 @@
 
 use super::error::{CliError, ExitStatus};
 use super::options::{DoctorOptions, GcOptions, GlobalOptions, GoOptions, OnceOptions, RunOptions};
-use super::services::{frontend, go_settings, once_settings, run_settings};
+use super::services::{frontend, go_settings, once_settings, run_settings, sandbox_backend};
 use super::target::TargetError;
 use crate::creds::Credentials;
 use crate::flow::runfile::RunFileSettings;
@@ -92,24 +92,22 @@ pub async fn once(
     Ok(status(end))
 }
 
-/// `flowerbox doctor`: check the Docker engine, the agent image and the credentials. `creds`
-/// is the chain's result WITHOUT the gates (it may lack a token; report that, do not fail on
-/// it).
+/// `flowerbox doctor`: check the sandbox backend (`--sandbox`; Docker: the engine, the agent
+/// image), the workspace and the credentials. `creds` is the chain's result WITHOUT the gates
+/// (it may lack a token; report that, do not fail on it).
 pub async fn doctor(
     opts: DoctorOptions,
     globals: GlobalOptions,
     creds: Credentials,
 ) -> Result<ExitStatus, CliError> {
-    let _ = opts;
+    let DoctorOptions {} = opts;
     let input = crate::sandbox::doctor::DoctorInput {
-        docker_host: None,
-        image: globals.image.clone(),
         workspace: globals.workspace.clone(),
         credential_names: creds.names(),
-        timeout: crate::sandbox::docker::DEFAULT_PING_TIMEOUT,
         egress: globals.egress.clone(),
     };
-    let checks = crate::sandbox::doctor::doctor(&input).await;
+    let backend = sandbox_backend(&globals);
+    let checks = crate::sandbox::doctor::doctor(backend.as_ref(), &input).await;
     for c in &checks {
         println!("{c}");
     }
@@ -119,15 +117,13 @@ pub async fn doctor(
     }
 }
 
-/// `flowerbox gc`: remove containers and pods flowerbox left behind (labels `flowerbox.run`,
-/// `flowerbox.workspace`); never force-delete worktrees or branches with unmerged work.
+/// `flowerbox gc`: remove what dead runs left in the sandbox backend (containers, pods and
+/// networks with flowerbox's ownership labels), then the workspace repository's merged
+/// worktrees; never force-delete worktrees or branches with unmerged work.
 pub async fn gc(opts: GcOptions, globals: GlobalOptions) -> Result<ExitStatus, CliError> {
-    let engine =
-        crate::sandbox::docker::Engine::connect(None, crate::sandbox::docker::DEFAULT_PING_TIMEOUT)
-            .await
-            .map_err(|e| CliError::Failed(e.to_string()))?;
     let containers_of = (!opts.every_workspace).then_some(globals.workspace.as_path());
-    let mut report = crate::sandbox::gc::gc(&engine, containers_of)
+    let mut report = sandbox_backend(&globals)
+        .gc(containers_of)
         .await
         .map_err(|e| CliError::Failed(e.to_string()))?;
     let workspace = globals.workspace.clone();

@@ -67,7 +67,7 @@ pub fn main_entry() -> i32 {
     runtime.shutdown_background();
     match outcome {
         Ok(Exit::Code(code)) => code,
-        Ok(Exit::Signal(sig)) => die_by_signal(sig),
+        Ok(Exit::Signal(sig)) => crate::signals::reraise(sig),
         Err(_) => 1,
     }
 }
@@ -95,15 +95,4 @@ pub fn install_panic_hook(log: Option<PathBuf>) {
             None => eprintln!("x flowerbox 内部错误:{what}({place})。这是 bug。"),
         }
     }));
-}
-
-/// Restores the default action for `sig` and raises it; returns `128 + sig` if still alive.
-fn die_by_signal(sig: i32) -> i32 {
-    use nix::sys::signal::{raise, signal, SigHandler, Signal};
-    if let Ok(s) = Signal::try_from(sig) {
-        // SAFETY: installing the default disposition has no handler code to be unsafe about.
-        let _ = unsafe { signal(s, SigHandler::SigDfl) };
-        let _ = raise(s);
-    }
-    128 + sig
 }

@@ -37,14 +37,7 @@ impl fmt::Display for Source {
     }
 }
 
-/// Which model API the credentials are for (`FLOWERBOX_PROVIDER`, default `anthropic`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProviderKind {
-    /// Anthropic Messages API (flower's variables, the probe applies).
-    Anthropic,
-    /// OpenAI-compatible Chat Completions (`OPENAI_BASE_URL`, `OPENAI_API_KEY`, `OPENAI_MODEL`).
-    OpenAi,
-}
+pub use crate::model::config::ProviderKind;
 
 /// The effective value of every lookup key, with provenance. Built by
 /// [`super::Lookup::discover`]; never written into the process environment.
@@ -139,9 +132,9 @@ impl Credentials {
     pub fn provider(&self) -> Result<ProviderKind, CredsError> {
         match self.get("FLOWERBOX_PROVIDER") {
             None => Ok(ProviderKind::Anthropic),
-            Some(v) if v.eq_ignore_ascii_case("anthropic") => Ok(ProviderKind::Anthropic),
-            Some(v) if v.eq_ignore_ascii_case("openai") => Ok(ProviderKind::OpenAi),
-            Some(v) => Err(CredsError::UnknownProvider(v.to_string())),
+            Some(v) => {
+                ProviderKind::parse(v).ok_or_else(|| CredsError::UnknownProvider(v.to_string()))
+            }
         }
     }
 

@@ -5,11 +5,9 @@
 use std::collections::VecDeque;
 use std::io::{self, BufRead};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
 
 /// What one attempt to read a line gave.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,12 +83,12 @@ pub struct StdinLines;
 
 impl LineSource for StdinLines {
     fn read_line(&mut self) -> io::Result<LineRead> {
-        let _guard = SigintGuard::install()?;
+        let sigint = crate::signals::CatchSigint::install()?;
         let stdin = io::stdin();
         let fd = stdin.as_fd();
         let mut buf = Vec::new();
         loop {
-            if SIGINT_SEEN.load(Ordering::SeqCst) {
+            if sigint.caught() {
                 return Ok(LineRead::Interrupted);
             }
             // Poll with a short timeout: the signal may land on another thread, in which case
@@ -157,41 +155,6 @@ impl Drop for EchoOff {
     fn drop(&mut self) {
         use nix::sys::termios::{tcsetattr, SetArg};
         let _ = tcsetattr(io::stdin().as_fd(), SetArg::TCSANOW, &self.saved);
-    }
-}
-
-/// Set by the SIGINT handler while a [`StdinLines`] read is in progress. A signal handler can
-/// only reach static state; this flag is the one piece, scoped to this file and reset on every
-/// install.
-static SIGINT_SEEN: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_sigint(_: nix::libc::c_int) {
-    SIGINT_SEEN.store(true, Ordering::SeqCst);
-}
-
-/// Installs the SIGINT catcher; restores the previous action when dropped.
-struct SigintGuard {
-    previous: SigAction,
-}
-
-impl SigintGuard {
-    fn install() -> io::Result<Self> {
-        SIGINT_SEEN.store(false, Ordering::SeqCst);
-        let action = SigAction::new(
-            SigHandler::Handler(on_sigint),
-            SaFlags::empty(),
-            SigSet::empty(),
-        );
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        let previous = unsafe { sigaction(Signal::SIGINT, &action) }?;
-        Ok(Self { previous })
-    }
-}
-
-impl Drop for SigintGuard {
-    fn drop(&mut self) {
-        // SAFETY: reinstates the action that was in place before `install`.
-        let _ = unsafe { sigaction(Signal::SIGINT, &self.previous) };
     }
 }
 

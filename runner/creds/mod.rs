@@ -71,5 +71,5 @@ pub const LOOKUP_KEYS: [&str; 15] = [
     FLOWERBOX_KEYS[5],
 ];
 
-/// Keys whose values are secrets: masked wherever shown.
-pub const SECRET_KEYS: [&str; 3] = [ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN, "OPENAI_API_KEY"];
+/// Keys whose values are secrets: masked wherever shown (the model layer's list).
+pub use crate::model::config::SECRET_VARIABLES as SECRET_KEYS;

@@ -10,7 +10,7 @@ use super::error::FlowError;
 use crate::agent::human::Human;
 use crate::agent::{EventSink, Placement, Runtime, RuntimeConfig, Workbench};
 use crate::model::{build_provider, Provider, ProviderOptions};
-use crate::record::handoff::window_for;
+use crate::record::handoff::context_window;
 use crate::record::manifest::Manifest;
 use crate::record::steps::new_run_marker;
 use crate::sandbox::egress::EgressPolicy;
@@ -89,8 +89,8 @@ impl RunContext {
             Ok(s) => s,
             Err(e) => {
                 // The run cannot start, but what a crashed run left (its containers) goes.
-                match settings.sandbox.sweep_dead(&settings.workspace).await {
-                    Ok(lines) => lines.iter().for_each(|l| eprintln!("- {l}")),
+                match settings.sandbox.gc(Some(&settings.workspace)).await {
+                    Ok(report) => report.removed.iter().for_each(|l| eprintln!("- {l}")),
                     Err(err) => tracing::warn!(error = %err, "orphan sweep failed"),
                 }
                 return Err(FlowError::Store(e));
@@ -142,10 +142,7 @@ impl RunContext {
         } else {
             provider.server_context_window().await
         };
-        let window = match (setup.window, server_window) {
-            (None, Some(w)) => w,
-            (flag, _) => window_for(&model, flag.map(|w| w as i64)),
-        };
+        let window = context_window(&model, setup.window, server_window);
         // Near the window a step hands off, or with `--no-handoff` compacts (flower's
         // fallback): never both, so every drop of the context has one cause.
         config.handoff_window = setup.handoff.then_some(window);

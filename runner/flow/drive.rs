@@ -186,7 +186,7 @@ impl Session {
         }
         let end = tokio::select! {
             r = wf.run(&rt, ctx) => End::Done(r),
-            sig = wait_for_signal(!self.frontend.owns_interrupt()) => End::Signal(sig),
+            sig = crate::signals::wait_for_stop(!self.frontend.owns_interrupt()) => End::Signal(sig),
             _ = self.frontend.quit_requested() => End::Quit,
         };
         self.frontend.detach();
@@ -258,32 +258,6 @@ pub fn process_cost(run: &RunContext) -> (f64, bool, bool) {
         .filter_map(|r| r.cost_usd)
         .fold(0.0, |a, b| a + b);
     (sum, known, any)
-}
-
-/// Resolves with the signal number on SIGHUP or SIGTERM, and on SIGINT when `int` (no
-/// frontend owns Ctrl-C).
-pub async fn wait_for_signal(int: bool) -> i32 {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut hup = signal(SignalKind::hangup()).ok();
-    let mut term = signal(SignalKind::terminate()).ok();
-    let mut intr = if int {
-        signal(SignalKind::interrupt()).ok()
-    } else {
-        None
-    };
-    async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
-        match s {
-            Some(s) => {
-                s.recv().await;
-            }
-            None => std::future::pending::<()>().await,
-        }
-    }
-    tokio::select! {
-        _ = recv(&mut hup) => nix::libc::SIGHUP,
-        _ = recv(&mut term) => nix::libc::SIGTERM,
-        _ = recv(&mut intr) => nix::libc::SIGINT,
-    }
 }
 
 /// The channel settings of `go`'s switches: `--asks` (None unlimited) and `--timeout`

@@ -84,7 +84,7 @@ pub async fn once(
     };
     let outcome = tokio::select! {
         r = &mut run => Ok(r.map_err(|e| FlowError::Internal(e.to_string()))?),
-        sig = super::drive::wait_for_signal(true) => Err(sig),
+        sig = crate::signals::wait_for_stop(true) => Err(sig),
     };
     match outcome {
         Ok(result) => {

@@ -5,7 +5,7 @@ use super::*;
 use crate::isolate::repo::open_workspace_repo;
 use crate::isolate::repo::tests::repo_with_commit;
 use crate::isolate::worktree::{add, NewWorktree};
-use crate::sandbox::docker::labels::Owner;
+use crate::record::owner::Owner;
 use std::process::Command;
 
 struct Fixture {

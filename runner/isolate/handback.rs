@@ -113,7 +113,7 @@ pub async fn hand_back(
     let mut out = HandedBack::default();
     for i in list {
         let message = format!("flowerbox {}: 运行 {} 被打断时留下的改动", i.agent, i.run);
-        let sealed = if factory.kind() == "host" {
+        let sealed = if factory.commands_run() != crate::sandbox::CommandsRun::InContainer {
             let (path, branch, agent, msg) =
                 (i.path.clone(), i.branch.clone(), i.agent.clone(), message);
             tokio::task::spawn_blocking(move || {

@@ -19,8 +19,8 @@ use super::sweep::{sweep_except, SweepReport};
 use super::worktree::{add, drop_gitlinks, is_clean, is_merged, remove, worktrees_root};
 use super::IsolateError;
 use crate::agent::{PlaceError, Placement, WorkerPlace, WorkerSandbox};
-use crate::sandbox::docker::labels::Owner;
-use crate::sandbox::{Mount, SandboxError};
+use crate::record::owner::Owner;
+use crate::sandbox::{CommandsRun, Mount, SandboxError};
 
 /// Most paths listed in one report.
 const LIST_LIMIT: usize = 20;
@@ -301,11 +301,7 @@ impl WorktreePlacement {
             .canonicalize()
             .unwrap_or_else(|_| self.workbench.clone());
         if !workbench.starts_with(worktree) {
-            v.push(Mount {
-                path: workbench,
-                read_only: false,
-                source: None,
-            });
+            v.push(Mount::same(workbench, false));
         }
         v
     }
@@ -485,15 +481,17 @@ impl Placement for WorktreePlacement {
         // command). Only without sandboxes (a caller that runs none) or with host sandboxes
         // (`--sandbox host`: no containment by choice) does libgit2 commit on the host.
         let sealed = match sandbox {
-            Some(s) if s.factory.kind() != "host" => Some(match s.get().await {
-                Ok(sb) => seal(sb.as_ref(), &tree.path, &tree.branch, agent, &message)
-                    .await
-                    .map_err(FinishError::from),
-                Err(source) => Err(FinishError::NoSandbox {
-                    agent: agent.to_string(),
-                    source,
-                }),
-            }),
+            Some(s) if s.factory.commands_run() == CommandsRun::InContainer => {
+                Some(match s.get().await {
+                    Ok(sb) => seal(sb.as_ref(), &tree.path, &tree.branch, agent, &message)
+                        .await
+                        .map_err(FinishError::from),
+                    Err(source) => Err(FinishError::NoSandbox {
+                        agent: agent.to_string(),
+                        source,
+                    }),
+                })
+            }
             _ => None,
         };
         let left = matches!(&sealed, Some(Ok(s)) if s.left);

@@ -30,10 +30,9 @@ async fn prepare_gives_worktree_and_workbench_read_write_and_git_read_only_but_i
     let git = ws.join(".git");
     let admin = git.join("worktrees/flower-r1-worker-1");
     let state = git.join("flowerbox/worktrees/flower-r1-worker-1");
-    let m = |p: PathBuf, read_only: bool, source: Option<PathBuf>| Mount {
-        path: p,
-        read_only,
-        source,
+    let m = |p: PathBuf, read_only: bool, shadow: Option<PathBuf>| match shadow {
+        Some(host) => Mount::shadow(host, p, read_only),
+        None => Mount::same(p, read_only),
     };
     assert_eq!(
         place.mounts,
@@ -65,7 +64,7 @@ async fn prepare_gives_worktree_and_workbench_read_write_and_git_read_only_but_i
     // worker's copy of its branch points where the branch does, and the store's alternates
     // name the read-only view of the real objects.
     for mount in &place.mounts {
-        assert!(mount.path.exists(), "{}", mount.path.display());
+        assert!(mount.inside.exists(), "{}", mount.inside.display());
     }
     let head = git2::Repository::open(&ws)
         .unwrap()

@@ -199,10 +199,9 @@ impl WorkerState {
     /// `.git` file read-only, the main repository's git dir read-only, the worktree's admin
     /// dir read-write with its pointers read-only, and the shadows of the module docs.
     pub fn mounts(&self, worktree: &Path) -> Vec<Mount> {
-        let m = |path: PathBuf, read_only: bool, source: Option<PathBuf>| Mount {
-            path,
-            read_only,
-            source,
+        let m = |inside: PathBuf, read_only: bool, shadow: Option<PathBuf>| match shadow {
+            Some(host) => Mount::shadow(host, inside, read_only),
+            None => Mount::same(inside, read_only),
         };
         let admin = self.commondir.join("worktrees").join(&self.name);
         let (parent, _) = self.split();

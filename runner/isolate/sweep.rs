@@ -22,7 +22,7 @@ use super::worktree::{
     OwnerLock, BRANCH_PREFIX, NAME_PREFIX,
 };
 use super::IsolateError;
-use crate::sandbox::docker::labels::Liveness;
+use crate::record::owner::Liveness;
 use crate::sandbox::gc::GcReport;
 
 /// What a sweep did, one line per item.
@@ -310,7 +310,7 @@ mod tests {
     use crate::isolate::repo::open_workspace_repo;
     use crate::isolate::repo::tests::{git, repo_with_commit};
     use crate::isolate::worktree::{add, NewWorktree};
-    use crate::sandbox::docker::labels::Owner;
+    use crate::record::owner::Owner;
 
     fn dead_owner() -> Owner {
         let mut child = std::process::Command::new("true").spawn().unwrap();

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use super::fsafe::remove_tree;
 use super::state::WorkerState;
 use super::IsolateError;
-use crate::sandbox::docker::labels::Owner;
+use crate::record::owner::Owner;
 
 /// Prefix of every flowerbox worktree's admin name (`.git/worktrees/flower-…`).
 pub const NAME_PREFIX: &str = "flower-";

@@ -129,6 +129,11 @@ pub fn lookup(model: &str) -> Option<&'static ModelInfo> {
     MODELS.iter().find(|m| m.id == id)
 }
 
+/// The context window of `model` in tokens, if known.
+pub fn context_window(model: &str) -> Option<u64> {
+    lookup(model).map(|m| m.context_window)
+}
+
 /// The largest `max_tokens` `model` accepts, if known.
 pub fn max_output_tokens(model: &str) -> Option<u32> {
     lookup(model).map(|m| m.max_output_tokens)

@@ -60,13 +60,44 @@ impl std::fmt::Debug for ProviderOptions {
     }
 }
 
-/// Which provider `FLOWERBOX_PROVIDER` names.
+/// Which provider `FLOWERBOX_PROVIDER` names (the one parse: the credentials gate and the
+/// provider builder agree).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProviderKind {
-    /// The Anthropic Messages API (default).
+    /// The Anthropic Messages API (default; flower's variables, the probe applies).
     Anthropic,
-    /// OpenAI-compatible Chat Completions.
+    /// OpenAI-compatible Chat Completions (`OPENAI_BASE_URL`, `OPENAI_API_KEY`, `OPENAI_MODEL`).
     OpenAi,
+}
+
+impl ProviderKind {
+    /// `anthropic` or `openai`, in any case; `None` for anything else.
+    pub fn parse(name: &str) -> Option<ProviderKind> {
+        let name = name.trim();
+        if name.eq_ignore_ascii_case("anthropic") {
+            Some(ProviderKind::Anthropic)
+        } else if name.eq_ignore_ascii_case("openai") {
+            Some(ProviderKind::OpenAi)
+        } else {
+            None
+        }
+    }
+}
+
+/// The variables whose values are secrets: masked wherever shown.
+pub const SECRET_VARIABLES: [&str; 3] = [
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "OPENAI_API_KEY",
+];
+
+/// Whether `name` configures a model provider (its secrets, endpoint, model or provider
+/// choice): never passed to an agent's commands. Covers every [`SECRET_VARIABLES`] entry.
+pub fn is_provider_variable(name: &str) -> bool {
+    name.starts_with("ANTHROPIC_")
+        || name.starts_with("OPENAI_")
+        || name.starts_with("CLAUDE_")
+        || name == "FLOWERBOX_PROVIDER"
 }
 
 /// Claude model tiers with their `ANTHROPIC_DEFAULT_*_MODEL` mappings.
@@ -114,12 +145,13 @@ pub fn anthropic_model(get: Lookup<'_>) -> String {
 /// Reads `FLOWERBOX_PROVIDER`. Unset → anthropic; an unknown name is a
 /// [`ModelError::Setup`] error, never a silent default (DESIGN.md invariant 6).
 pub fn provider_kind(get: Lookup<'_>) -> Result<ProviderKind, ModelError> {
-    match value(get, "FLOWERBOX_PROVIDER").as_deref() {
-        None | Some("anthropic") => Ok(ProviderKind::Anthropic),
-        Some("openai") => Ok(ProviderKind::OpenAi),
-        Some(other) => Err(ModelError::Setup(format!(
-            "FLOWERBOX_PROVIDER={other} is not a provider (use anthropic or openai)"
-        ))),
+    match value(get, "FLOWERBOX_PROVIDER") {
+        None => Ok(ProviderKind::Anthropic),
+        Some(name) => ProviderKind::parse(&name).ok_or_else(|| {
+            ModelError::Setup(format!(
+                "FLOWERBOX_PROVIDER={name} is not a provider (use anthropic or openai)"
+            ))
+        }),
     }
 }
 
@@ -333,5 +365,32 @@ mod tests {
 
         let get = env(&[("ANTHROPIC_BASE_URL", "gw.example")]);
         assert!(build_provider(&get, ProviderOptions::default()).is_err());
+    }
+
+    #[test]
+    fn one_provider_parse_for_the_gate_and_the_builder() {
+        // `FLOWERBOX_PROVIDER=OpenAI` used to pass the credentials gate (which parses with this
+        // same function now) and fail the builder.
+        for name in ["openai", "OpenAI", " OPENAI "] {
+            let get = env(&[("FLOWERBOX_PROVIDER", name)]);
+            assert_eq!(
+                provider_kind(&get).unwrap(),
+                ProviderKind::OpenAi,
+                "{name:?}"
+            );
+        }
+        assert_eq!(
+            provider_kind(&env(&[("FLOWERBOX_PROVIDER", "Anthropic")])).unwrap(),
+            ProviderKind::Anthropic
+        );
+        assert!(provider_kind(&env(&[("FLOWERBOX_PROVIDER", "gemini")])).is_err());
+    }
+
+    #[test]
+    fn every_secret_is_a_provider_variable() {
+        for name in SECRET_VARIABLES {
+            assert!(is_provider_variable(name), "{name}");
+        }
+        assert!(!is_provider_variable("PATH"));
     }
 }

@@ -51,6 +51,18 @@ pub fn window_for(model: &str, flag: Option<i64>) -> u64 {
     }
 }
 
+/// The context window a run hands off by, decided in one place: `--window` when given; else
+/// the model catalogue's window for a model it knows; else what the model's server reports
+/// (`server`); else the seed's rule on the name ([`window_for`]).
+pub fn context_window(model: &str, flag: Option<u64>, server: Option<u64>) -> u64 {
+    match flag.filter(|w| *w > 0) {
+        Some(w) => w,
+        None => crate::model::catalog::context_window(model)
+            .or(server)
+            .unwrap_or_else(|| window_for(model, None)),
+    }
+}
+
 /// True when `word` occurs in `s` with no letter or digit right before or after it.
 fn has_word(s: &str, word: &str) -> bool {
     s.match_indices(word).any(|(i, _)| {

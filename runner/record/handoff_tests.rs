@@ -24,6 +24,26 @@ fn window_for_follows_the_seed_table() {
 }
 
 #[test]
+fn the_window_comes_from_the_flag_then_the_catalogue_then_the_server_then_the_name() {
+    // The catalogue knows claude-sonnet-4-5's window (200k without the 1M beta header): the
+    // name rule's 1M is only for models it does not know.
+    assert_eq!(context_window("claude-sonnet-4-5", None, None), 200_000);
+    assert_eq!(
+        context_window("claude-sonnet-4-5-20250929", None, Some(5)),
+        200_000
+    );
+    assert_eq!(context_window("gpt-4-1", None, None), 1_047_576);
+    assert_eq!(
+        context_window("claude-sonnet-4-5", Some(300_000), None),
+        300_000
+    );
+    assert_eq!(context_window("local-llama", None, Some(32_768)), 32_768);
+    assert_eq!(context_window("local-llama", None, None), 1_000_000);
+    assert_eq!(context_window("claude-opus-5[1m]", None, None), 1_000_000);
+    assert_eq!(context_window("claude-haiku-9", None, None), 200_000);
+}
+
+#[test]
 fn thresholds() {
     assert_eq!(handoff_threshold(1_000_000), 950_000);
     assert_eq!(handoff_threshold(200_000), 150_000);

@@ -15,10 +15,11 @@ pub mod handoff;
 pub mod lineage;
 pub mod lock;
 pub mod manifest;
+pub mod owner;
 pub mod steps;
 
 pub use cost::{Cost, Totals};
-pub use handoff::{handoff_threshold, window_for, Handoff};
+pub use handoff::{context_window, handoff_threshold, window_for, Handoff};
 pub use lineage::{Lineage, LineageFile, LineageHealth};
 pub use manifest::{Manifest, ManifestEntry, Recovered};
 

@@ -7,6 +7,8 @@ use async_trait::async_trait;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::doctor::Check;
+use super::gc::GcReport;
 use super::{SandboxError, SandboxFactory};
 
 /// Where an agent's commands run, as its system prompt says it.
@@ -43,15 +45,18 @@ pub trait SandboxBackend: Send + Sync {
     /// The backend cannot serve the run.
     async fn open_run(&self, run_id: &str, workspace: &Path) -> Result<Preflight, SandboxError>;
 
-    /// Only the sweep of [`SandboxBackend::open_run`]: removes what dead runs of `workspace`
-    /// left (containers, networks) and says what went. For a start that fails before its
-    /// preflight (a damaged `sessions.db`): what a crashed run left must not outlive it
-    /// because the next start could not begin. Nothing to sweep by default.
+    /// `flowerbox doctor`'s checks of this backend: can it run agents (for Docker: the engine,
+    /// the image, its tools, the read-only roles' users)?
+    async fn checks(&self) -> Vec<Check>;
+
+    /// `flowerbox doctor`'s last line: what dead runs of `workspace` left in this backend, when
+    /// it can leave anything.
+    async fn leftovers(&self, workspace: &Path) -> Option<Check>;
+
+    /// `flowerbox gc`'s part of this backend: removes what dead runs left (of `workspace`, or
+    /// of every workspace when `None`) and lists what it kept.
     ///
     /// # Errors
-    /// The backend cannot be reached.
-    async fn sweep_dead(&self, workspace: &Path) -> Result<Vec<String>, SandboxError> {
-        let _ = workspace;
-        Ok(Vec::new())
-    }
+    /// The backend cannot be reached or listed.
+    async fn gc(&self, workspace: Option<&Path>) -> Result<GcReport, SandboxError>;
 }

@@ -21,12 +21,10 @@ use super::{AgentBox, ExecOutput, ExecRequest, Sandbox, SandboxError, SandboxFac
 /// How long to wait for the pipes to close after the shell exited.
 const PIPE_GRACE: Duration = Duration::from_millis(300);
 
-/// Environment variables never passed to commands (credentials of every provider).
+/// Environment variables never passed to commands: every model provider's configuration
+/// ([`crate::model::config::is_provider_variable`]), credentials first.
 pub fn is_secret_env(name: &str) -> bool {
-    name.starts_with("ANTHROPIC_")
-        || name.starts_with("OPENAI_")
-        || name == "FLOWERBOX_PROVIDER"
-        || name.starts_with("CLAUDE_")
+    crate::model::config::is_provider_variable(name)
 }
 
 /// `--sandbox host` as a backend: host processes, by explicit choice only.
@@ -52,6 +50,26 @@ impl super::SandboxBackend for HostBackend {
             factory: Arc::new(HostSandboxFactory::new()),
             notes: Vec::new(),
         })
+    }
+
+    async fn checks(&self) -> Vec<super::doctor::Check> {
+        vec![super::doctor::Check {
+            name: "sandbox",
+            status: super::doctor::CheckStatus::Warn,
+            detail: "--sandbox host:命令直接在这台机器上以当前用户执行,没有容器,没有隔离".into(),
+        }]
+    }
+
+    /// Process groups die with their run: nothing outlives it here.
+    async fn leftovers(&self, _workspace: &std::path::Path) -> Option<super::doctor::Check> {
+        None
+    }
+
+    async fn gc(
+        &self,
+        _workspace: Option<&std::path::Path>,
+    ) -> Result<super::gc::GcReport, SandboxError> {
+        Ok(super::gc::GcReport::default())
     }
 }
 
@@ -81,8 +99,8 @@ impl HostSandboxFactory {
 
 #[async_trait]
 impl SandboxFactory for HostSandboxFactory {
-    fn kind(&self) -> &'static str {
-        "host"
+    fn commands_run(&self) -> super::CommandsRun {
+        super::CommandsRun::OnHost
     }
 
     async fn sandbox(&self, spec: &AgentBox) -> Result<Arc<dyn Sandbox>, SandboxError> {
@@ -168,7 +186,7 @@ impl Sandbox for HostSandbox {
             .spec
             .mounts
             .iter()
-            .any(|m| req.cwd.starts_with(&m.path))
+            .any(|m| req.cwd.starts_with(&m.inside))
             && !self.spec.mounts.is_empty()
         {
             return Err(SandboxError::OutsideMounts(req.cwd));
@@ -341,11 +359,7 @@ mod tests {
         let b = AgentBox {
             agent: "worker-1".into(),
             role: Role::Worker,
-            mounts: vec![Mount {
-                path: p.clone(),
-                read_only: false,
-                source: None,
-            }],
+            mounts: vec![Mount::same(p.clone(), false)],
             masked: Vec::new(),
             workdir: p,
         };

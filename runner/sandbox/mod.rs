@@ -25,27 +25,48 @@ use tokio_util::sync::CancellationToken;
 
 use crate::model::Role;
 
-/// One bind mount. Mounted at the same absolute path inside the container as on the host
-/// (path identity), so paths in tool results mean the same everywhere. The one exception is a
-/// *shadow* (`source` set): another host directory shown at `path` inside the container only,
-/// as `--isolate` gives each worker its own ref directory and object store (DESIGN.md threat
-/// model 2). A mount inside another overrides it below its path (a read-only `.git` inside a
-/// read-write workspace).
+/// One mount of an agent's environment: the directory on the host (`host`) and where the agent
+/// sees it (`inside`). Normally the two are equal (path identity), so paths in tool results
+/// mean the same everywhere. A *shadow* shows another host directory at `inside`, for the
+/// container only, as `--isolate` gives each worker its own ref directory and object store
+/// (DESIGN.md threat model 2); host-side file tools refuse every path below a shadow. A mount
+/// inside another overrides it below its path (a read-only `.git` inside a read-write
+/// workspace). A backend whose host paths are not the caller's (a remote engine, a cluster)
+/// translates `host`, never `inside`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
-    /// Canonical absolute path inside the container, and on the host unless `source` is set.
-    pub path: PathBuf,
-    /// Read-only inside the container (and for the host-side file tools).
+    /// The directory on the host (canonical, absolute).
+    pub host: PathBuf,
+    /// Where the agent sees it (canonical, absolute): the container's path, and the path the
+    /// host-side file tools accept.
+    pub inside: PathBuf,
+    /// Read-only for the agent (its container and the host-side file tools).
     pub read_only: bool,
-    /// The host path shown at `path` when it differs (a shadow). Host-side file tools refuse
-    /// every path below a shadow: only the container sees what is there.
-    pub source: Option<PathBuf>,
 }
 
 impl Mount {
-    /// The host path that is mounted.
-    pub fn host_path(&self) -> &std::path::Path {
-        self.source.as_deref().unwrap_or(&self.path)
+    /// `path` at the same path inside (path identity).
+    pub fn same(path: impl Into<PathBuf>, read_only: bool) -> Self {
+        let path = path.into();
+        Mount {
+            host: path.clone(),
+            inside: path,
+            read_only,
+        }
+    }
+
+    /// Host directory `host` shown at `inside` (a shadow, container only).
+    pub fn shadow(host: impl Into<PathBuf>, inside: impl Into<PathBuf>, read_only: bool) -> Self {
+        Mount {
+            host: host.into(),
+            inside: inside.into(),
+            read_only,
+        }
+    }
+
+    /// The agent sees another host directory here than the one at this path.
+    pub fn is_shadow(&self) -> bool {
+        self.host != self.inside
     }
 }
 
@@ -207,11 +228,31 @@ pub trait Sandbox: Send + Sync {
     }
 }
 
+/// Tears `factory` down on SIGINT, SIGTERM or SIGHUP (issue "Lifecycle": containers must not
+/// outlive a run that was told to stop). Installs the handlers now (inside a Tokio runtime) and
+/// returns a future that waits for the first of them, tears down and yields the signal. From
+/// this call on, those signals no longer terminate the process by default, so await the future
+/// (typically in a `select!` against the run) and exit afterwards.
+///
+/// Errors: installing a handler failed. A failed teardown is logged, not returned.
+pub fn teardown_on_signal(
+    factory: Arc<dyn SandboxFactory>,
+) -> std::io::Result<impl std::future::Future<Output = nix::sys::signal::Signal> + Send> {
+    let mut listener = crate::signals::SignalListener::new()?;
+    Ok(async move {
+        let sig = listener.recv().await;
+        if let Err(e) = factory.teardown().await {
+            tracing::warn!("teardown after {sig}: {e}");
+        }
+        sig
+    })
+}
+
 /// Hands out sandboxes for one run and tears them down.
 #[async_trait]
 pub trait SandboxFactory: Send + Sync {
-    /// `docker` or `host`.
-    fn kind(&self) -> &'static str;
+    /// Where its commands run (in containers, or as host processes).
+    fn commands_run(&self) -> CommandsRun;
 
     /// The sandbox for this agent, created on first use, reused afterwards for the same
     /// `agent` name.

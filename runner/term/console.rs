@@ -98,12 +98,12 @@ use super::port::{OutputPort, PortConfig, PromptKind};
 use super::progress::{Activity, Progress, Spinner};
 use super::render::{aside_waiting, RenderOptions, Tally};
 use super::sanitize::Style;
-use super::signals::SignalListener;
 use super::tty::{CbreakGuard, TerminalRestore};
 use super::TermError;
 use crate::agent::{Event, EventSink};
 use crate::channel::HumanChannel;
 use crate::flow::frontend::{Aside, AsideOutcome, AsideReport, Interrupt};
+use crate::signals::SignalListener;
 
 /// Something the driver must act on, from [`Console::next_signal`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,7 +118,7 @@ pub enum ConsoleSignal {
     /// SIGTERM or SIGHUP: write the in-flight step as `killed-by-signal`, remove the
     /// containers, keep the worktrees, [`Console::close`], then leave by the signal
     /// (`RunEnd::Signalled` to a command-line driver, which re-raises it;
-    /// [`super::signals::exit_by_signal`] elsewhere).
+    /// [`crate::signals::exit_by_signal`] elsewhere).
     Terminate(Signal),
 }
 
@@ -193,7 +193,7 @@ impl Console {
             PortConfig {
                 screen: opts.screen,
                 color: opts.color,
-                columns: Arc::new(terminal_columns),
+                columns: Arc::new(super::tty::layout_columns),
                 question_pending: Arc::new(move || {
                     lock(&pending).as_ref().is_some_and(|c| c.has_pending())
                 }),
@@ -313,10 +313,7 @@ impl Console {
         let s = shared.clone();
         let cont = {
             let _enter = self.tokio.enter();
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(
-                Signal::SIGCONT as i32,
-            ))
-            .ok()
+            crate::signals::on_continue().ok()
         };
         let task = self.tokio.spawn(async move {
             let mut cont = cont;
@@ -537,13 +534,4 @@ async fn recv_opt(s: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
         Some(s) => s.recv().await,
         None => std::future::pending().await,
     }
-}
-
-/// Terminal columns of stdout, 80 when unknown.
-fn terminal_columns() -> usize {
-    console::Term::stdout()
-        .size_checked()
-        .map(|(_, c)| c as usize)
-        .filter(|c| *c > 0)
-        .unwrap_or(80)
 }

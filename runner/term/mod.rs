@@ -16,7 +16,6 @@ pub mod progress;
 pub mod render;
 pub mod route;
 pub mod sanitize;
-pub mod signals;
 pub mod stream;
 pub mod tty;
 

@@ -30,11 +30,7 @@ impl PlainPrinter {
         use std::io::IsTerminal;
         let tty = std::io::stdout().is_terminal();
         let color = tty && std::env::var_os("NO_COLOR").is_none();
-        let width = if tty {
-            terminal_columns().unwrap_or(100)
-        } else {
-            100
-        };
+        let width = super::tty::layout_columns();
         let printer = Self::build(
             RenderOptions {
                 verbose,
@@ -154,14 +150,6 @@ impl Frontend for PlainFrontend {
         };
         self.printer.print_lines(&lines);
     }
-}
-
-/// The terminal's width in columns, when stdout is one.
-pub fn terminal_columns() -> Option<usize> {
-    let mut ws: nix::libc::winsize = unsafe { std::mem::zeroed() };
-    // SAFETY: TIOCGWINSZ fills a winsize struct we own; failure leaves it zeroed.
-    let rc = unsafe { nix::libc::ioctl(nix::libc::STDOUT_FILENO, nix::libc::TIOCGWINSZ, &mut ws) };
-    (rc == 0 && ws.ws_col > 0).then_some(ws.ws_col as usize)
 }
 
 #[cfg(test)]

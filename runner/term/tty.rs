@@ -20,6 +20,24 @@ use nix::sys::termios::{self, LocalFlags, SetArg, SpecialCharacterIndices, Termi
 
 use super::TermError;
 
+/// The width lines are laid out for when stdout does not say (a pipe, a CI log).
+pub const UNKNOWN_COLUMNS: usize = 100;
+
+/// The terminal's width in columns, when stdout is a terminal that says.
+pub fn stdout_columns() -> Option<usize> {
+    let mut ws: nix::libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ fills a winsize struct we own; failure leaves it zeroed.
+    let rc = unsafe { nix::libc::ioctl(nix::libc::STDOUT_FILENO, nix::libc::TIOCGWINSZ, &mut ws) };
+    (rc == 0 && ws.ws_col > 0).then_some(ws.ws_col as usize)
+}
+
+/// The columns every frontend lays its lines out for (before
+/// [`super::sanitize::screen_width`] clamps them): the terminal's, else [`UNKNOWN_COLUMNS`].
+/// Asked again on every line, so a resized terminal is followed.
+pub fn layout_columns() -> usize {
+    stdout_columns().unwrap_or(UNKNOWN_COLUMNS)
+}
+
 /// Restores the terminal settings saved by [`CbreakGuard::enter`]. Cheap to clone; restoring
 /// twice is harmless.
 #[derive(Clone)]

@@ -104,11 +104,7 @@ impl TestRun {
         AgentBox {
             agent: agent.into(),
             role,
-            mounts: vec![Mount {
-                path: self.workspace.clone(),
-                read_only,
-                source: None,
-            }],
+            mounts: vec![Mount::same(self.workspace.clone(), read_only)],
             masked: Vec::new(),
             workdir: self.workspace.clone(),
         }

@@ -15,7 +15,7 @@ use flowerbox::isolate::{IsolateOptions, WorktreePlacement};
 use flowerbox::record::manifest::Manifest;
 use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory, Engine};
 use flowerbox::session::SqliteSessionStore;
-pub use flowerbox::testkit::git;
+pub use flowerbox_testkit::git;
 pub use model_support::ScriptedModel;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};

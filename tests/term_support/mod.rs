@@ -1,5 +1,5 @@
 //! Test support for the terminal tests and `examples/console_smoke.rs`: the in-memory session
-//! store (from `flowerbox::testkit`) and a model that answers aside questions by echoing them
+//! store (from `flowerbox_testkit`) and a model that answers aside questions by echoing them
 //! (no network, no Docker).
 #![allow(dead_code)]
 
@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 use flowerbox::model::{ContentBlock, ModelError, Provider, Request, Turn};
-use flowerbox::testkit::turn_of;
-pub use flowerbox::testkit::MemStore;
+use flowerbox_testkit::turn_of;
+pub use flowerbox_testkit::MemStore;
 
 /// Answers every request with `旁路回答:<the text after the last "问题:">`, and records the
 /// requests it saw.

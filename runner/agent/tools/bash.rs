@@ -292,11 +292,7 @@ mod tests {
         let abox = crate::sandbox::AgentBox {
             agent: "worker-1".into(),
             role: crate::model::Role::Worker,
-            mounts: vec![crate::sandbox::Mount {
-                path: ws.clone(),
-                read_only: false,
-                source: None,
-            }],
+            mounts: vec![crate::sandbox::Mount::same(ws.clone(), false)],
             masked: Vec::new(),
             workdir: ws.clone(),
         };

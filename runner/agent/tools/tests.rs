@@ -14,11 +14,7 @@ fn ctx() -> (tempfile::TempDir, ToolContext, PathBuf) {
     let abox = AgentBox {
         agent: "worker-1".into(),
         role: Role::Worker,
-        mounts: vec![Mount {
-            path: ws.clone(),
-            read_only: false,
-            source: None,
-        }],
+        mounts: vec![Mount::same(ws.clone(), false)],
         masked: Vec::new(),
         workdir: ws.clone(),
     };

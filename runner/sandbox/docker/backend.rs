@@ -6,8 +6,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{DockerOptions, DockerSandboxFactory, DEFAULT_PING_TIMEOUT};
+use super::{DockerOptions, DockerSandboxFactory, Engine, DEFAULT_PING_TIMEOUT};
+use crate::sandbox::doctor::Check;
 use crate::sandbox::egress::EgressPolicy;
+use crate::sandbox::gc::GcReport;
 use crate::sandbox::{CommandsRun, Preflight, SandboxBackend, SandboxError};
 
 /// What the command line chose for the Docker backend; nothing is connected until a run opens.
@@ -70,10 +72,23 @@ impl SandboxBackend for DockerBackend {
         })
     }
 
-    async fn sweep_dead(&self, workspace: &Path) -> Result<Vec<String>, SandboxError> {
-        let engine = super::Engine::connect(self.docker_host.as_deref(), self.ping_timeout)
-            .await
-            .map_err(|e| SandboxError::EngineUnavailable(e.to_string()))?;
-        crate::sandbox::gc::sweep_orphans(&engine, workspace).await
+    async fn checks(&self) -> Vec<Check> {
+        super::checks::checks(
+            self.docker_host.as_deref(),
+            self.image.as_deref(),
+            self.ping_timeout,
+        )
+        .await
+    }
+
+    async fn leftovers(&self, workspace: &Path) -> Option<Check> {
+        super::checks::orphans(self.docker_host.as_deref(), self.ping_timeout, workspace).await
+    }
+
+    /// Removes orphaned containers and networks (the engine is pinged first: a dead one is an
+    /// error naming `DOCKER_HOST`).
+    async fn gc(&self, workspace: Option<&Path>) -> Result<GcReport, SandboxError> {
+        let engine = Engine::connect(self.docker_host.as_deref(), self.ping_timeout).await?;
+        crate::sandbox::gc::gc(&engine, workspace).await
     }
 }

@@ -321,8 +321,8 @@ impl RunSpec {
             .mounts
             .iter()
             .map(|m| DockerMount {
-                target: Some(m.path.to_string_lossy().into_owned()),
-                source: Some(m.host_path().to_string_lossy().into_owned()),
+                target: Some(m.inside.to_string_lossy().into_owned()),
+                source: Some(m.host.to_string_lossy().into_owned()),
                 typ: Some(MountType::BIND),
                 read_only: Some(m.read_only),
                 ..Default::default()
@@ -387,23 +387,29 @@ pub(crate) fn canonical_box(spec: &AgentBox) -> Result<AgentBox, SandboxError> {
     };
     let mut mounts: Vec<crate::sandbox::Mount> = Vec::new();
     for m in &spec.mounts {
-        let path = canonical(&m.path)?;
-        let source = m.source.as_deref().map(canonical).transpose()?;
-        match mounts.iter_mut().find(|x| x.path == path) {
+        let inside = canonical(&m.inside)?;
+        let host = if m.is_shadow() {
+            canonical(&m.host)?
+        } else {
+            inside.clone()
+        };
+        match mounts.iter_mut().find(|x| x.inside == inside) {
             Some(existing) => {
                 existing.read_only |= m.read_only;
-                existing.source = existing.source.take().or(source);
+                if !existing.is_shadow() {
+                    existing.host = host;
+                }
             }
             None => mounts.push(crate::sandbox::Mount {
-                path,
+                host,
+                inside,
                 read_only: m.read_only,
-                source,
             }),
         }
     }
     let workdir = std::fs::canonicalize(&spec.workdir)
         .map_err(|e| SandboxError::Container(format!("workdir {}: {e}", spec.workdir.display())))?;
-    if !mounts.iter().any(|m| workdir.starts_with(&m.path)) {
+    if !mounts.iter().any(|m| workdir.starts_with(&m.inside)) {
         return Err(SandboxError::OutsideMounts(workdir));
     }
     // A mask outside every mount has nothing to hide; one that does not exist yet is kept
@@ -415,7 +421,7 @@ pub(crate) fn canonical_box(spec: &AgentBox) -> Result<AgentBox, SandboxError> {
         .filter(|p| {
             mounts
                 .iter()
-                .any(|m| p.starts_with(&m.path) && *p != m.path)
+                .any(|m| p.starts_with(&m.inside) && *p != m.inside)
         })
         .collect();
     Ok(AgentBox {
@@ -511,30 +517,15 @@ mod tests {
             agent: "worker-1".into(),
             role: Role::Worker,
             mounts: vec![
-                Mount {
-                    path: link.clone(),
-                    read_only: false,
-                    source: None,
-                },
-                Mount {
-                    path: real.clone(),
-                    read_only: true,
-                    source: None,
-                },
+                Mount::same(link.clone(), false),
+                Mount::same(real.clone(), true),
             ],
             masked: Vec::new(),
             workdir: link,
         };
         let c = canonical_box(&spec).unwrap();
         let real = std::fs::canonicalize(real).unwrap();
-        assert_eq!(
-            c.mounts,
-            vec![Mount {
-                path: real.clone(),
-                read_only: true,
-                source: None,
-            }]
-        );
+        assert_eq!(c.mounts, vec![Mount::same(real.clone(), true)]);
         assert_eq!(c.workdir, real);
         let outside = AgentBox {
             workdir: dir.path().to_path_buf(),
@@ -560,11 +551,7 @@ mod tests {
         let judge = AgentBox {
             agent: "judge-1".into(),
             role: Role::Judge,
-            mounts: vec![Mount {
-                path: "/w".into(),
-                read_only: true,
-                source: None,
-            }],
+            mounts: vec![Mount::same("/w", true)],
             masked: Vec::new(),
             workdir: "/w".into(),
         };
@@ -599,11 +586,7 @@ mod tests {
         let spec = AgentBox {
             agent: "worker-1".into(),
             role: Role::Worker,
-            mounts: vec![Mount {
-                path: ws.clone(),
-                read_only: false,
-                source: None,
-            }],
+            mounts: vec![Mount::same(ws.clone(), false)],
             // The second is outside every mount: nothing to hide there.
             masked: vec![runs.clone(), dir.path().join("elsewhere")],
             workdir: ws.clone(),

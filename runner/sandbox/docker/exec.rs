@@ -507,7 +507,7 @@ impl DockerSandbox {
 impl Sandbox for DockerSandbox {
     async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, SandboxError> {
         let cwd = std::fs::canonicalize(&req.cwd).unwrap_or_else(|_| req.cwd.clone());
-        if !self.spec.mounts.iter().any(|m| cwd.starts_with(&m.path)) {
+        if !self.spec.mounts.iter().any(|m| cwd.starts_with(&m.inside)) {
             return Err(SandboxError::OutsideMounts(cwd));
         }
         if !cwd.is_dir() {

@@ -6,10 +6,12 @@
 //! [`crate::sandbox::gc::sweep_orphans`] removes containers of dead owners of this workspace →
 //! `sandbox(&AgentBox)` creates the pod on first use and the agent's container joining it →
 //! `release(agent)` when the step that owns it ends → `teardown()` at run end (or on a signal,
-//! see [`teardown_on_signal`]; as a last resort the factory's `Drop` removes what is left).
+//! see [`crate::sandbox::teardown_on_signal`]; as a last resort the factory's `Drop` removes
+//! what is left).
 
 pub mod backend;
 mod build_progress;
+pub mod checks;
 pub mod container;
 pub mod engine;
 pub mod exec;
@@ -19,7 +21,6 @@ pub(crate) mod network;
 pub mod readonly;
 pub mod seccomp;
 mod sentinel;
-mod signals;
 
 pub use backend::DockerBackend;
 pub use container::{Limits, UserIds};
@@ -28,7 +29,6 @@ pub use exec::DockerSandbox;
 pub use image::{default_image, ensure_image, EnsuredImage};
 pub use labels::{Liveness, Owner};
 pub use readonly::ReadOnlyIds;
-pub use signals::teardown_on_signal;
 
 use async_trait::async_trait;
 use bollard::query_parameters::{
@@ -500,7 +500,7 @@ impl Inner {
         let spec = canonical_box(spec)?;
         let pod = self.pod().await?.clone();
         let image = self.image().await?.clone();
-        let mounts: Vec<PathBuf> = spec.mounts.iter().map(|m| m.path.clone()).collect();
+        let mounts: Vec<PathBuf> = spec.mounts.iter().map(|m| m.inside.clone()).collect();
         let identity = self.identity(&mounts);
         // Judges and coordinators run as a uid of their own (see `readonly`).
         let read_only = ReadOnly::plan(spec.role, identity.ids, &mounts, &pod.facts, &image)?;
@@ -597,8 +597,8 @@ impl Inner {
 
 #[async_trait]
 impl SandboxFactory for DockerSandboxFactory {
-    fn kind(&self) -> &'static str {
-        "docker"
+    fn commands_run(&self) -> crate::sandbox::CommandsRun {
+        crate::sandbox::CommandsRun::InContainer
     }
 
     async fn sandbox(&self, spec: &AgentBox) -> Result<Arc<dyn Sandbox>, SandboxError> {

@@ -1,5 +1,6 @@
-//! Signals a run must survive long enough to keep its books (seed 000 "Ctrl-C", "SIGHUP /
-//! SIGTERM").
+//! Signals, in one place (seed 000 "Ctrl-C", "SIGHUP / SIGTERM"): the listener a run uses to
+//! survive long enough to keep its books, the wait of a driver without a terminal, leaving by
+//! the signal, and the start prompt's Ctrl-C catcher.
 //!
 //! A crashed terminal sends SIGHUP, whose default action ends the process before any cleanup:
 //! the manifest misses the step in flight and, in flowerbox, containers would leak. So the
@@ -12,6 +13,8 @@
 //! Ctrl-C is SIGINT. With a listener installed the default action (end the process) no longer
 //! happens; the console decides: first press interrupts the round, second press quits with
 //! [`EXIT_INTERRUPTED`] (130), cleanly, after the same bookkeeping.
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::sys::signal::{raise, sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
 use tokio::signal::unix::{signal, SignalKind};
@@ -50,6 +53,93 @@ impl SignalListener {
             Some(()) = self.term.recv() => Signal::SIGTERM,
             Some(()) = self.hup.recv() => Signal::SIGHUP,
         }
+    }
+}
+
+/// A stream of SIGCONT (the shell continued the process after Ctrl-Z), for a terminal that must
+/// re-apply its settings. Must be called inside a tokio runtime.
+pub fn on_continue() -> std::io::Result<tokio::signal::unix::Signal> {
+    signal(SignalKind::from_raw(Signal::SIGCONT as i32))
+}
+
+/// Resolves with the signal number on SIGHUP or SIGTERM, and on SIGINT when `int` (nobody else
+/// handles Ctrl-C): how a driver without a terminal learns it must stop. Installing the
+/// handlers replaces the signals' default actions, so await it.
+pub async fn wait_for_stop(int: bool) -> i32 {
+    let mut hup = signal(SignalKind::hangup()).ok();
+    let mut term = signal(SignalKind::terminate()).ok();
+    let mut intr = if int {
+        signal(SignalKind::interrupt()).ok()
+    } else {
+        None
+    };
+    async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+        match s {
+            Some(s) => {
+                s.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    }
+    tokio::select! {
+        _ = recv(&mut hup) => nix::libc::SIGHUP,
+        _ = recv(&mut term) => nix::libc::SIGTERM,
+        _ = recv(&mut intr) => nix::libc::SIGINT,
+    }
+}
+
+/// Restores the default action for `sig` and raises it; returns `128 + sig` if the process is
+/// still alive (the binary's last step after a run ended by SIGHUP/SIGTERM).
+pub fn reraise(sig: i32) -> i32 {
+    if let Ok(s) = Signal::try_from(sig) {
+        // SAFETY: installing the default disposition has no handler code to be unsafe about.
+        let _ = unsafe { nix::sys::signal::signal(s, SigHandler::SigDfl) };
+        let _ = raise(s);
+    }
+    128 + sig
+}
+
+/// Set by the SIGINT handler while a [`CatchSigint`] is alive. A signal handler can only reach
+/// static state; this flag is the one piece, reset on every install.
+static SIGINT_SEEN: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: nix::libc::c_int) {
+    SIGINT_SEEN.store(true, Ordering::SeqCst);
+}
+
+/// Catches SIGINT while alive (the start prompt: Ctrl-C there cancels instead of killing the
+/// process) and restores the previous action when dropped.
+pub struct CatchSigint {
+    previous: SigAction,
+}
+
+impl CatchSigint {
+    /// Installs the catcher.
+    ///
+    /// # Errors
+    /// `sigaction` failed.
+    pub fn install() -> std::io::Result<Self> {
+        SIGINT_SEEN.store(false, Ordering::SeqCst);
+        let action = SigAction::new(
+            SigHandler::Handler(on_sigint),
+            SaFlags::empty(),
+            SigSet::empty(),
+        );
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        let previous = unsafe { sigaction(Signal::SIGINT, &action) }?;
+        Ok(Self { previous })
+    }
+
+    /// Whether SIGINT arrived since [`CatchSigint::install`].
+    pub fn caught(&self) -> bool {
+        SIGINT_SEEN.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for CatchSigint {
+    fn drop(&mut self) {
+        // SAFETY: reinstates the action that was in place before `install`.
+        let _ = unsafe { sigaction(Signal::SIGINT, &self.previous) };
     }
 }
 

@@ -1,10 +1,14 @@
-//! Test doubles shared by the unit tests, the integration tests in `tests/` and the examples:
-//! an in-memory [`SessionStore`], the turns an in-process fake [`Provider`] answers with, an
-//! in-memory terminal output, and host `git` for building fixture repositories.
-//! Not part of flowerbox's interface (hidden from the docs); it lives in the library so that
-//! `cargo test --all-targets` builds one copy for every kind of test without a cargo feature.
+//! Test doubles shared by flowerbox's unit tests, its integration tests in `tests/` and its
+//! examples: an in-memory [`SessionStore`], the turns an in-process fake [`Provider`] answers
+//! with, an in-memory terminal output, and host `git` for building fixture repositories.
 //!
-//! [`Provider`]: crate::model::Provider
+//! Not shipped: `tests/` and `examples/` use this crate (`flowerbox-testkit`, a dev-dependency
+//! of `flowerbox` that depends on the library they link, so both see the same types); the
+//! library's own unit tests compile this very file as their `testkit` module (`#[cfg(test)]`),
+//! since a unit-test build is its own copy of the library. Paths go through `flowerbox::`,
+//! which the library names itself too (`extern crate self as flowerbox`).
+//!
+//! [`Provider`]: flowerbox::model::Provider
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -12,8 +16,10 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-use crate::model::{ContentBlock, Message, ModelError, Request, Speaker, StopReason, Turn, Usage};
-use crate::session::{NoticeKind, SessionError, SessionMeta, SessionStore, TrimPolicy};
+use flowerbox::model::{
+    ContentBlock, Message, ModelError, Request, Speaker, StopReason, Turn, Usage,
+};
+use flowerbox::session::{NoticeKind, SessionError, SessionMeta, SessionStore, TrimPolicy};
 
 /// Sessions in memory: messages are kept as appended, notices are dropped, `load` never trims.
 #[derive(Default)]

@@ -1,0 +1,265 @@
+//! The Docker backend's `flowerbox doctor` checks: the engine, the agent image, the tools in it
+//! (judges need `file` and `lsof`), who the read-only roles run as, and the containers dead runs
+//! left. [`DockerBackend`](super::DockerBackend) answers them through the backend seam.
+
+use bollard::container::LogOutput;
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{LogsOptions, RemoveContainerOptions};
+use futures::StreamExt;
+use std::path::Path;
+use std::time::Duration;
+
+use super::image::{base_image, default_image, image_exists, SLIM_BASE};
+use super::{Engine, UserIds};
+use crate::sandbox::doctor::{Check, CheckStatus, AGENT_TOOLS};
+use crate::sandbox::gc;
+
+fn check(name: &'static str, status: CheckStatus, detail: impl Into<String>) -> Check {
+    Check::new(name, status, detail)
+}
+
+/// The engine, the image, its tools and the read-only roles' users.
+pub async fn checks(
+    docker_host: Option<&str>,
+    image: Option<&str>,
+    timeout: Duration,
+) -> Vec<Check> {
+    use CheckStatus::*;
+    let mut checks = Vec::new();
+    let engine = Engine::connect(docker_host, timeout).await;
+    match &engine {
+        Ok(e) => checks.push(check(
+            "engine",
+            Pass,
+            format!(
+                "Docker 引擎 {} 有回应(API {};{})",
+                e.endpoint().host,
+                e.api_version(),
+                e.endpoint().origin()
+            ),
+        )),
+        Err(e) => checks.push(check("engine", Fail, e.to_string())),
+    }
+    match &engine {
+        Ok(engine) => {
+            let (image_check, present) = image_check(engine, image).await;
+            checks.push(image_check);
+            if let Some(image) = present {
+                let (tools, missing) = tools_check(engine, &image).await;
+                checks.push(tools);
+                checks.push(judge_check(&missing));
+            }
+        }
+        Err(_) => checks.push(check("image", Warn, "没查:没有引擎")),
+    }
+    checks
+}
+
+/// The containers of `workspace` (canonical) dead runs left; `None` without an engine.
+pub async fn orphans(
+    docker_host: Option<&str>,
+    timeout: Duration,
+    workspace: &Path,
+) -> Option<Check> {
+    let engine = Engine::connect(docker_host, timeout).await.ok()?;
+    Some(match gc::list(&engine, Some(workspace)).await {
+        Ok(all) => {
+            let orphans = all.iter().filter(|c| c.is_orphan()).count();
+            if all.is_empty() {
+                check("orphans", CheckStatus::Pass, "没有残留的容器")
+            } else if orphans == 0 {
+                check(
+                    "orphans",
+                    CheckStatus::Pass,
+                    format!("没有残留的容器({} 个容器的主人还在跑或查不清)", all.len()),
+                )
+            } else {
+                check(
+                    "orphans",
+                    CheckStatus::Warn,
+                    format!("{orphans} 个残留的容器;`flowerbox gc` 会删掉它们"),
+                )
+            }
+        }
+        Err(e) => check("orphans", CheckStatus::Warn, format!("列不出容器:{e}")),
+    })
+}
+
+async fn image_check(engine: &Engine, requested: Option<&str>) -> (Check, Option<String>) {
+    use CheckStatus::*;
+    let image = requested.map(str::to_string).unwrap_or_else(default_image);
+    match image_exists(engine, &image).await {
+        Ok(true) => (check("image", Pass, format!("有 {image}")), Some(image)),
+        Ok(false) if requested.is_some() => (
+            check(
+                "image",
+                Fail,
+                format!("引擎上没有 {image}(--image / FLOWERBOX_IMAGE 选的)"),
+            ),
+            None,
+        ),
+        Ok(false) => {
+            let base = base_image();
+            let how = if image_exists(engine, &base).await.unwrap_or(false) {
+                format!("从 {base} 建")
+            } else if image_exists(engine, SLIM_BASE).await.unwrap_or(false) {
+                format!("从 {SLIM_BASE} 建")
+            } else if which("debootstrap") {
+                format!("用 debootstrap 建(先建 {base};要 root)")
+            } else {
+                format!("建不了:没有 {base} 和 {SLIM_BASE},也没装 debootstrap")
+            };
+            (
+                check("image", Warn, format!("没有 {image};第一次用时{how}")),
+                None,
+            )
+        }
+        Err(e) => (check("image", Fail, e.to_string()), None),
+    }
+}
+
+fn which(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+        .unwrap_or(false)
+}
+
+/// Who the read-only roles run as, with which capabilities (one line); fails when the image
+/// has no `setpriv`, without which judges and coordinators cannot start.
+fn judge_check(missing: &[String]) -> Check {
+    let line = super::readonly::describe(UserIds::current());
+    if missing.iter().any(|m| m == "setpriv") {
+        check(
+            "judge",
+            CheckStatus::Fail,
+            format!("镜像里没有 setpriv(util-linux),判定者和协调者起不来;{line}"),
+        )
+    } else {
+        check("judge", CheckStatus::Pass, line)
+    }
+}
+
+/// Runs `command -v` for every [`AGENT_TOOLS`] entry in a throwaway container; the check and
+/// the tools missing (none when the check itself could not run).
+async fn tools_check(engine: &Engine, image: &str) -> (Check, Vec<String>) {
+    use CheckStatus::*;
+    let script = format!(
+        "for t in {}; do command -v \"$t\" >/dev/null 2>&1 || echo \"$t\"; done",
+        AGENT_TOOLS.join(" ")
+    );
+    let ids = UserIds::current();
+    let body = ContainerCreateBody {
+        image: Some(image.into()),
+        entrypoint: Some(vec!["sh".into(), "-c".into(), script]),
+        cmd: Some(vec![]),
+        user: Some(format!("{}:{}", ids.uid, ids.gid)),
+        host_config: Some(HostConfig {
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            network_mode: Some("none".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let docker = engine.docker();
+    let id = match docker.create_container(None, body).await {
+        Ok(r) => r.id,
+        Err(e) => {
+            return (
+                check("tools", Warn, format!("起不了 {image} 的容器:{e}")),
+                Vec::new(),
+            )
+        }
+    };
+    let run = async {
+        docker.start_container(&id, None).await?;
+        let mut wait = docker.wait_container(&id, None);
+        while let Some(r) = wait.next().await {
+            if let Err(e) = r {
+                if !matches!(e, bollard::errors::Error::DockerContainerWaitError { .. }) {
+                    return Err(e);
+                }
+            }
+        }
+        let mut out = String::new();
+        let mut logs = docker.logs(
+            &id,
+            Some(LogsOptions {
+                stdout: true,
+                ..Default::default()
+            }),
+        );
+        while let Some(item) = logs.next().await {
+            if let LogOutput::StdOut { message } = item? {
+                out.push_str(&String::from_utf8_lossy(&message));
+            }
+        }
+        Ok::<_, bollard::errors::Error>(out)
+    };
+    let result = tokio::time::timeout(Duration::from_secs(30), run).await;
+    let rm = RemoveContainerOptions {
+        force: true,
+        ..Default::default()
+    };
+    let _ = docker.remove_container(&id, Some(rm)).await;
+    match result {
+        Ok(Ok(out)) => {
+            let missing: Vec<String> = out.split_whitespace().map(str::to_string).collect();
+            let check = if missing.is_empty() {
+                check(
+                    "tools",
+                    Pass,
+                    format!("{image} 里有 {}", AGENT_TOOLS.join(", ")),
+                )
+            } else {
+                let judges = if missing.iter().any(|m| m == "file" || m == "lsof") {
+                    ";判定时查不了产物"
+                } else {
+                    ""
+                };
+                check(
+                    "tools",
+                    Warn,
+                    format!("{image} 里没有 {}{judges}", missing.join(", ")),
+                )
+            };
+            (check, missing)
+        }
+        Ok(Err(e)) => (
+            check("tools", Warn, format!("跑不了 {image}:{e}")),
+            Vec::new(),
+        ),
+        Err(_) => (
+            check("tools", Warn, format!("查 {image} 超过 30 秒")),
+            Vec::new(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn judge_line_names_uids_capabilities_and_needs_setpriv() {
+        let ok = judge_check(&["gcc".to_string()]);
+        assert_eq!(ok.status, CheckStatus::Pass);
+        assert!(
+            ok.to_string()
+                .starts_with("通过  judge       判定者 uid 655"),
+            "{ok}"
+        );
+        for part in [
+            "CAP_DAC_READ_SEARCH",
+            "CAP_SYS_PTRACE",
+            "open_by_handle_at",
+            "ptrace",
+        ] {
+            assert!(ok.detail.contains(part), "{ok}");
+        }
+        assert!(!ok.detail.contains('\n'));
+        let bad = judge_check(&["setpriv".to_string()]);
+        assert_eq!(bad.status, CheckStatus::Fail);
+        assert!(bad.detail.starts_with("镜像里没有 setpriv"), "{bad}");
+    }
+}
