@@ -3,6 +3,7 @@
 
 pub mod compact;
 pub mod confine;
+mod dispatch;
 pub mod event;
 pub mod guard;
 mod handoff;

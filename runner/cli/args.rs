@@ -205,7 +205,7 @@ pub struct GoArgs {
     /// 每个 subagent 分一份 git worktree(隔离)。要求 workspace 是 git 仓库;工作台挪到仓库外
     #[arg(long)]
     pub isolate: bool,
-    /// 模型上下文窗口(token)。不给时按模型名推:含 1m 或不含 haiku → 1,000,000;含 haiku → 200,000。必须是正数
+    /// 模型上下文窗口(token)。不给时:认识的模型按模型目录,否则按服务端报的,再否则按模型名推(含 1m 或不含 haiku → 1,000,000;含 haiku → 200,000)。必须是正数
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub window: Option<i64>,
     /// 关掉换代(不写交接书换新会话);到 窗口 − 33000 改成压缩:较早的对话换成一段摘要

@@ -85,7 +85,8 @@ pub struct GoOptions {
     pub timeout: Duration,
     /// `--isolate` (the workspace was checked to be a git repository).
     pub isolate: bool,
-    /// `--window`: `None` = inferred from the model name; always positive.
+    /// `--window`: `None` = the model's ([`crate::record::handoff::context_window`]); always
+    /// positive.
     pub window: Option<u64>,
     /// Not `--no-handoff`.
     pub handoff: bool,
@@ -282,7 +283,7 @@ impl GoOptions {
             Some(w) if w > 0 => Some(w as u64),
             Some(w) => {
                 return Err(CliError::Usage(format!(
-                "--window {w} 不行:上下文窗口要是正整数(token 数)。想按模型名推算就别写 --window。"
+                "--window {w} 不行:上下文窗口要是正整数(token 数)。想用模型自己的窗口就别写 --window。"
             )))
             }
         };

@@ -99,12 +99,6 @@ pub fn wake_state(workspace: &Path, run_dir: &Path, isolate: bool) -> WakeState 
     }
 }
 
-/// The command line's wake check, given `go`'s workbench root: `notes/需求.md` has all four
-/// sections. Reads only.
-pub fn brief_complete(workbench: &Path) -> bool {
-    brief_complete_at(&notes_paths(workbench).0)
-}
-
 fn brief_complete_at(path: &Path) -> bool {
     matches!(Brief::load(path), Ok(Some(b)) if b.is_complete())
 }
@@ -205,7 +199,7 @@ mod tests {
         assert_eq!((st.checks, st.woke), (0, 0));
         assert!(st.steps.is_empty());
         assert!(tree(&d.ws).is_empty(), "{:?}", tree(&d.ws));
-        assert!(!brief_complete(&st.workbench));
+        assert!(!brief_complete_at(&st.brief));
     }
 
     #[test]
@@ -229,7 +223,7 @@ mod tests {
         assert_eq!((st.checks, st.woke), (2, 1));
         assert_eq!(st.steps["干活"], "sid-1");
         assert_eq!(tree(&d.ws), before, "the probe wrote something");
-        assert!(brief_complete(&d.ws.join(".flower")));
+        assert!(brief_complete_at(&notes_paths(&d.ws.join(".flower")).0));
     }
 
     #[test]
@@ -271,5 +265,23 @@ mod tests {
         let again = archive_previous(&d.ws, &d.runs, &wb).unwrap().unwrap();
         assert_ne!(again, into);
         assert!(again.join(BRIEF_FILE).exists());
+    }
+
+    #[test]
+    fn the_probe_reads_the_recorded_request_and_an_archive_makes_it_fresh() {
+        let d = dir();
+        let (brief, _, _) = notes_paths(&d.ws.join(".flower"));
+        std::fs::create_dir_all(brief.parent().unwrap()).unwrap();
+        std::fs::write(&brief, BRIEF).unwrap();
+        let lf = LineageFile::new(d.runs.join(LINEAGE_FILE), &d.ws);
+        lf.update(|l| l.request = Some("做 X".into())).unwrap();
+        lf.wake().unwrap();
+        let st = wake_state(&d.ws, &d.runs, false);
+        assert!(st.waking);
+        assert_eq!(st.request.as_deref(), Some("做 X"));
+        assert_eq!(st.woke, 1);
+        let fresh = st.clone().archived();
+        assert!(!fresh.waking && fresh.request.is_none() && fresh.woke == 0);
+        assert_eq!((fresh.workbench, fresh.brief), (st.workbench, st.brief));
     }
 }

@@ -142,6 +142,13 @@ impl std::fmt::Debug for DockerSandboxFactory {
     }
 }
 
+/// Locks `m`, recovering the data when a panicking thread poisoned it: every critical section
+/// here is a few plain vector updates, so the data stays consistent, and teardown (also from
+/// `Drop`) must never panic over a lock.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn docker_err(e: bollard::errors::Error) -> SandboxError {
     SandboxError::Docker(e.to_string())
 }
@@ -190,10 +197,7 @@ impl DockerSandboxFactory {
 
     /// Ids of the run's live containers (pod included).
     pub fn container_ids(&self) -> Vec<String> {
-        self.inner
-            .created
-            .lock()
-            .expect("lock")
+        lock(&self.inner.created)
             .iter()
             .map(|(id, _)| id.clone())
             .collect()
@@ -214,10 +218,7 @@ impl DockerSandboxFactory {
         if inner.torn_down.load(Ordering::SeqCst) {
             return Err(SandboxError::ShutDown);
         }
-        let slot = inner
-            .agents
-            .lock()
-            .expect("lock")
+        let slot = lock(&inner.agents)
             .entry(spec.agent.clone())
             .or_default()
             .clone();
@@ -284,7 +285,7 @@ impl Inner {
             .await
             .map_err(|e| SandboxError::Container(format!("creating {name}: {e}")))?
             .id;
-        self.created.lock().expect("lock").push((id.clone(), pod));
+        lock(&self.created).push((id.clone(), pod));
         Ok(id)
     }
 
@@ -394,7 +395,7 @@ impl Inner {
     async fn create_network(&self, spec: &RunSpec) -> Result<RunNet, SandboxError> {
         let name = container_name(&self.opts.run_id, "net");
         let net = network::create_network(self.docker(), &name, spec.labels("net", "net")).await?;
-        self.networks.lock().expect("lock").push(net.id.clone());
+        lock(&self.networks).push(net.id.clone());
         Ok(net)
     }
 
@@ -561,7 +562,7 @@ impl Inner {
             ..Default::default()
         };
         let result = self.docker().remove_container(id, Some(opts)).await;
-        self.created.lock().expect("lock").retain(|(c, _)| c != id);
+        lock(&self.created).retain(|(c, _)| c != id);
         match result {
             Ok(()) => None,
             Err(e) if status_code(&e) == Some(404) => None,
@@ -571,8 +572,8 @@ impl Inner {
 
     async fn teardown(&self) -> Result<(), SandboxError> {
         self.torn_down.store(true, Ordering::SeqCst);
-        self.agents.lock().expect("lock").clear();
-        let created: Vec<(String, bool)> = self.created.lock().expect("lock").clone();
+        lock(&self.agents).clear();
+        let created: Vec<(String, bool)> = lock(&self.created).clone();
         let (pods, agents): (Vec<_>, Vec<_>) = created.into_iter().partition(|(_, pod)| *pod);
         let mut first_err = None;
         // Agent containers first: they live in the pod's namespaces.
@@ -582,12 +583,12 @@ impl Inner {
             first_err = first_err.or(results.into_iter().flatten().next());
         }
         // Networks last: the engine refuses to remove one that a container still uses.
-        let networks: Vec<String> = std::mem::take(&mut *self.networks.lock().expect("lock"));
+        let networks: Vec<String> = std::mem::take(&mut *lock(&self.networks));
         for id in networks {
             if let Err(e) = self.docker().remove_network(&id).await {
                 if status_code(&e) != Some(404) {
                     first_err = first_err.or(Some(docker_err(e)));
-                    self.networks.lock().expect("lock").push(id);
+                    lock(&self.networks).push(id);
                 }
             }
         }
@@ -606,7 +607,7 @@ impl SandboxFactory for DockerSandboxFactory {
     }
 
     async fn release(&self, agent: &str) -> Result<(), SandboxError> {
-        let slot = self.inner.agents.lock().expect("lock").remove(agent);
+        let slot = lock(&self.inner.agents).remove(agent);
         if let Some(sandbox) = slot.and_then(|s| s.get().cloned()) {
             if let Some(e) = self.inner.remove(sandbox.container_id()).await {
                 return Err(e);
@@ -624,10 +625,8 @@ impl Drop for Inner {
     /// Last resort when `teardown` was never awaited (a panic, an early return): removes the
     /// run's containers on a separate thread with its own runtime, waiting at most 20 s.
     fn drop(&mut self) {
-        let left: Vec<(String, bool)> =
-            std::mem::take(&mut *self.created.lock().unwrap_or_else(|e| e.into_inner()));
-        let networks: Vec<String> =
-            std::mem::take(&mut *self.networks.lock().unwrap_or_else(|e| e.into_inner()));
+        let left: Vec<(String, bool)> = std::mem::take(&mut *lock(&self.created));
+        let networks: Vec<String> = std::mem::take(&mut *lock(&self.networks));
         if left.is_empty() && networks.is_empty() {
             return;
         }

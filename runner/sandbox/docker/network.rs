@@ -435,7 +435,7 @@ pub(crate) fn spawn_fence(
             ..Default::default()
         };
         if docker.remove_container(&id, Some(opts)).await.is_ok() {
-            created.lock().expect("lock").retain(|(c, _)| *c != id);
+            super::lock(&created).retain(|(c, _)| *c != id);
         }
     });
     Fenced(rx)
