@@ -25,7 +25,7 @@ pub enum Access {
 pub struct Confinement {
     view: View,
     workdir: PathBuf,
-    /// Shadows ([`Mount::source`]): shown in the container only, masked for the file tools.
+    /// Shadows ([`Mount::shadow`]): shown in the container only, masked for the file tools.
     shadows: Vec<PathBuf>,
 }
 

@@ -1,12 +1,14 @@
 //! The seam between the command line and the rest of flowerbox: one function per subcommand
 //! that needs the runtime. The command line calls these after parsing, validation, the
-//! credential gates and (for `go`) the start prompt; the integrator replaces their bodies.
+//! credential gates and (for `go`) the wake probe and the start prompt; each turns the options
+//! into the run's settings ([`super::services`]: frontend, sandbox backend, model
+//! configuration), calls the workflow layer and maps its outcome to an exit status.
 //!
 //! Contract for every function here:
 //! - the options are validated (see [`super::options`]); the workspace exists; `run_dir` is
 //!   created and `<run_dir>/flowerbox.log` receives `tracing` output;
-//! - `creds` passed the gates (token present; probed when on a terminal) — build the model
-//!   provider from [`Credentials::get`];
+//! - `creds` passed the gates (token present; probed when on a terminal) — the model provider
+//!   is built from [`Credentials::get`] when the run's services are;
 //! - return `Ok(ExitStatus::Success)` (0), `Ok(ExitStatus::Interrupted)` (130, second Ctrl-C),
 //!   `Ok(ExitStatus::Signalled(sig))` (SIGHUP/SIGTERM after recording the in-flight step), or an
 //!   `Err(CliError)` whose message is printed on stderr with exit code 1 (e.g. a step that

@@ -4,7 +4,7 @@
 //! `<commondir>/flowerbox/worktrees/<admin name>/` (read-only for every container):
 //!
 //! - `refs/` is shown at `refs/heads/flower/<run>/` inside the worker's container only (a
-//!   shadow, [`Mount::source`]): its branch and copies of the run's other branches. Moving a
+//!   shadow, [`Mount::shadow`]): its branch and copies of the run's other branches. Moving a
 //!   file there moves nothing on the host; flowerbox reads the worker's own branch back
 //!   ([`WorkerState::tip`]) and moves the real branch itself ([`super::adopt`]).
 //! - `logs/`, shown at `logs/refs/heads/flower/<run>/`: the branch's reflog.
