@@ -1,5 +1,5 @@
 //! `flowerbox once` end to end: the real binary, the real `scripted-model` over HTTP, the host
-//! sandbox (the Docker variant is in `tests/docker_once.rs`).
+//! sandbox (Docker-backed runs of `once` are in `tests/docker_once.rs`).
 
 #[path = "model_support/mod.rs"]
 mod model_support;
@@ -69,7 +69,12 @@ fn once_runs_a_real_tool_loop_and_shows_real_time_and_cost() {
     .unwrap();
     assert_eq!(manifest[0]["step"], "ad-hoc");
     assert_eq!(manifest[0]["num_turns"], 4);
-    assert!(manifest[0]["cost_usd"].as_f64().unwrap() > 0.0);
+    let cost = manifest[0]["cost_usd"].as_f64().unwrap();
+    assert!(cost > 0.0);
+    // The status line's figure is the step's, at the step line's precision (it used to say
+    // `累计 $0.00` under a step of `$0.0015`).
+    assert!(status.contains(&format!("累计 ${cost:.4}")), "{status}");
+    assert!(stdout.contains(&format!("· ${cost:.4}")), "{stdout}");
     // The secret never reached a command's environment or the log.
     let log = std::fs::read_to_string(ws.path().join("runs/flowerbox.log")).unwrap_or_default();
     assert!(!log.contains("sk-ant-test-secret"));

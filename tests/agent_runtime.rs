@@ -154,7 +154,14 @@ async fn a_50kb_output_is_spilled_and_the_next_request_stays_small() {
         .await;
     assert!(r.ok);
     let res = h.results(1);
-    assert!(res[0].0.starts_with("[结果共"), "{}", &res[0].0[..80]);
+    // The pointer names the full output file (never a second spill of the capped text).
+    assert!(
+        res[0]
+            .0
+            .starts_with("[输出共 60894 字节,太长不放进上下文;全文落盘在 "),
+        "{}",
+        &res[0].0[..80]
+    );
     let body = serde_json::to_string(&h.model.recorded()[1]).unwrap();
     assert!(body.len() < 8_000, "second request is {} bytes", body.len());
     let spilled: Vec<_> = std::fs::read_dir(h.ws.join(".flower/spill"))

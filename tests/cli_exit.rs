@@ -99,6 +99,21 @@ fn go_help_lists_its_switches_and_the_globals() {
 }
 
 #[test]
+fn run_help_points_to_the_workflow_file_format() {
+    let s = Scene::new();
+    s.cmd().args(["run", "--help"]).assert().code(0).stdout(
+        predicate::str::contains("README 的「Workflow files」")
+            .and(predicate::str::contains("examples/flows.toml")),
+    );
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    assert!(
+        readme.contains("\n## Workflow files\n"),
+        "the section it points to exists"
+    );
+}
+
+#[test]
 fn once_help_says_websearch_is_unavailable() {
     let s = Scene::new();
     s.cmd().args(["once", "--help"]).assert().code(0).stdout(
@@ -287,6 +302,43 @@ fn run_target_errors() {
         .assert()
         .code(1)
         .stderr(predicate::str::starts_with("导入 'flows.toml' 失败:'main' steps:").and(clean()));
+}
+
+#[test]
+fn a_failed_or_cancelled_start_and_doctor_leave_no_run_directory() {
+    let s = Scene::new();
+    // No token.
+    s.cmd().args(["做 X"]).assert().code(1);
+    // Nothing asked, nothing to continue.
+    cmd_with_key(&s).args(["--timeout", "0"]).assert().code(1);
+    // --isolate outside git.
+    cmd_with_key(&s)
+        .args(["做 X", "--isolate"])
+        .assert()
+        .code(1);
+    // doctor and gc look, and write nothing.
+    for cmd in ["doctor", "gc"] {
+        cmd_with_key(&s)
+            .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+            .arg(cmd)
+            .assert()
+            .code(1);
+    }
+    assert!(!s.cwd.join("runs").exists(), "a runs/ was left behind");
+}
+
+#[test]
+fn gc_and_doctor_refuse_a_missing_workspace() {
+    let s = Scene::new();
+    for cmd in ["gc", "doctor"] {
+        cmd_with_key(&s)
+            .args([cmd, "-w", "/nonexistent/flowerbox-ws"])
+            .assert()
+            .code(1)
+            .stdout("")
+            .stderr("工作目录 /nonexistent/flowerbox-ws 不存在\n");
+    }
+    assert!(!std::path::Path::new("/nonexistent/flowerbox-ws").exists());
 }
 
 #[test]

@@ -15,6 +15,10 @@ use nix::unistd::Pid;
 mod cli_support;
 use cli_support::{write, Scene};
 
+#[path = "model_support/mod.rs"]
+mod model_support;
+use model_support::ScriptedModel;
+
 const FRESH: &str = "要做什么? 一句话就够,回车开始(Ctrl-C 退出)\n> ";
 const WOKEN: &str = "接着上次? 直接回车 = 接着做;也可以说点新的;/new = 重开一件事(Ctrl-C 退出)\n> ";
 
@@ -32,11 +36,15 @@ fn start(s: &Scene, args: &[&str], env: &[(&str, &str)]) -> Tty {
     let mut child = cmd.spawn().unwrap();
     let out = pump(child.stdout.take().unwrap());
     let err = pump(child.stderr.take().unwrap());
+    let master = File::from(pty.master);
+    // What the terminal itself shows of the typing (its echo), read from the master side.
+    let echo = pump(master.try_clone().unwrap());
     Tty {
         child,
-        master: File::from(pty.master),
+        master,
         out,
         err,
+        echo,
     }
 }
 
@@ -60,6 +68,7 @@ struct Tty {
     master: File,
     out: Arc<Mutex<Vec<u8>>>,
     err: Arc<Mutex<Vec<u8>>>,
+    echo: Arc<Mutex<Vec<u8>>>,
 }
 
 fn pump(mut from: impl Read + Send + 'static) -> Arc<Mutex<Vec<u8>>> {
@@ -94,6 +103,11 @@ impl Tty {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// What the terminal echoed of the typing so far.
+    fn echo(&self) -> String {
+        String::from_utf8_lossy(&self.echo.lock().unwrap()).into_owned()
     }
 
     fn type_keys(&mut self, bytes: &[u8]) {
@@ -146,6 +160,10 @@ fn ctrl_d_cancels() {
     let (status, _, err) = tty.finish();
     assert_eq!(status.code(), Some(1));
     assert_eq!(err, "已取消\n");
+    assert!(
+        !s.cwd.join("runs").exists(),
+        "cancelled, yet a runs/ was made"
+    );
 }
 
 #[test]
@@ -232,6 +250,36 @@ fn first_run_asks_for_credentials_then_for_the_request() {
 }
 
 #[test]
+fn setup_does_not_echo_the_token() {
+    let s = Scene::new();
+    let mut tty = start(&s, &["setup"], &[]);
+    tty.wait_for("1. 你的 API key 或网关 token");
+    tty.type_keys(b"gw-secret-token-typed\n");
+    tty.wait_for("2. 网关地址");
+    tty.type_keys(b"http://gw.example\n");
+    tty.wait_for("3. 模型名");
+    tty.type_keys(b"gw-model\n");
+    tty.wait_for("+ 存好了:");
+    // The terminal echoed the gateway and the model as typed, never the token.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !tty.echo().contains("gw-model") {
+        assert!(Instant::now() < deadline, "no echo: {:?}", tty.echo());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let echo = tty.echo();
+    assert!(echo.contains("http://gw.example"), "{echo:?}");
+    assert!(!echo.contains("secret"), "the token was echoed: {echo:?}");
+    let (status, out, err) = tty.finish();
+    assert_eq!(status.code(), Some(0), "{out}{err}");
+    assert!(!out.contains("secret"), "{out}");
+    let text = std::fs::read_to_string(s.home.join(".config/flower/.env")).unwrap();
+    assert!(
+        text.contains("ANTHROPIC_AUTH_TOKEN=gw-secret-token-typed\n"),
+        "{text}"
+    );
+}
+
+#[test]
 fn probe_runs_on_a_terminal_and_net_trouble_is_let_through() {
     let s = Scene::new();
     // A closed port: the probe cannot connect, which is "net", not a reason to reconfigure.
@@ -255,4 +303,81 @@ fn probe_runs_on_a_terminal_and_net_trouble_is_let_through() {
     tty.type_keys(&[0x04]);
     let (status, _, err) = tty.finish();
     assert_eq!((status.code(), err.as_str()), (Some(1), "已取消\n"));
+}
+
+/// A model server that refuses every request with 401, as a revoked key gets.
+fn refusing_model() -> ScriptedModel {
+    ScriptedModel::start(
+        &serde_json::json!({"agents": [{"role": "clarifier", "turns": [
+        {"content": [{"type": "text", "text": "不会到这里"}],
+         "fault": {"status": 401, "error_type": "authentication_error",
+                   "message": "invalid x-api-key"}}]}]}),
+    )
+}
+
+/// Seed 000 "跑挂了之后的自动重配": a 401 in the middle of a run, on a terminal, offers the setup
+/// questions, says to run again, and exits 1 all the same.
+#[test]
+fn a_401_during_the_run_offers_to_reconfigure_on_a_terminal() {
+    let s = Scene::new();
+    let model = refusing_model();
+    let mut tty = start(
+        &s,
+        &["--sandbox", "host", "--timeout", "0", "写个 hello.sh"],
+        &[
+            ("ANTHROPIC_API_KEY", "sk-ant-revoked-0123456789"),
+            ("FLOWER_NO_PROBE", "1"),
+            ("ANTHROPIC_BASE_URL", &model.url),
+            ("ANTHROPIC_MODEL", "claude-sonnet-4-5"),
+        ],
+    );
+    tty.wait_for("! 看起来是凭证不对:凭证被拒 (HTTP 401)");
+    tty.wait_for("1. 你的 API key 或网关 token");
+    tty.type_keys(b"gw-fresh-token-0123\n");
+    tty.wait_for("2. 网关地址");
+    tty.type_keys(b"\n");
+    tty.wait_for("3. 模型名");
+    tty.type_keys(b"\n");
+    tty.wait_for("配好了。再跑一次刚才的命令 —— 同一目录会接着上次。");
+    let (status, out, err) = tty.finish();
+    assert_eq!(status.code(), Some(1), "{out}{err}");
+    assert!(err.contains("在步骤 '确认需求' 中止"), "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("! 看起来是凭证不对:"))
+        .unwrap();
+    assert!(
+        line.chars().count() <= "! 看起来是凭证不对:".chars().count() + 120,
+        "{line}"
+    );
+    let env = std::fs::read_to_string(s.home.join(".config/flower/.env")).unwrap();
+    assert!(
+        env.contains("ANTHROPIC_AUTH_TOKEN=gw-fresh-token-0123\n"),
+        "{env}"
+    );
+}
+
+/// The same without a terminal: nobody can answer the questions, so exit 1 with the seed's
+/// refusal message.
+#[test]
+fn a_401_during_the_run_without_a_terminal_says_to_run_setup() {
+    let s = Scene::new();
+    let model = refusing_model();
+    let out = s
+        .flowerbox()
+        .args(["--sandbox", "host", "--timeout", "0", "写个 hello.sh"])
+        .env("ANTHROPIC_API_KEY", "sk-ant-revoked-0123456789")
+        .env("FLOWER_NO_PROBE", "1")
+        .env("ANTHROPIC_BASE_URL", &model.url)
+        .env("ANTHROPIC_MODEL", "claude-sonnet-4-5")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("凭证被拒,且无法交互配置。跑 `flowerbox setup` 重配。"),
+        "{err}"
+    );
+    assert!(!s.home.join(".config/flower/.env").exists());
 }

@@ -312,6 +312,30 @@ async fn large_and_binary_output_is_capped_without_panic() {
     assert!(out.stdout.trim_end().ends_with("tail-marker"));
     let full = out.full_output.expect("spilled");
     assert_eq!(std::fs::metadata(full).unwrap().len(), out.total_bytes);
+    assert_eq!(out.full_output_omitted, 0, "10 MB fit the spill file whole");
+
+    // Beyond the spill file's 64 MiB: head and tail kept (the end is where the error is), the
+    // gap counted and named.
+    let mut r = req(
+        "head -c 104857600 /dev/zero | tr '\\0' a; echo the-very-end",
+        &run.workspace,
+        Duration::from_secs(120),
+    );
+    r.output_cap = 64 * 1024;
+    r.spill_dir = Some(spill.path().to_path_buf());
+    let out = sb.exec(r).await.unwrap();
+    assert!(out.success() && out.truncated, "{:?}", out.notes);
+    let full = std::fs::read(out.full_output.as_ref().expect("spilled")).unwrap();
+    assert!(full.len() as u64 <= flowerbox::sandbox::output::FULL_OUTPUT_LIMIT);
+    assert!(full.ends_with(b"the-very-end\n"));
+    assert!(
+        out.full_output_omitted > 36 * 1024 * 1024,
+        "{}",
+        out.full_output_omitted
+    );
+    let (text, _) = flowerbox::agent::tools::format_bash_output(&out);
+    assert!(text.contains("落盘文件也有上限"), "{text}");
+    assert!(text.contains("the-very-end"), "{text}");
 
     let mut r = req(
         "head -c 3000000 /dev/urandom; head -c 300000 /dev/urandom >&2",

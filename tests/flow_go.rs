@@ -35,6 +35,16 @@ fn unattended_go_clarifies_sets_a_goal_and_works_until_the_judge_passes() {
         "unattended: the question is not shown"
     );
 
+    // A worker's lines name it (parallel workers' lines interleave).
+    assert!(r.out.contains("  | worker-"), "{}", r.out);
+    assert!(
+        r.out
+            .lines()
+            .any(|l| l.starts_with("  | worker-") && l.contains("* Bash chmod +x hello.sh")),
+        "{}",
+        r.out
+    );
+
     // Goal: frozen with its two checks.
     let goal = Goal::load(&p.note("目标.md")).unwrap().unwrap();
     assert_eq!(goal.checks.len(), 2, "{goal:?}");
@@ -184,8 +194,20 @@ fn a_wake_after_kill_9_in_round_1_resumes_the_work_session() {
     let first_request = &requests_with(&model, "你是协调者")[0];
     let msgs = first_request["messages"].to_string();
     assert!(msgs.contains("接着上次的工作继续"), "{msgs}");
-    // The killed run's in-flight row is in the manifest as it was last written.
-    assert!(p.steps_of(&runs[0]).contains(&"干活".to_string()));
+    // The killed run's in-flight row is in the manifest as it was last written: cut off, and
+    // what only its end would know is unknown, never zero (DESIGN.md invariant 7).
+    let cut = p
+        .manifest()
+        .into_iter()
+        .find(|r| r["run"] == runs[0].as_str() && r["step"] == "干活")
+        .unwrap();
+    assert_eq!(cut["ok"], false, "{cut}");
+    assert_eq!(cut["error"], "interrupted", "{cut}");
+    assert!(cut["cost_usd"].is_null(), "{cut}");
+    assert!(
+        cut["ended_at"].is_null() && cut["duration_s"].is_null(),
+        "{cut}"
+    );
     assert!(p.ws.join("hello.sh").exists());
 }
 

@@ -55,3 +55,59 @@ fn a_bad_workflow_file_is_refused_before_anything_runs() {
     assert!(model.recorded().is_empty());
     assert!(!p.runs("manifest.json").exists());
 }
+
+/// A workflow file's `when` on an earlier step's outcome, and a worker whose answer lacks the
+/// four sections: the re-ask is said on screen (it used to surface only as the scripted
+/// server's "asks for turn k=2" error).
+#[test]
+fn when_conditions_pick_the_steps_and_the_report_re_ask_is_visible() {
+    let p = Project::new();
+    std::fs::write(
+        p.ws.join("flows.toml"),
+        r#"
+[main]
+handoff = false
+window = 400000
+
+[[main.steps]]
+name = "测试"
+role = "worker"
+prompt = "跑测试"
+max_turns = 1
+on_fail = "continue"
+
+[[main.steps]]
+name = "修"
+role = "worker"
+prompt = "修一下"
+when = { step = "测试", outcome = "failed" }
+
+[[main.steps]]
+name = "收尾"
+role = "worker"
+prompt = "收尾"
+when = { step = "测试", outcome = "ok" }
+"#,
+    )
+    .unwrap();
+    let model = ScriptedModel::start(&serde_json::json!({"agents": [
+        {"role": "worker", "prompt": "跑测试", "turns": [
+            {"content": [{"type": "tool_use", "name": "Bash", "input": {"command": "exit 1"}}]}]},
+        {"role": "worker", "prompt": "修一下", "turns": [
+            {"content": [{"type": "text", "text": "修好了"}]},
+            {"content": [{"type": "text", "text": "结论:修好了\n依据:重跑通过\n产出:无\n未验证:无"}]}]}]}));
+    let r = p.run(&model, &["run", "flows:main"]);
+    assert_eq!(r.code(), 0, "{r:?}");
+    let runs = p.runs_in_manifest();
+    assert_eq!(
+        p.steps_of(&runs[0]),
+        ["测试", "修"],
+        "收尾 skipped by its when"
+    );
+    assert!(
+        r.out
+            .contains("的回话不是四段报告(缺少:结论、依据、产出、未验证)"),
+        "{}",
+        r.out
+    );
+}

@@ -149,3 +149,57 @@ async fn a_workspace_change_while_the_judge_looks_voids_achieved() {
     assert!(p.ws.join("hello.sh").is_file());
     assert_eq!(git(&p.ws, &["branch", "--list", "flower/*"]), "");
 }
+
+/// `run FILE:NAME` with `isolate = true`: the workflow's workers get worktrees like
+/// `go --isolate`'s, their branches are integrated, and the workbench lives outside the
+/// repository.
+#[tokio::test]
+async fn a_workflow_file_with_isolate_works_in_worktrees() {
+    let Some(_engine) = engine_or_skip("isolate_run").await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let p = repo_project();
+    std::fs::write(
+        p.ws.parent().unwrap().join("flows.toml"),
+        "[main]\nisolate = true\n[[main.steps]]\nname = \"干活\"\nrole = \"coordinator\"\nprompt = \"写个 hello.sh\"\n",
+    )
+    .unwrap();
+    let model = ScriptedModel::start(&serde_json::json!({"agents": [
+        {"role": "coordinator", "turns": [
+            {"content": [{"type": "tool_use", "name": "Agent", "input": {
+                "description": "写 hello.sh", "prompt": "写出 hello.sh", "subagent_type": "coder"}}]},
+            {"content": [{"type": "text", "text": "好了。"}]}]},
+        {"role": "worker", "turns": [
+            {"content": [{"type": "tool_use", "name": "Bash", "input": {"command":
+                "printf 'echo hello\\n' > hello.sh && git rev-parse --abbrev-ref HEAD"}}]},
+            {"content": [{"type": "text", "text": "结论:写好了\n依据:无\n产出:hello.sh\n未验证:无"}]}]}]}));
+    let flows = p.ws.parent().unwrap().join("flows.toml");
+    let child = Command::new(env!("CARGO_BIN_EXE_flowerbox"))
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &p.home)
+        .env("FLOWER_NO_PROBE", "1")
+        .env("ANTHROPIC_BASE_URL", &model.url)
+        .env("ANTHROPIC_API_KEY", "sk-ant-test")
+        .env("ANTHROPIC_MODEL", "claude-sonnet-4-5")
+        .current_dir(&p.ws)
+        .args(["--sandbox", "docker", "run"])
+        .arg(format!("{}:main", flows.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r = finish(child);
+    assert_eq!(r.code(), 0, "{r:?}");
+    assert_eq!(
+        std::fs::read_to_string(p.ws.join("hello.sh")).unwrap(),
+        "echo hello\n"
+    );
+    // The worker was on its own branch, now merged and gone.
+    let worker_result = model.recorded()[2]["messages"].to_string();
+    assert!(worker_result.contains("flower/"), "{worker_result}");
+    assert_eq!(git(&p.ws, &["branch", "--list", "flower/*"]), "");
+    assert!(workbench(&p).is_dir() && !p.ws.join(".flower").exists());
+}

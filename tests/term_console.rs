@@ -289,7 +289,7 @@ async fn events_render_with_the_status_line_and_step_cost() {
     let out = r.out.text();
     assert!(out.contains("== 干活 ="), "{out}");
     assert!(
-        out.contains("  决定先写解析器\n  - 上下文 71.4K · 累计 $0.25 · 0:0"),
+        out.contains("  决定先写解析器\n  - 上下文 71.4K · 累计 $0.2500 · 0:0"),
         "{out}"
     );
     assert!(

@@ -69,7 +69,8 @@ pub enum EventKind {
         id: String,
         /// Tool name.
         name: String,
-        /// One-line summary of the input (`Bash: cargo build`).
+        /// Summary of the input (`Bash: cargo build`): one line, or one per line of a
+        /// multi-line command (at most four).
         summary: String,
     },
     /// A tool result.
@@ -132,6 +133,20 @@ pub enum EventKind {
         degraded: bool,
         /// Section lines for display: (label, first line).
         sections: Vec<(String, String)>,
+    },
+    /// Handoffs are off and the oldest turns were summarised into one message (flower's
+    /// fallback, the SDK's compaction).
+    Compacted {
+        /// Context tokens before.
+        context_tokens: u64,
+        /// Window size.
+        window: u64,
+        /// Messages folded into the summary.
+        folded: usize,
+        /// Recent messages kept verbatim.
+        kept: usize,
+        /// The summary call failed: a mechanical summary stands in.
+        degraded: bool,
     },
     /// Something the human should notice.
     Warning {

@@ -251,14 +251,23 @@ async fn large_bash_output_is_spilled() {
     assert!(r.ok);
     let seen = s.fake.seen.lock().unwrap();
     let res = results_of(&seen[1]);
-    assert!(res[0].0.starts_with("[结果共"), "{}", &res[0].0[..100]);
-    assert!(res[0].0.len() < 1200);
-    let spill = s.ws.join(".flower/spill");
-    assert_eq!(
-        std::fs::read_dir(spill).unwrap().count(),
-        2,
-        "the capped result plus the full output"
+    assert!(
+        res[0]
+            .0
+            .starts_with("[输出共 50000 字节,太长不放进上下文;全文落盘在 "),
+        "{}",
+        &res[0].0[..100]
     );
+    assert!(res[0].0.len() < 2000);
+    // One file: the full output the pointer names (not a second spill of the capped text).
+    let spill = s.ws.join(".flower/spill");
+    let files: Vec<_> = std::fs::read_dir(spill)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(res[0].0.contains(&files[0].display().to_string()));
+    assert_eq!(std::fs::metadata(&files[0]).unwrap().len(), 50_000);
 }
 
 #[tokio::test]
@@ -300,4 +309,25 @@ async fn a_paused_step_waits_for_the_human_and_resumes_with_the_words() {
     let last = serde_json::to_string(seen[1].messages.last().unwrap()).unwrap();
     assert!(last.contains("别改 Makefile"), "{last}");
     assert!(last.contains("不是环境故障"), "{last}");
+}
+
+#[test]
+fn a_multi_line_command_keeps_its_lines_in_the_summary() {
+    let call = |command: &str| crate::model::ToolCall {
+        id: "t".into(),
+        name: "Bash".into(),
+        input: json!({ "command": command }),
+    };
+    assert_eq!(
+        super::session_loop::summarize(&call("pkill -x httpd || true\nnohup ./httpd > log 2>&1 &")),
+        "Bash: pkill -x httpd || true\nnohup ./httpd > log 2>&1 &"
+    );
+    assert_eq!(
+        super::session_loop::summarize(&call("a\n\n  b   c\nd\ne\nf\ng")),
+        "Bash: a\nb c\nd\ne\n…(共 6 行)"
+    );
+    assert_eq!(
+        super::session_loop::summarize(&call("make  -j4")),
+        "Bash: make -j4"
+    );
 }

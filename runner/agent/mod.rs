@@ -1,7 +1,9 @@
 //! The agent runtime (flower's `Runtime`): runs one agent from a prompt, or a resumed session,
 //! to the end of its turn, with tools, guards, spill and the workbench.
 
+pub mod compact;
 pub mod confine;
+mod dispatch;
 pub mod event;
 pub mod guard;
 mod handoff;

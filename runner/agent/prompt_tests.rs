@@ -211,7 +211,7 @@ fn an_isolated_worker_is_told_its_worktree_branch_and_the_workbench() {
         branch: Some("flower/run/worker-3".into()),
         note: None,
     };
-    let note = super::session_loop::place_note_for(&t.rt, &place);
+    let note = super::dispatch::place_note_for(&t.rt, &place);
     assert!(
         note.contains("/srv/.flower-proj-worktrees/run/worker-3"),
         "{note}"
@@ -228,7 +228,7 @@ fn an_isolated_worker_is_told_its_worktree_branch_and_the_workbench() {
         branch: None,
         note: None,
     };
-    let note = super::session_loop::place_note_for(&t.rt, &shared);
+    let note = super::dispatch::place_note_for(&t.rt, &shared);
     assert!(note.contains("主工作区"), "{note}");
     assert!(!note.contains("worktree"), "{note}");
     // The place's git note (a read-only .git in the shared workspace) is a line of its own.
@@ -236,7 +236,7 @@ fn an_isolated_worker_is_told_its_worktree_branch_and_the_workbench() {
         note: Some(super::place::SHARED_GIT_NOTE.into()),
         ..shared
     };
-    let note = super::session_loop::place_note_for(&t.rt, &read_only);
+    let note = super::dispatch::place_note_for(&t.rt, &read_only);
     assert!(
         note.contains(&format!("- {}", super::place::SHARED_GIT_NOTE)),
         "{note}"

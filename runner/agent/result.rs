@@ -38,6 +38,24 @@ pub enum StepError {
     /// The context is full again after this many generations.
     #[error("换代已达上限({0} 代),上下文又满了:这一步停下,交接书在 notes/ 里")]
     Generations(u32),
+    /// Handoffs are off and the context is full again after this many compactions.
+    #[error("压缩已达上限({count} 次),上下文又满了:窗口 {window} 对这一步太小,调大 --window")]
+    Compactions {
+        /// Compactions made.
+        count: u32,
+        /// The window, tokens.
+        window: u64,
+    },
+    /// Handoffs are off, the context is full, and nothing older is left to compact.
+    #[error(
+        "上下文 {used} tokens 快满了,可较早的对话已经没有可压缩的了(窗口 {window}):这一步停下"
+    )]
+    NothingToCompact {
+        /// The context, tokens.
+        used: u64,
+        /// The window, tokens.
+        window: u64,
+    },
 }
 
 impl StepError {

@@ -85,6 +85,7 @@ pub const WORKER_RULES: &str = "\
 pub const CLARIFIER_RULES: &str = "\
 你是确认者:动手之前把需求问清楚。你什么都不做,只提问、只读。
 - 先用 Glob/Grep/Read 看一眼仓库(目录结构、README、构建方式、已有测试);仓库里查得到的事不要问人。
+- 请求里给了网址(接口文档、规范、issue)就用 WebFetch 读它;没有搜索工具,要查的东西得有确切的网址。
 - 用 mcp__human__ask 提问,每次一个问题,问到能直接回答的程度;能给选项就给两三个选项,并说你推荐哪个。\
 提问次数没有上限,问到清楚为止。
 - 人可能不在:提问落空时按你自己的判断继续,把问题和你采用的假设写进「未知与假设」。
@@ -215,13 +216,20 @@ pub fn worker(kind: &str, description: &str, prompt: &str) -> WorkerDef {
     }
 }
 
-/// The clarifier: `mcp__human__ask` plus read tools (when `can_read`); no Write/Edit/Bash/Agent.
+/// The clarifier: `mcp__human__ask` plus read tools and `WebFetch` (when `can_read`); no
+/// Write/Edit/Bash/Agent.
 pub fn clarifier(name: &str, instructions: &str, can_read: bool) -> AgentSpec {
     let mut spec = AgentSpec::new(name, Role::Clarifier, join(CLARIFIER_RULES, instructions));
     spec.tools = names(&[ToolName::Ask]);
     if can_read {
-        spec.tools
-            .extend(names(&[ToolName::Read, ToolName::Glob, ToolName::Grep]));
+        // WebFetch runs in the host process under the run's egress policy, like every agent's
+        // (no container needed). WebSearch needs a search provider, which flowerbox has not.
+        spec.tools.extend(names(&[
+            ToolName::Read,
+            ToolName::Glob,
+            ToolName::Grep,
+            ToolName::WebFetch,
+        ]));
     }
     spec
 }
@@ -276,7 +284,10 @@ mod tests {
             assert!(!c.allows(t), "{t}");
         }
         assert!(c.allows(ASK_TOOL));
+        // flower's clarifier reads the web too (WebSearch needs a provider flowerbox has not).
+        assert!(c.allows("WebFetch") && !c.allows("WebSearch"));
         assert!(!clarifier("x", "", false).allows("Read"));
+        assert!(!clarifier("x", "", false).allows("WebFetch"));
     }
 
     #[test]

@@ -87,6 +87,9 @@ pub struct RuntimeConfig {
     /// server's, else from the model name: [`context_window`]); `None` disables handoffs
     /// (`--no-handoff`).
     pub handoff_window: Option<u64>,
+    /// Context window for compaction, in tokens: set when handoffs are off (`--no-handoff`),
+    /// flower's fallback; `None` otherwise.
+    pub compact_window: Option<u64>,
     /// Directories masked in every agent's box (canonical): the run directory.
     pub masked: Vec<PathBuf>,
     /// The masked directories' (device, inode), taken before any agent ran.
@@ -111,6 +114,7 @@ impl RuntimeConfig {
             trim_large: true,
             max_attempts: 3,
             handoff_window: Some(context_window(&model_for_window, None, None)),
+            compact_window: None,
             masked: Vec::new(),
             masked_ids: Vec::new(),
         }
@@ -364,12 +368,40 @@ impl Runtime {
         }
     }
 
+    /// The step `label` ended, but what it produced was not accepted (a workflow's gate
+    /// rejected its last attempt): its manifest row becomes `ok: false` with `why`.
+    pub fn mark_failed(&self, label: &str, why: &str) {
+        let Some(m) = &self.manifest else { return };
+        let amended = m.amend(label, |row| {
+            row.ok = false;
+            row.error = Some(why.to_string());
+        });
+        if let Err(e) = amended {
+            self.emit(
+                "runner",
+                Role::Coordinator,
+                0,
+                EventKind::Error {
+                    text: format!("manifest.json 写入失败:{e}"),
+                },
+            );
+        }
+    }
+
     fn track(&self, result: &StepResult, done: bool) {
         let Some(m) = &self.manifest else { return };
         if self.rescued.load(std::sync::atomic::Ordering::SeqCst) {
             return;
         }
         let row = manifest_row(result, m.run());
+        // While in flight the file holds what must stand if this process dies unrecorded
+        // (kill -9): cut off, cost and end unknown. The in-memory row keeps what is known,
+        // for a rescue (a signal) to complete.
+        let written = if done {
+            row.clone()
+        } else {
+            row.clone().in_flight()
+        };
         let mut inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
         if done {
             inflight.remove(&result.step);
@@ -381,7 +413,7 @@ impl Runtime {
             inflight.insert(result.step.clone(), row.clone());
         }
         drop(inflight);
-        match m.record(row) {
+        match m.record(written) {
             Ok(Some(recovered)) => self.emit(
                 "runner",
                 Role::Coordinator,
@@ -504,9 +536,10 @@ impl Runtime {
             abox.clone(),
         )
         .with_meter(Some(meter.clone()));
-        // Cost and turns of sessions retired by handoffs.
+        // Cost and turns of sessions retired by handoffs and compactions.
         let mut retired_spend = Cost::default();
         let mut retired_turns = 0;
+        let mut compactions = 0;
         let mut next_prompt = prompt.to_string();
         loop {
             let end = run.turn(&next_prompt).await;
@@ -579,6 +612,59 @@ impl Runtime {
                     }
                     self.track(&result, false);
                 }
+                LoopEnd::CompactDue => {
+                    let window = self.config.compact_window.unwrap_or_default();
+                    compactions += 1;
+                    if compactions > crate::agent::compact::MAX_COMPACTIONS {
+                        result.text = run.final_text();
+                        result.error = Some(StepError::Compactions {
+                            count: crate::agent::compact::MAX_COMPACTIONS,
+                            window,
+                        });
+                        break;
+                    }
+                    let history = match self.compact(&mut run, window).await {
+                        Ok(h) => h,
+                        Err(e) => {
+                            result.text = run.final_text();
+                            result.error = Some(e);
+                            break;
+                        }
+                    };
+                    retired_spend += run.spend();
+                    retired_turns += run.turns;
+                    let old = run.session_id().to_string();
+                    let new_session = match self.seed_session(
+                        &SessionMeta {
+                            parent: Some(old.clone()),
+                            ..meta.clone()
+                        },
+                        &history,
+                    ) {
+                        Ok(id) => id,
+                        Err(e) => {
+                            result.error = Some(StepError::Store(e.to_string()));
+                            break;
+                        }
+                    };
+                    result.retired.push(old);
+                    run = AgentRun::new(
+                        self.clone(),
+                        spec.clone(),
+                        agent.clone(),
+                        0,
+                        new_session,
+                        history,
+                        abox.clone(),
+                    )
+                    .with_meter(Some(meter.clone()));
+                    next_prompt = crate::agent::compact::CONTINUE_NOTE.to_string();
+                    result.session_id = Some(run.session_id().to_string());
+                    if let Some(hook) = &opts.on_session {
+                        hook(run.session_id());
+                    }
+                    self.track(&result, false);
+                }
                 LoopEnd::Failed { error, retryable } => {
                     if retryable && result.attempts < self.config.max_attempts {
                         result.attempts += 1;
@@ -625,6 +711,19 @@ impl Runtime {
             },
         );
         result
+    }
+
+    /// A new session holding `history` (a compacted conversation), so a resume continues it.
+    fn seed_session(
+        &self,
+        meta: &SessionMeta,
+        history: &[crate::model::Message],
+    ) -> Result<String, crate::session::SessionError> {
+        let id = self.store.create(meta)?;
+        for m in history {
+            self.store.append(&id, m, None)?;
+        }
+        Ok(id)
     }
 
     /// Creates, resumes or forks a session; returns (id, history to continue from).

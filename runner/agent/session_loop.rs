@@ -2,20 +2,18 @@
 //! → tool results → next request, until `end_turn`, a turn limit, the budget, an interruption at
 //! a message boundary, or a model failure. Subagents (`Agent`) run the same loop one level down.
 
-use async_trait::async_trait;
 use futures::future::join_all;
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 
+use super::dispatch::{workers_of, SubDispatch};
 use super::event::EventKind;
 use super::guard::{self, check_report, one_line, Decision};
-use super::place::WorkerSandbox;
 use super::result::{Meter, StepError};
-use super::roles;
 use super::runtime::Runtime;
-use super::spec::{AgentSpec, WorkerDef};
+use super::spec::AgentSpec;
 use super::spill::maybe_spill;
-use super::tools::{DispatchRequest, Dispatcher, ToolContext, ToolError};
+use super::tools::{Dispatcher, ToolContext, ToolError};
 use crate::model::price::Cost;
 use crate::model::ToolName;
 use crate::model::{
@@ -23,7 +21,7 @@ use crate::model::{
     ToolDef,
 };
 use crate::sandbox::AgentBox;
-use crate::session::{NoticeKind, SessionMeta};
+use crate::session::NoticeKind;
 
 #[path = "session_mcp.rs"]
 mod mcp;
@@ -45,6 +43,9 @@ pub(crate) enum LoopEnd {
     /// The main thread's context reached the handoff threshold, or the model said the prompt
     /// is too long (then the agent cannot write its own handoff).
     HandoffDue { prompt_too_long: bool },
+    /// Handoffs are off and the main thread's context reached the compaction threshold, or
+    /// the model said the prompt is too long: the oldest turns are to be summarised.
+    CompactDue,
 }
 
 /// Why the agent wrote no handoff document (the text goes into the degraded one).
@@ -189,6 +190,46 @@ impl AgentRun {
             Err(LoopEnd::Failed { error, .. }) => Err(HandoffFailure::Model(error)),
             Err(_) => Err(HandoffFailure::Incomplete),
         }
+    }
+
+    /// The conversation as the next request would send it.
+    pub(crate) fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// One tool-free model call outside the conversation (`system`, one user message), its
+    /// cost counted like every call of this agent; its text, or why not. Budget-exempt, like
+    /// the handoff turn: what keeps the step alive must be writable.
+    pub(crate) async fn side_call(&mut self, system: &str, prompt: &str) -> Result<String, String> {
+        let req = Request {
+            model: self.model(),
+            system: vec![system.to_string()],
+            messages: vec![Message {
+                role: Speaker::User,
+                content: vec![ContentBlock::text(prompt)],
+            }],
+            tools: Vec::new(),
+            max_tokens: self.max_tokens,
+            caller: Caller {
+                role: self.spec.role,
+                agent: self.agent.clone(),
+            },
+        };
+        let cancel = self.rt.cancel_token();
+        let turn = self
+            .rt
+            .provider
+            .stream_turn(&req, &|_| {}, &cancel)
+            .await
+            .map_err(|e| e.to_string())?;
+        let cost = turn
+            .reported_cost_usd
+            .or_else(|| crate::model::price::cost_usd(&turn.model, &turn.usage));
+        self.own_spend.add(cost);
+        if let Some(m) = &self.meter {
+            m.add(cost, false);
+        }
+        Ok(turn.to_message().text())
     }
 
     /// Cost so far, subagents included.
@@ -372,6 +413,14 @@ impl AgentRun {
                 if self.spec.report_format && !self.report_retry_used {
                     if let Err(problem) = check_report(&self.last_text) {
                         self.report_retry_used = true;
+                        // Said on screen: the extra turn it costs is not a mystery (a
+                        // scripted worker without that turn fails on it).
+                        self.emit(EventKind::Warning {
+                            text: format!(
+                                "{} 的回话不是四段报告({problem}),让它按 结论 / 依据 / 产出 / 未验证 重写一次",
+                                self.agent
+                            ),
+                        });
                         self.say(format!(
                             "回话格式不对({problem})。按四段重写,总共不超过 {} 行:结论 / 依据 / 产出 / 未验证。只回这份报告。",
                             guard::REPORT_MAX_LINES
@@ -395,7 +444,21 @@ impl AgentRun {
                     prompt_too_long: false,
                 };
             }
+            if self.compact_due() {
+                return LoopEnd::CompactDue;
+            }
         }
+    }
+
+    /// Handoffs off, main thread at `window − 33000` (flower's fallback: the SDK's
+    /// auto-compact).
+    fn compact_due(&self) -> bool {
+        self.depth == 0
+            && self
+                .rt
+                .config
+                .compact_window
+                .is_some_and(|w| self.context_tokens >= super::compact::compact_threshold(w))
     }
 
     /// Only the main thread's context counts (seed 001 "换代").
@@ -503,13 +566,15 @@ impl AgentRun {
                 } else {
                     self.errors.push(msg.clone());
                 }
-                if e.is_prompt_too_long()
-                    && self.depth == 0
-                    && self.rt.config.handoff_window.is_some()
-                {
-                    return Err(LoopEnd::HandoffDue {
-                        prompt_too_long: true,
-                    });
+                if e.is_prompt_too_long() && self.depth == 0 {
+                    if self.rt.config.handoff_window.is_some() {
+                        return Err(LoopEnd::HandoffDue {
+                            prompt_too_long: true,
+                        });
+                    }
+                    if self.rt.config.compact_window.is_some() {
+                        return Err(LoopEnd::CompactDue);
+                    }
                 }
                 let retryable = matches!(
                     e,
@@ -593,8 +658,13 @@ impl AgentRun {
     }
 }
 
-/// One line describing a call: `Bash: cargo build`.
-fn summarize(call: &ToolCall) -> String {
+/// Lines of a multi-line command shown in a call's summary.
+const SUMMARY_LINES: usize = 4;
+
+/// A call in brief: `Bash: cargo build`. A multi-line command keeps its line breaks (each line
+/// shortened, at most [`SUMMARY_LINES`], then how many more): flattened, two commands read as
+/// one.
+pub(crate) fn summarize(call: &ToolCall) -> String {
     let key = [
         "command",
         "file_path",
@@ -605,188 +675,17 @@ fn summarize(call: &ToolCall) -> String {
     ]
     .into_iter()
     .find_map(|k| call.input.get(k).and_then(|v| v.as_str()));
-    match key {
-        Some(v) => format!("{}: {}", call.name, one_line(v, 100)),
-        None => call.name.clone(),
+    let Some(v) = key else {
+        return call.name.clone();
+    };
+    let lines: Vec<&str> = v.lines().filter(|l| !l.trim().is_empty()).collect();
+    let mut shown: Vec<String> = lines
+        .iter()
+        .take(SUMMARY_LINES)
+        .map(|l| one_line(l, 100))
+        .collect();
+    if lines.len() > SUMMARY_LINES {
+        shown.push(format!("…(共 {} 行)", lines.len()));
     }
-}
-
-/// The workers an agent may dispatch; a general worker when none are declared.
-fn workers_of(spec: &AgentSpec) -> Vec<WorkerDef> {
-    if spec.workers.is_empty() {
-        vec![roles::worker(
-            "worker",
-            "通用执行者:写代码、跑命令、做验证",
-            "你负责实现。每改一处就跑一次验证,别攒到最后。",
-        )]
-    } else {
-        spec.workers.clone()
-    }
-}
-
-/// Runs workers for one agent's `Agent` tool.
-struct SubDispatch {
-    rt: Arc<Runtime>,
-    workers: Vec<WorkerDef>,
-    parent_session: String,
-    parent_agent: String,
-    parent_depth: u32,
-    parent_role: crate::model::Role,
-    children: Arc<Mutex<Cost>>,
-    meter: Option<Arc<Meter>>,
-}
-
-impl SubDispatch {
-    fn place_note(&self, place: &super::place::WorkerPlace) -> String {
-        place_note_for(&self.rt, place)
-    }
-}
-
-/// Where a worker is, for the head of its first message: its working directory (its own
-/// worktree and branch with `--isolate`, and where that branch goes), the main workspace and
-/// the workbench. Kept out of the system prompt, which stays the same for every worker.
-pub(crate) fn place_note_for(rt: &Runtime, place: &super::place::WorkerPlace) -> String {
-    {
-        let ws = rt.config.workspace.display();
-        let mut lines = vec!["你的位置:".to_string()];
-        match &place.branch {
-            Some(branch) => {
-                lines.push(format!(
-                    "- 工作目录(Bash 的起点):{},这是你自己的 git worktree,分支 {branch}。",
-                    place.workdir.display()
-                ));
-                lines.push(format!(
-                    "- 只在这个 worktree 里改文件。你结束时,runner 把这里的改动提交到分支 {branch},\
-                     再合并进主工作区 {ws} 当前的分支;主工作区本身你改不了。"
-                ));
-            }
-            None => lines.push(format!(
-                "- 工作目录(Bash 的起点):{},即主工作区,其他执行者也在这里改文件。",
-                place.workdir.display()
-            )),
-        }
-        if let Some(note) = &place.note {
-            lines.push(format!("- {note}"));
-        }
-        if let Some(wb) = &rt.workbench {
-            lines.push(format!(
-                "- 工作台:{}(scripts/ 放脚本,artifacts/ 放长产出,notes/ 放记录;所有 agent 共享)。",
-                wb.root().display()
-            ));
-        }
-        lines.join("\n")
-    }
-}
-
-#[async_trait]
-impl Dispatcher for SubDispatch {
-    async fn dispatch(
-        &self,
-        _parent: &ToolContext,
-        req: DispatchRequest,
-    ) -> Result<String, ToolError> {
-        let def = match &req.subagent_type {
-            Some(k) => self.workers.iter().find(|w| &w.kind == k).ok_or_else(|| {
-                ToolError::Failed(format!(
-                    "没有叫 {k} 的执行者;可用:{}",
-                    self.workers
-                        .iter()
-                        .map(|w| w.kind.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))
-            })?,
-            None => &self.workers[0],
-        };
-        let agent = self.rt.instance_name(def.spec.role);
-        let place = self
-            .rt
-            .placement
-            .prepare(&agent)
-            .await
-            .map_err(|e| ToolError::Failed(e.to_string()))?;
-        self.rt.emit(
-            &self.parent_agent,
-            self.parent_role,
-            self.parent_depth,
-            EventKind::Dispatch {
-                child: agent.clone(),
-                description: req.description.clone(),
-            },
-        );
-        let meta = SessionMeta {
-            agent: agent.clone(),
-            role: def.spec.role,
-            step: None,
-            parent: Some(self.parent_session.clone()),
-            run: self.rt.config.run_id.clone(),
-        };
-        let session = self
-            .rt
-            .store
-            .create(&meta)
-            .map_err(|e| ToolError::Failed(StepError::Store(e.to_string()).to_string()))?;
-        let abox = AgentBox {
-            agent: agent.clone(),
-            role: def.spec.role,
-            mounts: place.mounts.clone(),
-            masked: self.rt.config.masked.clone(),
-            workdir: place.workdir.clone(),
-        };
-        self.rt.note_agent(&agent);
-        let mut run = AgentRun::new(
-            self.rt.clone(),
-            def.spec.clone(),
-            agent.clone(),
-            self.parent_depth + 1,
-            session,
-            Vec::new(),
-            abox.clone(),
-        )
-        .with_meter(self.meter.clone());
-        let prompt = format!("{}\n\n---\n\n{}", self.place_note(&place), req.prompt);
-        let end = run.turn(&prompt).await;
-        *self.children.lock().unwrap_or_else(|e| e.into_inner()) += run.spend();
-        let ok = end == LoopEnd::Done;
-        let sandbox = WorkerSandbox {
-            factory: self.rt.sandboxes.as_ref(),
-            spec: &abox,
-        };
-        let integration = self
-            .rt
-            .placement
-            .finish(&agent, &place, ok, Some(sandbox))
-            .await;
-        let mut text = match &end {
-            LoopEnd::Done => run.final_text(),
-            LoopEnd::Interrupted => {
-                return Err(ToolError::Failed(format!(
-                    "执行者 {agent} 被打断了,半成品没有回报"
-                )))
-            }
-            LoopEnd::HandoffDue { .. } => {
-                return Err(ToolError::Failed(format!(
-                    "执行者 {agent} 的上下文满了,没做完:{}",
-                    run.final_text()
-                )))
-            }
-            LoopEnd::Failed { error, .. } => format!(
-                "执行者 {agent} 没做完:{error}\n它最后说:{}",
-                run.final_text()
-            ),
-            LoopEnd::Stopped(error) => format!(
-                "执行者 {agent} 没做完:{error}\n它最后说:{}",
-                run.final_text()
-            ),
-        };
-        if let Some(i) = integration {
-            text.push_str("\n\n");
-            text.push_str(&i);
-        }
-        if ok {
-            Ok(format!("[{agent}]\n{text}"))
-        } else {
-            Err(ToolError::Failed(text))
-        }
-    }
+    format!("{}: {}", call.name, shown.join("\n"))
 }

@@ -91,6 +91,12 @@ async fn dispatch(
     let cli = Cli::try_parse_from(argv)?;
     let Options { global, command } = Options::resolve(cli, host)?;
     let lookup = host.lookup();
+    // A malformed `.env` line is skipped as in flower, but never silently: the key on it may
+    // be the one the user meant to set.
+    for warning in lookup.discover().warnings() {
+        let line = crate::term::sanitize::sanitize(&warning.to_string());
+        writeln!(io.stderr, "{line}").map_err(CliError::terminal)?;
+    }
 
     if let CommandOptions::Setup = command {
         let (_, creds) = creds::setup::setup_command(&lookup, io.stdin, io.stdout)?;
@@ -100,11 +106,17 @@ async fn dispatch(
         return Ok(ExitStatus::Success);
     }
 
-    if hooks.init_logging {
-        let path = logging::init(&global.run_dir, host.var("RUST_LOG"))?;
-        super::install_panic_hook(Some(path.clone()));
-        *log = Some(path);
-    }
+    let logger = hooks
+        .init_logging
+        .then(|| logging::init(host.var("RUST_LOG")));
+    // The log file opens when the run really starts (`start_log`): a start that fails or is
+    // cancelled before that leaves no `runs/` behind.
+    let mut start_log = |path: Option<PathBuf>| {
+        if let Some(path) = path {
+            super::install_panic_hook(Some(path.clone()));
+            *log = Some(path);
+        }
+    };
     tracing::info!(?args, workspace = %global.workspace.display(), "flowerbox start");
 
     match command {
@@ -134,26 +146,75 @@ async fn dispatch(
                 writeln!(io.stderr, "{}", prompt::NOT_A_TERMINAL_WARNING)
                     .map_err(CliError::terminal)?;
             }
-            entry::go(opts, global, creds, wake).await
+            start_log(logger.map(|l| l.open(&global.run_dir)).transpose()?);
+            let interactive = global.interactive;
+            let result = entry::go(opts, global, creds, wake).await;
+            reconfigure_after_refusal(result, &lookup, interactive, io)
         }
         CommandOptions::Run(opts) => {
             let creds = gates(host, &global, io, hooks).await?;
-            entry::run(opts, global, creds).await
+            start_log(logger.map(|l| l.open(&global.run_dir)).transpose()?);
+            let interactive = global.interactive;
+            let result = entry::run(opts, global, creds).await;
+            reconfigure_after_refusal(result, &lookup, interactive, io)
         }
         CommandOptions::Once(opts) => {
             let creds = gates(host, &global, io, hooks).await?;
+            start_log(logger.map(|l| l.open(&global.run_dir)).transpose()?);
             entry::once(opts, global, creds).await
         }
         CommandOptions::Doctor(opts) => {
+            start_log(logger.and_then(|l| l.open_existing(&global.run_dir)));
             let creds = lookup.discover();
             if global.verbose {
                 describe(&creds, io.stdout)?;
             }
             entry::doctor(opts, global, creds).await
         }
-        CommandOptions::Gc(opts) => entry::gc(opts, global).await,
+        CommandOptions::Gc(opts) => {
+            start_log(logger.and_then(|l| l.open_existing(&global.run_dir)));
+            entry::gc(opts, global).await
+        }
         CommandOptions::Setup => unreachable!("handled above"),
     }
+}
+
+/// The first line of a reconfiguration after a run stopped on refused credentials.
+pub const LOOKS_LIKE_CREDENTIALS: &str = "! 看起来是凭证不对:";
+/// The last line of it.
+pub const CONFIGURED_RUN_AGAIN: &str = "配好了。再跑一次刚才的命令 —— 同一目录会接着上次。";
+
+/// Seed 000 "跑挂了之后的自动重配": a `go` or `run` stopped after the provider refused the
+/// credentials (HTTP 401/403, known by type). On a terminal: [`LOOKS_LIKE_CREDENTIALS`] with the
+/// first 120 characters of the refusal, the setup questions, [`CONFIGURED_RUN_AGAIN`], and exit 1
+/// all the same. Without one: the seed's refusal message, exit 1. Any other outcome passes
+/// through.
+fn reconfigure_after_refusal(
+    result: Result<ExitStatus, CliError>,
+    lookup: &creds::Lookup,
+    interactive: bool,
+    io: &mut Io<'_>,
+) -> Result<ExitStatus, CliError> {
+    let Err(CliError::Flow(FlowError::CredentialsRefused { step, message })) = result else {
+        return result;
+    };
+    tracing::warn!(%step, %message, "credentials refused during the run");
+    if !interactive {
+        return Err(CliError::Creds(creds::CredsError::Refused {
+            refusal: creds::Refusal::Auth,
+            after_reconfigure: false,
+        }));
+    }
+    let head: String = message.chars().take(120).collect();
+    writeln!(
+        io.stdout,
+        "{LOOKS_LIKE_CREDENTIALS}{}",
+        crate::term::sanitize::sanitize(&head)
+    )
+    .map_err(CliError::terminal)?;
+    creds::setup::configure(lookup, "凭证被拒了,重新配一次。", io.stdin, io.stdout)?;
+    writeln!(io.stdout, "{CONFIGURED_RUN_AGAIN}").map_err(CliError::terminal)?;
+    Err(CliError::Flow(FlowError::StepAborted(step)))
 }
 
 /// The two credential gates, then the `-v` dump.
@@ -365,6 +426,26 @@ mod tests {
             "{:?}",
             r.out
         );
+    }
+
+    #[test]
+    fn a_malformed_dotenv_line_is_named_with_its_file_and_line() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(
+            d.path().join(".env"),
+            "# mine\nANTHROPIC_API_KEY sk-ant-forgot-the-equals\n",
+        )
+        .unwrap();
+        let h = host(d.path(), false, &[("FLOWER_NO_PROBE", "1")]);
+        let r = run_with(&["once", "hi"], &h, &[], crate::flow::wake::wake_state);
+        assert_eq!(r.exit, Exit::Code(1));
+        let warning = format!(
+            "! {} 第 2 行看不懂(没有 `=`),跳过了\n",
+            d.path().join(".env").display()
+        );
+        assert!(r.err.starts_with(&warning), "{}", r.err);
+        assert!(r.err.contains("缺少凭证"), "{}", r.err);
+        assert!(!r.err.contains("forgot"), "{}", r.err);
     }
 
     #[test]

@@ -159,7 +159,10 @@ pub enum CommandArgs {
     #[command(disable_help_flag = true)]
     Go(GoArgs),
     /// 运行一个 workflow(流程文件:名字,例如 flows.toml:main)
-    #[command(disable_help_flag = true)]
+    #[command(
+        disable_help_flag = true,
+        after_help = "流程文件的写法(每个顶层表一个流程,步骤、模板、isolate / window / handoff、when 条件、执行者的四段回话)见 README 的「Workflow files」一节;examples/flows.toml 是完整的例子。"
+    )]
     Run(RunArgs),
     /// 跑一次单 agent
     #[command(disable_help_flag = true)]
@@ -212,7 +215,7 @@ pub struct GoArgs {
     /// 模型上下文窗口(token)。不给时:认识的模型按模型目录,否则按服务端报的,再否则按模型名推(含 1m 或不含 haiku → 1,000,000;含 haiku → 200,000)。必须是正数
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub window: Option<i64>,
-    /// 关掉换代(不写交接书换新会话)
+    /// 关掉换代(不写交接书换新会话);到 窗口 − 33000 改成压缩:较早的对话换成一段摘要
     #[arg(long)]
     pub no_handoff: bool,
     /// 这次别接上次:把上一段的 lineage.json、需求.md、目标.md 移进 notes/archive/<时间>/ 再从头开始

@@ -76,6 +76,10 @@ pub enum CliError {
     /// A run could not start or did not finish; the message says why (exit 1).
     #[error("{0}")]
     Failed(String),
+    /// `doctor`, `gc` or `setup` was pointed at a workspace that does not exist (they create
+    /// nothing).
+    #[error("工作目录 {} 不存在", .0.display())]
+    NoWorkspace(PathBuf),
     /// The workspace could not be created.
     #[error("工作目录 {} 建不出来:{source}", path.display())]
     Workspace {

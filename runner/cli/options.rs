@@ -189,7 +189,13 @@ impl Options {
     pub fn resolve(cli: Cli, host: &Host) -> Result<Self, CliError> {
         let Cli { global, command } = cli;
         let workspace_given = global.workspace.is_some();
-        let global = GlobalOptions::resolve(global, host)?;
+        // Only the commands that run agents make their workspace (`mkdir -p`, as flower);
+        // `doctor`, `gc` and `setup` look at what is there and create nothing.
+        let create = matches!(
+            command,
+            CommandArgs::Go(_) | CommandArgs::Run(_) | CommandArgs::Once(_)
+        );
+        let global = GlobalOptions::resolve(global, host, create)?;
         let command = match command {
             CommandArgs::Go(args) => CommandOptions::Go(GoOptions::resolve(args, &global)?),
             CommandArgs::Run(args) => CommandOptions::Run(RunOptions::resolve(args, &global)?),
@@ -205,7 +211,7 @@ impl Options {
 }
 
 impl GlobalOptions {
-    fn resolve(args: GlobalArgs, host: &Host) -> Result<Self, CliError> {
+    fn resolve(args: GlobalArgs, host: &Host, create: bool) -> Result<Self, CliError> {
         let GlobalArgs {
             workspace,
             run_dir,
@@ -228,7 +234,11 @@ impl GlobalOptions {
             path: workspace.clone(),
             source,
         };
-        std::fs::create_dir_all(&workspace).map_err(fail)?;
+        if create {
+            std::fs::create_dir_all(&workspace).map_err(fail)?;
+        } else if !workspace.is_dir() {
+            return Err(CliError::NoWorkspace(workspace));
+        }
         let workspace = workspace.canonicalize().map_err(fail)?;
         // The run directory is flowerbox's own: no symlink is followed beneath the workspace
         // (an agent may have planted one), the user's own ones elsewhere are resolved now.
@@ -496,8 +506,31 @@ mod tests {
     }
 
     #[test]
+    fn doctor_and_gc_refuse_a_missing_workspace_and_create_nothing() {
+        let e = env();
+        for args in [
+            ["gc", "-w", "missing"],
+            ["doctor", "-w", "missing"],
+            ["setup", "-w", "missing"],
+        ] {
+            let err = resolve(&e.host, &args).unwrap_err();
+            assert!(matches!(err, CliError::NoWorkspace(_)), "{err}");
+            assert_eq!(err.exit_code(), 1);
+            assert_eq!(
+                err.to_string(),
+                format!("工作目录 {} 不存在", e.host.cwd.join("missing").display())
+            );
+            assert!(!e.host.cwd.join("missing").exists(), "{args:?}");
+        }
+        // The commands that run agents make it, as flower does.
+        assert!(resolve(&e.host, &["once", "-w", "made", "hi"]).is_ok());
+        assert!(e.host.cwd.join("made").is_dir());
+    }
+
+    #[test]
     fn gc_without_w_looks_at_every_workspace() {
         let e = env();
+        std::fs::create_dir(e.host.cwd.join("sub")).unwrap();
         let gc = |args: &[&str]| match resolve(&e.host, args).unwrap().command {
             CommandOptions::Gc(g) => g,
             other => panic!("{other:?}"),

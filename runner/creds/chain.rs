@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::credentials::{Credentials, Source};
+use super::credentials::{Credentials, DotenvWarning, Source};
 use super::{dotenv, CREDENTIAL_KEYS, LOOKUP_KEYS};
 
 /// The inputs of a lookup: a snapshot of the environment variables and the current directory.
@@ -92,12 +92,21 @@ impl Lookup {
     }
 }
 
-/// Fills unclaimed lookup keys from a `.env` file, if it exists and is readable.
+/// Fills unclaimed lookup keys from a `.env` file, if it exists and is readable, and records
+/// its malformed lines.
 fn take_dotenv(creds: &mut Credentials, path: &Path, source: Source) {
     let Some(text) = read_optional(path) else {
         return;
     };
-    for (key, value) in dotenv::parse(&text) {
+    let (pairs, skipped) = dotenv::parse_report(&text);
+    for skipped in skipped {
+        tracing::warn!(path = %path.display(), line = skipped.line, why = %skipped.why, "malformed .env line skipped");
+        creds.warn(DotenvWarning {
+            path: path.to_path_buf(),
+            skipped,
+        });
+    }
+    for (key, value) in pairs {
         if LOOKUP_KEYS.contains(&key.as_str()) {
             creds.claim(&key, &value, &source);
         }
@@ -259,6 +268,15 @@ mod tests {
         );
         let c = lookup(&d, &[]).discover();
         assert_eq!(c.get("ANTHROPIC_API_KEY"), Some("sk-ant-ok"));
+        // The malformed line is reported with its file and number.
+        let warnings: Vec<String> = c.warnings().iter().map(|w| w.to_string()).collect();
+        assert_eq!(
+            warnings,
+            [format!(
+                "! {} 第 1 行看不懂(没有 `=`),跳过了",
+                d.cwd.join(".env").display()
+            )]
+        );
     }
 
     #[test]

@@ -47,6 +47,30 @@ pub use crate::model::config::ProviderKind;
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Credentials {
     entries: BTreeMap<String, (String, Source)>,
+    /// Malformed lines the chain's `.env` files had (skipped, as in flower).
+    warnings: Vec<DotenvWarning>,
+}
+
+/// A malformed line in a `.env` file of the chain: skipped, and worth telling the user (the
+/// key on it may be the one they meant to set).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DotenvWarning {
+    /// The file.
+    pub path: PathBuf,
+    /// Its line number and why it was skipped.
+    pub skipped: super::dotenv::Skipped,
+}
+
+impl fmt::Display for DotenvWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "! {} 第 {} 行看不懂({}),跳过了",
+            self.path.display(),
+            self.skipped.line,
+            self.skipped.why
+        )
+    }
 }
 
 impl Credentials {
@@ -71,6 +95,16 @@ impl Credentials {
     pub fn overwrite(&mut self, key: &str, value: &str, source: &Source) {
         self.entries
             .insert(key.to_string(), (value.to_string(), source.clone()));
+    }
+
+    /// Records a malformed line of a `.env` file the chain read.
+    pub fn warn(&mut self, warning: DotenvWarning) {
+        self.warnings.push(warning);
+    }
+
+    /// The malformed `.env` lines the chain skipped, in lookup order.
+    pub fn warnings(&self) -> &[DotenvWarning] {
+        &self.warnings
     }
 
     /// The non-empty value of `key` (any key, e.g. `ANTHROPIC_BASE_URL`, `OPENAI_MODEL`).

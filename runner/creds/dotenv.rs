@@ -6,35 +6,79 @@
 //! of flower: a leading `export ` is dropped (flower would make the key `export KEY`), a value in
 //! matching quotes is taken verbatim between them, and an unquoted value loses a trailing
 //! ` # comment`. Unpaired leading/trailing quotes are stripped as flower does. No interpolation.
+//! A line that is neither blank, a comment nor a pair (no `=`, or a key that is not a shell
+//! variable name) is skipped as flower does, but reported ([`parse_report`]), so the user learns
+//! which line of which file was ignored.
 
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 
 /// One `KEY=VALUE` pair in file order. An empty value is kept: it still claims its key.
 pub type Pair = (String, String);
 
+/// Why a line was skipped. The line's text is never kept: a malformed line may be a bare token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Malformed {
+    /// The line has no `=`.
+    NoEquals,
+    /// The part before `=` is empty or not a variable name (`[A-Za-z0-9_]+`).
+    BadKey,
+}
+
+impl fmt::Display for Malformed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Malformed::NoEquals => "没有 `=`",
+            Malformed::BadKey => "`=` 前面不是变量名",
+        })
+    }
+}
+
+/// A skipped line: its 1-based number and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Skipped {
+    /// Line number, counting from 1.
+    pub line: usize,
+    /// Why it was skipped.
+    pub why: Malformed,
+}
+
 /// Parses `.env` text into pairs in file order (later duplicates are kept; the first one seen
 /// wins in [`crate::creds::Credentials`] lookups).
 pub fn parse(text: &str) -> Vec<Pair> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    text.lines().filter_map(parse_line).collect()
+    parse_report(text).0
 }
 
-/// Parses one line; `None` for blanks, comments, lines without `=` and invalid keys.
-fn parse_line(line: &str) -> Option<Pair> {
+/// [`parse`], plus every line that was skipped because it is malformed (blank lines and
+/// comments are not malformed).
+pub fn parse_report(text: &str) -> (Vec<Pair>, Vec<Skipped>) {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let (mut pairs, mut skipped) = (Vec::new(), Vec::new());
+    for (i, line) in text.lines().enumerate() {
+        match parse_line(line) {
+            Ok(Some(pair)) => pairs.push(pair),
+            Ok(None) => {}
+            Err(why) => skipped.push(Skipped { line: i + 1, why }),
+        }
+    }
+    (pairs, skipped)
+}
+
+/// Parses one line; `Ok(None)` for blanks and comments.
+fn parse_line(line: &str) -> Result<Option<Pair>, Malformed> {
     let line = line.trim();
     if line.is_empty() || line.starts_with('#') {
-        return None;
+        return Ok(None);
     }
     let line = match line.strip_prefix("export") {
         Some(rest) if rest.starts_with([' ', '\t']) => rest.trim_start(),
         _ => line,
     };
-    let (key, value) = line.split_once('=')?;
+    let (key, value) = line.split_once('=').ok_or(Malformed::NoEquals)?;
     let key = key.trim();
     if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return None;
+        return Err(Malformed::BadKey);
     }
-    Some((key.to_string(), parse_value(value.trim())))
+    Ok(Some((key.to_string(), parse_value(value.trim()))))
 }
 
 /// A value: verbatim inside matching quotes; otherwise without a ` #` comment and with stray
@@ -140,6 +184,31 @@ mod tests {
             pairs("no equals here\n=novalue\nbad key=1\nEMPTY=\n"),
             vec![p("EMPTY", "")]
         );
+    }
+
+    #[test]
+    fn malformed_lines_are_reported_by_number_without_their_text() {
+        let text = "# c\n\nA=1\nsk-ant-bare-token\nbad key=2\n=3\r\nexport B=4\n";
+        let (pairs, skipped) = parse_report(text);
+        assert_eq!(pairs, vec![p("A", "1"), p("B", "4")]);
+        assert_eq!(
+            skipped,
+            vec![
+                Skipped {
+                    line: 4,
+                    why: Malformed::NoEquals
+                },
+                Skipped {
+                    line: 5,
+                    why: Malformed::BadKey
+                },
+                Skipped {
+                    line: 6,
+                    why: Malformed::BadKey
+                },
+            ]
+        );
+        assert!(!format!("{skipped:?}").contains("sk-ant"));
     }
 
     #[test]

@@ -26,6 +26,17 @@ pub trait LineSource {
     ///
     /// Errors: the underlying read failed.
     fn read_line(&mut self) -> io::Result<LineRead>;
+
+    /// Like [`LineSource::read_line`], for a secret (`setup`'s token): a terminal does not show
+    /// what is typed. `prompt` writes the question once the echo is off, so no key typed right
+    /// after it appears can be echoed. Sources that echo nothing anyway keep the default.
+    ///
+    /// Errors: as [`LineSource::read_line`], `prompt`'s, and a terminal whose echo cannot be
+    /// switched off.
+    fn read_secret(&mut self, prompt: &mut dyn FnMut() -> io::Result<()>) -> io::Result<LineRead> {
+        prompt()?;
+        self.read_line()
+    }
 }
 
 /// Any buffered reader as a line source (EOF when it runs out). Never yields `Interrupted`.
@@ -98,6 +109,52 @@ impl LineSource for StdinLines {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+
+    fn read_secret(&mut self, prompt: &mut dyn FnMut() -> io::Result<()>) -> io::Result<LineRead> {
+        // Off before the question shows, so no key can land while the echo is on (a pipe has
+        // no echo to switch off).
+        let _quiet = if Self::is_terminal() {
+            Some(EchoOff::install()?)
+        } else {
+            None
+        };
+        prompt()?;
+        self.read_line()
+    }
+}
+
+impl StdinLines {
+    /// Whether fd 0 is a terminal.
+    fn is_terminal() -> bool {
+        use std::io::IsTerminal;
+        io::stdin().is_terminal()
+    }
+}
+
+/// While alive, the terminal on stdin does not echo typed characters (the newline of Enter
+/// still shows, `ECHONL`); the previous settings come back on drop, also after Ctrl-C.
+struct EchoOff {
+    saved: nix::sys::termios::Termios,
+}
+
+impl EchoOff {
+    fn install() -> io::Result<Self> {
+        use nix::sys::termios::{tcgetattr, tcsetattr, LocalFlags, SetArg};
+        let stdin = io::stdin();
+        let saved = tcgetattr(stdin.as_fd())?;
+        let mut quiet = saved.clone();
+        quiet.local_flags.remove(LocalFlags::ECHO);
+        quiet.local_flags.insert(LocalFlags::ECHONL);
+        tcsetattr(stdin.as_fd(), SetArg::TCSANOW, &quiet)?;
+        Ok(Self { saved })
+    }
+}
+
+impl Drop for EchoOff {
+    fn drop(&mut self) {
+        use nix::sys::termios::{tcsetattr, SetArg};
+        let _ = tcsetattr(io::stdin().as_fd(), SetArg::TCSANOW, &self.saved);
     }
 }
 

@@ -17,7 +17,7 @@ pub mod probe;
 pub mod setup;
 
 pub use chain::Lookup;
-pub use credentials::{mask, Credentials, ProviderKind, Source};
+pub use credentials::{mask, Credentials, DotenvWarning, ProviderKind, Source};
 pub use ensure::{ensure_credentials, EnsurePolicy};
 pub use error::{CredsError, Refusal};
 pub use probe::{ProbeSettings, Verdict};

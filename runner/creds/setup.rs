@@ -123,7 +123,7 @@ pub fn configure(
         "凭证会存到 {}(只你可读)。装一次,处处生效。",
         path.display()
     )?;
-    let token = ask(
+    let token = ask_secret(
         input,
         out,
         "1. 你的 API key 或网关 token (Anthropic 官方的 sk-ant-… 或第三方网关签发的)",
@@ -165,6 +165,23 @@ fn ask(
     write!(out, "\n{question}\n   > ")?;
     out.flush()?;
     Ok(match input.read_line()? {
+        LineRead::Line(l) => Some(l.trim().to_string()),
+        LineRead::Eof | LineRead::Interrupted => None,
+    })
+}
+
+/// A question whose answer a terminal does not show (the token): the typed characters are not
+/// echoed (the screen is the seed's; only the token stays off it).
+fn ask_secret(
+    input: &mut dyn LineSource,
+    out: &mut dyn Write,
+    question: &str,
+) -> Result<Option<String>, CredsError> {
+    let mut prompt = || {
+        write!(out, "\n{question}\n   > ")?;
+        out.flush()
+    };
+    Ok(match input.read_secret(&mut prompt)? {
         LineRead::Line(l) => Some(l.trim().to_string()),
         LineRead::Eof | LineRead::Interrupted => None,
     })

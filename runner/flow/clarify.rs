@@ -93,7 +93,9 @@ impl Clarify {
             .gate(move |r: &StepResult, ctx: &mut Ctx| {
                 let mut b = Brief::parse(&r.text);
                 if !b.is_complete() {
-                    ctx.brief_missing = Some(b.missing().iter().map(|s| s.to_string()).collect());
+                    let missing: Vec<String> = b.missing().iter().map(|s| s.to_string()).collect();
+                    ctx.rejected = Some(format!("需求确认书不完整,缺:{}", missing.join("、")));
+                    ctx.brief_missing = Some(missing);
                     return Ok(false);
                 }
                 // What the human said during clarification is already in the file: keep it.

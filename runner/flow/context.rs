@@ -91,8 +91,17 @@ impl RunContext {
             source: e,
         })?;
         let run_id = new_run_marker();
-        let store = SqliteSessionStore::open(settings.run_dir.join("sessions.db"))
-            .map_err(FlowError::Store)?;
+        let store = match SqliteSessionStore::open(settings.run_dir.join("sessions.db")) {
+            Ok(s) => s,
+            Err(e) => {
+                // The run cannot start, but what a crashed run left (its containers) goes.
+                match settings.sandbox.gc(Some(&settings.workspace)).await {
+                    Ok(report) => report.removed.iter().for_each(|l| eprintln!("- {l}")),
+                    Err(err) => tracing::warn!(error = %err, "orphan sweep failed"),
+                }
+                return Err(FlowError::Store(e));
+            }
+        };
         let workbench = match setup.workbench {
             Some(root) => Some({
                 let root = crate::fsroot::own::trusted_dir(&root, &settings.workspace);
@@ -139,9 +148,11 @@ impl RunContext {
         } else {
             provider.server_context_window().await
         };
-        config.handoff_window = setup
-            .handoff
-            .then(|| context_window(&model, setup.window, server_window));
+        let window = context_window(&model, setup.window, server_window);
+        // Near the window a step hands off, or with `--no-handoff` compacts (flower's
+        // fallback): never both, so every drop of the context has one cause.
+        config.handoff_window = setup.handoff.then_some(window);
+        config.compact_window = (!setup.handoff).then_some(window);
         config.max_tokens =
             crate::model::config::max_tokens_for(max_tokens_setting, &model, server_window);
         match crate::model::catalog::max_output_tokens(&model) {

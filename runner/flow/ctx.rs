@@ -29,6 +29,9 @@ pub struct Ctx {
     pub goal: Option<Goal>,
     /// The latest verdict (`_verdict`), for the UI.
     pub verdict: Option<Verdict>,
+    /// The last verdict of every judged step, by plain step name (`when` conditions of
+    /// workflow files read it).
+    pub verdicts: BTreeMap<String, Verdict>,
     /// Judged rounds so far (`_goal_rounds`).
     pub goal_rounds: u32,
     /// The last attempt's result of every step that ran (`_results`), by plain step name.
@@ -38,6 +41,12 @@ pub struct Ctx {
     pub sessions: BTreeMap<String, String>,
     /// Why a gate stopped the workflow ([`super::StepAbort`]'s reason, `_aborted`).
     pub aborted: Option<String>,
+    /// Why the gate rejected the latest attempt (`需求确认书缺:验收标准`), when it said: shown
+    /// and recorded when the rejection ends the step. Cleared before every gate check.
+    pub rejected: Option<String>,
+    /// Whether each step that ran in this process passed (accepted by its gate), by plain
+    /// step name; a step skipped by `when` has no entry.
+    pub passed: BTreeMap<String, bool>,
     /// The step that failed with `on_fail` stop (`_failed_at`). `None` after a run = success.
     pub failed_at: Option<String>,
     /// Which wake this run is (`_woke`): 1 on a directory's first run; 0 without continuity.

@@ -12,6 +12,10 @@
 //! continuous = true             # resume each step's session from lineage across processes
 //! workbench = true              # carry the workbench <workspace>/.flower (always, when a
 //!                               # clarify or goal step exists; otherwise `-W` decides)
+//! isolate = true                # one git worktree per worker, as `go --isolate` (the
+//!                               # workbench then lives next to the repository)
+//! window = 200000               # context window in tokens (default: from the model name)
+//! handoff = false               # near the window compact instead of handing off
 //!
 //! [[main.steps]]
 //! kind = "clarify"              # 确认需求: ask until clear, freeze notes/需求.md
@@ -29,7 +33,8 @@
 //!
 //! Every step: `kind` (`agent` by default, `clarify`, `goal`), `name` (defaults `确认需求` /
 //! `设定目标` for the two mechanisms), `instructions`, `retries`, `on_fail` (`stop` | `skip` |
-//! `continue`).
+//! `continue`), `when` (run only after an earlier step came out a certain way,
+//! [`super::condition`]).
 //! - `clarify` steps also take `prompt` (default `{{ask}}`), `can_read` (default true),
 //!   `always` (ask again even when the brief is complete).
 //! - `goal` steps also take `brief` (the step whose output is the brief, default `确认需求`),
@@ -52,6 +57,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::clarify::{Clarify, CLARIFY_STEP};
+use super::condition::Condition;
 use super::ctx::Ctx;
 use super::guard::{GoalGuard, GoalSetting, GOAL_STEP};
 use super::starter::WORKER_PROMPT;
@@ -126,6 +132,14 @@ pub struct Declared {
     pub brief_path: Option<PathBuf>,
     /// `notes/问答记录.md` of that workbench.
     pub log_path: Option<PathBuf>,
+    /// One git worktree per worker (`isolate = true`; the workspace must be a git
+    /// repository, and the workbench moves next to it, as `go --isolate`).
+    pub isolate: bool,
+    /// Context window in tokens (`window`); `None` = from the model name.
+    pub window: Option<u64>,
+    /// Hand off to a fresh session near the window (`handoff`, default true); `false`
+    /// compacts instead.
+    pub handoff: bool,
 }
 
 #[derive(Deserialize)]
@@ -145,6 +159,12 @@ struct TopDecl {
     continuous: Option<bool>,
     #[serde(default)]
     workbench: Option<bool>,
+    #[serde(default)]
+    isolate: Option<bool>,
+    #[serde(default)]
+    window: Option<i64>,
+    #[serde(default)]
+    handoff: Option<bool>,
     #[serde(default)]
     steps: Vec<toml::Value>,
 }
@@ -174,6 +194,9 @@ struct StepDecl {
     can_run: Option<bool>,
     can_read: Option<bool>,
     always: Option<bool>,
+    /// Parsed by [`Condition::parse`]; declared so `deny_unknown_fields` accepts it.
+    #[allow(dead_code)]
+    when: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -196,7 +219,7 @@ struct GoalDecl {
 }
 
 /// Keys each kind of step accepts (besides the common ones).
-const COMMON: &[&str] = &["kind", "name", "instructions", "retries", "on_fail"];
+const COMMON: &[&str] = &["kind", "name", "instructions", "retries", "on_fail", "when"];
 const CLARIFY_KEYS: &[&str] = &["prompt", "can_read", "always"];
 const GOAL_KEYS: &[&str] = &["brief", "can_run", "always"];
 const AGENT_KEYS: &[&str] = &[
@@ -248,6 +271,7 @@ fn role_ceiling(role: &str) -> Option<&'static [&'static str]> {
         T::Read.as_str(),
         T::Glob.as_str(),
         T::Grep.as_str(),
+        T::WebFetch.as_str(),
         T::Ask.as_str(),
     ];
     Some(match role {
@@ -283,14 +307,26 @@ pub fn load(
         Some(t) => t.max(0.0),
         None => 1800.0,
     };
+    let window = match top.window {
+        None => None,
+        Some(n) if n > 0 => Some(n as u64),
+        Some(n) => {
+            return Err(DeclError::top(
+                "window",
+                format!("要是正的 token 数(写的是 {n})"),
+            ))
+        }
+    };
+    let isolate = top.isolate.unwrap_or(false);
     let mechanisms = top.steps.iter().any(|s| {
         matches!(
             s.get("kind").and_then(toml::Value::as_str),
             Some("clarify" | "goal")
         )
     });
-    let workbench = if mechanisms || top.workbench == Some(true) {
-        Some(Workbench::locate(workspace, false))
+    let workbench = if mechanisms || top.workbench == Some(true) || isolate {
+        // With worktrees the shared workbench lives outside the repository, as `go --isolate`.
+        Some(Workbench::locate(workspace, isolate))
     } else {
         fallback_workbench
     };
@@ -307,6 +343,7 @@ pub fn load(
         brief_path: brief_path.clone(),
         goal_path,
         has_goal_step: false,
+        judged: Vec::new(),
     };
     let mut steps = Vec::new();
     for (i, value) in top.steps.iter().enumerate() {
@@ -321,6 +358,9 @@ pub fn load(
         workbench,
         brief_path,
         log_path,
+        isolate,
+        window,
+        handoff: top.handoff.unwrap_or(true),
     })
 }
 
@@ -331,6 +371,8 @@ struct Builder {
     brief_path: Option<PathBuf>,
     goal_path: Option<PathBuf>,
     has_goal_step: bool,
+    /// Earlier steps with a goal guard (a `when` on a verdict needs one).
+    judged: Vec<String>,
 }
 
 impl Builder {
@@ -443,9 +485,44 @@ impl Builder {
                 }
                 .step()
             }
-            _ => self.agent_step(&name, d, instructions, retries, on_fail, &field)?,
+            _ => {
+                if matches!(&d.goal, Some(v) if v.as_bool() != Some(false)) {
+                    self.judged.push(name.clone());
+                }
+                self.agent_step(&name, d, instructions, retries, on_fail, &field)?
+            }
+        };
+        let step = match table.get("when") {
+            Some(w) => self.condition(step, w, &field)?,
+            None => step,
         };
         self.names.push(name);
+        Ok(step)
+    }
+
+    /// Adds a `when` ([`Condition`]) to `step`: it runs only when the condition holds (and its
+    /// own mechanism's `when`, if any, says so too).
+    fn condition(
+        &self,
+        mut step: Step,
+        value: &toml::Value,
+        field: &dyn Fn(&str, String) -> DeclError,
+    ) -> Result<Step, DeclError> {
+        let cond = Condition::parse(value).map_err(|e| field("when", e.to_string()))?;
+        let on = cond.step().to_string();
+        if !self.names.contains(&on) {
+            return Err(field("when", format!("前面没有叫「{on}」的步骤")));
+        }
+        if matches!(cond, Condition::Verdict { .. }) && !self.judged.contains(&on) {
+            return Err(field(
+                "when",
+                format!("「{on}」没有 goal,没有判定可看;看它成没成用 outcome"),
+            ));
+        }
+        let own = step.when.take();
+        step.when = Some(std::sync::Arc::new(move |ctx: &mut Ctx| {
+            cond.holds(ctx) && own.as_ref().is_none_or(|w| w(ctx))
+        }));
         Ok(step)
     }
 

@@ -189,3 +189,87 @@ fn templates_fill_from_the_context() {
         "文件里的 不闭合 {{"
     );
 }
+
+#[test]
+fn isolate_window_and_handoff_are_workflow_settings() {
+    let text = r#"
+[main]
+isolate = true
+window = 200000
+handoff = false
+[[main.steps]]
+name = "干活"
+role = "coordinator"
+prompt = "做"
+"#;
+    let d = load(&table(text, "main"), Path::new("/ws"), None).unwrap();
+    assert!(d.isolate && !d.handoff);
+    assert_eq!(d.window, Some(200_000));
+    assert_eq!(
+        d.workbench.as_deref(),
+        Some(Path::new("/.flower-ws")),
+        "with worktrees the workbench lives next to the repository"
+    );
+    let plain = load(
+        &table(
+            "[main]\n[[main.steps]]\nname = \"a\"\nrole = \"worker\"\nprompt = \"x\"\n",
+            "main",
+        ),
+        Path::new("/ws"),
+        None,
+    )
+    .unwrap();
+    assert!(!plain.isolate && plain.handoff && plain.window.is_none());
+    let e = err(
+        "[main]\nwindow = -5\n[[main.steps]]\nname = \"a\"\nrole = \"worker\"\nprompt = \"x\"\n",
+    );
+    assert!(e.starts_with("window:") && e.contains("正的"), "{e}");
+}
+
+#[test]
+fn when_conditions_name_earlier_steps_and_gate_the_step() {
+    let text = r#"
+[main]
+[[main.steps]]
+kind = "goal"
+[[main.steps]]
+name = "干活"
+role = "coordinator"
+prompt = "做"
+goal = true
+on_fail = "continue"
+[[main.steps]]
+name = "补救"
+role = "worker"
+prompt = "修"
+when = { step = "干活", verdict = "NOT_YET" }
+[[main.steps]]
+name = "庆祝"
+role = "worker"
+prompt = "说一声"
+when = { step = "干活", outcome = "ok" }
+"#;
+    let d = load(&table(text, "main"), Path::new("/ws"), None).unwrap();
+    let (fix, party) = (&d.steps[2], &d.steps[3]);
+    let mut ctx = Ctx::default();
+    assert!(!(fix.when.as_ref().unwrap())(&mut ctx), "not judged yet");
+    ctx.passed.insert("干活".into(), false);
+    ctx.verdicts.insert(
+        "干活".into(),
+        crate::flow::verdict::Verdict::parse("## 结论\nNOT_YET\n## 理由\n差\n"),
+    );
+    assert!((fix.when.as_ref().unwrap())(&mut ctx));
+    assert!(!(party.when.as_ref().unwrap())(&mut ctx));
+
+    let step = |extra: &str| {
+        format!("[main]\n[[main.steps]]\nname = \"a\"\nrole = \"worker\"\nprompt = \"x\"\n[[main.steps]]\nname = \"b\"\nrole = \"worker\"\nprompt = \"y\"\n{extra}\n")
+    };
+    let e = err(&step(r#"when = { step = "c", outcome = "ok" }"#));
+    assert_eq!(e, "步骤 2「b」的 when:前面没有叫「c」的步骤");
+    let e = err(&step(r#"when = { step = "a", verdict = "ACHIEVED" }"#));
+    assert!(e.contains("「a」没有 goal"), "{e}");
+    let e = err(&step(r#"when = { step = "a", outcome = "done" }"#));
+    assert!(e.contains("可用 ok、failed、skipped"), "{e}");
+    let e = err(&step(r#"when = "a""#));
+    assert!(e.starts_with("步骤 2「b」的 when:要写成"), "{e}");
+}

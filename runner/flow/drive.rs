@@ -22,7 +22,7 @@ use super::error::{FlowError, RunEnd};
 use super::frontend::{Closing, Controls, Frontend, Notice};
 use super::workflow::{Completion, Workflow};
 use crate::agent::runtime::INTERRUPTED;
-use crate::agent::{Event, EventKind, Runtime};
+use crate::agent::{Event, EventKind, Runtime, StepError};
 use crate::channel::{HumanChannel, HumanConfig};
 use crate::isolate::{open_for_run, IsolateOptions, WorktreePlacement};
 use crate::model::Role;
@@ -54,6 +54,9 @@ pub struct Session {
     pub run: RunContext,
     /// ISOLATION: the worktree placement with `--isolate`.
     pub isolation: Option<Arc<WorktreePlacement>>,
+    /// ISOLATION: what workers of a killed run left, handed back to their branches — one
+    /// paragraph per worker for the coordinator (which worker, branch, worktree, files).
+    pub handed_back: Vec<String>,
     /// The run directory (the aside oracle keeps its books in `aside/` there).
     run_dir: PathBuf,
 }
@@ -103,20 +106,28 @@ impl Session {
             },
         )
         .await?;
-        let session = Session {
+        let mut session = Session {
             frontend,
             channel,
             run,
             isolation,
+            handed_back: Vec::new(),
             run_dir: settings.run_dir.clone(),
         };
         // ISOLATION: branch names carry the run id; start warnings (uncommitted changes
-        // workers will not see, leftovers of earlier runs) go to the human.
-        if let Some(p) = &session.isolation {
+        // workers will not see, leftovers of earlier runs) go to the human. What workers of a
+        // killed run left is committed in containers of their own and handed back.
+        if let Some(p) = session.isolation.clone() {
             p.bind_run(&session.run.run_id);
             for text in p.warnings() {
                 session.note(EventKind::Warning { text: text.clone() });
             }
+            let masked = [settings.run_dir.clone()];
+            let handed = p.hand_back(session.run.sandboxes.as_ref(), &masked).await;
+            for text in handed.screen {
+                session.note(EventKind::Warning { text });
+            }
+            session.handed_back = handed.coordinator;
         }
         Ok(session)
     }
@@ -195,12 +206,20 @@ impl Session {
                 self.finish().await;
                 Ok(RunEnd::Finished)
             }
-            End::Done(Ok(Completion::Stopped { step, aborted })) => {
-                if let Some(why) = aborted {
-                    self.note(EventKind::Error { text: why });
-                }
+            End::Done(Ok(Completion::Stopped { step, why })) => {
+                // The cause is already on screen: the step's own error under its line, or the
+                // workflow's note when its gate rejected it.
+                tracing::info!(%step, %why, "stopped");
                 self.finish().await;
-                Err(FlowError::StepAborted(step))
+                // Typed: the step's own error is the provider's refusal (HTTP 401/403).
+                let refused = ctx.results.get(&step).and_then(|r| match &r.error {
+                    Some(StepError::Model(e)) if e.is_auth() => Some(e.to_string()),
+                    _ => None,
+                });
+                match refused {
+                    Some(message) => Err(FlowError::CredentialsRefused { step, message }),
+                    None => Err(FlowError::StepAborted(step)),
+                }
             }
             End::Done(Err(e)) => {
                 self.note(EventKind::Error {

@@ -43,6 +43,15 @@ pub enum FlowError {
     /// A step failed and its policy is to stop.
     #[error("在步骤 '{0}' 中止")]
     StepAborted(String),
+    /// A step stopped the run, and the provider had refused the credentials (HTTP 401/403):
+    /// the command line offers to reconfigure (seed 000 "跑挂了之后的自动重配").
+    #[error("在步骤 '{step}' 中止")]
+    CredentialsRefused {
+        /// The step.
+        step: String,
+        /// The provider's refusal, as the model layer put it.
+        message: String,
+    },
     /// Another `go` holds the run directory.
     #[error(
         "{} 正被另一个 flowerbox(pid {pid})用着:两个一起接着跑会把同一条会话写乱。\
@@ -66,8 +75,8 @@ pub enum FlowError {
         /// The cause.
         source: std::io::Error,
     },
-    /// `sessions.db` could not be opened.
-    #[error("打不开 sessions.db:{0}")]
+    /// `sessions.db` could not be opened (a damaged one says how to start over).
+    #[error("打不开 sessions.db:{err}{hint}", err = .0, hint = damaged_hint(.0))]
     Store(SessionError),
     /// The session store failed while the run was being set up.
     #[error("sessions.db: {0}")]
@@ -104,11 +113,23 @@ pub enum FlowError {
     Internal(String),
 }
 
+/// What to do about a damaged `sessions.db`: `go --new` moves it aside.
+fn damaged_hint(e: &SessionError) -> &'static str {
+    match e {
+        SessionError::Damaged(_) => {
+            "\n它没法修:加 --new 把它移到一边从头开始(里面的会话就接不上了;原文件留着)"
+        }
+        _ => "",
+    }
+}
+
 impl FlowError {
     /// The step the error belongs to, when it belongs to one.
     pub fn step(&self) -> Option<&str> {
         match self {
-            FlowError::NoSession { step, .. } | FlowError::StepAborted(step) => Some(step),
+            FlowError::NoSession { step, .. }
+            | FlowError::StepAborted(step)
+            | FlowError::CredentialsRefused { step, .. } => Some(step),
             _ => None,
         }
     }

@@ -62,6 +62,12 @@ pub enum Notice {
     /// What the human said on a wake was appended to the brief (the goal is re-derived and
     /// the coordinator is told).
     Amended,
+    /// `--clarify-only` on a directory whose brief is complete, with a request: the brief is
+    /// left as it is (flower: a no-op; re-clarifying takes `--new`).
+    AlreadyClarified,
+    /// A record was damaged and what was done about it (moved aside, rebuilt), or a record
+    /// that does not match the others; shown as a warning before the run goes on.
+    Recovered(String),
     /// The run is over: the closing line.
     Closing(Closing),
     /// A single agent (`once`) is done: the running totals (context, cost, time).

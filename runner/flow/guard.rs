@@ -146,12 +146,9 @@ impl Gate for SetGoalGate {
     async fn check(&self, result: &StepResult, cx: &mut GateCx<'_>) -> Result<bool, StepAbort> {
         let g = Goal::parse(&result.text);
         if !g.is_complete() {
-            emit(
-                cx.runtime,
-                EventKind::Warning {
-                    text: format!("目标缺:{},这一步不放行", g.missing().join("、")),
-                },
-            );
+            let why = format!("目标缺:{},这一步不放行", g.missing().join("、"));
+            emit(cx.runtime, EventKind::Warning { text: why.clone() });
+            cx.ctx.rejected = Some(why);
             return Ok(false);
         }
         g.write(&self.goal_path)
@@ -331,6 +328,12 @@ impl Gate for JudgeGate {
         }
         record_verdict(rt, &label, &v, judged.session_id.as_deref());
         cx.ctx.verdict = Some(v.clone());
+        cx.ctx.verdicts.insert(cx.step.to_string(), v.clone());
+        cx.ctx.rejected = Some(format!(
+            "{label} 判定{}:{}",
+            v.state.label(),
+            one_line(&v.reason)
+        ));
         match v.state {
             VerdictState::Achieved => Ok(true),
             VerdictState::NotYet => Ok(false),

@@ -43,6 +43,7 @@
 pub mod aside;
 pub mod brief;
 pub mod clarify;
+pub mod condition;
 pub mod context;
 pub mod ctx;
 pub mod declarative;
@@ -55,6 +56,7 @@ pub mod guard;
 pub mod identity;
 pub mod once;
 pub mod outputs;
+pub mod recover;
 pub mod runfile;
 pub mod starter;
 pub mod step;

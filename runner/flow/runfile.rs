@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::clarify::CLARIFY_STEP;
 use super::context::RunSettings;
 use super::ctx::Ctx;
 use super::declarative;
@@ -44,8 +45,8 @@ pub async fn run(
         SessionSetup {
             workbench: declared.workbench.clone(),
             trim_large: opts.trim,
-            window: None,
-            handoff: true,
+            window: declared.window,
+            handoff: declared.handoff,
             human: HumanConfig {
                 max_asks: declared.max_asks,
                 timeout_s: Some(declared.timeout_s),
@@ -55,7 +56,7 @@ pub async fn run(
                     .clone()
                     .map(|p| Arc::new(super::brief::BriefAmendments::at(p)) as Arc<dyn Amend>),
             },
-            isolate: false,
+            isolate: declared.isolate,
         },
         frontend,
     )
@@ -63,10 +64,14 @@ pub async fn run(
     let mut wf = Workflow::new(opts.name.clone(), declared.steps.clone())
         .with_channel(session.channel.clone());
     if declared.continuous {
-        wf = wf.continuous(LineageFile::new(
-            settings.run_dir.join(LINEAGE_FILE),
-            &settings.workspace,
-        ));
+        let lineage = LineageFile::new(settings.run_dir.join(LINEAGE_FILE), &settings.workspace);
+        let store = session.runtime().store().clone();
+        for text in super::recover::check_lineage(&lineage, store.as_ref(), CLARIFY_STEP) {
+            session
+                .frontend
+                .notice(&super::frontend::Notice::Recovered(text));
+        }
+        wf = wf.continuous(lineage);
     }
     let mut ctx = Ctx::default();
     if let Some(ask) = &declared.ask {

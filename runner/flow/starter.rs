@@ -96,6 +96,9 @@ pub struct Starter {
     pub instructions: String,
     /// The `coder` worker's system prompt.
     pub worker_prompt: String,
+    /// What workers of a killed run left, handed back to their branches (`--isolate`): told
+    /// to the coordinator with the work prompt, so it integrates or redoes it.
+    pub handed_back: Vec<String>,
 }
 
 impl Starter {
@@ -113,6 +116,7 @@ impl Starter {
             judge_can_run: opts.judge_can_run,
             instructions: String::new(),
             worker_prompt: WORKER_PROMPT.to_string(),
+            handed_back: Vec::new(),
         }
     }
 
@@ -173,25 +177,47 @@ impl Starter {
     /// what the human said on this wake, or "carry on".
     fn work_step(&self) -> Step {
         let (brief_path, goal_path) = (self.brief_path.clone(), self.goal_path.clone());
-        let fresh = Prompt::from_fn(move |ctx: &Ctx| work_prompt(ctx, &brief_path, &goal_path));
+        // Handed-back work of a killed run's workers comes with either prompt.
+        let handed = handed_back_block(&self.handed_back);
+        let fresh_handed = handed.clone();
+        let fresh = Prompt::from_fn(move |ctx: &Ctx| {
+            work_prompt(ctx, &brief_path, &goal_path) + &fresh_handed
+        });
         let said = self.said().map(str::to_string);
-        let resume = Prompt::from_fn(move |ctx: &Ctx| match &said {
-            None => WORK_RESUME.to_string(),
-            Some(s) => {
-                let mut out = format!(
-                    "人在唤醒时补充了一句(已追加进需求确认书):\n{s}\n\n接着上次的工作,把这句话也做进去。"
-                );
-                if let Some(g) = &ctx.goal {
-                    out.push_str(&format!(
-                        "目标已按它重新设定,之后照这份判定:\n\n{}",
-                        g.prompt_block()
-                    ));
-                }
-                out
-            }
+        let resume = Prompt::from_fn(move |ctx: &Ctx| {
+            let told = match &said {
+                None => WORK_RESUME.to_string(),
+                Some(s) => said_prompt(ctx, s),
+            };
+            told + &handed
         });
         Step::new(WORK_STEP, self.coordinator(), fresh).resume_prompt(resume)
     }
+}
+
+/// The handed-back paragraphs as one block after a work prompt (empty without any).
+fn handed_back_block(paras: &[String]) -> String {
+    if paras.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n\n上次运行被打断时,这些执行者的活没做完,它们留下的改动已提交在各自的分支上(没合入):\n\n{}",
+        paras.join("\n\n")
+    )
+}
+
+/// What the coordinator is told when the human said `s` on a wake.
+fn said_prompt(ctx: &Ctx, s: &str) -> String {
+    let mut out = format!(
+        "人在唤醒时补充了一句(已追加进需求确认书):\n{s}\n\n接着上次的工作,把这句话也做进去。"
+    );
+    if let Some(g) = &ctx.goal {
+        out.push_str(&format!(
+            "目标已按它重新设定,之后照这份判定:\n\n{}",
+            g.prompt_block()
+        ));
+    }
+    out
 }
 
 /// The fresh work prompt: the brief, and the goal when there is one.
@@ -237,6 +263,13 @@ pub async fn go(
     // interleave their transcripts (held until this function returns; the kernel drops it when
     // the process dies, even by SIGKILL).
     let _one_go = one_go(&settings.run_dir)?;
+    if opts.new {
+        // Starting over needs no old session: a damaged store goes aside instead of stopping
+        // every later start too.
+        if let Some(text) = super::recover::set_aside_damaged_store(&settings.run_dir)? {
+            frontend.notice(&Notice::Recovered(text));
+        }
+    }
     let (brief_path, _, log_path) = notes_paths(&opts.workbench);
     let session = Session::open(
         settings,
@@ -259,12 +292,27 @@ pub async fn go(
     } else {
         None
     };
+    let lineage = LineageFile::new(settings.run_dir.join(LINEAGE_FILE), &ws);
     // The archive moved brief, goal and lineage away: what is left is a fresh directory.
+    // Otherwise the lineage is checked against the store: a damaged file is rebuilt (and the
+    // probe asked again), sessions the store lacks are named.
     let wake = match archived {
         Some(_) => wake.archived(),
-        None => wake,
+        None => {
+            let said = super::recover::check_lineage(
+                &lineage,
+                session.runtime().store().as_ref(),
+                CLARIFY_STEP,
+            );
+            for text in &said {
+                session.frontend.notice(&Notice::Recovered(text.clone()));
+            }
+            match said.is_empty() {
+                true => wake,
+                false => super::wake::wake_state(&ws, &settings.run_dir, opts.isolate),
+            }
+        }
     };
-    let lineage = LineageFile::new(settings.run_dir.join(LINEAGE_FILE), &ws);
     let mut opts = opts;
     // The same command line again after a crash (up-arrow, Enter) is a wake, not a new request:
     // appending it would re-derive the goal and tell the coordinator what it already knows.
@@ -280,7 +328,8 @@ pub async fn go(
             tracing::warn!(error = %e, "lineage: the request is not recorded");
         }
     }
-    let starter = Starter::from_settings(&opts, wake.waking, &wake.workbench);
+    let mut starter = Starter::from_settings(&opts, wake.waking, &wake.workbench);
+    starter.handed_back = session.handed_back.clone();
     if let Some(dir) = archived {
         session.frontend.notice(&Notice::Archived(dir));
     }
@@ -296,12 +345,18 @@ pub async fn go(
             woke: u32::try_from(wake.woke + 1).unwrap_or(u32::MAX),
         }));
     }
-    if let Some(said) = starter.said() {
-        amend_brief(&starter.brief_path, said).map_err(|e| FlowError::Io {
-            what: format!("追加进 {} 失败", starter.brief_path.display()),
-            source: e,
-        })?;
-        session.frontend.notice(&Notice::Amended);
+    match starter.said() {
+        // Only the clarify step runs, and it is skipped on a complete brief: appending the
+        // request would change the brief behind the human's back and re-derive no goal.
+        Some(_) if starter.clarify_only => session.frontend.notice(&Notice::AlreadyClarified),
+        Some(said) => {
+            amend_brief(&starter.brief_path, said).map_err(|e| FlowError::Io {
+                what: format!("追加进 {} 失败", starter.brief_path.display()),
+                source: e,
+            })?;
+            session.frontend.notice(&Notice::Amended);
+        }
+        None => {}
     }
     let wf = starter
         .workflow(lineage)
@@ -357,6 +412,7 @@ mod tests {
             judge_can_run: false,
             instructions: String::new(),
             worker_prompt: WORKER_PROMPT.into(),
+            handed_back: Vec::new(),
         }
     }
 

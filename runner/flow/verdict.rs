@@ -13,6 +13,10 @@ use super::brief::{first_non_empty, list_items, split_sections};
 /// The reason given when the judge's text has no recognisable conclusion (seed 002).
 pub const DEFAULT_REASON: &str = "判定者没给出明确结论,按未达成处理";
 
+/// 理由 of a verdict whose judge stated a conclusion but no reason: never an empty reason on
+/// screen or in the next round's prompt.
+pub const NO_REASON: &str = "判定者没写理由(它看了什么,见 notes/判定记录.md)";
+
 /// The section names in order (seed 001).
 pub const SECTION_NAMES: [&str; 3] = ["结论", "理由", "未通过"];
 
@@ -133,6 +137,8 @@ impl Verdict {
             } else {
                 format!("{DEFAULT_REASON}\n{reason}")
             };
+        } else if reason.trim().is_empty() {
+            reason = NO_REASON.to_string();
         }
         Verdict {
             state: state.unwrap_or(VerdictState::NotYet),
@@ -262,6 +268,19 @@ mod tests {
         assert!(v.failed.is_empty());
         let v = Verdict::parse("**结论**: ACHIEVED\n**理由**: ok\n");
         assert_eq!(v.state, Achieved);
+    }
+
+    #[test]
+    fn a_conclusion_without_a_reason_gets_the_default_reason() {
+        for text in [
+            "## 结论\nUNREACHABLE\n",
+            "UNREACHABLE",
+            "## 结论\n无法达成\n## 理由\n\n",
+        ] {
+            let v = Verdict::parse(text);
+            assert_eq!(v.state, Unreachable, "{text:?}");
+            assert_eq!(v.reason, NO_REASON, "{text:?}");
+        }
     }
 
     #[test]

@@ -39,8 +39,9 @@ pub enum Completion {
     Stopped {
         /// The step.
         step: String,
-        /// The gate's [`super::StepAbort`] reason, when that is why.
-        aborted: Option<String>,
+        /// Why, for the human: the gate's [`super::StepAbort`] reason, else why the gate
+        /// rejected the last attempt, else the attempt's own error.
+        why: String,
     },
 }
 
@@ -99,18 +100,19 @@ impl Workflow {
                     continue;
                 }
             }
-            let passed = self.run_step(rt, ctx, step).await?;
+            let outcome = self.run_step(rt, ctx, step).await?;
             if let Some(wb) = rt.workbench() {
                 // The brief or goal may have just been frozen: the next agent's index shows it.
                 if let Err(e) = wb.refresh() {
                     tracing::warn!(error = %e, "workbench index refresh failed");
                 }
             }
-            if !passed && step.on_fail == OnFail::Stop {
+            ctx.passed.insert(step.name.clone(), outcome.is_ok());
+            if let (Err(why), OnFail::Stop) = (outcome, step.on_fail) {
                 ctx.failed_at = Some(step.name.clone());
                 return Ok(Completion::Stopped {
                     step: step.name.clone(),
-                    aborted: ctx.aborted.clone(),
+                    why,
                 });
             }
         }
@@ -139,14 +141,16 @@ impl Workflow {
         };
     }
 
-    /// Runs one step to acceptance or failure; returns whether it passed. Writes the outputs,
-    /// results, sessions and lineage.
+    /// Runs one step to acceptance or failure; `Err(why)` when it failed. Writes the outputs,
+    /// results, sessions and lineage. A step that fails because its gate rejected the last
+    /// attempt (the model itself finished) says so on screen at once and its manifest row
+    /// becomes `ok: false` with that reason: the books never call a rejected step done.
     async fn run_step(
         &self,
         rt: &Arc<Runtime>,
         ctx: &mut Ctx,
         step: &Step,
-    ) -> Result<bool, FlowError> {
+    ) -> Result<Result<(), String>, FlowError> {
         let (first_resume, continuing) = match &step.resume_from {
             Some(from) => match ctx.sessions.get(from) {
                 Some(sid) => (Some(sid.clone()), false),
@@ -189,6 +193,7 @@ impl Workflow {
             }
             let mut passed = result.ok;
             let mut aborted = false;
+            ctx.rejected = None;
             if passed {
                 if let Some(gate) = &step.gate {
                     let mut cx = GateCx {
@@ -215,13 +220,29 @@ impl Workflow {
                     None => result.text.clone(),
                 };
                 ctx.outputs.insert(step.name.clone(), out);
-                return Ok(true);
+                return Ok(Ok(()));
             }
             if aborted || attempt >= step.retries {
                 if step.on_fail == OnFail::Continue {
                     ctx.outputs.insert(step.name.clone(), result.text.clone());
                 }
-                return Ok(false);
+                let why = if aborted {
+                    ctx.aborted.clone().unwrap_or_default()
+                } else if !result.ok {
+                    // The attempt's own failure: its step line already showed the error.
+                    return Ok(Err(result
+                        .error
+                        .as_ref()
+                        .map(ToString::to_string)
+                        .unwrap_or_else(|| format!("步骤 '{}' 没跑完", step.name))));
+                } else {
+                    ctx.rejected
+                        .clone()
+                        .unwrap_or_else(|| format!("步骤 '{}' 的结果没被接受", step.name))
+                };
+                rt.mark_failed(&label, &why);
+                emit(rt, EventKind::Error { text: why.clone() });
+                return Ok(Err(why));
             }
             attempt += 1;
             let pushback = match (&step.on_reject, &result.session_id) {

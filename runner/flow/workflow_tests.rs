@@ -152,7 +152,7 @@ async fn when_reduce_and_the_three_on_fail_policies() {
         end,
         Completion::Stopped {
             step: "E".into(),
-            aborted: None
+            why: "步骤 'E' 的结果没被接受".into()
         }
     );
     assert_eq!(ctx.failed_at.as_deref(), Some("E"));
@@ -185,7 +185,7 @@ async fn step_abort_stops_at_once_without_spending_retries() {
         end,
         Completion::Stopped {
             step: "干活".into(),
-            aborted: Some("环境缺依赖,再跑几轮也一样".into())
+            why: "环境缺依赖,再跑几轮也一样".into()
         }
     );
     assert_eq!(Bench::steps(&rt), ["干活"]);
@@ -330,7 +330,11 @@ async fn not_yet_on_the_last_round_stops_the_step() {
         .run(&rt, &mut ctx)
         .await
         .unwrap();
-    assert!(matches!(end, Completion::Stopped { ref step, aborted: None } if step == "干活"));
+    let Completion::Stopped { step, why } = end else {
+        panic!("{end:?}")
+    };
+    assert_eq!(step, "干活");
+    assert!(why.starts_with("干活·判定#2 判定未达成:"), "{why}");
     assert_eq!(Bench::steps(&rt).len(), 4);
 }
 
@@ -350,11 +354,11 @@ async fn unreachable_without_a_human_aborts_and_keeps_the_goal() {
         .run(&rt, &mut ctx)
         .await
         .unwrap();
-    let Completion::Stopped { step, aborted } = end else {
+    let Completion::Stopped { step, why } = end else {
         panic!("{end:?}")
     };
     assert_eq!(step, "干活");
-    assert!(aborted.unwrap().contains("没人应答"));
+    assert!(why.contains("没人应答"));
     assert_eq!(Bench::steps(&rt), ["干活", "干活·判定#1"], "no more rounds");
     assert!(b.note("目标.md").exists());
 }

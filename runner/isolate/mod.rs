@@ -18,6 +18,7 @@
 
 pub mod adopt;
 mod fsafe;
+pub mod handback;
 pub mod integrate;
 pub mod placement;
 pub mod repo;

@@ -10,11 +10,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use super::adopt::{adopt, import_all, Adopted, Policy};
+use super::handback::{find_interrupted, HandedBack, Interrupted};
 use super::integrate::{commit_worktree, integrate, Integration};
 use super::repo::{open_workspace_repo, WorkspaceRepo};
 use super::seal::{seal, SealError};
 use super::state::WorkerState;
-use super::sweep::{sweep, SweepReport};
+use super::sweep::{sweep_except, SweepReport};
 use super::worktree::{add, drop_gitlinks, is_clean, is_merged, remove, worktrees_root};
 use super::IsolateError;
 use crate::agent::{PlaceError, Placement, WorkerPlace, WorkerSandbox};
@@ -84,6 +85,8 @@ pub struct WorktreePlacement {
     gate: tokio::sync::Mutex<()>,
     trees: Mutex<BTreeMap<String, Tree>>,
     warnings: Vec<String>,
+    /// Dead runs' worktrees whose work is still to be handed back.
+    interrupted: Mutex<Vec<Interrupted>>,
 }
 
 impl std::fmt::Debug for WorktreePlacement {
@@ -114,7 +117,9 @@ impl WorktreePlacement {
             .worktrees_root
             .unwrap_or_else(|| worktrees_root(&repo.workdir));
         let mut warnings = Vec::new();
-        match sweep(&repo.workspace) {
+        // Interrupted workers' worktrees wait for `hand_back` (it needs their containers).
+        let interrupted = find_interrupted(&repo);
+        match sweep_except(&repo.workspace, &super::handback::names(&interrupted)) {
             // Live runs' worktrees are their business: not worth a warning.
             Ok(SweepReport {
                 removed,
@@ -140,7 +145,32 @@ impl WorktreePlacement {
             gate: tokio::sync::Mutex::new(()),
             trees: Mutex::new(BTreeMap::new()),
             warnings,
+            interrupted: Mutex::new(interrupted),
         })
+    }
+
+    /// Hands back what workers of dead runs left in their worktrees (see
+    /// [`super::handback`]): committed in containers of `factory` with each worker's own
+    /// mounts (`masked` hidden), brought back to their branches, kept; once per placement.
+    pub async fn hand_back(
+        &self,
+        factory: &dyn crate::sandbox::SandboxFactory,
+        masked: &[PathBuf],
+    ) -> HandedBack {
+        let list: Vec<Interrupted> =
+            std::mem::take(&mut *self.interrupted.lock().unwrap_or_else(|e| e.into_inner()));
+        if list.is_empty() {
+            return HandedBack::default();
+        }
+        let _gate = self.gate.lock().await;
+        super::handback::hand_back(
+            &self.repo,
+            list,
+            |path, git| self.mounts(path, git),
+            factory,
+            masked,
+        )
+        .await
     }
 
     /// One-line warnings to show at the start of the run: uncommitted changes workers will not

@@ -45,6 +45,15 @@ pub struct SweepReport {
 /// # Errors
 /// The repository cannot be opened or listed.
 pub fn sweep(workspace: &Path) -> Result<SweepReport, IsolateError> {
+    sweep_except(workspace, &HashSet::new())
+}
+
+/// [`sweep`], leaving the worktrees named in `skip` (and their branches) alone: interrupted
+/// workers whose work is handed back first ([`super::handback`]).
+///
+/// # Errors
+/// As [`sweep`].
+pub fn sweep_except(workspace: &Path, skip: &HashSet<String>) -> Result<SweepReport, IsolateError> {
     let ws = match super::open_workspace_repo(workspace) {
         Ok(ws) => ws,
         Err(IsolateError::NotARepository(_) | IsolateError::Unborn(_) | IsolateError::Bare(_)) => {
@@ -69,6 +78,9 @@ pub fn sweep(workspace: &Path) -> Result<SweepReport, IsolateError> {
         let branch = checked_out_branch(&ws.commondir, name);
         if let Some(b) = &branch {
             in_worktrees.insert(b.clone());
+        }
+        if skip.contains(name) {
+            continue;
         }
         sweep_one(&ws, &repo, name, branch.as_deref(), &mut report);
     }
@@ -148,7 +160,8 @@ fn bring_back(ws: &WorkspaceRepo, st: &WorkerState, report: &mut SweepReport) ->
     }
 }
 
-fn sweep_one(
+/// Settles one registered worktree `name` (see the module rules); lines go to `report`.
+pub(super) fn sweep_one(
     ws: &WorkspaceRepo,
     repo: &Repository,
     name: &str,

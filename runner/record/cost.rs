@@ -12,8 +12,10 @@ pub struct Totals {
     pub cost: Cost,
     /// Summed turns.
     pub turns: u64,
-    /// Summed step durations, seconds.
+    /// Summed step durations, seconds (rows with `duration_s: null` make it a lower bound).
     pub duration_s: f64,
+    /// Some row's duration is unknown: `duration_s` is a lower bound.
+    pub duration_unknown: bool,
 }
 
 impl Totals {
@@ -23,7 +25,10 @@ impl Totals {
         for r in rows {
             t.cost.add(r.cost_usd);
             t.turns += r.num_turns;
-            t.duration_s += r.duration_s;
+            match r.duration_s {
+                Some(d) => t.duration_s += d,
+                None => t.duration_unknown = true,
+            }
         }
         t
     }
@@ -38,16 +43,22 @@ mod tests {
         let mut a = ManifestEntry::begin("a", "r");
         a.cost_usd = Some(1.0);
         a.num_turns = 3;
-        a.duration_s = 10.0;
+        a.duration_s = Some(10.0);
         let mut b = ManifestEntry::begin("b", "r");
         b.cost_usd = None;
         b.num_turns = 2;
-        b.duration_s = 5.5;
+        b.duration_s = Some(5.5);
         let t = Totals::of([&a, &b]);
         assert_eq!(t.turns, 5);
         assert_eq!(t.duration_s, 15.5);
+        assert!(!t.duration_unknown);
         assert_eq!(t.cost.exact(), None);
         assert_eq!(t.cost.to_string(), "≥ $1.0000");
         assert_eq!(Totals::of([&a]).cost.exact(), Some(1.0));
+        // A row cut off in flight (kill -9): its cost and duration are unknown.
+        let cut = ManifestEntry::begin("c", "r").in_flight();
+        let t = Totals::of([&a, &cut]);
+        assert_eq!(t.cost.to_string(), "≥ $1.0000");
+        assert!(t.duration_unknown);
     }
 }

@@ -46,6 +46,19 @@ impl Lineage {
     }
 }
 
+/// What [`LineageFile::health`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LineageHealth {
+    /// No file: a fresh directory (or one archived by `--new`).
+    Missing,
+    /// A lineage of this workspace.
+    Fine(Lineage),
+    /// A lineage of another workspace (the directory was copied): not this one's.
+    OtherWorkspace(String),
+    /// The file cannot be read or does not parse: why.
+    Damaged(String),
+}
+
 /// Reads and updates one `lineage.json` for one workspace.
 #[derive(Debug, Clone)]
 pub struct LineageFile {
@@ -76,6 +89,48 @@ impl LineageFile {
     /// The workspace as stored.
     pub fn workspace(&self) -> &str {
         &self.workspace
+    }
+
+    /// What the file holds, for a start that must tell a damaged file from a missing one.
+    /// Writes nothing.
+    pub fn health(&self) -> LineageHealth {
+        match own::read(&self.path, RECORD_CAP) {
+            Ok(None) => LineageHealth::Missing,
+            Err(e) => LineageHealth::Damaged(e.to_string()),
+            Ok(Some(bytes)) => match serde_json::from_slice::<Lineage>(&bytes) {
+                Ok(l) if l.workspace == self.workspace => LineageHealth::Fine(l),
+                Ok(l) => LineageHealth::OtherWorkspace(l.workspace),
+                Err(e) => LineageHealth::Damaged(e.to_string()),
+            },
+        }
+    }
+
+    /// Replaces a file that does not parse with `rebuilt`, under the lock, after moving it
+    /// aside; returns where the damaged file went. `Ok(None)` (nothing changed) when the file
+    /// parses by now (another process repaired it first) or is gone.
+    ///
+    /// # Errors
+    /// [`RecordError`] when the lock, the move or the write fails.
+    pub fn replace_damaged(&self, rebuilt: &Lineage) -> Result<Option<PathBuf>, RecordError> {
+        let _lock = FileLock::exclusive(&self.path)?;
+        match own::read(&self.path, RECORD_CAP) {
+            Ok(Some(bytes)) if serde_json::from_slice::<Lineage>(&bytes).is_ok() => {
+                return Ok(None)
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(RecordError::io(&self.path, e)),
+        }
+        let backup = move_aside(&self.path)?;
+        let mut lin = rebuilt.clone();
+        lin.workspace = self.workspace.clone();
+        let mut bytes = serde_json::to_vec_pretty(&lin).map_err(|e| RecordError::Json {
+            path: self.path.clone(),
+            reason: e.to_string(),
+        })?;
+        bytes.push(b'\n');
+        write_atomic(&self.path, &bytes)?;
+        Ok(Some(backup))
     }
 
     /// The lineage of this workspace; `None` when the file is missing, unreadable, does not

@@ -18,6 +18,10 @@ use std::sync::Mutex;
 /// The `error` of a step that was in flight when SIGTERM/SIGHUP arrived (seed 000).
 pub const KILLED_BY_SIGNAL: &str = "killed-by-signal";
 
+/// The `error` of a step whose process ended before the step did and could not say so
+/// (`kill -9`, a crash, power loss): the row as written while the step was in flight.
+pub const CUT_OFF: &str = "interrupted";
+
 /// One manifest row: every field of flower's `StepResult` plus `duration_s` and `run`, in the
 /// seed's order. Unknown values are `null`, never zero (DESIGN.md invariant 7).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -39,8 +43,8 @@ pub struct ManifestEntry {
     pub error: Option<String>,
     /// Start, in epoch seconds.
     pub started_at: f64,
-    /// End (or last update while in flight), in epoch seconds.
-    pub ended_at: f64,
+    /// End, in epoch seconds; `null` while in flight (a process cut off never ended it).
+    pub ended_at: Option<f64>,
     /// Attempts made; handoffs do not count, failed attempts do.
     pub attempts: u32,
     /// Failure reasons of every attempt (and `交接降级(…)` notes); never shown to the model.
@@ -51,8 +55,8 @@ pub struct ManifestEntry {
     pub retired: Vec<String>,
     /// Context size the main thread saw on its last turn, in tokens; `null` when unknown.
     pub context: Option<u64>,
-    /// `ended_at - started_at`, in seconds.
-    pub duration_s: f64,
+    /// `ended_at - started_at`, in seconds; `null` while `ended_at` is.
+    pub duration_s: Option<f64>,
     /// The writing process's run marker (`YYYYmmdd-HHMMSS-<6 hex>`).
     pub run: String,
 }
@@ -70,21 +74,33 @@ impl ManifestEntry {
             text: String::new(),
             error: None,
             started_at: t,
-            ended_at: t,
+            ended_at: Some(t),
             attempts: 0,
             errors: Vec::new(),
             resumed: false,
             retired: Vec::new(),
             context: None,
-            duration_s: 0.0,
+            duration_s: Some(0.0),
             run: run.into(),
         }
     }
 
     /// Sets `ended_at` and the matching `duration_s`.
     pub fn end_at(&mut self, ended_at: f64) {
-        self.ended_at = ended_at;
-        self.duration_s = ((ended_at - self.started_at).max(0.0) * 100.0).round() / 100.0;
+        self.ended_at = Some(ended_at);
+        self.duration_s = Some(((ended_at - self.started_at).max(0.0) * 100.0).round() / 100.0);
+    }
+
+    /// The row as it must read if the process dies before the step ends (DESIGN.md invariant
+    /// 7): not ok, error [`CUT_OFF`], and what only the end would know — cost, end,
+    /// duration — unknown (`null`), never zero.
+    pub fn in_flight(mut self) -> Self {
+        self.ok = false;
+        self.error = Some(CUT_OFF.to_string());
+        self.cost_usd = None;
+        self.ended_at = None;
+        self.duration_s = None;
+        self
     }
 
     /// Adds one call's cost: an unknown cost makes the step's cost unknown for good.
@@ -178,6 +194,24 @@ impl Manifest {
             Some(r) => *r = entry,
             None => rows.push(entry),
         }
+        self.write_locked(&rows)
+    }
+
+    /// Changes this process's row of `step` with `f` and writes the file; `Ok(None)` without
+    /// writing when there is no such row.
+    ///
+    /// # Errors
+    /// As [`Manifest::record`].
+    pub fn amend(
+        &self,
+        step: &str,
+        f: impl FnOnce(&mut ManifestEntry),
+    ) -> Result<Option<Recovered>, RecordError> {
+        let mut rows = self.rows.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(row) = rows.iter_mut().find(|r| r.step == step) else {
+            return Ok(None);
+        };
+        f(row);
         self.write_locked(&rows)
     }
 
@@ -331,6 +365,13 @@ mod tests {
         assert_eq!(v["cost_usd"], Value::Null);
         assert_eq!(v["context"], Value::Null);
         assert_eq!(v["duration_s"], json!(12.5));
+        // In flight: what only the end knows is unknown, and the error says it was cut off.
+        let flying = serde_json::to_value(entry("干活").in_flight()).unwrap();
+        assert_eq!(flying["ok"], false);
+        assert_eq!(flying["error"], "interrupted");
+        assert_eq!(flying["cost_usd"], Value::Null);
+        assert_eq!(flying["ended_at"], Value::Null);
+        assert_eq!(flying["duration_s"], Value::Null);
         let text = serde_json::to_string(&e).unwrap();
         assert!(
             text.starts_with(
@@ -385,6 +426,26 @@ mod tests {
                 && at("\"session_id\": null") < at("\"run\": \"20260101")
         );
         assert_eq!(read_manifest(&path).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn amend_changes_one_of_this_processs_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("manifest.json");
+        let m = Manifest::new(&path, "r");
+        let mut e = entry("确认需求");
+        e.ok = true;
+        m.record(e).unwrap();
+        m.amend("确认需求", |r| {
+            r.ok = false;
+            r.error = Some("需求确认书不完整,缺:边界".into());
+        })
+        .unwrap();
+        assert_eq!(m.amend("没有这步", |r| r.ok = true).unwrap(), None);
+        let rows = read_manifest(&path).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert!(!rows[0].ok);
+        assert_eq!(rows[0].error.as_deref(), Some("需求确认书不完整,缺:边界"));
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub mod steps;
 
 pub use cost::{Cost, Totals};
 pub use handoff::{context_window, handoff_threshold, window_for, Handoff};
-pub use lineage::{Lineage, LineageFile};
+pub use lineage::{Lineage, LineageFile, LineageHealth};
 pub use manifest::{Manifest, ManifestEntry, Recovered};
 
 /// Largest record file (`manifest.json`, `lineage.json`) read: a corrupt or hostile file the

@@ -336,6 +336,7 @@ impl Sandbox for HostSandbox {
         out.truncated = captured.truncated;
         out.total_bytes = captured.total_bytes;
         out.full_output = captured.full_output;
+        out.full_output_omitted = captured.full_output_omitted;
         Ok(out)
     }
 

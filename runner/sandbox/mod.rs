@@ -154,6 +154,9 @@ pub struct ExecOutput {
     pub total_bytes: u64,
     /// Where the full output went when truncated.
     pub full_output: Option<PathBuf>,
+    /// Bytes missing from `full_output` too (beyond [`output::FULL_OUTPUT_LIMIT`] it keeps
+    /// head and tail); 0 when it holds everything.
+    pub full_output_omitted: u64,
     /// Notes for the model (background child kept running, program not found in the image...).
     pub notes: Vec<String>,
 }

@@ -22,6 +22,10 @@ pub enum SessionError {
     /// SQLite failed.
     #[error("sessions.db: {0}")]
     Db(String),
+    /// The file is not an intact SQLite database (truncated, overwritten): SQLite's own
+    /// `SQLITE_CORRUPT` / `SQLITE_NOTADB`. No later open will succeed; it has to go aside.
+    #[error("sessions.db 坏了:{0}")]
+    Damaged(String),
     /// A stored row could not be decoded.
     #[error("sessions.db: corrupt row in session {session}: {reason}")]
     Corrupt {
@@ -157,4 +161,11 @@ pub trait SessionStore: Send + Sync {
     /// The last reported context size of the session, in tokens; `None` when none was
     /// reported (or the session is unknown).
     fn last_context(&self, session: &str) -> Result<Option<u64>, SessionError>;
+
+    /// Every session that belongs to a step (subagents' do not), in creation order, with its
+    /// metadata: what rebuilds a damaged `lineage.json`. A store that cannot list its
+    /// sessions says none.
+    fn step_sessions(&self) -> Result<Vec<(String, SessionMeta)>, SessionError> {
+        Ok(Vec::new())
+    }
 }

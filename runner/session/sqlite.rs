@@ -25,8 +25,51 @@ pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 impl From<rusqlite::Error> for SessionError {
     fn from(e: rusqlite::Error) -> Self {
-        SessionError::Db(e.to_string())
+        use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
+        match e.sqlite_error_code() {
+            Some(DatabaseCorrupt | NotADatabase) => SessionError::Damaged(e.to_string()),
+            _ => SessionError::Db(e.to_string()),
+        }
     }
+}
+
+/// Moves a damaged `sessions.db` (and its `-wal` / `-shm`) aside, next to it, as
+/// `sessions.db.corrupt-<time>` (never replacing a file there); returns where the database
+/// went. Never deletes.
+///
+/// # Errors
+/// [`SessionError::Io`] when a move fails.
+pub fn move_damaged_aside(path: &Path) -> Result<PathBuf, SessionError> {
+    let stamp = chrono::Local::now().format("%Y%m%d-%H%M%S");
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let with = |p: &Path, suffix: &str| {
+        let mut s = p.as_os_str().to_os_string();
+        s.push(suffix);
+        PathBuf::from(s)
+    };
+    let mut n = 1;
+    let backup = loop {
+        let candidate = match n {
+            1 => path.with_file_name(format!("{name}.corrupt-{stamp}")),
+            _ => path.with_file_name(format!("{name}.corrupt-{stamp}-{n}")),
+        };
+        match own::rename(path, &candidate, false) {
+            Ok(()) => break candidate,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => n += 1,
+            Err(e) => return Err(SessionError::Io(e)),
+        }
+    };
+    for suffix in ["-wal", "-shm"] {
+        match own::rename(&with(path, suffix), &with(&backup, suffix), false) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(SessionError::Io(e)),
+        }
+    }
+    Ok(backup)
 }
 
 /// The SQLite [`SessionStore`]. One connection behind a mutex: share it with `Arc` across the
@@ -354,6 +397,43 @@ impl SessionStore for SqliteSessionStore {
             Ok(())
         })?;
         Ok(id)
+    }
+
+    fn step_sessions(&self) -> Result<Vec<(String, SessionMeta)>, SessionError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(
+            "SELECT id, agent, role, step, parent, run FROM sessions
+             WHERE step IS NOT NULL ORDER BY rowid",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, Option<String>>(3)?,
+                r.get::<_, Option<String>>(4)?,
+                r.get::<_, String>(5)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, agent, role, step, parent, run) = row?;
+            // A row of a role this version does not know is not a step it can resume.
+            let Some(role) = Role::parse(&role) else {
+                continue;
+            };
+            out.push((
+                id,
+                SessionMeta {
+                    agent,
+                    role,
+                    step,
+                    parent,
+                    run,
+                },
+            ));
+        }
+        Ok(out)
     }
 
     fn meta(&self, session: &str) -> Result<Option<SessionMeta>, SessionError> {

@@ -44,6 +44,7 @@ pub fn describe_event(ev: &Event) -> Option<String> {
         }
         EventKind::Text { text } => format!("说:{text}"),
         EventKind::ToolCall { name, summary, .. } => {
+            let summary = summary.lines().collect::<Vec<_>>().join(" ; ");
             if summary.starts_with(name.as_str()) {
                 format!("调用 {summary}")
             } else {
@@ -76,6 +77,11 @@ pub fn describe_event(ev: &Event) -> Option<String> {
             path,
             ..
         } => format!("换代:上下文 {context_tokens} tokens,交接书 {path}"),
+        EventKind::Compacted {
+            context_tokens,
+            folded,
+            ..
+        } => format!("压缩:上下文 {context_tokens} tokens,较早的 {folded} 条消息换成摘要"),
         EventKind::Warning { text } => format!("警告:{text}"),
         EventKind::Error { text } => format!("错误:{text}"),
         EventKind::GoalUnverifiable { total, items, .. } => {

@@ -27,6 +27,11 @@ pub fn notice_lines(notice: &Notice, opts: &RenderOptions) -> Vec<String> {
         Notice::Amended => {
             vec!["+ 收到 (已追加进确认书;目标会按它重新设定,协调者这一轮直接收到它)".to_string()]
         }
+        Notice::AlreadyClarified => vec![
+            "- 需求已经确认过(notes/需求.md 四段齐全):--clarify-only 不改它,这句话没记进确认书。要按它重新确认就加 --new"
+                .to_string(),
+        ],
+        Notice::Recovered(text) => vec![crate::term::sanitize::sanitize(&format!("! {text}"))],
         Notice::Closing(c) => vec![
             String::new(),
             closing_line(c.cost_usd, c.all_known, c.any_known, &c.manifest, opts),

@@ -268,7 +268,7 @@ impl Activity {
                     .insert(id.clone());
                 if ToolName::Bash.is(name) {
                     let cmd = summary.strip_prefix("Bash:").unwrap_or(summary).trim();
-                    let cmd: String = cmd.chars().take(60).collect();
+                    let cmd: String = cmd.lines().next().unwrap_or("").chars().take(60).collect();
                     let s = self
                         .progress
                         .spinner_after(&format!("Bash {cmd}"), BASH_SPINNER_AFTER);

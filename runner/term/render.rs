@@ -165,7 +165,9 @@ pub fn text_lines(text: &str, opts: &RenderOptions) -> Vec<String> {
 /// The lines for one event (possibly none). See the module doc for what shows when.
 pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<String> {
     let sub = ev.depth > 0;
-    let pad = if sub { GUTTER } else { "  " };
+    // A subagent's lines name it: parallel workers' lines interleave.
+    let named = format!("{GUTTER}{} ", one_line(&ev.agent));
+    let pad = if sub { named.as_str() } else { "  " };
     match &ev.kind {
         EventKind::StepStart { step } => {
             let name = one_line(step);
@@ -204,15 +206,15 @@ pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<String> {
         }
         EventKind::Prompt { text } if opts.verbose => {
             let (first, rest) = if sub {
-                ("  | > ", "  |   ")
+                (format!("{pad}> "), "  |   ")
             } else {
-                ("  > ", "    ")
+                ("  > ".to_string(), "    ")
             };
-            block(Some(Style::Dim), text, first, rest, opts)
+            block(Some(Style::Dim), text, &first, rest, opts)
         }
         EventKind::Text { text } if !sub => text_lines(text, opts),
         EventKind::Text { text } if opts.verbose => {
-            block(Some(Style::Dim), text, GUTTER, GUTTER, opts)
+            block(Some(Style::Dim), text, pad, GUTTER, opts)
         }
         EventKind::Thinking { text } if !sub => {
             block(Some(Style::Cyan), text, "  ~ ", "    ", opts)
@@ -221,18 +223,32 @@ pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<String> {
         EventKind::ToolCall { name, .. } if ToolName::Agent.is(name) => Vec::new(),
         EventKind::ToolCall { name, summary, .. } => {
             let name = one_line(name);
-            let summary = one_line(summary);
-            let summary = summary
+            // One screen line per line of a multi-line command: flattened, `a || true` and
+            // `nohup b` would read as one command.
+            let mut lines = summary.lines().map(one_line).filter(|l| !l.is_empty());
+            let first = lines.next().unwrap_or_default();
+            let first = first
                 .strip_prefix(&format!("{name}:"))
                 .map(str::trim_start)
-                .unwrap_or(&summary)
+                .unwrap_or(&first)
                 .to_string();
             let head_style = if sub { Style::Dim } else { Style::Blue };
-            let mut segs = vec![(Some(head_style), format!("{pad}* {name}"))];
-            if !summary.is_empty() {
-                segs.push((Some(Style::Dim), format!(" {summary}")));
+            let head = format!("{pad}* {name}");
+            let mut segs = vec![(Some(head_style), head.clone())];
+            if !first.is_empty() {
+                segs.push((Some(Style::Dim), format!(" {first}")));
             }
-            vec![finish(segs, opts)]
+            let mut out = vec![finish(segs, opts)];
+            let hang = if sub {
+                format!(
+                    "{GUTTER}{}",
+                    " ".repeat(layout_width(&head) + 1 - layout_width(GUTTER))
+                )
+            } else {
+                " ".repeat(layout_width(&head) + 1)
+            };
+            out.extend(lines.map(|l| line(Some(Style::Dim), format!("{hang}{l}"), opts)));
+            out
         }
         EventKind::ToolResult {
             is_error: true,
@@ -316,6 +332,34 @@ pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<String> {
             degraded,
             sections,
         } => handoff(*context_tokens, *window, path, *degraded, sections, opts),
+        EventKind::Compacted {
+            context_tokens,
+            window,
+            folded,
+            kept,
+            degraded,
+        } => {
+            let mut out = vec![
+                String::new(),
+                line(
+                    Some(Style::BoldYellow),
+                    format!(
+                        "# 上下文 {}/{}K —— 换代关着,压缩:较早的 {folded} 条消息换成一段摘要,最近 {kept} 条原样留着",
+                        human_tokens(*context_tokens),
+                        window / 1000
+                    ),
+                    opts,
+                ),
+            ];
+            if *degraded {
+                out.push(line(
+                    Some(Style::Red),
+                    "  摘要没写成,用了机械整理的调用清单",
+                    opts,
+                ));
+            }
+            out
+        }
         EventKind::Warning { text } => block(Some(Style::Yellow), text, "  ! ", "    ", opts),
         EventKind::Error { text } => block(Some(Style::Red), text, "  x ", "    ", opts),
         EventKind::Inbox { text } => vec![finish(
@@ -567,21 +611,22 @@ impl Tally {
                     self.context_tokens = *context_tokens;
                 }
             }
-            EventKind::Handoff { .. } => self.context_tokens = 0,
+            EventKind::Handoff { .. } | EventKind::Compacted { .. } => self.context_tokens = 0,
             _ => {}
         }
     }
 
-    /// `  - 上下文 71.4K · 累计 $0.12 · 1:23` (`≥ $` when some cost is unknown; no context
-    /// part before the first model call).
+    /// `  - 上下文 71.4K · 累计 $0.1200 · 1:23` (`≥ $` when some cost is unknown; no context
+    /// part before the first model call). Four decimals, as the step line and the closing line
+    /// show cost: a `once` of $0.0015 must not say `累计 $0.00` under `$0.0015`.
     pub fn status_line(&self, run_time: Duration, opts: &RenderOptions) -> String {
         let mut bits = Vec::new();
         if self.context_tokens > 0 {
             bits.push(format!("上下文 {}", human_tokens(self.context_tokens)));
         }
         bits.push(match (self.cost_unknown, self.cost_known) {
-            (false, _) => format!("累计 ${:.2}", self.cost_usd),
-            (true, true) => format!("累计 ≥ ${:.2}", self.cost_usd),
+            (false, _) => format!("累计 ${:.4}", self.cost_usd),
+            (true, true) => format!("累计 ≥ ${:.4}", self.cost_usd),
             (true, false) => "累计 未知".to_string(),
         });
         bits.push(elapsed(run_time));

@@ -99,7 +99,10 @@ fn main_text_always_subagent_text_only_with_verbose() {
         vec!["  决定先写解析器"]
     );
     assert!(r(1, text("我在读文件"), &plain()).is_empty());
-    assert_eq!(r(1, text("我在读文件"), &verbose()), vec!["  | 我在读文件"]);
+    assert_eq!(
+        r(1, text("我在读文件"), &verbose()),
+        vec!["  | worker-1 我在读文件"]
+    );
     assert!(r(0, EventKind::TextDelta { text: "x".into() }, &verbose()).is_empty());
 }
 
@@ -119,7 +122,7 @@ fn prompt_events_only_with_verbose() {
     };
     assert!(r(0, p(), &plain()).is_empty());
     assert_eq!(r(0, p(), &verbose()), vec!["  > 任务书"]);
-    assert_eq!(r(1, p(), &verbose()), vec!["  | > 任务书"]);
+    assert_eq!(r(1, p(), &verbose()), vec!["  | worker-1 > 任务书"]);
 }
 
 #[test]
@@ -135,11 +138,30 @@ fn tool_calls_show_at_every_depth_with_the_gutter() {
     );
     assert_eq!(
         r(1, call("Read", "src/main.rs"), &plain()),
-        vec!["  | * Read src/main.rs"]
+        vec!["  | worker-1 * Read src/main.rs"]
     );
     assert_eq!(
         r(1, call("TodoWrite", ""), &plain()),
-        vec!["  | * TodoWrite"]
+        vec!["  | worker-1 * TodoWrite"]
+    );
+    // A multi-line command keeps its lines (issue 20: `pkill -x httpd || true nohup …`).
+    assert_eq!(
+        r(
+            1,
+            call(
+                "Bash",
+                "Bash: pkill -x httpd || true\nnohup ./httpd > log 2>&1 &"
+            ),
+            &plain()
+        ),
+        vec![
+            "  | worker-1 * Bash pkill -x httpd || true",
+            "  |                 nohup ./httpd > log 2>&1 &"
+        ]
+    );
+    assert_eq!(
+        r(0, call("Bash", "Bash: make\n./app"), &plain()),
+        vec!["  * Bash make", "         ./app"]
     );
     assert!(r(0, call("Agent", "worker"), &plain()).is_empty());
 }
@@ -156,10 +178,13 @@ fn tool_results_errors_always_others_with_verbose() {
         r(0, res(true, "没有这个文件"), &plain()),
         vec!["  x 没有这个文件"]
     );
-    assert_eq!(r(1, res(true, "exit 2"), &plain()), vec!["  | x exit 2"]);
+    assert_eq!(
+        r(1, res(true, "exit 2"), &plain()),
+        vec!["  | worker-1 x exit 2"]
+    );
     assert!(r(0, res(false, "ok"), &plain()).is_empty());
     assert_eq!(r(0, res(false, "ok"), &verbose()), vec!["  ok"]);
-    assert_eq!(r(1, res(false, "ok"), &verbose()), vec!["  | ok"]);
+    assert_eq!(r(1, res(false, "ok"), &verbose()), vec!["  | worker-1 ok"]);
     let long = "a ".repeat(400);
     let shown: usize = r(0, res(true, &long), &plain())
         .iter()
@@ -400,7 +425,7 @@ fn the_status_line_says_unknown_when_no_cost_is_known() {
     assert!(line.contains("累计 未知"), "{line}");
     t.observe(&usage(Some(0.25)));
     let line = t.status_line(Duration::from_secs(5), &plain());
-    assert!(line.contains("累计 ≥ $0.25"), "{line}");
+    assert!(line.contains("累计 ≥ $0.2500"), "{line}");
 }
 
 #[test]
@@ -585,13 +610,21 @@ fn tally_and_status_line() {
     );
     assert_eq!(
         t.status_line(Duration::from_secs(83), &plain()),
-        "  - 上下文 71.4K · 累计 $0.12 · 1:23"
+        "  - 上下文 71.4K · 累计 $0.1200 · 1:23"
     );
     t.observe(&usage(0, None, 80_000));
     t.observe(&ev(0, handoff_event(false)));
     assert_eq!(
         t.status_line(Duration::from_secs(3723), &plain()),
-        "  - 累计 ≥ $0.12 · 1:02:03"
+        "  - 累计 ≥ $0.1200 · 1:02:03"
+    );
+    // The once of issue 20: the step line said $0.0015, the status line $0.00.
+    let mut t = Tally::default();
+    t.observe(&usage(0, Some(0.0015), 900));
+    let status = t.status_line(Duration::from_secs(2), &plain());
+    assert!(
+        status.contains(&format!("累计 {}", dollars(Some(0.0015)))),
+        "{status}"
     );
 }
 

@@ -102,6 +102,15 @@ impl Project {
         finish(child)
     }
 
+    /// [`Project::run`] with `--sandbox SANDBOX`, whatever `FLOWERBOX_TEST_SANDBOX` says.
+    pub fn run_in(&self, sandbox: &str, model: &ScriptedModel, args: &[&str]) -> Ran {
+        let child = self
+            .command_in(sandbox, model, args)
+            .spawn()
+            .expect("spawn flowerbox");
+        finish(child)
+    }
+
     /// `<ws>/.flower/notes/<file>`.
     pub fn note(&self, file: &str) -> PathBuf {
         self.ws.join(".flower/notes").join(file)

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 use super::{parse_input, Tool, ToolContext, ToolError};
+use crate::agent::spill::SPILL_PREVIEW;
 use crate::model::ToolName;
 use crate::sandbox::{ExecOutput, ExecRequest};
 
@@ -26,8 +27,8 @@ struct Args {
     run_in_background: bool,
 }
 
-/// Formats an [`ExecOutput`] for the model; returns (text, success).
-pub(crate) fn format_output(o: &ExecOutput) -> (String, bool) {
+/// Formats an [`ExecOutput`] for the model, as `Bash` returns it; returns (text, success).
+pub fn format_output(o: &ExecOutput) -> (String, bool) {
     let mut out = String::new();
     out.push_str(o.stdout.trim_end_matches('\n'));
     if !o.stderr.trim().is_empty() {
@@ -50,11 +51,18 @@ pub(crate) fn format_output(o: &ExecOutput) -> (String, bool) {
     }
     if o.truncated {
         match &o.full_output {
-            Some(p) => tail.push(format!(
-                "[输出共 {} 字节,中间省略;全文在 {}]",
-                o.total_bytes,
-                p.display()
-            )),
+            // The spill file holds the most: the model is pointed there (with the start and
+            // the end of the output), not at a second spill of the capped text.
+            Some(p) => {
+                out = spilled_output(&out, o.total_bytes, p);
+                if o.full_output_omitted > 0 {
+                    tail.push(format!(
+                        "[落盘文件也有上限({} MiB):只留了开头和结尾,中间 {} 字节没留下;要全部就把输出重定向到文件再分段看]",
+                        crate::sandbox::output::FULL_OUTPUT_LIMIT / 1024 / 1024,
+                        o.full_output_omitted
+                    ));
+                }
+            }
             None => tail.push(format!("[输出共 {} 字节,中间省略]", o.total_bytes)),
         }
     }
@@ -71,6 +79,83 @@ pub(crate) fn format_output(o: &ExecOutput) -> (String, bool) {
         out.push_str("(没有输出)");
     }
     (out, o.success())
+}
+
+/// The result text of an output too long for the context whose full text is in `file`: one
+/// pointer line, the first [`SPILL_PREVIEW`] characters and the last `2 × SPILL_PREVIEW`
+/// (where a failing command prints why). Short enough never to be spilled again.
+fn spilled_output(text: &str, total_bytes: u64, file: &std::path::Path) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let head: String = chars.iter().take(SPILL_PREVIEW).collect();
+    let end_from = chars
+        .len()
+        .saturating_sub(2 * SPILL_PREVIEW)
+        .max(SPILL_PREVIEW.min(chars.len()));
+    let end: String = chars[end_from..].iter().collect();
+    format!(
+        "[输出共 {total_bytes} 字节,太长不放进上下文;全文落盘在 {}:用 Read(offset/limit)或 Bash 的 grep、tail、sed -n 读它]\n{head}\n…\n{end}",
+        file.display()
+    )
+}
+
+/// Most words of a failed command looked at for a CRLF script.
+const CRLF_CANDIDATES: usize = 16;
+
+/// For a command that exited 126 or 127: a hint for every file it names (through the agent's
+/// own view, as the file tools read) whose first line ends in `\r`. A script saved with
+/// Windows line endings fails with "bad interpreter" or "required file not found" for its
+/// `#!…\r` line, and every line of it run by a shell ends in a stray `\r`; the messages never
+/// say so. Decided on the file's bytes, never on the error text.
+async fn crlf_hints(ctx: &ToolContext, command: &str) -> Vec<String> {
+    let words = command
+        .split(|c: char| c.is_whitespace() || ";|&()<>`".contains(c))
+        .map(|w| w.trim_matches(['"', '\'']))
+        .filter(|w| !w.is_empty() && !w.starts_with('-') && !w.contains(['=', '$', '*', '?']));
+    let mut hints = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for word in words.take(CRLF_CANDIDATES) {
+        if !seen.insert(word.to_string()) {
+            continue;
+        }
+        let head = super::fsio::with(ctx, word, crate::agent::confine::Access::Read, false, |r| {
+            use std::io::Read as _;
+            let mut buf = vec![0u8; 512];
+            let n = r
+                .open_file()?
+                .read(&mut buf)
+                .map_err(crate::fsroot::FsError::Io)?;
+            buf.truncate(n);
+            Ok(buf)
+        })
+        .await;
+        let Ok((path, head)) = head else { continue };
+        if let Some(hint) = crlf_hint(&path, &head) {
+            hints.push(hint);
+        }
+    }
+    hints
+}
+
+/// The hint for a file starting with `head`, when its first line ends in `\r`.
+fn crlf_hint(path: &std::path::Path, head: &[u8]) -> Option<String> {
+    let first = &head[..head.iter().position(|&b| b == b'\n')?];
+    if first.last() != Some(&b'\r') {
+        return None;
+    }
+    let fix = format!("sed -i 's/\\r$//' {}", path.display());
+    Some(if first.starts_with(b"#!") {
+        let interpreter = String::from_utf8_lossy(&first[2..first.len() - 1]);
+        format!(
+            "[{} 的行尾是 CRLF(Windows 换行):#! 那一行末尾多了一个 \\r,系统去找名叫 \"{}\\r\" 的解释器,所以找不到。改成 LF 再跑:{fix}(或 dos2unix)]",
+            path.display(),
+            interpreter.trim()
+        )
+    } else {
+        format!(
+            "[{} 的行尾是 CRLF(Windows 换行):shell 把每行末尾的 \\r 当成命令的一部分。改成 LF 再跑:{fix}(或 dos2unix)]",
+            path.display()
+        )
+    })
 }
 
 #[async_trait]
@@ -116,6 +201,7 @@ impl Tool for BashTool {
             .unwrap_or(ctx.limits.bash_default_timeout)
             .min(ctx.limits.bash_max_timeout);
         let sandbox = ctx.sandbox().await?;
+        let command = a.command.clone();
         let req = ExecRequest {
             command: a.command,
             cwd: ctx.confine.workdir().to_path_buf(),
@@ -132,7 +218,13 @@ impl Tool for BashTool {
         if out.interrupted {
             return Err(ToolError::Interrupted);
         }
-        let (text, ok) = format_output(&out);
+        let (mut text, ok) = format_output(&out);
+        if matches!(out.exit_code, Some(126 | 127)) {
+            for hint in crlf_hints(ctx, &command).await {
+                text.push('\n');
+                text.push_str(&hint);
+            }
+        }
         if ok {
             Ok(text)
         } else {
@@ -144,6 +236,7 @@ impl Tool for BashTool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::spill::SPILL_THRESHOLD;
 
     #[test]
     fn formats_failures_and_notes() {
@@ -171,5 +264,108 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(format_output(&o).0, "(没有输出)");
+    }
+
+    #[test]
+    fn crlf_hints_name_the_file_and_the_fix() {
+        let p = std::path::Path::new("/ws/run.sh");
+        let hint = crlf_hint(p, b"#!/bin/bash\r\necho hi\r\n").unwrap();
+        assert!(hint.contains("/ws/run.sh 的行尾是 CRLF"), "{hint}");
+        assert!(hint.contains("\"/bin/bash\\r\""), "{hint}");
+        assert!(hint.contains("sed -i 's/\\r$//' /ws/run.sh"), "{hint}");
+        let plain = crlf_hint(p, b"echo hi\r\n").unwrap();
+        assert!(plain.contains("shell 把每行末尾的 \\r"), "{plain}");
+        assert_eq!(crlf_hint(p, b"#!/bin/bash\necho hi\r\n"), None);
+        assert_eq!(crlf_hint(p, b"#!/bin/bash"), None, "no complete first line");
+    }
+
+    #[tokio::test]
+    async fn a_crlf_script_that_cannot_start_gets_the_hint() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        std::fs::write(ws.join("run.sh"), "#!/bin/sh\r\necho hi\r\n").unwrap();
+        std::fs::write(ws.join("ok.sh"), "#!/bin/sh\necho fine\n").unwrap();
+        for f in ["run.sh", "ok.sh"] {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(ws.join(f), std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let abox = crate::sandbox::AgentBox {
+            agent: "worker-1".into(),
+            role: crate::model::Role::Worker,
+            mounts: vec![crate::sandbox::Mount::same(ws.clone(), false)],
+            masked: Vec::new(),
+            workdir: ws.clone(),
+        };
+        let ctx = ToolContext::new(
+            "worker-1".into(),
+            crate::model::Role::Worker,
+            0,
+            abox,
+            Some(std::sync::Arc::new(
+                crate::sandbox::host::HostSandboxFactory::new(),
+            )),
+            None,
+            std::sync::Arc::new(crate::channel::Absent),
+            tokio_util::sync::CancellationToken::new(),
+            None,
+            super::super::ToolLimits::default(),
+        );
+        let err = BashTool
+            .call(&json!({"command": "./ok.sh && ./run.sh"}), &ctx)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("[退出码 12"), "{err}");
+        assert!(
+            err.contains(&format!("[{} 的行尾是 CRLF", ws.join("run.sh").display())),
+            "{err}"
+        );
+        assert!(!err.contains("ok.sh 的行尾"), "{err}");
+        // Another failure gets no hint.
+        let err = BashTool
+            .call(&json!({"command": "./ok.sh; exit 127"}), &ctx)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("CRLF"), "{err}");
+    }
+
+    #[test]
+    fn a_truncated_output_points_at_its_full_output_file_and_says_when_that_is_capped() {
+        let head = "BEGIN".to_string() + &"x".repeat(15_000);
+        let end = "y".repeat(15_000) + "error: the real cause";
+        let mut o = ExecOutput {
+            stdout: format!("{head}\n… [170000000 bytes omitted] …\n{end}"),
+            exit_code: Some(2),
+            truncated: true,
+            total_bytes: 200_000_000,
+            full_output: Some("/wb/spill/0123456789abcdef.txt".into()),
+            ..Default::default()
+        };
+        let (text, ok) = format_output(&o);
+        assert!(!ok);
+        assert!(
+            text.starts_with(
+                "[输出共 200000000 字节,太长不放进上下文;全文落盘在 /wb/spill/0123456789abcdef.txt"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("BEGIN") && text.contains("error: the real cause"),
+            "{text}"
+        );
+        assert!(text.ends_with("[退出码 2]"), "{text}");
+        assert!(
+            text.chars().count() < SPILL_THRESHOLD,
+            "never spilled a second time"
+        );
+        assert!(!text.contains("上限"), "{text}");
+        o.full_output_omitted = 133_000_000;
+        let (text, _) = format_output(&o);
+        assert!(
+            text.contains("[落盘文件也有上限(64 MiB):只留了开头和结尾,中间 133000000 字节没留下"),
+            "{text}"
+        );
+        assert!(text.chars().count() < SPILL_THRESHOLD);
     }
 }

@@ -30,6 +30,7 @@ use crate::model::{Role, ToolDef};
 use crate::sandbox::{AgentBox, Sandbox, SandboxFactory};
 
 pub use agent_tool::{DispatchRequest, Dispatcher};
+pub use bash::format_output as format_bash_output;
 
 /// Why a tool call failed. Every variant becomes an error `tool_result` the model can read.
 #[derive(Debug, Error, PartialEq)]

@@ -501,6 +501,7 @@ impl DockerSandbox {
         result.truncated = captured.truncated;
         result.total_bytes = captured.total_bytes;
         result.full_output = captured.full_output;
+        result.full_output_omitted = captured.full_output_omitted;
         result.notes = notes;
         Ok(result)
     }

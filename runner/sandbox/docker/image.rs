@@ -14,13 +14,13 @@ use bollard::query_parameters::{BuildImageOptions, CreateImageOptions};
 use bollard::{body_full, body_try_stream};
 use bytes::Bytes;
 use futures::StreamExt;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
+use super::build_progress::BuildProgress;
 use super::engine::{status_code, Engine};
 use crate::sandbox::SandboxError;
 
@@ -95,7 +95,8 @@ pub async fn image_exists(engine: &Engine, name: &str) -> Result<bool, SandboxEr
 
 /// Makes sure the image to run exists and returns it: `requested` (`--image` /
 /// `FLOWERBOX_IMAGE`) must exist already; otherwise [`default_image`] is built when missing,
-/// with a spinner on stderr when `progress` is true.
+/// with its progress on stderr when `progress` is true (a spinner on a terminal, plain lines
+/// otherwise).
 ///
 /// Errors: [`SandboxError::Image`] naming what is missing and how to get it.
 pub async fn ensure_image(
@@ -129,11 +130,11 @@ pub async fn ensure_image(
         return Ok(nothing(image)); // another process built it while we waited
     }
     let started = Instant::now();
-    let bar = spinner(progress);
+    let bar = BuildProgress::stderr(progress);
     let (base, base_built) = ensure_base(engine, &bar).await?;
     build_agent(engine, &image, &base, &bar).await?;
     let elapsed = started.elapsed();
-    bar.finish_with_message(format!(
+    bar.finish(format!(
         "agent image {image} ready ({:.0} s)",
         elapsed.as_secs_f64()
     ));
@@ -143,20 +144,6 @@ pub async fn ensure_image(
         base_built,
         elapsed,
     })
-}
-
-fn spinner(visible: bool) -> ProgressBar {
-    let target = if visible {
-        ProgressDrawTarget::stderr()
-    } else {
-        ProgressDrawTarget::hidden()
-    };
-    let bar = ProgressBar::with_draw_target(None, target);
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}").expect("valid template"),
-    );
-    bar.enable_steady_tick(Duration::from_millis(120));
-    bar
 }
 
 /// An exclusive lock on a file in the temporary directory, held while building.
@@ -179,7 +166,7 @@ impl BuildLock {
     }
 }
 
-async fn ensure_base(engine: &Engine, bar: &ProgressBar) -> Result<(String, bool), SandboxError> {
+async fn ensure_base(engine: &Engine, bar: &BuildProgress) -> Result<(String, bool), SandboxError> {
     let base = base_image();
     if image_exists(engine, &base).await? {
         return Ok((base, false));
@@ -192,7 +179,7 @@ async fn ensure_base(engine: &Engine, bar: &ProgressBar) -> Result<(String, bool
 }
 
 /// Runs the compiled-in `build-base.sh` (as root, or through `sudo -n`) and imports the rootfs.
-async fn build_base(engine: &Engine, base: &str, bar: &ProgressBar) -> Result<(), SandboxError> {
+async fn build_base(engine: &Engine, base: &str, bar: &BuildProgress) -> Result<(), SandboxError> {
     let dir = tempfile::Builder::new()
         .prefix("flowerbox-base-")
         .tempdir_in(std::env::temp_dir())?;
@@ -222,7 +209,7 @@ async fn build_base(engine: &Engine, base: &str, bar: &ProgressBar) -> Result<()
         c.args(["-n", "bash"]);
         c
     };
-    bar.set_message(format!(
+    bar.stage(format!(
         "building base image {base} with debootstrap (about a minute)"
     ));
     let mut child = cmd
@@ -241,7 +228,7 @@ async fn build_base(engine: &Engine, base: &str, bar: &ProgressBar) -> Result<()
         tokio_stream_lines(err).boxed(),
     );
     while let Some(line) = lines.next().await {
-        bar.set_message(format!(
+        bar.detail(format!(
             "base image: {}",
             line.chars().take(100).collect::<String>()
         ));
@@ -257,7 +244,7 @@ async fn build_base(engine: &Engine, base: &str, bar: &ProgressBar) -> Result<()
             Vec::from(last).join("\n")
         )));
     }
-    bar.set_message(format!("importing base image {base}"));
+    bar.stage(format!("importing base image {base}"));
     let (repo, tag) = base.split_once(':').unwrap_or((base, "latest"));
     let options = CreateImageOptions {
         from_src: Some("-".into()),
@@ -312,9 +299,9 @@ async fn build_agent(
     engine: &Engine,
     image: &str,
     base: &str,
-    bar: &ProgressBar,
+    bar: &BuildProgress,
 ) -> Result<(), SandboxError> {
-    bar.set_message(format!("building agent image {image} from {base}"));
+    bar.stage(format!("building agent image {image} from {base}"));
     let mut labels = HashMap::new();
     labels.insert("flowerbox.image".to_string(), hash_files(&[]));
     let options = BuildImageOptions {
@@ -340,7 +327,7 @@ async fn build_agent(
                     .map(str::trim)
                     .filter(|t| !t.is_empty())
                 {
-                    bar.set_message(format!(
+                    bar.detail(format!(
                         "agent image: {}",
                         text.chars().take(100).collect::<String>()
                     ));

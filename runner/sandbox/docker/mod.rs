@@ -10,6 +10,7 @@
 //! what is left).
 
 pub mod backend;
+mod build_progress;
 pub mod checks;
 pub mod container;
 pub mod engine;

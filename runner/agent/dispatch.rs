@@ -1,0 +1,205 @@
+//! The `Agent` tool's dispatcher: runs a worker (subagent) one level down, in its place (its own
+//! worktree with `--isolate`), and reports what it did and how its work was integrated.
+
+use async_trait::async_trait;
+use std::sync::{Arc, Mutex};
+
+use super::event::EventKind;
+use super::place::WorkerSandbox;
+use super::result::{Meter, StepError};
+use super::roles;
+use super::runtime::Runtime;
+use super::session_loop::{AgentRun, LoopEnd};
+use super::spec::{AgentSpec, WorkerDef};
+use super::tools::{DispatchRequest, Dispatcher, ToolContext, ToolError};
+use crate::model::price::Cost;
+use crate::sandbox::AgentBox;
+use crate::session::SessionMeta;
+
+/// The workers an agent may dispatch; a general worker when none are declared.
+pub(crate) fn workers_of(spec: &AgentSpec) -> Vec<WorkerDef> {
+    if spec.workers.is_empty() {
+        vec![roles::worker(
+            "worker",
+            "通用执行者:写代码、跑命令、做验证",
+            "你负责实现。每改一处就跑一次验证,别攒到最后。",
+        )]
+    } else {
+        spec.workers.clone()
+    }
+}
+
+/// Runs workers for one agent's `Agent` tool.
+pub(crate) struct SubDispatch {
+    /// The runtime the workers run on.
+    pub(crate) rt: Arc<Runtime>,
+    /// The workers it may dispatch.
+    pub(crate) workers: Vec<WorkerDef>,
+    /// The dispatching agent's session (the workers' sessions' parent).
+    pub(crate) parent_session: String,
+    /// The dispatching agent.
+    pub(crate) parent_agent: String,
+    /// Its depth.
+    pub(crate) parent_depth: u32,
+    /// Its role.
+    pub(crate) parent_role: crate::model::Role,
+    /// What its workers spent, added to its own.
+    pub(crate) children: Arc<Mutex<Cost>>,
+    /// The step's running total.
+    pub(crate) meter: Option<Arc<Meter>>,
+}
+
+impl SubDispatch {
+    fn place_note(&self, place: &super::place::WorkerPlace) -> String {
+        place_note_for(&self.rt, place)
+    }
+}
+
+/// Where a worker is, for the head of its first message: its working directory (its own
+/// worktree and branch with `--isolate`, and where that branch goes), the main workspace and
+/// the workbench. Kept out of the system prompt, which stays the same for every worker.
+pub(crate) fn place_note_for(rt: &Runtime, place: &super::place::WorkerPlace) -> String {
+    {
+        let ws = rt.config.workspace.display();
+        let mut lines = vec!["你的位置:".to_string()];
+        match &place.branch {
+            Some(branch) => {
+                lines.push(format!(
+                    "- 工作目录(Bash 的起点):{},这是你自己的 git worktree,分支 {branch}。",
+                    place.workdir.display()
+                ));
+                lines.push(format!(
+                    "- 只在这个 worktree 里改文件。你结束时,runner 把这里的改动提交到分支 {branch},\
+                     再合并进主工作区 {ws} 当前的分支;主工作区本身你改不了。"
+                ));
+            }
+            None => lines.push(format!(
+                "- 工作目录(Bash 的起点):{},即主工作区,其他执行者也在这里改文件。",
+                place.workdir.display()
+            )),
+        }
+        if let Some(note) = &place.note {
+            lines.push(format!("- {note}"));
+        }
+        if let Some(wb) = &rt.workbench {
+            lines.push(format!(
+                "- 工作台:{}(scripts/ 放脚本,artifacts/ 放长产出,notes/ 放记录;所有 agent 共享)。",
+                wb.root().display()
+            ));
+        }
+        lines.join("\n")
+    }
+}
+
+#[async_trait]
+impl Dispatcher for SubDispatch {
+    async fn dispatch(
+        &self,
+        _parent: &ToolContext,
+        req: DispatchRequest,
+    ) -> Result<String, ToolError> {
+        let def = match &req.subagent_type {
+            Some(k) => self.workers.iter().find(|w| &w.kind == k).ok_or_else(|| {
+                ToolError::Failed(format!(
+                    "没有叫 {k} 的执行者;可用:{}",
+                    self.workers
+                        .iter()
+                        .map(|w| w.kind.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?,
+            None => &self.workers[0],
+        };
+        let agent = self.rt.instance_name(def.spec.role);
+        let place = self
+            .rt
+            .placement
+            .prepare(&agent)
+            .await
+            .map_err(|e| ToolError::Failed(e.to_string()))?;
+        self.rt.emit(
+            &self.parent_agent,
+            self.parent_role,
+            self.parent_depth,
+            EventKind::Dispatch {
+                child: agent.clone(),
+                description: req.description.clone(),
+            },
+        );
+        let meta = SessionMeta {
+            agent: agent.clone(),
+            role: def.spec.role,
+            step: None,
+            parent: Some(self.parent_session.clone()),
+            run: self.rt.config.run_id.clone(),
+        };
+        let session = self
+            .rt
+            .store
+            .create(&meta)
+            .map_err(|e| ToolError::Failed(StepError::Store(e.to_string()).to_string()))?;
+        let abox = AgentBox {
+            agent: agent.clone(),
+            role: def.spec.role,
+            mounts: place.mounts.clone(),
+            masked: self.rt.config.masked.clone(),
+            workdir: place.workdir.clone(),
+        };
+        self.rt.note_agent(&agent);
+        let mut run = AgentRun::new(
+            self.rt.clone(),
+            def.spec.clone(),
+            agent.clone(),
+            self.parent_depth + 1,
+            session,
+            Vec::new(),
+            abox.clone(),
+        )
+        .with_meter(self.meter.clone());
+        let prompt = format!("{}\n\n---\n\n{}", self.place_note(&place), req.prompt);
+        let end = run.turn(&prompt).await;
+        *self.children.lock().unwrap_or_else(|e| e.into_inner()) += run.spend();
+        let ok = end == LoopEnd::Done;
+        let sandbox = WorkerSandbox {
+            factory: self.rt.sandboxes.as_ref(),
+            spec: &abox,
+        };
+        let integration = self
+            .rt
+            .placement
+            .finish(&agent, &place, ok, Some(sandbox))
+            .await;
+        let mut text = match &end {
+            LoopEnd::Done => run.final_text(),
+            LoopEnd::Interrupted => {
+                return Err(ToolError::Failed(format!(
+                    "执行者 {agent} 被打断了,半成品没有回报"
+                )))
+            }
+            LoopEnd::HandoffDue { .. } | LoopEnd::CompactDue => {
+                return Err(ToolError::Failed(format!(
+                    "执行者 {agent} 的上下文满了,没做完:{}",
+                    run.final_text()
+                )))
+            }
+            LoopEnd::Failed { error, .. } => format!(
+                "执行者 {agent} 没做完:{error}\n它最后说:{}",
+                run.final_text()
+            ),
+            LoopEnd::Stopped(error) => format!(
+                "执行者 {agent} 没做完:{error}\n它最后说:{}",
+                run.final_text()
+            ),
+        };
+        if let Some(i) = integration {
+            text.push_str("\n\n");
+            text.push_str(&i);
+        }
+        if ok {
+            Ok(format!("[{agent}]\n{text}"))
+        } else {
+            Err(ToolError::Failed(text))
+        }
+    }
+}

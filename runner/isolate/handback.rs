@@ -1,0 +1,281 @@
+//! Interrupted work is handed back (issue 20): a run killed while a worker was busy (`kill -9`,
+//! a crash) never ran that worker's `finish`, so what it wrote sits uncommitted in its
+//! worktree. The next `--isolate` run, before anything else of the repository is swept:
+//!
+//! 1. finds every flowerbox worktree still locked by a dead owner whose directory and worker
+//!    state exist ([`find_interrupted`]);
+//! 2. commits what it left **inside a container** with that worker's own mounts (its worktree,
+//!    the repository's `.git` read-only but for its own parts), exactly as a finishing worker's
+//!    work is committed ([`super::seal`]): the host never walks a worktree a process of the
+//!    dead run may still be changing;
+//! 3. brings the commits back with [`adopt`] (forward only), then lets the sweep unlock and
+//!    keep the worktree (its branch is not merged: nothing is deleted);
+//! 4. tells the coordinator which worker, which branch, which worktree and which files, so it
+//!    can integrate the branch or redo the work.
+//!
+//! With `--sandbox host` (no containment, by choice) the commit is made on the host, as a
+//! finishing worker's is.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use git2::{BranchType, Repository};
+
+use super::adopt::{adopt, Adopted, Policy};
+use super::repo::WorkspaceRepo;
+use super::seal::seal;
+use super::state::WorkerState;
+use super::sweep::{sweep_one, SweepReport};
+use super::worktree::{checked_out_branch, is_merged, owner_lock, NAME_PREFIX};
+use crate::model::Role;
+use crate::sandbox::docker::labels::Liveness;
+use crate::sandbox::{AgentBox, Mount, SandboxFactory};
+
+/// Most changed paths named per worker.
+const PATHS_SHOWN: usize = 20;
+
+/// A worktree a dead run left behind while its worker was at work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interrupted {
+    /// The worker (`worker-2`).
+    pub agent: String,
+    /// The dead run's id.
+    pub run: String,
+    /// The worktree's admin name.
+    pub name: String,
+    /// Its branch (`flower/<run>/<agent>`).
+    pub branch: String,
+    /// Its directory.
+    pub path: PathBuf,
+    /// The worker's own git state.
+    pub git: WorkerState,
+}
+
+/// What handing back told whom.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HandedBack {
+    /// For the terminal: one line per worker handed back or not.
+    pub screen: Vec<String>,
+    /// For the coordinator: one paragraph per worker whose work waits on its branch.
+    pub coordinator: Vec<String>,
+}
+
+/// The worktrees of `repo` locked by a dead flowerbox owner, with their directory and worker
+/// state (blocking, reads only; a worktree whose liveness cannot be decided is not one).
+pub fn find_interrupted(repo: &WorkspaceRepo) -> Vec<Interrupted> {
+    let Ok(r) = repo.open() else {
+        return Vec::new();
+    };
+    let Ok(names) = r.worktrees() else {
+        return Vec::new();
+    };
+    names
+        .iter()
+        .flatten()
+        .flatten()
+        .filter(|n| n.starts_with(NAME_PREFIX))
+        .filter_map(|name| {
+            let lock = owner_lock(&r, name)?;
+            if !matches!(lock.owner.liveness(), Liveness::Dead(_)) {
+                return None;
+            }
+            let wt = r.find_worktree(name).ok()?;
+            wt.validate().ok()?;
+            let git = WorkerState::open(&repo.commondir, name)?;
+            let branch = checked_out_branch(&repo.commondir, name)?;
+            Some(Interrupted {
+                agent: lock.agent,
+                run: lock.run,
+                name: name.to_string(),
+                branch,
+                path: wt.path().to_path_buf(),
+                git,
+            })
+        })
+        .collect()
+}
+
+/// Names of `list`, for the sweep to leave alone until they are handed back.
+pub fn names(list: &[Interrupted]) -> HashSet<String> {
+    list.iter().map(|i| i.name.clone()).collect()
+}
+
+/// Hands back every interrupted worker of `list` (see the [module docs](self)). `mounts` gives
+/// a worker's mounts for its worktree and state; `masked` is what every container hides (the
+/// run directory).
+pub async fn hand_back(
+    repo: &WorkspaceRepo,
+    list: Vec<Interrupted>,
+    mounts: impl Fn(&Path, &WorkerState) -> Vec<Mount>,
+    factory: &dyn SandboxFactory,
+    masked: &[PathBuf],
+) -> HandedBack {
+    let mut out = HandedBack::default();
+    for i in list {
+        let message = format!("flowerbox {}: 运行 {} 被打断时留下的改动", i.agent, i.run);
+        let sealed = if factory.commands_run() != crate::sandbox::CommandsRun::InContainer {
+            let (path, branch, agent, msg) =
+                (i.path.clone(), i.branch.clone(), i.agent.clone(), message);
+            tokio::task::spawn_blocking(move || {
+                super::integrate::commit_worktree(&path, &branch, &agent, &msg)
+                    .map(|c| c.is_some())
+                    .map_err(|e| e.to_string())
+            })
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()))
+        } else {
+            let abox = AgentBox {
+                agent: format!("{}-handback", i.agent),
+                role: Role::Worker,
+                mounts: mounts(&i.path, &i.git),
+                masked: masked.to_vec(),
+                workdir: i.path.clone(),
+            };
+            let result = match factory.sandbox(&abox).await {
+                Ok(sb) => seal(sb.as_ref(), &i.path, &i.branch, &i.agent, &message)
+                    .await
+                    .map(|s| s.committed)
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(format!("没能给它起容器:{e}")),
+            };
+            if let Err(e) = factory.release(&abox.agent).await {
+                tracing::warn!(agent = %abox.agent, error = %e, "hand-back container not removed");
+            }
+            result
+        };
+        let (r, item) = (repo.clone(), i.clone());
+        let settled = tokio::task::spawn_blocking(move || settle(&r, &item))
+            .await
+            .unwrap_or_else(|e| Settled::failed(e.to_string()));
+        tracing::info!(agent = %i.agent, branch = %i.branch, ?sealed, ?settled, "interrupted worker handed back");
+        describe(&i, sealed, settled, &mut out);
+    }
+    out
+}
+
+/// Where an interrupted worker's branch stands after its commits came back.
+#[derive(Debug)]
+struct Settled {
+    /// The branch has commits no other branch holds: the changed paths (vs. HEAD's base).
+    unmerged: Option<Vec<String>>,
+    /// Lines of the sweep (kept, failed).
+    lines: Vec<String>,
+    /// Bringing the commits back failed.
+    error: Option<String>,
+}
+
+impl Settled {
+    fn failed(e: String) -> Self {
+        Settled {
+            unmerged: None,
+            lines: Vec::new(),
+            error: Some(e),
+        }
+    }
+}
+
+/// Brings the worker's commits back (forward only), lets the sweep settle its worktree (kept
+/// and unlocked when unmerged, removed when merged and clean), and reads what the branch
+/// holds. Blocking; under the integration lock.
+fn settle(ws: &WorkspaceRepo, i: &Interrupted) -> Settled {
+    let run = || -> Result<Settled, super::IsolateError> {
+        let _lock = ws.lock()?;
+        let repo = ws.open()?;
+        let error = match adopt(ws, &i.git, Policy::FastForward) {
+            Ok(Adopted::Diverged { tip }) => Some(format!(
+                "它在容器里的分支走到了 {},和宿主机上的分支分叉了",
+                &tip.to_string()[..10]
+            )),
+            Ok(_) => None,
+            Err(e) => Some(e.to_string()),
+        };
+        let mut report = SweepReport::default();
+        sweep_one(ws, &repo, &i.name, Some(&i.branch), &mut report);
+        let unmerged = changed_paths(&repo, &i.branch);
+        Ok(Settled {
+            unmerged,
+            // What is kept is said once, as the hand-back; failures are said as they are.
+            lines: report.failed,
+            error,
+        })
+    };
+    run().unwrap_or_else(|e| Settled::failed(e.to_string()))
+}
+
+/// The paths branch `branch` changed since it left the checked-out branch, when it holds
+/// commits no other branch does; `None` when it is merged (or gone).
+fn changed_paths(repo: &Repository, branch: &str) -> Option<Vec<String>> {
+    let tip = repo
+        .find_branch(branch, BranchType::Local)
+        .ok()?
+        .get()
+        .target()?;
+    if is_merged(repo, tip).unwrap_or(false) {
+        return None;
+    }
+    let head = repo.head().ok()?.target()?;
+    let base = repo.merge_base(head, tip).ok()?;
+    let old = repo.find_commit(base).ok()?.tree().ok()?;
+    let new = repo.find_commit(tip).ok()?.tree().ok()?;
+    let diff = repo.diff_tree_to_tree(Some(&old), Some(&new), None).ok()?;
+    Some(
+        diff.deltas()
+            .filter_map(|d| d.new_file().path().or(d.old_file().path()))
+            .map(|p| p.display().to_string())
+            .collect(),
+    )
+}
+
+fn describe(i: &Interrupted, sealed: Result<bool, String>, s: Settled, out: &mut HandedBack) {
+    let committed = match &sealed {
+        Ok(true) => format!("它留下的改动已提交在分支 {} 上", i.branch),
+        Ok(false) => format!("它自己提交过的改动在分支 {} 上", i.branch),
+        Err(_) => format!(
+            "它留下的改动没能提交(还在 worktree 里),分支 {} 上已有它的提交",
+            i.branch
+        ),
+    };
+    if let Err(e) = &sealed {
+        out.screen.push(format!(
+            "上次被打断的 {}:在容器里提交没成({e}),worktree {} 原样留着",
+            i.agent,
+            i.path.display()
+        ));
+    }
+    if let Some(e) = &s.error {
+        out.screen.push(format!(
+            "上次被打断的 {}:提交没取回({e});它们还在 {}",
+            i.agent,
+            i.git.dir().display()
+        ));
+    }
+    out.screen
+        .extend(s.lines.iter().map(|l| format!("上次运行的残留:{l}")));
+    let Some(paths) = s.unmerged else {
+        return;
+    };
+    let mut shown: Vec<String> = paths
+        .iter()
+        .take(PATHS_SHOWN)
+        .map(|p| format!("- {p}"))
+        .collect();
+    if paths.len() > PATHS_SHOWN {
+        shown.push(format!("- …… 另有 {} 个", paths.len() - PATHS_SHOWN));
+    }
+    out.screen.push(format!(
+        "上次被打断的 {} 的活交还了:分支 {}(worktree {}),{} 个文件,没合入",
+        i.agent,
+        i.branch,
+        i.path.display(),
+        paths.len()
+    ));
+    out.coordinator.push(format!(
+        "[上次被打断] 执行者 {}(运行 {})没做完就被打断了。{committed}(worktree {} 留着),还没合入工作区。它动过的文件:\n{}\n\
+         要用这些改动:派一个执行者,让它在自己的 worktree 里 `git merge {}`、看过再提交,它合入时会一起带进来;用不上就重做。",
+        i.agent,
+        i.run,
+        i.path.display(),
+        shown.join("\n"),
+        i.branch
+    ));
+}

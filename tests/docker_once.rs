@@ -1,0 +1,75 @@
+//! `flowerbox once` in its Docker container, end to end: the real binary, the real
+//! `scripted-model` over HTTP, the real engine (fails when `CI=true` and the engine is missing).
+
+#[path = "model_support/mod.rs"]
+mod model_support;
+
+mod docker_support;
+
+use docker_support::{agent_image, engine_or_skip};
+use model_support::ScriptedModel;
+use serde_json::json;
+use std::process::{Command, Stdio};
+
+fn flowerbox(model: &ScriptedModel, home: &std::path::Path, ws: &std::path::Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_flowerbox"));
+    c.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap())
+        .env("HOME", home)
+        .env("FLOWER_NO_PROBE", "1")
+        .env("ANTHROPIC_BASE_URL", &model.url)
+        .env("ANTHROPIC_API_KEY", "sk-ant-test-secret")
+        .env("ANTHROPIC_MODEL", "claude-sonnet-4-5")
+        .current_dir(ws)
+        .stdin(Stdio::null());
+    if let Ok(host) = std::env::var("DOCKER_HOST") {
+        c.env("DOCKER_HOST", host);
+    }
+    c
+}
+
+/// A script saved with Windows line endings fails in the container with "required file not
+/// found" (exit 127) or "bad interpreter" (126); the tool result names the CRLF cause and the
+/// fix, read from the file's bytes.
+#[tokio::test]
+async fn a_crlf_script_in_the_container_gets_the_line_ending_hint() {
+    let Some(engine) = engine_or_skip("crlf_hint").await else {
+        return;
+    };
+    let image = agent_image(&engine).await;
+    let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
+        {"content": [{"type": "tool_use", "name": "Write",
+                      "input": {"file_path": "run.sh", "content": "#!/bin/bash\r\necho hi\r\n"}}]},
+        {"content": [{"type": "tool_use", "name": "Bash",
+                      "input": {"command": "chmod +x run.sh\n./run.sh"}}]},
+        {"content": [{"type": "text", "text": "看到了"}]}]}]}));
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = ws.path().canonicalize().unwrap();
+    let out = flowerbox(&model, home.path(), &ws_path)
+        .env("FLOWERBOX_IMAGE", &image)
+        .args(["once", "-t", "Write,Bash", "跑脚本"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result = model.recorded()[2]["messages"][4]["content"][0].clone();
+    let text = result["content"].as_str().unwrap_or_default().to_string();
+    assert_eq!(result["is_error"], true, "{result}");
+    assert!(
+        text.contains("[退出码 126]") || text.contains("[退出码 127]"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "[{} 的行尾是 CRLF",
+            ws_path.join("run.sh").display()
+        )),
+        "{text}"
+    );
+    assert!(text.contains("sed -i 's/\\r$//'"), "{text}");
+}

@@ -1,0 +1,155 @@
+//! Interrupted work is handed back (issue 20), end to end on the real engine: `go --isolate`
+//! is killed with SIGKILL while its worker (which already wrote files in its container) waits
+//! for the model; the next run commits what the worker left inside a container with the
+//! worker's own mounts, brings it back to the worker's branch, keeps the worktree, and tells
+//! the coordinator which worker, branch, worktree and files.
+
+mod docker_support;
+mod flow_support;
+
+use docker_support::{engine_or_skip, SERIAL};
+use flow_support::{finish, requests_with, wait_until, Project, ScriptedModel};
+use flowerbox_testkit::git;
+use serde_json::json;
+use std::process::{Command, Stdio};
+
+/// A project whose workspace is a repository with one commit and its own identity.
+fn repo_project() -> Project {
+    let p = Project::new();
+    git(&p.ws, &["init", "-q", "-b", "main"]);
+    git(&p.ws, &["config", "user.name", "Test User"]);
+    git(&p.ws, &["config", "user.email", "test@example.invalid"]);
+    std::fs::write(p.ws.join("README.md"), "proj\n").unwrap();
+    git(&p.ws, &["add", "."]);
+    git(&p.ws, &["commit", "-q", "-m", "init"]);
+    p
+}
+
+fn go(p: &Project, model: &ScriptedModel) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_flowerbox"));
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &p.home)
+        .env("FLOWER_NO_PROBE", "1")
+        .env("ANTHROPIC_BASE_URL", &model.url)
+        .env("ANTHROPIC_API_KEY", "sk-ant-test")
+        .env("ANTHROPIC_MODEL", "claude-sonnet-4-5")
+        .current_dir(&p.ws)
+        .args(["--sandbox", "docker", "go", "--isolate", "--no-goal"])
+        .args(["--timeout", "0", "写个 hello.sh"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+const BRIEF: &str = "## 目标\n写一个 hello.sh\n\n## 验收标准\n- 跑 `./hello.sh` 输出 hello\n\n## 边界\n不做别的\n\n## 未知与假设\n无\n";
+
+/// Kills the child when the test ends early.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn branches(p: &Project) -> Vec<String> {
+    let out = Command::new("git")
+        .args(["branch", "--list", "flower/*", "--format=%(refname:short)"])
+        .current_dir(&p.ws)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_killed_workers_files_come_back_on_its_branch_and_the_coordinator_is_told() {
+    let Some(_engine) = engine_or_skip("isolate_handback").await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let p = repo_project();
+
+    // Run 1: the worker writes two files in its container, then its model call hangs.
+    let model = ScriptedModel::start(&json!({"agents": [
+        {"role": "clarifier", "turns": [{"content": [{"type": "text", "text": BRIEF}]}]},
+        {"role": "coordinator", "turns": [
+            {"content": [{"type": "tool_use", "name": "Agent", "input": {
+                "description": "写 hello.sh", "prompt": "写出 hello.sh", "subagent_type": "coder"}}]},
+            {"content": [{"type": "text", "text": "不会到这里"}]}]},
+        {"role": "worker", "turns": [
+            {"content": [{"type": "tool_use", "name": "Bash", "input": {"command":
+                "printf '#!/bin/sh\\necho hello\\n' > hello.sh && mkdir -p doc && echo half > doc/wip.md"}}]},
+            {"content": [{"type": "text", "text": "不会到这里"}], "fault": {"delay_ms": 120000}}]}]}));
+    let child = Killed(go(&p, &model).spawn().unwrap());
+    wait_until("the worker's second request", || {
+        requests_with(&model, "回话格式固定四段").len() >= 2
+    });
+    drop(child);
+    let dead = branches(&p);
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let branch = dead[0].clone();
+    assert!(branch.ends_with("/worker-1"), "{branch}");
+    drop(model);
+
+    // Run 2: the coordinator resumes; no worker runs.
+    let model = ScriptedModel::start(&json!({"agents": [
+        {"role": "coordinator", "turns": [
+            {"content": [{"type": "text", "text": "unused"}]},
+            {"content": [{"type": "text", "text": "看到了交还的活。"}]}]}]}));
+    let r = finish(go(&p, &model).spawn().unwrap());
+    assert_eq!(r.code(), 0, "{r:?}");
+
+    // The worker's files are committed on its branch (not on main), the worktree kept.
+    let show = |what: &str| {
+        let out = Command::new("git")
+            .args(["show", what])
+            .current_dir(&p.ws)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git show {what}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(show(&format!("{branch}:doc/wip.md")), "half\n");
+    assert!(show(&format!("{branch}:hello.sh")).contains("echo hello"));
+    assert!(
+        !p.ws.join("hello.sh").exists(),
+        "not merged into the workspace"
+    );
+    assert_eq!(branches(&p), vec![branch.clone()], "kept, never deleted");
+
+    // The coordinator was told which worker, which branch, which worktree, which files.
+    let told = requests_with(&model, "你是协调者")[0]["messages"].to_string();
+    assert!(told.contains("[上次被打断] 执行者 worker-1"), "{told}");
+    assert!(told.contains(&branch), "{told}");
+    assert!(
+        told.contains("doc/wip.md") && told.contains("hello.sh"),
+        "{told}"
+    );
+    assert!(told.contains(&format!("git merge {branch}")), "{told}");
+    let worktree = p.ws.parent().unwrap().join(".flower-proj-worktrees");
+    assert!(told.contains(&worktree.display().to_string()), "{told}");
+    assert!(told.contains("它留下的改动已提交在分支"), "{told}");
+    assert!(r.out.contains("上次被打断的 worker-1 的活交还了"), "{r:?}");
+    assert!(
+        !r.out.contains("上次运行的残留:留着 worktree"),
+        "said once: {r:?}"
+    );
+
+    // Nothing of either run is left on the engine.
+    let left = Command::new("docker")
+        .args(["ps", "-aq", "--filter"])
+        .arg(format!("label=flowerbox.workspace={}", p.ws.display()))
+        .output()
+        .unwrap();
+    assert!(
+        left.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+}
