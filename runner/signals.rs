@@ -14,7 +14,9 @@
 //! happens; the console decides: first press interrupts the round, second press quits with
 //! [`EXIT_INTERRUPTED`] (130), cleanly, after the same bookkeeping.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
 
 use nix::sys::signal::{raise, sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
 use tokio::signal::unix::{signal, SignalKind};
@@ -29,29 +31,89 @@ pub fn signal_exit_code(sig: Signal) -> i32 {
 
 /// Listens for SIGINT, SIGTERM and SIGHUP. Installing it replaces their default actions for
 /// the whole process, so every path that creates one must act on what it receives.
+///
+/// Every SIGINT counts: tokio's signal streams coalesce deliveries that arrive before the
+/// stream is polled, so a quick double Ctrl-C on a busy machine would read as one press (the
+/// console then waits at its prompt instead of quitting). A counter the signal handler bumps
+/// on every delivery ([`sigints_delivered`]) says how many presses a wake-up stands for.
 #[derive(Debug)]
 pub struct SignalListener {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
+    /// SIGINT deliveries this listener has answered (a value of [`sigints_delivered`]).
+    sigints_seen: u64,
+}
+
+/// SIGINT deliveries since the counter was installed (the first [`SignalListener`]).
+static SIGINTS: AtomicU64 = AtomicU64::new(0);
+
+/// Installs the SIGINT counter once per process.
+fn count_sigints() -> std::io::Result<()> {
+    static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
+    INSTALLED
+        .get_or_init(|| {
+            // SAFETY: the action only increments an atomic, which is async-signal-safe.
+            unsafe {
+                signal_hook_registry::register(nix::libc::SIGINT, || {
+                    SIGINTS.fetch_add(1, Ordering::SeqCst);
+                })
+            }
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(std::io::Error::other)
+}
+
+/// How many SIGINTs were delivered since the counter was installed.
+pub fn sigints_delivered() -> u64 {
+    SIGINTS.load(Ordering::SeqCst)
 }
 
 impl SignalListener {
     /// Starts listening. Must be called inside a tokio runtime.
     pub fn new() -> std::io::Result<SignalListener> {
+        count_sigints()?;
         Ok(SignalListener {
             int: signal(SignalKind::interrupt())?,
             term: signal(SignalKind::terminate())?,
             hup: signal(SignalKind::hangup())?,
+            sigints_seen: sigints_delivered(),
         })
     }
 
-    /// The next signal (SIGINT, SIGTERM or SIGHUP). Cancel-safe.
+    /// Takes one SIGINT delivery not yet answered, if there is one.
+    fn take_sigint(&mut self) -> bool {
+        if sigints_delivered() > self.sigints_seen {
+            self.sigints_seen += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The next signal (SIGINT, SIGTERM or SIGHUP), one SIGINT per delivery. Cancel-safe: a
+    /// delivery is taken from the counter only when this returns it.
     pub async fn recv(&mut self) -> Signal {
-        tokio::select! {
-            Some(()) = self.int.recv() => Signal::SIGINT,
-            Some(()) = self.term.recv() => Signal::SIGTERM,
-            Some(()) = self.hup.recv() => Signal::SIGHUP,
+        loop {
+            if self.take_sigint() {
+                return Signal::SIGINT;
+            }
+            tokio::select! {
+                Some(()) = self.int.recv() => {
+                    // The handler that counts may run just after tokio's own: look again
+                    // briefly. A wake-up for presses already answered finds nothing new.
+                    for _ in 0..5 {
+                        if self.take_sigint() {
+                            return Signal::SIGINT;
+                        }
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                }
+                Some(()) = self.term.recv() => return Signal::SIGTERM,
+                Some(()) = self.hup.recv() => return Signal::SIGHUP,
+            }
         }
     }
 }
@@ -179,5 +241,26 @@ mod tests {
             .await
             .expect("signal not delivered");
         assert_eq!(got, Signal::SIGHUP);
+    }
+
+    #[tokio::test]
+    async fn two_quick_sigints_are_two() {
+        // Both arrive before the listener is polled: tokio's stream coalesces them into one
+        // wake-up, and the second press (the console's "quit") used to be lost.
+        let mut l = SignalListener::new().unwrap();
+        raise(Signal::SIGINT).unwrap();
+        raise(Signal::SIGINT).unwrap();
+        for n in 1..=2 {
+            let got = tokio::time::timeout(std::time::Duration::from_secs(10), l.recv())
+                .await
+                .unwrap_or_else(|_| panic!("SIGINT {n} of 2 not delivered"));
+            assert_eq!(got, Signal::SIGINT);
+        }
+        // Nothing more: a third recv waits.
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(300), l.recv())
+                .await
+                .is_err()
+        );
     }
 }

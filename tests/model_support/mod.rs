@@ -72,10 +72,16 @@ impl ScriptedModel {
         }
     }
 
-    /// Request bodies received so far, in order.
+    /// Request bodies received so far, in order. A line the server is still writing (no
+    /// newline yet) is not a body yet: a test polling this while requests arrive must not
+    /// trip over half a line.
     pub fn recorded(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.record)
-            .unwrap_or_default()
+        let text = std::fs::read_to_string(&self.record).unwrap_or_default();
+        let complete = match text.rfind('\n') {
+            Some(end) => &text[..end],
+            None => "",
+        };
+        complete
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()

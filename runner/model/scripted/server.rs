@@ -175,8 +175,12 @@ fn record(st: &ServerState, parsed: &Result<Value, serde_json::Error>, body: &By
             Ok(v) => v.to_string(),
             Err(_) => Value::String(String::from_utf8_lossy(body).into_owned()).to_string(),
         };
+        // One write of the whole line, so a reader never sees a body without its newline
+        // followed by the next body.
+        let mut buf = line.into_bytes();
+        buf.push(b'\n');
         let mut f = rec.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = writeln!(f, "{line}");
+        let _ = f.write_all(&buf);
     }
 }
 
