@@ -82,8 +82,11 @@ fn once_runs_a_real_tool_loop_and_shows_real_time_and_cost() {
 
 #[test]
 fn sigterm_records_the_step_as_killed_and_exits_by_the_signal() {
+    // Its own argument (the pid as the fraction), so no other test's sleep matches, not even
+    // this test run from another checkout on the same machine.
+    let sleep = format!("sleep 30.{:06}", std::process::id() % 1_000_000);
     let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
-        {"content": [{"type": "tool_use", "name": "Bash", "input": {"command": "sleep 30.0417"}}]},
+        {"content": [{"type": "tool_use", "name": "Bash", "input": {"command": sleep}}]},
         {"content": [{"type": "text", "text": "不会到这里"}]}]}]}));
     let home = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
@@ -118,7 +121,7 @@ fn sigterm_records_the_step_as_killed_and_exits_by_the_signal() {
     let t = Instant::now();
     let survivors = loop {
         let ps = Command::new("pgrep")
-            .args(["-f", "^sleep 30.0417$"])
+            .args(["-f", &format!("^{sleep}$")])
             .output()
             .unwrap();
         if ps.stdout.is_empty() || t.elapsed() > Duration::from_secs(5) {

@@ -22,7 +22,7 @@ use tmux::{tmux_available, Pane};
 /// The scenario: the worker sleeps `sleep` seconds in Bash; the coordinator's closing turn
 /// streams slowly (`delay_ms` per event) so a run resumed after Ctrl-C is still in flight for
 /// a moment; the oracle answers every aside question.
-fn scenario(sleep: u32, delay_ms: u64, ask: bool, oracle_delay_ms: u64) -> Value {
+fn scenario(sleep: &str, delay_ms: u64, ask: bool, oracle_delay_ms: u64) -> Value {
     let text = |t: &str| json!({"content": [{"type": "text", "text": t}]});
     let brief = text(
         "## 目标\n写一个 hello.sh\n\n## 验收标准\n- 跑 `./hello.sh` 输出 hello\n\n## 边界\n无\n\n## 未知与假设\n- 无\n");
@@ -71,7 +71,10 @@ struct Live {
     _tmp: tempfile::TempDir,
     ws: PathBuf,
     home: PathBuf,
-    sleep: u32,
+    /// The worker's `sleep` argument: whole seconds plus this process's id as the fraction,
+    /// so `pgrep` never mistakes another test process's sleep (other checkouts run the same
+    /// test on this machine) for this one's.
+    sleep: String,
 }
 
 impl Live {
@@ -80,13 +83,14 @@ impl Live {
     }
 
     fn with(name: &str, sleep: u32, delay_ms: u64, ask: bool, oracle_delay_ms: u64) -> Live {
+        let sleep = format!("{sleep}.{:06}", std::process::id() % 1_000_000);
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().canonicalize().unwrap();
         let ws = root.join("proj");
         let home = root.join("home");
         std::fs::create_dir_all(&ws).unwrap();
         std::fs::create_dir_all(&home).unwrap();
-        let model = ScriptedModel::start(&scenario(sleep, delay_ms, ask, oracle_delay_ms));
+        let model = ScriptedModel::start(&scenario(&sleep, delay_ms, ask, oracle_delay_ms));
         let pane = Pane::in_dir(name, Some(&ws), 110, 40);
         Live {
             pane,
