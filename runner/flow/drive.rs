@@ -106,6 +106,8 @@ impl Session {
             },
         )
         .await?;
+        // The pod starts while the run clarifies (issue 17).
+        run.sandboxes.prepare();
         let mut session = Session {
             frontend,
             channel,

@@ -73,6 +73,11 @@ pub async fn once(
     let mut spec = roles::once(&opts.instructions, once_tools(&opts), opts.budget_usd);
     // Changing nothing: of the project's MCP tools only the read-only ones.
     spec.mcp_read_only = opts.change_nothing;
+    if spec.needs_sandbox() {
+        // The pod starts while the session loads (issue 17); the agent's container with its
+        // first model request.
+        ctx.sandboxes.prepare();
+    }
     let mut run = {
         let rt = ctx.runtime.clone();
         let prompt = opts.prompt.clone();
