@@ -163,6 +163,7 @@ impl Tree {
         let mut pending: Vec<(OsString, &std::ffi::OsStr)> = Vec::new();
         let mut seen = std::collections::HashSet::new();
         let mut renamed = 0;
+        let mut synced = None;
         let result = (|| -> Result<(), FsError> {
             for (name, bytes) in files {
                 let name = std::ffi::OsStr::new(*name);
@@ -190,7 +191,15 @@ impl Tree {
             if pending.is_empty() {
                 return Ok(());
             }
-            rustix::fs::syncfs(&fd)?;
+            // The walk's handle is `O_PATH`; syncing needs a real descriptor of the directory.
+            let listed = rustix::fs::openat(
+                &fd,
+                ".",
+                sys::listable_flags() | OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )?;
+            rustix::fs::syncfs(&listed)?;
+            synced = Some(listed);
             while let Some((tmp, name)) = pending.pop() {
                 if let Err(e) = rustix::fs::renameat(&fd, &tmp, &fd, name) {
                     pending.push((tmp, name));
@@ -204,9 +213,9 @@ impl Tree {
             let _ = rustix::fs::unlinkat(&fd, tmp, rustix::fs::AtFlags::empty());
         }
         result?;
-        if renamed > 0 {
+        if let (true, Some(dir)) = (renamed > 0, &synced) {
             // Not every file system can fsync a directory; the renames already happened.
-            let _ = rustix::fs::fsync(&fd);
+            let _ = rustix::fs::fsync(dir);
         }
         Ok(renamed)
     }
