@@ -4,10 +4,10 @@
 //! 9. `once` with one Bash call, the model thinking `--think-ms` (1,500) per turn: wall clock
 //!    with `--sandbox docker` vs with `--sandbox host` (ratio; target ≤ 1.15);
 //! 10. a whole unattended `go` run, 8 workers each running `sleep 2` in parallel, vs the same
-//!    run with 1 worker (ratio; target ≤ 1.4);
+//!     run with 1 worker (ratio; target ≤ 1.4);
 //! 11. the first `once --resume` of a 10,000-message session with trimming (`-T`, cold spill
-//!    directory: every trimmed result is written) vs a fresh `once` with the same reply
-//!    (target ≤ 300 ms).
+//!     directory: every trimmed result is written) vs a fresh `once` with the same reply
+//!     (target ≤ 300 ms).
 //!
 //! With `--base PATH` a second binary (the build before a change) is measured in the same run,
 //! interleaved with the first, and every figure appears twice (`9` and `9 base`, ...), so the
@@ -204,7 +204,7 @@ fn result_text(seed: usize, chars: usize) -> String {
 /// calls and results, every tenth result 3,000 characters, the rest 200; a final reply);
 /// returns its id and its assistant messages.
 fn build_session(ws: &Path, n: usize) -> (String, usize) {
-    let store = SqliteSessionStore::open(&ws.join("runs/sessions.db")).expect("open");
+    let store = SqliteSessionStore::open(ws.join("runs/sessions.db")).expect("open");
     let meta = SessionMeta {
         agent: "ad-hoc".into(),
         role: Role::Worker,

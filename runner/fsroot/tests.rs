@@ -535,5 +535,8 @@ fn batches_replace_links_keep_same_size_files_and_leave_no_temporary() {
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
-    assert!(names.iter().all(|n| !n.contains("flowerbox-tmp")), "{names:?}");
+    assert!(
+        names.iter().all(|n| !n.contains("flowerbox-tmp")),
+        "{names:?}"
+    );
 }

@@ -143,8 +143,11 @@ pub struct ToolContext {
     sandbox: OnceCell<Arc<dyn Sandbox>>,
     /// The sandbox's start begun by [`ToolContext::start_sandbox_early`], taken by the first
     /// [`ToolContext::sandbox`].
-    early: Mutex<Option<tokio::task::JoinHandle<Result<Arc<dyn Sandbox>, SandboxError>>>>,
+    early: Mutex<Option<EarlyStart>>,
 }
+
+/// A sandbox start running in the background.
+type EarlyStart = tokio::task::JoinHandle<Result<Arc<dyn Sandbox>, SandboxError>>;
 
 impl ToolContext {
     /// A context; the sandbox is created lazily on the first Bash call.
