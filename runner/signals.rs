@@ -128,6 +128,13 @@ pub fn on_continue() -> std::io::Result<tokio::signal::unix::Signal> {
 /// handles Ctrl-C): how a driver without a terminal learns it must stop. Installing the
 /// handlers replaces the signals' default actions, so await it.
 pub async fn wait_for_stop(int: bool) -> i32 {
+    stop_signals(int).await
+}
+
+/// [`wait_for_stop`] with the handlers installed now, before the future is first polled: a
+/// signal that comes after this call is caught (what starts containers early needs that).
+/// Must be called inside a Tokio runtime.
+pub fn stop_signals(int: bool) -> impl std::future::Future<Output = i32> + Send {
     let mut hup = signal(SignalKind::hangup()).ok();
     let mut term = signal(SignalKind::terminate()).ok();
     let mut intr = if int {
@@ -143,10 +150,12 @@ pub async fn wait_for_stop(int: bool) -> i32 {
             None => std::future::pending::<()>().await,
         }
     }
-    tokio::select! {
-        _ = recv(&mut hup) => nix::libc::SIGHUP,
-        _ = recv(&mut term) => nix::libc::SIGTERM,
-        _ = recv(&mut intr) => nix::libc::SIGINT,
+    async move {
+        tokio::select! {
+            _ = recv(&mut hup) => nix::libc::SIGHUP,
+            _ = recv(&mut term) => nix::libc::SIGTERM,
+            _ = recv(&mut intr) => nix::libc::SIGINT,
+        }
     }
 }
 

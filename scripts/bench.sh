@@ -12,59 +12,74 @@
 #   6  spill (6) and manifest write (6b) per call     vs plain writes; sessions.db append (6c)
 #   7  Read (7) / Write (7b) file tool per call        vs fs::read / fs::write; Grep (7c)
 #   8  MCP stdio server start in the agent's container vs a Bash round trip; MCP call (8b)
+#   9  once, one Bash call, model thinking 1.5 s a turn: --sandbox docker vs --sandbox host
+#  10  whole go run, 8 workers `sleep 2` in parallel  vs 1 worker (ratio; ideal 1.0)
+#  11  first once --resume of 10,000 messages, -T     vs a fresh once
 #
-# Usage: scripts/bench.sh [--json FILE] [--repeat N] [--roundtrips N] [--quick]
-#   --repeat N      repeats of the Docker and agent-run figures (default 5; RSS runs: N/2)
+# Usage: scripts/bench.sh [--release] [--base BIN] [--json FILE] [--repeat N] [--roundtrips N]
+#                         [--quick]
+#   --release       release builds of the examples and binaries (issue 17's figures are
+#                   release figures); default: debug builds (dependencies at opt-level 1)
+#   --base BIN      also measure figures 9-11 with another flowerbox binary (the build before
+#                   a change), interleaved in the same run: rows `9 base`, `10 base`, `11 base`
+#   --repeat N      repeats of the Docker and agent-run figures (default 5; RSS runs: N/2;
+#                   figures 9-11: at least 3)
 #   --roundtrips N  Bash round trips of figure 2 (default 50)
 #   --quick         --repeat 2 --roundtrips 20, fewer microbenchmark calls (about a minute)
 # Needs the Docker engine (builds the agent image on first use), and jq + sqlite3 for the demo
-# of figure 5. Debug builds (dependencies at opt-level 1), as everywhere on this machine kind:
-# release numbers are lower. About two minutes with the defaults.
+# of figure 5. About four minutes with the defaults (figures 9-11 are whole runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-json="" repeat=5 roundtrips=50 calls=300
+json="" repeat=5 roundtrips=50 calls=300 profile=() base=()
 while [ $# -gt 0 ]; do
   case "$1" in
+    --release) profile=(--release); shift ;;
+    --base) base=(--base "$(realpath "$2")"); shift 2 ;;
     --json) json=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     --roundtrips) roundtrips=$2; shift 2 ;;
     --quick) repeat=2 roundtrips=20 calls=100; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 rss_repeat=$(( repeat / 2 > 0 ? repeat / 2 : 1 ))
+cli_repeat=$(( repeat > 3 ? repeat : 3 ))
 
 parts=$(mktemp -d "${TMPDIR:-/tmp}/flowerbox-bench.XXXXXX")
 trap 'rm -rf "$parts"' EXIT
 
-echo "== building (debug)" >&2
-cargo build --quiet --bins --example sandbox_bench --example runtime_bench \
-  --example store_bench --example tools_bench --example mcp_bench --example bench_report
+echo "== building (${profile[*]:-debug})" >&2
+cargo build --quiet "${profile[@]}" --bins --example sandbox_bench --example runtime_bench \
+  --example store_bench --example tools_bench --example mcp_bench --example cli_bench \
+  --example bench_report
+run() { cargo run --quiet "${profile[@]}" --example "$@"; }
 
 start=$(date +%s)
 echo "== 1, 2: sandbox (Docker engine)" >&2
-cargo run --quiet --example sandbox_bench -- --repeat "$repeat" --roundtrips "$roundtrips" \
+run sandbox_bench -- --repeat "$repeat" --roundtrips "$roundtrips" \
   --json "$parts/1-sandbox.json" >&2
 echo "== 3, 5: agent runs (Runtime, Docker, scripted model)" >&2
-cargo run --quiet --example runtime_bench -- --repeat "$repeat" --rss-repeat "$rss_repeat" \
+run runtime_bench -- --repeat "$repeat" --rss-repeat "$rss_repeat" \
   --json "$parts/2-runtime.json" >&2
 echo "== 4, 6: sessions.db, spill, manifest" >&2
-cargo run --quiet --example store_bench -- --repeat "$repeat" --calls "$calls" \
+run store_bench -- --repeat "$repeat" --calls "$calls" \
   --json "$parts/3-store.json" >&2
 
 echo
 echo "flowerbox benchmarks: medians of $repeat runs ($rss_repeat for 5), $(nproc) CPUs, $(( $(date +%s) - start )) s"
 echo "== 7: file tools (race-free resolution)" >&2
-cargo run --quiet --example tools_bench -- --calls "$calls" --json "$parts/4-tools.json" >&2
+run tools_bench -- --calls "$calls" --json "$parts/4-tools.json" >&2
 echo "== 8: project MCP servers (Docker engine)" >&2
-cargo run --quiet --example mcp_bench -- --repeat "$repeat" --json "$parts/5-mcp.json" >&2
+run mcp_bench -- --repeat "$repeat" --json "$parts/5-mcp.json" >&2
+echo "== 9, 10, 11: whole runs of the flowerbox binary (issue 17)" >&2
+run cli_bench -- --repeat "$cli_repeat" "${base[@]}" --json "$parts/6-cli.json" >&2
 report=("$parts"/1-sandbox.json "$parts"/2-runtime.json "$parts"/3-store.json "$parts"/4-tools.json
-  "$parts"/5-mcp.json)
+  "$parts"/5-mcp.json "$parts"/6-cli.json)
 if [ -n "$json" ]; then
   case "$json" in /*) ;; *) json="$PWD/$json" ;; esac
-  cargo run --quiet --example bench_report -- --json "$json" "${report[@]}"
+  run bench_report -- --json "$json" "${report[@]}"
 else
-  cargo run --quiet --example bench_report -- "${report[@]}"
+  run bench_report -- "${report[@]}"
 fi

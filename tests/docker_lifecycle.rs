@@ -143,6 +143,70 @@ async fn normal_run_leaves_no_container() {
     run.factory.teardown().await.unwrap(); // idempotent
 }
 
+/// The run's containers of `agent`.
+async fn agent_containers(
+    engine: &flowerbox::sandbox::docker::Engine,
+    run_id: &str,
+    agent: &str,
+) -> Vec<String> {
+    let agents = containers_where(engine, "label", format!("flowerbox.agent={agent}")).await;
+    let mine = run_containers(engine, run_id).await;
+    agents.into_iter().filter(|c| mine.contains(c)).collect()
+}
+
+/// Issue 17: the pod starts early (`prepare`) and an agent's container starts in the
+/// background; a teardown that comes while they start waits for them and leaves no container
+/// and no network; and `release` of an agent whose start is in flight removes what it made.
+#[tokio::test]
+async fn teardown_and_release_during_starts_in_flight_leave_nothing() {
+    let Some(engine) = engine_or_skip("starts_in_flight").await else {
+        return;
+    };
+    // Teardown while the pod (started early) and a worker's container start.
+    let run = TestRun::new(&engine, "inflight").await;
+    run.factory.prepare();
+    let (f, spec) = (
+        run.factory.clone(),
+        run.agent("worker-1", Role::Worker, false),
+    );
+    let start = tokio::spawn(async move { f.sandbox(&spec).await.map(|_| ()) });
+    run.factory.teardown().await.unwrap();
+    let _ = start.await.unwrap();
+    assert!(run_containers(&engine, &run.run_id).await.is_empty());
+    assert!(run_networks(&engine, &run.run_id).await.is_empty());
+
+    // Release while a worker's container starts: the release waits for it and removes it.
+    let run = TestRun::new(&engine, "inflight-release").await;
+    run.factory.prepare();
+    let coordinator = run.sandbox("coordinator", Role::Coordinator).await;
+    let (f, spec) = (
+        run.factory.clone(),
+        run.agent("worker-1", Role::Worker, false),
+    );
+    let start = tokio::spawn(async move { f.sandbox(&spec).await.map(|_| ()) });
+    // The worker's container exists: its start is under way (or just done).
+    while agent_containers(&engine, &run.run_id, "worker-1")
+        .await
+        .is_empty()
+    {
+        assert!(!start.is_finished(), "the start ended without a container");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    run.factory.release("worker-1").await.unwrap();
+    let _ = start.await;
+    assert!(
+        agent_containers(&engine, &run.run_id, "worker-1")
+            .await
+            .is_empty(),
+        "the released worker's container is gone"
+    );
+    assert!(exec_ok(&*coordinator, "true", &run.workspace)
+        .await
+        .success());
+    run.factory.teardown().await.unwrap();
+    assert!(run_containers(&engine, &run.run_id).await.is_empty());
+}
+
 #[tokio::test]
 async fn sigterm_of_the_owner_removes_its_containers_and_none_holds_a_credential() {
     let Some(engine) = engine_or_skip("sigterm").await else {

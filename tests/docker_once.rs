@@ -73,3 +73,53 @@ async fn a_crlf_script_in_the_container_gets_the_line_ending_hint() {
     );
     assert!(text.contains("sed -i 's/\\r$//'"), "{text}");
 }
+
+/// Issue 17: `once` starts its pod and the agent's container while the model thinks. A run
+/// stopped (SIGTERM) while those starts are in flight — the pod just created, the agent's
+/// container not yet — leaves no container and no network of its workspace behind: teardown
+/// waits for the starts in flight and removes what they made.
+#[tokio::test]
+async fn a_run_stopped_while_its_containers_start_leaves_none() {
+    let Some(engine) = engine_or_skip("stopped_while_starting").await else {
+        return;
+    };
+    let image = agent_image(&engine).await;
+    // The model never answers within the test: every container is started early, for the
+    // Bash the agent may run.
+    let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
+        {"think_ms": 600_000, "content": [{"type": "text", "text": "想完了"}]}]}]}));
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = ws.path().canonicalize().unwrap();
+    let label = format!("flowerbox.workspace={}", ws_path.display());
+    let mut child = flowerbox(&model, home.path(), &ws_path)
+        .env("FLOWERBOX_IMAGE", &image)
+        .args(["once", "-t", "Bash", "想一想"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The first container of the run exists: its starts are in flight now.
+    while docker_support::containers_where(&engine, "label", label.clone())
+        .await
+        .is_empty()
+    {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "once ended before any container was created"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success(), "{out:?}");
+    let left = docker_support::containers_where(&engine, "label", label.clone()).await;
+    assert!(
+        left.is_empty(),
+        "containers left: {left:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let nets = docker_support::run_networks_where(&engine, label).await;
+    assert!(nets.is_empty(), "networks left: {nets:?}");
+}

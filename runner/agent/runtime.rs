@@ -295,14 +295,17 @@ impl Runtime {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()),
         );
-        for a in agents {
+        // Concurrently (issue 17: one after another cost 0.55 s a round); each agent's MCP
+        // servers before its container.
+        futures::future::join_all(agents.iter().map(|a| async move {
             if let Some(hub) = &self.mcp {
-                hub.release(&a).await;
+                hub.release(a).await;
             }
-            if let Err(e) = self.sandboxes.release(&a).await {
+            if let Err(e) = self.sandboxes.release(a).await {
                 tracing::warn!(agent = %a, error = %e, "sandbox release failed");
             }
-        }
+        }))
+        .await;
     }
 
     pub(crate) fn emit(&self, agent: &str, role: Role, depth: u32, kind: EventKind) {

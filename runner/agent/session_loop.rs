@@ -306,6 +306,8 @@ impl AgentRun {
         });
         let cancel = self.rt.cancel_token();
         let ctx = self.tool_context(cancel.clone());
+        // The container starts while the first model request is in flight (issue 17).
+        ctx.start_sandbox_early();
         if let Some(notes) = self.start_mcp(&ctx).await {
             text = format!("{text}\n\n{notes}");
         }

@@ -184,9 +184,13 @@ impl Session {
             Signal(i32),
             Quit,
         }
+        // Listening before anything starts: a signal from here on tears down what was started.
+        let stop = crate::signals::stop_signals(!self.frontend.owns_interrupt());
+        // The pod starts while the run clarifies (issue 17).
+        self.run.sandboxes.prepare();
         let end = tokio::select! {
             r = wf.run(&rt, ctx) => End::Done(r),
-            sig = crate::signals::wait_for_stop(!self.frontend.owns_interrupt()) => End::Signal(sig),
+            sig = stop => End::Signal(sig),
             _ = self.frontend.quit_requested() => End::Quit,
         };
         self.frontend.detach();

@@ -73,6 +73,13 @@ pub async fn once(
     let mut spec = roles::once(&opts.instructions, once_tools(&opts), opts.budget_usd);
     // Changing nothing: of the project's MCP tools only the read-only ones.
     spec.mcp_read_only = opts.change_nothing;
+    // Listening before anything starts: a signal from here on tears down what was started.
+    let stop = crate::signals::stop_signals(true);
+    if spec.needs_sandbox() {
+        // The pod starts while the session loads (issue 17); the agent's container with its
+        // first model request.
+        ctx.sandboxes.prepare();
+    }
     let mut run = {
         let rt = ctx.runtime.clone();
         let prompt = opts.prompt.clone();
@@ -86,7 +93,7 @@ pub async fn once(
     };
     let outcome = tokio::select! {
         r = &mut run => Ok(r.map_err(|e| FlowError::Internal(e.to_string()))?),
-        sig = crate::signals::wait_for_stop(true) => Err(sig),
+        sig = stop => Err(sig),
     };
     match outcome {
         Ok(result) => {

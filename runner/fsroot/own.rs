@@ -53,6 +53,16 @@ pub fn write_durable(path: &Path, bytes: &[u8]) -> io::Result<bool> {
     Ok(tree().write_durable(&abs(path)?, bytes)?)
 }
 
+/// Writes `files` (name, bytes) into the directory `dir` as one durable batch (one sync for
+/// all of them); see [`Tree::write_batch_durable`]. Returns how many files were written.
+pub fn write_batch_durable(
+    dir: &Path,
+    files: &[(&str, &[u8])],
+    keep_same_size: bool,
+) -> io::Result<usize> {
+    Ok(tree().write_batch_durable(&abs(dir)?, files, keep_same_size)?)
+}
+
 /// Appends `bytes` to the regular file `path` (created with its directories when missing);
 /// returns whether it was created.
 pub fn append(path: &Path, bytes: &[u8]) -> io::Result<bool> {

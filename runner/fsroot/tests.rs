@@ -498,3 +498,45 @@ fn a_masked_directory_moved_by_renaming_its_parent_stays_masked() {
     ));
     assert!(files(&v, &s.ws, &Rules::default()).is_empty());
 }
+
+/// Issue 17: a batch is written with one sync; a link at a name is replaced (its target
+/// untouched), a same-size regular file kept when asked, a wrong-size one rewritten, a
+/// directory at a name refused with nothing renamed and no temporary left.
+#[test]
+fn batches_replace_links_keep_same_size_files_and_leave_no_temporary() {
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().canonicalize().unwrap().join("spill");
+    std::fs::create_dir_all(&dir).unwrap();
+    let outside = d.path().join("outside.txt");
+    std::fs::write(&outside, "host file").unwrap();
+    symlink(&outside, dir.join("a.txt")).unwrap();
+    std::fs::write(dir.join("b.txt"), "BBB").unwrap(); // same size as "bbb": kept
+    std::fs::write(dir.join("c.txt"), "cut").unwrap(); // wrong size: rewritten
+    let files: [(&str, &[u8]); 4] = [
+        ("a.txt", b"aaa"),
+        ("b.txt", b"bbb"),
+        ("c.txt", b"ccccc"),
+        ("d.txt", b"ddd"),
+    ];
+    let tree = tree::Tree::new("/");
+    assert_eq!(tree.write_batch_durable(&dir, &files, true).unwrap(), 3);
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "host file");
+    let read = |n: &str| std::fs::read_to_string(dir.join(n)).unwrap();
+    assert!(!dir.join("a.txt").is_symlink());
+    assert_eq!(
+        [read("a.txt"), read("b.txt"), read("c.txt"), read("d.txt")],
+        ["aaa", "BBB", "ccccc", "ddd"]
+    );
+    std::fs::create_dir(dir.join("e.txt")).unwrap();
+    let err = tree.write_batch_durable(&dir, &[("f.txt", b"f"), ("e.txt", b"e")], true);
+    assert!(matches!(err, Err(FsError::IsDir)), "{err:?}");
+    assert!(!dir.join("f.txt").exists(), "nothing renamed");
+    let names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        names.iter().all(|n| !n.contains("flowerbox-tmp")),
+        "{names:?}"
+    );
+}

@@ -271,11 +271,18 @@ pub trait SandboxFactory: Send + Sync {
     /// Where its commands run (in containers, or as host processes).
     fn commands_run(&self) -> CommandsRun;
 
+    /// Starts what every sandbox of the run shares (Docker: the pod) in the background, so
+    /// the first agent that runs a command finds it ready. A start that fails is reported by
+    /// the first [`SandboxFactory::sandbox`] that needs it, with the same error; teardown
+    /// waits for a start in flight and removes what it made. The default does nothing.
+    fn prepare(&self) {}
+
     /// The sandbox for this agent, created on first use, reused afterwards for the same
-    /// `agent` name.
+    /// `agent` name. Calls for the same agent while one is creating it wait for that one.
     async fn sandbox(&self, spec: &AgentBox) -> Result<Arc<dyn Sandbox>, SandboxError>;
 
-    /// Removes one agent's sandbox (its container) when the step that owns it ends.
+    /// Removes one agent's sandbox (its container) when the step that owns it ends; a start
+    /// still in flight for it is waited for, then removed.
     async fn release(&self, agent: &str) -> Result<(), SandboxError>;
 
     /// Removes every sandbox of the run (and the pod). Idempotent.

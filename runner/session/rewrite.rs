@@ -91,8 +91,7 @@ pub fn spill_pointer(path: &Path, chars: usize) -> String {
 
 /// The spill file for `text`: `<spill_dir>/<first 16 hex of sha256>.txt`.
 pub fn spill_path(spill_dir: &Path, text: &str) -> PathBuf {
-    let digest = Sha256::digest(text.as_bytes());
-    spill_dir.join(format!("{}.txt", &hex::encode(digest)[..16]))
+    spill_dir.join(spill_name(text))
 }
 
 /// Rewrites stored entries into the history resume feeds the model.
@@ -344,12 +343,29 @@ pub fn trim(
     }
     let n = sites.len().saturating_sub(policy.keep_recent);
     report.kept_large += sites.len() - n;
+    // Every spill file first, in one durable batch (one sync), then the pointers: a crash
+    // mid-trim leaves the stored rows whole and no pointer to a file that is not on disk.
+    let mut spills: Vec<(String, usize)> = Vec::with_capacity(n);
     for &(i, k) in &sites[..n] {
+        if let ContentBlock::ToolResult { content, .. } = &msgs[i].content[k] {
+            spills.push((spill_name(content), content.chars().count()));
+        }
+    }
+    let files: Vec<(&str, &[u8])> = sites[..n]
+        .iter()
+        .zip(&spills)
+        .filter_map(|(&(i, k), (name, _))| match &msgs[i].content[k] {
+            ContentBlock::ToolResult { content, .. } => Some((name.as_str(), content.as_bytes())),
+            _ => None,
+        })
+        .collect();
+    if !files.is_empty() {
+        // Content-addressed names: a regular file of the same size there is the same text.
+        own::write_batch_durable(&policy.spill_dir, &files, true)?;
+    }
+    for (&(i, k), (name, chars)) in sites[..n].iter().zip(&spills) {
         if let ContentBlock::ToolResult { content, .. } = &mut msgs[i].content[k] {
-            let chars = content.chars().count();
-            let path = spill_path(&policy.spill_dir, content);
-            write_spill(&path, content)?;
-            *content = spill_pointer(&path, chars);
+            *content = spill_pointer(&policy.spill_dir.join(name), *chars);
             report.trimmed += 1;
             report.chars_saved += chars;
         }
@@ -357,15 +373,12 @@ pub fn trim(
     Ok(())
 }
 
-/// Writes a spill file once (content-addressed), atomically so a concurrent reader never sees
-/// half of it.
-/// The spill directory is in the workbench, writable by workers: nothing a worker put at the
-/// name is followed (a new file is renamed over it).
-fn write_spill(path: &Path, text: &str) -> std::io::Result<()> {
-    if own::kind(path) == Some(rustix::fs::FileType::RegularFile) {
-        return Ok(());
-    }
-    own::write_durable(path, text.as_bytes()).map(|_| ())
+/// The spill file name of `text`: the first 16 hex digits of its SHA-256, `.txt`.
+fn spill_name(text: &str) -> String {
+    format!(
+        "{}.txt",
+        &hex::encode(Sha256::digest(text.as_bytes()))[..16]
+    )
 }
 
 #[cfg(test)]

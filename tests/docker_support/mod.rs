@@ -165,9 +165,14 @@ pub async fn run_containers(engine: &Engine, run_id: &str) -> Vec<String> {
 
 /// Ids of every network labelled with this run (one with `--egress open|proxy`).
 pub async fn run_networks(engine: &Engine, run_id: &str) -> Vec<String> {
+    run_networks_where(engine, format!("flowerbox.run={run_id}")).await
+}
+
+/// Ids of every network the label filter `label` (`key=value`) selects.
+pub async fn run_networks_where(engine: &Engine, label: String) -> Vec<String> {
     use bollard::query_parameters::ListNetworksOptions;
     use std::collections::HashMap;
-    let filters = HashMap::from([("label".to_string(), vec![format!("flowerbox.run={run_id}")])]);
+    let filters = HashMap::from([("label".to_string(), vec![label])]);
     engine
         .docker()
         .list_networks(Some(ListNetworksOptions {

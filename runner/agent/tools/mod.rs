@@ -27,7 +27,7 @@ use super::confine::Confinement;
 use super::workbench::Workbench;
 use crate::agent::human::Human;
 use crate::model::{Role, ToolDef};
-use crate::sandbox::{AgentBox, Sandbox, SandboxFactory};
+use crate::sandbox::{AgentBox, Sandbox, SandboxError, SandboxFactory};
 
 pub use agent_tool::{DispatchRequest, Dispatcher};
 pub use bash::format_output as format_bash_output;
@@ -141,7 +141,13 @@ pub struct ToolContext {
     /// Extra environment for commands (never credentials).
     pub env: Vec<(String, String)>,
     sandbox: OnceCell<Arc<dyn Sandbox>>,
+    /// The sandbox's start begun by [`ToolContext::start_sandbox_early`], taken by the first
+    /// [`ToolContext::sandbox`].
+    early: Mutex<Option<EarlyStart>>,
 }
+
+/// A sandbox start running in the background.
+type EarlyStart = tokio::task::JoinHandle<Result<Arc<dyn Sandbox>, SandboxError>>;
 
 impl ToolContext {
     /// A context; the sandbox is created lazily on the first Bash call.
@@ -178,17 +184,45 @@ impl ToolContext {
             limits,
             env: Vec::new(),
             sandbox: OnceCell::new(),
+            early: Mutex::new(None),
         }
     }
 
-    /// The agent's sandbox, created on first use.
+    /// Starts creating the agent's sandbox now, in the background (issue 17: while its first
+    /// model request is in flight), when the agent may execute commands; nothing otherwise.
+    /// The first [`ToolContext::sandbox`] waits for that start and reports its failure as
+    /// its own. Must be called inside a Tokio runtime.
+    pub fn start_sandbox_early(&self) {
+        let Some(factory) = self.sandboxes.clone() else {
+            return;
+        };
+        let mut early = self.early.lock().unwrap_or_else(|e| e.into_inner());
+        if early.is_some() || self.sandbox.initialized() {
+            return;
+        }
+        let spec = self.agent_box.clone();
+        *early = Some(tokio::spawn(async move { factory.sandbox(&spec).await }));
+    }
+
+    /// The agent's sandbox, created on first use (or by the start
+    /// [`ToolContext::start_sandbox_early`] began).
     pub async fn sandbox(&self) -> Result<Arc<dyn Sandbox>, ToolError> {
         let factory = self
             .sandboxes
             .clone()
             .ok_or_else(|| ToolError::Denied(format!("{} 没有执行命令的环境", self.agent)))?;
         self.sandbox
-            .get_or_try_init(|| async move { factory.sandbox(&self.agent_box).await })
+            .get_or_try_init(|| async move {
+                let early = self.early.lock().unwrap_or_else(|e| e.into_inner()).take();
+                match early {
+                    Some(started) => match started.await {
+                        Ok(result) => result,
+                        // The start panicked or was aborted: start again, as without it.
+                        Err(_) => factory.sandbox(&self.agent_box).await,
+                    },
+                    None => factory.sandbox(&self.agent_box).await,
+                }
+            })
             .await
             .cloned()
             .map_err(|e| ToolError::Failed(format!("沙箱启动失败:{e}")))

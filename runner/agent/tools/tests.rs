@@ -130,3 +130,69 @@ async fn a_huge_sparse_file_is_refused_without_reading_it_whole() {
         assert!(e.to_string().contains("太大"), "{tool}: {e}");
     }
 }
+
+/// A factory whose every start fails, counting the starts.
+struct FailingStarts(std::sync::atomic::AtomicUsize);
+
+#[async_trait]
+impl SandboxFactory for FailingStarts {
+    fn commands_run(&self) -> crate::sandbox::CommandsRun {
+        crate::sandbox::CommandsRun::InContainer
+    }
+    async fn sandbox(&self, _spec: &AgentBox) -> Result<Arc<dyn Sandbox>, SandboxError> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Err(SandboxError::Container(
+            "creating fbx-test-worker-1: no space left".into(),
+        ))
+    }
+    async fn release(&self, _agent: &str) -> Result<(), SandboxError> {
+        Ok(())
+    }
+    async fn teardown(&self) -> Result<(), SandboxError> {
+        Ok(())
+    }
+}
+
+/// Issue 17: a start begun early that fails is reported by the first command, with the error
+/// and tool result a start on demand gives, and is not started twice.
+#[tokio::test]
+async fn an_early_start_that_fails_is_reported_by_the_first_command() {
+    let (_d, plain, _ws) = ctx();
+    let factory = Arc::new(FailingStarts(Default::default()));
+    let c = ToolContext::new(
+        plain.agent.clone(),
+        plain.role,
+        0,
+        plain.agent_box.clone(),
+        Some(factory.clone() as Arc<dyn SandboxFactory>),
+        None,
+        Arc::new(Absent),
+        CancellationToken::new(),
+        None,
+        ToolLimits::default(),
+    );
+    c.start_sandbox_early();
+    c.start_sandbox_early(); // once is enough
+    let early = call("Bash", json!({"command": "true"}), &c)
+        .await
+        .unwrap_err();
+    let on_demand = call("Bash", json!({"command": "true"}), &c)
+        .await
+        .unwrap_err();
+    assert_eq!(early, on_demand);
+    assert_eq!(
+        early,
+        ToolError::Failed(
+            "沙箱启动失败:container: creating fbx-test-worker-1: no space left".into()
+        )
+    );
+    assert_eq!(factory.0.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+/// An agent that may not execute commands starts nothing early.
+#[tokio::test]
+async fn no_early_start_without_commands() {
+    let (_d, c, _ws) = ctx();
+    c.start_sandbox_early();
+    assert!(c.early.lock().unwrap().is_none());
+}

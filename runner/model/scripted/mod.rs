@@ -49,6 +49,7 @@
 //!   otherwise). `stop_reason` defaults to `tool_use` when there is a tool_use block, else
 //!   `end_turn`. `usage` counts default to an estimate (bytes / 4) for input/output and 0 for
 //!   cache. `interleave: true` streams the tool_use blocks' fragments interleaved.
+//!   `think_ms` delays the stream's first event (the model's thinking time, for benchmarks).
 //! - **Streaming.** `message_start`, `ping`, per block `content_block_start` / deltas /
 //!   `content_block_stop`, `message_delta`, `message_stop`. Text goes out as several
 //!   `text_delta`s, tool input as several `input_json_delta` fragments cut at arbitrary

@@ -59,6 +59,10 @@ pub struct ScriptedTurn {
     /// stop) instead of one block after another (an extension for interleaving tests).
     #[serde(default)]
     pub interleave: bool,
+    /// The model's thinking time: the stream's first event comes this many milliseconds after
+    /// the request (benchmarks of work that overlaps a model turn, issue 17).
+    #[serde(default)]
+    pub think_ms: Option<u64>,
 }
 
 /// A content block of a scripted turn.

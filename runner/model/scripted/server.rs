@@ -363,7 +363,7 @@ async fn messages(State(st): State<Arc<ServerState>>, headers: HeaderMap, body: 
             .unwrap_or_else(|| format!("scripted fault: {kind}"));
         encode(&json!({"type": "error", "error": {"type": kind, "message": msg}}))
     });
-    let steps = plan(frames, &p.fault, error, &mut rng);
+    let steps = think(p.turn, plan(frames, &p.fault, error, &mut rng));
     let mut resp = stream_response(steps);
     if let Ok(v) = HeaderValue::try_from(format!("req_scripted_{}_{}_{}", p.entry_ix, p.k, p.n)) {
         resp.headers_mut().insert("request-id", v);
@@ -470,7 +470,7 @@ async fn chat(State(st): State<Arc<ServerState>>, headers: HeaderMap, body: Byte
             .unwrap_or_else(|| format!("scripted fault: {kind}"));
         encode_data(&json!({"error": {"message": msg, "type": kind, "param": null, "code": null}}))
     });
-    let steps = plan(frames, &p.fault, error, &mut rng);
+    let steps = think(p.turn, plan(frames, &p.fault, error, &mut rng));
     stream_response(steps)
 }
 
@@ -504,6 +504,14 @@ enum Step {
     Sleep(Duration),
     Chunk(Bytes),
     Abort,
+}
+
+/// `steps` after the turn's thinking time (`think_ms`), if any.
+fn think(turn: &ScriptedTurn, mut steps: Vec<Step>) -> Vec<Step> {
+    if let Some(ms) = turn.think_ms {
+        steps.insert(0, Step::Sleep(Duration::from_millis(ms)));
+    }
+    steps
 }
 
 /// Encoded events → body steps, with the fault's delay, error event or drop applied. Each

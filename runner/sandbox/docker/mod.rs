@@ -125,6 +125,12 @@ struct Inner {
     /// The run's networks (ids), removed after every container.
     networks: Mutex<Vec<String>>,
     torn_down: AtomicBool,
+    /// Held (read) by every container start in flight, the early pod's included; teardown
+    /// takes it (write) to wait for them, so no start can outlive it with a container.
+    starting: Arc<tokio::sync::RwLock<()>>,
+    /// The pod started early ([`SandboxFactory::prepare`]); the first agent that needs the
+    /// pod takes it and gets its error, as if it had started the pod itself.
+    early_pod: Mutex<Option<tokio::task::JoinHandle<Result<(), SandboxError>>>>,
 }
 
 /// The Docker [`SandboxFactory`] of one run.
@@ -175,6 +181,8 @@ impl DockerSandboxFactory {
                 created: Arc::new(Mutex::new(Vec::new())),
                 networks: Mutex::new(Vec::new()),
                 torn_down: AtomicBool::new(false),
+                starting: Arc::new(tokio::sync::RwLock::new(())),
+                early_pod: Mutex::new(None),
             }),
         })
     }
@@ -215,6 +223,8 @@ impl DockerSandboxFactory {
         spec: &AgentBox,
     ) -> Result<Arc<DockerSandbox>, SandboxError> {
         let inner = &self.inner;
+        // Teardown waits for this start (and removes what it made) before it ends.
+        let _starting = inner.starting.read().await;
         if inner.torn_down.load(Ordering::SeqCst) {
             return Err(SandboxError::ShutDown);
         }
@@ -499,6 +509,13 @@ impl Inner {
 
     async fn create_agent(&self, spec: &AgentBox) -> Result<Arc<DockerSandbox>, SandboxError> {
         let spec = canonical_box(spec)?;
+        let early = lock(&self.early_pod).take();
+        if let Some(Ok(Err(e))) = match early {
+            Some(h) => Some(h.await),
+            None => None,
+        } {
+            return Err(e);
+        }
         let pod = self.pod().await?.clone();
         let image = self.image().await?.clone();
         let mounts: Vec<PathBuf> = spec.mounts.iter().map(|m| m.inside.clone()).collect();
@@ -554,6 +571,20 @@ impl Inner {
         }))
     }
 
+    /// Removes every container created so far, concurrently: agent containers first (they
+    /// live in the pod's namespaces), then the pods. The first error, if any.
+    async fn remove_created(&self) -> Option<SandboxError> {
+        let created: Vec<(String, bool)> = lock(&self.created).clone();
+        let (pods, agents): (Vec<_>, Vec<_>) = created.into_iter().partition(|(_, pod)| *pod);
+        let mut first_err = None;
+        for group in [agents, pods] {
+            let results =
+                futures::future::join_all(group.iter().map(|(id, _)| self.remove(id))).await;
+            first_err = first_err.or(results.into_iter().flatten().next());
+        }
+        first_err
+    }
+
     /// Force-removes a container (kills it first; 404 is fine) and forgets it.
     async fn remove(&self, id: &str) -> Option<SandboxError> {
         let opts = RemoveContainerOptions {
@@ -573,15 +604,11 @@ impl Inner {
     async fn teardown(&self) -> Result<(), SandboxError> {
         self.torn_down.store(true, Ordering::SeqCst);
         lock(&self.agents).clear();
-        let created: Vec<(String, bool)> = lock(&self.created).clone();
-        let (pods, agents): (Vec<_>, Vec<_>) = created.into_iter().partition(|(_, pod)| *pod);
-        let mut first_err = None;
-        // Agent containers first: they live in the pod's namespaces.
-        for group in [agents, pods] {
-            let results =
-                futures::future::join_all(group.iter().map(|(id, _)| self.remove(id))).await;
-            first_err = first_err.or(results.into_iter().flatten().next());
-        }
+        // What exists now goes at once (a start in flight then fails fast: its pod is gone);
+        // then, once every start in flight has ended, whatever those made.
+        let mut first_err = self.remove_created().await;
+        let _no_start = self.starting.write().await;
+        first_err = first_err.or(self.remove_created().await);
         // Networks last: the engine refuses to remove one that a container still uses.
         let networks: Vec<String> = std::mem::take(&mut *lock(&self.networks));
         for id in networks {
@@ -606,9 +633,39 @@ impl SandboxFactory for DockerSandboxFactory {
         Ok(self.docker_sandbox(spec).await?)
     }
 
+    fn prepare(&self) {
+        let mut early = lock(&self.inner.early_pod);
+        if early.is_some() || self.inner.pod.initialized() {
+            return;
+        }
+        // Taken before the task exists, so a teardown that begins now waits for it (and one
+        // already under way means no pod at all).
+        let Ok(starting) = self.inner.starting.clone().try_read_owned() else {
+            return;
+        };
+        if self.inner.torn_down.load(Ordering::SeqCst) {
+            return;
+        }
+        let inner = self.inner.clone();
+        *early = Some(tokio::spawn(async move {
+            let _starting = starting;
+            inner.pod().await.map(|_| ())
+        }));
+    }
+
     async fn release(&self, agent: &str) -> Result<(), SandboxError> {
         let slot = lock(&self.inner.agents).remove(agent);
-        if let Some(sandbox) = slot.and_then(|s| s.get().cloned()) {
+        let Some(slot) = slot else {
+            return Ok(());
+        };
+        // A start still in flight (begun early) is waited for, then removed; a slot that was
+        // never filled stays empty.
+        let started = slot
+            .get_or_try_init(|| async { Err(SandboxError::ShutDown) })
+            .await
+            .ok()
+            .cloned();
+        if let Some(sandbox) = started {
             if let Some(e) = self.inner.remove(sandbox.container_id()).await {
                 return Err(e);
             }

@@ -1,0 +1,362 @@
+//! The issue-17 figures of `scripts/bench.sh`, each through the `flowerbox` binary against an
+//! in-process scripted model, each a median over interleaved repeats with its baseline:
+//!
+//! 9. `once` with one Bash call, the model thinking `--think-ms` (1,500) per turn: wall clock
+//!    with `--sandbox docker` vs with `--sandbox host` (ratio; target ≤ 1.15);
+//! 10. a whole unattended `go` run, 8 workers each running `sleep 2` in parallel, vs the same
+//!     run with 1 worker (ratio; target ≤ 1.4);
+//! 11. the first `once --resume` of a 10,000-message session with trimming (`-T`, cold spill
+//!     directory: every trimmed result is written) vs a fresh `once` with the same reply
+//!     (target ≤ 300 ms).
+//!
+//! With `--base PATH` a second binary (the build before a change) is measured in the same run,
+//! interleaved with the first, and every figure appears twice (`9` and `9 base`, ...), so the
+//! before/after ratio is read off one table.
+//!
+//! Usage: `cli_bench [--repeat N] [--flowerbox PATH] [--base PATH] [--think-ms MS]
+//! [--only 9,10,11] [--json FILE]`. `--flowerbox` defaults to the `flowerbox` next to this
+//! example's directory (`scripts/bench.sh` builds it first).
+
+#[path = "bench_common/mod.rs"]
+mod bench_common;
+
+use bench_common::{ms, print_table, write_part, Figure, Stats};
+use flowerbox::model::scripted::{Scenario, ScriptedServer};
+use flowerbox::model::{ContentBlock, Message, Role, Speaker};
+use flowerbox::sandbox::docker::{ensure_image, Engine};
+use flowerbox::session::{SessionMeta, SessionStore, SqliteSessionStore};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The report every scripted worker ends with (the four-part format).
+const REPORT: &str = "结论:做完了\n依据:命令跑了\n产出:无\n未验证:无";
+/// Messages in the resumed session of figure 11.
+const RESUME_MESSAGES: usize = 10_000;
+
+fn bash(cmd: &str) -> Value {
+    json!({"content": [{"type": "tool_use", "name": "Bash", "input": {"command": cmd}}]})
+}
+
+fn text(t: &str) -> Value {
+    json!({"content": [{"type": "text", "text": t}]})
+}
+
+/// Binds an in-process scripted model on loopback and serves it in the background.
+async fn serve(scenario: &Value) -> String {
+    let scenario = Scenario::parse(&scenario.to_string()).expect("scenario");
+    let server = ScriptedServer::bind(scenario, "127.0.0.1:0".parse().unwrap(), None)
+        .await
+        .expect("bind scripted model");
+    let url = server.url();
+    tokio::spawn(server.serve(std::future::pending()));
+    url
+}
+
+/// One flowerbox run in `ws` (HOME beside it) with `args`; returns the wall clock in ms and
+/// panics with its output when it does not exit 0.
+async fn run(flowerbox: &Path, url: &str, ws: &Path, args: &[&str]) -> f64 {
+    let home = ws.with_file_name("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let log = ws.with_file_name("out.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let mut cmd = Command::new(flowerbox);
+    cmd.args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("FLOWER_NO_PROBE", "1")
+        .env("ANTHROPIC_BASE_URL", url)
+        .env("ANTHROPIC_API_KEY", "sk-bench")
+        .env("ANTHROPIC_MODEL", "claude-sonnet-4-5")
+        .current_dir(ws)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out);
+    let started = Instant::now();
+    let status = tokio::task::spawn_blocking(move || cmd.status().expect("spawn flowerbox"))
+        .await
+        .unwrap();
+    let wall = ms(started.elapsed());
+    assert!(
+        status.success(),
+        "{} {args:?} exited {status}:\n{}",
+        flowerbox.display(),
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
+    wall
+}
+
+/// A fresh workspace `proj` in a new temporary directory.
+fn workspace() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap().join("proj");
+    std::fs::create_dir_all(&ws).unwrap();
+    (dir, ws)
+}
+
+/// The binaries measured: (label suffix, path).
+type Bins = Vec<(String, PathBuf)>;
+
+/// Figure 9: `once` with one Bash call, docker vs host, per binary.
+async fn once_bash(bins: &Bins, repeat: usize, think_ms: u64) -> Vec<Figure> {
+    let turn = |mut t: Value| {
+        t["think_ms"] = json!(think_ms);
+        t
+    };
+    let url = serve(&json!({"agents": [{"turns": [
+        turn(bash("echo hi")), turn(text("跑完了。"))]}]}))
+    .await;
+    let mut samples = vec![(Vec::new(), Vec::new()); bins.len()];
+    for _ in 0..repeat {
+        for (b, (_, bin)) in bins.iter().enumerate() {
+            for sandbox in ["host", "docker"] {
+                let (_dir, ws) = workspace();
+                let args = ["--sandbox", sandbox, "once", "-t", "Bash", "跑一条命令"];
+                let t = run(bin, &url, &ws, &args).await;
+                match sandbox {
+                    "host" => samples[b].0.push(t),
+                    _ => samples[b].1.push(t),
+                }
+            }
+        }
+    }
+    bins.iter()
+        .zip(samples)
+        .map(|((label, _), (host, docker))| {
+            Figure::new(
+                &format!("9{label}"),
+                "once, one Bash call, --sandbox docker",
+                "ms",
+                Stats::of(&docker),
+            )
+            .vs("--sandbox host", Stats::of(&host))
+            .note(format!(
+                "model thinks {think_ms} ms per turn (2 turns); whole process wall clock"
+            ))
+        })
+        .collect()
+}
+
+/// The go scenario of figure 10: `n` workers dispatched in one coordinator turn, each runs
+/// `sleep 2` and reports.
+fn go_scenario(n: usize) -> Value {
+    let calls: Vec<Value> = (1..=n)
+        .map(|k| {
+            json!({"type": "tool_use", "name": "Agent", "input": {
+                "description": format!("任务 {k}"),
+                "prompt": format!("做任务 {k}:睡两秒"),
+                "subagent_type": "coder"}})
+        })
+        .collect();
+    json!({"agents": [
+        {"role": "clarifier", "turns": [text(
+            "## 目标\n睡两秒\n\n## 验收标准\n- 睡过了\n\n## 边界\n无\n\n## 未知与假设\n- 无人应答:按字面做\n")]},
+        {"role": "judge", "prompt": "变成可判定的目标", "turns": [text(
+            "## 目标\n睡过了\n\n## 判定清单\n- 睡过了\n")]},
+        {"role": "judge", "prompt": "判定这一轮", "turns": [text(
+            "## 结论\nACHIEVED\n\n## 理由\n睡过了\n\n## 未通过\n无\n")]},
+        {"role": "coordinator", "turns": [{"content": calls}, text("都做完了。")]},
+        {"role": "worker", "prompt": "做任务", "turns": [bash("sleep 2"), text(REPORT)]}
+    ]})
+}
+
+/// Figure 10: go with 8 workers vs 1, per binary.
+async fn go_workers(bins: &Bins, repeat: usize) -> Vec<Figure> {
+    let one = serve(&go_scenario(1)).await;
+    let eight = serve(&go_scenario(8)).await;
+    let mut samples = vec![(Vec::new(), Vec::new()); bins.len()];
+    for _ in 0..repeat {
+        for (b, (_, bin)) in bins.iter().enumerate() {
+            for (n, url) in [(1, &one), (8, &eight)] {
+                let (_dir, ws) = workspace();
+                let t = run(bin, url, &ws, &["--timeout", "0", "睡两秒"]).await;
+                match n {
+                    1 => samples[b].0.push(t),
+                    _ => samples[b].1.push(t),
+                }
+            }
+        }
+    }
+    bins.iter()
+        .zip(samples)
+        .map(|((label, _), (one, eight))| {
+            Figure::new(
+                &format!("10{label}"),
+                "go, 8 workers `sleep 2` in parallel",
+                "ms",
+                Stats::of(&eight),
+            )
+            .vs("1 worker", Stats::of(&one))
+            .note("whole unattended go run (clarify, goal, 1 round, judge), Docker sandbox")
+        })
+        .collect()
+}
+
+/// A tool result of `chars` characters, different for every `seed`.
+fn result_text(seed: usize, chars: usize) -> String {
+    let line = format!("{seed:06} build output: compiling module {seed} of the project ... ok\n");
+    line.repeat(chars / line.len() + 1)[..chars].to_string()
+}
+
+/// Writes `runs/sessions.db` of `ws` with one session of `n` messages (a prompt, then tool
+/// calls and results, every tenth result 3,000 characters, the rest 200; a final reply);
+/// returns its id and its assistant messages.
+fn build_session(ws: &Path, n: usize) -> (String, usize) {
+    let store = SqliteSessionStore::open(ws.join("runs/sessions.db")).expect("open");
+    let meta = SessionMeta {
+        agent: "ad-hoc".into(),
+        role: Role::Worker,
+        step: None,
+        parent: None,
+        run: "20260101-000000-bench0".into(),
+    };
+    let session = store.create(&meta).expect("create");
+    store
+        .append(&session, &Message::user_text("把这个项目修到能编译"), None)
+        .unwrap();
+    let pairs = (n - 2) / 2;
+    for i in 0..pairs {
+        let id = format!("toolu_bench_{i}");
+        let call = Message {
+            role: Speaker::Assistant,
+            content: vec![
+                ContentBlock::text(format!("第 {i} 步。")),
+                ContentBlock::ToolUse {
+                    id: id.clone(),
+                    name: "Bash".into(),
+                    input: json!({"command": format!("cargo build -p part{i}")}),
+                },
+            ],
+        };
+        store.append(&session, &call, Some(20_000)).unwrap();
+        let size = if i % 10 == 0 { 3000 } else { 200 };
+        let result = Message {
+            role: Speaker::User,
+            content: vec![ContentBlock::ToolResult {
+                tool_use_id: id,
+                content: result_text(i, size),
+                is_error: false,
+            }],
+        };
+        store.append(&session, &result, None).unwrap();
+    }
+    store
+        .append(&session, &Message::assistant_text("修好了。"), Some(90_000))
+        .unwrap();
+    (session, pairs + 1)
+}
+
+/// Figure 11: the first `once --resume` of a 10,000-message session with trimming vs a fresh
+/// `once`, per binary (host sandbox: no container in either).
+async fn first_resume(bins: &Bins, repeat: usize) -> Vec<Figure> {
+    let (template_dir, template) = workspace();
+    let (session, assistant) = build_session(&template, RESUME_MESSAGES);
+    let db = template.join("runs/sessions.db");
+    // Whatever the resumed history's turn index, the model says the same.
+    let turns: Vec<Value> = (0..=assistant + 1).map(|_| text("好的。")).collect();
+    let url = serve(&json!({"agents": [{"turns": turns}]})).await;
+    let mut samples = vec![(Vec::new(), Vec::new()); bins.len()];
+    for _ in 0..repeat {
+        for (b, (_, bin)) in bins.iter().enumerate() {
+            let (_fresh_dir, fresh) = workspace();
+            let args = ["--sandbox", "host", "-T", "once", "-t", "Read", "继续"];
+            samples[b].0.push(run(bin, &url, &fresh, &args).await);
+            let (_dir, ws) = workspace();
+            std::fs::create_dir_all(ws.join("runs")).unwrap();
+            std::fs::copy(&db, ws.join("runs/sessions.db")).unwrap();
+            let args = [
+                "--sandbox",
+                "host",
+                "-T",
+                "once",
+                "-t",
+                "Read",
+                "--resume",
+                &session,
+                "继续",
+            ];
+            samples[b].1.push(run(bin, &url, &ws, &args).await);
+        }
+    }
+    drop(template_dir);
+    bins.iter()
+        .zip(samples)
+        .map(|((label, _), (fresh, resume))| {
+            Figure::new(
+                &format!("11{label}"),
+                "first once --resume, 10,000 messages, -T",
+                "ms",
+                Stats::of(&resume),
+            )
+            .vs("fresh once", Stats::of(&fresh))
+            .note("500 results of 3,000 chars trimmed to a cold spill dir; --sandbox host")
+        })
+        .collect()
+}
+
+/// `flowerbox` next to this example's directory (`target/<profile>/flowerbox`).
+fn default_flowerbox() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .map(|d| d.join("flowerbox"))
+        .expect("target directory")
+}
+
+#[tokio::main]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let (mut repeat, mut think_ms) = (3usize, 1500u64);
+    let (mut only, mut json_out, mut flowerbox, mut base) =
+        (None::<String>, None::<PathBuf>, None, None::<PathBuf>);
+    while let Some(a) = args.next() {
+        let mut val = || args.next().unwrap_or_else(|| panic!("{a} needs a value"));
+        match a.as_str() {
+            "--repeat" => repeat = val().parse().expect("--repeat N"),
+            "--think-ms" => think_ms = val().parse().expect("--think-ms MS"),
+            "--only" => only = Some(val()),
+            "--json" => json_out = Some(PathBuf::from(val())),
+            "--flowerbox" => flowerbox = Some(PathBuf::from(val())),
+            "--base" => base = Some(PathBuf::from(val())),
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    let flowerbox = flowerbox.unwrap_or_else(default_flowerbox);
+    let mut bins: Bins = vec![(String::new(), flowerbox.clone())];
+    if let Some(b) = &base {
+        bins.push((" base".into(), b.clone()));
+    }
+    for (_, b) in &bins {
+        assert!(b.is_file(), "no flowerbox binary at {}", b.display());
+    }
+    let wants = |id: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|x| x == id))
+    };
+    if wants("9") || wants("10") {
+        // Built before the first measurement (the binaries build it on first use).
+        let engine = Engine::connect(None, Duration::from_secs(5))
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        ensure_image(&engine, None, true).await.expect("image");
+    }
+    let mut figures = Vec::new();
+    if wants("9") {
+        figures.extend(once_bash(&bins, repeat, think_ms).await);
+    }
+    if wants("10") {
+        figures.extend(go_workers(&bins, repeat).await);
+    }
+    if wants("11") {
+        figures.extend(first_resume(&bins, repeat).await);
+    }
+    print_table(&figures);
+    if let Some(path) = json_out {
+        let extra = json!({"repeat": repeat, "think_ms": think_ms, "flowerbox": flowerbox,
+                           "base": base});
+        write_part(&path, "cli_bench", extra, &figures);
+        eprintln!("wrote {}", path.display());
+    }
+}
