@@ -3,7 +3,8 @@
 //!
 //! 1. container cold start to first exec result (pod + agent container + `true`) vs
 //!    `docker run --rm IMAGE true`;
-//! 2. Bash round trip for `true` in a warm container vs `sh -c true` on the host;
+//! 2. Bash round trip for `true` in a warm container (through its exec service) vs `sh -c true`
+//!    on the host; 2a, the same vs a Docker exec per command (the path before issue 17);
 //! 3. 8 agent containers started in parallel (to first exec result) vs 1;
 //! 4. cold start per egress mode (1d, 1e): `open` (the default: a network of the run's own and
 //!    the fence that loads its rules) and `proxy` (plus the proxy container) vs `none` (no
@@ -24,7 +25,7 @@
 use flowerbox::model::Role;
 use flowerbox::sandbox::docker::{ensure_image, DockerOptions, DockerSandboxFactory, Engine};
 use flowerbox::sandbox::egress::{EgressMode, EgressPolicy};
-use flowerbox::sandbox::{AgentBox, ExecRequest, Mount, SandboxFactory};
+use flowerbox::sandbox::{AgentBox, ExecRequest, Mount, Sandbox, SandboxFactory};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -61,6 +62,16 @@ async fn factory(image: &str, ws: &Path, tag: &str) -> DockerSandboxFactory {
 }
 
 async fn factory_with(image: &str, ws: &Path, tag: &str, mode: EgressMode) -> DockerSandboxFactory {
+    factory_opts(image, ws, tag, mode, true).await
+}
+
+async fn factory_opts(
+    image: &str,
+    ws: &Path,
+    tag: &str,
+    mode: EgressMode,
+    exec_service: bool,
+) -> DockerSandboxFactory {
     let run = format!(
         "bench-{}-{tag}-{}",
         std::process::id(),
@@ -73,6 +84,14 @@ async fn factory_with(image: &str, ws: &Path, tag: &str, mode: EgressMode) -> Do
         mode,
         ..Default::default()
     };
+    if !exec_service {
+        opts.exec_service = None;
+    } else {
+        assert!(
+            opts.exec_service.is_some(),
+            "no flowerbox binary beside this example: build with --bins"
+        );
+    }
     DockerSandboxFactory::connect(opts).await.expect("connect")
 }
 
@@ -153,16 +172,35 @@ async fn main() {
         run_rm.push(ms(t.elapsed()));
     }
 
-    // 2. Round trip of `true` in a warm container vs `sh -c true` on the host.
+    // 2, 2a. Round trip of `true` in a warm container, through the container's exec service,
+    // vs `sh -c true` on the host and vs a Docker exec per command (the path before issue 17),
+    // interleaved so that load drifts hit all three alike.
     let f = factory(&image, &ws, "warm").await;
-    let sb = f.sandbox(&agent("worker-1", &ws)).await.expect("sandbox");
+    let sb = f
+        .docker_sandbox(&agent("worker-1", &ws))
+        .await
+        .expect("sandbox");
+    assert!(
+        sb.exec_service_pid().await.is_some(),
+        "the exec service did not start"
+    );
+    let f_old = factory_opts(&image, &ws, "warm-old", EgressMode::Open, false).await;
+    let sb_old = f_old
+        .docker_sandbox(&agent("worker-1", &ws))
+        .await
+        .expect("sandbox");
     sb.exec(req("true", &ws)).await.expect("warm-up");
-    let (mut rt, mut host) = (Vec::new(), Vec::new());
+    sb_old.exec(req("true", &ws)).await.expect("warm-up");
+    let (mut rt, mut rt_old, mut host) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..roundtrips {
         let t = Instant::now();
         let out = sb.exec(req("true", &ws)).await.expect("exec");
         rt.push(ms(t.elapsed()));
-        assert!(out.success());
+        assert!(out.success(), "{out:?}");
+        let t = Instant::now();
+        let out = sb_old.exec(req("true", &ws)).await.expect("exec");
+        rt_old.push(ms(t.elapsed()));
+        assert!(out.success(), "{out:?}");
         let t = Instant::now();
         std::process::Command::new("sh")
             .args(["-c", "true"])
@@ -170,7 +208,12 @@ async fn main() {
             .unwrap();
         host.push(ms(t.elapsed()));
     }
+    assert!(
+        sb.exec_service_pid().await.is_some(),
+        "the exec service died during figure 2"
+    );
     f.teardown().await.expect("teardown");
+    f_old.teardown().await.expect("teardown");
 
     // 3. 8 agent containers at once vs 1 (pod already up, as within a run).
     let (mut one, mut eight) = (Vec::new(), Vec::new());
@@ -244,7 +287,20 @@ async fn main() {
             Stats::of(&rt),
         )
         .vs("sh -c true on the host", Stats::of(&host))
-        .note(format!("{roundtrips} round trips")),
+        .note(format!(
+            "{roundtrips} round trips through the container's exec service"
+        )),
+        Figure::new(
+            "2a",
+            "Bash round trip `true`, warm container, exec service",
+            "ms",
+            Stats::of(&rt),
+        )
+        .vs(
+            "a Docker exec per command (before issue 17)",
+            Stats::of(&rt_old),
+        )
+        .note("interleaved with figure 2's samples"),
         Figure::new(
             "1b",
             "8 agent containers in parallel → first result",

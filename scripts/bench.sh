@@ -5,7 +5,7 @@
 #
 #   1  container cold start → first exec result       vs docker run --rm IMAGE true
 #   1d container cold start, --egress open             vs --egress none; --egress proxy (1e)
-#   2  Bash round trip `true` in a warm container     vs sh -c true on the host
+#   2  Bash round trip `true` in a warm container     vs sh -c true on the host; vs a Docker exec (2a)
 #   3  8 scripted workers in parallel (wall clock)    vs 1 worker (ratio; ideal 1.0)
 #   4  resume 10,000 messages from sessions.db        vs the raw load; RSS (4b), warm (4c)
 #   5  runner peak RSS during scripts/demo.sh         vs flowerbox --help; per extra worker (5b)
@@ -13,24 +13,26 @@
 #   7  Read (7) / Write (7b) file tool per call        vs fs::read / fs::write; Grep (7c)
 #   8  MCP stdio server start in the agent's container vs a Bash round trip; MCP call (8b)
 #
-# Usage: scripts/bench.sh [--json FILE] [--repeat N] [--roundtrips N] [--quick]
+# Usage: scripts/bench.sh [--json FILE] [--repeat N] [--roundtrips N] [--quick] [--release]
 #   --repeat N      repeats of the Docker and agent-run figures (default 5; RSS runs: N/2)
 #   --roundtrips N  Bash round trips of figure 2 (default 50)
 #   --quick         --repeat 2 --roundtrips 20, fewer microbenchmark calls (about a minute)
+#   --release       build and run the benchmarks and binaries with --release
 # Needs the Docker engine (builds the agent image on first use), and jq + sqlite3 for the demo
-# of figure 5. Debug builds (dependencies at opt-level 1), as everywhere on this machine kind:
-# release numbers are lower. About two minutes with the defaults.
+# of figure 5. Debug builds (dependencies at opt-level 1) unless --release, as everywhere on this
+# machine kind: release numbers are lower. About two minutes with the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-json="" repeat=5 roundtrips=50 calls=300
+json="" repeat=5 roundtrips=50 calls=300 profile=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --json) json=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     --roundtrips) roundtrips=$2; shift 2 ;;
     --quick) repeat=2 roundtrips=20 calls=100; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --release) profile=(--release); shift ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -39,32 +41,32 @@ rss_repeat=$(( repeat / 2 > 0 ? repeat / 2 : 1 ))
 parts=$(mktemp -d "${TMPDIR:-/tmp}/flowerbox-bench.XXXXXX")
 trap 'rm -rf "$parts"' EXIT
 
-echo "== building (debug)" >&2
-cargo build --quiet --bins --example sandbox_bench --example runtime_bench \
+echo "== building (${profile[*]:-debug})" >&2
+cargo build --quiet "${profile[@]}" --bins --example sandbox_bench --example runtime_bench \
   --example store_bench --example tools_bench --example mcp_bench --example bench_report
 
 start=$(date +%s)
 echo "== 1, 2: sandbox (Docker engine)" >&2
-cargo run --quiet --example sandbox_bench -- --repeat "$repeat" --roundtrips "$roundtrips" \
+cargo run --quiet "${profile[@]}" --example sandbox_bench -- --repeat "$repeat" --roundtrips "$roundtrips" \
   --json "$parts/1-sandbox.json" >&2
 echo "== 3, 5: agent runs (Runtime, Docker, scripted model)" >&2
-cargo run --quiet --example runtime_bench -- --repeat "$repeat" --rss-repeat "$rss_repeat" \
+cargo run --quiet "${profile[@]}" --example runtime_bench -- --repeat "$repeat" --rss-repeat "$rss_repeat" \
   --json "$parts/2-runtime.json" >&2
 echo "== 4, 6: sessions.db, spill, manifest" >&2
-cargo run --quiet --example store_bench -- --repeat "$repeat" --calls "$calls" \
+cargo run --quiet "${profile[@]}" --example store_bench -- --repeat "$repeat" --calls "$calls" \
   --json "$parts/3-store.json" >&2
 
 echo
 echo "flowerbox benchmarks: medians of $repeat runs ($rss_repeat for 5), $(nproc) CPUs, $(( $(date +%s) - start )) s"
 echo "== 7: file tools (race-free resolution)" >&2
-cargo run --quiet --example tools_bench -- --calls "$calls" --json "$parts/4-tools.json" >&2
+cargo run --quiet "${profile[@]}" --example tools_bench -- --calls "$calls" --json "$parts/4-tools.json" >&2
 echo "== 8: project MCP servers (Docker engine)" >&2
-cargo run --quiet --example mcp_bench -- --repeat "$repeat" --json "$parts/5-mcp.json" >&2
+cargo run --quiet "${profile[@]}" --example mcp_bench -- --repeat "$repeat" --json "$parts/5-mcp.json" >&2
 report=("$parts"/1-sandbox.json "$parts"/2-runtime.json "$parts"/3-store.json "$parts"/4-tools.json
   "$parts"/5-mcp.json)
 if [ -n "$json" ]; then
   case "$json" in /*) ;; *) json="$PWD/$json" ;; esac
-  cargo run --quiet --example bench_report -- --json "$json" "${report[@]}"
+  cargo run --quiet "${profile[@]}" --example bench_report -- --json "$json" "${report[@]}"
 else
-  cargo run --quiet --example bench_report -- "${report[@]}"
+  cargo run --quiet "${profile[@]}" --example bench_report -- "${report[@]}"
 fi
