@@ -17,7 +17,8 @@
 //!
 //! Each figure is a median with its spread (p25–p75, min, max) and the ratio of the medians.
 //!
-//! Usage: `sandbox_bench [--repeat N] [--roundtrips N] [--json FILE] [--exec CMD] [--ensure-image]`.
+//! Usage: `sandbox_bench [--repeat N] [--roundtrips N] [--json FILE] [--exec CMD] [--ensure-image]
+//! [--roundtrip-only]`; `--roundtrip-only` measures figures 2 and 2a alone.
 //! `--exec CMD` runs one command in a fresh sandbox and prints the result (debugging aid).
 //! `--ensure-image` only makes sure the agent image exists (built offline on first use, progress
 //! on stderr) and prints its tag: `docker/build.sh` bases the runner image on it.
@@ -112,7 +113,7 @@ async fn main() {
     let mut args = std::env::args().skip(1);
     let (mut repeat, mut roundtrips, mut json, mut exec) =
         (5usize, 50usize, None::<PathBuf>, None::<String>);
-    let mut image_only = false;
+    let (mut image_only, mut roundtrip_only) = (false, false);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--repeat" => {
@@ -130,6 +131,7 @@ async fn main() {
             "--json" => json = Some(args.next().expect("--json FILE").into()),
             "--exec" => exec = Some(args.next().expect("--exec CMD")),
             "--ensure-image" => image_only = true,
+            "--roundtrip-only" => roundtrip_only = true,
             other => panic!("unknown argument {other}"),
         }
     }
@@ -159,7 +161,7 @@ async fn main() {
 
     // 1. Cold start: a fresh run's first agent (pod + container + exec) vs `docker run --rm`.
     let (mut cold, mut run_rm) = (Vec::new(), Vec::new());
-    for i in 0..repeat {
+    for i in 0..if roundtrip_only { 0 } else { repeat } {
         let f = factory(&image, &ws, &format!("cold{i}")).await;
         cold.push(ms(first_result(&f, "worker-1", &ws).await));
         f.teardown().await.expect("teardown");
@@ -214,6 +216,32 @@ async fn main() {
     );
     f.teardown().await.expect("teardown");
     f_old.teardown().await.expect("teardown");
+    let fig2 = Figure::new(
+        "2",
+        "Bash round trip `true`, warm container",
+        "ms",
+        Stats::of(&rt),
+    )
+    .vs("sh -c true on the host", Stats::of(&host))
+    .note(format!(
+        "{roundtrips} round trips through the container's exec service"
+    ));
+    let fig2a = Figure::new(
+        "2a",
+        "Bash round trip `true`, warm container, exec service",
+        "ms",
+        Stats::of(&rt),
+    )
+    .vs(
+        "a Docker exec per command (before issue 17)",
+        Stats::of(&rt_old),
+    )
+    .note("interleaved with figure 2's samples");
+    if roundtrip_only {
+        println!("image {image}; {roundtrips} round trips");
+        print_table(&[fig2, fig2a]);
+        return;
+    }
 
     // 3. 8 agent containers at once vs 1 (pod already up, as within a run).
     let (mut one, mut eight) = (Vec::new(), Vec::new());
@@ -280,27 +308,8 @@ async fn main() {
         )
         .vs("docker run --rm IMAGE true", Stats::of(&run_rm))
         .note("pod + agent container + exec of `true`, fresh run each time"),
-        Figure::new(
-            "2",
-            "Bash round trip `true`, warm container",
-            "ms",
-            Stats::of(&rt),
-        )
-        .vs("sh -c true on the host", Stats::of(&host))
-        .note(format!(
-            "{roundtrips} round trips through the container's exec service"
-        )),
-        Figure::new(
-            "2a",
-            "Bash round trip `true`, warm container, exec service",
-            "ms",
-            Stats::of(&rt),
-        )
-        .vs(
-            "a Docker exec per command (before issue 17)",
-            Stats::of(&rt_old),
-        )
-        .note("interleaved with figure 2's samples"),
+        fig2,
+        fig2a,
         Figure::new(
             "1b",
             "8 agent containers in parallel → first result",

@@ -4,7 +4,9 @@
 fn main() {
     // Inside an agent's container: the exec service (hidden; see sandbox::docker::service).
     if std::env::args_os().nth(1).as_deref()
-        == Some(std::ffi::OsStr::new(flowerbox::sandbox::docker::service::SUBCOMMAND))
+        == Some(std::ffi::OsStr::new(
+            flowerbox::sandbox::docker::service::SUBCOMMAND,
+        ))
     {
         std::process::exit(flowerbox::sandbox::docker::service::serve());
     }

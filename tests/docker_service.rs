@@ -103,7 +103,10 @@ async fn frames_an_agent_forges_reach_nothing() {
         assert!(!out.stdout.contains(got), "{got} through /proc: {out:?}");
     }
     let after = exec_ok(&*sb, "echo fine; exit 5", &run.workspace).await;
-    assert_eq!((after.stdout.as_str(), after.exit_code), ("fine\n", Some(5)));
+    assert_eq!(
+        (after.stdout.as_str(), after.exit_code),
+        ("fine\n", Some(5))
+    );
     assert_eq!(service_pid(&sb).await, pid);
 }
 
@@ -147,7 +150,11 @@ async fn a_service_the_agent_kills_or_stops_is_an_error_and_the_next_command_wor
             .any(|l| l.split_whitespace().next() == Some(&second.to_string())),
         "the stopped service is gone: {out:?}"
     );
-    assert_eq!(sb.exec_service_pid().await, None, "not restarted after silence");
+    assert_eq!(
+        sb.exec_service_pid().await,
+        None,
+        "not restarted after silence"
+    );
 }
 
 #[tokio::test]
@@ -187,7 +194,11 @@ async fn garbage_from_a_service_falls_back_to_an_exec_per_command() {
         assert_eq!(out.stdout, format!("run{i}\n"), "{out:?}");
         assert_eq!(out.exit_code, Some(i));
     }
-    assert_eq!(sb.exec_service_pid().await, None, "a broken service is not restarted");
+    assert_eq!(
+        sb.exec_service_pid().await,
+        None,
+        "a broken service is not restarted"
+    );
 }
 
 #[tokio::test]
@@ -198,7 +209,8 @@ async fn a_timeout_kills_the_whole_group_and_escapees_through_the_service() {
     let run = TestRun::new(&engine, "svc-timeout").await;
     let sb = worker(&run).await;
     let pid = service_pid(&sb).await;
-    let cmd = "sleep 2001 & setsid sleep 2002 & (trap '' TERM; sleep 2003) & echo begun; sleep 2004";
+    let cmd =
+        "sleep 2001 & setsid sleep 2002 & (trap '' TERM; sleep 2003) & echo begun; sleep 2004";
     let out = sb
         .exec(req(cmd, &run.workspace, Duration::from_secs(2)))
         .await
@@ -206,7 +218,11 @@ async fn a_timeout_kills_the_whole_group_and_escapees_through_the_service() {
     assert!(out.timed_out && out.exit_code.is_none(), "{out:?}");
     assert_eq!(out.stdout, "begun\n");
     let ps = exec_ok(&*sb, "ps -eo args=", &run.workspace).await;
-    assert!(!ps.stdout.contains("sleep 200"), "left running: {}", ps.stdout);
+    assert!(
+        !ps.stdout.contains("sleep 200"),
+        "left running: {}",
+        ps.stdout
+    );
     assert_eq!(service_pid(&sb).await, pid, "the service lives on");
 }
 
@@ -237,12 +253,25 @@ async fn a_judges_service_runs_as_the_judge_with_one_capability_and_a_read_only_
     assert!(out.success(), "{out:?}");
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert_eq!(lines[0], "65531", "{out:?}");
-    assert!(lines.iter().any(|l| l.starts_with("Uid:") && l.contains("65531")), "{out:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("Uid:") && l.contains("65531")),
+        "{out:?}"
+    );
     // CAP_DAC_READ_SEARCH (bit 2) only, for the service and for the command.
     let caps: Vec<&&str> = lines.iter().filter(|l| l.starts_with("CapEff:")).collect();
     assert_eq!(caps.len(), 2, "{out:?}");
-    assert!(caps.iter().all(|l| l.ends_with("0000000000000004")), "{out:?}");
-    assert!(lines.iter().any(|l| l.starts_with("NoNewPrivs:") && l.ends_with('1')), "{out:?}");
+    assert!(
+        caps.iter().all(|l| l.ends_with("0000000000000004")),
+        "{out:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("NoNewPrivs:") && l.ends_with('1')),
+        "{out:?}"
+    );
     assert!(!out.stdout.contains("WROTE"), "{out:?}");
     // The only mount the service adds is its binary, read-only.
     let info = engine

@@ -353,7 +353,10 @@ impl DockerSandbox {
             req.command.clone()
         };
         if let Some(service) = self.service().await {
-            if let Some(done) = self.run_on_service(&service, req, cwd, &command, &marker).await {
+            if let Some(done) = self
+                .run_on_service(&service, req, cwd, &command, &marker)
+                .await
+            {
                 return done;
             }
         }

@@ -293,11 +293,10 @@ impl Inner {
         self.service_binary
             .get_or_init(|| async {
                 let source = self.opts.exec_service.clone()?;
-                let copied = tokio::task::spawn_blocking(move || {
-                    service::ServiceBinary::prepare(&source)
-                })
-                .await
-                .ok()?;
+                let copied =
+                    tokio::task::spawn_blocking(move || service::ServiceBinary::prepare(&source))
+                        .await
+                        .ok()?;
                 match copied {
                     Ok(binary) => Some(Arc::new(binary)),
                     Err(e) => {

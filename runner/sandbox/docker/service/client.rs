@@ -21,7 +21,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::proto::{self, Exit, Failed, Frame, FrameReader, Hello, Kind, Killed, Started};
+use super::proto::{self, Exit, Failed, Frame, FrameReader, Hello, Killed, Kind, Started};
 use crate::sandbox::docker::lock;
 use crate::sandbox::output::Stream;
 use crate::sandbox::{SandboxError, StderrTail};
@@ -97,11 +97,7 @@ impl Service {
             ..Default::default()
         };
         let err = |e: bollard::errors::Error| SandboxError::Docker(format!("exec service: {e}"));
-        let exec_id = docker
-            .create_exec(container, config)
-            .await
-            .map_err(err)?
-            .id;
+        let exec_id = docker.create_exec(container, config).await.map_err(err)?.id;
         let StartExecResults::Attached { mut output, input } =
             docker.start_exec(&exec_id, None).await.map_err(err)?
         else {

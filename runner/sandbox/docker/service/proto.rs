@@ -243,7 +243,10 @@ mod tests {
         let mut whole = FrameReader::default();
         whole.push(&bytes);
         let a = whole.next_frame().unwrap().unwrap();
-        assert_eq!((a.kind, a.id, a.payload.as_slice()), (Kind::Stdout, 7, &b"\xff\x00hi"[..]));
+        assert_eq!(
+            (a.kind, a.id, a.payload.as_slice()),
+            (Kind::Stdout, 7, &b"\xff\x00hi"[..])
+        );
         let b = whole.next_frame().unwrap().unwrap();
         assert_eq!(b.json::<Exit>().unwrap().code, Some(3));
         assert!(whole.next_frame().unwrap().is_none());

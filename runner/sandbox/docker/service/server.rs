@@ -24,7 +24,7 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
-use super::proto::{self, Exit, Failed, FrameReader, Hello, Kill, Kind, Killed, Run, Started};
+use super::proto::{self, Exit, Failed, FrameReader, Hello, Kill, Killed, Kind, Run, Started};
 use crate::sandbox::docker::exec::MARKER_VAR;
 
 /// How long the output pipes may stay open after the shell exited before the service lets go.
@@ -163,7 +163,9 @@ async fn run_command(id: u64, run: Run, out: mpsc::Sender<Vec<u8>>) {
             let failed = Failed {
                 message: format!("{} -c: {e}", run.shell),
             };
-            let _ = out.send(proto::encode_json(Kind::Failed, id, &failed)).await;
+            let _ = out
+                .send(proto::encode_json(Kind::Failed, id, &failed))
+                .await;
             return;
         }
     };
@@ -174,10 +176,22 @@ async fn run_command(id: u64, run: Run, out: mpsc::Sender<Vec<u8>>) {
     let forward = Arc::new(AtomicBool::new(true));
     let mut pumps = Vec::new();
     if let Some(o) = child.stdout.take() {
-        pumps.push(tokio::spawn(pump(o, Kind::Stdout, id, out.clone(), forward.clone())));
+        pumps.push(tokio::spawn(pump(
+            o,
+            Kind::Stdout,
+            id,
+            out.clone(),
+            forward.clone(),
+        )));
     }
     if let Some(e) = child.stderr.take() {
-        pumps.push(tokio::spawn(pump(e, Kind::Stderr, id, out.clone(), forward.clone())));
+        pumps.push(tokio::spawn(pump(
+            e,
+            Kind::Stderr,
+            id,
+            out.clone(),
+            forward.clone(),
+        )));
     }
     let code = match child.wait().await {
         Ok(status) => {
@@ -305,7 +319,10 @@ mod tests {
         let reaper = std::thread::spawn(move || marked_child.wait());
         assert!(kill_marked(&marker));
         assert!(reaper.join().unwrap().is_ok());
-        assert!(other.try_wait().unwrap().is_none(), "an unmarked process was killed");
+        assert!(
+            other.try_wait().unwrap().is_none(),
+            "an unmarked process was killed"
+        );
         other.kill().unwrap();
         other.wait().unwrap();
     }
