@@ -42,6 +42,10 @@ impl DockerSandbox {
             marker: marker.into(),
         };
         if !request.run(&run).await {
+            if service.broken() {
+                // It stopped reading: it must never read this request later.
+                self.abandon(service, "it stopped reading").await;
+            }
             return None;
         }
         let mut collector = OutputCollector::new(req.output_cap, req.spill_dir.as_deref());

@@ -28,6 +28,8 @@ use crate::sandbox::{SandboxError, StderrTail};
 
 /// How long a new service gets to say hello.
 const HELLO_WAIT: Duration = Duration::from_secs(10);
+/// How long writing one frame to the service may take.
+const SEND_WAIT: Duration = Duration::from_secs(5);
 /// Events queued per request.
 const EVENTS: usize = 32;
 
@@ -46,8 +48,11 @@ pub(crate) enum Event {
     Failed(String),
 }
 
+/// The service's stdin, written by the requests themselves (one frame at a time).
+type Input = std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
+
 struct Shared {
-    frames: mpsc::Sender<Vec<u8>>,
+    input: tokio::sync::Mutex<Input>,
     pending: Mutex<HashMap<u64, mpsc::Sender<Event>>>,
     next_id: AtomicU64,
     dead: CancellationToken,
@@ -134,9 +139,8 @@ impl Service {
         })
         .map_err(|e| SandboxError::Docker(format!("exec service did not start: {e}")))?;
 
-        let (frames, mut frames_rx) = mpsc::channel::<Vec<u8>>(EVENTS);
         let shared = Arc::new(Shared {
-            frames,
+            input: tokio::sync::Mutex::new(input),
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             dead: CancellationToken::new(),
@@ -144,26 +148,6 @@ impl Service {
             stderr,
             pid: hello.pid,
             broken: std::sync::atomic::AtomicBool::new(false),
-        });
-        // Writer: frames to the service's stdin; dropping `input` closes it.
-        let writer = shared.clone();
-        tokio::spawn(async move {
-            let mut input = input;
-            loop {
-                let frame = tokio::select! {
-                    _ = writer.dead.cancelled() => break,
-                    f = frames_rx.recv() => match f { Some(f) => f, None => break },
-                };
-                let sent = async {
-                    input.write_all(&frame).await?;
-                    input.flush().await
-                };
-                if let Err(e) = sent.await {
-                    writer.die(format!("writing to the exec service: {e}"));
-                    break;
-                }
-            }
-            let _ = input.shutdown().await;
         });
         // Reader: frames from the service's stdout to the requests.
         let rd = shared.clone();
@@ -205,6 +189,8 @@ impl Service {
                 }
             };
             rd.die(why);
+            // Closing its stdin ends a service that is still there.
+            let _ = rd.input.lock().await.shutdown().await;
         });
         Ok(Service { shared })
     }
@@ -290,14 +276,28 @@ pub(crate) struct Request {
 
 impl Request {
     async fn send(&self, kind: Kind, payload: Vec<u8>) -> bool {
-        if payload.len() + 9 > proto::MAX_FRAME {
+        if payload.len() + 9 > proto::MAX_FRAME || self.shared.dead.is_cancelled() {
             return false;
         }
-        self.shared
-            .frames
-            .send(proto::encode(kind, self.id, &payload))
-            .await
-            .is_ok()
+        let frame = proto::encode(kind, self.id, &payload);
+        // A stopped service stops reading; once the pipes are full, a write would wait forever.
+        let sent = tokio::time::timeout(SEND_WAIT, async {
+            let mut input = self.shared.input.lock().await;
+            input.write_all(&frame).await?;
+            input.flush().await
+        });
+        match sent.await {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                self.shared.die(format!("writing to the exec service: {e}"));
+                false
+            }
+            Err(_) => {
+                self.shared.broken.store(true, Ordering::SeqCst);
+                self.shared.die("the exec service stopped reading".into());
+                false
+            }
+        }
     }
 
     /// Sends the command; `false` when the connection is gone or the request too large.

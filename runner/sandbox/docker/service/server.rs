@@ -29,7 +29,7 @@ use crate::sandbox::docker::exec::MARKER_VAR;
 
 /// How long the output pipes may stay open after the shell exited before the service lets go.
 const LET_GO: Duration = Duration::from_millis(200);
-/// Frames queued for stdout before the command readers wait (backpressure into the pipes).
+/// Requests queued between the stdin thread and the runtime.
 const QUEUE: usize = 64;
 
 /// Runs the service until the host closes stdin; returns the process exit code.
@@ -53,23 +53,14 @@ pub fn serve() -> i32 {
 }
 
 async fn run() -> i32 {
-    let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(QUEUE);
-    let stdout = match std::io::stdout().as_fd().try_clone_to_owned() {
-        Ok(fd) => std::fs::File::from(fd),
+    let out_tx = match std::io::stdout().as_fd().try_clone_to_owned() {
+        Ok(fd) => Out(Arc::new(std::fs::File::from(fd))),
         Err(e) => {
             eprintln!("flowerbox exec service: stdout: {e}");
             return 1;
         }
     };
-    // Plain threads own the two ends of the host's connection (blocking, unbuffered).
-    std::thread::spawn(move || {
-        let mut stdout = stdout;
-        while let Some(frame) = out_rx.blocking_recv() {
-            if stdout.write_all(&frame).is_err() {
-                std::process::exit(0);
-            }
-        }
-    });
+    // A plain thread reads the host's requests (blocking).
     let (in_tx, mut in_rx) = mpsc::channel::<proto::Frame>(QUEUE);
     std::thread::spawn(move || {
         let mut stdin = std::io::stdin().lock();
@@ -139,7 +130,23 @@ async fn run() -> i32 {
     0
 }
 
-async fn run_command(id: u64, run: Run, out: mpsc::Sender<Vec<u8>>) {
+/// The service's stdout. Frames are written whole, from the runtime's one thread, with a
+/// blocking write: no hop through another thread on the way out, and a full pipe (a slow
+/// host) holds everything back, which is the backpressure wanted.
+#[derive(Clone)]
+struct Out(Arc<std::fs::File>);
+
+impl Out {
+    /// Writes one frame; the host went away when that fails, and so does the service.
+    async fn send(&self, frame: Vec<u8>) -> Result<(), ()> {
+        if (&*self.0).write_all(&frame).is_err() {
+            std::process::exit(0);
+        }
+        Ok(())
+    }
+}
+
+async fn run_command(id: u64, run: Run, out: Out) {
     let mut cmd = tokio::process::Command::new(&run.shell);
     cmd.arg("-c")
         .arg(&run.command)
@@ -227,7 +234,7 @@ async fn pump<R: tokio::io::AsyncRead + Unpin>(
     mut pipe: R,
     kind: Kind,
     id: u64,
-    out: mpsc::Sender<Vec<u8>>,
+    out: Out,
     forward: Arc<AtomicBool>,
 ) {
     let mut buf = vec![0u8; proto::CHUNK];
