@@ -3,7 +3,8 @@
 //!
 //! 1. container cold start to first exec result (pod + agent container + `true`) vs
 //!    `docker run --rm IMAGE true`;
-//! 2. Bash round trip for `true` in a warm container vs `sh -c true` on the host;
+//! 2. Bash round trip for `true` in a warm container (through its exec service) vs `sh -c true`
+//!    on the host; 2a, the same vs a Docker exec per command (the path before issue 17);
 //! 3. 8 agent containers started in parallel (to first exec result) vs 1;
 //! 4. cold start per egress mode (1d, 1e): `open` (the default: a network of the run's own and
 //!    the fence that loads its rules) and `proxy` (plus the proxy container) vs `none` (no
@@ -16,7 +17,8 @@
 //!
 //! Each figure is a median with its spread (p25–p75, min, max) and the ratio of the medians.
 //!
-//! Usage: `sandbox_bench [--repeat N] [--roundtrips N] [--json FILE] [--exec CMD] [--ensure-image]`.
+//! Usage: `sandbox_bench [--repeat N] [--roundtrips N] [--json FILE] [--exec CMD] [--ensure-image]
+//! [--roundtrip-only]`; `--roundtrip-only` measures figures 2 and 2a alone.
 //! `--exec CMD` runs one command in a fresh sandbox and prints the result (debugging aid).
 //! `--ensure-image` only makes sure the agent image exists (built offline on first use, progress
 //! on stderr) and prints its tag: `docker/build.sh` bases the runner image on it.
@@ -24,7 +26,7 @@
 use flowerbox::model::Role;
 use flowerbox::sandbox::docker::{ensure_image, DockerOptions, DockerSandboxFactory, Engine};
 use flowerbox::sandbox::egress::{EgressMode, EgressPolicy};
-use flowerbox::sandbox::{AgentBox, ExecRequest, Mount, SandboxFactory};
+use flowerbox::sandbox::{AgentBox, ExecRequest, Mount, Sandbox, SandboxFactory};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -61,6 +63,16 @@ async fn factory(image: &str, ws: &Path, tag: &str) -> DockerSandboxFactory {
 }
 
 async fn factory_with(image: &str, ws: &Path, tag: &str, mode: EgressMode) -> DockerSandboxFactory {
+    factory_opts(image, ws, tag, mode, true).await
+}
+
+async fn factory_opts(
+    image: &str,
+    ws: &Path,
+    tag: &str,
+    mode: EgressMode,
+    exec_service: bool,
+) -> DockerSandboxFactory {
     let run = format!(
         "bench-{}-{tag}-{}",
         std::process::id(),
@@ -73,6 +85,14 @@ async fn factory_with(image: &str, ws: &Path, tag: &str, mode: EgressMode) -> Do
         mode,
         ..Default::default()
     };
+    if !exec_service {
+        opts.exec_service = None;
+    } else {
+        assert!(
+            opts.exec_service.is_some(),
+            "no flowerbox binary beside this example: build with --bins"
+        );
+    }
     DockerSandboxFactory::connect(opts).await.expect("connect")
 }
 
@@ -93,7 +113,7 @@ async fn main() {
     let mut args = std::env::args().skip(1);
     let (mut repeat, mut roundtrips, mut json, mut exec) =
         (5usize, 50usize, None::<PathBuf>, None::<String>);
-    let mut image_only = false;
+    let (mut image_only, mut roundtrip_only) = (false, false);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--repeat" => {
@@ -111,6 +131,7 @@ async fn main() {
             "--json" => json = Some(args.next().expect("--json FILE").into()),
             "--exec" => exec = Some(args.next().expect("--exec CMD")),
             "--ensure-image" => image_only = true,
+            "--roundtrip-only" => roundtrip_only = true,
             other => panic!("unknown argument {other}"),
         }
     }
@@ -140,7 +161,7 @@ async fn main() {
 
     // 1. Cold start: a fresh run's first agent (pod + container + exec) vs `docker run --rm`.
     let (mut cold, mut run_rm) = (Vec::new(), Vec::new());
-    for i in 0..repeat {
+    for i in 0..if roundtrip_only { 0 } else { repeat } {
         let f = factory(&image, &ws, &format!("cold{i}")).await;
         cold.push(ms(first_result(&f, "worker-1", &ws).await));
         f.teardown().await.expect("teardown");
@@ -153,16 +174,35 @@ async fn main() {
         run_rm.push(ms(t.elapsed()));
     }
 
-    // 2. Round trip of `true` in a warm container vs `sh -c true` on the host.
+    // 2, 2a. Round trip of `true` in a warm container, through the container's exec service,
+    // vs `sh -c true` on the host and vs a Docker exec per command (the path before issue 17),
+    // interleaved so that load drifts hit all three alike.
     let f = factory(&image, &ws, "warm").await;
-    let sb = f.sandbox(&agent("worker-1", &ws)).await.expect("sandbox");
+    let sb = f
+        .docker_sandbox(&agent("worker-1", &ws))
+        .await
+        .expect("sandbox");
+    assert!(
+        sb.exec_service_pid().await.is_some(),
+        "the exec service did not start"
+    );
+    let f_old = factory_opts(&image, &ws, "warm-old", EgressMode::Open, false).await;
+    let sb_old = f_old
+        .docker_sandbox(&agent("worker-1", &ws))
+        .await
+        .expect("sandbox");
     sb.exec(req("true", &ws)).await.expect("warm-up");
-    let (mut rt, mut host) = (Vec::new(), Vec::new());
+    sb_old.exec(req("true", &ws)).await.expect("warm-up");
+    let (mut rt, mut rt_old, mut host) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..roundtrips {
         let t = Instant::now();
         let out = sb.exec(req("true", &ws)).await.expect("exec");
         rt.push(ms(t.elapsed()));
-        assert!(out.success());
+        assert!(out.success(), "{out:?}");
+        let t = Instant::now();
+        let out = sb_old.exec(req("true", &ws)).await.expect("exec");
+        rt_old.push(ms(t.elapsed()));
+        assert!(out.success(), "{out:?}");
         let t = Instant::now();
         std::process::Command::new("sh")
             .args(["-c", "true"])
@@ -170,7 +210,38 @@ async fn main() {
             .unwrap();
         host.push(ms(t.elapsed()));
     }
+    assert!(
+        sb.exec_service_pid().await.is_some(),
+        "the exec service died during figure 2"
+    );
     f.teardown().await.expect("teardown");
+    f_old.teardown().await.expect("teardown");
+    let fig2 = Figure::new(
+        "2",
+        "Bash round trip `true`, warm container",
+        "ms",
+        Stats::of(&rt),
+    )
+    .vs("sh -c true on the host", Stats::of(&host))
+    .note(format!(
+        "{roundtrips} round trips through the container's exec service"
+    ));
+    let fig2a = Figure::new(
+        "2a",
+        "Bash round trip `true`, warm container, exec service",
+        "ms",
+        Stats::of(&rt),
+    )
+    .vs(
+        "a Docker exec per command (before issue 17)",
+        Stats::of(&rt_old),
+    )
+    .note("interleaved with figure 2's samples");
+    if roundtrip_only {
+        println!("image {image}; {roundtrips} round trips");
+        print_table(&[fig2, fig2a]);
+        return;
+    }
 
     // 3. 8 agent containers at once vs 1 (pod already up, as within a run).
     let (mut one, mut eight) = (Vec::new(), Vec::new());
@@ -237,14 +308,8 @@ async fn main() {
         )
         .vs("docker run --rm IMAGE true", Stats::of(&run_rm))
         .note("pod + agent container + exec of `true`, fresh run each time"),
-        Figure::new(
-            "2",
-            "Bash round trip `true`, warm container",
-            "ms",
-            Stats::of(&rt),
-        )
-        .vs("sh -c true on the host", Stats::of(&host))
-        .note(format!("{roundtrips} round trips")),
+        fig2,
+        fig2a,
         Figure::new(
             "1b",
             "8 agent containers in parallel → first result",

@@ -5,7 +5,7 @@
 #
 #   1  container cold start → first exec result       vs docker run --rm IMAGE true
 #   1d container cold start, --egress open             vs --egress none; --egress proxy (1e)
-#   2  Bash round trip `true` in a warm container     vs sh -c true on the host
+#   2  Bash round trip `true` in a warm container     vs sh -c true on the host; vs a Docker exec (2a)
 #   3  8 scripted workers in parallel (wall clock)    vs 1 worker (ratio; ideal 1.0)
 #   4  resume 10,000 messages from sessions.db        vs the raw load; RSS (4b), warm (4c)
 #   5  runner peak RSS during scripts/demo.sh         vs flowerbox --help; per extra worker (5b)

@@ -1,6 +1,9 @@
 //! One agent's container as a [`Sandbox`]: `exec` that never hangs (issue "Exec").
 //!
-//! Each command is a Docker exec of `bash -c COMMAND` inside a small relay (see [`RELAY`]); the
+//! Commands go through the container's exec service when it runs ([`super::service`],
+//! `exec/on_service.rs`: one frame each way on a connection the engine already holds, with
+//! the same properties as below). Without it (it could not start, or broke) each command is
+//! a Docker exec of `bash -c COMMAND` inside a small relay (see [`RELAY`]); the
 //! engine makes every exec process a session and process-group leader, and the command's
 //! environment carries a unique marker (`FLOWERBOX_EXEC=<id>`). Output streams through the [`OutputCollector`] (bounded memory,
 //! full-output spill). The exit code is read from the engine after the process has ended.
@@ -23,13 +26,16 @@ use bollard::query_parameters::{RestartContainerOptions, UploadToContainerOption
 use bollard::Docker;
 use futures::StreamExt;
 use regex::Regex;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 use tokio::time::Instant;
 
 mod attach;
+mod on_service;
 
 use super::sentinel::EndLine;
+use super::service::client::Service;
+use super::service::ServiceSlot;
 use crate::sandbox::output::Stream;
 use crate::sandbox::{
     AgentBox, AttachSpec, Attached, ExecOutput, ExecRequest, OutputCollector, Sandbox, SandboxError,
@@ -129,8 +135,11 @@ pub struct DockerSandbox {
     shell: &'static str,
     /// The agent's canonical box.
     spec: AgentBox,
+    /// The container's exec service, when its binary is mounted (see [`super::service`]).
+    service: Option<Arc<ServiceSlot>>,
 }
 
+/// Why a command was stopped before its shell ended.
 enum Stop {
     TimedOut,
     Interrupted,
@@ -163,7 +172,41 @@ impl DockerSandbox {
             owner,
             shell,
             spec,
+            service: None,
         }
+    }
+
+    /// Commands go through the exec service mounted at [`super::service::SERVICE_PATH`].
+    pub(crate) fn with_service(mut self) -> Self {
+        self.service = Some(Arc::default());
+        self
+    }
+
+    /// Starts the exec service now, in the background, so the first command finds it up.
+    pub(crate) fn warm_up(self: &Arc<Self>) {
+        if self.service.is_some() {
+            let me = self.clone();
+            tokio::spawn(async move {
+                me.service().await;
+            });
+        }
+    }
+
+    /// The pid (in the pod's PID namespace) of the container's live exec service, starting it
+    /// when needed; `None` when commands run as a Docker exec each.
+    pub async fn exec_service_pid(&self) -> Option<u32> {
+        self.service().await.map(|s| s.pid())
+    }
+
+    /// The live exec service, started (or restarted) when needed; `None`: a Docker exec per
+    /// command.
+    async fn service(&self) -> Option<Service> {
+        let slot = self.service.as_ref()?;
+        let argv = self.argv(vec![
+            super::service::SERVICE_PATH.into(),
+            super::service::SUBCOMMAND.into(),
+        ]);
+        slot.get(&self.docker, &self.id, &self.user, argv).await
     }
 
     /// Every exec starts as the engine user `user` and runs `prefix` first, which ends as
@@ -309,6 +352,26 @@ impl DockerSandbox {
         } else {
             req.command.clone()
         };
+        if let Some(service) = self.service().await {
+            if let Some(done) = self
+                .run_on_service(&service, req, cwd, &command, &marker)
+                .await
+            {
+                return done;
+            }
+        }
+        self.run_direct(req, cwd, command, marker).await
+    }
+
+    /// One command as a Docker exec of its own (inside [`RELAY`]): the path without the
+    /// exec service.
+    async fn run_direct(
+        &self,
+        req: &ExecRequest,
+        cwd: &str,
+        command: String,
+        marker: String,
+    ) -> Result<ExecOutput, SandboxError> {
         let mut env: Vec<String> = req.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         env.push(format!("{MARKER_VAR}={marker}"));
         let config = ExecConfig {
@@ -479,6 +542,18 @@ impl DockerSandbox {
         }
         let held = end_line.flush();
         collector.push(Stream::Stderr, &held);
+        Ok(self.finish(result, collector, notes))
+    }
+
+    /// The result of a command that ended (or was stopped) as `result` says, with the output
+    /// `collector` holds and `notes`: the notes on a program not found (exit 127) and on an
+    /// exit code that says a signal killed it are added.
+    fn finish(
+        &self,
+        mut result: ExecOutput,
+        collector: OutputCollector,
+        mut notes: Vec<String>,
+    ) -> ExecOutput {
         let captured = collector.finish();
         if result.exit_code == Some(127) {
             for cap in NOT_FOUND.captures_iter(&captured.stderr) {
@@ -503,7 +578,7 @@ impl DockerSandbox {
         result.full_output = captured.full_output;
         result.full_output_omitted = captured.full_output_omitted;
         result.notes = notes;
-        Ok(result)
+        result
     }
 }
 

@@ -21,6 +21,7 @@ pub(crate) mod network;
 pub mod readonly;
 pub mod seccomp;
 mod sentinel;
+pub mod service;
 
 pub use backend::DockerBackend;
 pub use container::{Limits, UserIds};
@@ -78,6 +79,10 @@ pub struct DockerOptions {
     pub ping_timeout: Duration,
     /// `--egress`, `--allow-net`, `--allow-domain`: the policy the pod's network enforces.
     pub egress: EgressPolicy,
+    /// The flowerbox binary whose copy runs each container's exec service
+    /// ([`service`]); `None` = a Docker exec per command. Default:
+    /// [`service::ServiceSource::discover`].
+    pub exec_service: Option<service::ServiceSource>,
 }
 
 impl DockerOptions {
@@ -93,6 +98,7 @@ impl DockerOptions {
             show_progress: true,
             ping_timeout: DEFAULT_PING_TIMEOUT,
             egress: EgressPolicy::default(),
+            exec_service: service::ServiceSource::discover(),
         }
     }
 }
@@ -124,6 +130,10 @@ struct Inner {
     created: Arc<Mutex<Vec<(String, bool)>>>,
     /// The run's networks (ids), removed after every container.
     networks: Mutex<Vec<String>>,
+    /// The private copy of the exec service's binary (made on first use; `None`: none).
+    service_binary: OnceCell<Option<Arc<service::ServiceBinary>>>,
+    /// The engine refused the service's mount once: no service for the rest of the run.
+    service_refused: AtomicBool,
     torn_down: AtomicBool,
     /// Held (read) by every container start in flight, the early pod's included; teardown
     /// takes it (write) to wait for them, so no start can outlive it with a container.
@@ -169,7 +179,7 @@ impl DockerSandboxFactory {
         let engine = Engine::connect(opts.docker_host.as_deref(), opts.ping_timeout).await?;
         opts.workspace = std::fs::canonicalize(&opts.workspace)?;
         let owner = Owner::current()?;
-        Ok(DockerSandboxFactory {
+        let factory = DockerSandboxFactory {
             inner: Arc::new(Inner {
                 engine,
                 opts,
@@ -180,11 +190,19 @@ impl DockerSandboxFactory {
                 agents: Mutex::new(HashMap::new()),
                 created: Arc::new(Mutex::new(Vec::new())),
                 networks: Mutex::new(Vec::new()),
+                service_binary: OnceCell::new(),
+                service_refused: AtomicBool::new(false),
                 torn_down: AtomicBool::new(false),
                 starting: Arc::new(tokio::sync::RwLock::new(())),
                 early_pod: Mutex::new(None),
             }),
-        })
+        };
+        // The exec service's binary is copied while the run starts, off the first agent's path.
+        let inner = factory.inner.clone();
+        tokio::spawn(async move {
+            inner.service_binary().await;
+        });
+        Ok(factory)
     }
 
     /// The engine connection (for [`crate::sandbox::gc`] and [`crate::sandbox::doctor`]).
@@ -277,6 +295,28 @@ impl Inner {
 
     fn docker(&self) -> &Docker {
         self.engine.docker()
+    }
+
+    /// The exec service's binary for this run, copied on first use (`None` when there is
+    /// none or the copy failed: a Docker exec per command).
+    async fn service_binary(&self) -> Option<Arc<service::ServiceBinary>> {
+        self.service_binary
+            .get_or_init(|| async {
+                let source = self.opts.exec_service.clone()?;
+                let copied =
+                    tokio::task::spawn_blocking(move || service::ServiceBinary::prepare(&source))
+                        .await
+                        .ok()?;
+                match copied {
+                    Ok(binary) => Some(Arc::new(binary)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "no exec service: copying its binary failed");
+                        None
+                    }
+                }
+            })
+            .await
+            .clone()
     }
 
     async fn create(
@@ -530,7 +570,30 @@ impl Inner {
         if let Some(r) = &read_only {
             r.harden(&mut body);
         }
-        let id = self.create(&name, body, false).await?;
+        // The exec service's binary, unless an agent could write where its copy lies.
+        let mut binary = match self.service_refused.load(Ordering::SeqCst) {
+            true => None,
+            false => self.service_binary().await,
+        }
+        .filter(|b| !spec.mounts.iter().any(|m| b.inside(&m.host)));
+        let id = match &binary {
+            None => self.create(&name, body, false).await?,
+            Some(b) => {
+                let plain = body.clone();
+                service::mount(&mut body, b.path());
+                match self.create(&name, body, false).await {
+                    Ok(id) => id,
+                    // The engine cannot see the copy (flowerbox itself in a container, a
+                    // remote engine): no service for this run.
+                    Err(e) => {
+                        tracing::warn!(error = %e, "no exec service: the engine refused its mount");
+                        self.service_refused.store(true, Ordering::SeqCst);
+                        binary = None;
+                        self.create(&name, plain, false).await?
+                    }
+                }
+            }
+        };
         let archive = match &read_only {
             Some(r) => r.archive(&pod.facts, &identity)?,
             None => {
@@ -565,10 +628,16 @@ impl Inner {
             pod.facts.has_bash,
             spec,
         );
-        Ok(Arc::new(match &read_only {
+        let sandbox = match &read_only {
             Some(r) => sandbox.entered_as(r.exec_user(), r.exec_prefix(), r.shell.ids),
             None => sandbox,
-        }))
+        };
+        let sandbox = Arc::new(match binary {
+            Some(_) => sandbox.with_service(),
+            None => sandbox,
+        });
+        sandbox.warm_up();
+        Ok(sandbox)
     }
 
     /// Removes every container created so far, concurrently: agent containers first (they

@@ -109,6 +109,7 @@ impl DockerSandbox {
             owner: self.owner,
             shell: self.shell,
             spec: self.spec.clone(),
+            service: self.service.clone(),
         }
     }
 }

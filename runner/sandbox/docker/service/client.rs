@@ -1,0 +1,328 @@
+//! The host's end of one container's exec service: one Docker exec with stdin, stdout and
+//! stderr attached (bollard's hijacked connection), requests multiplexed over it by id.
+//!
+//! The host never opens or connects to anything in the container: it talks only to the
+//! engine. What comes back is untrusted: frames are decoded with a bounded [`FrameReader`],
+//! a frame for an unknown request is dropped, and any malformed frame ends the connection
+//! (every request in flight then sees [`Request::next`] return `None`). Each request's events
+//! go through a small bounded channel, so a slow reader holds the service back, never grows
+//! host memory.
+
+use bollard::container::LogOutput;
+use bollard::exec::StartExecResults;
+use bollard::models::ExecConfig;
+use bollard::Docker;
+use futures::StreamExt;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::proto::{self, Exit, Failed, Frame, FrameReader, Hello, Killed, Kind, Started};
+use crate::sandbox::docker::lock;
+use crate::sandbox::output::Stream;
+use crate::sandbox::{SandboxError, StderrTail};
+
+/// How long a new service gets to say hello.
+const HELLO_WAIT: Duration = Duration::from_secs(10);
+/// How long writing one frame to the service may take.
+const SEND_WAIT: Duration = Duration::from_secs(5);
+/// Events queued per request.
+const EVENTS: usize = 32;
+
+/// What the service said about one request.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// The command's shell runs.
+    Started,
+    /// Output.
+    Out(Stream, Vec<u8>),
+    /// The shell ended (last event).
+    Exit(Exit),
+    /// A kill finished; `true` when nothing marked was left.
+    Killed(bool),
+    /// The command did not start (last event).
+    Failed(String),
+}
+
+/// The service's stdin, written by the requests themselves (one frame at a time).
+type Input = std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
+
+struct Shared {
+    input: tokio::sync::Mutex<Input>,
+    pending: Mutex<HashMap<u64, mpsc::Sender<Event>>>,
+    next_id: AtomicU64,
+    dead: CancellationToken,
+    why: Mutex<Option<String>>,
+    stderr: StderrTail,
+    pid: u32,
+    /// It broke the protocol (or stopped answering): never start it again.
+    broken: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    fn die(&self, why: String) {
+        let mut w = lock(&self.why);
+        if w.is_none() {
+            tracing::debug!(%why, "exec service connection ended");
+            *w = Some(why);
+        }
+        drop(w);
+        self.dead.cancel();
+        lock(&self.pending).clear();
+    }
+}
+
+/// A live connection to one container's exec service (cheap to clone).
+#[derive(Clone)]
+pub(crate) struct Service {
+    shared: Arc<Shared>,
+}
+
+impl Service {
+    /// Starts `argv` (the service, behind the container's exec prefix) as `user` in
+    /// `container` and waits for its hello.
+    pub async fn start(
+        docker: &Docker,
+        container: &str,
+        user: &str,
+        argv: Vec<String>,
+    ) -> Result<Service, SandboxError> {
+        let config = ExecConfig {
+            attach_stdin: Some(true),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            cmd: Some(argv),
+            user: Some(user.to_string()),
+            working_dir: Some("/".into()),
+            ..Default::default()
+        };
+        let err = |e: bollard::errors::Error| SandboxError::Docker(format!("exec service: {e}"));
+        let exec_id = docker.create_exec(container, config).await.map_err(err)?.id;
+        let StartExecResults::Attached { mut output, input } =
+            docker.start_exec(&exec_id, None).await.map_err(err)?
+        else {
+            return Err(SandboxError::Docker("exec service started detached".into()));
+        };
+        let stderr = StderrTail::default();
+        let mut reader = FrameReader::default();
+        let hello = tokio::time::timeout(HELLO_WAIT, async {
+            loop {
+                match output.next().await {
+                    Some(Ok(LogOutput::StdOut { message })) => {
+                        reader.push(&message);
+                        if let Some(frame) = reader.next_frame().map_err(|e| e.to_string())? {
+                            return Ok(frame);
+                        }
+                    }
+                    Some(Ok(LogOutput::StdErr { message })) => stderr.push(&message),
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => return Err(e.to_string()),
+                    None => return Err(format!("it ended: {}", stderr.text().trim())),
+                }
+            }
+        })
+        .await
+        .map_err(|_| "no hello in time".to_string())
+        .and_then(|r| r)
+        .and_then(|f: Frame| match f.kind {
+            Kind::Hello => f.json::<Hello>().map_err(|e| e.to_string()),
+            other => Err(format!("{other:?} before hello")),
+        })
+        .and_then(|h| match h.version {
+            proto::VERSION => Ok(h),
+            v => Err(format!("protocol {v}, expected {}", proto::VERSION)),
+        })
+        .map_err(|e| SandboxError::Docker(format!("exec service did not start: {e}")))?;
+
+        let shared = Arc::new(Shared {
+            input: tokio::sync::Mutex::new(input),
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            dead: CancellationToken::new(),
+            why: Mutex::new(None),
+            stderr,
+            pid: hello.pid,
+            broken: std::sync::atomic::AtomicBool::new(false),
+        });
+        // Reader: frames from the service's stdout to the requests.
+        let rd = shared.clone();
+        tokio::spawn(async move {
+            let why = 'read: loop {
+                let item = tokio::select! {
+                    _ = rd.dead.cancelled() => break 'read "closed".to_string(),
+                    item = output.next() => item,
+                };
+                match item {
+                    Some(Ok(LogOutput::StdOut { message })) => {
+                        reader.push(&message);
+                        loop {
+                            match reader.next_frame() {
+                                Ok(Some(frame)) => {
+                                    if let Err(e) = dispatch(&rd, frame).await {
+                                        rd.broken.store(true, Ordering::SeqCst);
+                                        break 'read e;
+                                    }
+                                }
+                                Ok(None) => break,
+                                Err(e) => {
+                                    rd.broken.store(true, Ordering::SeqCst);
+                                    break 'read e.to_string();
+                                }
+                            }
+                        }
+                    }
+                    Some(Ok(LogOutput::StdErr { message })) => rd.stderr.push(&message),
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => break format!("exec service stream: {e}"),
+                    None => {
+                        let tail = rd.stderr.text();
+                        break match tail.trim() {
+                            "" => "the exec service ended".to_string(),
+                            t => format!("the exec service ended: {t}"),
+                        };
+                    }
+                }
+            };
+            rd.die(why);
+            // Closing its stdin ends a service that is still there.
+            let _ = rd.input.lock().await.shutdown().await;
+        });
+        Ok(Service { shared })
+    }
+
+    /// The connection still works.
+    pub fn alive(&self) -> bool {
+        !self.shared.dead.is_cancelled()
+    }
+
+    /// Why it ended.
+    pub fn why(&self) -> String {
+        lock(&self.shared.why)
+            .clone()
+            .unwrap_or_else(|| "the exec service stopped answering".into())
+    }
+
+    /// The service's pid in the container (from its hello).
+    pub fn pid(&self) -> u32 {
+        self.shared.pid
+    }
+
+    /// Gives up on the connection (a service that stopped answering): it is not restarted.
+    pub fn abandon(&self, why: &str) {
+        self.shared.broken.store(true, Ordering::SeqCst);
+        self.shared.die(why.to_string());
+    }
+
+    /// It broke the protocol or stopped answering: a new one would do no better.
+    pub fn broken(&self) -> bool {
+        self.shared.broken.load(Ordering::SeqCst)
+    }
+
+    /// A new request, `None` when the connection has ended.
+    pub fn request(&self) -> Option<Request> {
+        if !self.alive() {
+            return None;
+        }
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(EVENTS);
+        lock(&self.shared.pending).insert(id, tx);
+        // Registered after a death cleared the table: not alive any more.
+        if !self.alive() {
+            lock(&self.shared.pending).remove(&id);
+            return None;
+        }
+        Some(Request {
+            id,
+            rx,
+            shared: self.shared.clone(),
+        })
+    }
+}
+
+/// Hands one frame to its request. Errors (the connection must end) on frames only the host
+/// sends, a second hello, or a payload that does not parse.
+async fn dispatch(shared: &Shared, frame: Frame) -> Result<(), String> {
+    let event = match frame.kind {
+        Kind::Started => {
+            frame.json::<Started>().map_err(|e| e.to_string())?;
+            Event::Started
+        }
+        Kind::Stdout => Event::Out(Stream::Stdout, frame.payload),
+        Kind::Stderr => Event::Out(Stream::Stderr, frame.payload),
+        Kind::Exit => Event::Exit(frame.json::<Exit>().map_err(|e| e.to_string())?),
+        Kind::Killed => Event::Killed(frame.json::<Killed>().map_err(|e| e.to_string())?.ok),
+        Kind::Failed => Event::Failed(frame.json::<Failed>().map_err(|e| e.to_string())?.message),
+        other => return Err(format!("exec service sent a {other:?} frame")),
+    };
+    let tx = lock(&shared.pending).get(&frame.id).cloned();
+    if let Some(tx) = tx {
+        // A request that went away meanwhile: its events are dropped.
+        let _ = tx.send(event).await;
+    }
+    Ok(())
+}
+
+/// One command's conversation with the service; leaving it (drop) forgets the id.
+pub(crate) struct Request {
+    id: u64,
+    rx: mpsc::Receiver<Event>,
+    shared: Arc<Shared>,
+}
+
+impl Request {
+    async fn send(&self, kind: Kind, payload: Vec<u8>) -> bool {
+        if payload.len() + 9 > proto::MAX_FRAME || self.shared.dead.is_cancelled() {
+            return false;
+        }
+        let frame = proto::encode(kind, self.id, &payload);
+        // A stopped service stops reading; once the pipes are full, a write would wait forever.
+        let sent = tokio::time::timeout(SEND_WAIT, async {
+            let mut input = self.shared.input.lock().await;
+            input.write_all(&frame).await?;
+            input.flush().await
+        });
+        match sent.await {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                self.shared.die(format!("writing to the exec service: {e}"));
+                false
+            }
+            Err(_) => {
+                self.shared.broken.store(true, Ordering::SeqCst);
+                self.shared.die("the exec service stopped reading".into());
+                false
+            }
+        }
+    }
+
+    /// Sends the command; `false` when the connection is gone or the request too large.
+    pub async fn run(&self, run: &proto::Run) -> bool {
+        self.send(Kind::Run, serde_json::to_vec(run).unwrap_or_default())
+            .await
+    }
+
+    /// Asks the service to kill everything carrying `marker`.
+    pub async fn kill(&self, marker: &str) -> bool {
+        let kill = proto::Kill {
+            marker: marker.to_string(),
+        };
+        self.send(Kind::Kill, serde_json::to_vec(&kill).unwrap_or_default())
+            .await
+    }
+
+    /// The next event; `None` when the connection ended.
+    pub async fn next(&mut self) -> Option<Event> {
+        self.rx.recv().await
+    }
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        lock(&self.shared.pending).remove(&self.id);
+    }
+}

@@ -1,0 +1,301 @@
+//! The exec service's wire format, spoken over the attached stdin (host → service) and stdout
+//! (service → host) of one Docker exec: length-prefixed frames
+//! `[u32 BE length][u8 kind][u64 BE request id][payload]`, length counting kind, id and
+//! payload. Output frames carry raw bytes; the others a small JSON object.
+//!
+//! The host treats the service as untrusted (it runs as the agent's uid in the agent's
+//! container): [`FrameReader`] never holds more than one frame of at most [`MAX_FRAME`] bytes,
+//! and any malformed frame is a [`ProtoError`], which ends the connection, never the host.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// Protocol version, checked in [`Hello`]: a stale binary is refused, not misunderstood.
+pub const VERSION: u32 = 1;
+
+/// Longest frame either side accepts (kind + id + payload), in bytes.
+pub const MAX_FRAME: usize = 1 << 20;
+
+/// Output bytes per frame the service sends.
+pub const CHUNK: usize = 64 * 1024;
+
+/// Bytes before the payload: length, kind, id.
+const HEADER: usize = 4 + 1 + 8;
+
+/// What a frame is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// Host → service: run a command ([`Run`]).
+    Run = 1,
+    /// Host → service: kill everything a command started ([`Kill`]).
+    Kill = 2,
+    /// Service → host, once, id 0: the service is up ([`Hello`]).
+    Hello = 10,
+    /// The command's process exists ([`Started`]).
+    Started = 11,
+    /// Bytes the command wrote to stdout.
+    Stdout = 12,
+    /// Bytes the command wrote to stderr.
+    Stderr = 13,
+    /// The command's shell ended ([`Exit`]); the last frame of a request.
+    Exit = 14,
+    /// The kill is done ([`Killed`]).
+    Killed = 15,
+    /// The command could not be started ([`Failed`]); the last frame of a request.
+    Failed = 16,
+}
+
+impl Kind {
+    fn from_u8(b: u8) -> Option<Kind> {
+        Some(match b {
+            1 => Kind::Run,
+            2 => Kind::Kill,
+            10 => Kind::Hello,
+            11 => Kind::Started,
+            12 => Kind::Stdout,
+            13 => Kind::Stderr,
+            14 => Kind::Exit,
+            15 => Kind::Killed,
+            16 => Kind::Failed,
+            _ => return None,
+        })
+    }
+}
+
+/// A command to run: `shell -c command` in `cwd`, with the service's environment plus `env`
+/// and the marker, in a session and process group of its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Run {
+    /// `bash` or `sh`.
+    pub shell: String,
+    /// The command line.
+    pub command: String,
+    /// Working directory inside the container.
+    pub cwd: String,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+    /// Value of `FLOWERBOX_EXEC` for every process of the command.
+    pub marker: String,
+}
+
+/// Kill every process carrying `marker` and their process groups.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Kill {
+    /// The command's marker.
+    pub marker: String,
+}
+
+/// The service is ready.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    /// [`VERSION`] of the service.
+    pub version: u32,
+    /// The service's pid in the container's PID namespace.
+    pub pid: u32,
+}
+
+/// The command's shell runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Started {
+    /// Its pid (and process group and session id).
+    pub pid: u32,
+}
+
+/// The command's shell ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Exit {
+    /// Its exit code, 128 + n for signal n (as a shell reports it); `None` when unknown.
+    pub code: Option<i64>,
+    /// A background process still held the output ~200 ms after the shell exited; the service
+    /// keeps draining it, unread.
+    pub cut: bool,
+    /// `pid command` of marked processes still running (with `cut`).
+    pub left: Vec<String>,
+}
+
+/// The kill's outcome.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Killed {
+    /// No marked process was left.
+    pub ok: bool,
+}
+
+/// The command did not start.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Failed {
+    /// Why (the spawn error).
+    pub message: String,
+}
+
+/// One decoded frame.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    /// What it is.
+    pub kind: Kind,
+    /// The request it belongs to (0 for [`Kind::Hello`]).
+    pub id: u64,
+    /// Raw payload.
+    pub payload: Vec<u8>,
+}
+
+impl Frame {
+    /// The payload as `T`.
+    pub fn json<T: for<'de> Deserialize<'de>>(&self) -> Result<T, ProtoError> {
+        serde_json::from_slice(&self.payload).map_err(|e| ProtoError::Payload(self.kind, e))
+    }
+}
+
+/// A frame that breaks the protocol.
+#[derive(Debug, Error)]
+pub enum ProtoError {
+    /// The length field is below the header or above [`MAX_FRAME`].
+    #[error("exec service frame of {0} bytes (at most {MAX_FRAME})")]
+    Length(usize),
+    /// An unknown kind byte.
+    #[error("exec service frame of unknown kind {0}")]
+    UnknownKind(u8),
+    /// A JSON payload that does not parse.
+    #[error("exec service {0:?} frame: {1}")]
+    Payload(Kind, serde_json::Error),
+}
+
+/// Encodes one frame. Panics never: a payload over [`MAX_FRAME`] is the caller's bug and is
+/// refused by the reader on the other side.
+pub fn encode(kind: Kind, id: u64, payload: &[u8]) -> Vec<u8> {
+    let len = (1 + 8 + payload.len()) as u32;
+    let mut out = Vec::with_capacity(HEADER + payload.len());
+    out.extend_from_slice(&len.to_be_bytes());
+    out.push(kind as u8);
+    out.extend_from_slice(&id.to_be_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Encodes a frame with a JSON payload.
+pub fn encode_json<T: Serialize>(kind: Kind, id: u64, value: &T) -> Vec<u8> {
+    let payload = serde_json::to_vec(value).unwrap_or_default();
+    encode(kind, id, &payload)
+}
+
+/// Streaming decoder: bytes in, whole frames out, memory bounded by one frame.
+#[derive(Debug, Default)]
+pub struct FrameReader {
+    buf: Vec<u8>,
+}
+
+impl FrameReader {
+    /// Appends received bytes.
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The next whole frame, `None` when more bytes are needed. After an error the stream is
+    /// out of step: stop reading it.
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, ProtoError> {
+        if self.buf.len() < 4 {
+            return Ok(None);
+        }
+        let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
+        if !(9..=MAX_FRAME).contains(&len) {
+            return Err(ProtoError::Length(len));
+        }
+        if self.buf.len() < 5 {
+            return Ok(None);
+        }
+        let kind = Kind::from_u8(self.buf[4]).ok_or(ProtoError::UnknownKind(self.buf[4]))?;
+        if self.buf.len() < 4 + len {
+            return Ok(None);
+        }
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&self.buf[5..13]);
+        let payload = self.buf[HEADER..4 + len].to_vec();
+        self.buf.drain(..4 + len);
+        Ok(Some(Frame {
+            kind,
+            id: u64::from_be_bytes(id),
+            payload,
+        }))
+    }
+
+    /// Bytes held, waiting for the rest of a frame.
+    pub fn held(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_whole_and_byte_by_byte() {
+        let mut bytes = encode(Kind::Stdout, 7, b"\xff\x00hi");
+        bytes.extend(encode_json(
+            Kind::Exit,
+            7,
+            &Exit {
+                code: Some(3),
+                cut: false,
+                left: vec![],
+            },
+        ));
+        let mut whole = FrameReader::default();
+        whole.push(&bytes);
+        let a = whole.next_frame().unwrap().unwrap();
+        assert_eq!(
+            (a.kind, a.id, a.payload.as_slice()),
+            (Kind::Stdout, 7, &b"\xff\x00hi"[..])
+        );
+        let b = whole.next_frame().unwrap().unwrap();
+        assert_eq!(b.json::<Exit>().unwrap().code, Some(3));
+        assert!(whole.next_frame().unwrap().is_none());
+        let mut slow = FrameReader::default();
+        let mut got = Vec::new();
+        for byte in &bytes {
+            slow.push(&[*byte]);
+            while let Some(f) = slow.next_frame().unwrap() {
+                got.push(f);
+            }
+        }
+        assert_eq!(got, vec![a, b]);
+        assert_eq!(slow.held(), 0);
+    }
+
+    #[test]
+    fn garbage_is_an_error_never_a_panic_or_a_big_buffer() {
+        // An absurd length is refused from its four bytes, before any payload is held.
+        let mut r = FrameReader::default();
+        r.push(&[0xff, 0xff, 0xff, 0xff, 12]);
+        assert!(matches!(r.next_frame(), Err(ProtoError::Length(_))));
+        let mut r = FrameReader::default();
+        r.push(&[0, 0, 0, 3]);
+        assert!(matches!(r.next_frame(), Err(ProtoError::Length(3))));
+        let mut r = FrameReader::default();
+        r.push(&[0, 0, 0, 9]);
+        assert!(r.next_frame().unwrap().is_none());
+        let mut r = FrameReader::default();
+        r.push(&encode(Kind::Run, 1, b"")[..4]);
+        r.push(&[99]);
+        assert!(matches!(r.next_frame(), Err(ProtoError::UnknownKind(99))));
+        let mut r = FrameReader::default();
+        r.push(&encode(Kind::Exit, 1, b"{not json"));
+        let f = r.next_frame().unwrap().unwrap();
+        assert!(f.json::<Exit>().is_err());
+        // Random bytes: every outcome is Ok or Err, and nothing over one frame is kept.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..200 {
+            let mut r = FrameReader::default();
+            for _ in 0..64 {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                r.push(&seed.to_le_bytes());
+                match r.next_frame() {
+                    Ok(_) => assert!(r.held() <= MAX_FRAME + HEADER),
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! The exec service itself: `flowerbox __exec-service`, run inside an agent's container as one
+//! long-lived Docker exec (the agent's engine user, behind the same `setpriv` prefix as every
+//! command), taking [`proto`] frames on stdin and answering on stdout.
+//!
+//! Each command is `shell -c COMMAND` in a session and process group of its own (`setsid`),
+//! with `FLOWERBOX_EXEC=<marker>` in its environment, stdin `/dev/null`, stdout and stderr on
+//! pipes of their own that the service reads and forwards as frames. When the shell exits its
+//! exit code is sent once both pipes are at end of file, or ~200 ms later when a background
+//! process still holds them (`server & echo started`): then the service keeps draining them
+//! unread, so the process's writes keep succeeding, and names the marked processes left
+//! running. A kill stops and kills every marked process and its group until none is left.
+//!
+//! The service first makes itself non-dumpable, so the agent's processes (same uid, no
+//! capability) cannot open its `/proc/<pid>/fd/*`, read its memory or trace it: they cannot
+//! read the host's requests or write frames into its stdout. They can still kill it; the host
+//! then reports the command as a tool error and falls back to a Docker exec per command.
+
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use tokio::sync::mpsc;
+
+use super::proto::{self, Exit, Failed, FrameReader, Hello, Kill, Killed, Kind, Run, Started};
+use crate::sandbox::docker::exec::MARKER_VAR;
+
+/// How long the output pipes may stay open after the shell exited before the service lets go.
+const LET_GO: Duration = Duration::from_millis(200);
+/// Requests queued between the stdin thread and the runtime.
+const QUEUE: usize = 64;
+
+/// Runs the service until the host closes stdin; returns the process exit code.
+pub fn serve() -> i32 {
+    // Before anything else: no same-uid process may open our fds or trace us.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!("flowerbox exec service: cannot make itself non-dumpable: {e}");
+        return 1;
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("flowerbox exec service: {e}");
+            return 1;
+        }
+    };
+    rt.block_on(run())
+}
+
+async fn run() -> i32 {
+    let out_tx = match std::io::stdout().as_fd().try_clone_to_owned() {
+        Ok(fd) => Out(Arc::new(std::fs::File::from(fd))),
+        Err(e) => {
+            eprintln!("flowerbox exec service: stdout: {e}");
+            return 1;
+        }
+    };
+    // A plain thread reads the host's requests (blocking).
+    let (in_tx, mut in_rx) = mpsc::channel::<proto::Frame>(QUEUE);
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut reader = FrameReader::default();
+        let mut buf = vec![0u8; proto::CHUNK];
+        loop {
+            let n = match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            reader.push(&buf[..n]);
+            loop {
+                match reader.next_frame() {
+                    Ok(Some(frame)) => {
+                        if in_tx.blocking_send(frame).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        eprintln!("flowerbox exec service: {e}");
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let hello = Hello {
+        version: proto::VERSION,
+        pid: std::process::id(),
+    };
+    if out_tx
+        .send(proto::encode_json(Kind::Hello, 0, &hello))
+        .await
+        .is_err()
+    {
+        return 1;
+    }
+    while let Some(frame) = in_rx.recv().await {
+        match frame.kind {
+            Kind::Run => match frame.json::<Run>() {
+                Ok(run) => {
+                    tokio::spawn(run_command(frame.id, run, out_tx.clone()));
+                }
+                Err(e) => {
+                    let failed = Failed {
+                        message: e.to_string(),
+                    };
+                    let _ = out_tx
+                        .send(proto::encode_json(Kind::Failed, frame.id, &failed))
+                        .await;
+                }
+            },
+            Kind::Kill => {
+                // On this thread: a fork bomb may have used up the pids limit, and a kill
+                // must not need a new thread. Other commands wait the few milliseconds.
+                let ok = frame.json::<Kill>().is_ok_and(|k| kill_marked(&k.marker));
+                let _ = out_tx
+                    .send(proto::encode_json(Kind::Killed, frame.id, &Killed { ok }))
+                    .await;
+            }
+            _ => {}
+        }
+    }
+    // The host closed the connection (or the container is going away): commands left
+    // running belong to the pod now, as with a Docker exec.
+    0
+}
+
+/// The service's stdout. Frames are written whole, from the runtime's one thread, with a
+/// blocking write: no hop through another thread on the way out, and a full pipe (a slow
+/// host) holds everything back, which is the backpressure wanted.
+#[derive(Clone)]
+struct Out(Arc<std::fs::File>);
+
+impl Out {
+    /// Writes one frame; the host went away when that fails, and so does the service.
+    async fn send(&self, frame: Vec<u8>) -> Result<(), ()> {
+        if (&*self.0).write_all(&frame).is_err() {
+            std::process::exit(0);
+        }
+        Ok(())
+    }
+}
+
+async fn run_command(id: u64, run: Run, out: Out) {
+    let mut cmd = tokio::process::Command::new(&run.shell);
+    cmd.arg("-c")
+        .arg(&run.command)
+        .current_dir(&run.cwd)
+        .envs(run.env.iter().map(|(k, v)| (k, v)))
+        .env(MARKER_VAR, &run.marker)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid()
+                .map(|_| ())
+                .map_err(std::io::Error::from)
+        });
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            let failed = Failed {
+                message: format!("{} -c: {e}", run.shell),
+            };
+            let _ = out
+                .send(proto::encode_json(Kind::Failed, id, &failed))
+                .await;
+            return;
+        }
+    };
+    let pid = child.id().unwrap_or(0);
+    let _ = out
+        .send(proto::encode_json(Kind::Started, id, &Started { pid }))
+        .await;
+    let forward = Arc::new(AtomicBool::new(true));
+    let mut pumps = Vec::new();
+    if let Some(o) = child.stdout.take() {
+        pumps.push(tokio::spawn(pump(
+            o,
+            Kind::Stdout,
+            id,
+            out.clone(),
+            forward.clone(),
+        )));
+    }
+    if let Some(e) = child.stderr.take() {
+        pumps.push(tokio::spawn(pump(
+            e,
+            Kind::Stderr,
+            id,
+            out.clone(),
+            forward.clone(),
+        )));
+    }
+    let code = match child.wait().await {
+        Ok(status) => {
+            use std::os::unix::process::ExitStatusExt;
+            status
+                .code()
+                .map(i64::from)
+                .or_else(|| status.signal().map(|s| 128 + i64::from(s)))
+        }
+        Err(_) => None,
+    };
+    let drained = tokio::time::timeout(LET_GO, async {
+        for p in pumps.iter_mut() {
+            let _ = p.await;
+        }
+    })
+    .await
+    .is_ok();
+    let cut = !drained;
+    let left = if cut {
+        // The pumps keep draining, unread, until the last writer closes.
+        forward.store(false, Ordering::SeqCst);
+        list_marked(&run.marker)
+    } else {
+        Vec::new()
+    };
+    let exit = Exit { code, cut, left };
+    let _ = out.send(proto::encode_json(Kind::Exit, id, &exit)).await;
+}
+
+/// Forwards one pipe as frames while `forward` holds, then drains it unread until EOF.
+async fn pump<R: tokio::io::AsyncRead + Unpin>(
+    mut pipe: R,
+    kind: Kind,
+    id: u64,
+    out: Out,
+    forward: Arc<AtomicBool>,
+) {
+    let mut buf = vec![0u8; proto::CHUNK];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if forward.load(Ordering::SeqCst) {
+                    let _ = out.send(proto::encode(kind, id, &buf[..n])).await;
+                }
+            }
+        }
+    }
+}
+
+/// Pids of the live processes whose environment holds `FLOWERBOX_EXEC=<marker>` (those this
+/// uid may read: the command's, whatever their session).
+fn marked(marker: &str) -> Vec<i32> {
+    let needle = format!("{MARKER_VAR}={marker}");
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|e| e == needle.as_bytes()))
+        })
+        .collect()
+}
+
+/// Stops, then kills, every marked process and the process group it leads, until none is
+/// left (stopping first, so nothing forks in between). `false` when some survived 50 rounds.
+fn kill_marked(marker: &str) -> bool {
+    use nix::sys::signal::{kill, killpg, Signal};
+    use nix::unistd::Pid;
+    for _ in 0..50 {
+        let found = marked(marker);
+        if found.is_empty() {
+            return true;
+        }
+        for sig in [Signal::SIGSTOP, Signal::SIGKILL] {
+            for &p in &found {
+                let _ = killpg(Pid::from_raw(p), sig);
+                let _ = kill(Pid::from_raw(p), sig);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    marked(marker).is_empty()
+}
+
+/// `pid command` (command line cut at 80 characters) of each marked process.
+fn list_marked(marker: &str) -> Vec<String> {
+    marked(marker)
+        .into_iter()
+        .map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let text: String = String::from_utf8_lossy(&cmdline)
+                .replace('\0', " ")
+                .chars()
+                .take(80)
+                .collect();
+            format!("{pid} {}", text.trim_end())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_and_kills_marked_processes_only() {
+        let marker = uuid::Uuid::new_v4().simple().to_string();
+        let mut marked_child = std::process::Command::new("sleep")
+            .arg("30")
+            .env(MARKER_VAR, &marker)
+            .spawn()
+            .unwrap();
+        let mut other = std::process::Command::new("sleep")
+            .arg("30")
+            .env(MARKER_VAR, format!("{marker}x"))
+            .spawn()
+            .unwrap();
+        let pid = marked_child.id() as i32;
+        assert_eq!(marked(&marker), vec![pid]);
+        assert!(list_marked(&marker)[0].starts_with(&format!("{pid} sleep 30")));
+        // Reaped by a thread, as the service's runtime reaps its children.
+        let reaper = std::thread::spawn(move || marked_child.wait());
+        assert!(kill_marked(&marker));
+        assert!(reaper.join().unwrap().is_ok());
+        assert!(
+            other.try_wait().unwrap().is_none(),
+            "an unmarked process was killed"
+        );
+        other.kill().unwrap();
+        other.wait().unwrap();
+    }
+}
