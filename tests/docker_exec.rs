@@ -475,3 +475,30 @@ async fn sandboxes_are_reused_released_and_confined_to_mounts() {
         Err(SandboxError::ShutDown)
     ));
 }
+
+/// A masked directory (the run directory) is an empty read-only tmpfs in the container, also on
+/// Podman, whose tmpfs copies the directory's files in unless told not to (found there: the
+/// run's `sessions.db` was copied into the mask).
+#[tokio::test]
+async fn a_masked_directory_is_empty_in_the_container_on_every_engine() {
+    let Some(engine) = engine_or_skip("masked_empty").await else {
+        return;
+    };
+    let run = TestRun::new(&engine, "masked").await;
+    let runs = run.workspace.join("runs");
+    std::fs::create_dir(&runs).unwrap();
+    std::fs::write(runs.join("sessions.db"), "the records").unwrap();
+    let mut spec = run.agent("worker-1", Role::Worker, false);
+    spec.masked = vec![runs.clone()];
+    let sb = run.factory.sandbox(&spec).await.unwrap();
+    let out = exec_ok(
+        &*sb,
+        "ls -A runs | wc -l; cat runs/sessions.db; touch runs/planted",
+        &run.workspace,
+    )
+    .await;
+    assert_eq!(out.stdout.lines().next(), Some("0"), "{out:?}");
+    assert!(!out.stdout.contains("the records"), "{out:?}");
+    assert!(!out.success(), "{out:?}");
+    assert!(!runs.join("planted").exists());
+}

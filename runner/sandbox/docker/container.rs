@@ -338,10 +338,7 @@ impl RunSpec {
         // agent can read the records or plant anything where the host writes them. A mount
         // inside one (`-W`'s workbench) still shows: the engine makes its mount point first.
         for m in &spec.masked {
-            tmpfs.insert(
-                m.to_string_lossy().into_owned(),
-                "ro,nosuid,nodev,noexec,size=64k".into(),
-            );
+            tmpfs.insert(m.to_string_lossy().into_owned(), self.engine.mask_tmpfs());
         }
         let ulimits = (spec.role == Role::Judge).then(|| {
             let mut ulimits = vec![ResourcesUlimits {

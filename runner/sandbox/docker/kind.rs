@@ -121,6 +121,10 @@ impl EngineKind {
             lines
                 .push("给了 ulimit 就自己加 nproc:判定者的容器把 nproc 设成进程数上限".to_string());
             lines.push(
+                "tmpfs 默认把底下的文件拷进去:遮住运行目录的 tmpfs 加 notmpcopyup,保持是空的"
+                    .to_string(),
+            );
+            lines.push(
                 "tmpfs 不认 uid=/gid=:agent 的 HOME(tmpfs)是 1777(带粘滞位)而不是 0700 属主"
                     .to_string(),
             );
@@ -150,7 +154,19 @@ impl EngineKind {
                 "rw,nosuid,nodev,size=1g,mode=0700,uid={},gid={}",
                 ids.uid, ids.gid
             ),
-            EngineKind::Podman { .. } => "rw,nosuid,nodev,size=1g,mode=1777".into(),
+            EngineKind::Podman { .. } => "rw,nosuid,nodev,size=1g,mode=1777,notmpcopyup".into(),
+        }
+    }
+
+    /// The options of the empty read-only tmpfs over a masked directory (the run directory).
+    /// Podman copies what the directory holds into a new tmpfs unless told `notmpcopyup`
+    /// (Docker never does and does not know the option): without it the mask would show the
+    /// records it hides.
+    pub(crate) fn mask_tmpfs(&self) -> String {
+        let docker = "ro,nosuid,nodev,noexec,size=64k";
+        match self {
+            EngineKind::Docker => docker.into(),
+            EngineKind::Podman { .. } => format!("{docker},notmpcopyup"),
         }
     }
 
@@ -341,7 +357,7 @@ mod tests {
         assert_eq!(kind.label(), "Podman 4.3.1(rootless)");
         assert_eq!(kind.pod_userns().as_deref(), Some("keep-id"));
         assert_eq!(kind.member_userns("p1").as_deref(), Some("container:p1"));
-        assert_eq!(kind.differences().len(), 4);
+        assert_eq!(kind.differences().len(), 5);
         assert!(EngineKind::Docker.differences().is_empty());
     }
 
