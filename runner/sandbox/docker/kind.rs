@@ -334,7 +334,7 @@ mod tests {
         let refusal = by_owner.refusal().unwrap();
         assert!(refusal.contains("Podman 4.3.1(rootless)") && refusal.contains("cgroup v1"));
         assert!(refusal.contains("DOCKER_HOST") && refusal.contains("--sandbox host"));
-        assert_eq!(kind.differences().len(), 3);
+        assert_eq!(kind.differences().len(), 4);
         assert_eq!(
             kind.extra_judge_ulimits(&Default::default())[0].hard,
             Some(2048)
