@@ -111,7 +111,8 @@ done
 echo "$url"
 
 # Every container the run creates and removes, as the engine reports it (shown afterwards).
-docker events --filter type=container --filter event=create --filter event=destroy \
+# (Podman reports a container's removal as `remove`, Docker as `destroy`.)
+docker events --filter type=container --filter event=create --filter event=destroy --filter event=remove \
   --filter "label=flowerbox.workspace=$ws" \
   --format '{{.Action}}	{{index .Actor.Attributes "flowerbox.agent"}}	{{.Actor.Attributes.name}}' \
   >"$base/containers.events" 2>/dev/null &
@@ -129,7 +130,12 @@ set +e
 rc=$?
 set -e
 took=$(($(date +%s) - started))
-sleep 1 # the engine's last events
+# The engine's last events (Podman's come later than Docker's): until every create has its
+# removal, at most 5 s.
+for _ in $(seq 50); do
+  sleep 0.1
+  [ "$(grep -c '^create' "$base/containers.events" || true)" = "$(grep -cE '^(destroy|remove)' "$base/containers.events" || true)" ] && break
+done
 kill "$watch_pid" 2>/dev/null || true
 wait "$watch_pid" 2>/dev/null || true
 watch_pid=

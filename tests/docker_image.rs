@@ -67,7 +67,25 @@ async fn doctor_checks_engine_image_tools_git_and_credentials_by_name() {
             .map(|c| c.detail.clone())
             .unwrap_or_default()
     };
-    assert!(detail("engine").starts_with("Docker 引擎 "), "{checks:#?}");
+    let kind = engine.kind();
+    assert!(
+        detail("engine").starts_with(&format!("{} 引擎 ", kind.label())),
+        "{checks:#?}"
+    );
+    // Podman gets a line of its own naming each difference flowerbox handles; Docker none.
+    if kind.is_podman() {
+        assert_eq!(status("podman"), Some(CheckStatus::Pass), "{checks:#?}");
+        assert!(
+            detail("podman").starts_with("引擎是 Podman "),
+            "{checks:#?}"
+        );
+        for difference in kind.differences() {
+            assert!(detail("podman").contains(&difference), "{checks:#?}");
+        }
+    } else {
+        assert_eq!(status("podman"), None, "{checks:#?}");
+        assert!(detail("engine").starts_with("Docker 引擎 "), "{checks:#?}");
+    }
     assert!(detail("engine").contains("有回应(API "), "{checks:#?}");
     assert_eq!(detail("image"), format!("有 {}", default_image()));
     assert!(

@@ -506,8 +506,10 @@ impl Redirector {
         let ip = info
             .network_settings
             .and_then(|s| s.networks)
-            .and_then(|n| n.get("bridge").cloned())
+            // Docker names the default network `bridge`, Podman `podman`: the only one.
+            .and_then(|n| n.into_values().next())
             .and_then(|e| e.ip_address)
+            .filter(|a| !a.is_empty())
             .expect("redirector address");
         redirector.ip = ip;
         redirector

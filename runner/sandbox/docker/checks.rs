@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::image::{base_image, default_image, image_exists, SLIM_BASE};
-use super::{Engine, UserIds};
+use super::{Engine, EngineKind, UserIds};
 use crate::sandbox::doctor::{Check, CheckStatus, AGENT_TOOLS};
 use crate::sandbox::gc;
 
@@ -28,16 +28,22 @@ pub async fn checks(
     let mut checks = Vec::new();
     let engine = Engine::connect(docker_host, timeout).await;
     match &engine {
-        Ok(e) => checks.push(check(
-            "engine",
-            Pass,
-            format!(
-                "Docker 引擎 {} 有回应(API {};{})",
-                e.endpoint().host,
-                e.api_version(),
-                e.endpoint().origin()
-            ),
-        )),
+        Ok(e) => {
+            checks.push(check(
+                "engine",
+                Pass,
+                format!(
+                    "{} 引擎 {} 有回应(API {};{})",
+                    e.kind().label(),
+                    e.endpoint().host,
+                    e.api_version(),
+                    e.endpoint().origin()
+                ),
+            ));
+            if let Some(line) = podman_check(e.kind()) {
+                checks.push(line);
+            }
+        }
         Err(e) => checks.push(check("engine", Fail, e.to_string())),
     }
     match &engine {
@@ -53,6 +59,23 @@ pub async fn checks(
         Err(_) => checks.push(check("image", Warn, "没查:没有引擎")),
     }
     checks
+}
+
+/// The doctor's Podman line: the engine is Podman, and each difference from Docker flowerbox
+/// handles for it; `None` for Docker.
+pub fn podman_check(kind: &EngineKind) -> Option<Check> {
+    kind.is_podman().then(|| match kind.refusal() {
+        Some(why) => check("podman", CheckStatus::Fail, why),
+        None => check(
+            "podman",
+            CheckStatus::Pass,
+            format!(
+                "引擎是 {},走 Docker 兼容 API;和 Docker 不同的地方:{}",
+                kind.label(),
+                kind.differences().join(";")
+            ),
+        ),
+    })
 }
 
 /// The containers of `workspace` (canonical) dead runs left; `None` without an engine.
@@ -261,5 +284,30 @@ mod tests {
         let bad = judge_check(&["setpriv".to_string()]);
         assert_eq!(bad.status, CheckStatus::Fail);
         assert!(bad.detail.starts_with("镜像里没有 setpriv"), "{bad}");
+    }
+
+    #[test]
+    fn podman_line_names_podman_and_each_difference() {
+        assert!(podman_check(&EngineKind::Docker).is_none());
+        let kind = EngineKind::Podman {
+            version: "4.3.1".into(),
+            rootless: true,
+            cgroup_v1: false,
+        };
+        let line = podman_check(&kind).unwrap();
+        assert_eq!(line.status, CheckStatus::Pass);
+        assert!(line.detail.contains("Podman 4.3.1(rootless)"), "{line}");
+        for difference in kind.differences() {
+            assert!(line.detail.contains(&difference), "{line}");
+        }
+        assert!(!line.detail.contains('\n'));
+        let refused = EngineKind::Podman {
+            version: "4.3.1".into(),
+            rootless: true,
+            cgroup_v1: true,
+        };
+        let line = podman_check(&refused).unwrap();
+        assert_eq!(line.status, CheckStatus::Fail);
+        assert_eq!(Some(line.detail), refused.refusal());
     }
 }

@@ -14,6 +14,7 @@ use bollard::models::{
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use super::kind::EngineKind;
 use super::labels::{Owner, LABEL_AGENT, LABEL_POD, LABEL_ROLE, LABEL_RUN, LABEL_WORKSPACE};
 use crate::model::Role;
 use crate::sandbox::{AgentBox, SandboxError};
@@ -234,6 +235,8 @@ pub(crate) struct RunSpec {
     pub limits: Limits,
     /// Added to every agent's environment (the run proxy's address in `--egress proxy`).
     pub extra_env: Vec<String>,
+    /// The engine (where Podman differs: the HOME tmpfs's options).
+    pub engine: EngineKind,
 }
 
 impl RunSpec {
@@ -330,28 +333,21 @@ impl RunSpec {
             .collect();
         let id = &self.identity;
         let mut tmpfs = HashMap::new();
-        tmpfs.insert(
-            id.home.clone(),
-            format!(
-                "rw,nosuid,nodev,size=1g,mode=0700,uid={},gid={}",
-                id.ids.uid, id.ids.gid
-            ),
-        );
+        tmpfs.insert(id.home.clone(), self.engine.home_tmpfs(id.ids));
         // Masked directories (the run directory): an empty read-only tmpfs over each, so no
         // agent can read the records or plant anything where the host writes them. A mount
         // inside one (`-W`'s workbench) still shows: the engine makes its mount point first.
         for m in &spec.masked {
-            tmpfs.insert(
-                m.to_string_lossy().into_owned(),
-                "ro,nosuid,nodev,noexec,size=64k".into(),
-            );
+            tmpfs.insert(m.to_string_lossy().into_owned(), self.engine.mask_tmpfs());
         }
         let ulimits = (spec.role == Role::Judge).then(|| {
-            vec![ResourcesUlimits {
+            let mut ulimits = vec![ResourcesUlimits {
                 name: Some("nofile".into()),
                 soft: Some(self.limits.judge_nofile),
                 hard: Some(self.limits.judge_nofile),
-            }]
+            }];
+            ulimits.extend(self.engine.extra_judge_ulimits(&self.limits));
+            ulimits
         });
         ContainerCreateBody {
             image: Some(self.image.clone()),
@@ -547,6 +543,7 @@ mod tests {
             owner: Owner::current().unwrap(),
             limits: Limits::default(),
             extra_env: Vec::new(),
+            engine: EngineKind::Docker,
         };
         let judge = AgentBox {
             agent: "judge-1".into(),
@@ -601,6 +598,7 @@ mod tests {
             owner: Owner::current().unwrap(),
             limits: Limits::default(),
             extra_env: Vec::new(),
+            engine: EngineKind::Docker,
         };
         let tmpfs = run
             .agent_body(&c, "p", "n")

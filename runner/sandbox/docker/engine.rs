@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use thiserror::Error;
 
+use super::kind::EngineKind;
 use crate::sandbox::SandboxError;
 
 /// The socket Docker uses when nothing else is configured.
@@ -267,11 +268,13 @@ pub struct Engine {
     docker: Docker,
     endpoint: Endpoint,
     version: String,
+    kind: EngineKind,
 }
 
 impl Engine {
     /// Connects to the endpoint [`resolve_endpoint`] picks for `explicit_host`, pings it within
-    /// `timeout` and negotiates the API version. Creates nothing.
+    /// `timeout`, negotiates the API version and detects the engine's kind ([`EngineKind`]).
+    /// Creates nothing.
     pub async fn connect(
         explicit_host: Option<&str>,
         timeout: Duration,
@@ -307,10 +310,19 @@ impl Engine {
             .map_err(|e| classify(&endpoint, e))?;
         let v = docker.client_version();
         let version = format!("{}.{}", v.major_version, v.minor_version);
+        let socket_owner = endpoint.socket_path().and_then(|p| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(p).ok().map(|m| m.uid())
+        });
+        let kind = tokio::time::timeout(timeout, detect_kind(&docker, socket_owner))
+            .await
+            .map_err(|_| timed_out())?
+            .map_err(|e| classify(&endpoint, e))?;
         Ok(Engine {
             docker,
             endpoint,
             version,
+            kind,
         })
     }
 
@@ -328,6 +340,26 @@ impl Engine {
     pub fn api_version(&self) -> &str {
         &self.version
     }
+
+    /// Docker or Podman (detected once, at connect).
+    pub fn kind(&self) -> &EngineKind {
+        &self.kind
+    }
+}
+
+/// Asks `/version` which engine this is; `/info` too when it is Podman (rootless or not, the
+/// cgroup version), with `socket_owner` the uid owning the endpoint's socket.
+async fn detect_kind(
+    docker: &Docker,
+    socket_owner: Option<u32>,
+) -> Result<EngineKind, bollard::errors::Error> {
+    let version = docker.version().await?;
+    let kind = EngineKind::detect(&version, None, socket_owner);
+    if !kind.is_podman() {
+        return Ok(kind);
+    }
+    let info = docker.info().await?;
+    Ok(EngineKind::detect(&version, Some(&info), socket_owner))
 }
 
 #[cfg(test)]

@@ -245,11 +245,11 @@ async fn build_base(engine: &Engine, base: &str, bar: &BuildProgress) -> Result<
         )));
     }
     bar.stage(format!("importing base image {base}"));
-    let (repo, tag) = base.split_once(':').unwrap_or((base, "latest"));
+    // The whole reference as `repo`, no `tag`: Docker reads the tag from it, and Podman's
+    // compat API (4.3) ignores a separate `tag` (the import would be `…:latest`).
     let options = CreateImageOptions {
         from_src: Some("-".into()),
-        repo: Some(repo.into()),
-        tag: Some(tag.into()),
+        repo: Some(base.into()),
         changes: vec!["CMD [\"bash\"]".into()],
         ..Default::default()
     };

@@ -16,6 +16,7 @@ pub mod container;
 pub mod engine;
 pub mod exec;
 pub mod image;
+pub mod kind;
 pub mod labels;
 pub(crate) mod network;
 pub mod readonly;
@@ -28,6 +29,7 @@ pub use container::{Limits, UserIds};
 pub use engine::{Endpoint, Engine, EngineError, HostSource, DEFAULT_PING_TIMEOUT};
 pub use exec::DockerSandbox;
 pub use image::{default_image, ensure_image, EnsuredImage};
+pub use kind::EngineKind;
 pub use labels::{Liveness, Owner};
 pub use readonly::ReadOnlyIds;
 
@@ -141,6 +143,9 @@ struct Inner {
     /// The pod started early ([`SandboxFactory::prepare`]); the first agent that needs the
     /// pod takes it and gets its error, as if it had started the pod itself.
     early_pod: Mutex<Option<tokio::task::JoinHandle<Result<(), SandboxError>>>>,
+    /// The read-only roles' seccomp profile as a sealed file, for an engine that reads it by
+    /// path (Podman); made on first use.
+    seccomp_file: std::sync::OnceLock<kind::SeccompFile>,
 }
 
 /// The Docker [`SandboxFactory`] of one run.
@@ -174,9 +179,15 @@ impl DockerSandboxFactory {
     ///
     /// Errors: [`SandboxError::EngineUnavailable`] with one of [`EngineError`]'s messages
     /// (permission denied / socket not found / engine stopped / no answer), each naming
-    /// `DOCKER_HOST` and `--sandbox host`; [`SandboxError::Io`] when the workspace does not exist.
+    /// `DOCKER_HOST` and `--sandbox host`; [`SandboxError::Unsupported`] when the engine cannot
+    /// give the sandbox flowerbox asks for ([`EngineKind::refusal`]); [`SandboxError::Io`] when
+    /// the workspace does not exist.
     pub async fn connect(mut opts: DockerOptions) -> Result<Self, SandboxError> {
         let engine = Engine::connect(opts.docker_host.as_deref(), opts.ping_timeout).await?;
+        // An engine that would run a weaker sandbox than asked for is refused, never used.
+        if let Some(why) = engine.kind().refusal() {
+            return Err(SandboxError::Unsupported(why));
+        }
         opts.workspace = std::fs::canonicalize(&opts.workspace)?;
         let owner = Owner::current()?;
         let factory = DockerSandboxFactory {
@@ -195,6 +206,7 @@ impl DockerSandboxFactory {
                 torn_down: AtomicBool::new(false),
                 starting: Arc::new(tokio::sync::RwLock::new(())),
                 early_pod: Mutex::new(None),
+                seccomp_file: std::sync::OnceLock::new(),
             }),
         };
         // The exec service's binary is copied while the run starts, off the first agent's path.
@@ -290,6 +302,7 @@ impl Inner {
             owner: self.owner.clone(),
             limits: self.opts.limits,
             extra_env: Vec::new(),
+            engine: self.engine.kind().clone(),
         }
     }
 
@@ -377,10 +390,13 @@ impl Inner {
                 };
                 let pod = async {
                     let name = container_name(&self.opts.run_id, "pod");
-                    let id = self.create(&name, spec.pod_body(&net.name), true).await?;
+                    let mut body = spec.pod_body(&net.name);
+                    self.engine.kind().shape_pod(&mut body);
+                    let id = self.create(&name, body, true).await?;
                     let fence_name = container_name(&self.opts.run_id, "fence");
-                    let fence =
+                    let mut fence =
                         network::fence_body(&infra, &id, spec.labels("fence", "fence"), &rules);
+                    self.engine.kind().shape_member(&mut fence, &id);
                     let (image_facts, fence_id) =
                         tokio::join!(self.image_facts(&id), self.create(&fence_name, fence, true));
                     let fence_id = fence_id?;
@@ -419,7 +435,9 @@ impl Inner {
         network: &str,
     ) -> Result<(String, String, ImageFacts), SandboxError> {
         let name = container_name(&self.opts.run_id, "pod");
-        let id = self.create(&name, spec.pod_body(network), true).await?;
+        let mut body = spec.pod_body(network);
+        self.engine.kind().shape_pod(&mut body);
+        let id = self.create(&name, body, true).await?;
         let facts = self.image_facts(&id).await;
         self.docker()
             .start_container(&id, None)
@@ -567,8 +585,10 @@ impl Inner {
         run.extra_env = pod.env.clone();
         let name = container_name(&self.opts.run_id, &spec.agent);
         let mut body = run.agent_body(&spec, &pod.id, &pod.name);
+        self.engine.kind().shape_member(&mut body, &pod.id);
         if let Some(r) = &read_only {
-            r.harden(&mut body);
+            let seccomp = kind::seccomp_option(self.engine.kind(), &self.seccomp_file)?;
+            r.harden(&mut body, seccomp);
         }
         // The exec service's binary, unless an agent could write where its copy lies.
         let mut binary = match self.service_refused.load(Ordering::SeqCst) {

@@ -190,8 +190,10 @@ impl ReadOnly {
 
     /// Turns an agent container's body (built for the shell's identity) into a read-only one:
     /// root at the start with only the capabilities `setpriv` and the inspector need, the
-    /// inspector (or `sleep`, as the shell) as the main process, the seccomp profile.
-    pub fn harden(&self, body: &mut ContainerCreateBody) {
+    /// inspector (or `sleep`, as the shell) as the main process, the seccomp profile
+    /// (`seccomp`: the `SecurityOpt` entry the engine takes it as, see
+    /// [`super::kind::seccomp_option`]).
+    pub fn harden(&self, body: &mut ContainerCreateBody, seccomp: String) {
         body.user = Some("0:0".into());
         body.entrypoint = Some(match &self.lsof {
             Some(lsof) => {
@@ -218,7 +220,7 @@ impl ReadOnly {
         if !opts.iter().any(|o| o == "no-new-privileges") {
             opts.push("no-new-privileges".into());
         }
-        opts.push(format!("seccomp={}", super::seccomp::read_only_profile()));
+        opts.push(seccomp);
     }
 
     /// The files uploaded before the container starts: `/etc/passwd` and `/etc/group` naming
@@ -311,6 +313,11 @@ mod tests {
         gid: 1000,
     };
     const ROOT: UserIds = UserIds { uid: 0, gid: 0 };
+
+    /// Docker's form of the profile option.
+    fn inline_seccomp() -> String {
+        format!("seccomp={}", super::super::seccomp::read_only_profile())
+    }
 
     fn facts() -> ImageFacts {
         ImageFacts {
@@ -408,7 +415,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        p.harden(&mut body);
+        p.harden(&mut body, inline_seccomp());
         assert_eq!(body.user.as_deref(), Some("0:0"));
         let argv = body.entrypoint.unwrap();
         assert!(argv.contains(&"--reuid=65533".to_string()), "{argv:?}");
@@ -440,7 +447,7 @@ mod tests {
         .unwrap()
         .unwrap();
         let mut body = ContainerCreateBody::default();
-        no_lsof.harden(&mut body);
+        no_lsof.harden(&mut body, inline_seccomp());
         let argv = body.entrypoint.unwrap();
         assert!(argv.contains(&"--reuid=65532".to_string()));
         assert_eq!(&argv[argv.len() - 2..], ["sleep", "infinity"]);
