@@ -71,6 +71,7 @@ cp /etc/resolv.conf "$work/rootfs/etc/resolv.conf"
 # The site's own CA certificates (a TLS-inspecting egress proxy, a company CA) belong to the
 # machine, not to flowerbox: the ca-certificates package install-deps.sh adds picks them up.
 if compgen -G '/usr/local/share/ca-certificates/*.crt' >/dev/null; then
+  mkdir -p "$work/rootfs/usr/local/share/ca-certificates"
   cp /usr/local/share/ca-certificates/*.crt "$work/rootfs/usr/local/share/ca-certificates/"
 fi
 tar --numeric-owner -C "$work/rootfs" -c . | docker import - "$tag" >/dev/null
