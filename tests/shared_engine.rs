@@ -50,7 +50,10 @@ fn dead_run_labels(run: &str, ws: &Path) -> HashMap<String, String> {
     child.wait().unwrap();
     let mut labels = HashMap::from([
         (LABEL_RUN.to_string(), run.to_string()),
-        (LABEL_WORKSPACE.to_string(), ws.to_string_lossy().into_owned()),
+        (
+            LABEL_WORKSPACE.to_string(),
+            ws.to_string_lossy().into_owned(),
+        ),
         ("flowerbox.agent".to_string(), "worker-1".to_string()),
         ("flowerbox.role".to_string(), "worker".to_string()),
     ]);
@@ -85,15 +88,16 @@ async fn create(engine: &Engine, image: &str, name: &str, labels: HashMap<String
 }
 
 async fn image_id(engine: &Engine, name: &str) -> Option<String> {
-    engine.docker().inspect_image(name).await.ok().and_then(|i| i.id)
+    engine
+        .docker()
+        .inspect_image(name)
+        .await
+        .ok()
+        .and_then(|i| i.id)
 }
 
 async fn container_exists(engine: &Engine, name: &str) -> bool {
-    engine
-        .docker()
-        .inspect_container(name, None)
-        .await
-        .is_ok()
+    engine.docker().inspect_container(name, None).await.is_ok()
 }
 
 #[tokio::test(flavor = "multi_thread")]

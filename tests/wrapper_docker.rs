@@ -188,7 +188,10 @@ async fn once_with_bash_runs_through_the_wrapper_in_an_agent_container() {
     assert!(containers_labelled(&engine, "flowerbox.workspace", &ws)
         .await
         .is_empty());
-    assert_eq!(runner_containers_left(&engine, pid).await, Vec::<String>::new());
+    assert_eq!(
+        runner_containers_left(&engine, pid).await,
+        Vec::<String>::new()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -234,7 +237,10 @@ async fn an_unattended_go_workflow_runs_through_the_wrapper() {
     assert!(containers_labelled(&engine, "flowerbox.workspace", &ws)
         .await
         .is_empty());
-    assert_eq!(runner_containers_left(&engine, pid).await, Vec::<String>::new());
+    assert_eq!(
+        runner_containers_left(&engine, pid).await,
+        Vec::<String>::new()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -289,7 +295,10 @@ async fn go_isolate_works_in_worktrees_through_the_wrapper() {
     assert!(containers_labelled(&engine, "flowerbox.workspace", &ws)
         .await
         .is_empty());
-    assert_eq!(runner_containers_left(&engine, pid).await, Vec::<String>::new());
+    assert_eq!(
+        runner_containers_left(&engine, pid).await,
+        Vec::<String>::new()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -371,7 +380,10 @@ async fn sigterm_reaches_flowerbox_and_the_exit_code_passes_through() {
     assert!(containers_labelled(&engine, "flowerbox.workspace", &ws)
         .await
         .is_empty());
-    assert_eq!(runner_containers_left(&engine, pid).await, Vec::<String>::new());
+    assert_eq!(
+        runner_containers_left(&engine, pid).await,
+        Vec::<String>::new()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
