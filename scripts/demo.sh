@@ -36,8 +36,11 @@ fail() { printf '\ndemo 失败:%s\n' "$*" >&2; exit 1; }
 
 # -- 0. what it needs: Debian packages, Rust, the Docker engine (installed or checked; one line
 # and exit 1 when that cannot be done).
+# With both binaries given nothing is built, so no Rust is needed.
+deps_args=()
+if [ -n "${FLOWERBOX_DEMO_BIN:-}" ] && [ -n "${FLOWERBOX_DEMO_MODEL_BIN:-}" ]; then deps_args=(--no-rust); fi
 # shellcheck source=scripts/install-deps.sh
-. "$root/scripts/install-deps.sh" --
+. "$root/scripts/install-deps.sh" "${deps_args[@]}" --
 
 # The README's Usage runs `flowerbox`: a link in ~/.local/bin to the binary just built (a file
 # there that is not such a link is left alone).

@@ -11,19 +11,21 @@
 # It says what it installs and why, uses sudo when not root, and stops with one line starting
 # with `install-deps:` when it cannot. Idempotent: a second run installs nothing.
 #
-# Usage: scripts/install-deps.sh [--no-docker]
+# Usage: scripts/install-deps.sh [--no-rust] [--no-docker]
+#   --no-rust     skip step 2 (nothing is built: the binaries are given)
 #   --no-docker   skip step 3 (for builds only)
 # Source it (`. scripts/install-deps.sh --`; the `--` keeps the caller's own arguments out) to
 # get the toolchain on PATH in the calling shell.
 set -euo pipefail
 
 _fbx_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-_fbx_docker=1
+_fbx_docker=1 _fbx_rust=1
 for _a in "$@"; do
   case "$_a" in
     --no-docker) _fbx_docker=0 ;;
+    --no-rust) _fbx_rust=0 ;;
     --) break ;;
-    *) echo "install-deps: 不认识的参数 $_a(只有 --no-docker)" >&2; exit 2 ;;
+    *) echo "install-deps: 不认识的参数 $_a(只有 --no-rust、--no-docker)" >&2; exit 2 ;;
   esac
 done
 
@@ -78,6 +80,7 @@ if [ "${#_fbx_missing[@]}" -gt 0 ]; then
 fi
 
 # -- 2. Rust ------------------------------------------------------------------------------------
+if [ "$_fbx_rust" -eq 1 ]; then
 _fbx_need=$(sed -nE 's/^rust-version *= *"([0-9.]+)".*/\1/p' "$_fbx_root/Cargo.toml" | head -n1)
 if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
   # shellcheck disable=SC1091
@@ -99,6 +102,7 @@ if [ -z "$_fbx_have" ] || ! _fbx_new_enough "$_fbx_have"; then
     _fbx_die "Debian 给的 Rust 是 ${_fbx_have:-没有},flowerbox 要 ≥ $_fbx_need:打开 bookworm-security 源(它带新版 rustc-web)或用 rustup"
 fi
 _fbx_say "Rust $_fbx_have(要 ≥ $_fbx_need)"
+fi
 
 # -- 3. Docker ----------------------------------------------------------------------------------
 if [ "$_fbx_docker" -eq 1 ]; then
