@@ -19,12 +19,14 @@
 #    that no flowerbox container is left. Exit 0 only when all of that holds.
 #
 # Usage: scripts/demo.sh [DIR]
-#   DIR                      where the demo project goes (created; default: a new /tmp/flowerbox-demo.*)
+#   DIR                      where the demo project goes (created; default: a new
+#                            ${TMPDIR:-/tmp}/flowerbox-demo.*)
 #   FLOWERBOX_DEMO_BIN       the flowerbox command to run (default: the one built here)
 #   FLOWERBOX_DEMO_MODEL_BIN the scripted-model binary (with FLOWERBOX_DEMO_BIN: nothing is built)
 #   FLOWERBOX_DEMO_ISOLATE   1 (default) runs with --isolate; 0 lets the workers share the workspace
 #   FLOWERBOX_DEMO_RELEASE   1 builds and runs the release binaries instead
-# Needs: cargo, git, docker (engine reachable), jq, sqlite3.
+# Needs: Docker (an engine this user may use) and git; scripts/install-deps.sh installs or checks
+# the rest first (Debian packages, Rust), with sudo when not root.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -32,10 +34,30 @@ cd "$root"
 say() { printf '\n== %s\n' "$*"; }
 fail() { printf '\ndemo 失败:%s\n' "$*" >&2; exit 1; }
 
-for tool in cargo git docker jq sqlite3; do
-  command -v "$tool" >/dev/null || fail "找不到 $tool(演示需要 cargo git docker jq sqlite3)"
-done
-docker info >/dev/null 2>&1 || fail "连不上 Docker 引擎(docker info 失败):演示里每个 agent 都在自己的容器里跑"
+# -- 0. what it needs: Debian packages, Rust, the Docker engine (installed or checked; one line
+# and exit 1 when that cannot be done).
+# With both binaries given nothing is built, so no Rust is needed.
+deps_args=()
+if [ -n "${FLOWERBOX_DEMO_BIN:-}" ] && [ -n "${FLOWERBOX_DEMO_MODEL_BIN:-}" ]; then deps_args=(--no-rust); fi
+# shellcheck source=scripts/install-deps.sh
+. "$root/scripts/install-deps.sh" "${deps_args[@]}" --
+
+# The README's Usage runs `flowerbox`: a link in ~/.local/bin to the binary just built (a file
+# there that is not such a link is left alone).
+link_on_path() {
+  local bin=$1 dir=$HOME/.local/bin
+  mkdir -p "$dir"
+  if [ -e "$dir/flowerbox" ] && [ ! -L "$dir/flowerbox" ]; then
+    echo "  $dir/flowerbox 已经有了(不是链接),不动它"
+    return
+  fi
+  ln -sfn "$bin" "$dir/flowerbox"
+  echo "  $dir/flowerbox → $bin"
+  case ":$PATH:" in
+    *":$dir:"*) ;;
+    *) echo "  注意:$dir 不在 PATH 里;加上它:export PATH=\"$dir:\$PATH\"(写进 ~/.profile)" ;;
+  esac
+}
 
 isolate=${FLOWERBOX_DEMO_ISOLATE:-1}
 profile=debug cargo_profile=()
@@ -48,8 +70,9 @@ model_bin=${FLOWERBOX_DEMO_MODEL_BIN:-$target/$profile/scripted-model}
 if [ -n "${FLOWERBOX_DEMO_BIN:-}" ] && [ -n "${FLOWERBOX_DEMO_MODEL_BIN:-}" ]; then
   say "用现成的 $fbx 和 $model_bin(不构建)"
 else
-  say "构建 flowerbox 和 scripted-model ($profile)"
+  say "构建 flowerbox 和 scripted-model ($profile;第一次要编译好几分钟)"
   cargo build --bins "${cargo_profile[@]}"
+  link_on_path "$fbx"
 fi
 
 # -- 2. the project -----------------------------------------------------------------------------
@@ -58,7 +81,7 @@ if [ $# -ge 1 ]; then
   mkdir -p "$base"
   [ -z "$(ls -A "$base")" ] || fail "$base 不是空目录"
 else
-  base=$(mktemp -d /tmp/flowerbox-demo.XXXXXX)
+  base=$(mktemp -d "${TMPDIR:-/tmp}/flowerbox-demo.XXXXXX")
 fi
 base=$(cd "$base" && pwd -P)
 ws=$base/httpd
@@ -86,8 +109,15 @@ done
 
 # -- 3. engine and image ------------------------------------------------------------------------
 say "Docker 引擎和 agent 镜像 (flowerbox doctor)"
-(cd "$ws" && "${run_env[@]}" ANTHROPIC_BASE_URL=http://127.0.0.1:9 "$fbx" doctor) ||
-  fail "flowerbox doctor 有检查没通过(见上);演示需要能用的 Docker 引擎"
+doctor_out=$(cd "$ws" && "${run_env[@]}" ANTHROPIC_BASE_URL=http://127.0.0.1:9 "$fbx" doctor 2>&1) ||
+  { echo "$doctor_out"; fail "flowerbox doctor 有检查没通过(见上);演示需要能用的 Docker 引擎"; }
+echo "$doctor_out"
+# No agent image and no base to build it from (no registry's debian:bookworm-slim): the run
+# builds the base with debootstrap, as root, through `sudo -n`. Ask for the password now.
+if [ "$(id -u)" -ne 0 ] && grep -q debootstrap <<<"$doctor_out" && ! sudo -n true 2>/dev/null; then
+  echo "  第一次建 agent 镜像:引擎上没有底子镜像,要用 debootstrap 从 Debian 镜像站建,得有 root(sudo)"
+  sudo -v || fail "拿不到 sudo:先用 root 跑一次 sudo bash image/build-base.sh --import <doctor 说的底子镜像名>"
+fi
 
 # -- 4. the scripted model ----------------------------------------------------------------------
 say "scripted-model(模型的话是写好的,命令都真的跑)"

@@ -90,11 +90,7 @@ struct Sweep(PathBuf);
 
 impl Drop for Sweep {
     fn drop(&mut self) {
-        let _ = Command::new(env!("CARGO_BIN_EXE_flowerbox"))
-            .args(["--sandbox", "docker", "-w"])
-            .arg(&self.0)
-            .arg("gc")
-            .stdin(Stdio::null())
+        let _ = docker_support::gc_command(&self.0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();

@@ -251,22 +251,41 @@ fn two_processes_share_manifest_and_lineage_and_a_killed_one_loses_nothing() {
         assert_eq!(lin.steps[&format!("B-step{i}")], format!("B-session{i}"));
     }
     // No stray temporary files are taken for data.
-    let names: Vec<String> = std::fs::read_dir(dir.path().join("runs"))
+    assert_eq!(data_names(&dir.path().join("runs")), RUN_DIR_DATA);
+}
+
+/// What the run directory holds besides temporaries.
+const RUN_DIR_DATA: [&str; 4] = [
+    "lineage.json",
+    "lineage.json.lock",
+    "manifest.json",
+    "manifest.json.lock",
+];
+
+/// The sorted names in `dir` that are not a writer's temporaries: a writer killed between
+/// creating its temporary (`.NAME.<16 hex>.flowerbox-tmp`, runner/fsroot/sys.rs) and renaming
+/// it into place leaves it behind.
+fn data_names(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| !n.ends_with(".tmp"))
+        .filter(|n| !n.ends_with(".tmp") && !n.ends_with(".flowerbox-tmp"))
         .collect();
-    let mut names = names;
     names.sort();
-    assert_eq!(
-        names,
-        [
-            "lineage.json",
-            "lineage.json.lock",
-            "manifest.json",
-            "manifest.json.lock"
-        ]
-    );
+    names
+}
+
+#[test]
+fn a_killed_writers_temporary_is_not_data() {
+    // The failing input of the flaky run: B killed mid-replace left this behind.
+    let dir = tempfile::tempdir().unwrap();
+    for n in RUN_DIR_DATA
+        .iter()
+        .chain(&[".manifest.json.3f9a0c5e7d21b846.flowerbox-tmp"])
+    {
+        std::fs::write(dir.path().join(n), "").unwrap();
+    }
+    assert_eq!(data_names(dir.path()), RUN_DIR_DATA);
 }
 
 trait KillAndReap {

@@ -369,7 +369,7 @@ fn sigkill_at_an_arbitrary_moment_leaves_a_valid_prefix() {
     // Every trimmed result points at a file holding the original text.
     let mut trimmed = 0;
     let mut expired = 0;
-    if raw.len() % 2 == 0 {
+    if raw.len().is_multiple_of(2) {
         // Killed between a call and its result: the call is answered by the interrupted note.
         assert_eq!(loaded.len(), raw.len() + 1);
         assert_eq!(

@@ -8,7 +8,7 @@
 mod docker_support;
 mod model_support;
 
-use docker_support::{containers_where, engine_or_skip, repo_file, runner_image};
+use docker_support::{containers_where, engine_or_skip, gc_command, repo_file, runner_image};
 use flowerbox::sandbox::docker::Engine;
 use flowerbox_testkit::git;
 use model_support::ScriptedModel;
@@ -114,6 +114,21 @@ async fn runner_containers(engine: &Engine, pid: u32) -> Vec<String> {
     containers_where(engine, "name", format!("flowerbox-runner-{pid}-")).await
 }
 
+/// The runner containers of the wrapper `pid` that has exited, once the engine has removed
+/// them (`docker run --rm`) or after [`HANG`]. The engine's removal can trail the CLI's exit:
+/// right after a SIGTERMed wrapper exited, its container was still listed (a flaky failure),
+/// so "gone" is waited for, not sampled once; one that stays is still a failure.
+async fn runner_containers_left(engine: &Engine, pid: u32) -> Vec<String> {
+    let deadline = Instant::now() + HANG;
+    loop {
+        let left = runner_containers(engine, pid).await;
+        if left.is_empty() || Instant::now() >= deadline {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The tool_result text the model received in request `n`.
 fn tool_result(model: &ScriptedModel, n: usize) -> String {
     let req = &model.recorded()[n];
@@ -173,7 +188,10 @@ async fn once_with_bash_runs_through_the_wrapper_in_an_agent_container() {
     assert!(containers_labelled(&engine, "flowerbox.workspace", &ws)
         .await
         .is_empty());
-    assert!(runner_containers(&engine, pid).await.is_empty());
+    assert_eq!(
+        runner_containers_left(&engine, pid).await,
+        Vec::<String>::new()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -219,7 +237,10 @@ async fn an_unattended_go_workflow_runs_through_the_wrapper() {
     assert!(containers_labelled(&engine, "flowerbox.workspace", &ws)
         .await
         .is_empty());
-    assert!(runner_containers(&engine, pid).await.is_empty());
+    assert_eq!(
+        runner_containers_left(&engine, pid).await,
+        Vec::<String>::new()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -274,7 +295,10 @@ async fn go_isolate_works_in_worktrees_through_the_wrapper() {
     assert!(containers_labelled(&engine, "flowerbox.workspace", &ws)
         .await
         .is_empty());
-    assert!(runner_containers(&engine, pid).await.is_empty());
+    assert_eq!(
+        runner_containers_left(&engine, pid).await,
+        Vec::<String>::new()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -318,11 +342,9 @@ async fn sigterm_reaches_flowerbox_and_the_exit_code_passes_through() {
     }
     // A host flowerbox sees the wrapped run as alive (same pid namespace, host name, boot):
     // its gc keeps the containers instead of sweeping them as orphans.
-    let gc = Command::new(env!("CARGO_BIN_EXE_flowerbox"))
-        .arg("gc")
+    let gc = gc_command(&p.ws)
         .current_dir(&p.ws)
         .env("HOME", &p.home)
-        .stdin(Stdio::null())
         .output()
         .unwrap();
     let said =
@@ -358,7 +380,10 @@ async fn sigterm_reaches_flowerbox_and_the_exit_code_passes_through() {
     assert!(containers_labelled(&engine, "flowerbox.workspace", &ws)
         .await
         .is_empty());
-    assert!(runner_containers(&engine, pid).await.is_empty());
+    assert_eq!(
+        runner_containers_left(&engine, pid).await,
+        Vec::<String>::new()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

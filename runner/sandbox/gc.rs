@@ -278,6 +278,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn without_a_workspace_every_flowerbox_run_is_listed_with_one_only_its_own() {
+        let every = label_filters(None);
+        assert_eq!(every["label"], vec![LABEL_RUN.to_string()]);
+        let one = label_filters(Some(Path::new("/w/a b")));
+        assert_eq!(
+            one["label"],
+            vec![LABEL_RUN.to_string(), format!("{LABEL_WORKSPACE}=/w/a b")]
+        );
+    }
+
+    #[test]
     fn failure_summary_counts_items_not_containers() {
         assert_eq!(GcReport::default().failure_summary(), None);
         let report = GcReport {

@@ -167,5 +167,5 @@ fi
 say "演示完成:ACHIEVED,用时 ${took} 秒"
 iso=
 case "$wb" in "$ws"/*) ;; *) iso="--isolate " ;; esac
-echo "  接着干(唤醒):cd $ws && flowerbox ${iso}\"再加一个 /health\"  —— 需求、目标和会话都在,从上次停下的地方接着做"
-echo "  用真模型:flowerbox setup(写 ~/.config/flower/.env),然后在你自己的仓库里 flowerbox \"…\""
+echo "  用真模型:flowerbox setup(问 token、网关和模型,写 ~/.config/flower/.env),然后在你自己的仓库里 flowerbox \"…\""
+echo "  接着干(唤醒,也要真模型:演示的模型是写好的,已经停了):cd $ws && flowerbox ${iso}\"再加一个 /health\"  —— 需求、目标和会话都在,从上次停下的地方接着做"

@@ -233,3 +233,15 @@ pub async fn runner_image(engine: &Engine) -> String {
         .await
         .clone()
 }
+
+/// `flowerbox --sandbox docker -w WS gc`: the only way the tests run `gc`, always scoped to a
+/// workspace the test made. Without `-w`, gc removes every workspace's dead runs on the engine,
+/// a developer's own among them (issue 18 "Tests that are safe on a shared engine").
+pub fn gc_command(ws: &Path) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_flowerbox"));
+    c.args(["--sandbox", "docker", "-w"])
+        .arg(ws)
+        .arg("gc")
+        .stdin(Stdio::null());
+    c
+}
