@@ -284,12 +284,24 @@ fn a_merge_the_worker_left_uncommitted_becomes_a_merge_commit() {
     ));
     // A third worker resolves it: merges worker-2's branch and resolves, without committing.
     let w3 = s.worker("worker-3");
+    // An identity of its own: on a machine with none configured `git merge` stops before it
+    // records MERGE_HEAD, and the test would prove nothing (seen on a fresh Debian machine).
     let out = std::process::Command::new("git")
+        .args(["-c", "user.name=W", "-c", "user.email=w@example.invalid"])
         .args(["merge", "--no-edit", &w2.branch])
         .current_dir(&w3.path)
         .output()
         .unwrap();
     assert!(!out.status.success());
+    let merging = std::process::Command::new("git")
+        .args(["rev-parse", "-q", "--verify", "MERGE_HEAD"])
+        .current_dir(&w3.path)
+        .output()
+        .unwrap();
+    assert!(
+        merging.status.success(),
+        "the merge must stop at the conflict: {out:?}"
+    );
     fs::write(w3.path.join("a.txt"), "one\nTWO-1+2\nthree\n").unwrap();
     git(&w3.path, &["add", "a.txt"]);
     commit_worktree(&w3.path, &w3.branch, "worker-3", "resolve").unwrap();
