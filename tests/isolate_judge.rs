@@ -8,6 +8,7 @@ mod isolate_support;
 
 use flowerbox::agent::{roles, RunOptions};
 use flowerbox::model::Role;
+use flowerbox::sandbox::docker::service::SERVICE_PATH;
 use flowerbox::sandbox::SandboxFactory;
 use isolate_support::docker_support::{engine_or_skip, SERIAL};
 use isolate_support::*;
@@ -122,13 +123,17 @@ async fn a_judge_sees_live_artifacts_and_cannot_write() {
     assert!(ok("ps").contains(&format!("http.server {PORT}")));
     assert!(ok("curl").contains("app"));
 
-    // The judge's container: in the pod, read-only mounts of workspace and workbench only.
+    // The judge's container: in the pod, read-only mounts of workspace and workbench only (and
+    // the exec service's binary, read-only too, when the run has one).
     let mounts = run.container_mounts(&engine).await;
     let judge = &mounts.iter().find(|(a, _)| a == "judge-1").unwrap().1;
     let mut paths: Vec<&str> = judge.iter().map(|(p, _)| p.as_str()).collect();
     paths.sort();
     let (ws, wb) = (run.ws.display().to_string(), run.wb.display().to_string());
     let mut want = vec![ws.as_str(), wb.as_str()];
+    if paths.contains(&SERVICE_PATH) {
+        want.push(SERVICE_PATH);
+    }
     want.sort();
     assert_eq!(paths, want);
     assert!(judge.iter().all(|(_, rw)| !rw), "{judge:?}");

@@ -74,14 +74,18 @@ pub const SHARED_GIT_NOTE: &str = "git:工作区的 .git 是只读的,git status
 /// The default placement: every worker writes in the shared workspace.
 pub struct SharedPlacement {
     workspace: PathBuf,
+    /// The repository's `.git` as [`workspace_git`] found it when the run started.
+    git: Option<PathBuf>,
     workbench: Option<PathBuf>,
 }
 
 impl SharedPlacement {
-    /// Workers get `workspace` and `workbench` read-write.
-    pub fn new(workspace: PathBuf, workbench: Option<PathBuf>) -> Self {
+    /// Workers get `workspace` and `workbench` read-write, and `git` (see [`workspace_git`])
+    /// read-only on top.
+    pub fn new(workspace: PathBuf, git: Option<PathBuf>, workbench: Option<PathBuf>) -> Self {
         SharedPlacement {
             workspace,
+            git,
             workbench,
         }
     }
@@ -90,10 +94,14 @@ impl SharedPlacement {
 #[async_trait]
 impl Placement for SharedPlacement {
     async fn prepare(&self, _agent: &str) -> Result<WorkerPlace, PlaceError> {
-        let mounts = role_mounts(Role::Worker, &self.workspace, self.workbench.as_deref());
+        let mounts = role_mounts(
+            Role::Worker,
+            &self.workspace,
+            self.git.as_deref(),
+            self.workbench.as_deref(),
+        );
         // Only a repository whose `.git` lies in the workspace has one to protect and show.
-        let note = (mounts.len() > 1 && mounts[1].inside == self.workspace.join(".git"))
-            .then(|| SHARED_GIT_NOTE.to_string());
+        let note = self.git.is_some().then(|| SHARED_GIT_NOTE.to_string());
         Ok(WorkerPlace {
             workdir: self.workspace.clone(),
             mounts,
@@ -113,21 +121,38 @@ impl Placement for SharedPlacement {
     }
 }
 
+/// The workspace's own `.git` to protect, decided once, when the run starts (before any of its
+/// containers exists): a directory or a file (a worktree's `gitdir:` pointer) at `.git`; for a
+/// symbolic link, its target, and only when that lies inside the workspace (a container sees it
+/// there). Never decided again while the run goes on: an agent that turns `.git` into a link
+/// to a host directory (`~/.config/flower`, `~/.ssh`) would otherwise have the engine follow it
+/// and mount that directory into the next writing container.
+pub fn workspace_git(workspace: &std::path::Path) -> Option<PathBuf> {
+    let git = workspace.join(".git");
+    let meta = std::fs::symlink_metadata(&git).ok()?;
+    if meta.file_type().is_symlink() {
+        let root = std::fs::canonicalize(workspace).ok()?;
+        let target = std::fs::canonicalize(&git).ok()?;
+        return (target.starts_with(&root) && target != root).then_some(target);
+    }
+    (meta.is_dir() || meta.is_file()).then_some(git)
+}
+
 /// The mounts of a role over the shared workspace: workers and `once` write; everyone else
-/// reads. A writing role gets the workspace's own `.git` (when it has one) read-only on top
-/// (DESIGN.md threat model 2: no agent plants a hook, `core.fsmonitor` or a ref that the
-/// user's next `git` on the host would run or follow). The workbench is listed only when it is
-/// not inside the workspace already.
+/// reads. A writing role gets the repository's `git` ([`workspace_git`], when it has one)
+/// read-only on top (DESIGN.md threat model 2: no agent plants a hook, `core.fsmonitor` or a
+/// ref that the user's next `git` on the host would run or follow). The workbench is listed
+/// only when it is not inside the workspace already.
 pub fn role_mounts(
     role: Role,
     workspace: &std::path::Path,
+    git: Option<&std::path::Path>,
     workbench: Option<&std::path::Path>,
 ) -> Vec<Mount> {
     let read_only = !matches!(role, Role::Worker | Role::Once);
     let mut v = vec![Mount::same(workspace.to_path_buf(), read_only)];
-    let git = workspace.join(".git");
-    if !read_only && std::fs::symlink_metadata(&git).is_ok() {
-        v.push(Mount::same(git, true));
+    if let (false, Some(git)) = (read_only, git) {
+        v.push(Mount::same(git.to_path_buf(), true));
     }
     if let Some(wb) = workbench {
         if !wb.starts_with(workspace) {
@@ -153,16 +178,16 @@ mod tests {
             Role::Oracle,
         ] {
             assert!(
-                role_mounts(role, ws, Some(wb)).iter().all(|m| m.read_only),
+                role_mounts(role, ws, None, Some(wb)).iter().all(|m| m.read_only),
                 "{role}"
             );
         }
-        let w = role_mounts(Role::Worker, ws, Some(wb));
+        let w = role_mounts(Role::Worker, ws, None, Some(wb));
         assert_eq!(w.len(), 2);
         assert!(w.iter().all(|m| !m.read_only));
         // A workbench inside the workspace is covered by the workspace mount.
         assert_eq!(
-            role_mounts(Role::Worker, ws, Some(Path::new("/w/p/.flower"))).len(),
+            role_mounts(Role::Worker, ws, None, Some(Path::new("/w/p/.flower"))).len(),
             1
         );
     }
@@ -171,19 +196,47 @@ mod tests {
     async fn a_writing_role_gets_the_repositorys_git_read_only() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().canonicalize().unwrap();
-        let plain = SharedPlacement::new(ws.clone(), None);
+        assert_eq!(workspace_git(&ws), None);
+        let plain = SharedPlacement::new(ws.clone(), workspace_git(&ws), None);
         let place = plain.prepare("worker-1").await.unwrap();
         assert_eq!(place.mounts.len(), 1);
         assert_eq!(place.note, None);
         std::fs::create_dir(ws.join(".git")).unwrap();
+        // Decided when the run started: a `.git` made during the run changes nothing.
+        assert_eq!(plain.prepare("worker-1").await.unwrap().mounts.len(), 1);
+        let git = workspace_git(&ws);
+        assert_eq!(git.as_deref(), Some(ws.join(".git").as_path()));
         for role in [Role::Worker, Role::Once] {
-            let m = role_mounts(role, &ws, None);
+            let m = role_mounts(role, &ws, git.as_deref(), None);
             assert_eq!(m.len(), 2, "{role}");
             assert!(!m[0].read_only && m[1].read_only && m[1].inside == ws.join(".git"));
         }
-        assert_eq!(role_mounts(Role::Judge, &ws, None).len(), 1);
-        let place = plain.prepare("worker-1").await.unwrap();
+        assert_eq!(role_mounts(Role::Judge, &ws, git.as_deref(), None).len(), 1);
+        let shared = SharedPlacement::new(ws.clone(), git, None);
+        let place = shared.prepare("worker-1").await.unwrap();
         assert_eq!(place.mounts.len(), 2);
         assert_eq!(place.note.as_deref(), Some(SHARED_GIT_NOTE));
+    }
+
+    #[test]
+    fn a_git_link_out_of_the_workspace_is_never_mounted() {
+        // What an agent leaves behind: `.git -> ~/.config/flower`. The engine follows a bind
+        // source's links, so mounting it would hand the next container the API key's file.
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let ws = root.join("proj");
+        let secret = root.join("config-flower");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::create_dir_all(&secret).unwrap();
+        std::os::unix::fs::symlink(&secret, ws.join(".git")).unwrap();
+        assert_eq!(workspace_git(&ws), None);
+        std::fs::remove_file(ws.join(".git")).unwrap();
+        std::os::unix::fs::symlink("..", ws.join(".git")).unwrap();
+        assert_eq!(workspace_git(&ws), None);
+        // A link to a directory inside the workspace protects that directory.
+        std::fs::remove_file(ws.join(".git")).unwrap();
+        std::fs::create_dir(ws.join(".realgit")).unwrap();
+        std::os::unix::fs::symlink(".realgit", ws.join(".git")).unwrap();
+        assert_eq!(workspace_git(&ws), Some(ws.join(".realgit")));
     }
 }

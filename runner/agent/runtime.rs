@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::event::{Event, EventKind, EventSink};
 use super::human::Human;
-use super::place::{role_mounts, Placement, SharedPlacement};
+use super::place::{role_mounts, workspace_git, Placement, SharedPlacement};
 use super::session_loop::{AgentRun, LoopEnd};
 use super::spec::AgentSpec;
 use super::tools::{ToolLimits, ToolRegistry};
@@ -139,6 +139,9 @@ pub struct Runtime {
     /// The project's MCP servers, per agent; `None` when the run has none.
     pub(crate) mcp: Option<Arc<crate::mcp::McpHub>>,
     pub(crate) config: RuntimeConfig,
+    /// The workspace's `.git` to mount read-only into writing roles, decided once when the
+    /// runtime was made (`place::workspace_git`).
+    workspace_git: Option<std::path::PathBuf>,
     interrupt: Mutex<(CancellationToken, Option<String>)>,
     /// `true` from [`Runtime::pause`] to [`Runtime::resume`]: an interrupted step waits for the
     /// human's words before it resumes (seed 000 "Ctrl-C": the prompt is a chance to speak).
@@ -159,11 +162,15 @@ impl Runtime {
         human: Arc<dyn Human>,
         events: EventSink,
     ) -> Self {
+        // The repository's `.git` is decided here, once, before any container of the run.
+        let workspace_git = workspace_git(&config.workspace);
         let placement = Arc::new(SharedPlacement::new(
             config.workspace.clone(),
+            workspace_git.clone(),
             workbench.as_ref().map(|w| w.root().to_path_buf()),
         ));
         Runtime {
+            workspace_git,
             provider,
             store,
             sandboxes,
@@ -454,6 +461,7 @@ impl Runtime {
             mounts: role_mounts(
                 role,
                 &self.config.workspace,
+                self.workspace_git.as_deref(),
                 self.workbench.as_ref().map(|w| w.root()),
             ),
             masked: self.config.masked.clone(),
