@@ -178,7 +178,9 @@ mod tests {
             Role::Oracle,
         ] {
             assert!(
-                role_mounts(role, ws, None, Some(wb)).iter().all(|m| m.read_only),
+                role_mounts(role, ws, None, Some(wb))
+                    .iter()
+                    .all(|m| m.read_only),
                 "{role}"
             );
         }

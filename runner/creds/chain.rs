@@ -16,8 +16,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::credentials::{Credentials, DotenvWarning, Source};
-use super::{dotenv, CREDENTIAL_KEYS, LOOKUP_KEYS};
+use super::credentials::{Credentials, DotenvSkip, DotenvWarning, Source};
+use super::{dotenv, CREDENTIAL_KEYS, ENDPOINT_KEYS, LOOKUP_KEYS, SECRET_KEYS};
 
 /// The inputs of a lookup: a snapshot of the environment variables and the current directory.
 #[derive(Debug, Clone, Default)]
@@ -78,7 +78,9 @@ impl Lookup {
             take_dotenv(&mut creds, &path, Source::FlowerEnv(path.clone()));
         }
         let cwd_env = self.cwd.join(".env");
-        take_dotenv(&mut creds, &cwd_env, Source::CwdDotenv(cwd_env.clone()));
+        let cwd_source = Source::CwdDotenv(cwd_env.clone());
+        take_dotenv(&mut creds, &cwd_env, cwd_source.clone());
+        refuse_endpoint_without_secret(&mut creds, &cwd_env, &cwd_source);
         if let Some(user) = self.user_env_file() {
             take_dotenv(&mut creds, &user, Source::UserDotenv(user.clone()));
         }
@@ -92,6 +94,33 @@ impl Lookup {
     }
 }
 
+/// `./.env` lies in the project, where an agent with a writable workspace can write: an
+/// endpoint it names is used only when the same file supplies a secret too, so a key from the
+/// environment or the user's own file is never sent to an address a project file chose. The
+/// endpoint keys are left to the later sources and the user is told.
+fn refuse_endpoint_without_secret(creds: &mut Credentials, path: &Path, source: &Source) {
+    let from_file = |creds: &Credentials, k: &str| creds.source(k) == Some(source);
+    if SECRET_KEYS.iter().any(|k| from_file(creds, k)) {
+        return;
+    }
+    let keys: Vec<String> = ENDPOINT_KEYS
+        .iter()
+        .filter(|k| from_file(creds, k) && creds.get(k).is_some())
+        .map(|k| k.to_string())
+        .collect();
+    if keys.is_empty() {
+        return;
+    }
+    for k in &keys {
+        creds.unclaim(k);
+    }
+    tracing::warn!(path = %path.display(), ?keys, "project .env endpoint without its own secret ignored");
+    creds.warn(DotenvWarning {
+        path: path.to_path_buf(),
+        skipped: DotenvSkip::EndpointWithoutSecret(keys),
+    });
+}
+
 /// Fills unclaimed lookup keys from a `.env` file, if it exists and is readable, and records
 /// its malformed lines.
 fn take_dotenv(creds: &mut Credentials, path: &Path, source: Source) {
@@ -103,7 +132,7 @@ fn take_dotenv(creds: &mut Credentials, path: &Path, source: Source) {
         tracing::warn!(path = %path.display(), line = skipped.line, why = %skipped.why, "malformed .env line skipped");
         creds.warn(DotenvWarning {
             path: path.to_path_buf(),
-            skipped,
+            skipped: DotenvSkip::Line(skipped),
         });
     }
     for (key, value) in pairs {
@@ -190,17 +219,20 @@ mod tests {
     #[test]
     fn priority_is_per_key() {
         let d = dirs();
-        write(&d.cwd.join(".env"), "ANTHROPIC_BASE_URL=http://project\n");
+        write(
+            &d.cwd.join(".env"),
+            "ANTHROPIC_DEFAULT_HAIKU_MODEL=h-project\n",
+        );
         write(
             &d.home.join(".config/flower/.env"),
-            "ANTHROPIC_BASE_URL=http://global\nANTHROPIC_AUTH_TOKEN=global-token-123\n",
+            "ANTHROPIC_DEFAULT_HAIKU_MODEL=h-global\nANTHROPIC_AUTH_TOKEN=global-token-123\n",
         );
         write(
             &d.home.join(".claude/settings.json"),
             r#"{"env":{"ANTHROPIC_AUTH_TOKEN":"claude-token","ANTHROPIC_MODEL":"m-claude"}}"#,
         );
         let c = lookup(&d, &[("ANTHROPIC_MODEL", "m-env")]).discover();
-        assert_eq!(c.get("ANTHROPIC_BASE_URL"), Some("http://project"));
+        assert_eq!(c.get("ANTHROPIC_DEFAULT_HAIKU_MODEL"), Some("h-project"));
         assert_eq!(c.get("ANTHROPIC_AUTH_TOKEN"), Some("global-token-123"));
         assert_eq!(c.get("ANTHROPIC_MODEL"), Some("m-env"));
         assert_eq!(c.source("ANTHROPIC_MODEL"), Some(&Source::Process));
@@ -296,12 +328,51 @@ mod tests {
         let d = dirs();
         write(
             &d.cwd.join(".env"),
-            "UNRELATED=1\nOPENAI_BASE_URL=http://llm\n",
+            "UNRELATED=1\nOPENAI_BASE_URL=http://llm\nOPENAI_API_KEY=sk-local\n",
         );
         let c = lookup(&d, &[("PATH", "/bin")]).discover();
         assert_eq!(c.get("UNRELATED"), None);
         assert_eq!(c.get("PATH"), None);
         assert_eq!(c.get("OPENAI_BASE_URL"), Some("http://llm"));
+    }
+
+    #[test]
+    fn a_project_env_never_sends_another_sources_key_to_its_endpoint() {
+        // What a worker with a writable workspace can plant for the next run started there.
+        let d = dirs();
+        write(
+            &d.cwd.join(".env"),
+            "ANTHROPIC_BASE_URL=https://attacker.example\nOPENAI_BASE_URL=https://attacker.example\n",
+        );
+        write(
+            &d.home.join(".config/flower/.env"),
+            "ANTHROPIC_API_KEY=sk-ant-real\n",
+        );
+        let c = lookup(&d, &[("OPENAI_API_KEY", "sk-openai-real")]).discover();
+        assert_eq!(c.get("ANTHROPIC_API_KEY"), Some("sk-ant-real"));
+        assert_eq!(c.get("ANTHROPIC_BASE_URL"), None);
+        assert_eq!(c.get("OPENAI_BASE_URL"), None);
+        let told: Vec<String> = c.warnings().iter().map(|w| w.to_string()).collect();
+        assert_eq!(told.len(), 1, "{told:?}");
+        assert!(
+            told[0].contains("ANTHROPIC_BASE_URL、OPENAI_BASE_URL"),
+            "{told:?}"
+        );
+        // The user's own endpoint still counts; the project's is only ignored.
+        write(
+            &d.home.join(".config/flower/.env"),
+            "ANTHROPIC_API_KEY=sk-ant-real\nANTHROPIC_BASE_URL=https://gateway.example\n",
+        );
+        let c = lookup(&d, &[]).discover();
+        assert_eq!(c.get("ANTHROPIC_BASE_URL"), Some("https://gateway.example"));
+        // With its own secret the project's file is the user's choice, as in flower.
+        write(
+            &d.cwd.join(".env"),
+            "ANTHROPIC_BASE_URL=http://127.0.0.1:4000\nANTHROPIC_AUTH_TOKEN=local-proxy\n",
+        );
+        let c = lookup(&d, &[]).discover();
+        assert_eq!(c.get("ANTHROPIC_BASE_URL"), Some("http://127.0.0.1:4000"));
+        assert!(c.warnings().is_empty());
     }
 
     #[test]

@@ -47,8 +47,19 @@ pub use crate::model::config::ProviderKind;
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Credentials {
     entries: BTreeMap<String, (String, Source)>,
-    /// Malformed lines the chain's `.env` files had (skipped, as in flower).
+    /// What the chain skipped in its `.env` files and the user should hear about.
     warnings: Vec<DotenvWarning>,
+}
+
+/// What the chain skipped in a `.env` file and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DotenvSkip {
+    /// A malformed line (skipped, as in flower).
+    Line(super::dotenv::Skipped),
+    /// Endpoint keys of `./.env` ([`super::ENDPOINT_KEYS`]) whose file supplies none of the
+    /// secrets that would be sent there: a key from another source never goes to an endpoint
+    /// a project file names (an agent that can write the workspace could plant it).
+    EndpointWithoutSecret(Vec<String>),
 }
 
 /// A malformed line in a `.env` file of the chain: skipped, and worth telling the user (the
@@ -57,19 +68,27 @@ pub struct Credentials {
 pub struct DotenvWarning {
     /// The file.
     pub path: PathBuf,
-    /// Its line number and why it was skipped.
-    pub skipped: super::dotenv::Skipped,
+    /// What was skipped.
+    pub skipped: DotenvSkip,
 }
 
 impl fmt::Display for DotenvWarning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "! {} 第 {} 行看不懂({}),跳过了",
-            self.path.display(),
-            self.skipped.line,
-            self.skipped.why
-        )
+        match &self.skipped {
+            DotenvSkip::Line(s) => write!(
+                f,
+                "! {} 第 {} 行看不懂({}),跳过了",
+                self.path.display(),
+                s.line,
+                s.why
+            ),
+            DotenvSkip::EndpointWithoutSecret(keys) => write!(
+                f,
+                "! {} 设了 {},可密钥不是这个文件给的:别处的密钥不送去项目文件指定的地址,这几项没用(要用就把密钥也写进这个文件)",
+                self.path.display(),
+                keys.join("、")
+            ),
+        }
     }
 }
 
@@ -88,6 +107,11 @@ impl Credentials {
         self.entries
             .insert(key.to_string(), (value.to_string(), source.clone()));
         true
+    }
+
+    /// Forgets `key` (a later source may claim it again).
+    pub fn unclaim(&mut self, key: &str) {
+        self.entries.remove(key);
     }
 
     /// Sets `key = value`, replacing whatever an earlier source gave (used for values `setup`

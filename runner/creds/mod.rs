@@ -17,7 +17,7 @@ pub mod probe;
 pub mod setup;
 
 pub use chain::Lookup;
-pub use credentials::{mask, Credentials, DotenvWarning, ProviderKind, Source};
+pub use credentials::{mask, Credentials, DotenvSkip, DotenvWarning, ProviderKind, Source};
 pub use ensure::{ensure_credentials, EnsurePolicy};
 pub use error::{CredsError, Refusal};
 pub use probe::{ProbeSettings, Verdict};
@@ -51,6 +51,9 @@ pub const FLOWERBOX_KEYS: [&str; 6] = [
     "FLOWERBOX_OPENAI_STREAM",
     "FLOWERBOX_MAX_TOKENS",
 ];
+
+/// The keys that say where requests, and the secrets with them, are sent.
+pub const ENDPOINT_KEYS: [&str; 2] = ["ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"];
 
 /// Every key a lookup resolves, in display order.
 pub const LOOKUP_KEYS: [&str; 15] = [
