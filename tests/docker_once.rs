@@ -123,3 +123,63 @@ async fn a_run_stopped_while_its_containers_start_leaves_none() {
     let nets = docker_support::run_networks_where(&engine, label).await;
     assert!(nets.is_empty(), "networks left: {nets:?}");
 }
+
+/// An agent leaves `.git -> <a host directory>` in a workspace that had no repository; the next
+/// run's writing container must not get that directory mounted (the engine follows a bind
+/// source's links: with `~/.config/flower` it would hand over the API key). The run decides
+/// the `.git` to protect once, at its start, and never mounts a link out of the workspace.
+#[tokio::test]
+async fn a_git_link_left_by_an_agent_mounts_nothing_of_the_host_into_the_next_run() {
+    let Some(engine) = engine_or_skip("git_link").await else {
+        return;
+    };
+    let image = agent_image(&engine).await;
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = ws.path().canonicalize().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let secret_dir = outside.path().canonicalize().unwrap().join("flower");
+    std::fs::create_dir(&secret_dir).unwrap();
+    let secret = format!("sk-ant-host-secret-{}", std::process::id());
+    std::fs::write(
+        secret_dir.join(".env"),
+        format!("ANTHROPIC_API_KEY={secret}\n"),
+    )
+    .unwrap();
+    let run = |command: String| {
+        let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
+            {"content": [{"type": "tool_use", "name": "Bash", "input": {"command": command}}]},
+            {"content": [{"type": "text", "text": "好了"}]}]}]}));
+        let out = flowerbox(&model, home.path(), &ws_path)
+            .env("FLOWERBOX_IMAGE", &image)
+            .args(["once", "-t", "Bash", "看看"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let result = model.recorded()[1]["messages"][2]["content"][0]["content"].to_string();
+        (result, serde_json::to_string(&model.recorded()).unwrap())
+    };
+    let (planted, _) = run(format!(
+        "ln -s {} .git && echo planted",
+        secret_dir.display()
+    ));
+    assert!(planted.contains("planted"), "{planted}");
+    assert!(std::fs::symlink_metadata(ws_path.join(".git"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let (read, everything) = run(format!(
+        "cat {0}/.env; ls -la {0}; echo rc=$?",
+        secret_dir.display()
+    ));
+    assert!(read.contains("No such file"), "{read}");
+    assert!(
+        !everything.contains(&secret),
+        "the host's secret reached a request: {read}"
+    );
+}
