@@ -119,6 +119,21 @@ struct Pod {
 
 type Slot = Arc<OnceCell<Arc<DockerSandbox>>>;
 
+/// What a created container is to the run's pod, which orders removal: the engine refuses to
+/// remove a container whose namespaces another one still joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Tier {
+    /// An agent's container (joins the pod's namespaces): removed first.
+    Agent,
+    /// The pod's helpers (the fence joins its network namespace; the proxy sits beside it).
+    Member,
+    /// The pod itself: removed last.
+    Pod,
+}
+
+/// Every container a run created and not yet removed, with its [`Tier`].
+pub(crate) type Created = Arc<Mutex<Vec<(String, Tier)>>>;
+
 struct Inner {
     engine: Engine,
     opts: DockerOptions,
@@ -129,7 +144,7 @@ struct Inner {
     pod: OnceCell<Pod>,
     agents: Mutex<HashMap<String, Slot>>,
     /// Every container created (ids), pod last, removed at teardown whatever else happened.
-    created: Arc<Mutex<Vec<(String, bool)>>>,
+    created: Created,
     /// The run's networks (ids), removed after every container.
     networks: Mutex<Vec<String>>,
     /// The private copy of the exec service's binary (made on first use; `None`: none).
@@ -336,7 +351,7 @@ impl Inner {
         &self,
         name: &str,
         body: bollard::models::ContainerCreateBody,
-        pod: bool,
+        tier: Tier,
     ) -> Result<String, SandboxError> {
         let options = CreateContainerOptions {
             name: Some(name.to_string()),
@@ -348,7 +363,7 @@ impl Inner {
             .await
             .map_err(|e| SandboxError::Container(format!("creating {name}: {e}")))?
             .id;
-        lock(&self.created).push((id.clone(), pod));
+        lock(&self.created).push((id.clone(), tier));
         Ok(id)
     }
 
@@ -392,13 +407,15 @@ impl Inner {
                     let name = container_name(&self.opts.run_id, "pod");
                     let mut body = spec.pod_body(&net.name);
                     self.engine.kind().shape_pod(&mut body);
-                    let id = self.create(&name, body, true).await?;
+                    let id = self.create(&name, body, Tier::Pod).await?;
                     let fence_name = container_name(&self.opts.run_id, "fence");
                     let mut fence =
                         network::fence_body(&infra, &id, spec.labels("fence", "fence"), &rules);
                     self.engine.kind().shape_member(&mut fence, &id);
-                    let (image_facts, fence_id) =
-                        tokio::join!(self.image_facts(&id), self.create(&fence_name, fence, true));
+                    let (image_facts, fence_id) = tokio::join!(
+                        self.image_facts(&id),
+                        self.create(&fence_name, fence, Tier::Member)
+                    );
                     let fence_id = fence_id?;
                     self.docker()
                         .start_container(&id, None)
@@ -437,7 +454,7 @@ impl Inner {
         let name = container_name(&self.opts.run_id, "pod");
         let mut body = spec.pod_body(network);
         self.engine.kind().shape_pod(&mut body);
-        let id = self.create(&name, body, true).await?;
+        let id = self.create(&name, body, Tier::Pod).await?;
         let facts = self.image_facts(&id).await;
         self.docker()
             .start_container(&id, None)
@@ -486,7 +503,7 @@ impl Inner {
             &rules,
             &config,
         );
-        let id = self.create(&name, body, true).await?;
+        let id = self.create(&name, body, Tier::Member).await?;
         self.docker()
             .start_container(&id, None)
             .await
@@ -597,11 +614,11 @@ impl Inner {
         }
         .filter(|b| !spec.mounts.iter().any(|m| b.inside(&m.host)));
         let id = match &binary {
-            None => self.create(&name, body, false).await?,
+            None => self.create(&name, body, Tier::Agent).await?,
             Some(b) => {
                 let plain = body.clone();
                 service::mount(&mut body, b.path());
-                match self.create(&name, body, false).await {
+                match self.create(&name, body, Tier::Agent).await {
                     Ok(id) => id,
                     // The engine cannot see the copy (flowerbox itself in a container, a
                     // remote engine): no service for this run.
@@ -609,7 +626,7 @@ impl Inner {
                         tracing::warn!(error = %e, "no exec service: the engine refused its mount");
                         self.service_refused.store(true, Ordering::SeqCst);
                         binary = None;
-                        self.create(&name, plain, false).await?
+                        self.create(&name, plain, Tier::Agent).await?
                     }
                 }
             }
@@ -660,15 +677,14 @@ impl Inner {
         Ok(sandbox)
     }
 
-    /// Removes every container created so far, concurrently: agent containers first (they
-    /// live in the pod's namespaces), then the pods. The first error, if any.
+    /// Removes every container created so far, tier by tier ([`Tier`]: agents, the pod's
+    /// helpers, the pod), each tier concurrently. The first error, if any.
     async fn remove_created(&self) -> Option<SandboxError> {
-        let created: Vec<(String, bool)> = lock(&self.created).clone();
-        let (pods, agents): (Vec<_>, Vec<_>) = created.into_iter().partition(|(_, pod)| *pod);
+        let created: Vec<(String, Tier)> = lock(&self.created).clone();
         let mut first_err = None;
-        for group in [agents, pods] {
-            let results =
-                futures::future::join_all(group.iter().map(|(id, _)| self.remove(id))).await;
+        for tier in [Tier::Agent, Tier::Member, Tier::Pod] {
+            let group = created.iter().filter(|(_, t)| *t == tier);
+            let results = futures::future::join_all(group.map(|(id, _)| self.remove(id))).await;
             first_err = first_err.or(results.into_iter().flatten().next());
         }
         first_err
@@ -681,12 +697,14 @@ impl Inner {
             v: true,
             ..Default::default()
         };
-        let result = self.docker().remove_container(id, Some(opts)).await;
-        lock(&self.created).retain(|(c, _)| c != id);
-        match result {
-            Ok(()) => None,
-            Err(e) if status_code(&e) == Some(404) => None,
-            Err(e) => Some(docker_err(e)),
+        // Forgotten only once gone: a removal the engine refused (a pod whose dependent
+        // container a start in flight just made) is tried again by the next pass.
+        match self.docker().remove_container(id, Some(opts)).await {
+            Err(e) if status_code(&e) != Some(404) => Some(docker_err(e)),
+            _ => {
+                lock(&self.created).retain(|(c, _)| c != id);
+                None
+            }
         }
     }
 
@@ -694,10 +712,12 @@ impl Inner {
         self.torn_down.store(true, Ordering::SeqCst);
         lock(&self.agents).clear();
         // What exists now goes at once (a start in flight then fails fast: its pod is gone);
-        // then, once every start in flight has ended, whatever those made.
-        let mut first_err = self.remove_created().await;
+        // then, once every start in flight has ended, whatever those made and whatever the
+        // first pass could not remove (the engine refuses a pod while a container that joined
+        // it a moment ago still exists). Only the second pass's errors count.
+        let _ = self.remove_created().await;
         let _no_start = self.starting.write().await;
-        first_err = first_err.or(self.remove_created().await);
+        let mut first_err = self.remove_created().await;
         // Networks last: the engine refuses to remove one that a container still uses.
         let networks: Vec<String> = std::mem::take(&mut *lock(&self.networks));
         for id in networks {
@@ -771,7 +791,8 @@ impl Drop for Inner {
     /// Last resort when `teardown` was never awaited (a panic, an early return): removes the
     /// run's containers on a separate thread with its own runtime, waiting at most 20 s.
     fn drop(&mut self) {
-        let left: Vec<(String, bool)> = std::mem::take(&mut *lock(&self.created));
+        let mut left: Vec<(String, Tier)> = std::mem::take(&mut *lock(&self.created));
+        left.sort_by_key(|(_, tier)| *tier);
         let networks: Vec<String> = std::mem::take(&mut *lock(&self.networks));
         if left.is_empty() && networks.is_empty() {
             return;
@@ -793,8 +814,7 @@ impl Drop for Inner {
                     v: true,
                     ..Default::default()
                 };
-                let (pods, agents): (Vec<_>, Vec<_>) = left.into_iter().partition(|(_, pod)| *pod);
-                for (id, _) in agents.into_iter().chain(pods) {
+                for (id, _) in left {
                     let _ = engine
                         .docker()
                         .remove_container(&id, Some(opts.clone()))

@@ -23,7 +23,6 @@ use ipnet::{IpNet, Ipv4Net};
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use crate::sandbox::egress::{blocked_v4, EgressMode, EgressPolicy, HostAddrs};
@@ -401,7 +400,7 @@ impl Fenced {
 /// `created` (teardown removes it too, should the run end first).
 pub(crate) fn spawn_fence(
     docker: bollard::Docker,
-    created: Arc<Mutex<Vec<(String, bool)>>>,
+    created: super::Created,
     name: String,
     id: String,
     proxy: Option<String>,
