@@ -15,7 +15,7 @@
 //! [`EXIT_INTERRUPTED`] (130), cleanly, after the same bookkeeping.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use nix::sys::signal::{raise, sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
@@ -50,7 +50,8 @@ static SIGINTS: AtomicU64 = AtomicU64::new(0);
 
 /// Installs the SIGINT counter once per process.
 fn count_sigints() -> std::io::Result<()> {
-    static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
+    // The first outcome, for every later listener too (an `io::Error` is not `Clone`).
+    static INSTALLED: OnceLock<Result<(), Arc<std::io::Error>>> = OnceLock::new();
     INSTALLED
         .get_or_init(|| {
             // SAFETY: the action only increments an atomic, which is async-signal-safe.
@@ -60,10 +61,10 @@ fn count_sigints() -> std::io::Result<()> {
                 })
             }
             .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(Arc::new)
         })
         .clone()
-        .map_err(std::io::Error::other)
+        .map_err(|e| std::io::Error::new(e.kind(), e))
 }
 
 /// How many SIGINTs were delivered since the counter was installed.

@@ -263,7 +263,7 @@ impl Runtime {
         let (summary, degraded) = match run.side_call(SUMMARY_SYSTEM, &request).await {
             Ok(text) if !text.trim().is_empty() => (text, false),
             Ok(_) => (degraded_summary(&plan.folded, "摘要是空的"), true),
-            Err(why) => (degraded_summary(&plan.folded, &why), true),
+            Err(why) => (degraded_summary(&plan.folded, &why.to_string()), true),
         };
         let history = rebuild(&plan, &summary);
         self.emit(

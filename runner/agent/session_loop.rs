@@ -200,7 +200,11 @@ impl AgentRun {
     /// One tool-free model call outside the conversation (`system`, one user message), its
     /// cost counted like every call of this agent; its text, or why not. Budget-exempt, like
     /// the handoff turn: what keeps the step alive must be writable.
-    pub(crate) async fn side_call(&mut self, system: &str, prompt: &str) -> Result<String, String> {
+    pub(crate) async fn side_call(
+        &mut self,
+        system: &str,
+        prompt: &str,
+    ) -> Result<String, ModelError> {
         let req = Request {
             model: self.model(),
             system: vec![system.to_string()],
@@ -216,12 +220,7 @@ impl AgentRun {
             },
         };
         let cancel = self.rt.cancel_token();
-        let turn = self
-            .rt
-            .provider
-            .stream_turn(&req, &|_| {}, &cancel)
-            .await
-            .map_err(|e| e.to_string())?;
+        let turn = self.rt.provider.stream_turn(&req, &|_| {}, &cancel).await?;
         let cost = turn
             .reported_cost_usd
             .or_else(|| crate::model::price::cost_usd(&turn.model, &turn.usage));

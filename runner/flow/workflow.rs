@@ -24,7 +24,7 @@ use std::sync::{Arc, Weak};
 use super::ctx::Ctx;
 use super::error::FlowError;
 use super::step::{GateCx, OnFail, Step};
-use crate::agent::{Event, EventKind, RunOptions, Runtime, StepResult};
+use crate::agent::{Event, EventKind, RunOptions, Runtime, StepError, StepResult};
 use crate::channel::HumanChannel;
 use crate::model::Role;
 use crate::record::steps::{retry_name, round_name};
@@ -43,6 +43,26 @@ pub enum Completion {
         /// rejected the last attempt, else the attempt's own error.
         why: String,
     },
+}
+
+/// Why a step failed, for the human ([`Completion::Stopped`]'s `why` is its text).
+#[derive(Debug, thiserror::Error)]
+enum StepFailure {
+    /// The attempt's own error.
+    #[error("{0}")]
+    Errored(StepError),
+    /// The attempt did not succeed and said no error.
+    #[error("步骤 '{0}' 没跑完")]
+    Unfinished(String),
+    /// The gate stopped the workflow ([`super::StepAbort`]'s reason).
+    #[error("{0}")]
+    Aborted(String),
+    /// The gate rejected the last attempt, saying why.
+    #[error("{0}")]
+    Rejected(String),
+    /// The gate rejected the last attempt without a reason.
+    #[error("步骤 '{0}' 的结果没被接受")]
+    NotAccepted(String),
 }
 
 /// A sequence of steps. Build with [`Workflow::new`], add continuity with
@@ -108,11 +128,11 @@ impl Workflow {
                 }
             }
             ctx.passed.insert(step.name.clone(), outcome.is_ok());
-            if let (Err(why), OnFail::Stop) = (outcome, step.on_fail) {
+            if let (Err(failure), OnFail::Stop) = (outcome, step.on_fail) {
                 ctx.failed_at = Some(step.name.clone());
                 return Ok(Completion::Stopped {
                     step: step.name.clone(),
-                    why,
+                    why: failure.to_string(),
                 });
             }
         }
@@ -141,7 +161,7 @@ impl Workflow {
         };
     }
 
-    /// Runs one step to acceptance or failure; `Err(why)` when it failed. Writes the outputs,
+    /// Runs one step to acceptance or failure; `Err(failure)` when it failed. Writes the outputs,
     /// results, sessions and lineage. A step that fails because its gate rejected the last
     /// attempt (the model itself finished) says so on screen at once and its manifest row
     /// becomes `ok: false` with that reason: the books never call a rejected step done.
@@ -150,7 +170,7 @@ impl Workflow {
         rt: &Arc<Runtime>,
         ctx: &mut Ctx,
         step: &Step,
-    ) -> Result<Result<(), String>, FlowError> {
+    ) -> Result<Result<(), StepFailure>, FlowError> {
         let (first_resume, continuing) = match &step.resume_from {
             Some(from) => match ctx.sessions.get(from) {
                 Some(sid) => (Some(sid.clone()), false),
@@ -227,21 +247,22 @@ impl Workflow {
                     ctx.outputs.insert(step.name.clone(), result.text.clone());
                 }
                 let why = if aborted {
-                    ctx.aborted.clone().unwrap_or_default()
+                    StepFailure::Aborted(ctx.aborted.clone().unwrap_or_default())
                 } else if !result.ok {
                     // The attempt's own failure: its step line already showed the error.
-                    return Ok(Err(result
-                        .error
-                        .as_ref()
-                        .map(ToString::to_string)
-                        .unwrap_or_else(|| format!("步骤 '{}' 没跑完", step.name))));
+                    return Ok(Err(match &result.error {
+                        Some(e) => StepFailure::Errored(e.clone()),
+                        None => StepFailure::Unfinished(step.name.clone()),
+                    }));
                 } else {
-                    ctx.rejected
-                        .clone()
-                        .unwrap_or_else(|| format!("步骤 '{}' 的结果没被接受", step.name))
+                    match ctx.rejected.clone() {
+                        Some(reason) => StepFailure::Rejected(reason),
+                        None => StepFailure::NotAccepted(step.name.clone()),
+                    }
                 };
-                rt.mark_failed(&label, &why);
-                emit(rt, EventKind::Error { text: why.clone() });
+                let text = why.to_string();
+                rt.mark_failed(&label, &text);
+                emit(rt, EventKind::Error { text });
                 return Ok(Err(why));
             }
             attempt += 1;

@@ -23,13 +23,13 @@ use git2::{BranchType, Repository};
 
 use super::adopt::{adopt, Adopted, Policy};
 use super::repo::WorkspaceRepo;
-use super::seal::seal;
+use super::seal::{seal, SealError};
 use super::state::WorkerState;
 use super::sweep::{sweep_one, SweepReport};
 use super::worktree::{checked_out_branch, is_merged, owner_lock, NAME_PREFIX};
 use crate::model::Role;
 use crate::sandbox::docker::labels::Liveness;
-use crate::sandbox::{AgentBox, Mount, SandboxFactory};
+use crate::sandbox::{AgentBox, Mount, SandboxError, SandboxFactory};
 
 /// Most changed paths named per worker.
 const PATHS_SHOWN: usize = 20;
@@ -49,6 +49,23 @@ pub struct Interrupted {
     pub path: PathBuf,
     /// The worker's own git state.
     pub git: WorkerState,
+}
+
+/// Why what an interrupted worker left was not committed.
+#[derive(Debug, thiserror::Error)]
+enum NotSealed {
+    /// Committing on the host (`--sandbox host`) failed.
+    #[error(transparent)]
+    Host(super::IsolateError),
+    /// The host commit's task did not finish.
+    #[error(transparent)]
+    Task(tokio::task::JoinError),
+    /// No container could be started for it.
+    #[error("没能给它起容器:{0}")]
+    NoContainer(#[source] SandboxError),
+    /// Committing in the container failed.
+    #[error(transparent)]
+    Seal(SealError),
 }
 
 /// What handing back told whom.
@@ -119,10 +136,10 @@ pub async fn hand_back(
             tokio::task::spawn_blocking(move || {
                 super::integrate::commit_worktree(&path, &branch, &agent, &msg)
                     .map(|c| c.is_some())
-                    .map_err(|e| e.to_string())
+                    .map_err(NotSealed::Host)
             })
             .await
-            .unwrap_or_else(|e| Err(e.to_string()))
+            .unwrap_or_else(|e| Err(NotSealed::Task(e)))
         } else {
             let abox = AgentBox {
                 agent: format!("{}-handback", i.agent),
@@ -135,8 +152,8 @@ pub async fn hand_back(
                 Ok(sb) => seal(sb.as_ref(), &i.path, &i.branch, &i.agent, &message)
                     .await
                     .map(|s| s.committed)
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(format!("没能给它起容器:{e}")),
+                    .map_err(NotSealed::Seal),
+                Err(e) => Err(NotSealed::NoContainer(e)),
             };
             if let Err(e) = factory.release(&abox.agent).await {
                 tracing::warn!(agent = %abox.agent, error = %e, "hand-back container not removed");
@@ -226,7 +243,7 @@ fn changed_paths(repo: &Repository, branch: &str) -> Option<Vec<String>> {
     )
 }
 
-fn describe(i: &Interrupted, sealed: Result<bool, String>, s: Settled, out: &mut HandedBack) {
+fn describe(i: &Interrupted, sealed: Result<bool, NotSealed>, s: Settled, out: &mut HandedBack) {
     let committed = match &sealed {
         Ok(true) => format!("它留下的改动已提交在分支 {} 上", i.branch),
         Ok(false) => format!("它自己提交过的改动在分支 {} 上", i.branch),

@@ -130,13 +130,153 @@ pub struct McpConfig {
 }
 
 /// A `--mcp-config` file that cannot be used.
-#[derive(Debug, Error, PartialEq)]
+#[derive(Debug, Error)]
 #[error("--mcp-config {}:{why}", path.display())]
 pub struct ConfigError {
     /// The file.
     pub path: PathBuf,
     /// What is wrong.
-    pub why: String,
+    pub why: ConfigFault,
+}
+
+/// What is wrong with a `--mcp-config` file.
+#[derive(Debug, Error)]
+pub enum ConfigFault {
+    /// It cannot be read.
+    #[error("读不了:{0}")]
+    Unreadable(#[source] std::io::Error),
+    /// Not a regular file, or larger than the cap (1 MiB).
+    #[error("要是不超过 {} KiB 的普通文件", FILE_CAP / 1024)]
+    NotAFile,
+    /// The whole file is unusable.
+    #[error(transparent)]
+    File(#[from] FileError),
+    /// One of its servers has a problem (the first one).
+    #[error(transparent)]
+    Entry(#[from] EntryProblem),
+}
+
+/// Why a whole config file is unusable.
+#[derive(Debug, Error)]
+pub enum FileError {
+    /// Not JSON.
+    #[error("不是合法的 JSON:{0}")]
+    Json(#[source] serde_json::Error),
+    /// No `mcpServers` key.
+    #[error("没有 mcpServers")]
+    NoServers,
+    /// `mcpServers` is not an object.
+    #[error("mcpServers 要是一个对象(名字 → 服务器)")]
+    ServersNotObject,
+}
+
+/// A problem with one server of a file (a warning for `.mcp.json`).
+#[derive(Debug, Error, PartialEq)]
+pub enum EntryProblem {
+    /// The server starts, without a value it asked for.
+    #[error("MCP 服务器 {server}:{dropped}")]
+    Dropped {
+        /// The server's name as written.
+        server: String,
+        /// What was left out.
+        dropped: Dropped,
+    },
+    /// The server is not started.
+    #[error("MCP 服务器 {server} 不启动:{why}")]
+    Refused {
+        /// The server's name as written.
+        server: String,
+        /// Why.
+        why: EntryError,
+    },
+}
+
+/// A value left out of a server's configuration.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum Dropped {
+    /// An environment variable name that cannot be passed.
+    #[error("环境变量名 {0:?} 不合法,没传")]
+    BadVarName(String),
+    /// A credential's or flowerbox's own variable.
+    #[error("环境变量 {0} 是凭证或 flowerbox 自己的变量,不会传给 MCP 服务器")]
+    ReservedVar(String),
+}
+
+/// Why one server entry is unusable.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum EntryError {
+    /// Its name is refused.
+    #[error(transparent)]
+    Name(#[from] names::NameError),
+    /// A `${VAR}` cannot be expanded.
+    #[error(transparent)]
+    Expand(#[from] ExpandError),
+    /// The entry is not an object.
+    #[error("要是一个对象")]
+    NotObject,
+    /// `type` is not a string.
+    #[error("type 要是字符串")]
+    TypeNotString,
+    /// A field that must be a string is not.
+    #[error("{0} 要是字符串")]
+    NotString(&'static str),
+    /// A field that must be an object is not.
+    #[error("{0} 要是对象")]
+    NotObjectField(&'static str),
+    /// A value of an object field is not a string.
+    #[error("{field}.{key} 要是字符串")]
+    ValueNotString {
+        /// The field (`env`, `headers`).
+        field: &'static str,
+        /// The key whose value is wrong.
+        key: String,
+    },
+    /// A value holds a NUL character.
+    #[error("{0} 里有 NUL 字符")]
+    Nul(&'static str),
+    /// A stdio server without `command`.
+    #[error("没有 command")]
+    NoCommand,
+    /// `command` is blank.
+    #[error("command 是空的")]
+    EmptyCommand,
+    /// An element of `args` is not a string.
+    #[error("args 里要都是字符串")]
+    ArgNotString,
+    /// `args` is not an array.
+    #[error("args 要是字符串数组")]
+    ArgsNotArray,
+    /// An HTTP server without `url`.
+    #[error("没有 url(也没有 command)")]
+    NoUrl,
+    /// `url` does not parse.
+    #[error("url {url} 不对:{reason}")]
+    BadUrl {
+        /// The URL (expanded).
+        url: String,
+        /// The parser's reason.
+        reason: String,
+    },
+    /// `url` is not `http://` or `https://`.
+    #[error("url {0} 要是 http:// 或 https://")]
+    NotHttp(String),
+    /// The deprecated SSE transport.
+    #[error("sse 传输已被 MCP 规范弃用,flowerbox 不支持;服务器支持的话改成 \"type\": \"http\"")]
+    Sse,
+    /// Any other `type`.
+    #[error("type {0:?} 不认识(可用:stdio、http)")]
+    UnknownType(String),
+}
+
+/// Why a `${VAR}` reference cannot be expanded.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ExpandError {
+    /// It names a credential.
+    #[error("引用了 ${{{0}}}:凭证从不传给 MCP 服务器")]
+    Credential(String),
+    /// The user did not name it, or it is not set.
+    #[error("引用了 ${{{0}}},它没被允许或没设:要传就加 --mcp-env {0}(或 FLOWERBOX_MCP_ENV={0})")]
+    NotAllowed(String),
 }
 
 /// Where `${VAR}` values may come from.
@@ -188,7 +328,9 @@ pub fn load(
         Ok(Some(text)) => match parse(&text, &project, env) {
             Ok((servers, problems)) => {
                 config.servers = servers;
-                config.warnings.extend(problems);
+                config
+                    .warnings
+                    .extend(problems.iter().map(ToString::to_string));
             }
             Err(why) => config.warnings.push(format!(
                 "{}:{why};这些 MCP 服务器这次不启动",
@@ -201,21 +343,18 @@ pub fn load(
         )),
     }
     if let Some(path) = &settings.config_file {
-        let err = |why: String| ConfigError {
+        let err = |why: ConfigFault| ConfigError {
             path: path.clone(),
             why,
         };
-        let meta = std::fs::metadata(path).map_err(|e| err(format!("读不了:{e}")))?;
+        let meta = std::fs::metadata(path).map_err(|e| err(ConfigFault::Unreadable(e)))?;
         if !meta.is_file() || meta.len() > FILE_CAP {
-            return Err(err(format!(
-                "要是不超过 {} KiB 的普通文件",
-                FILE_CAP / 1024
-            )));
+            return Err(err(ConfigFault::NotAFile));
         }
-        let text = std::fs::read_to_string(path).map_err(|e| err(format!("读不了:{e}")))?;
-        let (servers, problems) = parse(&text, path, env).map_err(err)?;
+        let text = std::fs::read_to_string(path).map_err(|e| err(ConfigFault::Unreadable(e)))?;
+        let (servers, problems) = parse(&text, path, env).map_err(|e| err(e.into()))?;
         if let Some(first) = problems.into_iter().next() {
-            return Err(err(first));
+            return Err(err(first.into()));
         }
         for s in servers {
             config.servers.retain(|o| o.name != s.name);
@@ -231,7 +370,7 @@ pub fn load(
                     s.id = id;
                     kept.push(s);
                 }
-                Err(why) => config.warnings.push(why),
+                Err(why) => config.warnings.push(why.to_string()),
             }
         }
         config.servers = kept;
@@ -239,29 +378,34 @@ pub fn load(
     Ok(config)
 }
 
-/// Parses one file: (usable servers, one problem per unusable one), or why the whole file is
-/// unusable.
+/// Parses one file: (usable servers, one problem per unusable one and per value dropped), or
+/// why the whole file is unusable.
 pub fn parse(
     text: &str,
     origin: &Path,
     env: &EnvSource,
-) -> Result<(Vec<ServerConfig>, Vec<String>), String> {
-    let root: Value = serde_json::from_str(text).map_err(|e| format!("不是合法的 JSON:{e}"))?;
+) -> Result<(Vec<ServerConfig>, Vec<EntryProblem>), FileError> {
+    let root: Value = serde_json::from_str(text).map_err(FileError::Json)?;
     let Some(entries) = root.get("mcpServers") else {
-        return Err("没有 mcpServers".into());
+        return Err(FileError::NoServers);
     };
     let Some(entries) = entries.as_object() else {
-        return Err("mcpServers 要是一个对象(名字 → 服务器)".into());
+        return Err(FileError::ServersNotObject);
     };
     let mut servers = Vec::new();
     let mut problems = Vec::new();
     let mut taken = HashSet::new();
     for (name, entry) in entries {
-        let parsed = names::server_id(name, &taken).and_then(|id| {
-            let (transport, notes) = transport(entry, env)?;
-            problems.extend(notes.into_iter().map(|n| format!("MCP 服务器 {name}:{n}")));
-            Ok((id, transport))
-        });
+        let parsed = names::server_id(name, &taken)
+            .map_err(EntryError::from)
+            .and_then(|id| {
+                let (transport, dropped) = transport(entry, env)?;
+                problems.extend(dropped.into_iter().map(|dropped| EntryProblem::Dropped {
+                    server: name.clone(),
+                    dropped,
+                }));
+                Ok((id, transport))
+            });
         match parsed {
             Ok((id, transport)) => {
                 taken.insert(id.clone());
@@ -272,19 +416,22 @@ pub fn parse(
                     transport,
                 });
             }
-            Err(why) => problems.push(format!("MCP 服务器 {name} 不启动:{why}")),
+            Err(why) => problems.push(EntryProblem::Refused {
+                server: name.clone(),
+                why,
+            }),
         }
     }
     Ok((servers, problems))
 }
 
-/// One entry's transport, with notes about values dropped from it.
-fn transport(entry: &Value, env: &EnvSource) -> Result<(Transport, Vec<String>), String> {
-    let obj = entry.as_object().ok_or("要是一个对象")?;
+/// One entry's transport, with the values dropped from it.
+fn transport(entry: &Value, env: &EnvSource) -> Result<(Transport, Vec<Dropped>), EntryError> {
+    let obj = entry.as_object().ok_or(EntryError::NotObject)?;
     let kind = match obj.get("type") {
         None => None,
         Some(Value::String(t)) => Some(t.as_str()),
-        Some(_) => return Err("type 要是字符串".into()),
+        Some(_) => return Err(EntryError::TypeNotString),
     };
     let kind = kind.unwrap_or(if obj.contains_key("command") {
         "stdio"
@@ -294,31 +441,29 @@ fn transport(entry: &Value, env: &EnvSource) -> Result<(Transport, Vec<String>),
     let mut notes = Vec::new();
     match kind {
         "stdio" => {
-            let command = string(obj.get("command"), "command")?.ok_or("没有 command")?;
+            let command = string(obj.get("command"), "command")?.ok_or(EntryError::NoCommand)?;
             let command = expand(&command, env)?;
             if command.trim().is_empty() {
-                return Err("command 是空的".into());
+                return Err(EntryError::EmptyCommand);
             }
             let args = match obj.get("args") {
                 None | Some(Value::Null) => Vec::new(),
                 Some(Value::Array(a)) => a
                     .iter()
                     .map(|v| {
-                        let s = v.as_str().ok_or("args 里要都是字符串")?;
+                        let s = v.as_str().ok_or(EntryError::ArgNotString)?;
                         no_nul(s, "args")?;
-                        expand(s, env)
+                        Ok(expand(s, env)?)
                     })
-                    .collect::<Result<_, String>>()?,
-                Some(_) => return Err("args 要是字符串数组".into()),
+                    .collect::<Result<_, EntryError>>()?,
+                Some(_) => return Err(EntryError::ArgsNotArray),
             };
             let mut vars = Vec::new();
             for (k, v) in map(obj.get("env"), "env")? {
                 if k.is_empty() || k.contains('=') || k.contains('\0') {
-                    notes.push(format!("环境变量名 {k:?} 不合法,没传"));
+                    notes.push(Dropped::BadVarName(k));
                 } else if is_secret_env(&k) || OWN_VARS.contains(&k.as_str()) {
-                    notes.push(format!(
-                        "环境变量 {k} 是凭证或 flowerbox 自己的变量,不会传给 MCP 服务器"
-                    ));
+                    notes.push(Dropped::ReservedVar(k));
                 } else {
                     vars.push((k, expand(&v, env)?));
                 }
@@ -333,57 +478,58 @@ fn transport(entry: &Value, env: &EnvSource) -> Result<(Transport, Vec<String>),
             ))
         }
         "http" => {
-            let url = string(obj.get("url"), "url")?.ok_or("没有 url(也没有 command)")?;
+            let url = string(obj.get("url"), "url")?.ok_or(EntryError::NoUrl)?;
             let url = expand(&url, env)?;
-            let parsed = reqwest::Url::parse(&url).map_err(|e| format!("url {url} 不对:{e}"))?;
+            let parsed = reqwest::Url::parse(&url).map_err(|e| EntryError::BadUrl {
+                url: url.clone(),
+                reason: e.to_string(),
+            })?;
             if !matches!(parsed.scheme(), "http" | "https") {
-                return Err(format!("url {url} 要是 http:// 或 https://"));
+                return Err(EntryError::NotHttp(url));
             }
             let headers = map(obj.get("headers"), "headers")?
                 .into_iter()
                 .map(|(k, v)| Ok((k, expand(&v, env)?)))
-                .collect::<Result<_, String>>()?;
+                .collect::<Result<_, EntryError>>()?;
             Ok((Transport::Http { url, headers }, notes))
         }
-        "sse" => Err(
-            "sse 传输已被 MCP 规范弃用,flowerbox 不支持;服务器支持的话改成 \"type\": \"http\""
-                .into(),
-        ),
-        other => Err(format!("type {other:?} 不认识(可用:stdio、http)")),
+        "sse" => Err(EntryError::Sse),
+        other => Err(EntryError::UnknownType(other.to_string())),
     }
 }
 
-fn string(v: Option<&Value>, field: &str) -> Result<Option<String>, String> {
+fn string(v: Option<&Value>, field: &'static str) -> Result<Option<String>, EntryError> {
     match v {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => {
             no_nul(s, field)?;
             Ok(Some(s.clone()))
         }
-        Some(_) => Err(format!("{field} 要是字符串")),
+        Some(_) => Err(EntryError::NotString(field)),
     }
 }
 
-fn map(v: Option<&Value>, field: &str) -> Result<BTreeMap<String, String>, String> {
+fn map(v: Option<&Value>, field: &'static str) -> Result<BTreeMap<String, String>, EntryError> {
     match v {
         None | Some(Value::Null) => Ok(BTreeMap::new()),
         Some(Value::Object(o)) => o
             .iter()
             .map(|(k, v)| {
-                let s = v
-                    .as_str()
-                    .ok_or_else(|| format!("{field}.{k} 要是字符串"))?;
+                let s = v.as_str().ok_or_else(|| EntryError::ValueNotString {
+                    field,
+                    key: k.clone(),
+                })?;
                 no_nul(s, field)?;
                 Ok((k.clone(), s.to_string()))
             })
             .collect(),
-        Some(_) => Err(format!("{field} 要是对象")),
+        Some(_) => Err(EntryError::NotObjectField(field)),
     }
 }
 
-fn no_nul(s: &str, field: &str) -> Result<(), String> {
+fn no_nul(s: &str, field: &'static str) -> Result<(), EntryError> {
     if s.contains('\0') {
-        Err(format!("{field} 里有 NUL 字符"))
+        Err(EntryError::Nul(field))
     } else {
         Ok(())
     }
@@ -391,7 +537,7 @@ fn no_nul(s: &str, field: &str) -> Result<(), String> {
 
 /// Expands `${VAR}` and `${VAR:-default}` from `env` (only named, non-credential variables).
 /// An unset reference without a default is an error naming the variable.
-pub fn expand(text: &str, env: &EnvSource) -> Result<String, String> {
+pub fn expand(text: &str, env: &EnvSource) -> Result<String, ExpandError> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find("${") {
@@ -411,11 +557,9 @@ pub fn expand(text: &str, env: &EnvSource) -> Result<String, String> {
             (None, Some(d)) => out.push_str(d),
             (None, None) => {
                 return Err(if is_secret_env(name) {
-                    format!("引用了 ${{{name}}}:凭证从不传给 MCP 服务器")
+                    ExpandError::Credential(name.to_string())
                 } else {
-                    format!(
-                        "引用了 ${{{name}}},它没被允许或没设:要传就加 --mcp-env {name}(或 FLOWERBOX_MCP_ENV={name})"
-                    )
+                    ExpandError::NotAllowed(name.to_string())
                 })
             }
         }

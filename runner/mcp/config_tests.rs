@@ -15,13 +15,15 @@ fn env_with(allow: &[&str]) -> (Vec<String>, Lookup) {
     (allow.iter().map(|s| s.to_string()).collect(), &lookup)
 }
 
-fn parse_str(text: &str, allow: &[&str]) -> Result<(Vec<ServerConfig>, Vec<String>), String> {
+/// [`parse`], its problems as the text shown.
+fn parse_str(text: &str, allow: &[&str]) -> Result<(Vec<ServerConfig>, Vec<String>), FileError> {
     let (allow, look) = env_with(allow);
-    parse(
+    let (servers, problems) = parse(
         text,
         Path::new("/w/.mcp.json"),
         &EnvSource::new(&allow, look),
-    )
+    )?;
+    Ok((servers, problems.iter().map(ToString::to_string).collect()))
 }
 
 #[test]

@@ -15,7 +15,7 @@ use crate::sandbox::docker::{DockerOptions, DockerSandboxFactory};
 use crate::sandbox::doctor::{Check, CheckStatus};
 use crate::sandbox::egress::EgressPolicy;
 use crate::sandbox::host::HostSandboxFactory;
-use crate::sandbox::{AgentBox, Mount, Sandbox, SandboxFactory};
+use crate::sandbox::{AgentBox, Mount, Sandbox, SandboxError, SandboxFactory};
 
 /// Where `doctor` starts stdio servers.
 #[derive(Debug, Clone)]
@@ -32,8 +32,22 @@ pub enum DoctorSandbox {
 /// The check's sandbox factory (to tear down) and its sandbox, or why there is none.
 type Boxed = (
     Option<Arc<dyn SandboxFactory>>,
-    Result<Option<Arc<dyn Sandbox>>, String>,
+    Result<Option<Arc<dyn Sandbox>>, NoSandbox>,
 );
+
+/// Why the check has no sandbox to start stdio servers in.
+#[derive(Debug, thiserror::Error)]
+enum NoSandbox {
+    /// The workspace cannot be resolved.
+    #[error(transparent)]
+    Workspace(std::io::Error),
+    /// The engine or the sandbox failed.
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+    /// The image is not built yet (doctor never builds it).
+    #[error("引擎上还没有 {0}(第一次运行时会建),stdio 服务器这次没查")]
+    NoImage(String),
+}
 
 fn line(status: CheckStatus, detail: String) -> Check {
     Check {
@@ -95,7 +109,7 @@ pub async fn checks(
 
 async fn server_line(
     s: &ServerConfig,
-    boxed: &Result<Option<Arc<dyn Sandbox>>, String>,
+    boxed: &Result<Option<Arc<dyn Sandbox>>, NoSandbox>,
     workspace: &Path,
     egress: &EgressPolicy,
     settings: &McpSettings,
@@ -151,8 +165,8 @@ async fn make_sandbox(
     workspace: &Path,
     egress: &EgressPolicy,
     sandbox: &DoctorSandbox,
-) -> Result<(Arc<dyn SandboxFactory>, Arc<dyn Sandbox>), String> {
-    let ws = std::fs::canonicalize(workspace).map_err(|e| e.to_string())?;
+) -> Result<(Arc<dyn SandboxFactory>, Arc<dyn Sandbox>), NoSandbox> {
+    let ws = std::fs::canonicalize(workspace).map_err(NoSandbox::Workspace)?;
     let agent = AgentBox {
         agent: "mcp-doctor".into(),
         role: Role::Worker,
@@ -168,21 +182,13 @@ async fn make_sandbox(
             opts.image = image.clone();
             opts.egress = egress.clone();
             opts.show_progress = false;
-            let f = DockerSandboxFactory::connect(opts)
-                .await
-                .map_err(|e| e.to_string())?;
+            let f = DockerSandboxFactory::connect(opts).await?;
             // Never a build of minutes inside doctor: the image line already says it is missing.
             let name = image
                 .clone()
                 .unwrap_or_else(crate::sandbox::docker::default_image);
-            match crate::sandbox::docker::image::image_exists(f.engine(), &name).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    return Err(format!(
-                        "引擎上还没有 {name}(第一次运行时会建),stdio 服务器这次没查"
-                    ))
-                }
-                Err(e) => return Err(e.to_string()),
+            if !crate::sandbox::docker::image::image_exists(f.engine(), &name).await? {
+                return Err(NoSandbox::NoImage(name));
             }
             Arc::new(f)
         }
@@ -191,7 +197,7 @@ async fn make_sandbox(
         Ok(s) => Ok((factory, s)),
         Err(e) => {
             let _ = factory.teardown().await;
-            Err(e.to_string())
+            Err(e.into())
         }
     }
 }

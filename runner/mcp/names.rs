@@ -46,27 +46,46 @@ pub fn map_chars(text: &str) -> String {
         .collect()
 }
 
+/// Why a server name is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    /// The name is empty.
+    #[error("服务器名字是空的")]
+    Empty,
+    /// The mapped name is longer than [`SERVER_MAX`].
+    #[error("服务器名字 {0:?} 太长(最多 {SERVER_MAX} 个字符,工具名才放得下)")]
+    TooLong(String),
+    /// The mapped name is one of [`RESERVED`].
+    #[error("服务器名字 {0:?} 留给 flowerbox 自己的人机通道(mcp__human__ask / mcp__human__inbox)")]
+    Reserved(String),
+    /// The mapped name is another server's.
+    #[error("服务器名字 {name:?} 映射成 {id} 后和另一个服务器重名")]
+    Taken {
+        /// The name as written.
+        name: String,
+        /// What it maps to.
+        id: String,
+    },
+}
+
 /// The mapped name of server `name`, or why it is refused. `taken` holds the names already
 /// given to other servers.
-pub fn server_id(name: &str, taken: &HashSet<String>) -> Result<String, String> {
+pub fn server_id(name: &str, taken: &HashSet<String>) -> Result<String, NameError> {
     let id = map_chars(name);
     if name.is_empty() {
-        return Err("服务器名字是空的".into());
+        return Err(NameError::Empty);
     }
     if id.len() > SERVER_MAX {
-        return Err(format!(
-            "服务器名字 {name:?} 太长(最多 {SERVER_MAX} 个字符,工具名才放得下)"
-        ));
+        return Err(NameError::TooLong(name.to_string()));
     }
     if RESERVED.contains(&id.as_str()) {
-        return Err(format!(
-            "服务器名字 {name:?} 留给 flowerbox 自己的人机通道(mcp__human__ask / mcp__human__inbox)"
-        ));
+        return Err(NameError::Reserved(name.to_string()));
     }
     if taken.contains(&id) {
-        return Err(format!(
-            "服务器名字 {name:?} 映射成 {id} 后和另一个服务器重名"
-        ));
+        return Err(NameError::Taken {
+            name: name.to_string(),
+            id,
+        });
     }
     Ok(id)
 }
@@ -158,7 +177,10 @@ mod tests {
         assert_eq!(server_id("my.db", &none).unwrap(), "my_db");
         assert_eq!(server_id("git-hub", &none).unwrap(), "git-hub");
         assert!(server_id("", &none).is_err());
-        assert!(server_id("human", &none).unwrap_err().contains("人机通道"));
+        assert!(server_id("human", &none)
+            .unwrap_err()
+            .to_string()
+            .contains("人机通道"));
         assert!(server_id("hu man", &set(&["hu_man"])).is_err());
         assert!(server_id(&"x".repeat(33), &none).is_err());
         assert_eq!(server_id("数据库", &none).unwrap(), "___");

@@ -108,17 +108,28 @@ pub fn description(server: &str, original: &str, text: Option<&str>, read_only: 
     head
 }
 
+/// Why a tool's input schema is not offered to the model.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SchemaError {
+    /// Its `type` is not `object`.
+    #[error("inputSchema 的 type 是 {0},不是 object")]
+    NotObject(Value),
+    /// Serialised, it is larger than [`SCHEMA_MAX`] bytes (this many).
+    #[error("inputSchema 有 {0} 字节,超过 {SCHEMA_MAX}")]
+    TooLarge(usize),
+}
+
 /// The input schema as the model APIs accept it: an object schema (`type: object`) without
 /// top-level `oneOf`/`allOf`/`anyOf` (the Messages API refuses those; they are dropped, the
 /// server still validates), at most [`SCHEMA_MAX`] bytes. `Err` says why it is unusable.
-pub fn input_schema(schema: &Map<String, Value>) -> Result<Value, String> {
+pub fn input_schema(schema: &Map<String, Value>) -> Result<Value, SchemaError> {
     let mut s = schema.clone();
     match s.get("type") {
         None => {
             s.insert("type".into(), json!("object"));
         }
         Some(Value::String(t)) if t == "object" => {}
-        Some(other) => return Err(format!("inputSchema 的 type 是 {other},不是 object")),
+        Some(other) => return Err(SchemaError::NotObject(other.clone())),
     }
     for k in ["oneOf", "allOf", "anyOf"] {
         s.remove(k);
@@ -126,7 +137,7 @@ pub fn input_schema(schema: &Map<String, Value>) -> Result<Value, String> {
     let value = Value::Object(s);
     let size = serde_json::to_string(&value).map_or(usize::MAX, |t| t.len());
     if size > SCHEMA_MAX {
-        return Err(format!("inputSchema 有 {size} 字节,超过 {SCHEMA_MAX}"));
+        return Err(SchemaError::TooLarge(size));
     }
     Ok(value)
 }

@@ -372,7 +372,42 @@ pub(crate) fn proxy_rules(
 /// before; they start only after (`create_agent` waits), so no agent process ever runs in the
 /// pod's namespace without its rules.
 #[derive(Debug, Clone)]
-pub(crate) struct Fenced(watch::Receiver<Option<Result<(), String>>>);
+pub(crate) struct Fenced(watch::Receiver<Option<Result<(), FenceError>>>);
+
+/// Why a pod's rules did not load: the fence container and what went wrong with it.
+#[derive(Debug, thiserror::Error)]
+#[error("装不上 pod 的出网规则({fence}):{why}")]
+pub(crate) struct FenceError {
+    /// The fence container's name.
+    fence: String,
+    /// What went wrong.
+    why: FenceFailure,
+}
+
+/// What went wrong with a fence.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FenceFailure {
+    /// It did not start.
+    #[error("starting {fence}: {error}")]
+    Start {
+        /// The fence container's name.
+        fence: String,
+        /// The engine's answer.
+        #[source]
+        error: bollard::errors::Error,
+    },
+    /// It exited non-zero (its last words).
+    #[error("exit {code}: {logs}")]
+    Exit {
+        /// Its exit code.
+        code: i64,
+        /// The tail of its logs.
+        logs: String,
+    },
+    /// Waiting for it to exit failed, or the proxy is not running.
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+}
 
 impl Fenced {
     /// Nothing to wait for (`--egress none`: no network to fence).
@@ -384,14 +419,16 @@ impl Fenced {
     /// Waits for the fence's outcome.
     pub async fn wait(&self) -> Result<(), SandboxError> {
         let mut rx = self.0.clone();
-        let outcome = rx.wait_for(Option::is_some).await.map(|v| v.clone());
-        match outcome {
-            Ok(Some(Ok(()))) => Ok(()),
-            Ok(Some(Err(why))) => Err(SandboxError::Container(why)),
-            _ => Err(SandboxError::Container(
-                "pod 的出网规则没装上:装规则的任务没了".into(),
-            )),
-        }
+        let gone = || SandboxError::Container("pod 的出网规则没装上:装规则的任务没了".into());
+        let outcome = match rx.wait_for(Option::is_some).await {
+            Ok(v) => match &*v {
+                Some(Ok(())) => Ok(()),
+                Some(Err(why)) => Err(SandboxError::Container(why.to_string())),
+                None => Err(gone()),
+            },
+            Err(_) => Err(gone()),
+        };
+        outcome
     }
 }
 
@@ -411,22 +448,28 @@ pub(crate) fn spawn_fence(
             docker
                 .start_container(&id, None)
                 .await
-                .map_err(|e| format!("starting {name}: {e}"))?;
-            match wait_exit(&docker, &id).await {
-                Ok(0) => {}
-                Ok(code) => return Err(format!("exit {code}: {}", logs_tail(&docker, &id).await)),
-                Err(e) => return Err(e.to_string()),
+                .map_err(|error| FenceFailure::Start {
+                    fence: name.clone(),
+                    error,
+                })?;
+            match wait_exit(&docker, &id).await? {
+                0 => {}
+                code => {
+                    return Err(FenceFailure::Exit {
+                        code,
+                        logs: logs_tail(&docker, &id).await,
+                    })
+                }
             }
             if let Some(proxy) = &proxy {
-                still_running(&docker, proxy, "proxy")
-                    .await
-                    .map_err(|e| e.to_string())?;
+                still_running(&docker, proxy, "proxy").await?;
             }
             Ok(())
         };
-        let outcome = run
-            .await
-            .map_err(|why| format!("装不上 pod 的出网规则({name}):{why}"));
+        let outcome = run.await.map_err(|why| FenceError {
+            fence: name.clone(),
+            why,
+        });
         let _ = tx.send(Some(outcome));
         let opts = RemoveContainerOptions {
             force: true,

@@ -21,7 +21,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::proto::{self, Exit, Failed, Frame, FrameReader, Hello, Killed, Kind, Started};
+use super::proto::{
+    self, Exit, Failed, Frame, FrameReader, Hello, Killed, Kind, ProtoError, Started,
+};
 use crate::sandbox::docker::lock;
 use crate::sandbox::output::Stream;
 use crate::sandbox::{SandboxError, StderrTail};
@@ -165,7 +167,7 @@ impl Service {
                                 Ok(Some(frame)) => {
                                     if let Err(e) = dispatch(&rd, frame).await {
                                         rd.broken.store(true, Ordering::SeqCst);
-                                        break 'read e;
+                                        break 'read e.to_string();
                                     }
                                 }
                                 Ok(None) => break,
@@ -244,20 +246,31 @@ impl Service {
     }
 }
 
+/// Why a frame from the service ends the connection.
+#[derive(Debug, thiserror::Error)]
+enum DispatchError {
+    /// Its payload does not parse.
+    #[error(transparent)]
+    Proto(#[from] ProtoError),
+    /// A frame only the host sends, or a second hello.
+    #[error("exec service sent a {0:?} frame")]
+    Unexpected(Kind),
+}
+
 /// Hands one frame to its request. Errors (the connection must end) on frames only the host
 /// sends, a second hello, or a payload that does not parse.
-async fn dispatch(shared: &Shared, frame: Frame) -> Result<(), String> {
+async fn dispatch(shared: &Shared, frame: Frame) -> Result<(), DispatchError> {
     let event = match frame.kind {
         Kind::Started => {
-            frame.json::<Started>().map_err(|e| e.to_string())?;
+            frame.json::<Started>()?;
             Event::Started
         }
         Kind::Stdout => Event::Out(Stream::Stdout, frame.payload),
         Kind::Stderr => Event::Out(Stream::Stderr, frame.payload),
-        Kind::Exit => Event::Exit(frame.json::<Exit>().map_err(|e| e.to_string())?),
-        Kind::Killed => Event::Killed(frame.json::<Killed>().map_err(|e| e.to_string())?.ok),
-        Kind::Failed => Event::Failed(frame.json::<Failed>().map_err(|e| e.to_string())?.message),
-        other => return Err(format!("exec service sent a {other:?} frame")),
+        Kind::Exit => Event::Exit(frame.json::<Exit>()?),
+        Kind::Killed => Event::Killed(frame.json::<Killed>()?.ok),
+        Kind::Failed => Event::Failed(frame.json::<Failed>()?.message),
+        other => return Err(DispatchError::Unexpected(other)),
     };
     let tx = lock(&shared.pending).get(&frame.id).cloned();
     if let Some(tx) = tx {
