@@ -192,12 +192,29 @@ fn missing_credentials_prints_the_four_lines() {
             .code(1)
             .stderr(expected.clone());
     }
-    std::fs::write(s.cwd.join("flows.toml"), "[main]\n").unwrap();
+    std::fs::write(
+        s.cwd.join("flows.toml"),
+        "[main]\n[[main.steps]]\nname = \"看\"\nrole = \"worker\"\nprompt = \"看一眼\"\n",
+    )
+    .unwrap();
     s.cmd()
         .args(["run", "flows.toml:main"])
         .assert()
         .code(1)
         .stderr(expected);
+}
+
+/// `run` checks the whole declaration before the credentials (README "Differences from
+/// flower"): a workflow without steps is named as such on a machine with no token at all.
+#[test]
+fn run_checks_its_workflow_before_the_credentials() {
+    let s = Scene::new();
+    std::fs::write(s.cwd.join("flows.toml"), "[main]\n").unwrap();
+    s.cmd()
+        .args(["run", "flows.toml:main"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::starts_with("导入 'flows.toml' 失败:'main' steps:").and(clean()));
 }
 
 #[test]

@@ -67,16 +67,13 @@ pub async fn run(
     } = opts;
     let run = RunFileSettings {
         name: target.name.clone(),
-        table: target.workflow,
+        table: target.workflow.clone(),
         workbench,
         trim,
     };
     match crate::flow::runfile::run(&settings, run, frontend(&globals)).await {
         Ok(end) => Ok(status(end)),
-        Err(FlowError::Declared(e)) => Err(CliError::Target(TargetError::Import {
-            module: target.module,
-            message: format!("'{}' {e}", target.name),
-        })),
+        Err(FlowError::Declared(e)) => Err(TargetError::declared(&target, e).into()),
         Err(e) => Err(e.into()),
     }
 }

@@ -17,7 +17,7 @@ use super::args::{
 use super::egress::egress_policy;
 use super::error::CliError;
 use super::host::Host;
-use super::target::{self, RunTarget};
+use super::target::{self, RunTarget, TargetError};
 use crate::isolate::IsolateError;
 use crate::model::ToolName;
 #[cfg(test)]
@@ -341,9 +341,18 @@ impl GoOptions {
 impl RunOptions {
     fn resolve(args: RunArgs, global: &GlobalOptions) -> Result<Self, CliError> {
         let RunArgs { target } = args;
+        let target = target::resolve(&target, &global.cwd)?;
+        let workbench = global.workbench.then(|| global.run_dir.join("workbench"));
+        // The whole declaration is checked here, before the credentials: a mistake in the
+        // file costs no setup round and no probe (the run loads it again; loading is pure).
+        if let Err(e) =
+            crate::flow::declarative::load(&target.workflow, &global.workspace, workbench.clone())
+        {
+            return Err(TargetError::declared(&target, e).into());
+        }
         Ok(Self {
-            target: target::resolve(&target, &global.cwd)?,
-            workbench: global.workbench.then(|| global.run_dir.join("workbench")),
+            target,
+            workbench,
             trim: global.trim,
         })
     }
@@ -825,7 +834,11 @@ mod tests {
     #[test]
     fn run_resolves_its_target_against_cwd() {
         let e = env();
-        std::fs::write(e.host.cwd.join("flows.toml"), "[main]\n").unwrap();
+        std::fs::write(
+            e.host.cwd.join("flows.toml"),
+            "[main]\n[[main.steps]]\nname = \"a\"\nrole = \"worker\"\nprompt = \"x\"\n",
+        )
+        .unwrap();
         let o = resolve(&e.host, &["-W", "run", "flows:main"]).unwrap();
         let CommandOptions::Run(run) = o.command else {
             panic!()
@@ -834,6 +847,13 @@ mod tests {
         assert_eq!(run.workbench, Some(e.host.cwd.join("runs/workbench")));
         let err = resolve(&e.host, &["run", "flows"]).unwrap_err();
         assert_eq!(err.exit_code(), 1);
+        // The declaration is checked here, before any credential is looked up.
+        std::fs::write(e.host.cwd.join("flows.toml"), "[main]\n").unwrap();
+        let err = resolve(&e.host, &["run", "flows:main"]).unwrap_err();
+        assert!(
+            matches!(err, CliError::Target(TargetError::Import { .. })),
+            "{err:?}"
+        );
     }
 
     #[test]

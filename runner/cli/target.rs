@@ -22,6 +22,17 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
+impl TargetError {
+    /// The workflow in `target` declares something it may not (`what` names the step and
+    /// field): flower's import failure, `导入 '<FILE>' 失败:'<NAME>' <what>`.
+    pub fn declared(target: &RunTarget, what: impl std::fmt::Display) -> Self {
+        TargetError::Import {
+            module: target.module.clone(),
+            message: format!("'{}' {what}", target.name),
+        }
+    }
+}
+
 /// A resolved `run` target.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunTarget {
