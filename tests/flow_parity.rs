@@ -153,6 +153,39 @@ fn no_handoff_near_the_window_compacts_instead_of_failing() {
     assert_eq!(p.lineage()["steps"]["干活"], row["session_id"]);
 }
 
+/// A workflow file's `window` and `handoff` take effect (issue 20, custom workflows): with
+/// `window = 40000` and `handoff = false` the coordinator's step compacts at 12,000 tokens, as
+/// `go --window 40000 --no-handoff` does. Without `window` the step would run on the model's
+/// 200,000 and ask for a fifth turn; with a handoff it would hand off instead.
+#[test]
+fn a_workflow_files_window_and_handoff_take_effect() {
+    let p = Project::new();
+    std::fs::write(
+        p.ws.join("flows.toml"),
+        "[main]\nwindow = 40000\nhandoff = false\ntimeout = 0\n\
+         [[main.steps]]\nname = \"干活\"\nrole = \"coordinator\"\nprompt = \"写个 hello.sh\"\n",
+    )
+    .unwrap();
+    let model = ScriptedModel::start(&json!({"agents": [
+        {"role": "coordinator", "prompt": "把它压缩成一段摘要", "turns": [
+            {"content": [{"type": "text", "text": "摘要:前两步各写了一条待办。"}]}]},
+        {"role": "coordinator", "prompt": "较早的对话已压缩成下面这段摘要", "turns": [
+            {"content": [{"type": "text", "text": "不该到这里"}]},
+            {"content": [{"type": "text", "text": "不该到这里"}]},
+            {"content": [{"type": "text", "text": "压缩之后接着做完了。"}]}]},
+        {"role": "coordinator", "turns": [
+            todo(1, None), todo(2, None), todo(3, None), todo(4, Some(12_000))]}]}));
+    let r = p.run(&model, &["run", "flows:main"]);
+    assert_eq!(r.code(), 0, "{r:?}");
+    assert!(
+        r.out
+            .contains("换代关着,压缩:较早的 4 条消息换成一段摘要,最近 4 条原样留着"),
+        "{}",
+        r.out
+    );
+    assert!(r.out.contains("压缩之后接着做完了。"), "{}", r.out);
+}
+
 /// UNREACHABLE with no 理由 section: the stop names the default reason, not an empty colon.
 #[test]
 fn unreachable_without_a_reason_prints_the_default_reason() {

@@ -27,6 +27,7 @@ use crate::channel::{HumanChannel, HumanConfig};
 use crate::isolate::{open_for_run, IsolateOptions, WorktreePlacement};
 use crate::model::Role;
 use crate::record::manifest::KILLED_BY_SIGNAL;
+use crate::record::Totals;
 
 /// What differs between the runs a [`Session`] can host.
 pub struct SessionSetup {
@@ -251,17 +252,13 @@ impl Session {
     }
 }
 
-/// This process's cost from its manifest rows: (known sum, every part known, some part
-/// known). The sum starts at +0.0 (an empty float sum is -0.0, printed `$-0.0000`).
+/// This process's cost from its manifest rows ([`Totals`], where a row of unknown cost makes
+/// the total a lower bound): (known sum, every part known, some part known).
 pub fn process_cost(run: &RunContext) -> (f64, bool, bool) {
     let rows = run.manifest.rows();
-    let known = rows.iter().all(|r| r.cost_usd.is_some());
+    let totals = Totals::of(&rows);
     let any = rows.iter().any(|r| r.cost_usd.is_some());
-    let sum = rows
-        .iter()
-        .filter_map(|r| r.cost_usd)
-        .fold(0.0, |a, b| a + b);
-    (sum, known, any)
+    (totals.cost.known_usd, !totals.cost.unknown, any)
 }
 
 /// The channel settings of `go`'s switches: `--asks` (None unlimited) and `--timeout`
