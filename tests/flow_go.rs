@@ -97,6 +97,19 @@ fn unattended_go_clarifies_sets_a_goal_and_works_until_the_judge_passes() {
         .expect("the round-2 prompt");
     assert!(feedback.contains("test -x hello.sh"), "{feedback}");
 
+    // Issue 15: the coordinator's first request (system, tools, brief and goal) stays under
+    // 4,000 tokens. Estimated high at 3 UTF-8 bytes a token (the legacy Claude tokenizer counts
+    // the demo's at 2,412, about 3.2 bytes a token; scripts/prompt-tokens.py counts exactly).
+    let first = &requests_with(&model, "你是协调者")[0];
+    let bytes = first["system"].to_string().len()
+        + first["tools"].to_string().len()
+        + first["messages"].to_string().len();
+    assert!(
+        bytes / 3 < 4_000,
+        "the coordinator's first request ≈ {} tokens",
+        bytes / 3
+    );
+
     // Lineage: plain step names only, the work session, one wake.
     let lin = p.lineage();
     assert_eq!(lin["woke"], 1);

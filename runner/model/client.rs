@@ -310,6 +310,27 @@ async fn one_attempt<P: WireProtocol>(
     if !(200..300).contains(&resp.status) {
         return Err(error_response(proto, resp, idle).await);
     }
+    // A gateway's own price in a header, used when the body carries none (LiteLLM's proxy
+    // sends it with streamed and complete answers alike).
+    let header_cost = resp
+        .header(LITELLM_COST_HEADER)
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|c| c.is_finite() && *c >= 0.0);
+    let mut turn = answer(proto, req, resp, idle, sink).await?;
+    if turn.reported_cost_usd.is_none() {
+        turn.reported_cost_usd = header_cost;
+    }
+    Ok(turn)
+}
+
+/// The turn of a 2xx answer: a complete JSON one, or an event stream.
+async fn answer<P: WireProtocol>(
+    proto: &P,
+    req: &Request,
+    resp: HttpResponse,
+    idle: Duration,
+    sink: EventSink<'_>,
+) -> Result<Turn, AttemptError> {
     let json = resp.header("content-type").is_some_and(|c| {
         c.trim()
             .to_ascii_lowercase()
@@ -378,10 +399,6 @@ async fn complete_answer<P: WireProtocol>(
     sink: EventSink<'_>,
 ) -> Result<Turn, AttemptError> {
     let status = resp.status;
-    let header_cost = resp
-        .header(LITELLM_COST_HEADER)
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|c| c.is_finite() && *c >= 0.0);
     let body = read_body_limited(resp, idle, MAX_COMPLETE_BODY).await?;
     let value: Value = serde_json::from_str(&body).map_err(|e| {
         AttemptError::Fatal(ModelError::BadResponse {
@@ -392,11 +409,7 @@ async fn complete_answer<P: WireProtocol>(
             ),
         })
     })?;
-    let mut turn = proto.complete(req, &value, sink)?;
-    if turn.reported_cost_usd.is_none() {
-        turn.reported_cost_usd = header_cost;
-    }
-    Ok(turn)
+    proto.complete(req, &value, sink)
 }
 
 /// Reads a non-2xx body (bounded) and classifies it.

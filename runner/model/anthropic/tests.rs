@@ -648,3 +648,49 @@ async fn every_attempt_has_a_deadline_however_steadily_it_streams() {
         turn.retried_errors
     );
 }
+
+/// A gateway's own price of a call (issue 15): `usage.cost` in a streamed `message_delta`,
+/// LiteLLM's `x-litellm-response-cost` header on a stream and on a complete answer; the body's
+/// figure wins over the header's; a header that is not a price is ignored.
+#[tokio::test]
+async fn a_gateways_own_cost_is_kept_from_the_body_or_its_header() {
+    let with_usage_cost = sse(&[
+        msg_start(),
+        text_start(0),
+        text_delta(0, "ok"),
+        stop(0),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+               "usage": {"output_tokens": 2, "cost": 0.0031}}),
+        msg_stop(),
+    ]);
+    let streamed = |body: &str, header: Option<&str>| Canned::Resp {
+        status: 200,
+        headers: header
+            .map(|h| vec![("x-litellm-response-cost".to_string(), h.to_string())])
+            .unwrap_or_default(),
+        chunks: vec![bytes::Bytes::copy_from_slice(body.as_bytes())],
+        end: End::Clean,
+    };
+    let complete = r#"{"id":"msg_1","type":"message","role":"assistant","model":"m",
+        "content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn",
+        "usage":{"input_tokens":3,"output_tokens":1}}"#;
+    let mut complete_with_header = json_answer(complete);
+    if let Canned::Resp { headers, .. } = &mut complete_with_header {
+        headers.push(("x-litellm-response-cost".into(), " 0.0007 ".into()));
+    }
+    let cases = [
+        (streamed(&with_usage_cost, None), Some(0.0031)),
+        (streamed(&with_usage_cost, Some("0.9")), Some(0.0031)),
+        (
+            streamed(&simple_text_turn("ok"), Some("0.0005")),
+            Some(0.0005),
+        ),
+        (streamed(&simple_text_turn("ok"), Some("free")), None),
+        (streamed(&simple_text_turn("ok"), Some("-1")), None),
+        (complete_with_header, Some(0.0007)),
+    ];
+    for (i, (canned, want)) in cases.into_iter().enumerate() {
+        let (r, _, _) = run(vec![canned], fast()).await;
+        assert_eq!(r.unwrap().reported_cost_usd, want, "case {i}");
+    }
+}
