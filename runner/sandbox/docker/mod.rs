@@ -23,6 +23,7 @@ pub mod readonly;
 pub mod seccomp;
 mod sentinel;
 pub mod service;
+mod teardown;
 
 pub use backend::DockerBackend;
 pub use container::{Limits, UserIds};
@@ -36,7 +37,7 @@ pub use readonly::ReadOnlyIds;
 use async_trait::async_trait;
 use bollard::query_parameters::{
     ContainerArchiveInfoOptions, CreateContainerOptions, DownloadFromContainerOptions,
-    RemoveContainerOptions, UploadToContainerOptions,
+    UploadToContainerOptions,
 };
 use bollard::{body_full, Docker};
 use futures::StreamExt;
@@ -57,6 +58,7 @@ use readonly::ReadOnly;
 use super::egress::{EgressMode, EgressPolicy, HostAddrs};
 use super::{AgentBox, Sandbox, SandboxError, SandboxFactory};
 use network::{FenceFacts, Fenced, RunNet};
+pub(crate) use teardown::{Created, Tier};
 
 /// Everything the Docker backend needs for one run. Build with [`DockerOptions::new`] and
 /// override fields.
@@ -118,21 +120,6 @@ struct Pod {
 }
 
 type Slot = Arc<OnceCell<Arc<DockerSandbox>>>;
-
-/// What a created container is to the run's pod, which orders removal: the engine refuses to
-/// remove a container whose namespaces another one still joins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Tier {
-    /// An agent's container (joins the pod's namespaces): removed first.
-    Agent,
-    /// The pod's helpers (the fence joins its network namespace; the proxy sits beside it).
-    Member,
-    /// The pod itself: removed last.
-    Pod,
-}
-
-/// Every container a run created and not yet removed, with its [`Tier`].
-pub(crate) type Created = Arc<Mutex<Vec<(String, Tier)>>>;
 
 struct Inner {
     engine: Engine,
@@ -676,60 +663,6 @@ impl Inner {
         sandbox.warm_up();
         Ok(sandbox)
     }
-
-    /// Removes every container created so far, tier by tier ([`Tier`]: agents, the pod's
-    /// helpers, the pod), each tier concurrently. The first error, if any.
-    async fn remove_created(&self) -> Option<SandboxError> {
-        let created: Vec<(String, Tier)> = lock(&self.created).clone();
-        let mut first_err = None;
-        for tier in [Tier::Agent, Tier::Member, Tier::Pod] {
-            let group = created.iter().filter(|(_, t)| *t == tier);
-            let results = futures::future::join_all(group.map(|(id, _)| self.remove(id))).await;
-            first_err = first_err.or(results.into_iter().flatten().next());
-        }
-        first_err
-    }
-
-    /// Force-removes a container (kills it first; 404 is fine) and forgets it.
-    async fn remove(&self, id: &str) -> Option<SandboxError> {
-        let opts = RemoveContainerOptions {
-            force: true,
-            v: true,
-            ..Default::default()
-        };
-        // Forgotten only once gone: a removal the engine refused (a pod whose dependent
-        // container a start in flight just made) is tried again by the next pass.
-        match self.docker().remove_container(id, Some(opts)).await {
-            Err(e) if status_code(&e) != Some(404) => Some(docker_err(e)),
-            _ => {
-                lock(&self.created).retain(|(c, _)| c != id);
-                None
-            }
-        }
-    }
-
-    async fn teardown(&self) -> Result<(), SandboxError> {
-        self.torn_down.store(true, Ordering::SeqCst);
-        lock(&self.agents).clear();
-        // What exists now goes at once (a start in flight then fails fast: its pod is gone);
-        // then, once every start in flight has ended, whatever those made and whatever the
-        // first pass could not remove (the engine refuses a pod while a container that joined
-        // it a moment ago still exists). Only the second pass's errors count.
-        let _ = self.remove_created().await;
-        let _no_start = self.starting.write().await;
-        let mut first_err = self.remove_created().await;
-        // Networks last: the engine refuses to remove one that a container still uses.
-        let networks: Vec<String> = std::mem::take(&mut *lock(&self.networks));
-        for id in networks {
-            if let Err(e) = self.docker().remove_network(&id).await {
-                if status_code(&e) != Some(404) {
-                    first_err = first_err.or(Some(docker_err(e)));
-                    lock(&self.networks).push(id);
-                }
-            }
-        }
-        first_err.map_or(Ok(()), Err)
-    }
 }
 
 #[async_trait]
@@ -784,50 +717,5 @@ impl SandboxFactory for DockerSandboxFactory {
 
     async fn teardown(&self) -> Result<(), SandboxError> {
         self.inner.teardown().await
-    }
-}
-
-impl Drop for Inner {
-    /// Last resort when `teardown` was never awaited (a panic, an early return): removes the
-    /// run's containers on a separate thread with its own runtime, waiting at most 20 s.
-    fn drop(&mut self) {
-        let mut left: Vec<(String, Tier)> = std::mem::take(&mut *lock(&self.created));
-        left.sort_by_key(|(_, tier)| *tier);
-        let networks: Vec<String> = std::mem::take(&mut *lock(&self.networks));
-        if left.is_empty() && networks.is_empty() {
-            return;
-        }
-        let endpoint = self.engine.endpoint().clone();
-        let handle = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async move {
-                let Ok(engine) = Engine::connect_to(endpoint, Duration::from_secs(5)).await else {
-                    return;
-                };
-                let opts = RemoveContainerOptions {
-                    force: true,
-                    v: true,
-                    ..Default::default()
-                };
-                for (id, _) in left {
-                    let _ = engine
-                        .docker()
-                        .remove_container(&id, Some(opts.clone()))
-                        .await;
-                }
-                for id in networks {
-                    let _ = engine.docker().remove_network(&id).await;
-                }
-            });
-        });
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while !handle.is_finished() && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
     }
 }
