@@ -5,9 +5,15 @@
 # host's Docker socket mounted, a clone of this repository runs README command 1
 # (scripts/demo.sh, to the demo's ACHIEVED) and then command 2 (cargo test --all-targets).
 #
-#   sudo scripts/fresh-machine.sh [--no-tests] [--keep-logs DIR]
+#   sudo scripts/fresh-machine.sh [--no-tests] [--first-image-build] [--keep-logs DIR]
 #
 #   --no-tests        command 1 only
+#   --first-image-build
+#                     an engine without flowerbox's images, as on a fresh machine: removes the
+#                     engine's flowerbox-agent:* and flowerbox-base:* images first (flowerbox's
+#                     own; an image a container still uses stays, and is said), and runs the
+#                     machine's container privileged, as root on a real machine is (debootstrap
+#                     mounts /proc and makes device nodes for the base image)
 #   --keep-logs DIR   where the logs go (default: target/fresh-machine/ of this checkout)
 #
 # The container shares the host's PID and network namespaces and keeps the workspace at the
@@ -20,12 +26,13 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-tests=1 logs=$root/target/fresh-machine
+tests=1 logs=$root/target/fresh-machine first_build=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-tests) tests=0; shift ;;
+    --first-image-build) first_build=1; shift ;;
     --keep-logs) logs=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "fresh-machine: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -112,9 +119,17 @@ if [ $tests = 1 ]; then
 fi
 EOF
 )
+privileged=()
+if [ $first_build = 1 ]; then
+  for img in $(docker images --format '{{.Repository}}:{{.Tag}}' | grep -E '^flowerbox-(agent|base):' || true); do
+    if docker rmi "$img" >/dev/null 2>&1; then say "removed image $img (built again inside)"
+    else say "image $img is in use: kept"; fi
+  done
+  privileged=(--privileged)
+fi
 say "container $name: clone, scripts/demo.sh$([ $tests = 1 ] && echo ', cargo test --all-targets')"
 rc=0
-docker run --name "$name" --label flowerbox.fresh="$id" \
+docker run --name "$name" --label flowerbox.fresh="$id" "${privileged[@]}" \
   --pid host --network host \
   -v /var/run/docker.sock:/var/run/docker.sock \
   -v "$work:$work" -w "$work" \

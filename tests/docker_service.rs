@@ -1,5 +1,5 @@
 //! The exec service on the real engine (issue 17): concurrent commands in one container, each
-//! in a session of its own; frames an agent forges reach nothing; a service the agent kills or
+//! in a process group of its own; frames an agent forges reach nothing; a service the agent kills or
 //! stops is a tool error or a timeout, never a hang, and the next command works; garbage from a
 //! service is a fallback to a Docker exec per command, never a crash; a timeout kills the whole
 //! group through the service; a judge's service runs as the judge, with nothing more.
@@ -30,7 +30,7 @@ async fn worker(run: &TestRun) -> Arc<DockerSandbox> {
 }
 
 #[tokio::test]
-async fn concurrent_commands_share_one_service_each_in_its_own_session() {
+async fn concurrent_commands_share_one_service_each_in_its_own_process_group() {
     let Some(engine) = engine_or_skip("service_concurrent").await else {
         return;
     };
@@ -60,8 +60,9 @@ async fn concurrent_commands_share_one_service_each_in_its_own_session() {
         let f: Vec<&str> = out.stdout.split_whitespace().collect();
         assert_eq!(f.len(), 5, "{out:?}");
         assert_eq!(f[0], format!("out{i}"));
-        // Session and process group leader, marked.
-        assert_eq!((f[1], f[2]), (f[3], f[3]), "{out:?}");
+        // Process group leader (killed as one), marked; not in the service's group.
+        assert_eq!(f[2], f[3], "{out:?}");
+        assert_ne!(f[2], pid.to_string(), "{out:?}");
         assert_eq!(f[4], "marked");
     }
     assert_eq!(service_pid(&sb).await, pid, "one service for all four");

@@ -237,9 +237,9 @@ fn a_directory_swapped_with_a_link_to_the_host_never_leaks_or_lets_a_write_out()
     let root_before = top(&root);
     let decoy_before = snapshot(&decoy);
 
-    // The scenario: start the loop, wait until it runs, then 40 turns of 10 file-tool calls
+    // The scenario: start the loop, wait until it runs, then 100 turns of 10 file-tool calls
     // through `d` (the runtime runs a turn's calls concurrently), then stop the loop.
-    const TURNS: usize = 40;
+    const TURNS: usize = 100;
     let mut turns = vec![
         json!({"content": [bash("nohup python3 swap.py >swap.log 2>&1 &")]}),
         json!({"content": [bash("for i in $(seq 50); do test -e .swapping && break; sleep 0.1; done; ls -a")]}),
