@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# flowerbox against real local model servers (not in CI: building a server takes 30-40 minutes
-# on 2 cores). Everything comes from the package registries:
+# flowerbox against real local model servers (not in CI: building a server takes 6 minutes on
+# 2 idle cores, 30-40 on busy ones). Everything comes from the package registries:
 #
 # 1. builds llama.cpp's `llama-server` from the llama.cpp sources vendored in the
 #    `llama-cpp-python` sdist on PyPI (cmake and ninja from PyPI when missing), once: the build is
