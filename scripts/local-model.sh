@@ -83,7 +83,7 @@ if [ ! -x "$server" ]; then
       "llama-cpp-python==$version" -d "$cache/sdist"
     tar xzf "$cache/sdist/llama_cpp_python-$version.tar.gz" -C "$cache"
   fi
-  say "building llama-server ($jobs jobs; 30-40 minutes on 2 cores)"
+  say "building llama-server ($jobs jobs; 6 minutes on 2 idle cores, 30-40 on busy ones)"
   started=$(date +%s)
   cmake -S "$src/vendor/llama.cpp" -B "$cache/build-$version" -G Ninja \
     -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
