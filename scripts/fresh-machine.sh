@@ -14,7 +14,8 @@
 #                     own; an image a container still uses stays, and is said), and gives the
 #                     machine's container what root on a real machine has and debootstrap uses
 #                     for the base image: mount (/proc) and mknod (device nodes), no seccomp or
-#                     AppArmor profile (`--privileged` is refused by some hosts, this one included)
+#                     AppArmor profile (`--privileged` is refused by some hosts, this one included),
+#                     and /var/tmp on a tmpfs that allows device nodes
 #   --keep-logs DIR   where the logs go (default: target/fresh-machine/ of this checkout)
 #
 # The container shares the host's PID and network namespaces and keeps the workspace at the
@@ -126,8 +127,10 @@ if [ $first_build = 1 ]; then
     if docker rmi "$img" >/dev/null 2>&1; then say "removed image $img (built again inside)"
     else say "image $img is in use: kept"; fi
   done
+  # /var/tmp (where the rootfs is built) on a file system that allows device nodes: the
+  # engine's own root file system may not (fuse-overlayfs here is mounted nodev).
   privileged=(--cap-add SYS_ADMIN --cap-add MKNOD --security-opt seccomp=unconfined
-    --security-opt apparmor=unconfined)
+    --security-opt apparmor=unconfined --tmpfs /var/tmp:rw,exec,dev,suid,size=4g)
 fi
 say "container $name: clone, scripts/demo.sh$([ $tests = 1 ] && echo ', cargo test --all-targets')"
 rc=0
