@@ -40,6 +40,8 @@ FLOWERBOX_PACKAGES=(
   jq                # scripts/demo: reads the manifest
   sqlite3           # scripts/demo: reads the judges' evidence from runs/sessions.db
   curl              # scripts/demo and tests: probe the scripted model server
+  procps            # tests: pgrep finds what a killed run left running (not in a minimal Debian)
+  python3           # tests: the MCP fixture server as a host process (--sandbox host)
 )
 
 _fbx_die() { echo "install-deps: $*" >&2; exit 1; }
@@ -75,7 +77,7 @@ else
   done
 fi
 if [ "${#_fbx_missing[@]}" -gt 0 ]; then
-  _fbx_say "要装 Debian 包:${_fbx_missing[*]}(C 编译器给 SQLite/libgit2/ring,debootstrap 建 agent 镜像,tmux/jq/sqlite3/curl 给测试和演示)${_FBX_SUDO:+,用 sudo}"
+  _fbx_say "要装 Debian 包:${_fbx_missing[*]}(C 编译器给 SQLite/libgit2/ring,debootstrap 建 agent 镜像,tmux/jq/sqlite3/curl/procps/python3 给测试和演示)${_FBX_SUDO:+,用 sudo}"
   _fbx_apt_install "${_fbx_missing[@]}"
 fi
 
