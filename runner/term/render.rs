@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::sanitize::{fit, layout_width, sanitize, wrap, Style};
+use super::sanitize::{fit, fit_tail, layout_width, sanitize, wrap, Style};
 use crate::agent::{Event, EventKind};
 use crate::flow::frontend::WakeInfo;
 use crate::flow::goal::unverifiable_warning;
@@ -447,10 +447,16 @@ pub fn wake_banner(info: &WakeInfo, opts: &RenderOptions) -> String {
     }
     bits.push(format!("第 {} 次唤醒", info.woke));
     let ws = one_line(&shorten_home(&info.workspace, opts.home.as_deref()));
+    let status = format!("  {}", bits.join(" · "));
+    // A long path gives way, keeping its end, so the status after it stays whole.
+    let room = opts
+        .width
+        .saturating_sub(layout_width(&format!("<- 在  接上上次{status}")));
+    let ws = fit_tail(&ws, room.max(8));
     finish(
         vec![
             (Some(Style::Yellow), format!("<- 在 {ws} 接上上次")),
-            (Some(Style::Dim), format!("  {}", bits.join(" · "))),
+            (Some(Style::Dim), status),
         ],
         opts,
     )

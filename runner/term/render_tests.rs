@@ -384,6 +384,28 @@ fn wake_banner_as_the_seed() {
         wake_banner(&info, &opts),
         "<- 在 /srv/proj 接上上次  需求已确认 · 第 3 次唤醒"
     );
+    // A long workspace path (the fresh machine's temporary directory) gives way to the status,
+    // at the width used when stdout is not a terminal.
+    info.checks = Some(2);
+    info.work_context = Some(1_200);
+    info.workspace = PathBuf::from("/var/tmp/flowerbox-fresh.K2sALf/tmp/.tmpxInqFj/proj");
+    let narrow = RenderOptions {
+        width: crate::term::tty::UNKNOWN_COLUMNS,
+        ..plain()
+    };
+    let banner = wake_banner(&info, &narrow);
+    assert!(
+        banner.starts_with("<- 在 ...") && banner.contains("/.tmpxInqFj/proj 接上上次"),
+        "{banner}"
+    );
+    assert!(
+        banner.ends_with("需求已确认 · 目标 2 条 · 干活上下文 1.2K · 第 3 次唤醒"),
+        "{banner}"
+    );
+    assert!(
+        layout_width(&banner) <= crate::term::tty::UNKNOWN_COLUMNS,
+        "{banner}"
+    );
 }
 
 #[test]

@@ -328,9 +328,38 @@ pub fn fit(line: &str, width: usize) -> String {
     out
 }
 
+/// Keeps the end of one plain line within `width` columns (conservative measure), starting it
+/// with `...` when something was cut: for a path whose last components say the most.
+pub fn fit_tail(line: &str, width: usize) -> String {
+    if layout_width(line) <= width {
+        return line.to_string();
+    }
+    let budget = width.saturating_sub(3);
+    let mut kept = Vec::new();
+    let mut cur = 0;
+    for c in line.chars().rev() {
+        let cw = layout_char_width(c);
+        if cur + cw > budget {
+            break;
+        }
+        kept.push(c);
+        cur += cw;
+    }
+    let mut out = String::from("...");
+    out.extend(kept.into_iter().rev());
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fit_tail_keeps_the_end() {
+        assert_eq!(fit_tail("/srv/proj", 20), "/srv/proj");
+        assert_eq!(fit_tail("/var/tmp/long/proj", 10), "...ng/proj");
+        assert_eq!(fit_tail("/tmp/项目/目录", 9), ".../目录");
+    }
 
     #[test]
     fn screen_width_clamps_between_40_and_110() {
