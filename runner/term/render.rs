@@ -425,7 +425,9 @@ fn handoff(
     }
     if !path.is_empty() {
         let shown = shorten_home(Path::new(&one_line(path)), opts.home.as_deref());
-        out.push(line(Some(Style::Dim), format!("<- 交接写在 {shown}"), opts));
+        // Not cut to the width, like the closing line: the path must stay whole for copying.
+        let text = format!("<- 交接写在 {shown}");
+        out.push(Style::Dim.paint_if(&text, opts.color));
     }
     out.push(line(
         Some(Style::Dim),

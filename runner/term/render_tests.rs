@@ -290,6 +290,20 @@ fn handoff_block_as_the_seed() {
 }
 
 #[test]
+fn a_long_handoff_path_stays_whole() {
+    let long = format!(
+        "/srv/{}/proj/.flower/notes/交接-干活.md",
+        "deep/".repeat(30)
+    );
+    let mut ev = handoff_event(false);
+    if let EventKind::Handoff { path, .. } = &mut ev {
+        *path = long.clone();
+    }
+    let lines = r(0, ev, &plain());
+    assert!(lines.contains(&format!("<- 交接写在 {long}")), "{lines:?}");
+}
+
+#[test]
 fn warnings_errors_retries_and_delivered_mail() {
     assert_eq!(
         r(
