@@ -264,13 +264,23 @@ fn marked(marker: &str) -> Vec<i32> {
 
 /// Stops, then kills, every marked process and the process group it leads, until none is
 /// left (stopping first, so nothing forks in between). `false` when some survived 50 rounds.
+///
+/// "None left" is two empty scans in a row: a process in the middle of `execve` shows an empty
+/// environment for a moment (the kernel sets the new image's environment after the old one is
+/// gone), so one empty scan can miss it.
 fn kill_marked(marker: &str) -> bool {
     use nix::sys::signal::{kill, killpg, Signal};
     use nix::unistd::Pid;
+    let mut empty_before = false;
     for _ in 0..50 {
         let found = marked(marker);
         if found.is_empty() {
-            return true;
+            if empty_before {
+                return true;
+            }
+            empty_before = true;
+        } else {
+            empty_before = false;
         }
         for sig in [Signal::SIGSTOP, Signal::SIGKILL] {
             for &p in &found {
@@ -278,7 +288,11 @@ fn kill_marked(marker: &str) -> bool {
                 let _ = kill(Pid::from_raw(p), sig);
             }
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(if found.is_empty() {
+            10
+        } else {
+            50
+        }));
     }
     marked(marker).is_empty()
 }
@@ -317,6 +331,12 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = marked_child.id() as i32;
+        // Right after spawn the child may still be inside execve, its environment not yet
+        // readable (the fresh machine caught that once): wait for it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while marked(&marker).is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         assert_eq!(marked(&marker), vec![pid]);
         assert!(list_marked(&marker)[0].starts_with(&format!("{pid} sleep 30")));
         // Reaped by a thread, as the service's runtime reaps its children.
