@@ -118,30 +118,21 @@ fn run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let t = Instant::now();
-    let mut child = c.spawn().expect("spawn flowerbox");
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let out = child.wait_with_output().unwrap();
-            return (
-                status.code(),
-                format!(
-                    "{}\n{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                ),
-            );
-        }
-        if t.elapsed() > BOUND {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "flowerbox ran over {BOUND:?} (hung?):\n{}\n{}",
+    let child = c.spawn().expect("spawn flowerbox");
+    match flowerbox_testkit::wait_bounded(child, BOUND) {
+        Ok(out) => (
+            out.status.code(),
+            format!(
+                "{}\n{}",
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
+            ),
+        ),
+        Err(out) => panic!(
+            "flowerbox ran over {BOUND:?} (hung?):\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
     }
 }
 

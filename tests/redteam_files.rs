@@ -72,27 +72,21 @@ fn run(p: &Project, model: &ScriptedModel, args: &[&str]) -> (Option<i32>, Strin
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let t = Instant::now();
-    let mut child = c.spawn().expect("spawn flowerbox");
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let out = child.wait_with_output().unwrap();
+    let child = c.spawn().expect("spawn flowerbox");
+    match flowerbox_testkit::wait_bounded(child, BOUND) {
+        Ok(out) => {
             let text = format!(
                 "{}\n{}",
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             );
-            return (status.code(), text, t.elapsed());
+            (out.status.code(), text, t.elapsed())
         }
-        if t.elapsed() > BOUND {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "flowerbox ran over {BOUND:?} (hung?):\n{}\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
+        Err(out) => panic!(
+            "flowerbox ran over {BOUND:?} (hung?):\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
     }
 }
 

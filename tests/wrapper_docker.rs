@@ -85,19 +85,9 @@ impl Project {
 }
 
 /// Waits (bounded) and returns status, stdout, stderr.
-fn finish(mut child: Child) -> (ExitStatus, String, String) {
-    let deadline = Instant::now() + HANG;
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("docker/flowerbox hung for {HANG:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
+fn finish(child: Child) -> (ExitStatus, String, String) {
+    let out = flowerbox_testkit::wait_bounded(child, HANG)
+        .unwrap_or_else(|_| panic!("docker/flowerbox hung for {HANG:?}"));
     (
         out.status,
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -254,3 +254,46 @@ pub fn temp_root_for_every_user() -> std::path::PathBuf {
         std::path::PathBuf::from("/tmp")
     }
 }
+
+/// Waits for `child` at most `bound`, reading its piped stdout and stderr all the while (a
+/// child that writes more than a pipe holds would otherwise block on the write and look hung).
+/// `Ok` with its output when it exited in time; `Err` with what it wrote when it was killed.
+pub fn wait_bounded(
+    mut child: std::process::Child,
+    bound: std::time::Duration,
+) -> Result<std::process::Output, std::process::Output> {
+    use std::io::Read;
+    fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    }
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
+    let deadline = std::time::Instant::now() + bound;
+    let (status, in_time) = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break (status, true);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            break (child.wait().unwrap(), false);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    // The readers end at EOF: when the child (and anything it left holding its pipes) is gone.
+    let out = std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    };
+    if in_time {
+        Ok(out)
+    } else {
+        Err(out)
+    }
+}
