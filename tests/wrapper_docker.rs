@@ -31,8 +31,7 @@ struct Project {
 
 impl Project {
     fn new() -> Project {
-        // Under a directory every user can enter: one test runs the wrapper as another uid.
-        let tmp = tempfile::tempdir_in(flowerbox_testkit::temp_root_for_every_user()).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().canonicalize().unwrap();
         let ws = root.join("pro ject");
         let home = root.join("home");
@@ -396,7 +395,7 @@ async fn a_non_root_caller_gets_its_uid_and_the_socket_group() {
     let c = p.wrapped(&image, &model, &["once", "-t", "Bash", "探"]);
     // The checkout may sit under a directory only root can enter (`mktemp -d` makes 0700): the
     // other user runs a copy from a directory everyone can enter.
-    let wrapper_dir = tempfile::tempdir_in(flowerbox_testkit::temp_root_for_every_user()).unwrap();
+    let wrapper_dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(wrapper_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let wrapper = wrapper_dir.path().join("flowerbox");
     std::fs::copy(c.get_program(), &wrapper).unwrap();

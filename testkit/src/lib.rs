@@ -238,23 +238,6 @@ impl SharedBuf {
     }
 }
 
-/// Where a test makes a temporary directory that another user must reach (a probe run as
-/// `nobody`, the wrapper run as another uid): the system's temporary directory when every
-/// directory on its path lets others through, else `/tmp` (`TMPDIR` may point into a
-/// directory only its owner can enter, as `mktemp -d` makes them).
-pub fn temp_root_for_every_user() -> std::path::PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let tmp = std::env::temp_dir();
-    let open = tmp
-        .ancestors()
-        .all(|dir| std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0));
-    if open {
-        tmp
-    } else {
-        std::path::PathBuf::from("/tmp")
-    }
-}
-
 /// Waits for `child` at most `bound`, reading its piped stdout and stderr all the while (a
 /// child that writes more than a pipe holds would otherwise block on the write and look hung).
 /// `Ok` with its output when it exited in time; `Err` with what it wrote when it was killed.
