@@ -92,6 +92,9 @@ say "image $tag ready ($((t1 - t0)) s)"
 rev=$(git -C "$root" rev-parse HEAD)
 git clone -q --bare --no-local "$root" "$work/origin.git"
 mkdir -p "$work/tmp"
+# mktemp -d made $work 0700; a real machine's /tmp lets every user through, and two tests run a
+# process as another uid (nobody, the wrapper's non-root caller) in a directory under TMPDIR.
+chmod 0711 "$work"
 
 # -- 3. inside: clone, command 1, command 2 (times to $work/times).
 inner=$(cat <<EOF
