@@ -313,17 +313,9 @@ pub fn fit(line: &str, width: usize) -> String {
     if layout_width(line) <= width {
         return line.to_string();
     }
-    let budget = width.saturating_sub(3);
-    let mut out = String::new();
-    let mut cur = 0;
-    for c in line.chars() {
-        let cw = layout_char_width(c);
-        if cur + cw > budget {
-            break;
-        }
-        out.push(c);
-        cur += cw;
-    }
+    let mut out: String = within(line.chars(), width.saturating_sub(3))
+        .into_iter()
+        .collect();
     out.push_str("...");
     out
 }
@@ -334,20 +326,21 @@ pub fn fit_tail(line: &str, width: usize) -> String {
     if layout_width(line) <= width {
         return line.to_string();
     }
-    let budget = width.saturating_sub(3);
-    let mut kept = Vec::new();
-    let mut cur = 0;
-    for c in line.chars().rev() {
-        let cw = layout_char_width(c);
-        if cur + cw > budget {
-            break;
-        }
-        kept.push(c);
-        cur += cw;
-    }
+    let kept = within(line.chars().rev(), width.saturating_sub(3));
     let mut out = String::from("...");
     out.extend(kept.into_iter().rev());
     out
+}
+
+/// The characters `chars` yields, in that order, while they fit in `budget` columns.
+fn within(chars: impl Iterator<Item = char>, budget: usize) -> Vec<char> {
+    let mut cur = 0;
+    chars
+        .take_while(|&c| {
+            cur += layout_char_width(c);
+            cur <= budget
+        })
+        .collect()
 }
 
 #[cfg(test)]
