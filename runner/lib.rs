@@ -8,10 +8,13 @@
 //! [`channel`] is the human channel; [`creds`] finds and probes credentials; [`isolate`] gives
 //! workers git worktrees; [`agent`] runs one agent (the loop, tools, guards, workbench);
 //! [`sandbox`] executes commands in containers; [`session`] and [`record`] persist sessions,
-//! the manifest and lineage; [`model`] talks to the model; [`glance`] and [`fsroot`] are leaves.
+//! the manifest and lineage; [`model`] talks to the model; [`shown`] is the one sanitiser and
+//! the output boundary (terminal, log, notes); [`glance`] and [`fsroot`] are leaves.
 //! The test doubles the unit tests, `tests/` and the examples share are the `flowerbox-testkit`
 //! crate (`testkit/`), not part of the library.
 #![deny(missing_docs)]
+// Output reaches a person only through `shown` (its module doc; clippy.toml for the rest).
+#![deny(clippy::print_stdout, clippy::print_stderr, clippy::dbg_macro)]
 
 pub mod agent;
 pub mod channel;
@@ -26,6 +29,7 @@ pub mod model;
 pub mod record;
 pub mod sandbox;
 pub mod session;
+pub mod shown;
 pub mod signals;
 pub mod term;
 // The test doubles (`testkit/`), compiled into the unit tests only; the file names its

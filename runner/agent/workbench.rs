@@ -116,7 +116,8 @@ impl Workbench {
             }
         }
         if own::is_dir(&self.root) {
-            own::write(&self.index_path(), out.as_bytes())?;
+            // File names are an agent's: the index is cleaned like every note.
+            crate::shown::notes::write(&self.index_path(), &out)?;
         }
         Ok(out)
     }

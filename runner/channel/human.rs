@@ -535,7 +535,9 @@ impl HumanChannel {
             return;
         };
         let _serial = lock(&self.inner.log_lock);
-        if let Err(e) = crate::fsroot::own::append(path, entry.as_bytes()) {
+        // What was asked and answered is the model's and the human's text: cleaned on the way
+        // into the note.
+        if let Err(e) = crate::shown::notes::append(path, "", entry) {
             self.io_error(format!("写问答记录 {} 失败:{e}", path.display()));
         }
     }

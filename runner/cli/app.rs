@@ -24,15 +24,18 @@ use crate::creds::input::LineSource;
 use crate::creds::{self, Credentials, EnsurePolicy, ProbeSettings};
 use crate::flow::wake::WakeState;
 use crate::flow::FlowError;
+use crate::shown::Terminal;
 
-/// The streams of one invocation.
+/// The streams of one invocation. Output goes through the output boundary ([`Terminal`]):
+/// whatever an error message or a warning quotes (a `.env` value, a workflow file's line, a
+/// server's name) is cleaned on the way out.
 pub struct Io<'a> {
     /// Human input (the start prompt, `setup`'s questions).
     pub stdin: &'a mut dyn LineSource,
     /// The UI: prompts, setup screens, probe lines, help.
-    pub stdout: &'a mut dyn Write,
+    pub stdout: &'a mut Terminal,
     /// Error messages and warnings.
-    pub stderr: &'a mut dyn Write,
+    pub stderr: &'a mut Terminal,
 }
 
 /// The wake probe: `go`'s workspace, run directory and `--isolate` → what the directory holds.
@@ -94,8 +97,7 @@ async fn dispatch(
     // A malformed `.env` line is skipped as in flower, but never silently: the key on it may
     // be the one the user meant to set.
     for warning in lookup.discover().warnings() {
-        let line = crate::term::sanitize::sanitize(&warning.to_string());
-        writeln!(io.stderr, "{line}").map_err(CliError::terminal)?;
+        writeln!(io.stderr, "{warning}").map_err(CliError::terminal)?;
     }
 
     if let CommandOptions::Setup = command {
@@ -206,12 +208,7 @@ fn reconfigure_after_refusal(
         }));
     }
     let head: String = message.chars().take(120).collect();
-    writeln!(
-        io.stdout,
-        "{LOOKS_LIKE_CREDENTIALS}{}",
-        crate::term::sanitize::sanitize(&head)
-    )
-    .map_err(CliError::terminal)?;
+    writeln!(io.stdout, "{LOOKS_LIKE_CREDENTIALS}{head}").map_err(CliError::terminal)?;
     creds::setup::configure(lookup, "凭证被拒了,重新配一次。", io.stdin, io.stdout)?;
     writeln!(io.stdout, "{CONFIGURED_RUN_AGAIN}").map_err(CliError::terminal)?;
     Err(CliError::Flow(FlowError::StepAborted(step)))
@@ -234,13 +231,14 @@ async fn gates(
     Ok(creds)
 }
 
-/// `-v`: the effective configuration, secrets masked, sanitised like every other line (a value
-/// from a `.env` file must not move the cursor). Printed once, before the run's console exists,
-/// so it cannot tear the prompt.
+/// `-v`: the effective configuration, secrets masked (cleaned like every other line on the way
+/// out: a value from a `.env` file must not move the cursor). Printed once, before the run's
+/// console exists, so it cannot tear the prompt.
 fn describe(creds: &Credentials, out: &mut dyn Write) -> Result<(), CliError> {
     let mut text = String::from("- 生效的凭证配置:\n");
     for line in creds.describe() {
-        text.push_str(&format!("  {}\n", crate::term::sanitize::sanitize(&line)));
+        // One line per value, whatever the value holds.
+        text.push_str(&format!("  {}\n", line.replace(['\n', '\r'], " ")));
     }
     out.write_all(text.as_bytes()).map_err(CliError::terminal)
 }
@@ -287,6 +285,7 @@ fn points_to_log(error: &CliError) -> bool {
 mod tests {
     use super::*;
     use crate::creds::input::ScriptedLines;
+    use crate::testkit::SharedBuf;
     use std::collections::BTreeMap;
 
     struct Run {
@@ -302,7 +301,9 @@ mod tests {
         wake: impl Fn(&Path, &Path, bool) -> WakeState + Send + Sync + 'static,
     ) -> Run {
         let mut stdin = ScriptedLines::lines(lines.iter().copied());
-        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let (out, err) = (SharedBuf::default(), SharedBuf::default());
+        let mut stdout = Terminal::new(Box::new(out.clone()));
+        let mut stderr = Terminal::new(Box::new(err.clone()));
         let hooks = Hooks {
             wake: Box::new(wake),
             init_logging: false,
@@ -311,8 +312,8 @@ mod tests {
         let exit = {
             let mut io = Io {
                 stdin: &mut stdin,
-                stdout: &mut out,
-                stderr: &mut err,
+                stdout: &mut stdout,
+                stderr: &mut stderr,
             };
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -325,10 +326,11 @@ mod tests {
                 &hooks,
             ))
         };
+        drop((stdout, stderr));
         Run {
             exit,
-            out: String::from_utf8(out).unwrap(),
-            err: String::from_utf8(err).unwrap(),
+            out: out.text(),
+            err: err.text(),
         }
     }
 

@@ -15,6 +15,8 @@
 //!   stopped the run, [`crate::flow::FlowError::StepAborted`]). Never print a backtrace; never
 //!   exit the process yourself.
 
+use std::io::Write;
+
 use super::error::{CliError, ExitStatus};
 use super::options::{DoctorOptions, GcOptions, GlobalOptions, GoOptions, OnceOptions, RunOptions};
 use super::services::{frontend, go_settings, once_settings, run_settings, sandbox_backend};
@@ -118,8 +120,10 @@ pub async fn doctor(
         crate::mcp::doctor::checks(&globals.workspace, &globals.mcp, &globals.egress, sandbox)
             .await,
     );
+    let mut out = crate::shown::stdout();
     for c in &checks {
-        println!("{c}");
+        // A closed stdout must not turn the checks into a crash.
+        let _ = writeln!(out, "{c}");
     }
     match crate::sandbox::doctor::exit_code(&checks) {
         0 => Ok(ExitStatus::Success),
@@ -146,11 +150,12 @@ pub async fn gc(opts: GcOptions, globals: GlobalOptions) -> Result<ExitStatus, C
             });
     report.absorb(trees);
     let lines = report.lines();
+    let mut out = crate::shown::stdout();
     if lines.is_empty() {
-        println!("- 没有残留的容器");
+        let _ = writeln!(out, "- 没有残留的容器");
     }
     for l in lines {
-        println!("- {l}");
+        let _ = writeln!(out, "- {l}");
     }
     match report.failure_summary() {
         None => Ok(ExitStatus::Success),

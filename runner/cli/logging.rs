@@ -1,5 +1,9 @@
 //! Logs: `tracing` events go to `<run_dir>/flowerbox.log` (appended; level from `RUST_LOG`,
-//! default `info`), never to the terminal, which belongs to the UI.
+//! default `info`), never to the terminal, which belongs to the UI. Events quote what agents,
+//! models, servers and workspace files said (an error message, a step name, a server's
+//! reply): each formatted event passes the output boundary ([`crate::shown::log_event`]) on its
+//! way in, so the log holds one clean line per event, whatever a later `cat` or `tail -f`
+//! replays.
 //!
 //! The file is opened only once a run really starts ([`Log::open`]: credentials passed, the
 //! request given). Until then events wait in memory (at most [`PENDING_CAP`] bytes), so a start
@@ -38,28 +42,42 @@ enum Sink {
 #[derive(Clone)]
 pub struct Log(Arc<Mutex<Sink>>);
 
-/// One event's writer: holds the sink for the length of the event.
-pub struct LogWriter<'a>(MutexGuard<'a, Sink>);
+/// One event's writer: holds the sink for the length of the event, collects the formatted
+/// event and hands it, cleaned, to the sink when the event is written (on drop).
+pub struct LogWriter<'a> {
+    sink: MutexGuard<'a, Sink>,
+    event: Vec<u8>,
+}
 
 impl Write for LogWriter<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match &mut *self.0 {
-            Sink::Pending { bytes, dropped } => {
-                if bytes.len() + buf.len() <= PENDING_CAP {
-                    bytes.extend_from_slice(buf);
-                } else {
-                    *dropped += buf.len() as u64;
-                }
-                Ok(buf.len())
-            }
-            Sink::File(f) => f.write(buf),
-        }
+        self.event.extend_from_slice(buf);
+        Ok(buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        match &mut *self.0 {
-            Sink::Pending { .. } => Ok(()),
-            Sink::File(f) => f.flush(),
+        Ok(())
+    }
+}
+
+impl Drop for LogWriter<'_> {
+    fn drop(&mut self) {
+        if self.event.is_empty() {
+            return;
+        }
+        let line = crate::shown::log_event(&std::mem::take(&mut self.event));
+        match &mut *self.sink {
+            Sink::Pending { bytes, dropped } => {
+                if bytes.len() + line.len() <= PENDING_CAP {
+                    bytes.extend_from_slice(&line);
+                } else {
+                    *dropped += line.len() as u64;
+                }
+            }
+            // A log that cannot be written must not stop the run.
+            Sink::File(f) => {
+                let _ = f.write_all(&line);
+            }
         }
     }
 }
@@ -68,7 +86,10 @@ impl<'a> MakeWriter<'a> for Log {
     type Writer = LogWriter<'a>;
 
     fn make_writer(&'a self) -> Self::Writer {
-        LogWriter(self.0.lock().unwrap_or_else(|e| e.into_inner()))
+        LogWriter {
+            sink: self.0.lock().unwrap_or_else(|e| e.into_inner()),
+            event: Vec::new(),
+        }
     }
 }
 
@@ -155,6 +176,20 @@ mod tests {
             "early event\nlater event\n"
         );
         assert_eq!(log.open(&run_dir).unwrap(), path);
+    }
+
+    #[test]
+    fn an_event_reaches_the_log_as_one_clean_line() {
+        let d = tempfile::tempdir().unwrap();
+        let log = Log::pending();
+        let path = log.open(d.path()).unwrap();
+        log.make_writer()
+            .write_all(b"WARN step=\"x\" evil\x1b]0;t\x07\n2026 INFO forged\xe2\x80\xae\n")
+            .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(path).unwrap(),
+            "WARN step=\"x\" evil\u{241b}\u{2424}2026 INFO forged<U+202E>\n"
+        );
     }
 
     #[test]

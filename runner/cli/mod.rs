@@ -20,6 +20,7 @@ pub mod rewrite;
 pub mod services;
 pub mod target;
 
+use std::io::Write;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::PathBuf;
 
@@ -39,7 +40,7 @@ pub fn main_entry() -> i32 {
     let host = match Host::from_process() {
         Ok(h) => h,
         Err(e) => {
-            eprintln!("读不到当前目录:{e}");
+            let _ = writeln!(crate::shown::stderr(), "读不到当前目录:{e}");
             return 1;
         }
     };
@@ -50,14 +51,14 @@ pub fn main_entry() -> i32 {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("起不来异步运行时:{e}");
+            let _ = writeln!(crate::shown::stderr(), "起不来异步运行时:{e}");
             return 1;
         }
     };
     let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
         let mut stdin = crate::creds::input::StdinLines;
-        let mut stdout = std::io::stdout();
-        let mut stderr = std::io::stderr();
+        let mut stdout = crate::shown::stdout();
+        let mut stderr = crate::shown::stderr();
         let mut io = Io {
             stdin: &mut stdin,
             stdout: &mut stdout,
@@ -88,12 +89,14 @@ pub fn install_panic_hook(log: Option<PathBuf>) {
             .map(|l| format!("{}:{}", l.file(), l.line()))
             .unwrap_or_default();
         tracing::error!(%what, %place, "panic");
-        match &log {
-            Some(log) => eprintln!(
+        let mut err = crate::shown::stderr();
+        let _ = match &log {
+            Some(log) => writeln!(
+                err,
                 "x flowerbox 内部错误:{what}({place})。这是 bug;详情见 {}",
                 log.display()
             ),
-            None => eprintln!("x flowerbox 内部错误:{what}({place})。这是 bug。"),
-        }
+            None => writeln!(err, "x flowerbox 内部错误:{what}({place})。这是 bug。"),
+        };
     }));
 }

@@ -3,6 +3,7 @@
 //! when stdin is a terminal, plain lines otherwise), and the run's settings made from the
 //! resolved options. Below this module nothing knows the command line.
 
+use std::io::Write;
 use std::sync::Arc;
 
 use super::args::{PermissionMode, SandboxKind};
@@ -49,8 +50,9 @@ pub fn run_settings(globals: &GlobalOptions, creds: &Credentials) -> Result<RunS
 fn mcp_servers(globals: &GlobalOptions) -> Result<Vec<ServerConfig>, CliError> {
     let config = crate::mcp::config::load_with_settings(&globals.workspace, &globals.mcp)
         .map_err(|e| CliError::Usage(e.to_string()))?;
+    let mut err = crate::shown::stderr();
     for w in &config.warnings {
-        eprintln!("! {w}");
+        let _ = writeln!(err, "! {w}");
     }
     if globals.sandbox == SandboxKind::Host
         && config
@@ -58,7 +60,8 @@ fn mcp_servers(globals: &GlobalOptions) -> Result<Vec<ServerConfig>, CliError> {
             .iter()
             .any(|s| matches!(s.transport, crate::mcp::Transport::Stdio { .. }))
     {
-        eprintln!(
+        let _ = writeln!(
+            err,
             "! --sandbox host:项目的 MCP stdio 服务器直接在这台机器上以你的身份运行,没有沙箱"
         );
     }

@@ -217,14 +217,15 @@ pub(crate) fn read_optional(path: &Path) -> io::Result<Option<String>> {
 }
 
 /// Writes `text` to `path` through a new file renamed over it, creating directories (a symlink
-/// at `path` is replaced, never written through).
+/// at `path` is replaced, never written through). A note: cleaned ([`crate::shown::notes`]).
 pub(crate) fn write_atomic(path: &Path, text: &str) -> io::Result<()> {
-    own::write(path, text.as_bytes()).map(|_| ())
+    crate::shown::notes::write(path, text).map(|_| ())
 }
 
 /// Appends `text` to `path`, creating the file and its directories (a regular file only).
+/// A note: cleaned ([`crate::shown::notes`]).
 pub(crate) fn append_text(path: &Path, text: &str) -> io::Result<()> {
-    own::append(path, text.as_bytes()).map(|_| ())
+    crate::shown::notes::append(path, "", text)
 }
 
 /// Items of a list body, one per line: markers (`-`, `*`, `+`, `•`, `·`, `1.`, `1)`, `- [ ]`)

@@ -96,7 +96,10 @@ impl RunContext {
             Err(e) => {
                 // The run cannot start, but what a crashed run left (its containers) goes.
                 match settings.sandbox.gc(Some(&settings.workspace)).await {
-                    Ok(report) => report.removed.iter().for_each(|l| eprintln!("- {l}")),
+                    Ok(report) => report
+                        .removed
+                        .iter()
+                        .for_each(|l| say(format_args!("- {l}"))),
                     Err(err) => tracing::warn!(error = %err, "orphan sweep failed"),
                 }
                 return Err(FlowError::Store(e));
@@ -122,7 +125,7 @@ impl RunContext {
                     .open_run(&run_id, &settings.workspace)
                     .await?;
                 for l in ready.notes {
-                    eprintln!("- {l}");
+                    say(format_args!("- {l}"));
                 }
                 ready.factory
             }
@@ -212,7 +215,16 @@ impl RunContext {
         }
         if let Err(e) = self.sandboxes.teardown().await {
             tracing::error!(error = %e, "sandbox teardown failed");
-            eprintln!("x 清理容器失败:{e}(`flowerbox gc` 可以收拾残留)");
+            say(format_args!(
+                "x 清理容器失败:{e}(`flowerbox gc` 可以收拾残留)"
+            ));
         }
     }
+}
+
+/// One line on stderr, through the output boundary ([`crate::shown`]): what the sandbox backend
+/// says while the run is set up or torn down, outside the frontend's screen.
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(crate::shown::stderr(), "{line}");
 }

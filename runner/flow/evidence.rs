@@ -3,7 +3,6 @@
 //! session, never from its prose — to `notes/判定记录.md`. Like `问答记录.md` it is for people (and
 //! `grep`), never for a model's context.
 
-use std::io::Write;
 use std::path::Path;
 
 use super::verdict::Verdict;
@@ -102,17 +101,17 @@ pub fn record_block(label: &str, verdict: &Verdict, evidence: &[Evidence], when:
     s
 }
 
-/// Appends one round's block to `<notes>/判定记录.md` (created with a title line).
-/// The workbench is writable by workers: the file is opened without following a symlink,
-/// and only a regular file is appended to.
+/// Appends one round's block to `<notes>/判定记录.md` (created with a title line). The reason
+/// and the evidence are what the judge and its commands said: the block is cleaned on the way
+/// in ([`crate::shown::notes`]), so a later `cat` shows words, never an escape sequence. The
+/// workbench is writable by workers: the file is opened without following a symlink, and only
+/// a regular file is appended to.
 pub fn append_record(notes: &Path, block: &str) -> std::io::Result<()> {
-    let (mut f, new) = crate::fsroot::own::open_append(&notes.join(RECORD_NAME))?;
-    if new {
-        f.write_all(
-            "# 判定记录\n\n每轮判定的结论,和判定者亲自看到的现场(命令与输出)。\n\n".as_bytes(),
-        )?;
-    }
-    f.write_all(block.as_bytes())
+    crate::shown::notes::append(
+        &notes.join(RECORD_NAME),
+        "# 判定记录\n\n每轮判定的结论,和判定者亲自看到的现场(命令与输出)。\n\n",
+        block,
+    )
 }
 
 #[cfg(test)]

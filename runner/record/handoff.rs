@@ -7,7 +7,6 @@
 //! before the successor reads it. The runtime owns the mechanism (when to ask, the new
 //! session); this module owns the texts and the file.
 
-use super::lock::write_atomic;
 use super::RecordError;
 use std::path::{Path, PathBuf};
 
@@ -346,7 +345,9 @@ impl Handoff {
                 }
             }
         }
-        write_atomic(&path, self.to_markdown().as_bytes())?;
+        // The model's words, for the next session and for people: cleaned like every note.
+        crate::shown::notes::write_durable(&path, &self.to_markdown())
+            .map_err(|e| RecordError::io(&path, e))?;
         Ok(path)
     }
 }
@@ -361,7 +362,7 @@ pub fn handoff_path(notes_dir: &Path, step: &str) -> PathBuf {
 fn file_stem(step: &str) -> String {
     let s: String = step
         .chars()
-        .filter(|c| !c.is_control() && !r#"/\:*?"<>|"#.contains(*c))
+        .filter(|c| !c.is_control() && !crate::shown::is_hidden(*c) && !r#"/\:*?"<>|"#.contains(*c))
         .collect();
     let s = s.trim().trim_matches('.').to_string();
     if s.is_empty() {

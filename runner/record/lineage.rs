@@ -124,7 +124,7 @@ impl LineageFile {
         let backup = move_aside(&self.path)?;
         let mut lin = rebuilt.clone();
         lin.workspace = self.workspace.clone();
-        let mut bytes = serde_json::to_vec_pretty(&lin).map_err(|e| RecordError::Json {
+        let mut bytes = crate::shown::json::to_vec_pretty(&lin).map_err(|e| RecordError::Json {
             path: self.path.clone(),
             reason: e.to_string(),
         })?;
@@ -162,7 +162,7 @@ impl LineageFile {
             Err(e) => return Err(RecordError::io(&self.path, e)),
         };
         f(&mut lin);
-        let mut bytes = serde_json::to_vec_pretty(&lin).map_err(|e| RecordError::Json {
+        let mut bytes = crate::shown::json::to_vec_pretty(&lin).map_err(|e| RecordError::Json {
             path: self.path.clone(),
             reason: e.to_string(),
         })?;

@@ -247,7 +247,9 @@ impl Manifest {
             .map(Row::Theirs)
             .collect();
         merged.extend(mine.iter().map(Row::Mine));
-        let mut bytes = serde_json::to_vec_pretty(&merged).map_err(|e| json_err(&self.path, e))?;
+        // Step names, errors and summaries quote agents and models: risky characters escaped.
+        let mut bytes =
+            crate::shown::json::to_vec_pretty(&merged).map_err(|e| json_err(&self.path, e))?;
         bytes.push(b'\n');
         write_atomic(&self.path, &bytes)?;
         Ok(recovered)

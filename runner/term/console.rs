@@ -144,7 +144,7 @@ impl ConsoleOptions {
     /// Options from the process: `screen` = stdout is a terminal, `keyboard` = stdin is one,
     /// `color` = screen and `NO_COLOR` unset, `home` = `$HOME`.
     pub fn detect(verbose: bool) -> Self {
-        let screen = std::io::stdout().is_terminal();
+        let screen = crate::shown::is_terminal(crate::shown::Stream::Stdout);
         ConsoleOptions {
             verbose,
             color: screen && std::env::var_os("NO_COLOR").is_none(),
@@ -188,8 +188,8 @@ impl Console {
         let tokio = tokio::runtime::Handle::try_current().map_err(|_| TermError::NoRuntime)?;
         let slot: Arc<Mutex<Option<HumanChannel>>> = Arc::new(Mutex::new(None));
         let pending = slot.clone();
-        let port = OutputPort::new(
-            Box::new(std::io::stdout()),
+        let port = OutputPort::with_terminal(
+            crate::shown::stdout(),
             PortConfig {
                 screen: opts.screen,
                 color: opts.color,
@@ -386,7 +386,7 @@ impl Console {
     }
 
     /// The status line: context, cost so far ("≥" when unknown), elapsed time.
-    pub fn status_line(&self) -> String {
+    pub fn status_line(&self) -> crate::shown::Line {
         let opts = self.shared.render_options();
         lock(&self.shared.tally).status_line(self.shared.started.elapsed(), &opts)
     }
@@ -397,7 +397,7 @@ impl Console {
     }
 
     /// Prints lines built by [`super::render`] helpers.
-    pub fn print_rendered<S: AsRef<str>>(&self, lines: &[S]) {
+    pub fn print_rendered<L: Clone + Into<crate::shown::Line>>(&self, lines: &[L]) {
         self.shared.port.print_rendered(lines);
     }
 

@@ -213,7 +213,7 @@ impl Shared {
             self.port.set_prompt(PromptKind::Interrupt);
         } else {
             // Line mode: the `>` is printed once, the terminal echoes what is typed.
-            lines.push(INTERRUPT_INPUT_PROMPT.trim_end().to_string());
+            lines.push(INTERRUPT_INPUT_PROMPT.trim_end().into());
         }
         self.port.print_rendered(&lines);
         ConsoleSignal::Interrupted

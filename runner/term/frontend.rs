@@ -14,27 +14,28 @@ use super::console::Console;
 use super::render::{closing_line, shorten_home, wake_banner, RenderOptions};
 use crate::agent::EventSink;
 use crate::flow::frontend::{Controls, Frontend, Notice};
+use crate::shown::Line;
 
 /// The lines of a notice (every kind but [`Notice::Totals`], which is the frontend's own
 /// running tally).
-pub fn notice_lines(notice: &Notice, opts: &RenderOptions) -> Vec<String> {
+pub fn notice_lines(notice: &Notice, opts: &RenderOptions) -> Vec<Line> {
     match notice {
-        Notice::Archived(dir) => vec![format!(
+        Notice::Archived(dir) => vec![Line::plain(format!(
             "<- 上一段已归档到 {}",
             shorten_home(dir, opts.home.as_deref())
-        )],
+        ))],
         Notice::Wake(info) => vec![wake_banner(info, opts)],
         Notice::Amended => {
-            vec!["+ 收到 (已追加进确认书;目标会按它重新设定,协调者这一轮直接收到它)".to_string()]
+            vec!["+ 收到 (已追加进确认书;目标会按它重新设定,协调者这一轮直接收到它)".into()]
         }
         Notice::AlreadyClarified => vec![
             "- 需求已经确认过(notes/需求.md 四段齐全):--clarify-only 不改它,这句话没记进确认书。要按它重新确认就加 --new"
-                .to_string(),
+                .into(),
         ],
-        Notice::Recovered(text) => vec![crate::term::sanitize::sanitize(&format!("! {text}"))],
+        Notice::Recovered(text) => vec![Line::plain(format!("! {text}"))],
         Notice::Closing(c) => vec![
-            String::new(),
-            closing_line(c.cost_usd, c.all_known, c.any_known, &c.manifest, opts),
+            Line::new(),
+            closing_line(c.cost_usd, c.all_known, c.any_known, &c.manifest),
         ],
         Notice::Totals => Vec::new(),
     }

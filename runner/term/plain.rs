@@ -12,12 +12,14 @@ use super::render::{render, text_lines, RenderOptions, Tally};
 use super::stream::{LineStream, Release};
 use crate::agent::{Event, EventSink};
 use crate::flow::frontend::{Frontend, Notice};
+use crate::shown::{Line, Stream, Terminal};
 
 /// Renders events to a writer (stdout by default) and keeps the running totals.
 pub struct PlainPrinter {
     opts: RenderOptions,
     tally: Mutex<Tally>,
-    out: Mutex<Box<dyn Write + Send>>,
+    /// The output boundary: text cleaned, styles applied by it.
+    out: Mutex<Terminal>,
     started: Instant,
     /// Streamed text released line by line (stdout is not a terminal); `None` prints text
     /// when its turn ends.
@@ -27,8 +29,7 @@ pub struct PlainPrinter {
 impl PlainPrinter {
     /// A printer to stdout; colours only when stdout is a terminal and `NO_COLOR` is unset.
     pub fn stdout(verbose: bool) -> Arc<Self> {
-        use std::io::IsTerminal;
-        let tty = std::io::stdout().is_terminal();
+        let tty = crate::shown::is_terminal(Stream::Stdout);
         let color = tty && std::env::var_os("NO_COLOR").is_none();
         let width = super::tty::layout_columns();
         let printer = Self::build(
@@ -38,7 +39,7 @@ impl PlainPrinter {
                 width: super::sanitize::screen_width(width),
                 home: std::env::var_os("HOME").map(Into::into),
             },
-            Box::new(std::io::stdout()),
+            crate::shown::stdout(),
             !tty,
         );
         Arc::new(printer)
@@ -46,15 +47,15 @@ impl PlainPrinter {
 
     /// A printer to any writer (tests); text shows when its turn ends.
     pub fn new(opts: RenderOptions, out: Box<dyn Write + Send>) -> Arc<Self> {
-        Arc::new(Self::build(opts, out, false))
+        Arc::new(Self::build(opts, Terminal::new(out), false))
     }
 
     /// A printer to any writer that streams the main thread's text line by line.
     pub fn streaming(opts: RenderOptions, out: Box<dyn Write + Send>) -> Arc<Self> {
-        Arc::new(Self::build(opts, out, true))
+        Arc::new(Self::build(opts, Terminal::new(out), true))
     }
 
-    fn build(opts: RenderOptions, out: Box<dyn Write + Send>, stream_lines: bool) -> Self {
+    fn build(opts: RenderOptions, out: Terminal, stream_lines: bool) -> Self {
         PlainPrinter {
             opts,
             tally: Mutex::new(Tally::default()),
@@ -94,18 +95,19 @@ impl PlainPrinter {
         }
     }
 
-    /// Prints lines as they are (already rendered or plain).
-    pub fn print_lines(&self, lines: &[String]) {
+    /// Prints lines (rendered, or plain text: cleaned on the way out either way).
+    pub fn print_lines(&self, lines: &[Line]) {
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
         for l in lines {
             // A closed stdout (a pipe to `head`) must not kill the run.
-            let _ = writeln!(out, "{l}");
+            let _ = out.line(l, self.opts.color);
+            let _ = out.text("\n");
         }
         let _ = out.flush();
     }
 
     /// The status line: context, cost so far ("≥" when unknown), elapsed time.
-    pub fn status_line(&self) -> String {
+    pub fn status_line(&self) -> Line {
         self.tally
             .lock()
             .unwrap_or_else(|e| e.into_inner())

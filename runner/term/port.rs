@@ -14,7 +14,9 @@
 //!
 //! Two modes. *Screen* (stdout is a terminal): prompt, spinners, flowerbox's own SGR when
 //! colour is on. *Plain* (pipe, file): lines only, every SGR removed, no prompt, no spinner,
-//! no cursor motion. Untrusted text goes through [`sanitize`] in both modes.
+//! no cursor motion. The port writes through a [`Terminal`] (the output boundary): untrusted
+//! text is cleaned there in both modes, and the port's colours and cursor motions are typed
+//! values ([`Style`], [`Control`]), never bytes it assembles.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -23,8 +25,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use unicode_width::UnicodeWidthChar;
 
-use super::render::{prompt_text, RenderOptions, INTERRUPT_INPUT_PROMPT};
-use super::sanitize::{fit, sanitize, strip_sgr, Style};
+use super::render::{prompt_text, INTERRUPT_INPUT_PROMPT};
+use super::sanitize::{fit, sanitize, Style};
+use crate::shown::{Control, Line, Terminal};
 
 /// Terminal columns, asked at every redraw (the terminal may be resized).
 pub type Columns = Arc<dyn Fn() -> usize + Send + Sync>;
@@ -125,7 +128,7 @@ pub fn place(prompt: &str, input: &str, cursor: usize, cols: usize) -> Placement
 
 /// The mutable side of the port, behind one lock.
 struct Inner {
-    out: Box<dyn Write + Send>,
+    out: Terminal,
     config: PortConfig,
     prompt: PromptKind,
     /// The half-typed text and the cursor in characters.
@@ -159,8 +162,14 @@ impl fmt::Debug for OutputPort {
 }
 
 impl OutputPort {
-    /// A port writing to `out`. The prompt starts hidden.
+    /// A port writing to `out`, through the output boundary ([`Terminal`]). The prompt starts
+    /// hidden.
     pub fn new(out: Box<dyn Write + Send>, config: PortConfig) -> Self {
+        Self::with_terminal(Terminal::new(out), config)
+    }
+
+    /// A port writing to a boundary writer ([`crate::shown::stdout`] for the console).
+    pub fn with_terminal(out: Terminal, config: PortConfig) -> Self {
         OutputPort {
             inner: Arc::new(Mutex::new(Inner {
                 out,
@@ -201,35 +210,24 @@ impl OutputPort {
         self.lock().write_errors
     }
 
-    /// Prints lines produced by [`super::render`] (sanitised and styled by flowerbox). Plain
-    /// mode removes their SGR.
-    pub fn print_rendered<S: AsRef<str>>(&self, lines: &[S]) {
-        let mut g = self.lock();
-        let color = g.config.screen && g.config.color;
-        let lines: Vec<String> = lines
-            .iter()
-            .map(|l| {
-                if color {
-                    l.as_ref().to_string()
-                } else {
-                    strip_sgr(l.as_ref())
-                }
-            })
-            .collect();
-        g.output(&lines);
+    /// Prints lines produced by [`super::render`] (laid out and styled by flowerbox; their
+    /// text is cleaned again on the way out). Styles show only with colour in screen mode.
+    pub fn print_rendered<L: Clone + Into<Line>>(&self, lines: &[L]) {
+        let lines: Vec<Line> = lines.iter().cloned().map(Into::into).collect();
+        self.lock().output(&lines);
     }
 
     /// Prints untrusted text: every line sanitised (no escape sequence survives), embedded
     /// newlines split into lines, tabs as four spaces. For the `-v` credential print and
     /// anything else a driver shows.
     pub fn print_lines<S: AsRef<str>>(&self, lines: &[S]) {
-        let lines: Vec<String> = lines
+        let lines: Vec<Line> = lines
             .iter()
             .flat_map(|l| {
                 sanitize(l.as_ref())
                     .replace('\t', "    ")
                     .split('\n')
-                    .map(str::to_string)
+                    .map(Line::from)
                     .collect::<Vec<_>>()
             })
             .collect();
@@ -238,11 +236,8 @@ impl OutputPort {
 
     /// Prints one untrusted line in a flowerbox style (sanitised first).
     pub fn print_styled(&self, style: Style, text: &str) {
-        let mut g = self.lock();
-        let color = g.config.screen && g.config.color;
         let text = sanitize(text).replace(['\n', '\t'], " ");
-        let line = style.paint_if(&text, color);
-        g.output(&[line]);
+        self.lock().output(&[Line::styled(style, text)]);
     }
 
     /// Sets the half-typed text and the cursor (in characters) and redraws the prompt.
@@ -263,8 +258,9 @@ impl OutputPort {
             g.refresh();
             return;
         }
-        let prompt = g.prompt_styled();
-        let line = format!("{prompt}{}", sanitize(text).replace(['\n', '\t'], " "));
+        let line = g
+            .prompt_line()
+            .with(None, &sanitize(text).replace(['\n', '\t'], " "));
         g.output(&[line]);
     }
 
@@ -317,10 +313,27 @@ impl OutputPort {
 }
 
 impl Inner {
-    fn write(&mut self, s: &str) {
-        if self.out.write_all(s.as_bytes()).is_err() {
+    /// Counts a failed write (a hung-up terminal): never raised into the run.
+    fn count(&mut self, r: std::io::Result<()>) {
+        if r.is_err() {
             self.write_errors += 1;
         }
+    }
+
+    fn text(&mut self, s: &str) {
+        let r = self.out.text(s);
+        self.count(r);
+    }
+
+    fn line(&mut self, l: &Line) {
+        let color = self.config.screen && self.config.color;
+        let r = self.out.line(l, color);
+        self.count(r);
+    }
+
+    fn control(&mut self, c: Control) {
+        let r = self.out.control(c);
+        self.count(r);
     }
 
     fn flush(&mut self) {
@@ -329,18 +342,12 @@ impl Inner {
         }
     }
 
-    /// The prompt as drawn (styled), empty when hidden.
-    fn prompt_styled(&self) -> String {
+    /// The prompt as drawn, empty when hidden.
+    fn prompt_line(&self) -> Line {
         match self.prompt {
-            PromptKind::Hidden => String::new(),
-            PromptKind::Interrupt => INTERRUPT_INPUT_PROMPT.to_string(),
-            PromptKind::Resident => {
-                let opts = RenderOptions {
-                    color: self.config.color,
-                    ..RenderOptions::default()
-                };
-                prompt_text((self.config.question_pending)(), &opts)
-            }
+            PromptKind::Hidden => Line::new(),
+            PromptKind::Interrupt => Line::plain(INTERRUPT_INPUT_PROMPT),
+            PromptKind::Resident => prompt_text((self.config.question_pending)()),
         }
     }
 
@@ -349,11 +356,9 @@ impl Inner {
         if !self.drawn {
             return;
         }
-        let up = self.cursor_row;
-        if up > 0 {
-            self.write(&format!("\x1b[{up}A"));
-        }
-        self.write("\r\x1b[J");
+        self.control(Control::Up(self.cursor_row));
+        self.control(Control::Cr);
+        self.control(Control::EraseDown);
         self.drawn = false;
         self.cursor_row = 0;
     }
@@ -364,10 +369,9 @@ impl Inner {
         let mut rows = 0;
         let spinners: Vec<String> = self.spinners.values().cloned().collect();
         for s in spinners {
-            let line = fit(&s, cols.saturating_sub(1).max(1));
-            let line = Style::Dim.paint_if(&line, self.config.color);
-            self.write(&line);
-            self.write("\r\n");
+            let line = Line::styled(Style::Dim, fit(&s, cols.saturating_sub(1).max(1)));
+            self.line(&line);
+            self.control(Control::CrLf);
             rows += 1;
         }
         if self.prompt == PromptKind::Hidden {
@@ -375,44 +379,42 @@ impl Inner {
             self.drawn = rows > 0;
             return;
         }
-        let prompt = self.prompt_styled();
-        let input = self.input.clone();
-        self.write(&prompt);
-        self.write(&input);
-        let p = place(&strip_sgr(&prompt), &input, self.cursor, cols);
+        let prompt = self.prompt_line();
+        // Placed as shown: what the boundary makes of the half-typed text (a pasted bidi or
+        // zero-width character is drawn as its mark), the cursor after the same characters.
+        let input = sanitize(&self.input);
+        let before: String = self.input.chars().take(self.cursor).collect();
+        let cursor = sanitize(&before).chars().count();
+        self.line(&prompt);
+        self.text(&input);
+        let p = place(prompt.as_str(), &input, cursor, cols);
         let mut at = p.end_row;
         if p.cursor_row > p.end_row {
             // The cursor is after a full last row: force the wrap so it shows below.
-            self.write("\r\n");
+            self.control(Control::CrLf);
             at += 1;
         }
-        if at > p.cursor_row {
-            self.write(&format!("\x1b[{}A", at - p.cursor_row));
-        }
-        self.write("\r");
-        if p.cursor_col > 0 {
-            self.write(&format!("\x1b[{}C", p.cursor_col));
-        }
+        self.control(Control::Up(at.saturating_sub(p.cursor_row)));
+        self.control(Control::Cr);
+        self.control(Control::Right(p.cursor_col));
         self.cursor_row = rows + p.cursor_row;
         self.drawn = true;
     }
 
     /// Prints finished lines above the bottom area.
-    fn output(&mut self, lines: &[String]) {
+    fn output(&mut self, lines: &[Line]) {
         if !self.config.screen {
             for l in lines {
-                let l = strip_sgr(l);
-                self.write(&l);
-                self.write("\n");
+                self.line(l);
+                self.text("\n");
             }
             self.flush();
             return;
         }
         self.erase();
         for l in lines {
-            let l = l.clone();
-            self.write(&l);
-            self.write("\r\n");
+            self.line(l);
+            self.control(Control::CrLf);
         }
         self.draw_bottom();
         self.flush();
@@ -600,14 +602,14 @@ mod tests {
         p.set_spinner(1, Some("spin".into()));
         p.print_rendered(&["\x1b[32m  + 完成\x1b[0m"]);
         p.print_lines(&["evil \x1b[2J\x1b]0;title\x07text\nsecond"]);
-        assert_eq!(buf.take(), "  + 完成\nevil text\nsecond\n");
+        assert_eq!(buf.take(), "  + 完成\nevil ␛␛text\nsecond\n");
     }
 
     #[test]
     fn untrusted_lines_cannot_move_the_cursor() {
         let (p, buf) = port(true, 80, Arc::new(AtomicBool::new(false)));
         p.print_lines(&["a\x1b[10;10Hb\rc"]);
-        assert_eq!(buf.take(), "abc\r\n");
+        assert_eq!(buf.take(), "a␛b␍c\r\n");
         p.print_styled(Style::Red, "x\x1b[31m");
         assert_eq!(buf.take(), "x\r\n");
     }

@@ -3,8 +3,10 @@
 //! inbox receipt, aside answers, the Ctrl-C prompt, the two input prompts).
 //!
 //! Pure: no I/O, no clock, no terminal. Every line is sanitised (untrusted text through
-//! [`sanitize`]), wrapped or cut to [`RenderOptions::width`], and only then styled, so the
-//! only SGR on screen is flowerbox's own and a style never spans two lines. Icons are ASCII
+//! [`sanitize`]), wrapped or cut to [`RenderOptions::width`], and only then given its styles:
+//! a [`Line`] whose pieces carry a [`Style`], never an escape sequence, so the terminal
+//! writer cleans every piece again and adds flowerbox's SGR itself, and a style never spans
+//! two lines. Icons are ASCII
 //! only (`= + ~ x > # * - ? <- ! . |`): emoji and box-drawing glyphs crashed terminals through
 //! glyph fallback. What shows depends on `verbose` (seed 000 `-v`): by default subagent text,
 //! non-error tool results and prompt events are hidden; subagent tool calls always show,
@@ -18,6 +20,7 @@ use crate::agent::{Event, EventKind};
 use crate::flow::frontend::WakeInfo;
 use crate::flow::goal::unverifiable_warning;
 use crate::model::ToolName;
+use crate::shown::Line;
 
 /// The prompt while a question is pending (seed 000 "常驻在最下面的输入提示符").
 pub const ANSWER_PROMPT: &str = "你的回答 (回车=跳过,让它自己判断) > ";
@@ -61,8 +64,8 @@ impl Default for RenderOptions {
 /// One styled piece of a line.
 type Seg = (Option<Style>, String);
 
-/// Cuts a line of segments to `width` (conservative measure) and paints it.
-fn finish(segs: Vec<Seg>, opts: &RenderOptions) -> String {
+/// Cuts a line of segments to `width` (conservative measure) and gives it its styles.
+fn finish(segs: Vec<Seg>, opts: &RenderOptions) -> Line {
     let plain: String = segs.iter().map(|(_, s)| s.as_str()).collect();
     let segs = if layout_width(&plain) > opts.width {
         // Re-cut the whole line and keep the first segment's style: rare, a last guard.
@@ -70,18 +73,15 @@ fn finish(segs: Vec<Seg>, opts: &RenderOptions) -> String {
     } else {
         segs
     };
-    segs.into_iter()
-        .map(|(style, s)| match style {
-            Some(st) if opts.color => st.paint(&s),
-            _ => s,
-        })
-        .collect::<String>()
-        .trim_end()
-        .to_string()
+    let mut line = Line::new();
+    for (style, s) in &segs {
+        line.push(*style, s);
+    }
+    line.trim_end()
 }
 
 /// A one-style line.
-fn line(style: Option<Style>, text: impl Into<String>, opts: &RenderOptions) -> String {
+fn line(style: Option<Style>, text: impl Into<String>, opts: &RenderOptions) -> Line {
     finish(vec![(style, text.into())], opts)
 }
 
@@ -92,7 +92,7 @@ fn block(
     first: &str,
     rest: &str,
     opts: &RenderOptions,
-) -> Vec<String> {
+) -> Vec<Line> {
     wrap(&sanitize(text), opts.width, first, rest)
         .into_iter()
         .map(|l| line(style, l, opts))
@@ -155,7 +155,7 @@ fn dollars(cost: Option<f64>) -> String {
 }
 
 /// The main thread's text as screen lines (what a `Text` event of depth 0 shows).
-pub fn text_lines(text: &str, opts: &RenderOptions) -> Vec<String> {
+pub fn text_lines(text: &str, opts: &RenderOptions) -> Vec<Line> {
     if text.trim().is_empty() {
         return Vec::new();
     }
@@ -163,7 +163,7 @@ pub fn text_lines(text: &str, opts: &RenderOptions) -> Vec<String> {
 }
 
 /// The lines for one event (possibly none). See the module doc for what shows when.
-pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<String> {
+pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<Line> {
     let sub = ev.depth > 0;
     // A subagent's lines name it: parallel workers' lines interleave.
     let named = format!("{GUTTER}{} ", one_line(&ev.agent));
@@ -174,7 +174,7 @@ pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<String> {
             let used = layout_width("== ") + layout_width(&name) + 1;
             let bar = "=".repeat(opts.width.saturating_sub(used).max(4));
             vec![
-                String::new(),
+                Line::new(),
                 line(Some(Style::BoldCyan), format!("== {name} {bar}"), opts),
             ]
         }
@@ -287,7 +287,7 @@ pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<String> {
             options,
             remaining,
         } => {
-            let mut out = vec![String::new()];
+            let mut out = vec![Line::new()];
             out.extend(block(
                 Some(Style::BoldYellow),
                 question,
@@ -340,7 +340,7 @@ pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<String> {
             degraded,
         } => {
             let mut out = vec![
-                String::new(),
+                Line::new(),
                 line(
                     Some(Style::BoldYellow),
                     format!(
@@ -390,10 +390,10 @@ fn handoff(
     degraded: bool,
     sections: &[(String, String)],
     opts: &RenderOptions,
-) -> Vec<String> {
+) -> Vec<Line> {
     let ctx = human_tokens(context);
     let mut out = vec![
-        String::new(),
+        Line::new(),
         line(
             Some(Style::BoldYellow),
             format!("# 上下文 {ctx}/{}K —— 写交接准备换代", window / 1000),
@@ -426,20 +426,19 @@ fn handoff(
     if !path.is_empty() {
         let shown = shorten_home(Path::new(&one_line(path)), opts.home.as_deref());
         // Not cut to the width, like the closing line: the path must stay whole for copying.
-        let text = format!("<- 交接写在 {shown}");
-        out.push(Style::Dim.paint_if(&text, opts.color));
+        out.push(Line::styled(Style::Dim, format!("<- 交接写在 {shown}")));
     }
     out.push(line(
         Some(Style::Dim),
         format!("<- 新会话接手,上下文从 {ctx} 重新开始"),
         opts,
     ));
-    out.push(String::new());
+    out.push(Line::new());
     out
 }
 
 /// `<- 在 ~/proj 接上上次  需求已确认 · 目标 7 条 · 干活上下文 71.4K · 第 3 次唤醒`.
-pub fn wake_banner(info: &WakeInfo, opts: &RenderOptions) -> String {
+pub fn wake_banner(info: &WakeInfo, opts: &RenderOptions) -> Line {
     let mut bits = vec!["需求已确认".to_string()];
     if let Some(n) = info.checks.filter(|n| *n > 0) {
         bits.push(format!("目标 {n} 条"));
@@ -467,13 +466,7 @@ pub fn wake_banner(info: &WakeInfo, opts: &RenderOptions) -> String {
 /// `总花费 $1.2345 · 清单 /abs/runs/manifest.json`; `总花费 ≥ $X` when some cost is unknown;
 /// `总花费 未知` when no cost is known (never `$-0.0000`: unknown is not zero). Not cut to the
 /// width: the path must stay whole for copying.
-pub fn closing_line(
-    cost_usd: f64,
-    all_known: bool,
-    any_known: bool,
-    manifest: &Path,
-    opts: &RenderOptions,
-) -> String {
+pub fn closing_line(cost_usd: f64, all_known: bool, any_known: bool, manifest: &Path) -> Line {
     // -0.0 (an empty float sum) and rounding noise print as $0.0000.
     let usd = if cost_usd > 0.0 { cost_usd } else { 0.0 };
     let cost = match (all_known, any_known) {
@@ -481,15 +474,17 @@ pub fn closing_line(
         (false, true) => format!("≥ ${usd:.4}"),
         (false, false) => "未知".to_string(),
     };
-    let text = format!(
-        "总花费 {cost} · 清单 {}",
-        one_line(&manifest.display().to_string())
-    );
-    Style::Dim.paint_if(&text, opts.color)
+    Line::styled(
+        Style::Dim,
+        format!(
+            "总花费 {cost} · 清单 {}",
+            one_line(&manifest.display().to_string())
+        ),
+    )
 }
 
 /// The inbox receipt after the human typed a message (seed 000 "你敲的东西去哪了").
-pub fn inbox_receipt(appended: bool, opts: &RenderOptions) -> String {
+pub fn inbox_receipt(appended: bool, opts: &RenderOptions) -> Line {
     let tail = if appended {
         "已追加进确认书"
     } else {
@@ -508,13 +503,13 @@ pub fn inbox_receipt(appended: bool, opts: &RenderOptions) -> String {
 }
 
 /// The aside oracle's answer block: `# 旁路`, the answer indented, and its cost.
-pub fn aside_answer(text: &str, cost_usd: Option<f64>, opts: &RenderOptions) -> Vec<String> {
+pub fn aside_answer(text: &str, cost_usd: Option<f64>, opts: &RenderOptions) -> Vec<Line> {
     let text = if text.trim().is_empty() {
         "(没有回答)"
     } else {
         text
     };
-    let mut out = vec![String::new(), line(Some(Style::Magenta), "# 旁路", opts)];
+    let mut out = vec![Line::new(), line(Some(Style::Magenta), "# 旁路", opts)];
     out.extend(block(None, text, "  ", "  ", opts));
     out.push(line(
         Some(Style::Dim),
@@ -525,22 +520,22 @@ pub fn aside_answer(text: &str, cost_usd: Option<f64>, opts: &RenderOptions) -> 
 }
 
 /// The aside oracle's failure line: `# 旁路问答失败:<类型>: <消息>` in red.
-pub fn aside_failure(kind: &str, message: &str, opts: &RenderOptions) -> Vec<String> {
-    let mut out = vec![String::new()];
+pub fn aside_failure(kind: &str, message: &str, opts: &RenderOptions) -> Vec<Line> {
+    let mut out = vec![Line::new()];
     let text = format!("# 旁路问答失败:{}: {}", one_line(kind), one_line(message));
     out.extend(block(Some(Style::Red), &text, "", "  ", opts));
     out
 }
 
 /// Shown before waiting (up to 120 s) for pending aside answers at exit.
-pub fn aside_waiting(n: usize, opts: &RenderOptions) -> String {
+pub fn aside_waiting(n: usize, opts: &RenderOptions) -> Line {
     line(Some(Style::Dim), format!("(等 {n} 条旁路问答收尾…)"), opts)
 }
 
 /// The first two lines of the Ctrl-C prompt; the third is [`INTERRUPT_INPUT_PROMPT`].
-pub fn interrupt_prompt(opts: &RenderOptions) -> Vec<String> {
+pub fn interrupt_prompt(opts: &RenderOptions) -> Vec<Line> {
     vec![
-        String::new(),
+        Line::new(),
         line(
             Some(Style::Yellow),
             "! 已打断这一轮。正在跑的 subagent 会丢掉半成品。",
@@ -555,7 +550,7 @@ pub fn interrupt_prompt(opts: &RenderOptions) -> Vec<String> {
 }
 
 /// The extra line after an interrupt when questions are still waiting; `None` for zero.
-pub fn interrupt_pending_note(pending: usize, opts: &RenderOptions) -> Option<String> {
+pub fn interrupt_pending_note(pending: usize, opts: &RenderOptions) -> Option<Line> {
     (pending > 0).then(|| {
         line(
             Some(Style::Dim),
@@ -566,19 +561,19 @@ pub fn interrupt_pending_note(pending: usize, opts: &RenderOptions) -> Option<St
 }
 
 /// The resident prompt, styled: [`ANSWER_PROMPT`] while a question is pending, otherwise
-/// [`IDLE_PROMPT`]. Ends in `"> "`; measure it with [`super::sanitize::display_width`].
-pub fn prompt_text(question_pending: bool, opts: &RenderOptions) -> String {
+/// [`IDLE_PROMPT`]. Ends in `"> "`, unstyled.
+pub fn prompt_text(question_pending: bool) -> Line {
     let (style, text) = if question_pending {
         (Style::Yellow, ANSWER_PROMPT)
     } else {
         (Style::Dim, IDLE_PROMPT)
     };
     let body = text.trim_end_matches("> ");
-    format!("{}> ", style.paint_if(body, opts.color))
+    Line::styled(style, body).with(None, "> ")
 }
 
 /// The warning when stdin is not a terminal (seed 000 "管道喂 stdin").
-pub fn stdin_not_tty_warning(opts: &RenderOptions) -> String {
+pub fn stdin_not_tty_warning(opts: &RenderOptions) -> Line {
     line(
         Some(Style::Yellow),
         "! 标准输入不是终端,没人能回答提问。想让它自己判断就加 --timeout 0",
@@ -627,7 +622,7 @@ impl Tally {
     /// `  - 上下文 71.4K · 累计 $0.1200 · 1:23` (`≥ $` when some cost is unknown; no context
     /// part before the first model call). Four decimals, as the step line and the closing line
     /// show cost: a `once` of $0.0015 must not say `累计 $0.00` under `$0.0015`.
-    pub fn status_line(&self, run_time: Duration, opts: &RenderOptions) -> String {
+    pub fn status_line(&self, run_time: Duration, opts: &RenderOptions) -> Line {
         let mut bits = Vec::new();
         if self.context_tokens > 0 {
             bits.push(format!("上下文 {}", human_tokens(self.context_tokens)));

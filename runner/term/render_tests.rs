@@ -36,7 +36,7 @@ fn verbose() -> RenderOptions {
     }
 }
 
-fn r(depth: u32, kind: EventKind, opts: &RenderOptions) -> Vec<String> {
+fn r(depth: u32, kind: EventKind, opts: &RenderOptions) -> Vec<Line> {
     render(&ev(depth, kind), opts)
 }
 
@@ -300,7 +300,8 @@ fn a_long_handoff_path_stays_whole() {
         *path = long.clone();
     }
     let lines = r(0, ev, &plain());
-    assert!(lines.contains(&format!("<- 交接写在 {long}")), "{lines:?}");
+    let shown = format!("<- 交接写在 {long}");
+    assert!(lines.iter().any(|l| *l == shown), "{lines:?}");
 }
 
 #[test]
@@ -426,21 +427,21 @@ fn wake_banner_as_the_seed() {
 fn closing_line_says_at_least_when_cost_is_unknown() {
     let m = Path::new("/abs/path/runs/manifest.json");
     assert_eq!(
-        closing_line(1.2345, true, true, m, &plain()),
+        closing_line(1.2345, true, true, m),
         "总花费 $1.2345 · 清单 /abs/path/runs/manifest.json"
     );
     assert_eq!(
-        closing_line(0.5, false, true, m, &plain()),
+        closing_line(0.5, false, true, m),
         "总花费 ≥ $0.5000 · 清单 /abs/path/runs/manifest.json"
     );
     // Every cost unknown (a local model): unknown, never `≥ $-0.0000` (an empty float sum
     // is -0.0).
     let empty: f64 = std::iter::empty::<f64>().sum();
     assert_eq!(
-        closing_line(empty, false, false, m, &plain()),
+        closing_line(empty, false, false, m),
         "总花费 未知 · 清单 /abs/path/runs/manifest.json"
     );
-    assert!(!closing_line(empty, true, true, m, &plain()).contains('-'));
+    assert!(!closing_line(empty, true, true, m).contains('-'));
 }
 
 #[test]
@@ -515,15 +516,9 @@ fn interrupt_prompt_and_prompts() {
         Some("  (有 2 个提问还等着,打断不影响它们)")
     );
     assert_eq!(interrupt_pending_note(0, &plain()), None);
-    assert_eq!(prompt_text(true, &plain()), ANSWER_PROMPT);
-    assert_eq!(prompt_text(false, &plain()), IDLE_PROMPT);
-    let styled = prompt_text(
-        true,
-        &RenderOptions {
-            color: true,
-            ..plain()
-        },
-    );
+    assert_eq!(prompt_text(true), ANSWER_PROMPT);
+    assert_eq!(prompt_text(false), IDLE_PROMPT);
+    let styled = prompt_text(true).painted(true);
     assert_eq!(strip_sgr(&styled), ANSWER_PROMPT);
     assert!(styled.ends_with("> "));
 }
@@ -567,7 +562,7 @@ fn model_text_cannot_drive_the_terminal() {
     ];
     for k in kinds {
         for l in render(&ev(0, k.clone()), &opts) {
-            let rest = strip_sgr(&l);
+            let rest = strip_sgr(&l.painted(true));
             assert!(
                 !rest.contains('\x1b') && !rest.contains('\r'),
                 "{k:?} -> {l:?}"
@@ -576,7 +571,8 @@ fn model_text_cannot_drive_the_terminal() {
             assert!(!rest.contains("[31m") && !rest.contains("owned"), "{l:?}");
         }
     }
-    assert_eq!(r(0, text(nasty), &plain()), vec!["  hi therered"]);
+    // What was there stays readable: a mark per sequence, a picture for the carriage return.
+    assert_eq!(r(0, text(nasty), &plain()), vec!["  ␛␛hi␛ there␍red␛"]);
 }
 
 #[test]
@@ -586,8 +582,9 @@ fn colour_is_per_line_and_only_when_asked() {
         ..plain()
     };
     let lines = r(0, EventKind::Thinking { text: "想".into() }, &opts);
-    assert_eq!(lines, vec!["\x1b[36m  ~ 想\x1b[0m"]);
+    assert_eq!(lines[0].painted(true), "\x1b[36m  ~ 想\x1b[0m");
     assert!(r(0, EventKind::Thinking { text: "想".into() }, &plain())[0]
+        .painted(false)
         .find('\x1b')
         .is_none());
 }

@@ -1,10 +1,12 @@
-//! The output port's safety and geometry (seed 000 "屏幕上都是什么": "所有输出行先过一遍消毒,
-//! 只放行 flower 自己的 SGR 颜色码 … 宽度取 max(40, min(终端列数, 110))").
+//! The screen's geometry (seed 000 "屏幕上都是什么": "所有输出行先过一遍消毒,只放行 flower 自己的
+//! SGR 颜色码 … 宽度取 max(40, min(终端列数, 110))") and the sanitiser as the renderer uses it.
 //!
-//! Model and tool text may carry any byte: `ESC[2J` (clear screen), cursor moves, OSC titles,
-//! DCS strings, bare `\r`. [`sanitize`] removes every escape and control sequence *whole* (a
-//! lone `ESC` removed from `ESC[2J` would leave `[2J` on screen). flowerbox's own colours are
-//! applied afterwards with [`Style::paint`], the only source of SGR in the process.
+//! Model and tool text may carry any byte: `ESC[2J` (clear screen), cursor moves, OSC titles
+//! and clipboard writes, bidi overrides, zero-width characters, a bare `\r`. [`sanitize`] is
+//! [`crate::shown::clean`], the one sanitiser (its module doc has the rules): the renderer
+//! cleans untrusted text before it measures and wraps it, and the terminal writer
+//! ([`crate::shown::Terminal`]) cleans everything again on the way out, applying flowerbox's
+//! own colours ([`Style`] on the pieces of a [`crate::shown::Line`]) only after that.
 //!
 //! Widths: [`display_width`] is what a terminal renders (East Asian ambiguous characters count
 //! 1, as in xterm/tmux defaults; SGR counts 0) and is what cursor placement uses.
@@ -13,8 +15,7 @@
 
 use unicode_width::UnicodeWidthChar;
 
-/// The SGR reset sequence.
-const RESET: &str = "\x1b[0m";
+pub use crate::shown::Style;
 
 /// Width of the screen flowerbox draws on, in columns: `max(40, min(columns, 110))`
 /// (seed 000: wide terminals are deliberately not filled).
@@ -22,154 +23,11 @@ pub fn screen_width(columns: usize) -> usize {
     columns.clamp(40, 110)
 }
 
-/// Removes every escape/control sequence from untrusted text, keeping `\n` and `\t`.
-///
-/// Removed whole: CSI (`ESC [` … final byte, and 8-bit `U+009B`), OSC (`ESC ]` … BEL/ST),
-/// DCS/SOS/PM/APC strings (`ESC P`, `ESC X`, `ESC ^`, `ESC _` … ST) and their 8-bit forms,
-/// two-byte and nF escapes (`ESC c`, `ESC 7`, `ESC ( B`), a lone `ESC`. Removed characters: C0
-/// controls except `\n` and `\t` (so `\r` and BEL go), DEL, and C1 controls `U+0080–U+009F`.
-/// An unterminated string sequence ends at the next newline, so one stray `ESC ]` cannot
-/// swallow the rest of a long tool output.
+/// Untrusted text made safe to show: [`crate::shown::clean`]. Keeps `\n` and `\t`; escape
+/// sequences go whole (`␛` in their place, nothing for a colour), other controls and
+/// invisible characters become visible marks.
 pub fn sanitize(text: &str) -> String {
-    let chars: Vec<char> = text.chars().collect();
-    let mut out = String::with_capacity(text.len());
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        match c {
-            '\u{1b}' => i = skip_escape(&chars, i + 1),
-            '\u{9b}' => i = skip_csi(&chars, i + 1),
-            '\u{9d}' | '\u{90}' | '\u{98}' | '\u{9e}' | '\u{9f}' => i = skip_string(&chars, i + 1),
-            '\n' | '\t' => {
-                out.push(c);
-                i += 1;
-            }
-            c if (c as u32) < 0x20 || c == '\u{7f}' || ('\u{80}'..='\u{9f}').contains(&c) => {
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    out
-}
-
-/// Skips what follows an `ESC` at `i`; returns the index after the sequence.
-fn skip_escape(chars: &[char], i: usize) -> usize {
-    let Some(&next) = chars.get(i) else {
-        return i;
-    };
-    match next {
-        '[' => skip_csi(chars, i + 1),
-        ']' | 'P' | 'X' | '^' | '_' => skip_string(chars, i + 1),
-        // nF escapes: intermediates 0x20–0x2F, then a final 0x30–0x7E (`ESC ( B`).
-        '\u{20}'..='\u{2f}' => {
-            let mut j = i;
-            while matches!(chars.get(j), Some('\u{20}'..='\u{2f}')) {
-                j += 1;
-            }
-            match chars.get(j) {
-                Some('\u{30}'..='\u{7e}') => j + 1,
-                _ => j,
-            }
-        }
-        // Fp/Fe/Fs two-character escapes (`ESC 7`, `ESC M`, `ESC c`).
-        '\u{30}'..='\u{7e}' => i + 1,
-        // Not a sequence: drop the ESC alone and keep what follows.
-        _ => i,
-    }
-}
-
-/// Skips a CSI body (parameters 0x30–0x3F, intermediates 0x20–0x2F, final 0x40–0x7E).
-/// A malformed body ends where the first out-of-range character appears; that character is
-/// processed normally.
-fn skip_csi(chars: &[char], mut i: usize) -> usize {
-    while let Some(&c) = chars.get(i) {
-        match c {
-            '\u{20}'..='\u{3f}' => i += 1,
-            '\u{40}'..='\u{7e}' => return i + 1,
-            _ => return i,
-        }
-    }
-    i
-}
-
-/// Skips a string sequence body up to BEL, ST (`ESC \` or `U+009C`) or, defensively, a
-/// newline (kept for the caller).
-fn skip_string(chars: &[char], mut i: usize) -> usize {
-    while let Some(&c) = chars.get(i) {
-        match c {
-            '\u{7}' | '\u{9c}' => return i + 1,
-            '\u{1b}' if chars.get(i + 1) == Some(&'\\') => return i + 2,
-            '\n' => return i,
-            _ => i += 1,
-        }
-    }
-    i
-}
-
-/// flowerbox's colours. The hue says who is talking (flower's rule), never decoration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Style {
-    /// Failures and errors (`x`).
-    Red,
-    /// Done, answered, received (`+`).
-    Green,
-    /// Questions, warnings, handoffs, retries (`?`, `!`, `#`, `~`).
-    Yellow,
-    /// The main thread's tool calls (`*`).
-    Blue,
-    /// Dispatch and the aside oracle (`>`, `# 旁路`).
-    Magenta,
-    /// The main thread's thinking (`~`).
-    Cyan,
-    /// Secondary text: status lines, subagents, hints.
-    Dim,
-    /// Emphasis.
-    Bold,
-    /// Step separators.
-    BoldCyan,
-    /// Questions and the handoff header.
-    BoldYellow,
-}
-
-impl Style {
-    /// The SGR parameters of this style.
-    fn code(self) -> &'static str {
-        match self {
-            Style::Red => "31",
-            Style::Green => "32",
-            Style::Yellow => "33",
-            Style::Blue => "34",
-            Style::Magenta => "35",
-            Style::Cyan => "36",
-            Style::Dim => "2",
-            Style::Bold => "1",
-            Style::BoldCyan => "1;36",
-            Style::BoldYellow => "1;33",
-        }
-    }
-
-    /// Wraps `text` in this style's SGR and a reset. `text` must already be sanitised and must
-    /// be one screen line (a style never spans lines, so erasing and redrawing the prompt
-    /// cannot leave a colour switched on).
-    pub fn paint(self, text: &str) -> String {
-        if text.is_empty() {
-            return String::new();
-        }
-        format!("\x1b[{}m{text}{RESET}", self.code())
-    }
-
-    /// [`Style::paint`] when `on`, the plain text otherwise (pipes, `NO_COLOR`).
-    pub fn paint_if(self, text: &str, on: bool) -> String {
-        if on {
-            self.paint(text)
-        } else {
-            text.to_string()
-        }
-    }
+    crate::shown::clean(text).into_owned()
 }
 
 /// Removes SGR sequences (`ESC [ digits/; m`) and nothing else; for measuring styled lines.
@@ -362,60 +220,17 @@ mod tests {
     }
 
     #[test]
-    fn sanitize_removes_csi_whole() {
-        assert_eq!(sanitize("a\x1b[2Jb\x1b[10;20Hc\x1b[31md"), "abcd");
-        assert_eq!(sanitize("x\x1b[?1049hy"), "xy");
-        // 8-bit CSI.
-        assert_eq!(sanitize("a\u{9b}2Jb"), "ab");
-    }
-
-    #[test]
-    fn sanitize_removes_osc_dcs_and_strings() {
-        assert_eq!(sanitize("a\x1b]0;title\x07b"), "ab");
-        assert_eq!(
-            sanitize("a\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\b"),
-            "alinkb"
-        );
-        assert_eq!(sanitize("a\x1bPq#0;2;0;0;0\x1b\\b"), "ab");
-        assert_eq!(sanitize("a\x1b_apc\x1b\\b\x1b^pm\x07c"), "abc");
-        assert_eq!(sanitize("a\u{9d}0;t\u{9c}b"), "ab");
-    }
-
-    #[test]
-    fn sanitize_unterminated_string_stops_at_newline() {
-        assert_eq!(sanitize("a\x1b]0;never ends\nnext line"), "a\nnext line");
-    }
-
-    #[test]
-    fn sanitize_removes_single_escapes_and_lone_esc() {
-        assert_eq!(sanitize("a\x1bcb\x1b7c\x1b8d\x1bMe"), "abcde");
-        assert_eq!(sanitize("a\x1b(Bb"), "ab");
-        assert_eq!(sanitize("end\x1b"), "end");
-        assert_eq!(sanitize("a\x1b\u{4e2d}"), "a\u{4e2d}");
-    }
-
-    #[test]
-    fn sanitize_removes_controls_but_keeps_newline_and_tab() {
-        assert_eq!(sanitize("a\rb\x07c\x08d\x7fe\u{85}f\u{8f}g"), "abcdefg");
+    fn sanitize_is_the_one_sanitiser() {
+        assert_eq!(sanitize("a\x1b[2Jb\x1b[31mc\x1b[0m\rd"), "a␛bc␍d");
         assert_eq!(sanitize("line1\n\tline2"), "line1\n\tline2");
-        assert_eq!(sanitize("中文 ok"), "中文 ok");
     }
 
     #[test]
-    fn nothing_after_sanitize_starts_an_escape() {
-        let nasty = "\x1b[2J\x1b[H\x1b]0;x\x07\x1bP1$r\x1b\\\u{9b}1A\r\x1b";
-        let s = sanitize(nasty);
-        assert!(!s.contains('\u{1b}') && !s.contains('\r'), "{s:?}");
-    }
-
-    #[test]
-    fn style_is_the_only_sgr_and_strip_measures_it() {
-        let p = Style::Red.paint("失败");
+    fn strip_measures_styled_text() {
+        let p = crate::shown::Line::styled(Style::Red, "失败").painted(true);
         assert_eq!(p, "\x1b[31m失败\x1b[0m");
         assert_eq!(strip_sgr(&p), "失败");
         assert_eq!(display_width(&p), 4);
-        assert_eq!(Style::Dim.paint_if("x", false), "x");
-        assert_eq!(Style::Bold.paint(""), "");
     }
 
     #[test]

@@ -25,10 +25,7 @@ pub const UNKNOWN_COLUMNS: usize = 100;
 
 /// The terminal's width in columns, when stdout is a terminal that says.
 pub fn stdout_columns() -> Option<usize> {
-    let mut ws: nix::libc::winsize = unsafe { std::mem::zeroed() };
-    // SAFETY: TIOCGWINSZ fills a winsize struct we own; failure leaves it zeroed.
-    let rc = unsafe { nix::libc::ioctl(nix::libc::STDOUT_FILENO, nix::libc::TIOCGWINSZ, &mut ws) };
-    (rc == 0 && ws.ws_col > 0).then_some(ws.ws_col as usize)
+    crate::shown::columns(crate::shown::Stream::Stdout)
 }
 
 /// The columns every frontend lays its lines out for (before

@@ -3,12 +3,16 @@
 //!
 //! indicatif draws nothing on a stderr that is not a terminal, so a first run in CI used to sit
 //! silent for minutes while the base image was built. Plain mode prints every stage and, at most
-//! every [`DETAIL_EVERY`], the build's latest output line, each with the elapsed time.
+//! every [`DETAIL_EVERY`], the build's latest output line, each with the elapsed time. Both go
+//! through the output boundary ([`crate::shown`]): the build's output lines come from a
+//! container and are cleaned on the way to the terminal like any other text.
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use std::io::{IsTerminal, Write};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::Write;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use crate::shown::Stream;
 
 /// Least time between two detail lines in plain mode.
 pub const DETAIL_EVERY: Duration = Duration::from_secs(5);
@@ -36,8 +40,8 @@ impl BuildProgress {
         if !visible {
             return BuildProgress::Hidden;
         }
-        if std::io::stderr().is_terminal() {
-            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        if crate::shown::is_terminal(Stream::Stderr) {
+            let bar = ProgressBar::with_draw_target(None, crate::shown::bar_target(Stream::Stderr));
             bar.set_style(
                 ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}")
                     .expect("valid template"),
@@ -45,7 +49,7 @@ impl BuildProgress {
             bar.enable_steady_tick(Duration::from_millis(120));
             return BuildProgress::Bar(bar);
         }
-        Self::lines(Box::new(std::io::stderr()))
+        Self::lines(Box::new(crate::shown::stderr()))
     }
 
     /// Plain lines into `out`.
@@ -148,7 +152,7 @@ mod tests {
     fn hidden_prints_nothing_and_stderr_off_a_terminal_is_lines() {
         BuildProgress::Hidden.stage("x".into());
         // The test harness's stderr is captured, not a terminal.
-        if !std::io::stderr().is_terminal() {
+        if !crate::shown::is_terminal(Stream::Stderr) {
             assert!(matches!(
                 BuildProgress::stderr(true),
                 BuildProgress::Lines(_)

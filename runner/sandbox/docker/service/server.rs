@@ -29,6 +29,15 @@ use tokio::sync::mpsc;
 use super::proto::{self, Exit, Failed, FrameReader, Hello, Kill, Killed, Kind, Run, Started};
 use crate::sandbox::docker::exec::MARKER_VAR;
 
+/// A line on the service's stderr (the exec's stderr stream, read by the host), through the
+/// output boundary like every other line flowerbox writes.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!($crate::shown::stderr(), $($arg)*);
+    }};
+}
+
 /// How long the output pipes may stay open after the shell exited before the service lets go.
 const LET_GO: Duration = Duration::from_millis(200);
 /// Requests queued between the stdin thread and the runtime.
@@ -38,7 +47,7 @@ const QUEUE: usize = 64;
 pub fn serve() -> i32 {
     // Before anything else: no same-uid process may open our fds or trace us.
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
-        eprintln!("flowerbox exec service: cannot make itself non-dumpable: {e}");
+        say!("flowerbox exec service: cannot make itself non-dumpable: {e}");
         return 1;
     }
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -47,7 +56,7 @@ pub fn serve() -> i32 {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("flowerbox exec service: {e}");
+            say!("flowerbox exec service: {e}");
             return 1;
         }
     };
@@ -55,10 +64,14 @@ pub fn serve() -> i32 {
 }
 
 async fn run() -> i32 {
-    let out_tx = match std::io::stdout().as_fd().try_clone_to_owned() {
+    // The protocol channel to the host (length-prefixed frames), not a person's terminal: the
+    // host decodes it with a bounded reader and shows only what it cleans.
+    #[allow(clippy::disallowed_methods)]
+    let stdout = std::io::stdout();
+    let out_tx = match stdout.as_fd().try_clone_to_owned() {
         Ok(fd) => Out(Arc::new(std::fs::File::from(fd))),
         Err(e) => {
-            eprintln!("flowerbox exec service: stdout: {e}");
+            say!("flowerbox exec service: stdout: {e}");
             return 1;
         }
     };
@@ -83,7 +96,7 @@ async fn run() -> i32 {
                     }
                     Ok(None) => break,
                     Err(e) => {
-                        eprintln!("flowerbox exec service: {e}");
+                        say!("flowerbox exec service: {e}");
                         return;
                     }
                 }
