@@ -19,15 +19,31 @@ q() { printf "'%s'" "${1//\'/\'\'}"; }
 
 [ -f "$db" ] && [ -f "$manifest" ] || { echo "demo 失败:$ws/runs/ 里没有 sessions.db 或 manifest.json" >&2; exit 1; }
 
+# flowerbox's sanitiser (runner/shown/clean.rs) in jq, for what this script prints and writes
+# to notes/: an escape sequence becomes one ␛ (a colour code nothing), other controls their
+# control picture, C1/bidi/invisible characters <U+XXXX>; \r\n a newline.
+clean_jq='
+def hex4: [(. / 4096 | floor) % 16, (. / 256 | floor) % 16, (. / 16 | floor) % 16, . % 16]
+  | map("0123456789ABCDEF"[.:.+1]) | add;
+def clean:
+  gsub("\r\n"; "\n")
+  | gsub("\u001b\\[[0-9;:]*m"; "")
+  | gsub("\u001b(\\[[0-?]*[ -/]*[@-~]|[\\]PX^_][^\u0007\u001b\n]*(\u0007|\u001b\\\\)|[ -/]+[0-~]|[0-~])"; "␛")
+  | gsub("(?<c>[\u0000-\u0008\u000b-\u001f\u007f])";
+      [(.c | explode[0]) + (if .c == "\u007f" then 9122 else 9216 end)] | implode)
+  | gsub("(?<c>[\u0080-\u009f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb])";
+      "<U+" + (.c | explode[0] | hex4) + ">");
+'
+
 # The Bash calls of one session with the output each got: "$ command" then the output, indented.
 evidence() {
   sql "SELECT payload FROM entries WHERE session_id = $(q "$1") AND kind = 'message' ORDER BY seq" |
-    jq -rs '
+    jq -rs "$clean_jq"'
       (map(select(.role == "user") | .content[] | select(.type == "tool_result")
            | {key: .tool_use_id, value: .content}) | from_entries) as $out
       | .[] | select(.role == "assistant") | .content[]
       | select(.type == "tool_use" and .name == "Bash")
-      | "$ \(.input.command)\n\(($out[.id] // "(没有结果)") | gsub("\r"; "") | split("\n") | map("    " + .) | join("\n"))"'
+      | "$ \(.input.command | clean)\n\(($out[.id] // "(没有结果)") | clean | split("\n") | map("    " + .) | join("\n"))"'
 }
 
 # The conclusion line of a verdict text.
@@ -50,7 +66,7 @@ n=0
 for step in $judge_steps; do
   n=$((n + 1))
   sid=$(sql "SELECT id FROM sessions WHERE step = $(q "$step") AND run = $(q "$run_id") ORDER BY created_at DESC LIMIT 1")
-  verdict=$(jq -r --arg s "$step" 'map(select(.step == $s)) | last | .text' <<<"$rows" | conclusion)
+  verdict=$(jq -r --arg s "$step" "$clean_jq"'map(select(.step == $s)) | last | .text // "" | clean' <<<"$rows" | conclusion)
   seen=$(evidence "$sid")
   printf '\n[%s] 结论 %s\n%s\n' "$step" "${verdict:-?}" "$seen"
   evidence_md+="
