@@ -738,18 +738,9 @@ fn doctor_shows_mcp_names_from_a_container_clean() {
 
 // -- workflow files --------------------------------------------------------------------------
 
-#[test]
-fn a_workflow_file_s_errors_quote_its_lines_clean() {
-    let p = Project::new();
-    let model = ScriptedModel::start(&json!({"agents": []}));
-    // A line TOML cannot parse: the error quotes it.
-    std::fs::write(
-        p.ws.join("flows.toml"),
-        format!("[main]\nname = \"x\" {}\n", payload("WORKFLOW")),
-    )
-    .unwrap();
-    // A declared workflow whose error names a step (TOML escapes make the name hostile).
-    let toml_escaped: String = payload("STEPNAME")
+/// `payload(tag)` as a TOML basic string's body (its controls as `\uXXXX` escapes).
+fn toml_escaped(tag: &str) -> String {
+    payload(tag)
         .chars()
         .map(|c| match c {
             c if (c as u32) < 0x20
@@ -761,19 +752,45 @@ fn a_workflow_file_s_errors_quote_its_lines_clean() {
             }
             c => c.to_string(),
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn a_workflow_file_s_errors_and_step_names_are_shown_clean() {
+    let p = Project::new();
+    let model = ScriptedModel::start(&json!({"agents": []}));
+    // A line TOML cannot parse: the error quotes it.
+    std::fs::write(
+        p.ws.join("flows.toml"),
+        format!("[main]\nname = \"x\" {}\n", payload("WORKFLOW")),
+    )
+    .unwrap();
+    // A declared workflow whose error names a step.
     std::fs::write(
         p.ws.join("steps.toml"),
         format!(
-            "[main]\n[[main.steps]]\nname = \"{toml_escaped}\"\nrole = \"coordinator\"\n\
-             prompt = \"{{{{确认需求}}}}\"\n"
+            "[main]\n[[main.steps]]\nname = \"{}\"\nrole = \"coordinator\"\n\
+             prompt = \"{{{{确认需求}}}}\"\n",
+            toml_escaped("STEPNAME")
         ),
     )
     .unwrap();
+    // A valid one whose step runs (and stops: the model has nothing to say): its name is on
+    // the screen, in the log, the manifest and the lineage.
+    std::fs::write(
+        p.ws.join("run.toml"),
+        format!(
+            "[main]\n[[main.steps]]\nname = \"{}\"\nrole = \"worker\"\nprompt = \"做\"\n",
+            toml_escaped("RUNSTEP")
+        ),
+    )
+    .unwrap();
+    let tags = ["WORKFLOW", "STEPNAME", "RUNSTEP"];
     let mut t = Tally::default();
     for (target, tag) in [
         ("flows.toml:main", "WORKFLOW"),
         ("steps.toml:main", "STEPNAME"),
+        ("run.toml:main", "RUNSTEP"),
     ] {
         let mut c = Command::new(bin());
         c.env_clear()
@@ -789,14 +806,30 @@ fn a_workflow_file_s_errors_quote_its_lines_clean() {
             .stderr(Stdio::piped());
         let out = flowerbox_testkit::wait_bounded(c.spawn().unwrap(), BOUND).expect("bounded");
         assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let both = [out.stdout.as_slice(), out.stderr.as_slice()].concat();
         assert!(
-            Tally::reached(&out.stderr, tag),
+            Tally::reached(&both, tag),
             "{tag}: {}",
-            String::from_utf8_lossy(&out.stderr)
+            String::from_utf8_lossy(&both)
         );
-        t.scan(&format!("{target} stdout"), &out.stdout, false, &[tag]);
-        t.scan(&format!("{target} stderr"), &out.stderr, false, &[tag]);
+        t.scan(&format!("{target} stdout"), &out.stdout, false, &tags);
+        t.scan(&format!("{target} stderr"), &out.stderr, false, &tags);
     }
-    t.verdict("a_workflow_file_s_errors_quote_its_lines_clean");
-    assert!(model.recorded().is_empty());
+    let log = std::fs::read(p.runs("flowerbox.log")).expect("the run's log");
+    let manifest = std::fs::read(p.runs("manifest.json")).expect("the manifest");
+    for (name, bytes) in [
+        ("runs/flowerbox.log", &log),
+        ("runs/manifest.json", &manifest),
+    ] {
+        assert!(
+            Tally::reached(bytes, "RUNSTEP"),
+            "{name}: {}",
+            String::from_utf8_lossy(bytes)
+        );
+    }
+    for f in people_files(&p.ws.join("runs")) {
+        let rel = f.strip_prefix(&p.ws).unwrap().display().to_string();
+        t.scan(&rel, &std::fs::read(&f).unwrap(), false, &tags);
+    }
+    t.verdict("a_workflow_file_s_errors_and_step_names_are_shown_clean");
 }
