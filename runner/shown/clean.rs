@@ -31,7 +31,7 @@ const ESC: char = '\u{1b}';
 
 /// Text safe to show: see the module doc for the rules.
 pub fn clean(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(suspect) {
+    if !needs_cleaning(text) {
         return Cow::Borrowed(text);
     }
     let chars: Vec<char> = text.chars().collect();
@@ -111,6 +111,48 @@ pub fn clean(text: &str) -> Cow<'_, str> {
         after_visible = true;
     }
     Cow::Owned(out)
+}
+
+/// `b` is a control byte, or the first byte of a character [`suspect`] may refuse (C1 controls
+/// `C2 80–9F`, and the leads of every [`is_hidden`] range): text without one needs nothing,
+/// and CJK text (leads `E4–E9`) is never decoded on the fast path.
+const fn lead_of_suspect(b: u8) -> bool {
+    matches!(
+        b,
+        0x00..=0x08 | 0x0b..=0x1f | 0x7f | 0xc2 | 0xcd | 0xd8 | 0xe1..=0xe3 | 0xef | 0xf0 | 0xf3
+    )
+}
+
+/// [`lead_of_suspect`] for every byte value, so the fast path is one lookup per byte (also in
+/// a debug build, which is what `scripts/demo.sh` installs).
+static SUSPECT_LEAD: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        t[b] = lead_of_suspect(b as u8);
+        b += 1;
+    }
+    t
+};
+
+/// Whether [`clean`] has anything to do: a byte walk that decodes only the characters whose
+/// first byte is a [`lead_of_suspect`] (those bytes never continue a character, so each is a
+/// character boundary).
+fn needs_cleaning(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if !SUSPECT_LEAD[bytes[i] as usize] {
+            i += 1;
+            continue;
+        }
+        match text.get(i..).and_then(|rest| rest.chars().next()) {
+            Some(c) if suspect(c) => return true,
+            Some(c) => i += c.len_utf8(),
+            None => return true,
+        }
+    }
+    false
 }
 
 /// `c` may need [`clean`] to act (the fast path's test).
@@ -285,6 +327,20 @@ mod tests {
         assert_eq!(c("⚠\u{fe0f}\u{fe0f}"), "⚠\u{fe0f}<U+FE0F>");
         assert_eq!(c("\u{fe0f}x"), "<U+FE0F>x");
         assert_eq!(c("a\n\u{fe0e}"), "a\n<U+FE0E>");
+    }
+
+    #[test]
+    fn the_byte_prefilter_misses_no_suspect_character() {
+        for n in 0..=0x10FFFFu32 {
+            let Some(ch) = char::from_u32(n) else {
+                continue;
+            };
+            if suspect(ch) {
+                let mut buf = [0u8; 4];
+                let first = ch.encode_utf8(&mut buf).as_bytes()[0];
+                assert!(lead_of_suspect(first), "U+{n:04X}");
+            }
+        }
     }
 
     #[test]
