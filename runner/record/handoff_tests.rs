@@ -236,3 +236,19 @@ fn step_names_become_safe_file_names() {
         PathBuf::from("/n/交接-干活#round2.md")
     );
 }
+
+#[test]
+fn a_handoff_is_written_clean_and_its_file_name_has_no_hidden_characters() {
+    let dir = tempfile::tempdir().unwrap();
+    let notes = dir.path().join("notes");
+    let h = Handoff {
+        step: "干\u{202e}活\x1b[2J".into(),
+        doing: "在改\x1b]52;c;aGk=\x07 Makefile\r覆盖".into(),
+        ..full()
+    };
+    let p = h.write(&notes).unwrap();
+    assert_eq!(p, notes.join("交接-干活[2J.md"));
+    let text = std::fs::read_to_string(&p).unwrap();
+    assert!(text.contains("在改␛ Makefile␍覆盖"), "{text}");
+    assert!(!text.contains('\x1b') && !text.contains('\r'), "{text:?}");
+}
