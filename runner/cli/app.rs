@@ -93,10 +93,12 @@ async fn dispatch(
     let argv = std::iter::once(OsString::from("flowerbox")).chain(grammar.rewrite(&args));
     let cli = Cli::try_parse_from(argv)?;
     let Options { global, command } = Options::resolve(cli, host)?;
-    let lookup = host.lookup();
-    // A malformed `.env` line is skipped as in flower, but never silently: the key on it may
-    // be the one the user meant to set.
-    for warning in lookup.discover().warnings() {
+    let lookup = host.lookup().confined(&global.workspace, &global.run_dir);
+    // The chain's files are read once, here: what it found (a malformed or unreadable file, an
+    // endpoint of a project file that is ignored, where requests go) is said before anything
+    // runs, and what is said is what is used.
+    let discovered = lookup.discover();
+    for warning in discovered.warnings() {
         writeln!(io.stderr, "{warning}").map_err(CliError::terminal)?;
     }
 
@@ -123,7 +125,7 @@ async fn dispatch(
 
     match command {
         CommandOptions::Go(mut opts) => {
-            let creds = gates(host, &global, io, hooks).await?;
+            let creds = gates(&lookup, discovered, &global, io, hooks).await?;
             if global.workbench {
                 writeln!(
                     io.stderr,
@@ -154,24 +156,23 @@ async fn dispatch(
             reconfigure_after_refusal(result, &lookup, interactive, io)
         }
         CommandOptions::Run(opts) => {
-            let creds = gates(host, &global, io, hooks).await?;
+            let creds = gates(&lookup, discovered, &global, io, hooks).await?;
             start_log(logger.map(|l| l.open(&global.run_dir)).transpose()?);
             let interactive = global.interactive;
             let result = entry::run(opts, global, creds).await;
             reconfigure_after_refusal(result, &lookup, interactive, io)
         }
         CommandOptions::Once(opts) => {
-            let creds = gates(host, &global, io, hooks).await?;
+            let creds = gates(&lookup, discovered, &global, io, hooks).await?;
             start_log(logger.map(|l| l.open(&global.run_dir)).transpose()?);
             entry::once(opts, global, creds).await
         }
         CommandOptions::Doctor(opts) => {
             start_log(logger.and_then(|l| l.open_existing(&global.run_dir)));
-            let creds = lookup.discover();
             if global.verbose {
-                describe(&creds, io.stdout)?;
+                describe(&discovered, io.stdout)?;
             }
-            entry::doctor(opts, global, creds).await
+            entry::doctor(opts, global, discovered).await
         }
         CommandOptions::Gc(opts) => {
             start_log(logger.and_then(|l| l.open_existing(&global.run_dir)));
@@ -214,17 +215,17 @@ fn reconfigure_after_refusal(
     Err(CliError::Flow(FlowError::StepAborted(step)))
 }
 
-/// The two credential gates, then the `-v` dump.
+/// The two credential gates on what the chain `discovered`, then the `-v` dump.
 async fn gates(
-    host: &Host,
+    lookup: &creds::Lookup,
+    discovered: Credentials,
     global: &GlobalOptions,
     io: &mut Io<'_>,
     hooks: &Hooks,
 ) -> Result<Credentials, CliError> {
-    let lookup = host.lookup();
-    let mut policy = EnsurePolicy::standard(global.interactive, &lookup);
+    let mut policy = EnsurePolicy::standard(global.interactive, lookup);
     policy.probe_settings = hooks.probe.clone();
-    let creds = creds::ensure_credentials(&lookup, &policy, io.stdin, io.stdout).await?;
+    let creds = creds::ensure_discovered(lookup, discovered, &policy, io.stdin, io.stdout).await?;
     if global.verbose {
         describe(&creds, io.stdout)?;
     }

@@ -69,5 +69,6 @@ pub(super) fn mcp_settings(
         env_values,
         startup_timeout: millis("MCP_TIMEOUT", defaults.startup_timeout)?,
         call_timeout: millis("MCP_TOOL_TIMEOUT", defaults.call_timeout)?,
+        masked: defaults.masked,
     })
 }

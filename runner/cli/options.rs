@@ -252,7 +252,8 @@ impl GlobalOptions {
             .filter(|i| !i.is_empty())
             .or_else(|| host.var("FLOWERBOX_IMAGE").map(str::to_string));
         let egress = egress_policy(egress, allow_net, allow_domain, sandbox, host)?;
-        let mcp = super::mcp::mcp_settings(mcp_config, mcp_env, host)?;
+        let mut mcp = super::mcp::mcp_settings(mcp_config, mcp_env, host)?;
+        mcp.masked = vec![run_dir.clone()];
         Ok(Self {
             workspace,
             run_dir,
@@ -341,7 +342,12 @@ impl GoOptions {
 impl RunOptions {
     fn resolve(args: RunArgs, global: &GlobalOptions) -> Result<Self, CliError> {
         let RunArgs { target } = args;
-        let target = target::resolve(&target, &global.cwd)?;
+        let target = target::resolve(
+            &target,
+            &global.cwd,
+            &global.workspace,
+            std::slice::from_ref(&global.run_dir),
+        )?;
         let workbench = global.workbench.then(|| global.run_dir.join("workbench"));
         // The whole declaration is checked here, before the credentials: a mistake in the
         // file costs no setup round and no probe (the run loads it again; loading is pure).

@@ -22,6 +22,8 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
+use crate::fsroot::config as config_file;
+
 impl TargetError {
     /// The workflow in `target` declares something it may not (`what` names the step and
     /// field): flower's import failure, `导入 '<FILE>' 失败:'<NAME>' <what>`.
@@ -90,10 +92,18 @@ pub enum TargetError {
     },
 }
 
-/// Parses and loads `spec` relative to `cwd`.
+/// Parses and loads `spec` relative to `cwd`. The file is read with the one configuration
+/// reader: inside `workspace` (agents can write it) as the file tools read it — no symlink out
+/// of it, nothing in `masked` (the run directory) — and elsewhere as the user's own file;
+/// either way only a regular file of at most 1 MiB, never blocking.
 ///
 /// Errors: see [`TargetError`], in the order the checks run (colon, file, parse, name).
-pub fn resolve(spec: &str, cwd: &Path) -> Result<RunTarget, TargetError> {
+pub fn resolve(
+    spec: &str,
+    cwd: &Path,
+    workspace: &Path,
+    masked: &[PathBuf],
+) -> Result<RunTarget, TargetError> {
     let (module, name) = spec
         .rsplit_once(':')
         .filter(|(m, n)| !m.is_empty() && !n.is_empty())
@@ -124,7 +134,12 @@ pub fn resolve(spec: &str, cwd: &Path) -> Result<RunTarget, TargetError> {
         }
         file
     };
-    let text = std::fs::read_to_string(&file).map_err(|e| import(e.to_string()))?;
+    let place = config_file::Place::of(&file, &[workspace], masked);
+    let text = match config_file::read(&file, &place, config_file::CONFIG_CAP) {
+        Ok(Some(f)) => f.text(),
+        Ok(None) => return Err(import(format!("没有 {}", file.display()))),
+        Err(e) => return Err(import(e.to_string())),
+    };
     let mut doc: toml::Table = text
         .parse()
         .map_err(|e: toml::de::Error| import(e.to_string().trim_end().to_string()))?;
@@ -188,23 +203,30 @@ mod tests {
     #[test]
     fn file_and_module_forms() {
         let d = dir();
-        let t = resolve("flows.toml:main", d.path()).unwrap();
+        let t = resolve("flows.toml:main", d.path(), d.path(), &[]).unwrap();
         assert_eq!(t.file, d.path().join("flows.toml"));
         assert_eq!((t.module.as_str(), t.name.as_str()), ("flows.toml", "main"));
         assert!(t.workflow.contains_key("steps"));
-        assert_eq!(resolve("flows:other", d.path()).unwrap().name, "other");
         assert_eq!(
-            resolve("pkg.more:build", d.path()).unwrap().file,
+            resolve("flows:other", d.path(), d.path(), &[])
+                .unwrap()
+                .name,
+            "other"
+        );
+        assert_eq!(
+            resolve("pkg.more:build", d.path(), d.path(), &[])
+                .unwrap()
+                .file,
             d.path().join("pkg/more.toml")
         );
-        assert!(resolve("pkg/more.toml:build", d.path()).is_ok());
+        assert!(resolve("pkg/more.toml:build", d.path(), d.path(), &[]).is_ok());
     }
 
     #[test]
     fn missing_colon() {
         let d = dir();
         for spec in ["flows", "flows:", ":main"] {
-            let e = resolve(spec, d.path()).unwrap_err();
+            let e = resolve(spec, d.path(), d.path(), &[]).unwrap_err();
             assert_eq!(e, TargetError::MissingColon);
             assert_eq!(e.to_string(), "需要模块:属性形式,例如 flows:main");
         }
@@ -213,7 +235,7 @@ mod tests {
     #[test]
     fn missing_file_names_the_cwd() {
         let d = dir();
-        let e = resolve("missing.toml:main", d.path()).unwrap_err();
+        let e = resolve("missing.toml:main", d.path(), d.path(), &[]).unwrap_err();
         assert_eq!(
             e.to_string(),
             format!(
@@ -226,7 +248,7 @@ mod tests {
     #[test]
     fn python_targets_are_paths_with_flowers_advice() {
         let d = dir();
-        let e = resolve("missing.py:main", d.path()).unwrap_err();
+        let e = resolve("missing.py:main", d.path(), d.path(), &[]).unwrap_err();
         assert_eq!(
             e.to_string(),
             format!(
@@ -235,14 +257,14 @@ mod tests {
             )
         );
         std::fs::write(d.path().join("flows.py"), "def main(): ...\n").unwrap();
-        let e = resolve("flows.py:main", d.path()).unwrap_err();
+        let e = resolve("flows.py:main", d.path(), d.path(), &[]).unwrap_err();
         assert_eq!(
             e.to_string(),
             "导入 'flows.py' 失败:flowerbox 不跑 Python 流程,流程写在 TOML 文件里。\
              要跑旁边的 TOML 就写 flowerbox run flows.toml:main"
         );
         std::fs::write(d.path().join("lone.py"), "").unwrap();
-        let e = resolve("lone.py:build", d.path()).unwrap_err();
+        let e = resolve("lone.py:build", d.path(), d.path(), &[]).unwrap_err();
         assert!(
             e.to_string()
                 .ends_with("[build] 表(见 examples/flows.toml)"),
@@ -254,9 +276,9 @@ mod tests {
     fn an_upper_case_extension_is_still_a_path() {
         let d = dir();
         std::fs::write(d.path().join("UP.TOML"), "[main]\n").unwrap();
-        assert!(resolve("UP.TOML:main", d.path()).is_ok());
+        assert!(resolve("UP.TOML:main", d.path(), d.path(), &[]).is_ok());
         assert!(matches!(
-            resolve("gone.TOML:main", d.path()).unwrap_err(),
+            resolve("gone.TOML:main", d.path(), d.path(), &[]).unwrap_err(),
             TargetError::NotFound { .. }
         ));
     }
@@ -264,9 +286,9 @@ mod tests {
     #[test]
     fn import_failures() {
         let d = dir();
-        let e = resolve("bad.toml:main", d.path()).unwrap_err();
+        let e = resolve("bad.toml:main", d.path(), d.path(), &[]).unwrap_err();
         assert!(e.to_string().starts_with("导入 'bad.toml' 失败:"), "{e}");
-        let e = resolve("nomodule:main", d.path()).unwrap_err();
+        let e = resolve("nomodule:main", d.path(), d.path(), &[]).unwrap_err();
         assert!(
             e.to_string().starts_with("导入 'nomodule' 失败:没有 "),
             "{e}"
@@ -274,16 +296,44 @@ mod tests {
     }
 
     #[test]
+    fn a_workflow_file_in_the_workspace_is_read_as_the_file_tools_read_it() {
+        let d = dir();
+        let ws = d.path().canonicalize().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("evil.toml"), "[main]\n").unwrap();
+        // A FIFO planted as the workflow file: refused at once, never waited on.
+        nix::unistd::mkfifo(&ws.join("fifo.toml"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let e = resolve("fifo.toml:main", &ws, &ws, &[]).unwrap_err();
+        assert!(e.to_string().contains("不是普通文件"), "{e}");
+        // A link out of the workspace: refused; inside it: followed.
+        std::os::unix::fs::symlink(outside.path().join("evil.toml"), ws.join("out.toml")).unwrap();
+        let e = resolve("out.toml:main", &ws, &ws, &[]).unwrap_err();
+        assert!(e.to_string().contains("符号链接"), "{e}");
+        std::os::unix::fs::symlink("flows.toml", ws.join("in.toml")).unwrap();
+        assert!(resolve("in.toml:main", &ws, &ws, &[]).is_ok());
+        // Outside the workspace it is the user's own file: links are theirs to make.
+        let elsewhere = tempfile::tempdir().unwrap();
+        assert!(resolve("out.toml:main", &ws, elsewhere.path(), &[]).is_ok());
+        // Huge: refused by its size, not read.
+        std::fs::File::create(ws.join("huge.toml"))
+            .unwrap()
+            .set_len(1 << 31)
+            .unwrap();
+        let e = resolve("huge.toml:main", &ws, &ws, &[]).unwrap_err();
+        assert!(e.to_string().contains("超过"), "{e}");
+    }
+
+    #[test]
     fn missing_or_wrong_attribute() {
         let d = dir();
         assert_eq!(
-            resolve("flows.toml:nope", d.path())
+            resolve("flows.toml:nope", d.path(), d.path(), &[])
                 .unwrap_err()
                 .to_string(),
             "'flows.toml' 里没有 'nope'"
         );
         assert!(matches!(
-            resolve("scalar.toml:main", d.path()).unwrap_err(),
+            resolve("scalar.toml:main", d.path(), d.path(), &[]).unwrap_err(),
             TargetError::NotAWorkflow { .. }
         ));
     }

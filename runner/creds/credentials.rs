@@ -1,10 +1,13 @@
-//! The [`Credentials`] value: the effective credential keys, each with where it came from.
+//! The [`Credentials`] value: the effective credential keys, each with where it came from (the
+//! chain's sources as layers, so the binding of [`super::bind`] can let a key fall through to
+//! the next source).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::PathBuf;
 
 use super::error::CredsError;
+use super::warning::DotenvWarning;
 use super::{ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN, LOOKUP_KEYS, SECRET_KEYS};
 
 /// Where one key's value came from, in lookup order (config reference, "凭证查找优先级").
@@ -39,57 +42,91 @@ impl fmt::Display for Source {
 
 pub use crate::model::config::ProviderKind;
 
+impl Source {
+    /// The file, for every source but the process environment.
+    pub fn path(&self) -> Option<&std::path::Path> {
+        match self {
+            Source::Process => None,
+            Source::FlowerEnv(p)
+            | Source::CwdDotenv(p)
+            | Source::UserDotenv(p)
+            | Source::ClaudeSettings(p)
+            | Source::Setup(p) => Some(p),
+        }
+    }
+
+    /// Who can write it, as far as its kind says: a project's `./.env` is the project's; a
+    /// file of another kind is the user's unless the chain finds it inside the workspace.
+    pub fn default_trust(&self) -> Trust {
+        match self {
+            Source::CwdDotenv(_) => Trust::Project,
+            _ => Trust::User,
+        }
+    }
+}
+
+/// Who can write a source, which decides where its endpoints may send secrets
+/// ([`super::bind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trust {
+    /// The user: the process environment, the user's own files outside the workspace.
+    User,
+    /// The project, which agents (and a cloned repository) can write: `./.env`, any file of
+    /// the chain that lies inside the workspace.
+    Project,
+}
+
+/// What one source of the chain defines, in lookup order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Layer {
+    /// Where.
+    pub source: Source,
+    /// Who can write it.
+    pub trust: Trust,
+    /// Its keys in file order (the first of a key counts; an empty value still claims).
+    pub pairs: Vec<(String, String)>,
+    /// Keys of this source the binding ignores (they fall through to the next source).
+    pub dropped: BTreeSet<String>,
+}
+
+impl Layer {
+    /// A layer of `source` with `pairs`.
+    pub fn new(source: Source, trust: Trust, pairs: Vec<(String, String)>) -> Layer {
+        Layer {
+            source,
+            trust,
+            pairs,
+            dropped: BTreeSet::new(),
+        }
+    }
+
+    /// Its value of `key` (the first one), unless dropped.
+    fn value(&self, key: &str) -> Option<&str> {
+        if self.dropped.contains(key) {
+            return None;
+        }
+        self.pairs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
 /// The effective value of every lookup key, with provenance. Built by
 /// [`super::Lookup::discover`]; never written into the process environment.
 ///
 /// A key defined with an empty value still "claims" the key (later sources cannot fill it, as in
-/// flower), but [`Credentials::get`] reports it as absent.
+/// flower), but [`Credentials::get`] reports it as absent. Built from the chain's sources, the
+/// value is always *bound* ([`super::bind`]): no endpoint a project file chose carries a
+/// credential from another source.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Credentials {
-    entries: BTreeMap<String, (String, Source)>,
-    /// What the chain skipped in its `.env` files and the user should hear about.
-    warnings: Vec<DotenvWarning>,
-}
-
-/// What the chain skipped in a `.env` file and why.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DotenvSkip {
-    /// A malformed line (skipped, as in flower).
-    Line(super::dotenv::Skipped),
-    /// Endpoint keys of `./.env` ([`super::ENDPOINT_KEYS`]) whose file supplies none of the
-    /// secrets that would be sent there: a key from another source never goes to an endpoint
-    /// a project file names (an agent that can write the workspace could plant it).
-    EndpointWithoutSecret(Vec<String>),
-}
-
-/// A malformed line in a `.env` file of the chain: skipped, and worth telling the user (the
-/// key on it may be the one they meant to set).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DotenvWarning {
-    /// The file.
-    pub path: PathBuf,
-    /// What was skipped.
-    pub skipped: DotenvSkip,
-}
-
-impl fmt::Display for DotenvWarning {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.skipped {
-            DotenvSkip::Line(s) => write!(
-                f,
-                "! {} 第 {} 行看不懂({}),跳过了",
-                self.path.display(),
-                s.line,
-                s.why
-            ),
-            DotenvSkip::EndpointWithoutSecret(keys) => write!(
-                f,
-                "! {} 设了 {},可密钥不是这个文件给的:别处的密钥不送去项目文件指定的地址,这几项没用(要用就把密钥也写进这个文件)",
-                self.path.display(),
-                keys.join("、")
-            ),
-        }
-    }
+    /// The sources, in lookup order.
+    pub(super) layers: Vec<Layer>,
+    /// Every claimed key: its value and the index of the layer it came from.
+    pub(super) entries: BTreeMap<String, (String, usize)>,
+    /// What the chain found in its files and did about their endpoints, in lookup order.
+    pub(super) warnings: Vec<DotenvWarning>,
 }
 
 impl Credentials {
@@ -98,35 +135,72 @@ impl Credentials {
         Self::default()
     }
 
+    /// The chain's result from its sources in lookup order and what reading them found:
+    /// resolved per key, then bound.
+    pub(super) fn from_layers(layers: Vec<Layer>, warnings: Vec<DotenvWarning>) -> Self {
+        let mut creds = Credentials {
+            layers,
+            entries: BTreeMap::new(),
+            warnings,
+        };
+        creds.bind();
+        creds
+    }
+
+    /// Takes every key from the first layer that defines it (and has not dropped it).
+    pub(super) fn resolve(&mut self) {
+        self.entries.clear();
+        for (i, layer) in self.layers.iter().enumerate() {
+            for (key, _) in &layer.pairs {
+                if self.entries.contains_key(key) {
+                    continue;
+                }
+                if let Some(value) = layer.value(key) {
+                    self.entries.insert(key.clone(), (value.to_string(), i));
+                }
+            }
+        }
+    }
+
     /// Records `key = value` from `source` unless an earlier source already claimed the key.
-    /// Returns true when the value was taken.
+    /// Returns true when the value was taken. (A builder for tests and tools: the chain
+    /// itself builds from its sources and binds.)
     pub fn claim(&mut self, key: &str, value: &str, source: &Source) -> bool {
         if self.entries.contains_key(key) {
             return false;
         }
-        self.entries
-            .insert(key.to_string(), (value.to_string(), source.clone()));
+        let i = match self.layers.iter().position(|l| &l.source == source) {
+            Some(i) => i,
+            None => {
+                self.layers.push(Layer::new(
+                    source.clone(),
+                    source.default_trust(),
+                    Vec::new(),
+                ));
+                self.layers.len() - 1
+            }
+        };
+        self.layers[i]
+            .pairs
+            .push((key.to_string(), value.to_string()));
+        self.entries.insert(key.to_string(), (value.to_string(), i));
         true
     }
 
-    /// Forgets `key` (a later source may claim it again).
-    pub fn unclaim(&mut self, key: &str) {
-        self.entries.remove(key);
+    /// Puts `pairs` from `source` above every other source (values `setup` just wrote take
+    /// effect at once, as in flower), then binds again.
+    pub fn put_first(&mut self, source: Source, pairs: &[(&str, String)]) {
+        let pairs = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        let trust = source.default_trust();
+        self.layers.insert(0, Layer::new(source, trust, pairs));
+        self.bind();
     }
 
-    /// Sets `key = value`, replacing whatever an earlier source gave (used for values `setup`
-    /// just wrote: they take effect at once, as in flower).
-    pub fn overwrite(&mut self, key: &str, value: &str, source: &Source) {
-        self.entries
-            .insert(key.to_string(), (value.to_string(), source.clone()));
-    }
-
-    /// Records a malformed line of a `.env` file the chain read.
-    pub fn warn(&mut self, warning: DotenvWarning) {
-        self.warnings.push(warning);
-    }
-
-    /// The malformed `.env` lines the chain skipped, in lookup order.
+    /// What the chain found in its `.env` files and did about their endpoints, in lookup
+    /// order: one line each, ready to print (sanitised).
     pub fn warnings(&self) -> &[DotenvWarning] {
         &self.warnings
     }
@@ -141,7 +215,12 @@ impl Credentials {
 
     /// Where `key`'s value came from (also for an empty value that claimed it).
     pub fn source(&self, key: &str) -> Option<&Source> {
-        self.entries.get(key).map(|(_, s)| s)
+        self.entries.get(key).map(|(_, i)| &self.layers[*i].source)
+    }
+
+    /// Who can write the source of `key`'s value.
+    pub fn trust(&self, key: &str) -> Option<Trust> {
+        self.entries.get(key).map(|(_, i)| self.layers[*i].trust)
     }
 
     /// True when `ANTHROPIC_API_KEY` or `ANTHROPIC_AUTH_TOKEN` has a non-empty value (seed 000,
@@ -166,7 +245,7 @@ impl Credentials {
     pub fn names(&self) -> Vec<String> {
         LOOKUP_KEYS
             .iter()
-            .filter(|k| self.entries.get(**k).is_some_and(|(v, _)| !v.is_empty()))
+            .filter(|k| self.get(k).is_some())
             .map(|k| k.to_string())
             .collect()
     }
@@ -177,14 +256,12 @@ impl Credentials {
         LOOKUP_KEYS
             .iter()
             .filter_map(|key| {
-                let (value, source) = self.entries.get(*key)?;
-                if value.is_empty() {
-                    return None;
-                }
+                let value = self.get(key)?;
+                let source = self.source(key)?;
                 let shown = if SECRET_KEYS.contains(key) {
                     mask(value)
                 } else {
-                    value.clone()
+                    value.to_string()
                 };
                 Some(format!("{key}={shown}  ({source})"))
             })
@@ -196,7 +273,8 @@ impl fmt::Debug for Credentials {
     /// Masks secrets: a `Debug` print must never leak a token into a log.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut map = f.debug_map();
-        for (key, (value, source)) in &self.entries {
+        for (key, (value, i)) in &self.entries {
+            let source = &self.layers[*i].source;
             let shown = if SECRET_KEYS.contains(&key.as_str()) {
                 mask(value)
             } else {
@@ -239,8 +317,15 @@ mod tests {
         assert_eq!(c.get("ANTHROPIC_AUTH_TOKEN"), None);
         assert!(!c.has_token());
         assert_eq!(c.source("ANTHROPIC_AUTH_TOKEN"), Some(&Source::Process));
-        c.overwrite("ANTHROPIC_AUTH_TOKEN", "tok-123456789", &Source::Process);
+        c.put_first(
+            Source::Setup(PathBuf::from("/u/.env")),
+            &[("ANTHROPIC_AUTH_TOKEN", "tok-123456789".to_string())],
+        );
         assert!(c.has_token());
+        assert_eq!(
+            c.source("ANTHROPIC_AUTH_TOKEN"),
+            Some(&Source::Setup(PathBuf::from("/u/.env")))
+        );
     }
 
     #[test]

@@ -7,8 +7,10 @@
 //! matching quotes is taken verbatim between them, and an unquoted value loses a trailing
 //! ` # comment`. Unpaired leading/trailing quotes are stripped as flower does. No interpolation.
 //! A line that is neither blank, a comment nor a pair (no `=`, or a key that is not a shell
-//! variable name) is skipped as flower does, but reported ([`parse_report`]), so the user learns
-//! which line of which file was ignored.
+//! variable name) is skipped as flower does, but reported ([`report`]), so the user learns
+//! which line of which file was ignored. So is a value whose quotes do not pair up (kept as
+//! flower keeps it, the stray quote stripped; values never span lines) or that has text after
+//! its closing quote, and a file with NUL bytes, which is not text at all (nothing of it used).
 
 use std::fmt::{self, Write as _};
 
@@ -42,29 +44,92 @@ pub struct Skipped {
     pub why: Malformed,
 }
 
+/// What is odd about a value's quotes (the pair is used as parsed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quote {
+    /// A quote with no partner (`KEY="abc`, `KEY=abc'`): stripped, the rest kept.
+    Unpaired,
+    /// Text after the closing quote that is not a comment (`KEY="abc"def`): dropped.
+    AfterClosing,
+}
+
+impl fmt::Display for Quote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Quote::Unpaired => "引号没配对:落单的引号去掉了,其余照用(值不能跨行)",
+            Quote::AfterClosing => "收尾引号后面还有字:只用了引号里面的",
+        })
+    }
+}
+
+/// A pair whose value's quotes were odd: its line, its key (never the value) and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuoteNote {
+    /// Line number, counting from 1.
+    pub line: usize,
+    /// The key on that line.
+    pub key: String,
+    /// What was odd.
+    pub why: Quote,
+}
+
+/// Everything parsing one file found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// The pairs in file order (none when the file is [`Report::binary`]).
+    pub pairs: Vec<Pair>,
+    /// Lines skipped because they are malformed (blank lines and comments are not).
+    pub skipped: Vec<Skipped>,
+    /// Pairs used whose quotes were odd.
+    pub quotes: Vec<QuoteNote>,
+    /// The file holds NUL bytes: it is not text, and nothing of it is used.
+    pub binary: bool,
+}
+
 /// Parses `.env` text into pairs in file order (later duplicates are kept; the first one seen
 /// wins in [`crate::creds::Credentials`] lookups).
 pub fn parse(text: &str) -> Vec<Pair> {
-    parse_report(text).0
+    report(text).pairs
 }
 
-/// [`parse`], plus every line that was skipped because it is malformed (blank lines and
-/// comments are not malformed).
-pub fn parse_report(text: &str) -> (Vec<Pair>, Vec<Skipped>) {
+/// A file's bytes: [`report`] of its text, or only [`Report::binary`] when it holds a NUL
+/// byte (a binary file would otherwise be one malformed line after another).
+pub fn report_bytes(bytes: &[u8]) -> Report {
+    if bytes.contains(&0) {
+        return Report {
+            binary: true,
+            ..Report::default()
+        };
+    }
+    report(&String::from_utf8_lossy(bytes))
+}
+
+/// [`parse`], plus every line that was skipped because it is malformed and every pair whose
+/// quotes were odd.
+pub fn report(text: &str) -> Report {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let (mut pairs, mut skipped) = (Vec::new(), Vec::new());
+    let mut out = Report::default();
     for (i, line) in text.lines().enumerate() {
         match parse_line(line) {
-            Ok(Some(pair)) => pairs.push(pair),
+            Ok(Some((pair, quote))) => {
+                if let Some(why) = quote {
+                    out.quotes.push(QuoteNote {
+                        line: i + 1,
+                        key: pair.0.clone(),
+                        why,
+                    });
+                }
+                out.pairs.push(pair);
+            }
             Ok(None) => {}
-            Err(why) => skipped.push(Skipped { line: i + 1, why }),
+            Err(why) => out.skipped.push(Skipped { line: i + 1, why }),
         }
     }
-    (pairs, skipped)
+    out
 }
 
 /// Parses one line; `Ok(None)` for blanks and comments.
-fn parse_line(line: &str) -> Result<Option<Pair>, Malformed> {
+fn parse_line(line: &str) -> Result<Option<(Pair, Option<Quote>)>, Malformed> {
     let line = line.trim();
     if line.is_empty() || line.starts_with('#') {
         return Ok(None);
@@ -78,16 +143,20 @@ fn parse_line(line: &str) -> Result<Option<Pair>, Malformed> {
     if key.is_empty() || !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(Malformed::BadKey);
     }
-    Ok(Some((key.to_string(), parse_value(value.trim()))))
+    let (value, quote) = parse_value(value.trim());
+    Ok(Some(((key.to_string(), value), quote)))
 }
 
 /// A value: verbatim inside matching quotes; otherwise without a ` #` comment and with stray
-/// quotes stripped from both ends.
-fn parse_value(value: &str) -> String {
+/// quotes stripped from both ends. Says what was odd about its quotes.
+fn parse_value(value: &str) -> (String, Option<Quote>) {
     for quote in ['"', '\''] {
         if let Some(inner) = value.strip_prefix(quote) {
             if let Some(end) = inner.find(quote) {
-                return inner[..end].to_string();
+                let rest = inner[end + 1..].trim_start();
+                let odd =
+                    (!rest.is_empty() && !rest.starts_with('#')).then_some(Quote::AfterClosing);
+                return (inner[..end].to_string(), odd);
             }
         }
     }
@@ -95,7 +164,8 @@ fn parse_value(value: &str) -> String {
         Some(at) => value[..at].trim_end(),
         None => value,
     };
-    value.trim_matches(['"', '\'']).to_string()
+    let odd = value.contains(['"', '\'']).then_some(Quote::Unpaired);
+    (value.trim_matches(['"', '\'']).to_string(), odd)
 }
 
 /// Renders a `.env` file: `header` comment line first, then one `KEY=VALUE` per pair, values
@@ -187,9 +257,53 @@ mod tests {
     }
 
     #[test]
+    fn odd_quotes_are_reported_with_their_line_and_key() {
+        let r = report("A=\"unpaired\nB='ok' # fine\nC=\"a\"b\nD=ab'c\nE=plain\nF=tail\"\n");
+        assert_eq!(
+            r.pairs,
+            vec![
+                p("A", "unpaired"),
+                p("B", "ok"),
+                p("C", "a"),
+                p("D", "ab'c"),
+                p("E", "plain"),
+                p("F", "tail"),
+            ]
+        );
+        let notes: Vec<(usize, &str, Quote)> = r
+            .quotes
+            .iter()
+            .map(|q| (q.line, q.key.as_str(), q.why))
+            .collect();
+        assert_eq!(
+            notes,
+            vec![
+                (1, "A", Quote::Unpaired),
+                (3, "C", Quote::AfterClosing),
+                (4, "D", Quote::Unpaired),
+                (6, "F", Quote::Unpaired),
+            ]
+        );
+        assert!(r.skipped.is_empty());
+    }
+
+    #[test]
+    fn a_binary_file_is_one_finding_not_one_per_line() {
+        let mut bytes = b"A=1\n".to_vec();
+        bytes.extend((0..4096u32).map(|i| (i % 251) as u8));
+        let r = report_bytes(&bytes);
+        assert!(r.binary);
+        assert!(r.pairs.is_empty() && r.skipped.is_empty() && r.quotes.is_empty());
+        // Invalid UTF-8 without NUL is text with a replaced character.
+        let r = report_bytes(b"A=caf\xe9\n");
+        assert!(!r.binary);
+        assert_eq!(r.pairs, vec![p("A", "caf\u{fffd}")]);
+    }
+
+    #[test]
     fn malformed_lines_are_reported_by_number_without_their_text() {
         let text = "# c\n\nA=1\nsk-ant-bare-token\nbad key=2\n=3\r\nexport B=4\n";
-        let (pairs, skipped) = parse_report(text);
+        let Report { pairs, skipped, .. } = report(text);
         assert_eq!(pairs, vec![p("A", "1"), p("B", "4")]);
         assert_eq!(
             skipped,

@@ -50,7 +50,21 @@ pub async fn ensure_credentials(
     input: &mut dyn LineSource,
     out: &mut dyn Write,
 ) -> Result<Credentials, CredsError> {
-    let mut creds = lookup.discover();
+    ensure_discovered(lookup, lookup.discover(), policy, input, out).await
+}
+
+/// [`ensure_credentials`] on what `lookup` already discovered (the caller printed its
+/// warnings): the files are read once, so what was reported is what is used.
+///
+/// Errors: as [`ensure_credentials`].
+pub async fn ensure_discovered(
+    lookup: &Lookup,
+    discovered: Credentials,
+    policy: &EnsurePolicy,
+    input: &mut dyn LineSource,
+    out: &mut dyn Write,
+) -> Result<Credentials, CredsError> {
+    let mut creds = discovered;
     if creds.provider()? == ProviderKind::OpenAi {
         return Ok(creds);
     }

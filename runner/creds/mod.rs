@@ -5,8 +5,10 @@
 //! variables and the current directory, and [`Lookup::discover`] returns a [`Credentials`] value
 //! (each key with its [`Source`]). The model layer builds its provider from
 //! [`Credentials::get`]: flower's 9 [`CREDENTIAL_KEYS`] plus flowerbox's own
-//! [`FLOWERBOX_KEYS`].
+//! [`FLOWERBOX_KEYS`]. That value is *bound* (`bind`): an endpoint a project file chose never
+//! carries a credential from another source.
 
+mod bind;
 mod chain;
 mod credentials;
 pub mod dotenv;
@@ -15,12 +17,15 @@ mod error;
 pub mod input;
 pub mod probe;
 pub mod setup;
+mod warning;
 
+pub use bind::Route;
 pub use chain::Lookup;
-pub use credentials::{mask, Credentials, DotenvSkip, DotenvWarning, ProviderKind, Source};
-pub use ensure::{ensure_credentials, EnsurePolicy};
+pub use credentials::{mask, Credentials, ProviderKind, Source, Trust};
+pub use ensure::{ensure_credentials, ensure_discovered, EnsurePolicy};
 pub use error::{CredsError, Refusal};
 pub use probe::{ProbeSettings, Verdict};
+pub use warning::{DotenvSkip, DotenvWarning};
 
 /// The official Anthropic key (sent as `x-api-key`).
 pub const ANTHROPIC_API_KEY: &str = "ANTHROPIC_API_KEY";
@@ -51,9 +56,6 @@ pub const FLOWERBOX_KEYS: [&str; 6] = [
     "FLOWERBOX_OPENAI_STREAM",
     "FLOWERBOX_MAX_TOKENS",
 ];
-
-/// The keys that say where requests, and the secrets with them, are sent.
-pub const ENDPOINT_KEYS: [&str; 2] = ["ANTHROPIC_BASE_URL", "OPENAI_BASE_URL"];
 
 /// Every key a lookup resolves, in display order.
 pub const LOOKUP_KEYS: [&str; 15] = [

@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use super::credentials::Credentials;
-use super::{ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN};
+use crate::model::anthropic::AnthropicAuth;
 
 /// Anthropic's endpoint, used when `ANTHROPIC_BASE_URL` is unset.
-pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+pub const DEFAULT_BASE_URL: &str = crate::model::anthropic::DEFAULT_BASE_URL;
 /// The probe's model when neither `ANTHROPIC_DEFAULT_HAIKU_MODEL` nor `ANTHROPIC_MODEL` is set.
 pub const FALLBACK_MODEL: &str = "claude-3-5-haiku-20241022";
 /// `max_tokens` of the probe: 16, not 1 (a forced-thinking model needs room, seed 000).
@@ -77,14 +77,14 @@ fn has_config_phrase(body: &str) -> bool {
     CONFIG_PHRASES.iter().any(|p| lower.contains(p))
 }
 
-/// Sends the probe. `x-api-key` when `ANTHROPIC_API_KEY` is set, otherwise `authorization:
-/// Bearer <ANTHROPIC_AUTH_TOKEN>`; no token at all is [`Verdict::Auth`] without a request.
+/// Sends the probe to the endpoint and with the credential the run's provider would use (the
+/// model layer's own rule, over the bound credentials: `x-api-key` when `ANTHROPIC_API_KEY`
+/// has a value, otherwise `authorization: Bearer <ANTHROPIC_AUTH_TOKEN>`); no token at all is
+/// [`Verdict::Auth`] without a request.
 pub async fn probe(creds: &Credentials, settings: &ProbeSettings) -> Verdict {
-    let base = creds
-        .get("ANTHROPIC_BASE_URL")
-        .unwrap_or(DEFAULT_BASE_URL)
-        .trim_end_matches('/');
-    let url = format!("{base}/v1/messages");
+    let get = |k: &str| creds.get(k).map(str::to_string);
+    let config = crate::model::config::anthropic_config(&get);
+    let url = format!("{}/v1/messages", config.base_url.trim_end_matches('/'));
     let client = match reqwest::Client::builder().timeout(settings.timeout).build() {
         Ok(c) => c,
         Err(e) => return Verdict::Net(head(&cause(&e), 80)),
@@ -97,12 +97,10 @@ pub async fn probe(creds: &Credentials, settings: &ProbeSettings) -> Verdict {
             "max_tokens": PROBE_MAX_TOKENS,
             "messages": [{"role": "user", "content": "ping"}],
         }));
-    request = if let Some(key) = creds.get(ANTHROPIC_API_KEY) {
-        request.header("x-api-key", key)
-    } else if let Some(token) = creds.get(ANTHROPIC_AUTH_TOKEN) {
-        request.bearer_auth(token)
-    } else {
-        return Verdict::Auth("没有凭证".to_string());
+    request = match &config.auth {
+        AnthropicAuth::ApiKey(key) => request.header("x-api-key", key),
+        AnthropicAuth::Bearer(token) => request.bearer_auth(token),
+        AnthropicAuth::None => return Verdict::Auth("没有凭证".to_string()),
     };
     tracing::info!(%url, model = probe_model(creds), "probing credentials");
     let response = match request.send().await {

@@ -188,13 +188,11 @@ fn ask_secret(
 }
 
 /// The credentials after a configuration: the chain read again (the file is new), with the
-/// values just written on top of every other source ("立刻加载生效").
+/// values just written on top of every other source ("立刻加载生效"), bound again (a project
+/// file's endpoint never gets the token just typed).
 pub fn reload(lookup: &Lookup, written: &Written) -> Credentials {
     let mut creds = lookup.discover();
-    let source = Source::Setup(written.path.clone());
-    for (key, value) in &written.pairs {
-        creds.overwrite(key, value, &source);
-    }
+    creds.put_first(Source::Setup(written.path.clone()), &written.pairs);
     creds
 }
 

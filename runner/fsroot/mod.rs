@@ -13,7 +13,11 @@
 //!   No symlink is ever followed beneath the anchor (for [`own`]: anywhere in the path).
 //! - [`View`]: what one agent sees through its mounts, with its container's symlink semantics
 //!   (the file tools).
+//! - [`config`]: the one reader of configuration files (`.env`, `.mcp.json`, workflow files,
+//!   settings): beneath the workspace as the file tools read, the user's own by path; regular
+//!   files only, never blocking, capped.
 
+pub mod config;
 pub mod own;
 mod sys;
 mod tree;

@@ -10,8 +10,9 @@
 //! ```
 //!
 //! `.mcp.json` is agent-writable (a worker may add a server that a later agent starts), so it
-//! is read like every file flowerbox finds in the workspace (no symlink, regular, capped) and
-//! what it says is data, never trusted:
+//! is read with the one configuration reader (`fsroot::config`: as the file tools read the
+//! workspace, no symlink out of it, regular files only, never blocking, capped; a
+//! `--mcp-config` file inside the workspace likewise) and what it says is data, never trusted:
 //!
 //! - **Literal values** in `env` are passed to the server as written, except variables named
 //!   like a credential (`ANTHROPIC_*`, `OPENAI_*`, `CLAUDE_*`, `FLOWERBOX_PROVIDER`), which are
@@ -32,12 +33,13 @@ use std::time::Duration;
 use thiserror::Error;
 
 use super::names;
+use crate::fsroot::config::{self as config_file, ConfigError as ConfigReadError, Place};
 use crate::model::config::is_provider_variable as is_secret_env;
 
 /// The project file, at the workspace root.
 pub const PROJECT_FILE: &str = ".mcp.json";
 /// Largest config file read.
-const FILE_CAP: u64 = 1024 * 1024;
+const FILE_CAP: u64 = crate::fsroot::config::CONFIG_CAP;
 /// Environment variables a server never gets from a config (flowerbox's exec marker).
 const OWN_VARS: &[&str] = &[crate::sandbox::docker::exec::MARKER_VAR];
 
@@ -105,6 +107,8 @@ pub struct McpSettings {
     pub startup_timeout: Duration,
     /// `MCP_TOOL_TIMEOUT` (ms, as in Claude Code): how long one tool call may take.
     pub call_timeout: Duration,
+    /// Directories never read as configuration (the run directory).
+    pub masked: Vec<PathBuf>,
 }
 
 impl Default for McpSettings {
@@ -115,6 +119,7 @@ impl Default for McpSettings {
             env_values: BTreeMap::new(),
             startup_timeout: Duration::from_secs(30),
             call_timeout: Duration::from_secs(600),
+            masked: Vec::new(),
         }
     }
 }
@@ -145,9 +150,9 @@ pub enum ConfigFault {
     /// It cannot be read.
     #[error("读不了:{0}")]
     Unreadable(#[source] std::io::Error),
-    /// Not a regular file, or larger than the cap (1 MiB).
-    #[error("要是不超过 {} KiB 的普通文件", FILE_CAP / 1024)]
-    NotAFile,
+    /// Not a regular file, larger than the cap (1 MiB), a link out of the workspace, ...
+    #[error("要是不超过 {} KiB 的普通文件:{}", FILE_CAP / 1024, .0)]
+    NotAFile(#[source] ConfigReadError),
     /// The whole file is unusable.
     #[error(transparent)]
     File(#[from] FileError),
@@ -323,9 +328,10 @@ pub fn load(
 ) -> Result<McpConfig, ConfigError> {
     let mut config = McpConfig::default();
     let project = workspace.join(PROJECT_FILE);
-    match crate::fsroot::own::read_string(&project, FILE_CAP) {
+    let place = Place::of(&project, &[workspace], &settings.masked);
+    match config_file::read(&project, &place, FILE_CAP) {
         Ok(None) => {}
-        Ok(Some(text)) => match parse(&text, &project, env) {
+        Ok(Some(file)) => match parse(&file.text(), &project, env) {
             Ok((servers, problems)) => {
                 config.servers = servers;
                 config
@@ -338,7 +344,7 @@ pub fn load(
             )),
         },
         Err(e) => config.warnings.push(format!(
-            "{} 读不了:{e}(它必须是普通文件,不能是符号链接);这些 MCP 服务器这次不启动",
+            "{} 读不了:{e};这些 MCP 服务器这次不启动",
             project.display()
         )),
     }
@@ -347,12 +353,18 @@ pub fn load(
             path: path.clone(),
             why,
         };
-        let meta = std::fs::metadata(path).map_err(|e| err(ConfigFault::Unreadable(e)))?;
-        if !meta.is_file() || meta.len() > FILE_CAP {
-            return Err(err(ConfigFault::NotAFile));
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| err(ConfigFault::Unreadable(e)))?;
-        let (servers, problems) = parse(&text, path, env).map_err(|e| err(e.into()))?;
+        // Inside the workspace it is as agent-writable as `.mcp.json`: read the same way.
+        let place = Place::of(path, &[workspace], &settings.masked);
+        let file = match config_file::read(path, &place, FILE_CAP) {
+            Ok(Some(file)) => file,
+            Ok(None) => {
+                return Err(err(ConfigFault::Unreadable(std::io::Error::from(
+                    std::io::ErrorKind::NotFound,
+                ))))
+            }
+            Err(e) => return Err(err(ConfigFault::NotAFile(e))),
+        };
+        let (servers, problems) = parse(&file.text(), path, env).map_err(|e| err(e.into()))?;
         if let Some(first) = problems.into_iter().next() {
             return Err(err(first.into()));
         }

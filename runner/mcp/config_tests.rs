@@ -141,14 +141,30 @@ fn project_file_problems_warn_and_mcp_config_problems_fail() {
         c.warnings
     );
 
-    // A symlinked .mcp.json is not followed.
+    // A symlinked .mcp.json is followed while it stays in the workspace (as the file tools
+    // and the agent's container follow it), never out of it.
     let target = ws_path.join("real.json");
     std::fs::write(&target, r#"{"mcpServers": {"a": {"command": "x"}}}"#).unwrap();
     std::fs::remove_file(ws_path.join(PROJECT_FILE)).unwrap();
-    std::os::unix::fs::symlink(&target, ws_path.join(PROJECT_FILE)).unwrap();
+    std::os::unix::fs::symlink("real.json", ws_path.join(PROJECT_FILE)).unwrap();
+    let c = load(&ws_path, &McpSettings::default(), &env).unwrap();
+    assert_eq!(c.servers.len(), 1, "{c:?}");
+    let outside = tempfile::tempdir().unwrap();
+    let out_file = outside.path().join("evil.json");
+    std::fs::write(&out_file, r#"{"mcpServers": {"evil": {"command": "x"}}}"#).unwrap();
+    std::fs::remove_file(ws_path.join(PROJECT_FILE)).unwrap();
+    std::os::unix::fs::symlink(&out_file, ws_path.join(PROJECT_FILE)).unwrap();
     let c = load(&ws_path, &McpSettings::default(), &env).unwrap();
     assert!(
         c.servers.is_empty() && c.warnings[0].contains("符号链接"),
+        "{c:?}"
+    );
+    // A FIFO is refused at once (it used to be opened only `O_NONBLOCK`; now the one reader).
+    std::fs::remove_file(ws_path.join(PROJECT_FILE)).unwrap();
+    nix::unistd::mkfifo(&ws_path.join(PROJECT_FILE), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let c = load(&ws_path, &McpSettings::default(), &env).unwrap();
+    assert!(
+        c.servers.is_empty() && c.warnings[0].contains("不是普通文件"),
         "{c:?}"
     );
 
@@ -184,4 +200,25 @@ fn project_file_problems_warn_and_mcp_config_problems_fail() {
         ..Default::default()
     };
     assert!(load(&ws_path, &missing, &env).is_err());
+    // A --mcp-config in the workspace is read like .mcp.json: a link out of it is refused.
+    std::os::unix::fs::symlink(&out_file, ws_path.join("linked.json")).unwrap();
+    let linked = McpSettings {
+        config_file: Some(ws_path.join("linked.json")),
+        ..Default::default()
+    };
+    let e = load(&ws_path, &linked, &env).unwrap_err();
+    assert!(e.to_string().contains("符号链接"), "{e}");
+    // Elsewhere it is the user's own: a link is followed.
+    let mine = outside.path().join("mine.json");
+    std::os::unix::fs::symlink(&out_file, &mine).unwrap();
+    let c = load(
+        &ws_path,
+        &McpSettings {
+            config_file: Some(mine),
+            ..Default::default()
+        },
+        &env,
+    )
+    .unwrap();
+    assert!(c.servers.iter().any(|s| s.name == "evil"), "{c:?}");
 }

@@ -155,16 +155,40 @@ pub fn provider_kind(get: Lookup<'_>) -> Result<ProviderKind, ModelError> {
     }
 }
 
+/// The variable that names where a provider of `kind` sends its requests (its base URL).
+pub fn endpoint_variable(kind: ProviderKind) -> &'static str {
+    match kind {
+        ProviderKind::Anthropic => "ANTHROPIC_BASE_URL",
+        ProviderKind::OpenAi => "OPENAI_BASE_URL",
+    }
+}
+
+/// The variable whose value a provider of `kind` built from `get` sends with every request
+/// (`x-api-key`, `authorization: Bearer`), `None` when it sends none: anthropic's
+/// `ANTHROPIC_API_KEY` when it has a value (blank counts as none), else
+/// `ANTHROPIC_AUTH_TOKEN`; openai's `OPENAI_API_KEY`. THE rule: [`anthropic_config`] and
+/// [`openai_config`] pick their credential with it, and the credentials module binds every
+/// endpoint to the variable it names (`crate::creds`, a secret only goes where its own
+/// source says), so the two can never disagree.
+pub fn credential_variable(kind: ProviderKind, get: Lookup<'_>) -> Option<&'static str> {
+    let candidates: &[&'static str] = match kind {
+        ProviderKind::Anthropic => &["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"],
+        ProviderKind::OpenAi => &["OPENAI_API_KEY"],
+    };
+    candidates
+        .iter()
+        .copied()
+        .find(|name| value(get, name).is_some())
+}
+
 /// The anthropic configuration from flower's variables. Without a credential the requests carry
 /// none (the credentials module decides whether that is acceptable before a run).
 pub fn anthropic_config(get: Lookup<'_>) -> AnthropicConfig {
-    let auth = match (
-        value(get, "ANTHROPIC_API_KEY"),
-        value(get, "ANTHROPIC_AUTH_TOKEN"),
-    ) {
-        (Some(key), _) => AnthropicAuth::ApiKey(key),
-        (None, Some(token)) => AnthropicAuth::Bearer(token),
-        (None, None) => AnthropicAuth::None,
+    let secret = |name: &str| value(get, name).unwrap_or_default();
+    let auth = match credential_variable(ProviderKind::Anthropic, get) {
+        Some(name @ "ANTHROPIC_API_KEY") => AnthropicAuth::ApiKey(secret(name)),
+        Some(name) => AnthropicAuth::Bearer(secret(name)),
+        None => AnthropicAuth::None,
     };
     AnthropicConfig {
         base_url: value(get, "ANTHROPIC_BASE_URL")
@@ -228,7 +252,7 @@ pub fn openai_config(get: Lookup<'_>) -> Result<OpenAiConfig, ModelError> {
     Ok(OpenAiConfig {
         base_url: value(get, "OPENAI_BASE_URL")
             .unwrap_or_else(|| super::openai::DEFAULT_BASE_URL.to_string()),
-        api_key: value(get, "OPENAI_API_KEY"),
+        api_key: credential_variable(ProviderKind::OpenAi, get).and_then(|name| value(get, name)),
         model,
         stream: switch(get, "FLOWERBOX_OPENAI_STREAM", true)?,
     })
@@ -384,6 +408,36 @@ mod tests {
             ProviderKind::Anthropic
         );
         assert!(provider_kind(&env(&[("FLOWERBOX_PROVIDER", "gemini")])).is_err());
+    }
+
+    #[test]
+    fn the_credential_sent_is_the_one_credential_variable_names() {
+        // A blank API key is no key: the token is what goes out, and what the rule names.
+        let get = env(&[
+            ("ANTHROPIC_API_KEY", "   "),
+            ("ANTHROPIC_AUTH_TOKEN", "tok"),
+        ]);
+        assert_eq!(
+            credential_variable(ProviderKind::Anthropic, &get),
+            Some("ANTHROPIC_AUTH_TOKEN")
+        );
+        assert_eq!(
+            anthropic_config(&get).auth,
+            AnthropicAuth::Bearer("tok".into())
+        );
+        let get = env(&[("ANTHROPIC_API_KEY", "k"), ("ANTHROPIC_AUTH_TOKEN", "t")]);
+        assert_eq!(
+            credential_variable(ProviderKind::Anthropic, &get),
+            Some("ANTHROPIC_API_KEY")
+        );
+        assert_eq!(credential_variable(ProviderKind::OpenAi, &get), None);
+        let get = env(&[("OPENAI_API_KEY", "o"), ("OPENAI_MODEL", "m")]);
+        assert_eq!(
+            credential_variable(ProviderKind::OpenAi, &get),
+            Some("OPENAI_API_KEY")
+        );
+        assert_eq!(openai_config(&get).unwrap().api_key.as_deref(), Some("o"));
+        assert_eq!(endpoint_variable(ProviderKind::OpenAi), "OPENAI_BASE_URL");
     }
 
     #[test]
