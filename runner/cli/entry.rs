@@ -61,7 +61,10 @@ pub async fn run(
     globals: GlobalOptions,
     creds: Credentials,
 ) -> Result<ExitStatus, CliError> {
-    let settings = run_settings(&globals, &creds)?;
+    let mut settings = run_settings(&globals, &creds)?;
+    settings
+        .watched
+        .push(super::services::watched_workflow(&opts.target.file));
     let RunOptions {
         target,
         workbench,

@@ -4,6 +4,7 @@
 //! resolved options. Below this module nothing knows the command line.
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::args::{PermissionMode, SandboxKind};
@@ -12,6 +13,7 @@ use super::options::{GlobalOptions, GoOptions, OnceOptions};
 use crate::creds::Credentials;
 use crate::flow::frontend::Frontend;
 use crate::flow::once::OnceSettings;
+use crate::flow::watch::Watched;
 use crate::flow::{GoSettings, RunSettings};
 use crate::mcp::{names, ServerConfig};
 use crate::sandbox::docker::DockerBackend;
@@ -34,6 +36,8 @@ pub fn sandbox_backend(globals: &GlobalOptions) -> Arc<dyn SandboxBackend> {
 /// configuration from `creds`, and the project's MCP servers (`.mcp.json`: problems are
 /// warnings on stderr; `--mcp-config`: problems are exit 2).
 pub fn run_settings(globals: &GlobalOptions, creds: &Credentials) -> Result<RunSettings, CliError> {
+    debug_assert!(creds.is_bound(), "credentials reach a run bound");
+    let watched = watched_config(globals, creds);
     let creds = creds.clone();
     Ok(RunSettings {
         workspace: globals.workspace.clone(),
@@ -43,7 +47,67 @@ pub fn run_settings(globals: &GlobalOptions, creds: &Credentials) -> Result<RunS
         model: Arc::new(move |k: &str| creds.get(k).map(str::to_string)),
         mcp_servers: mcp_servers(globals)?,
         mcp: globals.mcp.clone(),
+        watched,
     })
+}
+
+/// THE list of configuration files a next run reads from the workspace (issue 25 §1):
+/// watched over every run and named at its end when an agent created, changed or removed
+/// one (only those inside the workspace are watched). `run` adds its workflow file
+/// ([`watched_workflow`]); plugin directories join here.
+pub fn watched_config(globals: &GlobalOptions, creds: &Credentials) -> Vec<Watched> {
+    let dotenv = |path: PathBuf| Watched {
+        path,
+        items: "键",
+        itemize: Some(dotenv_keys),
+    };
+    let mut list: Vec<Watched> = creds.dotenv_paths().iter().cloned().map(dotenv).collect();
+    list.push(dotenv(globals.workspace.join(".env")));
+    let mcp = |path: PathBuf| Watched {
+        path,
+        items: "服务器",
+        itemize: Some(mcp_servers_of),
+    };
+    list.push(mcp(globals
+        .workspace
+        .join(crate::mcp::config::PROJECT_FILE)));
+    if let Some(file) = &globals.mcp.config_file {
+        list.push(mcp(file.clone()));
+    }
+    list
+}
+
+/// `run`'s workflow file, watched like the rest of [`watched_config`].
+pub fn watched_workflow(file: &Path) -> Watched {
+    Watched {
+        path: file.to_path_buf(),
+        items: "流程",
+        itemize: Some(toml_tables),
+    }
+}
+
+/// A `.env` file's pairs (nothing of a binary one).
+fn dotenv_keys(bytes: &[u8]) -> Option<Vec<(String, String)>> {
+    let report = crate::creds::dotenv::report_bytes(bytes);
+    (!report.binary).then_some(report.pairs)
+}
+
+/// An MCP configuration's servers, each with its whole entry.
+fn mcp_servers_of(bytes: &[u8]) -> Option<Vec<(String, String)>> {
+    let root: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let servers = root.get("mcpServers")?.as_object()?;
+    Some(
+        servers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_string()))
+            .collect(),
+    )
+}
+
+/// A workflow file's top-level tables, each with its whole text.
+fn toml_tables(bytes: &[u8]) -> Option<Vec<(String, String)>> {
+    let doc: toml::Table = std::str::from_utf8(bytes).ok()?.parse().ok()?;
+    Some(doc.into_iter().map(|(k, v)| (k, v.to_string())).collect())
 }
 
 /// The project's MCP servers, loaded and checked.

@@ -94,6 +94,7 @@ impl Lookup {
     /// `creds::bind`), with what reading the files found.
     pub fn discover(&self) -> Credentials {
         let mut read = Read::default();
+        let mut dotenv_paths = Vec::new();
         let process = LOOKUP_KEYS
             .iter()
             .filter_map(|k| Some((k.to_string(), self.vars.get(*k)?.clone())))
@@ -102,9 +103,11 @@ impl Lookup {
             .push(Layer::new(Source::Process, Trust::User, process));
         if let Some(path) = self.var("FLOWER_ENV") {
             let path = config_file::lexical(&self.cwd.join(path));
+            dotenv_paths.push(path.clone());
             self.take_dotenv(&mut read, &path, Source::FlowerEnv(path.clone()));
         }
         let cwd_env = self.cwd.join(".env");
+        dotenv_paths.push(cwd_env.clone());
         self.take_dotenv(&mut read, &cwd_env, Source::CwdDotenv(cwd_env.clone()));
         if let Some(user) = self.user_env_file() {
             self.take_dotenv(&mut read, &user, Source::UserDotenv(user.clone()));
@@ -115,7 +118,9 @@ impl Lookup {
                 self.take_claude_settings(&mut read, &path);
             }
         }
-        Credentials::from_layers(read.layers, read.warnings)
+        let mut creds = Credentials::from_layers(read.layers, read.warnings);
+        creds.dotenv_paths = dotenv_paths;
+        creds
     }
 
     /// How `path` is opened: beneath the workspace when it lies there; a project's `./.env`

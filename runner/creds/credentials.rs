@@ -127,6 +127,8 @@ pub struct Credentials {
     pub(super) entries: BTreeMap<String, (String, usize)>,
     /// What the chain found in its files and did about their endpoints, in lookup order.
     pub(super) warnings: Vec<DotenvWarning>,
+    /// The `.env` files the chain looked for (found or not): `$FLOWER_ENV`'s, `./.env`.
+    pub(super) dotenv_paths: Vec<PathBuf>,
 }
 
 impl Credentials {
@@ -142,6 +144,7 @@ impl Credentials {
             layers,
             entries: BTreeMap::new(),
             warnings,
+            dotenv_paths: Vec::new(),
         };
         creds.bind();
         creds
@@ -203,6 +206,12 @@ impl Credentials {
     /// order: one line each, ready to print (sanitised).
     pub fn warnings(&self) -> &[DotenvWarning] {
         &self.warnings
+    }
+
+    /// The project-side `.env` files the chain looked for, found or not (`$FLOWER_ENV`'s,
+    /// `./.env`): what a run watches for changes an agent makes.
+    pub fn dotenv_paths(&self) -> &[PathBuf] {
+        &self.dotenv_paths
     }
 
     /// The non-empty value of `key` (any key, e.g. `ANTHROPIC_BASE_URL`, `OPENAI_MODEL`).

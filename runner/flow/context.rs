@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::error::FlowError;
+use super::frontend::Notice;
+use super::watch::{ConfigWatch, Watched};
 use crate::agent::human::Human;
 use crate::agent::{EventSink, Placement, Runtime, RuntimeConfig, Workbench};
 use crate::mcp::McpHub;
@@ -40,6 +42,9 @@ pub struct RunSettings {
     pub mcp_servers: Vec<crate::mcp::ServerConfig>,
     /// Timeouts of those servers.
     pub mcp: crate::mcp::McpSettings,
+    /// The configuration files the next run reads from the workspace: watched over the run,
+    /// and named at its end when an agent created, changed or removed one.
+    pub watched: Vec<Watched>,
 }
 
 /// What differs between the drivers (`go`, `run`, `once`, the aside oracle).
@@ -76,6 +81,8 @@ pub struct RunContext {
     pub provider: Arc<dyn Provider>,
     /// The workbench, if any.
     pub workbench: Option<Workbench>,
+    /// The workspace's configuration files as they were before any agent ran.
+    pub config_watch: ConfigWatch,
 }
 
 impl RunContext {
@@ -83,6 +90,12 @@ impl RunContext {
     /// `sessions.db`, a backend that cannot serve the run (an unreachable Docker engine is
     /// never a silent fall-back to host execution).
     pub async fn build(settings: &RunSettings, setup: RunSetup) -> Result<RunContext, FlowError> {
+        // Before anything of this run can write the workspace.
+        let config_watch = ConfigWatch::start(
+            &settings.watched,
+            &settings.workspace,
+            std::slice::from_ref(&settings.run_dir),
+        );
         let get = |k: &str| (settings.model)(k);
         let provider = build_provider(&get, ProviderOptions::default())?;
         let max_tokens_setting = crate::model::config::max_tokens_setting(&get)?;
@@ -204,7 +217,19 @@ impl RunContext {
             sandboxes,
             provider,
             workbench,
+            config_watch,
         })
+    }
+
+    /// The notice naming the workspace's configuration files this run's agents created,
+    /// changed or removed (`None` when none): shown at the end of the run, before the next run
+    /// trusts them. Call it once no agent runs any more.
+    pub fn config_notice(&self) -> Option<Notice> {
+        let changes = self.config_watch.changes();
+        for c in &changes {
+            tracing::warn!(path = %c.path.display(), change = ?c.change, added = ?c.added, changed = ?c.changed, removed = ?c.removed, "workspace configuration changed during the run");
+        }
+        (!changes.is_empty()).then_some(Notice::ConfigChanged(changes))
     }
 
     /// Stops the MCP servers and removes every container of the run (and its pod); worktrees

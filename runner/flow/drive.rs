@@ -200,6 +200,7 @@ impl Session {
                 rt.rescue(KILLED_BY_SIGNAL);
                 self.run.shutdown().await;
                 self.close_isolation().await;
+                self.tell_config_changes();
                 Ok(RunEnd::Signalled(sig))
             }
             End::Signal(_) | End::Quit => {
@@ -238,10 +239,19 @@ impl Session {
         }
     }
 
-    /// Removes the containers and shows the closing line.
+    /// Names the workspace's configuration files the run changed (once no agent runs).
+    fn tell_config_changes(&self) {
+        if let Some(notice) = self.run.config_notice() {
+            self.frontend.notice(&notice);
+        }
+    }
+
+    /// Removes the containers, names the configuration the run changed and shows the closing
+    /// line.
     async fn finish(&self) {
         self.run.shutdown().await;
         self.close_isolation().await;
+        self.tell_config_changes();
         let (cost_usd, all_known, any_known) = process_cost(&self.run);
         self.frontend.notice(&Notice::Closing(Closing {
             cost_usd,

@@ -68,6 +68,10 @@ pub enum Notice {
     /// A record was damaged and what was done about it (moved aside, rebuilt), or a record
     /// that does not match the others; shown as a warning before the run goes on.
     Recovered(String),
+    /// Configuration the next run reads from the workspace (`.env`, `.mcp.json`, the workflow
+    /// file, ...) that this run created, changed or removed: named before the closing line,
+    /// with the names (never the values) of the keys or servers that changed.
+    ConfigChanged(Vec<super::watch::ConfigChange>),
     /// The run is over: the closing line.
     Closing(Closing),
     /// A single agent (`once`) is done: the running totals (context, cost, time).

@@ -35,7 +35,8 @@
 //! read-only wake probe and `--new`'s archive), [`starter`] (`go`), [`declarative`],
 //! [`template`] and [`runfile`] (`run`), [`once`] (one agent), [`drive`] (the driver),
 //! [`frontend`] (the UI seam a frontend implements) and [`aside`] (the aside oracle behind it),
-//! [`context`] (the run's services from the settings the command line chose), [`error`], and
+//! [`context`] (the run's services from the settings the command line chose), [`watch`] (the
+//! workspace's configuration files, named at the end when a run changed them), [`error`], and
 //! the documents [`brief`], [`goal`], [`verdict`]. Nothing here knows the command line: the
 //! settings come in as values, the frontend as a trait object, failures go out as
 //! [`FlowError`].
@@ -63,6 +64,7 @@ pub mod step;
 pub mod template;
 pub mod verdict;
 pub mod wake;
+pub mod watch;
 pub mod workflow;
 
 #[cfg(test)]

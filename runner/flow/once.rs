@@ -98,6 +98,9 @@ pub async fn once(
     match outcome {
         Ok(result) => {
             ctx.shutdown().await;
+            if let Some(notice) = ctx.config_notice() {
+                frontend.notice(&notice);
+            }
             frontend.notice(&Notice::Totals);
             if result.ok {
                 Ok(RunEnd::Finished)
@@ -114,6 +117,9 @@ pub async fn once(
             run.abort();
             ctx.runtime.rescue(KILLED_BY_SIGNAL);
             ctx.shutdown().await;
+            if let Some(notice) = ctx.config_notice() {
+                frontend.notice(&notice);
+            }
             Ok(RunEnd::Signalled(sig))
         }
     }

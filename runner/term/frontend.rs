@@ -14,6 +14,7 @@ use super::console::Console;
 use super::render::{closing_line, shorten_home, wake_banner, RenderOptions};
 use crate::agent::EventSink;
 use crate::flow::frontend::{Controls, Frontend, Notice};
+use crate::flow::watch::{Change, ConfigChange};
 use crate::shown::Line;
 
 /// The lines of a notice (every kind but [`Notice::Totals`], which is the frontend's own
@@ -33,12 +34,47 @@ pub fn notice_lines(notice: &Notice, opts: &RenderOptions) -> Vec<Line> {
                 .into(),
         ],
         Notice::Recovered(text) => vec![Line::plain(format!("! {text}"))],
+        Notice::ConfigChanged(changes) => config_changed_lines(changes, opts),
         Notice::Closing(c) => vec![
             Line::new(),
             closing_line(c.cost_usd, c.all_known, c.any_known, &c.manifest),
         ],
         Notice::Totals => Vec::new(),
     }
+}
+
+/// The configuration files a run changed: one `!` line, then one line per file (what happened,
+/// and the keys or servers that appeared, changed or went; never a value). Names an agent wrote
+/// (a server's) are cleaned where every line is, at the terminal.
+fn config_changed_lines(changes: &[ConfigChange], opts: &RenderOptions) -> Vec<Line> {
+    let mut lines: Vec<Line> =
+        vec!["! 这次运行里,下次运行会读的配置被改了(下次运行前先看一眼,确认是你要的):".into()];
+    for c in changes {
+        let path = shorten_home(&c.path, opts.home.as_deref());
+        let (what, why) = match &c.change {
+            Change::Created => ("新建", String::new()),
+            Change::Modified => ("改了", String::new()),
+            Change::Removed => ("删了", String::new()),
+            Change::Unreadable(why) => ("改了", format!(":现在读不了({why})")),
+        };
+        let mut parts: Vec<String> = Vec::new();
+        for (names, label) in [
+            (&c.added, "新增"),
+            (&c.changed, "改了"),
+            (&c.removed, "删了"),
+        ] {
+            if !names.is_empty() && !(label == "删了" && c.change == Change::Removed) {
+                parts.push(format!("{label} {}", names.join("、")));
+            }
+        }
+        let items = if parts.is_empty() {
+            String::new()
+        } else {
+            format!(":{} {}", c.items, parts.join(";"))
+        };
+        lines.push(Line::plain(format!("  {what} {path}{why}{items}")));
+    }
+    lines
 }
 
 #[async_trait]
@@ -73,5 +109,72 @@ impl Frontend for Console {
 
     fn detach(&self) {
         self.finish_blocking();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn changed_configuration_is_named_with_its_keys_and_nothing_raw() {
+        let change =
+            |path: &str, change: Change, items, added: &[&str], changed: &[&str]| ConfigChange {
+                path: PathBuf::from(path),
+                change,
+                items,
+                added: added.iter().map(|s| s.to_string()).collect(),
+                changed: changed.iter().map(|s| s.to_string()).collect(),
+                removed: Vec::new(),
+            };
+        let opts = RenderOptions {
+            home: Some(PathBuf::from("/home/u")),
+            ..RenderOptions::default()
+        };
+        let lines = notice_lines(
+            &Notice::ConfigChanged(vec![
+                change(
+                    "/home/u/p/.env",
+                    Change::Created,
+                    "键",
+                    &["ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN"],
+                    &[],
+                ),
+                change(
+                    "/home/u/p/.mcp.json",
+                    Change::Modified,
+                    "服务器",
+                    &["evil\x1b]52;c;aGk=\x07"],
+                    &["db"],
+                ),
+                change(
+                    "/home/u/p/flows.toml",
+                    Change::Unreadable("不是普通文件(FIFO、套接字或设备),不读".into()),
+                    "流程",
+                    &[],
+                    &[],
+                ),
+            ]),
+            &opts,
+        );
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        assert!(lines[0].starts_with("! 这次运行里"));
+        assert_eq!(
+            lines[1],
+            "  新建 ~/p/.env:键 新增 ANTHROPIC_BASE_URL、ANTHROPIC_AUTH_TOKEN"
+        );
+        assert!(
+            lines[2].starts_with("  改了 ~/p/.mcp.json:服务器 新增 evil"),
+            "{lines:?}"
+        );
+        assert!(lines[2].ends_with(";改了 db"), "{lines:?}");
+        // What the terminal writes of them holds no control character.
+        let painted: String = lines.iter().map(|l| l.painted(false)).collect();
+        assert!(!painted.contains('\x1b') && !painted.contains('\x07'), "{painted:?}");
+        assert!(
+            lines[3].starts_with("  改了 ~/p/flows.toml:现在读不了(不是普通文件"),
+            "{lines:?}"
+        );
     }
 }

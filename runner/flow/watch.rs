@@ -1,0 +1,306 @@
+//! Configuration the next run will read from the workspace, watched over a run (issue 25 §1):
+//! what an agent created, changed or removed there is named at the end of the run, so the user
+//! knows before the next run trusts it.
+//!
+//! The command line says what to watch ([`Watched`]: `./.env`, `.mcp.json`, the workflow
+//! file, a `$FLOWER_ENV` or `--mcp-config` file when they lie in the workspace; plugin
+//! directories later) as one list. [`ConfigWatch::start`] takes a snapshot of each with the one
+//! configuration reader (`fsroot::config`: no symlink out of the workspace, regular files only,
+//! never blocking, capped) before any agent runs; [`ConfigWatch::changes`] takes another and
+//! compares. A file's items (a `.env`'s keys, `.mcp.json`'s servers, a workflow file's tables)
+//! are compared by a digest of their values: the report names keys, never values.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+
+use crate::fsroot::config::{self as config_file, Place, CONFIG_CAP};
+
+/// A file's content as named items: (name, value) pairs, or `None` when it does not parse.
+pub type Itemize = fn(&[u8]) -> Option<Vec<(String, String)>>;
+
+/// One configuration file the next run reads from the workspace.
+#[derive(Clone)]
+pub struct Watched {
+    /// The file (absolute).
+    pub path: PathBuf,
+    /// What its items are called on screen (`键`, `服务器`, `流程`).
+    pub items: &'static str,
+    /// How its content splits into items; `None`: compared whole.
+    pub itemize: Option<Itemize>,
+}
+
+impl std::fmt::Debug for Watched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watched")
+            .field("path", &self.path)
+            .field("items", &self.items)
+            .finish()
+    }
+}
+
+/// What happened to a watched file over the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// It did not exist and does now.
+    Created,
+    /// Its content changed.
+    Modified,
+    /// It existed and does not now.
+    Removed,
+    /// It cannot be read as configuration now (a FIFO, a link out of the workspace, too
+    /// large, ...): why.
+    Unreadable(String),
+}
+
+/// One watched file that changed, with the names of its items that did (never their values).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigChange {
+    /// The file.
+    pub path: PathBuf,
+    /// What happened to it.
+    pub change: Change,
+    /// What its items are called (`键`, `服务器`, `流程`).
+    pub items: &'static str,
+    /// Items that appeared.
+    pub added: Vec<String>,
+    /// Items whose value changed.
+    pub changed: Vec<String>,
+    /// Items that went.
+    pub removed: Vec<String>,
+}
+
+/// A watched file as one snapshot saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    Absent,
+    Present {
+        digest: u64,
+        items: Option<BTreeMap<String, u64>>,
+    },
+    Unreadable(String),
+}
+
+/// The snapshot taken before the run, and how to take the next one.
+#[derive(Debug, Clone)]
+pub struct ConfigWatch {
+    watched: Vec<Watched>,
+    workspace: PathBuf,
+    masked: Vec<PathBuf>,
+    before: Vec<State>,
+}
+
+fn digest(bytes: impl Hash) -> u64 {
+    let mut h = DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
+impl ConfigWatch {
+    /// Snapshots `watched` (files in `workspace`; others are the user's and not watched),
+    /// never reading anything in `masked` (the run directory).
+    pub fn start(watched: &[Watched], workspace: &Path, masked: &[PathBuf]) -> ConfigWatch {
+        let mut seen: Vec<PathBuf> = Vec::new();
+        let watched: Vec<Watched> = watched
+            .iter()
+            .filter(|w| {
+                let path = config_file::lexical(&w.path);
+                let fresh = path.starts_with(workspace) && !seen.contains(&path);
+                seen.push(path);
+                fresh
+            })
+            .cloned()
+            .collect();
+        let mut watch = ConfigWatch {
+            watched,
+            workspace: workspace.to_path_buf(),
+            masked: masked.to_vec(),
+            before: Vec::new(),
+        };
+        watch.before = watch.snapshot();
+        watch
+    }
+
+    /// The files watched.
+    pub fn watched(&self) -> &[Watched] {
+        &self.watched
+    }
+
+    fn snapshot(&self) -> Vec<State> {
+        self.watched.iter().map(|w| self.state(w)).collect()
+    }
+
+    fn state(&self, w: &Watched) -> State {
+        let place = Place::Beneath {
+            root: self.workspace.clone(),
+            masked: self.masked.clone(),
+        };
+        match config_file::read(&w.path, &place, CONFIG_CAP) {
+            Ok(None) => State::Absent,
+            Ok(Some(file)) => State::Present {
+                digest: digest(&file.bytes),
+                items: w.itemize.and_then(|f| f(&file.bytes)).map(|pairs| {
+                    let mut items = BTreeMap::new();
+                    for (k, v) in pairs {
+                        // The first of a name counts, as the readers take it.
+                        items.entry(k).or_insert_with(|| digest(&v));
+                    }
+                    items
+                }),
+            },
+            Err(e) => State::Unreadable(e.to_string()),
+        }
+    }
+
+    /// What changed since [`ConfigWatch::start`], in the order of the list.
+    pub fn changes(&self) -> Vec<ConfigChange> {
+        let after = self.snapshot();
+        self.watched
+            .iter()
+            .zip(self.before.iter().zip(after))
+            .filter_map(|(w, (before, after))| compare(w, before, &after))
+            .collect()
+    }
+}
+
+fn compare(w: &Watched, before: &State, after: &State) -> Option<ConfigChange> {
+    if before == after {
+        return None;
+    }
+    let change = match (before, after) {
+        (_, State::Unreadable(why)) => Change::Unreadable(why.clone()),
+        (State::Absent, _) => Change::Created,
+        (_, State::Absent) => Change::Removed,
+        _ => Change::Modified,
+    };
+    let mut out = ConfigChange {
+        path: w.path.clone(),
+        change,
+        items: w.items,
+        added: Vec::new(),
+        changed: Vec::new(),
+        removed: Vec::new(),
+    };
+    // Items of a file that is not there (or was not readable) are none; of one that does not
+    // parse, unknown (then only the file is named).
+    let items = |s: &State| match s {
+        State::Present { items, .. } => items.clone(),
+        State::Absent | State::Unreadable(_) => Some(BTreeMap::new()),
+    };
+    if let (false, Some(old), Some(new)) = (
+        matches!(out.change, Change::Unreadable(_)),
+        items(before),
+        items(after),
+    ) {
+        for (k, v) in &new {
+            match old.get(k) {
+                None => out.added.push(k.clone()),
+                Some(o) if o != v => out.changed.push(k.clone()),
+                Some(_) => {}
+            }
+        }
+        out.removed = old
+            .keys()
+            .filter(|k| !new.contains_key(*k))
+            .cloned()
+            .collect();
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(bytes: &[u8]) -> Option<Vec<(String, String)>> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        Some(
+            text.lines()
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    fn watched(ws: &Path, name: &str) -> Watched {
+        Watched {
+            path: ws.join(name),
+            items: "键",
+            itemize: Some(lines),
+        }
+    }
+
+    #[test]
+    fn created_modified_removed_and_unreadable_files_are_named_with_their_keys() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = d.path().canonicalize().unwrap();
+        std::fs::write(ws.join("kept"), "A=1\n").unwrap();
+        std::fs::write(ws.join("mod"), "A=1\nB=2\nC=3\n").unwrap();
+        std::fs::write(ws.join("gone"), "A=1\n").unwrap();
+        std::fs::write(ws.join("fifo"), "A=1\n").unwrap();
+        let list: Vec<Watched> = ["kept", "mod", "gone", "new", "fifo", "kept"]
+            .iter()
+            .map(|n| watched(&ws, n))
+            .chain([Watched {
+                path: PathBuf::from("/elsewhere/.env"),
+                items: "键",
+                itemize: None,
+            }])
+            .collect();
+        let watch = ConfigWatch::start(&list, &ws, &[]);
+        assert_eq!(
+            watch.watched().len(),
+            5,
+            "duplicates and outsiders are not watched"
+        );
+        assert!(watch.changes().is_empty());
+        std::fs::write(ws.join("mod"), "A=1\nB=two\nD=4\n").unwrap();
+        std::fs::remove_file(ws.join("gone")).unwrap();
+        std::fs::write(ws.join("new"), "SECRET=sk-do-not-print\n").unwrap();
+        std::fs::remove_file(ws.join("fifo")).unwrap();
+        nix::unistd::mkfifo(&ws.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let got = watch.changes();
+        let summary: Vec<(String, Change, Vec<String>, Vec<String>, Vec<String>)> = got
+            .iter()
+            .map(|c| {
+                (
+                    c.path.file_name().unwrap().to_string_lossy().into_owned(),
+                    c.change.clone(),
+                    c.added.clone(),
+                    c.changed.clone(),
+                    c.removed.clone(),
+                )
+            })
+            .collect();
+        let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            summary[0],
+            (
+                "mod".into(),
+                Change::Modified,
+                v(&["D"]),
+                v(&["B"]),
+                v(&["C"])
+            )
+        );
+        assert_eq!(
+            summary[1],
+            ("gone".into(), Change::Removed, v(&[]), v(&[]), v(&["A"]))
+        );
+        assert_eq!(
+            summary[2],
+            (
+                "new".into(),
+                Change::Created,
+                v(&["SECRET"]),
+                v(&[]),
+                v(&[])
+            )
+        );
+        assert_eq!(summary[3].0, "fifo");
+        assert!(matches!(summary[3].1, Change::Unreadable(_)));
+        assert_eq!(got.len(), 4);
+        assert!(!format!("{got:?}").contains("sk-do-not-print"));
+    }
+}
