@@ -41,7 +41,7 @@ impl std::fmt::Debug for Watched {
 }
 
 /// What happened to a watched file over the run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
     /// It did not exist and does now.
     Created,
@@ -49,9 +49,6 @@ pub enum Change {
     Modified,
     /// It existed and does not now.
     Removed,
-    /// It cannot be read as configuration now (a FIFO, a link out of the workspace, too
-    /// large, ...): why.
-    Unreadable(String),
 }
 
 /// One watched file that changed, with the names of its items that did (never their values).
@@ -61,6 +58,9 @@ pub struct ConfigChange {
     pub path: PathBuf,
     /// What happened to it.
     pub change: Change,
+    /// Why it cannot be read as configuration now (a FIFO, a link out of the workspace, too
+    /// large, ...), when it cannot.
+    pub unreadable: Option<String>,
     /// What its items are called (`键`, `服务器`, `流程`).
     pub items: &'static str,
     /// Items that appeared.
@@ -169,14 +169,18 @@ fn compare(w: &Watched, before: &State, after: &State) -> Option<ConfigChange> {
         return None;
     }
     let change = match (before, after) {
-        (_, State::Unreadable(why)) => Change::Unreadable(why.clone()),
         (State::Absent, _) => Change::Created,
         (_, State::Absent) => Change::Removed,
         _ => Change::Modified,
     };
+    let unreadable = match after {
+        State::Unreadable(why) => Some(why.clone()),
+        _ => None,
+    };
     let mut out = ConfigChange {
         path: w.path.clone(),
         change,
+        unreadable,
         items: w.items,
         added: Vec::new(),
         changed: Vec::new(),
@@ -188,11 +192,7 @@ fn compare(w: &Watched, before: &State, after: &State) -> Option<ConfigChange> {
         State::Present { items, .. } => items.clone(),
         State::Absent | State::Unreadable(_) => Some(BTreeMap::new()),
     };
-    if let (false, Some(old), Some(new)) = (
-        matches!(out.change, Change::Unreadable(_)),
-        items(before),
-        items(after),
-    ) {
+    if let (false, Some(old), Some(new)) = (out.unreadable.is_some(), items(before), items(after)) {
         for (k, v) in &new {
             match old.get(k) {
                 None => out.added.push(k.clone()),
@@ -299,7 +299,12 @@ mod tests {
             )
         );
         assert_eq!(summary[3].0, "fifo");
-        assert!(matches!(summary[3].1, Change::Unreadable(_)));
+        assert_eq!(summary[3].1, Change::Modified);
+        assert!(got[3]
+            .unreadable
+            .as_deref()
+            .unwrap()
+            .contains("不是普通文件"));
         assert_eq!(got.len(), 4);
         assert!(!format!("{got:?}").contains("sk-do-not-print"));
     }

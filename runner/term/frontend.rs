@@ -51,11 +51,14 @@ fn config_changed_lines(changes: &[ConfigChange], opts: &RenderOptions) -> Vec<L
         vec!["! 这次运行里,下次运行会读的配置被改了(下次运行前先看一眼,确认是你要的):".into()];
     for c in changes {
         let path = shorten_home(&c.path, opts.home.as_deref());
-        let (what, why) = match &c.change {
-            Change::Created => ("新建", String::new()),
-            Change::Modified => ("改了", String::new()),
-            Change::Removed => ("删了", String::new()),
-            Change::Unreadable(why) => ("改了", format!(":现在读不了({why})")),
+        let what = match c.change {
+            Change::Created => "新建",
+            Change::Modified => "改了",
+            Change::Removed => "删了",
+        };
+        let why = match &c.unreadable {
+            Some(why) => format!(":现在读不了({why})"),
+            None => String::new(),
         };
         let mut parts: Vec<String> = Vec::new();
         for (names, label) in [
@@ -123,6 +126,7 @@ mod tests {
             |path: &str, change: Change, items, added: &[&str], changed: &[&str]| ConfigChange {
                 path: PathBuf::from(path),
                 change,
+                unreadable: None,
                 items,
                 added: added.iter().map(|s| s.to_string()).collect(),
                 changed: changed.iter().map(|s| s.to_string()).collect(),
@@ -148,13 +152,10 @@ mod tests {
                     &["evil\x1b]52;c;aGk=\x07"],
                     &["db"],
                 ),
-                change(
-                    "/home/u/p/flows.toml",
-                    Change::Unreadable("不是普通文件(FIFO、套接字或设备),不读".into()),
-                    "流程",
-                    &[],
-                    &[],
-                ),
+                ConfigChange {
+                    unreadable: Some("不是普通文件(FIFO、套接字或设备),不读".into()),
+                    ..change("/home/u/p/flows.toml", Change::Created, "流程", &[], &[])
+                },
             ]),
             &opts,
         );
@@ -173,7 +174,7 @@ mod tests {
         let painted: String = lines.iter().map(|l| l.painted(false)).collect();
         assert!(!painted.contains('\x1b') && !painted.contains('\x07'), "{painted:?}");
         assert!(
-            lines[3].starts_with("  改了 ~/p/flows.toml:现在读不了(不是普通文件"),
+            lines[3].starts_with("  新建 ~/p/flows.toml:现在读不了(不是普通文件"),
             "{lines:?}"
         );
     }
