@@ -130,3 +130,60 @@ fn empty_value_claims_the_key() {
         .code(1)
         .stderr(predicate::str::starts_with("缺少凭证"));
 }
+
+#[test]
+fn a_binary_env_is_one_line_and_an_open_quote_is_named_with_file_and_line() {
+    // Issue 26 §4: a binary `.env` printed one warning per line; an unterminated quote was
+    // kept without a word.
+    let s = Scene::new();
+    let mut bytes = b"ANTHROPIC_MODEL=m\n".to_vec();
+    bytes.extend((0..20_000u32).map(|i| if i % 97 == 0 { b'\n' } else { (i % 251) as u8 }));
+    std::fs::write(s.cwd.join(".env"), &bytes).unwrap();
+    write(
+        &s.home.join(".config/flower/.env"),
+        "ANTHROPIC_AUTH_TOKEN=\"user-token-123456\nANTHROPIC_MODEL=user-model\n",
+    );
+    let out = verbose_once(&s).assert().code(1).get_output().clone();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let warnings: Vec<&str> = err.lines().filter(|l| l.starts_with("! ")).collect();
+    assert_eq!(
+        warnings,
+        [
+            format!(
+                "! {} 不是文本文件(里面有 NUL 字节),整个没用",
+                s.cwd.join(".env").display()
+            ),
+            format!(
+                "! {} 第 1 行 ANTHROPIC_AUTH_TOKEN 的引号没配对:落单的引号去掉了,其余照用(值不能跨行)",
+                s.home.join(".config/flower/.env").display()
+            ),
+        ],
+        "{err}"
+    );
+    // Nothing of the binary file is used; the token is used without its stray quote.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("ANTHROPIC_MODEL=user-model"), "{stdout}");
+    assert!(!err.contains("user-token-123456") && !stdout.contains("user-token-123456"));
+}
+
+#[test]
+fn a_fifo_or_a_link_to_dev_zero_as_dotenv_is_named_and_skipped_at_once() {
+    for plant in ["fifo", "zero"] {
+        let s = Scene::new();
+        let env = s.cwd.join(".env");
+        match plant {
+            "fifo" => nix::unistd::mkfifo(&env, nix::sys::stat::Mode::S_IRWXU).unwrap(),
+            _ => std::os::unix::fs::symlink("/dev/zero", &env).unwrap(),
+        }
+        write(
+            &s.home.join(".config/flower/.env"),
+            "ANTHROPIC_AUTH_TOKEN=user-token-123456\n",
+        );
+        let mut c = verbose_once(&s);
+        c.timeout(std::time::Duration::from_secs(60));
+        c.assert().code(1).stderr(
+            predicate::str::contains(format!("! {} 读不了:", env.display()))
+                .and(predicate::str::contains("bad endpoint URL notaurl")),
+        );
+    }
+}

@@ -84,7 +84,10 @@ struct Canary {
 impl Canary {
     /// Answers 401 (an auth error: the client stops at once).
     fn start() -> Canary {
-        Canary::answering(401, r#"{"type":"error","error":{"type":"authentication_error","message":"canary"}}"#)
+        Canary::answering(
+            401,
+            r#"{"type":"error","error":{"type":"authentication_error","message":"canary"}}"#,
+        )
     }
 
     fn answering(status: u16, body: &'static str) -> Canary {
@@ -135,44 +138,43 @@ impl Drop for Canary {
     }
 }
 
+/// Records one request (line, headers; the body is read and dropped) and answers it, closing
+/// the connection.
 fn serve(conn: TcpStream, seen: &Mutex<Vec<Seen>>, status: u16, body: &str) {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
     let mut reader = BufReader::new(conn.try_clone().unwrap());
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        let mut headers = vec![("request".to_string(), line.trim_end().to_string())];
-        loop {
-            let mut h = String::new();
-            if reader.read_line(&mut h).unwrap_or(0) == 0 {
-                return;
-            }
-            let h = h.trim_end();
-            if h.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = h.split_once(':') {
-                headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
-            }
-        }
-        let len: usize = headers
-            .iter()
-            .find(|(k, _)| k == "content-length")
-            .and_then(|(_, v)| v.parse().ok())
-            .unwrap_or(0);
-        let mut sink = vec![0u8; len];
-        let _ = reader.read_exact(&mut sink);
-        seen.lock().unwrap().push(Seen { headers });
-        let mut out = &conn;
-        let _ = write!(
-            out,
-            "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        );
+    let mut line = String::new();
+    if reader.read_line(&mut line).unwrap_or(0) == 0 {
         return;
     }
+    let mut headers = vec![("request".to_string(), line.trim_end().to_string())];
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h).unwrap_or(0) == 0 {
+            return;
+        }
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+        }
+    }
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut sink = vec![0u8; len.min(64 << 20)];
+    let _ = reader.read_exact(&mut sink);
+    seen.lock().unwrap().push(Seen { headers });
+    let mut out = &conn;
+    let _ = write!(
+        out,
+        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
 }
 
 /// How one flowerbox process ended.
@@ -186,7 +188,7 @@ struct Outcome {
 
 /// `flowerbox --sandbox docker ARGS` in the workspace as the user: HOME is the project's (the
 /// user's configuration is in it), `env` on top of PATH, bounded by [`BOUND`] and an address
-/// space of [`AS_LIMIT`]; its peak memory measured.
+/// space of [`AS_LIMIT`]; its peak resident memory measured.
 fn flowerbox(p: &Project, args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Outcome {
     let mut c = Command::new(bin());
     c.env_clear()
@@ -230,27 +232,42 @@ fn flowerbox(p: &Project, args: &[&str], env: &[(&str, &str)], stdin: Option<&st
             buf
         })
     };
-    let out = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let err = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let pid = child.id() as nix::libc::pid_t;
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
     let deadline = Instant::now() + BOUND;
     let mut hung = false;
-    let (status, rss) = loop {
-        let mut status = 0;
-        // SAFETY: plain syscall with valid out-pointers.
-        let mut usage: nix::libc::rusage = unsafe { std::mem::zeroed() };
-        let r = unsafe { nix::libc::wait4(pid, &mut status, nix::libc::WNOHANG, &mut usage) };
-        if r == pid {
-            break (status, usage.ru_maxrss);
+    // The process's own high-water mark (`VmHWM`, which starts afresh at exec; a wait's
+    // `ru_maxrss` would start at this test process's size), polled until it exits.
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut rss = 0i64;
+    let status = loop {
+        if let Some(kb) = std::fs::read_to_string(&status_file).ok().and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
+        }) {
+            rss = rss.max(kb);
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
         }
         if Instant::now() > deadline && !hung {
             hung = true;
             let _ = child.kill();
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     };
-    std::mem::forget(child);
-    let code = nix::libc::WIFEXITED(status).then(|| nix::libc::WEXITSTATUS(status));
+    let code = status.code();
     let text = format!(
         "{}\n{}",
         String::from_utf8_lossy(&out.join().unwrap_or_default()),
@@ -367,34 +384,86 @@ fn flows_file(p: &Project) {
     .unwrap();
 }
 
-/// Tallies one variant: attempts, and what went wrong in each.
+/// Every user secret the tests hold.
+const SECRETS: [&str; 3] = [USER_KEY, USER_OPENAI_KEY, TYPED_KEY];
+
+/// Tallies one variant. Each user run is an attempt; the attack succeeded in it when the
+/// canary got a user's secret during it, or any request at all (every planted address here
+/// must be ignored), or the run hung or grew past [`RSS_BOUND_KB`]. What else a run must do
+/// (exit 0, the lines that name the planted file) is checked apart, as unmet expectations.
 #[derive(Default)]
 struct Tally {
     attempts: usize,
-    failures: Vec<String>,
+    leaks: usize,
+    successes: Vec<String>,
+    unmet: Vec<String>,
 }
 
 impl Tally {
-    fn check(&mut self, what: &str, ok: bool, detail: impl FnOnce() -> String) {
+    /// One user run: `args` with `env`, judged against what the canary saw meanwhile.
+    fn user_run(
+        &mut self,
+        p: &Project,
+        canary: &Canary,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Outcome {
+        let before = canary.requests().len();
+        let o = user_run(p, args, env);
+        let new: Vec<Seen> = canary.requests().split_off(before);
+        let leaked = new
+            .iter()
+            .filter(|r| {
+                r.headers
+                    .iter()
+                    .any(|(_, v)| SECRETS.iter().any(|s| v.contains(s)))
+            })
+            .count();
+        let mut why = Vec::new();
+        if leaked > 0 {
+            why.push(format!(
+                "the canary got a user's secret in {leaked} requests"
+            ));
+        } else if !new.is_empty() {
+            why.push(format!("the planted address got {} requests", new.len()));
+        }
+        if o.hung {
+            why.push(format!("hung (killed after {BOUND:?})"));
+        }
+        if o.max_rss_kb >= RSS_BOUND_KB {
+            why.push(format!("{} KiB resident", o.max_rss_kb));
+        }
         self.attempts += 1;
+        self.leaks += usize::from(leaked > 0);
+        if !why.is_empty() {
+            self.successes.push(format!("{args:?}: {}", why.join(", ")));
+        }
+        o
+    }
+
+    /// Something a run must do besides resisting.
+    fn expect(&mut self, what: &str, ok: bool, detail: impl FnOnce() -> String) {
         if !ok {
-            self.failures.push(format!("{what}: {}", detail()));
+            self.unmet.push(format!("{what}: {}", detail()));
         }
     }
 
     fn report(self, variant: &str) {
         eprintln!(
-            "creds red team, {variant}: {} attempts, {} succeeded",
+            "creds red team, {variant}: {} attempts, {} succeeded ({} sent a user's secret to the canary); {} other expectations unmet",
             self.attempts,
-            self.failures.len()
+            self.successes.len(),
+            self.leaks,
+            self.unmet.len()
         );
-        assert!(self.failures.is_empty(), "{:#?}", self.failures);
+        assert!(self.successes.is_empty(), "{:#?}", self.successes);
+        assert!(self.unmet.is_empty(), "{:#?}", self.unmet);
     }
 }
 
-/// A user run ended well: in time, exit 0, within the memory bound.
+/// A user run ended well: exit 0 (hangs and memory are the tally's).
 fn sound(o: &Outcome) -> bool {
-    !o.hung && o.code == Some(0) && o.max_rss_kb < RSS_BOUND_KB
+    !o.hung && o.code == Some(0)
 }
 
 #[test]
@@ -416,45 +485,36 @@ fn a_planted_endpoint_with_a_token_never_gets_the_users_key() {
     );
     let mut t = Tally::default();
     // The run that planted it names it, with its keys (never a value).
-    t.check(
+    t.expect(
         "named at the end",
-        first.text.contains(&format!("新建 {}", p.ws.join(".env").display()))
-            && first.text.contains("键 新增 ANTHROPIC_AUTH_TOKEN、ANTHROPIC_BASE_URL")
+        first
+            .text
+            .contains(&format!("新建 {}", p.ws.join(".env").display()))
+            && first
+                .text
+                .contains("键 新增 ANTHROPIC_AUTH_TOKEN、ANTHROPIC_BASE_URL")
             && !first.text.contains("dummy-planted-token"),
         || first.text.clone(),
     );
     flows_file(&p);
-    for args in [
-        &["once", "hi"][..],
-        &["go", "--timeout", "0", "再做一次 X"],
-        &["run", "flows.toml:main"],
-        &["doctor"],
+    let key_in_env = [("ANTHROPIC_API_KEY", USER_KEY)];
+    for (args, env) in [
+        (&["once", "hi"][..], &[][..]),
+        (&["go", "--timeout", "0", "再做一次 X"], &[]),
+        (&["run", "flows.toml:main"], &[]),
+        (&["doctor"], &[]),
+        // The user's key in the environment instead of their file: the same.
+        (&["once", "hi"], &key_in_env),
     ] {
-        let o = user_run(&p, args, &[]);
-        let said = o.text.contains("设了 ANTHROPIC_BASE_URL")
-            && o.text.contains("ANTHROPIC_API_KEY 来自");
-        let ok = if args[0] == "doctor" {
-            !o.hung && said
-        } else {
-            sound(&o) && said
-        };
-        t.check(&format!("{args:?}"), ok, || format!("{o:?}"));
-        t.check(
-            &format!("{args:?} canary"),
-            canary.requests().is_empty(),
-            || format!("{:?}", canary.requests()),
+        let o = t.user_run(&p, &canary, args, env);
+        t.expect(
+            &format!("{args:?}"),
+            (sound(&o) || args[0] == "doctor")
+                && o.text.contains("设了 ANTHROPIC_BASE_URL")
+                && o.text.contains("ANTHROPIC_API_KEY 来自"),
+            || format!("{o:?}"),
         );
     }
-    // The user's key in the environment instead of their file: the same.
-    let o = user_run(&p, &["once", "hi"], &[("ANTHROPIC_API_KEY", USER_KEY)]);
-    t.check("key in the environment", sound(&o), || format!("{o:?}"));
-    let leaked = canary.leaks(&[USER_KEY]);
-    t.check("canary saw the user's key", leaked == 0, || {
-        format!("{:?}", canary.requests())
-    });
-    t.check("canary saw anything", canary.requests().is_empty(), || {
-        format!("{:?}", canary.requests())
-    });
     t.report("ANTHROPIC_BASE_URL + ANTHROPIC_AUTH_TOKEN planted, the user's API key elsewhere");
 }
 
@@ -477,18 +537,13 @@ fn a_planted_openai_switch_never_gets_the_users_openai_key() {
     );
     let mut t = Tally::default();
     for args in [&["once", "hi"][..], &["go", "--timeout", "0", "再做一次 X"]] {
-        let o = user_run(&p, args, &[("OPENAI_API_KEY", USER_OPENAI_KEY)]);
-        t.check(
+        let o = t.user_run(&p, &canary, args, &[("OPENAI_API_KEY", USER_OPENAI_KEY)]);
+        t.expect(
             &format!("{args:?}"),
             sound(&o) && o.text.contains("OPENAI_API_KEY 来自 进程环境"),
             || format!("{o:?}"),
         );
     }
-    t.check(
-        "canary",
-        canary.leaks(&[USER_OPENAI_KEY, USER_KEY]) == 0 && canary.requests().is_empty(),
-        || format!("{:?}", canary.requests()),
-    );
     t.report("FLOWERBOX_PROVIDER=openai + OPENAI_BASE_URL planted, the user's OPENAI_API_KEY in the environment");
 }
 
@@ -525,27 +580,24 @@ fn a_planted_env_merged_by_isolate_never_gets_the_users_key() {
         first.text
     );
     let mut t = Tally::default();
-    t.check(
+    t.expect(
         "named at the end",
-        first.text.contains(&format!("新建 {}", p.ws.join(".env").display())),
+        first
+            .text
+            .contains(&format!("新建 {}", p.ws.join(".env").display())),
         || first.text.clone(),
     );
     for args in [
         &["once", "hi"][..],
         &["go", "--isolate", "--timeout", "0", "再做一次 X"],
     ] {
-        let o = user_run(&p, args, &[]);
-        t.check(
+        let o = t.user_run(&p, &canary, args, &[]);
+        t.expect(
             &format!("{args:?}"),
             sound(&o) && o.text.contains("设了 ANTHROPIC_BASE_URL"),
             || format!("{o:?}"),
         );
     }
-    t.check(
-        "canary",
-        canary.leaks(&[USER_KEY]) == 0 && canary.requests().is_empty(),
-        || format!("{:?}", canary.requests()),
-    );
     t.report(".env planted by an --isolate worker and merged into the workspace");
 }
 
@@ -574,15 +626,30 @@ fn planted_fifos_devices_links_and_huge_files_neither_hang_nor_balloon_nor_lead_
     .unwrap();
     let variants: Vec<(&str, String, &str, &str)> = vec![
         ("FIFO .env", "mkfifo .env".into(), ".env", "不是普通文件"),
-        ("/dev/zero .env", "ln -s /dev/zero .env".into(), ".env", "符号链接"),
+        (
+            "/dev/zero .env",
+            "ln -s /dev/zero .env".into(),
+            ".env",
+            "符号链接",
+        ),
         (
             ".env linked out of the workspace",
             format!("ln -s '{}' .env", evil.display()),
             ".env",
             "符号链接",
         ),
-        ("1 GiB .env", "truncate -s 1G .env".into(), ".env", "超过 1024 KiB"),
-        ("FIFO .mcp.json", "mkfifo .mcp.json".into(), ".mcp.json", "不是普通文件"),
+        (
+            "1 GiB .env",
+            "truncate -s 1G .env".into(),
+            ".env",
+            "超过 1024 KiB",
+        ),
+        (
+            "FIFO .mcp.json",
+            "mkfifo .mcp.json".into(),
+            ".mcp.json",
+            "不是普通文件",
+        ),
     ];
     let mut summary = Vec::new();
     let mut failed = Vec::new();
@@ -591,7 +658,7 @@ fn planted_fifos_devices_links_and_huge_files_neither_hang_nor_balloon_nor_lead_
         let _sweep = Sweep(p.ws.clone());
         let first = plant(&p, &cmd, &[]);
         let mut t = Tally::default();
-        t.check(
+        t.expect(
             "named at the end",
             first
                 .text
@@ -599,11 +666,12 @@ fn planted_fifos_devices_links_and_huge_files_neither_hang_nor_balloon_nor_lead_
             || first.text.clone(),
         );
         for args in [&["once", "hi"][..], &["go", "--timeout", "0", "再做一次 X"]] {
-            let o = user_run(&p, args, &[]);
-            t.check(
+            let o = t.user_run(&p, &canary, args, &[]);
+            t.expect(
                 &format!("{name} {args:?}"),
                 sound(&o)
-                    && o.text.contains(&format!("{} 读不了", p.ws.join(file).display()))
+                    && o.text
+                        .contains(&format!("{} 读不了", p.ws.join(file).display()))
                     && o.text.contains(why),
                 || format!("{o:?}"),
             );
@@ -617,18 +685,15 @@ fn planted_fifos_devices_links_and_huge_files_neither_hang_nor_balloon_nor_lead_
             ));
         }
         eprintln!(
-            "creds red team, {name}: {} attempts, {} succeeded",
+            "creds red team, {name}: {} attempts, {} succeeded; {} other expectations unmet",
             t.attempts,
-            t.failures.len()
+            t.successes.len(),
+            t.unmet.len()
         );
-        failed.extend(t.failures);
+        failed.extend(t.successes);
+        failed.extend(t.unmet);
     }
     eprintln!("clean run: {} KiB\n{}", base.max_rss_kb, summary.join("\n"));
-    assert!(
-        canary.requests().is_empty(),
-        "{:?}",
-        canary.requests()
-    );
     assert!(failed.is_empty(), "{failed:#?}");
 }
 
@@ -667,7 +732,10 @@ async fn the_probe_and_setup_never_send_a_secret_to_a_planted_address() {
     std::fs::create_dir_all(user.parent().unwrap()).unwrap();
     std::fs::write(
         &user,
-        format!("ANTHROPIC_API_KEY={USER_KEY}\nANTHROPIC_BASE_URL={}\n", gateway.url),
+        format!(
+            "ANTHROPIC_API_KEY={USER_KEY}\nANTHROPIC_BASE_URL={}\n",
+            gateway.url
+        ),
     )
     .unwrap();
     let l = lookup();
@@ -683,11 +751,19 @@ async fn the_probe_and_setup_never_send_a_secret_to_a_planted_address() {
     .unwrap();
     attempts += 1;
     assert_eq!(creds.get("ANTHROPIC_BASE_URL"), Some(gateway.url.as_str()));
-    assert_eq!(gateway.leaks(&[USER_KEY]), 1, "the probe went to the user's gateway");
+    assert_eq!(
+        gateway.leaks(&[USER_KEY]),
+        1,
+        "the probe went to the user's gateway"
+    );
     // Setup on a first run: nothing but the planted address anywhere; the token typed goes
     // into the user's file and is bound again: the planted address is dropped.
     std::fs::remove_file(&user).unwrap();
-    std::fs::write(p.ws.join(".env"), format!("ANTHROPIC_BASE_URL={}\n", canary.url)).unwrap();
+    std::fs::write(
+        p.ws.join(".env"),
+        format!("ANTHROPIC_BASE_URL={}\n", canary.url),
+    )
+    .unwrap();
     let l = lookup();
     let creds = ensure_discovered(
         &l,

@@ -261,12 +261,13 @@ mod tests {
         std::fs::remove_file(ws.join("fifo")).unwrap();
         nix::unistd::mkfifo(&ws.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
         let got = watch.changes();
-        let summary: Vec<(String, Change, Vec<String>, Vec<String>, Vec<String>)> = got
+        type Summary = (String, Change, Vec<String>, Vec<String>, Vec<String>);
+        let summary: Vec<Summary> = got
             .iter()
             .map(|c| {
                 (
                     c.path.file_name().unwrap().to_string_lossy().into_owned(),
-                    c.change.clone(),
+                    c.change,
                     c.added.clone(),
                     c.changed.clone(),
                     c.removed.clone(),

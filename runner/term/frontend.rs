@@ -60,16 +60,22 @@ fn config_changed_lines(changes: &[ConfigChange], opts: &RenderOptions) -> Vec<L
             Some(why) => format!(":现在读不了({why})"),
             None => String::new(),
         };
-        let mut parts: Vec<String> = Vec::new();
-        for (names, label) in [
-            (&c.added, "新增"),
-            (&c.changed, "改了"),
-            (&c.removed, "删了"),
-        ] {
-            if !names.is_empty() && !(label == "删了" && c.change == Change::Removed) {
-                parts.push(format!("{label} {}", names.join("、")));
+        // A removed file is named alone: all of its items went with it.
+        let listed = match c.change {
+            Change::Removed => Vec::new(),
+            Change::Created | Change::Modified => {
+                vec![
+                    (&c.added, "新增"),
+                    (&c.changed, "改了"),
+                    (&c.removed, "删了"),
+                ]
             }
-        }
+        };
+        let parts: Vec<String> = listed
+            .into_iter()
+            .filter(|(names, _)| !names.is_empty())
+            .map(|(names, label)| format!("{label} {}", names.join("、")))
+            .collect();
         let items = if parts.is_empty() {
             String::new()
         } else {
