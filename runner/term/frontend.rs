@@ -178,7 +178,10 @@ mod tests {
         assert!(lines[2].ends_with(";改了 db"), "{lines:?}");
         // What the terminal writes of them holds no control character.
         let painted: String = lines.iter().map(|l| l.painted(false)).collect();
-        assert!(!painted.contains('\x1b') && !painted.contains('\x07'), "{painted:?}");
+        assert!(
+            !painted.contains('\x1b') && !painted.contains('\x07'),
+            "{painted:?}"
+        );
         assert!(
             lines[3].starts_with("  新建 ~/p/flows.toml:现在读不了(不是普通文件"),
             "{lines:?}"
