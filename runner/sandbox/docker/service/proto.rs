@@ -1,7 +1,17 @@
 //! The exec service's wire format, spoken over the attached stdin (host → service) and stdout
-//! (service → host) of one Docker exec: length-prefixed frames
-//! `[u32 BE length][u8 kind][u64 BE request id][payload]`, length counting kind, id and
-//! payload. Output frames carry raw bytes; the others a small JSON object.
+//! (service → host) of one Docker exec.
+//!
+//! - **The opening.** The service speaks first: the [`PREAMBLE`] (a NUL, `FBXEXEC`, the
+//!   protocol [`VERSION`] as a u32 BE), then frames. The engine and the shell write to the
+//!   same stdout when the exec cannot start (Docker writes its error there, e.g. `OCI runtime
+//!   exec failed: … cannot exec in a stopped container`; a missing C library makes the loader
+//!   complain), so before the preamble nothing is read as a frame: [`Opening`] tells the
+//!   preamble from anything else, and anything else is kept (bounded, [`FOREIGN_MAX`]) as the
+//!   reason the service did not start. Engine text never starts with a NUL, so it can never be
+//!   mistaken for the preamble, nor, once the preamble is required, for a frame length.
+//! - **Frames.** Length-prefixed `[u32 BE length][u8 kind][u64 BE request id][payload]`,
+//!   length counting kind, id and payload. Output frames carry raw bytes; the others a small
+//!   JSON object.
 //!
 //! The host treats the service as untrusted (it runs as the agent's uid in the agent's
 //! container): [`FrameReader`] never holds more than one frame of at most [`MAX_FRAME`] bytes,
@@ -10,8 +20,28 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-/// Protocol version, checked in [`Hello`]: a stale binary is refused, not misunderstood.
-pub const VERSION: u32 = 1;
+/// Protocol version, sent in the [`PREAMBLE`] and in [`Hello`]: a stale binary is refused,
+/// not misunderstood. 2: the preamble.
+pub const VERSION: u32 = 2;
+
+/// What the service writes before anything else: [`MAGIC`] and [`VERSION`] (u32 BE).
+pub const PREAMBLE: [u8; 12] = preamble(VERSION);
+
+/// The preamble's first eight bytes. The NUL first: no engine or shell message starts with one.
+pub const MAGIC: [u8; 8] = *b"\0FBXEXEC";
+
+/// Most bytes of foreign text (the engine's or the shell's words instead of the preamble)
+/// kept as the reason the service did not start.
+pub const FOREIGN_MAX: usize = 2048;
+
+/// The preamble for protocol `version`.
+pub const fn preamble(version: u32) -> [u8; 12] {
+    let v = version.to_be_bytes();
+    let m = MAGIC;
+    [
+        m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7], v[0], v[1], v[2], v[3],
+    ]
+}
 
 /// Longest frame either side accepts (kind + id + payload), in bytes.
 pub const MAX_FRAME: usize = 1 << 20;
@@ -178,6 +208,79 @@ pub fn encode_json<T: Serialize>(kind: Kind, id: u64, value: &T) -> Vec<u8> {
     encode(kind, id, &payload)
 }
 
+/// What the first bytes on the service's stdout turned out to be ([`OpeningReader::push`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Opening {
+    /// Too few bytes to tell yet (a prefix of the preamble).
+    Pending,
+    /// The service's preamble, naming its protocol version; `rest` is what followed it
+    /// (frames).
+    Service {
+        /// The version in the preamble.
+        version: u32,
+        /// Bytes after the preamble.
+        rest: Vec<u8>,
+    },
+    /// Not the service: the engine's or a shell's text (or anything else). Read on, keeping at
+    /// most [`FOREIGN_MAX`] bytes, until the stream ends; [`OpeningReader::foreign`] holds it.
+    Foreign,
+}
+
+/// Tells the service's preamble from anything else on its stdout (see the module docs).
+#[derive(Debug, Default)]
+pub struct OpeningReader {
+    buf: Vec<u8>,
+    foreign: bool,
+}
+
+impl OpeningReader {
+    /// Takes the next bytes of the stream and says what it is so far. Once
+    /// [`Opening::Foreign`], it stays so, and later bytes are kept up to [`FOREIGN_MAX`].
+    pub fn push(&mut self, bytes: &[u8]) -> Opening {
+        let room = FOREIGN_MAX.saturating_sub(self.buf.len());
+        if self.foreign {
+            self.buf.extend_from_slice(&bytes[..bytes.len().min(room)]);
+            return Opening::Foreign;
+        }
+        self.buf.extend_from_slice(bytes);
+        let seen = self.buf.len().min(MAGIC.len());
+        if self.buf[..seen] != MAGIC[..seen] {
+            self.foreign = true;
+            self.buf.truncate(FOREIGN_MAX);
+            return Opening::Foreign;
+        }
+        if self.buf.len() < PREAMBLE.len() {
+            return Opening::Pending;
+        }
+        let v = &self.buf[MAGIC.len()..PREAMBLE.len()];
+        Opening::Service {
+            version: u32::from_be_bytes([v[0], v[1], v[2], v[3]]),
+            rest: self.buf[PREAMBLE.len()..].to_vec(),
+        }
+    }
+
+    /// The foreign text so far, as one line for a message: lossy UTF-8, control characters
+    /// (line breaks included) as spaces, runs of spaces folded, trimmed; at most
+    /// [`FOREIGN_MAX`] bytes of input.
+    pub fn foreign(&self) -> String {
+        one_line(&self.buf)
+    }
+}
+
+/// `bytes` as one printable line (see [`OpeningReader::foreign`]).
+pub fn one_line(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let c = if c.is_control() { ' ' } else { c };
+        if c == ' ' && (out.is_empty() || out.ends_with(' ')) {
+            continue;
+        }
+        out.push(c);
+    }
+    out.trim_end().to_string()
+}
+
 /// Streaming decoder: bytes in, whole frames out, memory bounded by one frame.
 #[derive(Debug, Default)]
 pub struct FrameReader {
@@ -260,6 +363,78 @@ mod tests {
         }
         assert_eq!(got, vec![a, b]);
         assert_eq!(slow.held(), 0);
+    }
+
+    #[test]
+    fn the_preamble_opens_the_stream_whole_or_byte_by_byte() {
+        let mut bytes = PREAMBLE.to_vec();
+        bytes.extend(encode_json(
+            Kind::Hello,
+            0,
+            &Hello {
+                version: VERSION,
+                pid: 9,
+            },
+        ));
+        let mut whole = OpeningReader::default();
+        let Opening::Service { version, rest } = whole.push(&bytes) else {
+            panic!("not the service");
+        };
+        assert_eq!(version, VERSION);
+        let mut frames = FrameReader::default();
+        frames.push(&rest);
+        assert_eq!(frames.next_frame().unwrap().unwrap().kind, Kind::Hello);
+        let mut slow = OpeningReader::default();
+        for (i, b) in bytes.iter().enumerate() {
+            match slow.push(&[*b]) {
+                Opening::Pending => assert!(i + 1 < PREAMBLE.len()),
+                Opening::Service { version, rest } => {
+                    assert_eq!((i + 1, version, rest.len()), (PREAMBLE.len(), VERSION, 0));
+                    break;
+                }
+                Opening::Foreign => panic!("foreign at byte {i}"),
+            }
+        }
+        // Another version is still the service's preamble: the caller refuses it by number.
+        let mut old = OpeningReader::default();
+        assert!(matches!(
+            old.push(&preamble(1)),
+            Opening::Service { version: 1, .. }
+        ));
+    }
+
+    /// The failing input of issue 26: the engine's error text where the service's first bytes
+    /// belong was read as a frame length (`exec service frame of 1667329646 bytes`, the bytes
+    /// "cann"), and the reason was lost. It is the reason now, whole, on one line.
+    #[test]
+    fn engine_text_before_the_service_is_the_reason_never_a_frame() {
+        for text in [
+            "cannot exec in a stopped state: unknown\r\n",
+            "OCI runtime exec failed: exec failed: cannot exec in a stopped container: unknown\r\n",
+            "task 4f1c not found: not found\r\n",
+            "container 4454865120ac is not running\r\n",
+        ] {
+            // The old reading: its first four bytes as a length.
+            let mut frames = FrameReader::default();
+            frames.push(text.as_bytes());
+            assert!(matches!(frames.next_frame(), Err(ProtoError::Length(_))));
+            let mut r = OpeningReader::default();
+            // In two pieces, as a stream may deliver it.
+            let (a, b) = text.as_bytes().split_at(3);
+            assert_eq!(r.push(a), Opening::Foreign, "{text}");
+            assert_eq!(r.push(b), Opening::Foreign);
+            assert_eq!(r.foreign(), text.trim_end(), "{text}");
+        }
+        // Text that happens to follow the magic's NUL is still not the service.
+        let mut r = OpeningReader::default();
+        assert_eq!(r.push(b"\0FBXoops"), Opening::Foreign);
+        // A flood is kept bounded.
+        let mut r = OpeningReader::default();
+        for _ in 0..1000 {
+            r.push(&[b'x'; 1000]);
+        }
+        assert_eq!(r.foreign().len(), FOREIGN_MAX);
+        assert_eq!(one_line(b"a\n\n  b\x1b[31m\t"), "a b [31m");
     }
 
     #[test]

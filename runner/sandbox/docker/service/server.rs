@@ -1,6 +1,6 @@
 //! The exec service itself: `flowerbox __exec-service`, run inside an agent's container as one
 //! long-lived Docker exec (the agent's engine user, behind the same `setpriv` prefix as every
-//! command), taking [`proto`] frames on stdin and answering on stdout.
+//! command), taking [`proto`] frames on stdin and answering on stdout, after its preamble.
 //!
 //! Each command is `shell -c COMMAND` in a process group of its own, started with
 //! `posix_spawn` (`process_group(0)`: no closure runs in the child, so the C library spawns
@@ -103,15 +103,15 @@ async fn run() -> i32 {
             }
         }
     });
+    // The preamble before any frame: the host reads nothing before it as a frame (the engine
+    // writes its own errors to this stream), then the hello.
     let hello = Hello {
         version: proto::VERSION,
         pid: std::process::id(),
     };
-    if out_tx
-        .send(proto::encode_json(Kind::Hello, 0, &hello))
-        .await
-        .is_err()
-    {
+    let mut opening = proto::PREAMBLE.to_vec();
+    opening.extend(proto::encode_json(Kind::Hello, 0, &hello));
+    if out_tx.send(opening).await.is_err() {
         return 1;
     }
     while let Some(frame) = in_rx.recv().await {
