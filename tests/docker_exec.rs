@@ -39,7 +39,7 @@ async fn command_runs_in_labelled_container_and_files_belong_to_the_host_user() 
 
     let info = engine
         .docker()
-        .inspect_container(sb.container_id(), None)
+        .inspect_container(&sb.container_id(), None)
         .await
         .unwrap();
     let labels = info.config.as_ref().unwrap().labels.clone().unwrap();
@@ -457,7 +457,7 @@ async fn sandboxes_are_reused_released_and_confined_to_mounts() {
     run.factory.release("coordinator").await.unwrap();
     let gone = engine
         .docker()
-        .inspect_container(a.container_id(), None)
+        .inspect_container(&a.container_id(), None)
         .await;
     assert!(gone.is_err(), "released container still exists");
     let c = run

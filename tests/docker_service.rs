@@ -11,7 +11,7 @@ use flowerbox::model::Role;
 use flowerbox::sandbox::docker::service::proto::{self, Hello, Kind};
 use flowerbox::sandbox::docker::service::{ServiceSource, SERVICE_PATH};
 use flowerbox::sandbox::docker::DockerSandbox;
-use flowerbox::sandbox::{Sandbox, SandboxError};
+use flowerbox::sandbox::{Sandbox, SandboxError, SandboxFactory};
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -163,15 +163,17 @@ async fn garbage_from_a_service_falls_back_to_an_exec_per_command() {
     let Some(engine) = engine_or_skip("service_garbage").await else {
         return;
     };
-    // A "service" that says hello properly, then answers the first request with garbage.
-    let hello = proto::encode_json(
+    // A "service" that says hello properly (its preamble first), then answers the first
+    // request with garbage.
+    let mut hello = proto::PREAMBLE.to_vec();
+    hello.extend(proto::encode_json(
         Kind::Hello,
         0,
         &Hello {
             version: proto::VERSION,
             pid: 1,
         },
-    );
+    ));
     let octal: String = hello.iter().map(|b| format!("\\{b:03o}")).collect();
     let dir = tempfile::tempdir().unwrap();
     let fake = dir.path().join("fake-service");
@@ -188,6 +190,10 @@ async fn garbage_from_a_service_falls_back_to_an_exec_per_command() {
         o.exec_service = Some(ServiceSource::Path(fake.clone()));
     })
     .await;
+    let said = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = said.clone();
+    run.factory
+        .on_notice(Arc::new(move |n| sink.lock().unwrap().push(n.to_string())));
     let sb = worker(&run).await;
     assert_eq!(sb.exec_service_pid().await, Some(1), "the fake said hello");
     for i in 0..3 {
@@ -199,6 +205,13 @@ async fn garbage_from_a_service_falls_back_to_an_exec_per_command() {
         sb.exec_service_pid().await,
         None,
         "a broken service is not restarted"
+    );
+    // The slower way is said on screen, once, with why.
+    let said = said.lock().unwrap().clone();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].starts_with("worker-1 的容器里 exec 服务用不了(exec service frame of"),
+        "{said:?}"
     );
 }
 
@@ -277,7 +290,7 @@ async fn a_judges_service_runs_as_the_judge_with_one_capability_and_a_read_only_
     // The only mount the service adds is its binary, read-only.
     let info = engine
         .docker()
-        .inspect_container(judge.container_id(), None)
+        .inspect_container(&judge.container_id(), None)
         .await
         .unwrap();
     let mounts = info.mounts.unwrap();

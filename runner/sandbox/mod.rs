@@ -12,11 +12,13 @@ pub mod doctor;
 pub mod egress;
 pub mod gc;
 pub mod host;
+pub mod notice;
 pub mod output;
 pub mod pinned;
 
 pub use attach::{AttachSpec, Attached, ProcessHandle, StderrTail};
 pub use backend::{CommandsRun, Preflight, SandboxBackend};
+pub use notice::{NoticeSink, SandboxNotice};
 pub use output::{CapturedOutput, OutputCollector};
 
 use async_trait::async_trait;
@@ -197,6 +199,14 @@ pub enum SandboxError {
     /// This sandbox cannot do what was asked (a backend without attached processes).
     #[error("{0}")]
     Unsupported(String),
+    /// The agent's container (or the run's pod) went while the command ran: its output and
+    /// exit code are lost; the next command gets a new container.
+    #[error("{0}")]
+    ContainerGone(String),
+    /// The run's sandboxes are gone for good (the engine unreachable past its grace, a pod
+    /// that cannot be made again): the run stops with exit 1 ([`SandboxFactory::lost`]).
+    #[error("{0}")]
+    Lost(String),
 }
 
 /// One agent's place to run commands.
@@ -287,4 +297,18 @@ pub trait SandboxFactory: Send + Sync {
 
     /// Removes every sandbox of the run (and the pod). Idempotent.
     async fn teardown(&self) -> Result<(), SandboxError>;
+
+    /// Where the run's [`SandboxNotice`]s go from now on (a container or the pod that went,
+    /// the engine away and back, a slower way of running commands): the run shows them as
+    /// warnings. The default has none to give.
+    fn on_notice(&self, sink: NoticeSink) {
+        let _ = sink;
+    }
+
+    /// Resolves when the run's sandboxes are gone for good ([`SandboxError::Lost`]: the engine
+    /// stayed unreachable past its grace, the pod cannot be made again): the run must stop
+    /// then, with exit 1. Never resolves by default.
+    async fn lost(&self) -> SandboxError {
+        futures::future::pending().await
+    }
 }

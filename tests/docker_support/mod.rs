@@ -3,6 +3,8 @@
 //! tests, run fixtures that clean up in `Drop`, and the runner image the wrapper tests build.
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use flowerbox::model::Role;
 use flowerbox::sandbox::docker::{ensure_image, DockerOptions, DockerSandboxFactory, Engine};
 use flowerbox::sandbox::{AgentBox, ExecOutput, ExecRequest, Mount, Sandbox, SandboxFactory};

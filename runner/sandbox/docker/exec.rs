@@ -1,4 +1,7 @@
-//! One agent's container as a [`Sandbox`]: `exec` that never hangs (issue "Exec").
+//! One agent container ([`Container`]; [`super::agent::DockerSandbox`] is the agent's
+//! [`crate::sandbox::Sandbox`], which replaces the container when it is gone): `exec` that
+//! never hangs (issue "Exec"), also when the container dies under it (issue 26: every wait
+//! here also waits for the container's [`Life`] to end).
 //!
 //! Commands go through the container's exec service when it runs ([`super::service`],
 //! `exec/on_service.rs`: one frame each way on a connection the engine already holds, with
@@ -18,7 +21,6 @@
 //! - Exit 127 with the shell's "not found" message: a note says the program is not found in
 //!   the image.
 
-use async_trait::async_trait;
 use bollard::container::LogOutput;
 use bollard::exec::StartExecResults;
 use bollard::models::ExecConfig;
@@ -33,13 +35,12 @@ use tokio::time::Instant;
 mod attach;
 mod on_service;
 
+use super::liveness::{Life, Watch};
 use super::sentinel::EndLine;
 use super::service::client::Service;
-use super::service::ServiceSlot;
+use super::service::{NoService, ServiceSlot};
 use crate::sandbox::output::Stream;
-use crate::sandbox::{
-    AgentBox, AttachSpec, Attached, ExecOutput, ExecRequest, OutputCollector, Sandbox, SandboxError,
-};
+use crate::sandbox::{AgentBox, ExecOutput, ExecRequest, OutputCollector, SandboxError};
 
 /// Environment variable marking every process of one command.
 pub const MARKER_VAR: &str = "FLOWERBOX_EXEC";
@@ -115,8 +116,8 @@ static NOT_FOUND: LazyLock<Regex> = LazyLock::new(|| {
         .expect("valid regex")
 });
 
-/// One agent's container.
-pub struct DockerSandbox {
+/// One agent container: one incarnation of an agent's sandbox.
+pub(crate) struct Container {
     /// The engine client.
     docker: Docker,
     /// Container id.
@@ -137,15 +138,36 @@ pub struct DockerSandbox {
     spec: AgentBox,
     /// The container's exec service, when its binary is mounted (see [`super::service`]).
     service: Option<Arc<ServiceSlot>>,
+    /// Why there is no service (when `service` is `None`): the run's reason.
+    no_service: Option<String>,
+    /// The container's life: every wait for a command also waits for it.
+    pub(crate) life: Life,
+    /// The life of the pod it joined: it goes with the pod.
+    pub(crate) pod: Life,
+    /// The run's watch (the engine, the notices).
+    watch: Arc<Watch>,
 }
 
 /// Why a command was stopped before its shell ended.
 enum Stop {
     TimedOut,
     Interrupted,
+    /// The container is gone (its processes with it).
+    Gone,
 }
 
-impl DockerSandbox {
+/// What a container is given at birth besides its engine facts.
+pub(crate) struct Birth {
+    /// Its life (watched from its start).
+    pub life: Life,
+    /// Its pod's life.
+    pub pod: Life,
+    /// The run's watch.
+    pub watch: Arc<Watch>,
+}
+
+impl Container {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         docker: Docker,
         id: String,
@@ -154,6 +176,7 @@ impl DockerSandbox {
         user: String,
         has_bash: bool,
         spec: AgentBox,
+        birth: Birth,
     ) -> Self {
         let shell = if has_bash { "bash" } else { "sh" };
         let owner = user
@@ -162,7 +185,7 @@ impl DockerSandbox {
             .map_or(super::UserIds { uid: 0, gid: 0 }, |(uid, gid)| {
                 super::UserIds { uid, gid }
             });
-        DockerSandbox {
+        Container {
             docker,
             id,
             name,
@@ -173,40 +196,94 @@ impl DockerSandbox {
             shell,
             spec,
             service: None,
+            no_service: None,
+            life: birth.life,
+            pod: birth.pod,
+            watch: birth.watch,
         }
     }
 
     /// Commands go through the exec service mounted at [`super::service::SERVICE_PATH`].
     pub(crate) fn with_service(mut self) -> Self {
-        self.service = Some(Arc::default());
+        let slot: Arc<ServiceSlot> = Arc::default();
+        // A service of a container that goes is let go: its stream would never end.
+        let (closing, life) = (slot.clone(), self.life.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = life.wait() => {}
+                _ = life.retiring() => {}
+            }
+            closing.close().await;
+        });
+        self.service = Some(slot);
         self
     }
 
-    /// Starts the exec service now, in the background, so the first command finds it up.
+    /// Commands go as a Docker exec each, for the run's reason `why`.
+    pub(crate) fn without_service(mut self, why: Option<String>) -> Self {
+        self.no_service = why;
+        self
+    }
+
+    /// Starts the exec service now, in the background, so the first command finds it up; a
+    /// container that goes meanwhile (released at once, killed) ends the start.
     pub(crate) fn warm_up(self: &Arc<Self>) {
         if self.service.is_some() {
             let me = self.clone();
             tokio::spawn(async move {
-                me.service().await;
+                tokio::select! {
+                    _ = me.service() => {}
+                    _ = me.life.wait() => {}
+                    _ = me.life.retiring() => {}
+                }
             });
         }
     }
 
     /// The pid (in the pod's PID namespace) of the container's live exec service, starting it
-    /// when needed; `None` when commands run as a Docker exec each.
-    pub async fn exec_service_pid(&self) -> Option<u32> {
-        self.service().await.map(|s| s.pid())
+    /// when needed; otherwise why commands go as a Docker exec each.
+    pub(crate) async fn exec_service(&self) -> Result<u32, String> {
+        match self.service().await {
+            Some(s) => Ok(s.pid()),
+            None => Err(self.why_no_service()),
+        }
+    }
+
+    /// Why commands go as a Docker exec each.
+    fn why_no_service(&self) -> String {
+        match &self.service {
+            Some(slot) => slot.why_off(),
+            None => self
+                .no_service
+                .clone()
+                .unwrap_or_else(|| "no exec service for this run".into()),
+        }
     }
 
     /// The live exec service, started (or restarted) when needed; `None`: a Docker exec per
-    /// command.
+    /// command. A start that failed because the container is going (its state from the
+    /// engine, never the words of the failure) is no reason to fall back; any other is said
+    /// on screen once per run.
     async fn service(&self) -> Option<Service> {
         let slot = self.service.as_ref()?;
         let argv = self.argv(vec![
             super::service::SERVICE_PATH.into(),
             super::service::SUBCOMMAND.into(),
         ]);
-        slot.get(&self.docker, &self.id, &self.user, argv).await
+        match slot.get(&self.docker, &self.id, &self.user, argv).await {
+            Ok(service) => Some(service),
+            Err(NoService::Off) => None,
+            Err(NoService::Broke(why)) => {
+                self.watch.slow_exec(&self.spec.agent, why);
+                None
+            }
+            Err(NoService::Failed(e)) => {
+                if !self.life.retired() && self.watch.confirm(&self.life).await.is_none() {
+                    self.watch.slow_exec(&self.spec.agent, e.to_string());
+                }
+                None
+            }
+        }
     }
 
     /// Every exec starts as the engine user `user` and runs `prefix` first, which ends as
@@ -229,18 +306,30 @@ impl DockerSandbox {
     }
 
     /// The container id.
-    pub fn container_id(&self) -> &str {
+    pub(crate) fn container_id(&self) -> &str {
         &self.id
     }
 
     /// The container name.
-    pub fn container_name(&self) -> &str {
+    pub(crate) fn container_name(&self) -> &str {
         &self.name
     }
 
     /// The image the container runs.
-    pub fn image(&self) -> &str {
+    pub(crate) fn image(&self) -> &str {
         &self.image
+    }
+
+    /// The agent's canonical box.
+    pub(crate) fn agent_box(&self) -> &AgentBox {
+        &self.spec
+    }
+
+    /// It is gone, or its pod is: how.
+    pub(crate) fn gone(&self) -> Option<crate::sandbox::notice::Gone> {
+        self.life
+            .gone()
+            .or_else(|| self.pod.gone().map(|_| crate::sandbox::notice::Gone::Pod))
     }
 
     fn err(e: bollard::errors::Error) -> SandboxError {
@@ -298,8 +387,13 @@ impl DockerSandbox {
 
     /// Kills everything the command with `marker` started. When that cannot run (the pids limit
     /// is exhausted, so not even the kill can start), restarts the container, which ends every
-    /// process in it; returns a note saying so.
-    async fn kill_marked(&self, marker: &str) -> Option<String> {
+    /// process in it; returns a note saying so. Nothing to do in a container that is gone (its
+    /// processes went with it), nor while the engine does not answer (then the caller kills
+    /// again once it does).
+    pub(crate) async fn kill_marked(&self, marker: &str) -> Option<String> {
+        if self.gone().is_some() {
+            return None;
+        }
         let failure = match self.helper(KILL_SCRIPT, marker).await {
             Ok((_, Some(0))) => return None,
             Ok((_, code)) => match code {
@@ -308,10 +402,16 @@ impl DockerSandbox {
             },
             Err(e) => e.to_string(),
         };
+        // The engine's state decides: a container that is gone needs no kill.
+        if self.watch.confirm(&self.life).await.is_some() {
+            return None;
+        }
         let options = RestartContainerOptions {
             t: Some(1),
             ..Default::default()
         };
+        // Our own restart is no death of the container.
+        let _quiet = self.life.quiet();
         Some(match self.docker.restart_container(&self.id, Some(options)).await {
             Ok(()) => format!(
                 "the kill could not run in the container ({failure}); the container was restarted, \
@@ -345,22 +445,34 @@ impl DockerSandbox {
         Ok(crate::sandbox::sourcing_command(&path))
     }
 
-    async fn run(&self, req: &ExecRequest, cwd: &str) -> Result<ExecOutput, SandboxError> {
-        let marker = uuid::Uuid::new_v4().simple().to_string();
+    /// Runs `req` in `cwd` (inside a mount, checked by the caller), its processes marked with
+    /// `marker`. A container that goes while it runs ends it at once with an error (the
+    /// caller tells why, from the container's [`Life`]).
+    pub(crate) async fn run(
+        &self,
+        req: &ExecRequest,
+        cwd: &str,
+        marker: &str,
+    ) -> Result<ExecOutput, SandboxError> {
         let command = if req.command.len() > crate::sandbox::INLINE_COMMAND_MAX {
-            self.stage_command(&req.command, &marker).await?
+            self.stage_command(&req.command, marker).await?
         } else {
             req.command.clone()
         };
         if let Some(service) = self.service().await {
             if let Some(done) = self
-                .run_on_service(&service, req, cwd, &command, &marker)
+                .run_on_service(&service, req, cwd, &command, marker)
                 .await
             {
                 return done;
             }
         }
-        self.run_direct(req, cwd, command, marker).await
+        self.run_direct(req, cwd, command, marker.to_string()).await
+    }
+
+    /// The error of a command whose container went under it (the caller words it).
+    fn gone_error(&self) -> SandboxError {
+        SandboxError::ContainerGone(format!("{} went while the command ran", self.name))
     }
 
     /// One command as a Docker exec of its own (inside [`RELAY`]): the path without the
@@ -434,6 +546,8 @@ impl DockerSandbox {
             tokio::select! {
                 _ = req.cancel.cancelled() => break Some(Stop::Interrupted),
                 _ = tokio::time::sleep_until(deadline) => break Some(Stop::TimedOut),
+                _ = self.life.wait() => break Some(Stop::Gone),
+                _ = self.pod.wait() => break Some(Stop::Gone),
                 item = output.next(), if stream_open => match item {
                     Some(Ok(LogOutput::StdOut { message })) => {
                         collector.push(Stream::Stdout, &message);
@@ -482,6 +596,8 @@ impl DockerSandbox {
         let mut notes = Vec::new();
         let mut result = ExecOutput::default();
         match stop {
+            // Its processes went with it; the stream would never end.
+            Some(Stop::Gone) => return Err(self.gone_error()),
             Some(why) => {
                 let secs = req.timeout.as_secs_f64();
                 notes.extend(self.kill_marked(&marker).await);
@@ -512,6 +628,7 @@ impl DockerSandbox {
                         result.interrupted = true;
                         notes.push("interrupted; the command's processes were killed".into());
                     }
+                    Stop::Gone => {}
                 }
             }
             None => {
@@ -528,6 +645,8 @@ impl DockerSandbox {
                         .take(5)
                         .collect();
                     if !procs.is_empty() {
+                        let procs: Vec<String> = procs.iter().map(|p| p.to_string()).collect();
+                        self.life.left_running(&procs);
                         notes.push(format!(
                             "the shell exited, leaving background process(es) running: {}; their output from \
                              here on is not captured",
@@ -579,37 +698,6 @@ impl DockerSandbox {
         result.full_output_omitted = captured.full_output_omitted;
         result.notes = notes;
         result
-    }
-}
-
-#[async_trait]
-impl Sandbox for DockerSandbox {
-    async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, SandboxError> {
-        let cwd = std::fs::canonicalize(&req.cwd).unwrap_or_else(|_| req.cwd.clone());
-        if !self.spec.mounts.iter().any(|m| cwd.starts_with(&m.inside)) {
-            return Err(SandboxError::OutsideMounts(cwd));
-        }
-        if !cwd.is_dir() {
-            // Mounts keep host paths, so the host's view decides.
-            return Ok(ExecOutput {
-                stderr: format!("working directory {} does not exist", cwd.display()),
-                notes: vec!["the command did not run".into()],
-                ..Default::default()
-            });
-        }
-        self.run(&req, &cwd.to_string_lossy()).await
-    }
-
-    fn describe(&self) -> String {
-        format!("docker container {} ({})", self.name, self.image)
-    }
-
-    fn agent_box(&self) -> &AgentBox {
-        &self.spec
-    }
-
-    async fn attach(&self, spec: AttachSpec) -> Result<Attached, SandboxError> {
-        self.attach_process(spec).await
     }
 }
 

@@ -7,8 +7,11 @@
 //! `sandbox(&AgentBox)` creates the pod on first use and the agent's container joining it →
 //! `release(agent)` when the step that owns it ends → `teardown()` at run end (or on a signal,
 //! see [`crate::sandbox::teardown_on_signal`]; as a last resort the factory's `Drop` removes
-//! what is left).
+//! what is left). Meanwhile [`liveness`] watches the run's containers and the engine: a
+//! container or pod that goes is made again for the next command ([`agent`]), an engine that
+//! stays away loses the run ([`SandboxFactory::lost`]).
 
+mod agent;
 pub mod backend;
 mod build_progress;
 pub mod checks;
@@ -18,46 +21,44 @@ pub mod exec;
 pub mod image;
 pub mod kind;
 pub mod labels;
+pub(crate) mod liveness;
 pub(crate) mod network;
+mod pod;
 pub mod readonly;
 pub mod seccomp;
 mod sentinel;
 pub mod service;
 mod teardown;
 
+pub use agent::DockerSandbox;
 pub use backend::DockerBackend;
 pub use container::{Limits, UserIds};
 pub use engine::{Endpoint, Engine, EngineError, HostSource, DEFAULT_PING_TIMEOUT};
-pub use exec::DockerSandbox;
 pub use image::{default_image, ensure_image, EnsuredImage};
 pub use kind::EngineKind;
 pub use labels::{Liveness, Owner};
 pub use readonly::ReadOnlyIds;
 
 use async_trait::async_trait;
-use bollard::query_parameters::{
-    ContainerArchiveInfoOptions, CreateContainerOptions, DownloadFromContainerOptions,
-    UploadToContainerOptions,
-};
+use bollard::query_parameters::{CreateContainerOptions, UploadToContainerOptions};
 use bollard::{body_full, Docker};
-use futures::StreamExt;
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::OnceCell;
 
-use container::{
-    canonical_box, container_name, etc_archive, patch_passwd, Identity, ImageFacts, RunSpec,
-};
-use engine::status_code;
+use container::{canonical_box, container_name, etc_archive, patch_passwd, Identity, RunSpec};
+use exec::{Birth, Container};
+use liveness::Watch;
 use readonly::ReadOnly;
 
-use super::egress::{EgressMode, EgressPolicy, HostAddrs};
+use super::egress::EgressPolicy;
+use super::notice::NoticeSink;
 use super::{AgentBox, Sandbox, SandboxError, SandboxFactory};
-use network::{FenceFacts, Fenced, RunNet};
+use network::FenceFacts;
+use pod::Pod;
 pub(crate) use teardown::{Created, Tier};
 
 /// Everything the Docker backend needs for one run. Build with [`DockerOptions::new`] and
@@ -87,6 +88,9 @@ pub struct DockerOptions {
     /// ([`service`]); `None` = a Docker exec per command. Default:
     /// [`service::ServiceSource::discover`].
     pub exec_service: Option<service::ServiceSource>,
+    /// How long the engine may stay unreachable before the run's sandboxes are lost (the run
+    /// stops with exit 1).
+    pub engine_grace: Duration,
 }
 
 impl DockerOptions {
@@ -103,20 +107,9 @@ impl DockerOptions {
             ping_timeout: DEFAULT_PING_TIMEOUT,
             egress: EgressPolicy::default(),
             exec_service: service::ServiceSource::discover(),
+            engine_grace: liveness::DEFAULT_GRACE,
         }
     }
-}
-
-/// The pod of a run.
-#[derive(Debug, Clone)]
-struct Pod {
-    id: String,
-    name: String,
-    facts: ImageFacts,
-    /// Environment every agent container gets (the proxy's address in proxy mode).
-    env: Vec<String>,
-    /// Resolves when the pod's rules are in: agent containers start only after.
-    fenced: Fenced,
 }
 
 type Slot = Arc<OnceCell<Arc<DockerSandbox>>>;
@@ -128,7 +121,14 @@ struct Inner {
     image: OnceCell<String>,
     /// flowerbox's own image, for the fence and the proxy (whatever `--image` says).
     infra_image: OnceCell<String>,
-    pod: OnceCell<Pod>,
+    /// The live pod (made on first use, made again when it went).
+    pod: tokio::sync::Mutex<Option<Pod>>,
+    /// The run's network and what its rules are built from (made once, with the first pod).
+    net: OnceCell<(network::RunNet, FenceFacts)>,
+    /// The run's proxy (proxy mode; made once): its id and address.
+    proxy: OnceCell<Option<(String, std::net::Ipv4Addr)>>,
+    /// Pods made again so far.
+    pod_rebuilds: AtomicU32,
     agents: Mutex<HashMap<String, Slot>>,
     /// Every container created (ids), pod last, removed at teardown whatever else happened.
     created: Created,
@@ -138,6 +138,11 @@ struct Inner {
     service_binary: OnceCell<Option<Arc<service::ServiceBinary>>>,
     /// The engine refused the service's mount once: no service for the rest of the run.
     service_refused: AtomicBool,
+    /// Why the run has no exec service (its binary could not be copied, the engine refused
+    /// its mount), when so.
+    no_service: Mutex<Option<String>>,
+    /// The run's watch over its containers and its engine.
+    watch: Arc<Watch>,
     torn_down: AtomicBool,
     /// Held (read) by every container start in flight, the early pod's included; teardown
     /// takes it (write) to wait for them, so no start can outlive it with a container.
@@ -192,6 +197,12 @@ impl DockerSandboxFactory {
         }
         opts.workspace = std::fs::canonicalize(&opts.workspace)?;
         let owner = Owner::current()?;
+        let watch = Watch::start(
+            engine.docker().clone(),
+            engine.endpoint().host.clone(),
+            opts.run_id.clone(),
+            opts.engine_grace,
+        );
         let factory = DockerSandboxFactory {
             inner: Arc::new(Inner {
                 engine,
@@ -199,12 +210,17 @@ impl DockerSandboxFactory {
                 owner,
                 image: OnceCell::new(),
                 infra_image: OnceCell::new(),
-                pod: OnceCell::new(),
+                pod: tokio::sync::Mutex::new(None),
+                net: OnceCell::new(),
+                proxy: OnceCell::new(),
+                pod_rebuilds: AtomicU32::new(0),
                 agents: Mutex::new(HashMap::new()),
                 created: Arc::new(Mutex::new(Vec::new())),
                 networks: Mutex::new(Vec::new()),
                 service_binary: OnceCell::new(),
                 service_refused: AtomicBool::new(false),
+                no_service: Mutex::new(None),
+                watch,
                 torn_down: AtomicBool::new(false),
                 starting: Arc::new(tokio::sync::RwLock::new(())),
                 early_pod: Mutex::new(None),
@@ -269,7 +285,7 @@ impl DockerSandboxFactory {
             .await?
             .clone();
         if inner.torn_down.load(Ordering::SeqCst) {
-            inner.remove(sandbox.container_id()).await;
+            inner.remove(&sandbox.container_id()).await;
             return Err(SandboxError::ShutDown);
         }
         Ok(sandbox)
@@ -326,6 +342,7 @@ impl Inner {
                     Ok(binary) => Some(Arc::new(binary)),
                     Err(e) => {
                         tracing::warn!(error = %e, "no exec service: copying its binary failed");
+                        *lock(&self.no_service) = Some(format!("复制它的程序失败:{e}"));
                         None
                     }
                 }
@@ -354,222 +371,37 @@ impl Inner {
         Ok(id)
     }
 
-    async fn pod(&self) -> Result<&Pod, SandboxError> {
-        self.pod
-            .get_or_try_init(|| async {
-                let image = self.image().await?.clone();
-                let spec = self.run_spec(&image, self.identity(&[]));
-                let policy = &self.opts.egress;
-                if policy.mode == EgressMode::None {
-                    let (id, name, facts) = self.start_pod(&spec, "none").await?;
-                    return Ok(Pod {
-                        id,
-                        name,
-                        facts,
-                        env: Vec::new(),
-                        fenced: Fenced::ready(),
-                    });
-                }
-                let infra = self.infra_image().await?.clone();
-                let net = self.create_network(&spec).await?;
-                let facts = FenceFacts {
-                    host: HostAddrs::discover(),
-                    resolvers: super::egress::resolvers(),
-                    gateway: net.gateway,
-                };
-                let rules = network::pod_rules(policy, &facts, net.subnet);
-                // The proxy (proxy mode) starts beside the pod; the fence is created while the
-                // pod's image facts are read and runs in the background: agent containers are
-                // created meanwhile but start only once it is done (`Pod::fenced`).
-                let proxy = async {
-                    match policy.mode {
-                        EgressMode::Proxy => self
-                            .start_proxy(&spec, &infra, &net, &facts)
-                            .await
-                            .map(Some),
-                        _ => Ok(None),
-                    }
-                };
-                let pod = async {
-                    let name = container_name(&self.opts.run_id, "pod");
-                    let mut body = spec.pod_body(&net.name);
-                    self.engine.kind().shape_pod(&mut body);
-                    let id = self.create(&name, body, Tier::Pod).await?;
-                    let fence_name = container_name(&self.opts.run_id, "fence");
-                    let mut fence =
-                        network::fence_body(&infra, &id, spec.labels("fence", "fence"), &rules);
-                    self.engine.kind().shape_member(&mut fence, &id);
-                    let (image_facts, fence_id) = tokio::join!(
-                        self.image_facts(&id),
-                        self.create(&fence_name, fence, Tier::Member)
-                    );
-                    let fence_id = fence_id?;
-                    self.docker()
-                        .start_container(&id, None)
-                        .await
-                        .map_err(|e| {
-                            SandboxError::Container(format!("starting pod {name}: {e}"))
-                        })?;
-                    Ok::<_, SandboxError>((id, name, image_facts, fence_name, fence_id))
-                };
-                let (proxy, (id, name, image_facts, fence_name, fence_id)) =
-                    tokio::try_join!(proxy, pod)?;
-                let fenced = network::spawn_fence(
-                    self.docker().clone(),
-                    self.created.clone(),
-                    fence_name,
-                    fence_id,
-                    proxy.as_ref().map(|(proxy_id, _)| proxy_id.clone()),
-                );
-                Ok::<_, SandboxError>(Pod {
-                    id,
-                    name,
-                    facts: image_facts,
-                    env: proxy.map_or_else(Vec::new, |(_, ip)| network::proxy_env(ip)),
-                    fenced,
-                })
-            })
-            .await
+    /// The agent's sandbox, with its first container.
+    async fn create_agent(
+        self: &Arc<Self>,
+        spec: &AgentBox,
+    ) -> Result<Arc<DockerSandbox>, SandboxError> {
+        let first = self.new_container(spec).await?;
+        Ok(Arc::new(DockerSandbox::new(
+            Arc::downgrade(self),
+            self.watch.clone(),
+            first,
+        )))
     }
 
-    /// Creates and starts the pod container on `network` (a network name or `none`).
-    async fn start_pod(
+    /// A new container for `spec` in place of `old`, which is gone (removed first): in the
+    /// live pod, made again when it went. Like every start, it holds `starting` and ends
+    /// with the run.
+    pub(super) async fn replace_agent(
         &self,
-        spec: &RunSpec,
-        network: &str,
-    ) -> Result<(String, String, ImageFacts), SandboxError> {
-        let name = container_name(&self.opts.run_id, "pod");
-        let mut body = spec.pod_body(network);
-        self.engine.kind().shape_pod(&mut body);
-        let id = self.create(&name, body, Tier::Pod).await?;
-        let facts = self.image_facts(&id).await;
-        self.docker()
-            .start_container(&id, None)
-            .await
-            .map_err(|e| SandboxError::Container(format!("starting pod {name}: {e}")))?;
-        Ok((id, name, facts))
-    }
-
-    /// flowerbox's own image (built when missing), which has iptables and tinyproxy.
-    async fn infra_image(&self) -> Result<&String, SandboxError> {
-        self.infra_image
-            .get_or_try_init(|| async {
-                if self.opts.image.is_none() {
-                    return Ok(self.image().await?.clone());
-                }
-                let ensured = ensure_image(&self.engine, None, self.opts.show_progress).await?;
-                Ok::<_, SandboxError>(ensured.image)
-            })
-            .await
-    }
-
-    /// The run's own bridge network, labelled like its containers.
-    async fn create_network(&self, spec: &RunSpec) -> Result<RunNet, SandboxError> {
-        let name = container_name(&self.opts.run_id, "net");
-        let net = network::create_network(self.docker(), &name, spec.labels("net", "net")).await?;
-        lock(&self.networks).push(net.id.clone());
-        Ok(net)
-    }
-
-    /// Starts the run's proxy on `net`; returns its id and address there.
-    async fn start_proxy(
-        &self,
-        spec: &RunSpec,
-        image: &str,
-        net: &RunNet,
-        facts: &FenceFacts,
-    ) -> Result<(String, std::net::Ipv4Addr), SandboxError> {
-        let policy = &self.opts.egress;
-        let rules = network::proxy_rules(policy, facts, net.subnet);
-        let config = network::proxy_config(policy, net.subnet);
-        let name = container_name(&self.opts.run_id, "proxy");
-        let body = network::proxy_body(
-            image,
-            &net.name,
-            spec.labels("proxy", "proxy"),
-            &rules,
-            &config,
-        );
-        let id = self.create(&name, body, Tier::Member).await?;
-        self.docker()
-            .start_container(&id, None)
-            .await
-            .map_err(|e| SandboxError::Container(format!("starting {name}: {e}")))?;
-        let info = self
-            .docker()
-            .inspect_container(&id, None)
-            .await
-            .map_err(docker_err)?;
-        let ip = info
-            .network_settings
-            .and_then(|s| s.networks)
-            .and_then(|n| n.get(&net.name).cloned())
-            .and_then(|e| e.ip_address)
-            .and_then(|a| a.parse().ok())
-            .ok_or_else(|| SandboxError::Container(format!("{name} 在 {} 上没有地址", net.name)))?;
-        Ok((id, ip))
-    }
-
-    /// Reads `/etc/passwd`, `/etc/group` and whether bash, `setpriv` and `lsof` exist from a
-    /// created container.
-    async fn image_facts(&self, id: &str) -> ImageFacts {
-        let (has_bash, setpriv, lsof, passwd, group) = tokio::join!(
-            self.exists(id, "/bin/bash"),
-            self.first_existing(id, readonly::SETPRIV_PATHS),
-            self.first_existing(id, readonly::LSOF_PATHS),
-            self.read_file(id, "/etc/passwd"),
-            self.read_file(id, "/etc/group")
-        );
-        ImageFacts {
-            passwd: passwd.unwrap_or_else(|| "root:x:0:0:root:/root:/bin/sh\n".into()),
-            group: group.unwrap_or_else(|| "root:x:0:\n".into()),
-            has_bash,
-            setpriv,
-            lsof,
+        spec: &AgentBox,
+        old: &Container,
+    ) -> Result<Arc<Container>, SandboxError> {
+        let _starting = self.starting.read().await;
+        if self.torn_down.load(Ordering::SeqCst) {
+            return Err(SandboxError::ShutDown);
         }
+        self.remove(old.container_id()).await;
+        self.new_container(spec).await
     }
 
-    /// Whether `path` exists in the container (an answer other than 404 counts as yes).
-    async fn exists(&self, id: &str, path: &str) -> bool {
-        let options = ContainerArchiveInfoOptions { path: path.into() };
-        match self
-            .docker()
-            .get_container_archive_info(id, Some(options))
-            .await
-        {
-            Ok(_) => true,
-            Err(e) => status_code(&e) != Some(404),
-        }
-    }
-
-    /// The first of `paths` that exists in the container.
-    async fn first_existing(&self, id: &str, paths: &[&str]) -> Option<String> {
-        let found = futures::future::join_all(paths.iter().map(|p| self.exists(id, p))).await;
-        paths
-            .iter()
-            .zip(found)
-            .find_map(|(p, yes)| yes.then(|| p.to_string()))
-    }
-
-    async fn read_file(&self, id: &str, path: &str) -> Option<String> {
-        let mut stream = self
-            .docker()
-            .download_from_container(id, Some(DownloadFromContainerOptions { path: path.into() }));
-        let mut tar_bytes = Vec::new();
-        while let Some(chunk) = stream.next().await {
-            tar_bytes.extend_from_slice(&chunk.ok()?);
-            if tar_bytes.len() > 4 << 20 {
-                return None;
-            }
-        }
-        let mut archive = tar::Archive::new(&tar_bytes[..]);
-        let mut entry = archive.entries().ok()?.next()?.ok()?;
-        let mut text = String::new();
-        entry.read_to_string(&mut text).ok()?;
-        Some(text)
-    }
-
-    async fn create_agent(&self, spec: &AgentBox) -> Result<Arc<DockerSandbox>, SandboxError> {
+    /// Creates and starts a container for `spec` in the pod.
+    async fn new_container(&self, spec: &AgentBox) -> Result<Arc<Container>, SandboxError> {
         let spec = canonical_box(spec)?;
         let early = lock(&self.early_pod).take();
         if let Some(Ok(Err(e))) = match early {
@@ -578,7 +410,7 @@ impl Inner {
         } {
             return Err(e);
         }
-        let pod = self.pod().await?.clone();
+        let pod = self.pod().await?;
         let image = self.image().await?.clone();
         let mounts: Vec<PathBuf> = spec.mounts.iter().map(|m| m.inside.clone()).collect();
         let identity = self.identity(&mounts);
@@ -611,6 +443,7 @@ impl Inner {
                     // remote engine): no service for this run.
                     Err(e) => {
                         tracing::warn!(error = %e, "no exec service: the engine refused its mount");
+                        *lock(&self.no_service) = Some(format!("引擎不让挂它的程序:{e}"));
                         self.service_refused.store(true, Ordering::SeqCst);
                         binary = None;
                         self.create(&name, plain, Tier::Agent).await?
@@ -642,8 +475,17 @@ impl Inner {
             .start_container(&id, None)
             .await
             .map_err(|e| SandboxError::Container(format!("starting {name}: {e}")))?;
+        // Watched from its start; one that went at once (its pod went meanwhile) is gone for
+        // its first command, which makes it again.
+        let life = self.watch.member(&id, &spec.agent, &pod.life);
+        self.watch.confirm(&life).await;
         let user = format!("{}:{}", identity.ids.uid, identity.ids.gid);
-        let sandbox = DockerSandbox::new(
+        let birth = Birth {
+            life,
+            pod: pod.life.clone(),
+            watch: self.watch.clone(),
+        };
+        let container = Container::new(
             self.docker().clone(),
             id,
             name,
@@ -651,17 +493,18 @@ impl Inner {
             user,
             pod.facts.has_bash,
             spec,
+            birth,
         );
-        let sandbox = match &read_only {
-            Some(r) => sandbox.entered_as(r.exec_user(), r.exec_prefix(), r.shell.ids),
-            None => sandbox,
+        let container = match &read_only {
+            Some(r) => container.entered_as(r.exec_user(), r.exec_prefix(), r.shell.ids),
+            None => container,
         };
-        let sandbox = Arc::new(match binary {
-            Some(_) => sandbox.with_service(),
-            None => sandbox,
+        let container = Arc::new(match binary {
+            Some(_) => container.with_service(),
+            None => container.without_service(lock(&self.no_service).clone()),
         });
-        sandbox.warm_up();
-        Ok(sandbox)
+        container.warm_up();
+        Ok(container)
     }
 }
 
@@ -677,7 +520,9 @@ impl SandboxFactory for DockerSandboxFactory {
 
     fn prepare(&self) {
         let mut early = lock(&self.inner.early_pod);
-        if early.is_some() || self.inner.pod.initialized() {
+        // A pod already made (or being made: the lock is held) needs no early start.
+        let made = self.inner.pod.try_lock().map_or(true, |p| p.is_some());
+        if early.is_some() || made {
             return;
         }
         // Taken before the task exists, so a teardown that begins now waits for it (and one
@@ -708,11 +553,20 @@ impl SandboxFactory for DockerSandboxFactory {
             .ok()
             .cloned();
         if let Some(sandbox) = started {
-            if let Some(e) = self.inner.remove(sandbox.container_id()).await {
+            let id = sandbox.retire().await;
+            if let Some(e) = self.inner.remove(&id).await {
                 return Err(e);
             }
         }
         Ok(())
+    }
+
+    fn on_notice(&self, sink: NoticeSink) {
+        self.inner.watch.set_sink(sink);
+    }
+
+    async fn lost(&self) -> SandboxError {
+        self.inner.watch.lost().await
     }
 
     async fn teardown(&self) -> Result<(), SandboxError> {

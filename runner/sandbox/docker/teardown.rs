@@ -47,6 +47,8 @@ impl Inner {
             v: true,
             ..Default::default()
         };
+        // Ours: no death to notice.
+        self.watch.forget(id);
         // Forgotten only once gone: a removal the engine refused (a pod whose dependent
         // container a start in flight just made) is tried again by the next pass.
         match self.docker().remove_container(id, Some(opts)).await {
@@ -60,6 +62,8 @@ impl Inner {
 
     pub(super) async fn teardown(&self) -> Result<(), SandboxError> {
         self.torn_down.store(true, Ordering::SeqCst);
+        // From here on every container goes by our hand: nothing to notice, nothing to wait.
+        self.watch.stop();
         lock(&self.agents).clear();
         // What exists now goes at once (a start in flight then fails fast: its pod is gone);
         // then, once every start in flight has ended, whatever those made and whatever the
@@ -86,6 +90,7 @@ impl Drop for Inner {
     /// Last resort when `teardown` was never awaited (a panic, an early return): removes the
     /// run's containers on a separate thread with its own runtime, waiting at most 20 s.
     fn drop(&mut self) {
+        self.watch.stop();
         let mut left: Vec<(String, Tier)> = std::mem::take(&mut *lock(&self.created));
         left.sort_by_key(|(_, tier)| *tier);
         let networks: Vec<String> = std::mem::take(&mut *lock(&self.networks));

@@ -17,15 +17,18 @@ use futures::StreamExt;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 
-use super::{DockerSandbox, MARKER_VAR};
+use super::{Container, MARKER_VAR};
 use crate::sandbox::{AttachSpec, Attached, ProcessHandle, SandboxError, StderrTail};
 
 /// Bytes of stdout buffered between the container and the reader.
 const PIPE_BYTES: usize = 64 * 1024;
 
-impl DockerSandbox {
+impl Container {
     /// Starts `spec` in the container with its pipes attached.
-    pub(super) async fn attach_process(&self, spec: AttachSpec) -> Result<Attached, SandboxError> {
+    pub(crate) async fn attach_process(
+        self: &Arc<Self>,
+        spec: AttachSpec,
+    ) -> Result<Attached, SandboxError> {
         if spec.argv.is_empty() {
             return Err(SandboxError::Unsupported("没有要启动的程序".into()));
         }
@@ -83,7 +86,7 @@ impl DockerSandbox {
             let _ = writer.shutdown().await;
         });
         let handle = DockerProcess {
-            sandbox: self.twin(),
+            sandbox: self.clone(),
             exec_id,
             marker,
             program: spec.argv[0].clone(),
@@ -95,28 +98,11 @@ impl DockerSandbox {
             handle: Arc::new(handle),
         })
     }
-
-    /// A copy of this sandbox's handles (same container, same user), for a process handle
-    /// that outlives the borrow.
-    fn twin(&self) -> DockerSandbox {
-        DockerSandbox {
-            docker: self.docker.clone(),
-            id: self.id.clone(),
-            name: self.name.clone(),
-            image: self.image.clone(),
-            user: self.user.clone(),
-            prefix: self.prefix.clone(),
-            owner: self.owner,
-            shell: self.shell,
-            spec: self.spec.clone(),
-            service: self.service.clone(),
-        }
-    }
 }
 
 /// One attached exec.
 struct DockerProcess {
-    sandbox: DockerSandbox,
+    sandbox: Arc<Container>,
     exec_id: String,
     marker: String,
     program: String,
@@ -138,6 +124,10 @@ impl ProcessHandle for DockerProcess {
     }
 
     async fn ended(&self) -> Option<String> {
+        // Its container went (the exec's own state would say "running" for ever).
+        if let Some(why) = self.sandbox.gone() {
+            return Some(format!("它所在的容器{}", why.zh()));
+        }
         let info = self.sandbox.docker.inspect_exec(&self.exec_id).await.ok()?;
         if info.running != Some(false) {
             return None;

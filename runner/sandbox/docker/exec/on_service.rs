@@ -6,12 +6,13 @@
 //! the service cannot (dead, silent), the host's kill exec does it. A service that never
 //! confirms a start is given up (killed) and the command runs as a Docker exec instead, as
 //! when the connection ends before the start is confirmed; a service that dies while the
-//! command runs makes the command a tool error, after its processes were killed.
+//! command runs makes the command a tool error, after its processes were killed. A container
+//! that goes while the command runs ends it at once (the service's stream would not end).
 
 use std::time::Duration;
 use tokio::time::Instant;
 
-use super::{DockerSandbox, Stop, KILL_WAIT};
+use super::{Container, Stop, KILL_WAIT};
 use crate::sandbox::docker::service::client::{Event, Request, Service};
 use crate::sandbox::docker::service::proto::Run;
 use crate::sandbox::{ExecOutput, ExecRequest, OutputCollector, SandboxError};
@@ -21,7 +22,7 @@ const SERVICE_ACK: Duration = Duration::from_secs(5);
 /// How long the rest of a stopped command's output may take.
 const DRAIN_WAIT: Duration = Duration::from_secs(2);
 
-impl DockerSandbox {
+impl Container {
     /// Runs `command` on `service`; `None` when it did not run there (the connection had
     /// ended, or the service stopped answering before it started the command): then the
     /// caller runs it as a Docker exec.
@@ -56,6 +57,8 @@ impl DockerSandbox {
             tokio::select! {
                 _ = req.cancel.cancelled() => break Err(Stop::Interrupted),
                 _ = tokio::time::sleep_until(deadline) => break Err(Stop::TimedOut),
+                _ = self.life.wait() => return Some(Err(self.gone_error())),
+                _ = self.pod.wait() => return Some(Err(self.gone_error())),
                 _ = tokio::time::sleep_until(ack_by), if !started => {
                     self.abandon(service, "it did not confirm a command within 5 s").await;
                     // Whatever it may have started goes before the command runs without it.
@@ -79,6 +82,7 @@ impl DockerSandbox {
                         let _ = self.kill_marked(marker).await;
                         return None;
                     }
+                    None if self.gone().is_some() => return Some(Err(self.gone_error())),
                     None => {
                         let why = service.why();
                         let note = self
@@ -108,6 +112,7 @@ impl DockerSandbox {
                     .map(|l| l.chars().take(100).collect())
                     .collect();
                 if exit.cut && !procs.is_empty() {
+                    self.life.left_running(&procs);
                     notes.push(format!(
                         "the shell exited, leaving background process(es) running: {}; their output from \
                          here on is not captured",
@@ -135,6 +140,7 @@ impl DockerSandbox {
                         result.interrupted = true;
                         notes.push("interrupted; the command's processes were killed".into());
                     }
+                    Stop::Gone => {}
                 }
             }
         }

@@ -22,13 +22,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::proto::{
-    self, Exit, Failed, Frame, FrameReader, Hello, Killed, Kind, ProtoError, Started,
+    self, Exit, Failed, Frame, FrameReader, Hello, Killed, Kind, Opening, OpeningReader,
+    ProtoError, Started,
 };
 use crate::sandbox::docker::lock;
 use crate::sandbox::output::Stream;
-use crate::sandbox::{SandboxError, StderrTail};
+use crate::sandbox::StderrTail;
 
-/// How long a new service gets to say hello.
+/// How long a new service gets for its preamble, and again for its hello.
 const HELLO_WAIT: Duration = Duration::from_secs(10);
 /// How long writing one frame to the service may take.
 const SEND_WAIT: Duration = Duration::from_secs(5);
@@ -84,15 +85,53 @@ pub(crate) struct Service {
     shared: Arc<Shared>,
 }
 
+/// Why a service did not start. Told apart by what happened (the engine's status, the first
+/// bytes, the end of the stream), never by reading words: the words (the engine's, a
+/// loader's) are only kept, bounded and on one line, to be shown.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StartError {
+    /// The engine refused to create or start the exec.
+    #[error("the engine refused the exec: {0}")]
+    Engine(#[source] bollard::errors::Error),
+    /// Something other than the service spoke first (the engine's error, such as `OCI runtime
+    /// exec failed: … cannot exec in a stopped container`, or a loader's complaint): its
+    /// words.
+    #[error("{}", if .0.is_empty() { "something else answered" } else { .0.as_str() })]
+    Foreign(String),
+    /// It ended before its preamble: the tail of its stderr.
+    #[error("it ended before its hello{}", if .0.is_empty() { String::new() } else { format!(": {}", .0) })]
+    Ended(String),
+    /// Nothing whole within [`HELLO_WAIT`].
+    #[error("no hello within {} s", HELLO_WAIT.as_secs())]
+    Silent,
+    /// A service of another protocol version (a stale binary).
+    #[error("protocol {0}, expected {want}", want = proto::VERSION)]
+    Version(u32),
+    /// The hello was not a hello.
+    #[error("{0}")]
+    Hello(String),
+    /// The attached stream failed.
+    #[error("its stream failed: {0}")]
+    Stream(#[source] bollard::errors::Error),
+}
+
+/// What the stream said before the first frame.
+enum Greeting {
+    /// The preamble came; frame bytes already read.
+    Service(Vec<u8>),
+    /// Not the service.
+    Failed(StartError),
+}
+
 impl Service {
     /// Starts `argv` (the service, behind the container's exec prefix) as `user` in
-    /// `container` and waits for its hello.
+    /// `container` and waits for its preamble and hello.
     pub async fn start(
         docker: &Docker,
         container: &str,
         user: &str,
         argv: Vec<String>,
-    ) -> Result<Service, SandboxError> {
+    ) -> Result<Service, StartError> {
         let config = ExecConfig {
             attach_stdin: Some(true),
             attach_stdout: Some(true),
@@ -103,24 +142,65 @@ impl Service {
             working_dir: Some("/".into()),
             ..Default::default()
         };
-        let err = |e: bollard::errors::Error| SandboxError::Docker(format!("exec service: {e}"));
-        let exec_id = docker.create_exec(container, config).await.map_err(err)?.id;
-        let StartExecResults::Attached { mut output, input } =
-            docker.start_exec(&exec_id, None).await.map_err(err)?
+        let exec_id = docker
+            .create_exec(container, config)
+            .await
+            .map_err(StartError::Engine)?
+            .id;
+        let StartExecResults::Attached { mut output, input } = docker
+            .start_exec(&exec_id, None)
+            .await
+            .map_err(StartError::Engine)?
         else {
-            return Err(SandboxError::Docker("exec service started detached".into()));
+            return Err(StartError::Hello("the exec started detached".into()));
         };
         let stderr = StderrTail::default();
         let mut reader = FrameReader::default();
-        let hello = tokio::time::timeout(HELLO_WAIT, async {
+        let greeting = tokio::time::timeout(HELLO_WAIT, async {
+            let mut opening = OpeningReader::default();
+            let mut foreign = false;
             loop {
                 match output.next().await {
-                    Some(Ok(LogOutput::StdOut { message })) => {
-                        reader.push(&message);
-                        if let Some(frame) = reader.next_frame().map_err(|e| e.to_string())? {
-                            return Ok(frame);
+                    Some(Ok(LogOutput::StdOut { message })) => match opening.push(&message) {
+                        Opening::Pending => {}
+                        Opening::Service { version, rest } => {
+                            if version != proto::VERSION {
+                                return Greeting::Failed(StartError::Version(version));
+                            }
+                            return Greeting::Service(rest);
                         }
+                        // Not the service: its words are the reason, read to the end.
+                        Opening::Foreign => foreign = true,
+                    },
+                    Some(Ok(LogOutput::StdErr { message })) => stderr.push(&message),
+                    Some(Ok(_)) => {}
+                    // The stream ended or broke; after foreign text, that text is the reason.
+                    end => {
+                        return Greeting::Failed(match (foreign, end) {
+                            (true, _) => StartError::Foreign(opening.foreign()),
+                            (false, Some(Err(e))) => StartError::Stream(e),
+                            (false, _) => {
+                                StartError::Ended(proto::one_line(stderr.text().trim().as_bytes()))
+                            }
+                        })
                     }
+                }
+            }
+        })
+        .await;
+        let rest = match greeting {
+            Ok(Greeting::Service(rest)) => rest,
+            Ok(Greeting::Failed(e)) => return Err(e),
+            Err(_) => return Err(StartError::Silent),
+        };
+        reader.push(&rest);
+        let hello = tokio::time::timeout(HELLO_WAIT, async {
+            loop {
+                if let Some(frame) = reader.next_frame().map_err(|e| e.to_string())? {
+                    return Ok(frame);
+                }
+                match output.next().await {
+                    Some(Ok(LogOutput::StdOut { message })) => reader.push(&message),
                     Some(Ok(LogOutput::StdErr { message })) => stderr.push(&message),
                     Some(Ok(_)) => {}
                     Some(Err(e)) => return Err(e.to_string()),
@@ -129,17 +209,15 @@ impl Service {
             }
         })
         .await
-        .map_err(|_| "no hello in time".to_string())
-        .and_then(|r| r)
+        .map_err(|_| StartError::Silent)?
         .and_then(|f: Frame| match f.kind {
             Kind::Hello => f.json::<Hello>().map_err(|e| e.to_string()),
             other => Err(format!("{other:?} before hello")),
         })
-        .and_then(|h| match h.version {
-            proto::VERSION => Ok(h),
-            v => Err(format!("protocol {v}, expected {}", proto::VERSION)),
-        })
-        .map_err(|e| SandboxError::Docker(format!("exec service did not start: {e}")))?;
+        .map_err(StartError::Hello)?;
+        if hello.version != proto::VERSION {
+            return Err(StartError::Version(hello.version));
+        }
 
         let shared = Arc::new(Shared {
             input: tokio::sync::Mutex::new(input),
@@ -212,6 +290,11 @@ impl Service {
     /// The service's pid in the container (from its hello).
     pub fn pid(&self) -> u32 {
         self.shared.pid
+    }
+
+    /// Closes the connection (its container goes); nothing is broken.
+    pub fn close(&self) {
+        self.shared.die("its container went".into());
     }
 
     /// Gives up on the connection (a service that stopped answering): it is not restarted.

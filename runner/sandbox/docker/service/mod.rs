@@ -136,48 +136,85 @@ pub(crate) fn mount(body: &mut bollard::models::ContainerCreateBody, binary: &Pa
         });
 }
 
+/// Why a container has no service to give a command: then it is a Docker exec.
+#[derive(Debug)]
+pub(crate) enum NoService {
+    /// None any more: its starts are used up, or it broke earlier (said then).
+    Off,
+    /// This start failed.
+    Failed(client::StartError),
+    /// It broke the protocol or stopped answering (said now, once): none from now on.
+    Broke(String),
+}
+
 /// One container's service: started on first need, restarted after a death at most
 /// [`MAX_STARTS`] times in all.
 #[derive(Default)]
 pub(crate) struct ServiceSlot {
     current: tokio::sync::Mutex<Option<client::Service>>,
     starts: AtomicU32,
+    /// Why the last start failed, or why it broke: what `doctor` and the notices say.
+    why_off: std::sync::Mutex<Option<String>>,
 }
 
 impl ServiceSlot {
-    /// The live service, starting one when there is none (yet, or any more); `None` when it
-    /// cannot be had (then a Docker exec per command).
+    /// The live service, starting one when there is none (yet, or any more); otherwise why
+    /// not (then a Docker exec per command).
     pub async fn get(
         &self,
         docker: &bollard::Docker,
         container: &str,
         user: &str,
         argv: Vec<String>,
-    ) -> Option<client::Service> {
+    ) -> Result<client::Service, NoService> {
         let mut current = self.current.lock().await;
         if let Some(s) = current.as_ref() {
             if s.alive() {
-                return Some(s.clone());
+                return Ok(s.clone());
             }
             if s.broken() {
                 // Garbage or silence once: a Docker exec per command from now on.
                 self.starts.store(MAX_STARTS, Ordering::SeqCst);
+                let why = s.why();
+                *self.why_note() = Some(why.clone());
+                *current = None;
+                return Err(NoService::Broke(why));
             }
         }
         *current = None;
         if self.starts.fetch_add(1, Ordering::SeqCst) >= MAX_STARTS {
-            return None;
+            return Err(NoService::Off);
         }
         match client::Service::start(docker, container, user, argv).await {
             Ok(s) => {
                 *current = Some(s.clone());
-                Some(s)
+                Ok(s)
             }
             Err(e) => {
-                tracing::warn!(%container, error = %e, "exec service unavailable; one Docker exec per command");
-                None
+                tracing::info!(%container, error = %e, "exec service did not start");
+                *self.why_note() = Some(e.to_string());
+                Err(NoService::Failed(e))
             }
         }
+    }
+
+    /// Lets the service go (its container goes): the connection is closed.
+    pub async fn close(&self) {
+        self.starts.store(MAX_STARTS, Ordering::SeqCst);
+        if let Some(s) = self.current.lock().await.take() {
+            s.close();
+        }
+    }
+
+    /// Why there is no service (the last failure), for messages.
+    pub fn why_off(&self) -> String {
+        self.why_note()
+            .clone()
+            .unwrap_or_else(|| "the exec service is not running".into())
+    }
+
+    fn why_note(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.why_off.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
