@@ -210,9 +210,25 @@ impl RunContext {
                 cap,
             )));
         }
+        let runtime = Arc::new(runtime);
+        // What the sandboxes notice (a container or the pod gone, the engine away, a slower
+        // exec) is the human's: a warning line, wherever the run's events go.
+        let weak = Arc::downgrade(&runtime);
+        sandboxes.on_notice(Arc::new(move |notice| {
+            if let Some(rt) = weak.upgrade() {
+                rt.emit(
+                    "runner",
+                    crate::model::Role::Coordinator,
+                    0,
+                    crate::agent::EventKind::Warning {
+                        text: notice.to_string(),
+                    },
+                );
+            }
+        }));
         Ok(RunContext {
             run_id,
-            runtime: Arc::new(runtime),
+            runtime,
             manifest,
             sandboxes,
             provider,

@@ -11,6 +11,11 @@
 //! in-flight step as `interrupted-by-human`, removes the containers and ends as
 //! [`RunEnd::Interrupted`]). Otherwise the driver treats SIGINT like flower's pipe mode: the first
 //! one ends the run.
+//!
+//! When the run's sandboxes are lost for good ([`crate::sandbox::SandboxFactory::lost`]: the
+//! engine stayed away past its grace, the pod could not be made again) the run stops there:
+//! the in-flight step is recorded as [`SANDBOX_LOST`] (never done: its commands could not
+//! run), and the run fails with the reason (exit 1).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,6 +33,9 @@ use crate::isolate::{open_for_run, IsolateOptions, WorktreePlacement};
 use crate::model::Role;
 use crate::record::manifest::KILLED_BY_SIGNAL;
 use crate::record::Totals;
+
+/// The manifest's `error` of a step in flight when the run's sandboxes were lost.
+pub const SANDBOX_LOST: &str = "sandbox-lost";
 
 /// What differs between the runs a [`Session`] can host.
 pub struct SessionSetup {
@@ -184,12 +192,16 @@ impl Session {
             Done(Result<Completion, FlowError>),
             Signal(i32),
             Quit,
+            Lost(crate::sandbox::SandboxError),
         }
         // Listening before anything starts: a signal from here on tears down what was started.
         let stop = crate::signals::stop_signals(!self.frontend.owns_interrupt());
         // The pod starts while the run clarifies (issue 17).
         self.run.sandboxes.prepare();
         let end = tokio::select! {
+            // First: once the sandboxes are lost, nothing the workflow does after counts.
+            biased;
+            lost = self.run.sandboxes.lost() => End::Lost(lost),
             r = wf.run(&rt, ctx) => End::Done(r),
             sig = stop => End::Signal(sig),
             _ = self.frontend.quit_requested() => End::Quit,
@@ -207,6 +219,11 @@ impl Session {
                 rt.rescue(INTERRUPTED);
                 self.finish().await;
                 Ok(RunEnd::Interrupted)
+            }
+            End::Lost(lost) => {
+                rt.rescue(SANDBOX_LOST);
+                self.finish().await;
+                Err(FlowError::Sandbox(lost))
             }
             End::Done(Ok(Completion::Finished)) => {
                 self.finish().await;

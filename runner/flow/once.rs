@@ -42,7 +42,8 @@ pub struct OnceSettings {
 
 /// Runs `once`. [`RunEnd::Finished`] when the agent finished its turn;
 /// [`FlowError::AgentFailed`] with its error otherwise; SIGHUP/SIGTERM record the step as
-/// `killed-by-signal`, remove the containers and end as [`RunEnd::Signalled`].
+/// `killed-by-signal`, remove the containers and end as [`RunEnd::Signalled`]; sandboxes lost
+/// for good record it as `sandbox-lost` and end as [`FlowError::Sandbox`].
 pub async fn once(
     settings: &RunSettings,
     opts: OnceSettings,
@@ -92,6 +93,14 @@ pub async fn once(
         tokio::spawn(async move { rt.run(&spec, &prompt, run_opts).await })
     };
     let outcome = tokio::select! {
+        biased;
+        lost = ctx.sandboxes.lost() => {
+            // The step's commands cannot run any more: it is not done, and the run fails.
+            run.abort();
+            ctx.runtime.rescue(super::drive::SANDBOX_LOST);
+            ctx.shutdown().await;
+            return Err(FlowError::Sandbox(lost));
+        }
         r = &mut run => Ok(r.map_err(|e| FlowError::Internal(e.to_string()))?),
         sig = stop => Err(sig),
     };
