@@ -45,7 +45,15 @@ async fn doctor_checks_engine_image_tools_git_and_credentials_by_name() {
     };
     let checks = doctor(&backend, &input).await;
     let status = |name: &str| checks.iter().find(|c| c.name == name).map(|c| c.status);
-    for name in ["engine", "image", "tools", "egress", "git", "credentials"] {
+    for name in [
+        "engine",
+        "image",
+        "tools",
+        "exec",
+        "egress",
+        "git",
+        "credentials",
+    ] {
         assert_eq!(status(name), Some(CheckStatus::Pass), "{name}: {checks:#?}");
     }
     assert_eq!(

@@ -45,9 +45,9 @@ pub trait SandboxBackend: Send + Sync {
     /// The backend cannot serve the run.
     async fn open_run(&self, run_id: &str, workspace: &Path) -> Result<Preflight, SandboxError>;
 
-    /// `flowerbox doctor`'s checks of this backend: can it run agents (for Docker: the engine,
-    /// the image, its tools, the read-only roles' users)?
-    async fn checks(&self) -> Vec<Check>;
+    /// `flowerbox doctor`'s checks of this backend: can it run agents in `workspace` (for
+    /// Docker: the engine, the image, its tools, the read-only roles' users, the exec service)?
+    async fn checks(&self, workspace: &Path) -> Vec<Check>;
 
     /// `flowerbox doctor`'s last line: what dead runs of `workspace` left in this backend, when
     /// it can leave anything.

@@ -95,7 +95,8 @@ fn check(name: &'static str, status: CheckStatus, detail: impl Into<String>) -> 
 /// git, the workspace, its `.git`, the credentials, and what dead runs left in `backend`.
 pub async fn doctor(backend: &dyn SandboxBackend, input: &DoctorInput) -> Vec<Check> {
     use CheckStatus::*;
-    let mut checks = backend.checks().await;
+    let ws = std::fs::canonicalize(&input.workspace).unwrap_or_else(|_| input.workspace.clone());
+    let mut checks = backend.checks(&ws).await;
     checks.push(check("egress", Pass, input.egress.describe()));
     checks.push(git_check().await);
     checks.push(workspace_check(&input.workspace));
@@ -109,7 +110,6 @@ pub async fn doctor(backend: &dyn SandboxBackend, input: &DoctorInput) -> Vec<Ch
             format!("找到了 {}", input.credential_names.join(", ")),
         )
     });
-    let ws = std::fs::canonicalize(&input.workspace).unwrap_or_else(|_| input.workspace.clone());
     checks.extend(backend.leftovers(&ws).await);
     checks
 }

@@ -56,7 +56,7 @@ impl super::SandboxBackend for HostBackend {
         })
     }
 
-    async fn checks(&self) -> Vec<super::doctor::Check> {
+    async fn checks(&self, _workspace: &std::path::Path) -> Vec<super::doctor::Check> {
         vec![super::doctor::Check {
             name: "sandbox",
             status: super::doctor::CheckStatus::Warn,

@@ -154,6 +154,18 @@ impl fmt::Display for SandboxNotice {
     }
 }
 
+/// At most `max` characters of `s`, with `…` when cut (a reason from the engine or a
+/// service in one screen line).
+pub fn clip(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_string(),
+    }
+}
+
+/// Longest reason a line quotes, in characters.
+pub const REASON_MAX: usize = 300;
+
 /// Where notices go (cheap and non-blocking; called from many tasks).
 pub type NoticeSink = Arc<dyn Fn(SandboxNotice) + Send + Sync>;
 
@@ -193,6 +205,8 @@ mod tests {
         ] {
             assert!(!n.to_string().contains('\n'), "{n}");
         }
+        assert_eq!(clip("αβγ", 2), "αβ…");
+        assert_eq!(clip("αβ", 2), "αβ");
         assert_eq!(
             Gone::Removed.to_string(),
             "was removed",

@@ -72,11 +72,12 @@ impl SandboxBackend for DockerBackend {
         })
     }
 
-    async fn checks(&self) -> Vec<Check> {
+    async fn checks(&self, workspace: &Path) -> Vec<Check> {
         super::checks::checks(
             self.docker_host.as_deref(),
             self.image.as_deref(),
             self.ping_timeout,
+            workspace,
         )
         .await
     }

@@ -1,5 +1,6 @@
 //! The Docker backend's `flowerbox doctor` checks: the engine, the agent image, the tools in it
-//! (judges need `file` and `lsof`), who the read-only roles run as, and the containers dead runs
+//! (judges need `file` and `lsof`), who the read-only roles run as, whether commands go through
+//! the exec service (or, slower, a Docker exec each, and why), and the containers dead runs
 //! left. [`DockerBackend`](super::DockerBackend) answers them through the backend seam.
 
 use bollard::container::LogOutput;
@@ -18,11 +19,13 @@ fn check(name: &'static str, status: CheckStatus, detail: impl Into<String>) -> 
     Check::new(name, status, detail)
 }
 
-/// The engine, the image, its tools and the read-only roles' users.
+/// The engine, the image, its tools, the read-only roles' users and the exec service (in a
+/// worker's container of a throwaway run over `workspace`, read-only, without network).
 pub async fn checks(
     docker_host: Option<&str>,
     image: Option<&str>,
     timeout: Duration,
+    workspace: &Path,
 ) -> Vec<Check> {
     use CheckStatus::*;
     let mut checks = Vec::new();
@@ -54,6 +57,7 @@ pub async fn checks(
                 let (tools, missing) = tools_check(engine, &image).await;
                 checks.push(tools);
                 checks.push(judge_check(&missing));
+                checks.push(exec_check(docker_host, &image, workspace).await);
             }
         }
         Err(_) => checks.push(check("image", Warn, "没查:没有引擎")),
@@ -138,6 +142,56 @@ async fn image_check(engine: &Engine, requested: Option<&str>) -> (Check, Option
             )
         }
         Err(e) => (check("image", Fail, e.to_string()), None),
+    }
+}
+
+/// Whether a run's commands go through the exec service (one frame each way) or, about ten
+/// times slower, as a Docker exec each, and why: the service started in a worker's container
+/// of a throwaway run (`--egress none`, the workspace read-only), exactly as a run starts it.
+async fn exec_check(docker_host: Option<&str>, image: &str, workspace: &Path) -> Check {
+    use crate::sandbox::egress::{EgressMode, EgressPolicy};
+    use crate::sandbox::{AgentBox, Mount, SandboxFactory};
+    let run_id = format!("doctor-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
+    let mut opts = super::DockerOptions::new(run_id, workspace);
+    opts.image = Some(image.to_string());
+    opts.docker_host = docker_host.map(str::to_string);
+    opts.show_progress = false;
+    opts.egress = EgressPolicy {
+        mode: EgressMode::None,
+        ..Default::default()
+    };
+    let factory = match super::DockerSandboxFactory::connect(opts).await {
+        Ok(f) => f,
+        Err(e) => return check("exec", CheckStatus::Warn, format!("没查:{e}")),
+    };
+    let ws = factory.workspace().to_path_buf();
+    let agent = AgentBox {
+        agent: "exec-doctor".into(),
+        role: crate::model::Role::Worker,
+        mounts: vec![Mount::same(ws.clone(), true)],
+        masked: Vec::new(),
+        workdir: ws,
+    };
+    let found = match factory.docker_sandbox(&agent).await {
+        Ok(sb) => Ok(sb.exec_service().await),
+        Err(e) => Err(e),
+    };
+    let _ = factory.teardown().await;
+    match found {
+        Ok(Ok(_)) => check(
+            "exec",
+            CheckStatus::Pass,
+            format!("{image} 的容器里 exec 服务起得来:每条命令走它,不用各开一次 docker exec"),
+        ),
+        Ok(Err(why)) => check(
+            "exec",
+            CheckStatus::Warn,
+            format!(
+                "{image} 的容器里 exec 服务起不来({}):每条命令会各开一次 docker exec,慢十倍左右",
+                crate::sandbox::notice::clip(&why, crate::sandbox::notice::REASON_MAX)
+            ),
+        ),
+        Err(e) => check("exec", CheckStatus::Warn, format!("没查:起不了容器:{e}")),
     }
 }
 

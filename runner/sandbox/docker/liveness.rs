@@ -227,7 +227,7 @@ impl Watch {
         if !self.slow_told.swap(true, Ordering::SeqCst) {
             self.notify(SandboxNotice::SlowExec {
                 agent: agent.to_string(),
-                reason,
+                reason: crate::sandbox::notice::clip(&reason, crate::sandbox::notice::REASON_MAX),
             });
         }
     }

@@ -430,8 +430,18 @@ impl Inner {
         let mut binary = match self.service_refused.load(Ordering::SeqCst) {
             true => None,
             false => self.service_binary().await,
+        };
+        let mut no_service = lock(&self.no_service).clone();
+        if let Some(m) = binary
+            .as_ref()
+            .and_then(|b| spec.mounts.iter().find(|m| b.inside(&m.host)))
+        {
+            no_service = Some(format!(
+                "它的程序副本在 agent 能写的 {} 里面,不挂进容器",
+                m.host.display()
+            ));
+            binary = None;
         }
-        .filter(|b| !spec.mounts.iter().any(|m| b.inside(&m.host)));
         let id = match &binary {
             None => self.create(&name, body, Tier::Agent).await?,
             Some(b) => {
@@ -443,7 +453,9 @@ impl Inner {
                     // remote engine): no service for this run.
                     Err(e) => {
                         tracing::warn!(error = %e, "no exec service: the engine refused its mount");
-                        *lock(&self.no_service) = Some(format!("引擎不让挂它的程序:{e}"));
+                        let why = format!("引擎不让挂它的程序:{e}");
+                        *lock(&self.no_service) = Some(why.clone());
+                        no_service = Some(why);
                         self.service_refused.store(true, Ordering::SeqCst);
                         binary = None;
                         self.create(&name, plain, Tier::Agent).await?
@@ -501,7 +513,13 @@ impl Inner {
         };
         let container = Arc::new(match binary {
             Some(_) => container.with_service(),
-            None => container.without_service(lock(&self.no_service).clone()),
+            None => {
+                // A service was wanted and cannot be had: said once per run.
+                if let Some(why) = &no_service {
+                    self.watch.slow_exec(&container.agent_box().agent, why.clone());
+                }
+                container.without_service(no_service)
+            }
         });
         container.warm_up();
         Ok(container)
