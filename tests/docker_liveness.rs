@@ -444,3 +444,50 @@ async fn a_container_released_while_its_service_starts_is_no_fallback() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(notices.all(), Vec::new());
 }
+
+/// A hostile worker ends the run's pod from inside (it shares the pod's PID namespace and
+/// uid: it kills the pod's `sleep` under its init) again and again. Each time its command is
+/// an error saying the pod went and the pod is made again, three times; the fourth time the
+/// run's sandboxes are lost (the run stops with exit 1), not made again for ever.
+#[tokio::test]
+async fn a_worker_that_ends_the_pod_again_and_again_loses_the_run_after_three_new_pods() {
+    let Some(engine) = engine_or_skip("liveness_pod_killer").await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let run = TestRun::new(&engine, "live-podkill").await;
+    let notices = Notices::listen(&run);
+    let sb = worker(&run, "worker-1").await;
+    // The pod's own `sleep` is the one child of the namespace's init (PID 1).
+    let attack =
+        "kill $(ps -eo pid=,ppid=,args= | awk '$2 == 1 && $3 == \"sleep\" {print $1}'); sleep 30";
+    let (mut attempts, mut ended) = (0, 0);
+    let lost = loop {
+        attempts += 1;
+        assert!(attempts <= 5, "the pod was made again too often");
+        match sb
+            .exec(req(attack, &run.workspace, Duration::from_secs(120)))
+            .await
+        {
+            Err(SandboxError::ContainerGone(text)) => {
+                assert!(text.contains("stopped with the run's pod"), "{text}");
+                ended += 1;
+            }
+            Err(SandboxError::Lost(why)) => break why,
+            other => panic!("attempt {attempts}: {other:?}"),
+        }
+    };
+    eprintln!("pod killer: {attempts} attempts, {ended} pods ended");
+    assert_eq!(ended, 4, "the first pod and three made again");
+    assert!(lost.contains("已经停了 4 次"), "{lost}");
+    let lost = run.factory.lost().await;
+    assert!(matches!(lost, SandboxError::Lost(_)), "{lost:?}");
+    let said = notices.all();
+    assert_eq!(
+        said.iter()
+            .filter(|n| matches!(n, SandboxNotice::PodGone { .. }))
+            .count(),
+        4,
+        "{said:?}"
+    );
+}
