@@ -124,8 +124,10 @@ impl DockerSandbox {
     /// the engine), the engine went (waited out; the run's loss when it does not come back),
     /// or `e` itself.
     async fn failed(&self, c: &Container, e: SandboxError, marker: &str) -> SandboxError {
-        if let Some(why) = c.gone() {
-            return went(c, why);
+        if c.gone().is_some() {
+            // Did the pod take it? Asked, so the words say so.
+            self.watch.confirm(&c.pod).await;
+            return went(c, c.gone().unwrap_or(Gone::Removed));
         }
         let outage = match self.watch.settle().await {
             Ok(outage) => outage,

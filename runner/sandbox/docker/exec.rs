@@ -278,7 +278,8 @@ impl Container {
                 None
             }
             Err(NoService::Failed(e)) => {
-                if !self.life.retired() && self.watch.confirm(&self.life).await.is_none() {
+                // Only a container the engine says runs has a service problem.
+                if !self.life.retired() && self.watch.runs(&self.life).await {
                     self.watch.slow_exec(&self.spec.agent, e.to_string());
                 }
                 None
@@ -325,11 +326,12 @@ impl Container {
         &self.spec
     }
 
-    /// It is gone, or its pod is: how.
+    /// It is gone, or its pod is: how (the pod's going first: it took the container with it).
     pub(crate) fn gone(&self) -> Option<crate::sandbox::notice::Gone> {
-        self.life
+        self.pod
             .gone()
-            .or_else(|| self.pod.gone().map(|_| crate::sandbox::notice::Gone::Pod))
+            .map(|_| crate::sandbox::notice::Gone::Pod)
+            .or_else(|| self.life.gone())
     }
 
     fn err(e: bollard::errors::Error) -> SandboxError {

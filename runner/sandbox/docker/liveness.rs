@@ -41,6 +41,11 @@ use crate::sandbox::SandboxError;
 const PING_WAIT: Duration = Duration::from_secs(3);
 /// Pause between pings while the engine is down.
 const PING_EVERY: Duration = Duration::from_secs(1);
+/// When an agent container dies, how often its pod's state is asked before the death counts
+/// as the container's alone (the engine may report the member's death before the pod's)...
+const POD_ASKS: u32 = 3;
+/// ...and the pause between two asks.
+const POD_ASK_EVERY: Duration = Duration::from_millis(200);
 /// How long the engine may stay unreachable before the run's sandboxes are lost.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
 
@@ -274,6 +279,21 @@ impl Watch {
         life.gone()
     }
 
+    /// Whether the engine says `life`'s container runs (`false` when it is gone, buried then,
+    /// or when the engine does not answer).
+    pub async fn runs(&self, life: &Life) -> bool {
+        if life.gone().is_some() {
+            return false;
+        }
+        match self.docker.inspect_container(&life.0.id, None).await {
+            Ok(info) if info.state.as_ref().and_then(|s| s.running) == Some(true) => true,
+            Ok(_) | Err(_) => {
+                self.confirm(life).await;
+                false
+            }
+        }
+    }
+
     /// The container's state: `None` while it runs, or when the engine does not answer (the
     /// outage path decides then).
     async fn inspect(&self, id: &str) -> Option<Gone> {
@@ -318,27 +338,35 @@ impl Watch {
                 self.notify(SandboxNotice::PodGone { why, lost });
             }
             Place::Member(pod_id) => {
+                // Its commands end now; which line the human gets is decided next.
+                if !life.bury(why.clone()) {
+                    return;
+                }
                 let pod = lock(&self.lives).get(pod_id).cloned();
                 if let Some(pod) = pod.filter(|p| !p.retired()) {
-                    // The pod went first (its init ended, and the kernel ended every process
-                    // of its PID namespace): one notice for the pod.
-                    let pod_gone = match pod.gone() {
-                        Some(g) => Some(g),
-                        None => self.inspect(pod_id).await,
-                    };
+                    // When the pod went first (its init ended, and the kernel ended every
+                    // process of its PID namespace), one line for the pod. The engine may
+                    // report the member's death before it has the pod's: asked a few times.
+                    let mut pod_gone = pod.gone();
+                    for _ in 0..POD_ASKS {
+                        if pod_gone.is_some() {
+                            break;
+                        }
+                        pod_gone = self.inspect(pod_id).await;
+                        if pod_gone.is_none() {
+                            tokio::time::sleep(POD_ASK_EVERY).await;
+                        }
+                    }
                     if let Some(pod_why) = pod_gone {
                         Box::pin(self.bury(&pod, pod_why)).await;
-                        life.bury(Gone::Pod);
                         return;
                     }
                 }
-                if life.bury(why.clone()) {
-                    self.notify(SandboxNotice::ContainerGone {
-                        agent: life.0.agent.clone(),
-                        why,
-                        lost: life.background(),
-                    });
-                }
+                self.notify(SandboxNotice::ContainerGone {
+                    agent: life.0.agent.clone(),
+                    why,
+                    lost: life.background(),
+                });
             }
         }
     }

@@ -516,7 +516,8 @@ impl Inner {
             None => {
                 // A service was wanted and cannot be had: said once per run.
                 if let Some(why) = &no_service {
-                    self.watch.slow_exec(&container.agent_box().agent, why.clone());
+                    self.watch
+                        .slow_exec(&container.agent_box().agent, why.clone());
                 }
                 container.without_service(no_service)
             }
