@@ -81,9 +81,7 @@ cat >"$base/run2.json" <<EOF
    {"content": [{"type": "text", "text": "看到了。"}]},
    {"content": [{"type": "text", "text": "看到了。"}]}]}]}
 EOF
-start_model() { # $1 scenario → prints the URL
-  "$model_bin" --scenario "$1" >"$1.out" 2>"$1.err" &
-  pids+=($!)
+model_url() { # $1 scenario → prints the URL its model announced
   for _ in $(seq 100); do
     if [ -s "$1.out" ]; then head -n 1 "$1.out"; return; fi
     sleep 0.1
@@ -91,8 +89,12 @@ start_model() { # $1 scenario → prints the URL
   echo "scripted-model did not start: $(cat "$1.err")" >&2
   exit 1
 }
-url1=$(start_model "$base/run1.json")
-url2=$(start_model "$base/run2.json")
+for s in run1 run2; do
+  "$model_bin" --scenario "$base/$s.json" >"$base/$s.json.out" 2>"$base/$s.json.err" &
+  pids+=($!)
+done
+url1=$(model_url "$base/run1.json")
+url2=$(model_url "$base/run2.json")
 
 run_env=(env -i "PATH=$PATH" "HOME=$home" "LANG=C.UTF-8" "FLOWER_NO_PROBE=1"
   "ANTHROPIC_API_KEY=sk-ant-soak" "ANTHROPIC_MODEL=claude-sonnet-4-5")
@@ -144,9 +146,9 @@ for t in $(seq "$trials"); do
   echo "t$t" >"$dir/.flower-proj/trial"
   : >"$dir/.flower-proj/commits.log"
   case $((RANDOM % 3)) in 0) sig=KILL ;; 1) sig=TERM ;; *) sig=HUP ;; esac
-  # A third of the moments anywhere in the first 10 s (pod, clarify, dispatch, worktrees), the
+  # A third of the moments anywhere in the first 6 s (pod, clarify, dispatch, worktrees), the
   # rest within 2.5 s of the first commit (the workers mid-commit).
-  if [ $((RANDOM % 3)) = 0 ]; then anchor=start; delay_ms=$((RANDOM % 10000)); else anchor=commit; delay_ms=$((RANDOM % 2500)); fi
+  if [ $((RANDOM % 3)) = 0 ]; then anchor=start; delay_ms=$((RANDOM % 6000)); else anchor=commit; delay_ms=$((RANDOM % 2500)); fi
   go "$ws" "$url1" >"$dir/run1.out" 2>"$dir/run1.err" &
   pid=$!
   begun=$(date +%s%N)
@@ -201,7 +203,7 @@ done
 echo
 echo "soak: $trials trials (seed $seed): commits made $tot_made, lost $tot_lost; workers in flight $tot_inflight, handed back $tot_handed, silent $tot_silent; files left uncommitted $tot_left; failed trials $bad"
 for s in "${!by_sig[@]}"; do
-  echo "  SIG$s first-run exit statuses:$(tr ' ' '\n' <<<"${by_sig[$s]}" | sort | uniq -c | awk 'NF{printf " %s×%s", $2, $1}')"
+  echo "  SIG$s first-run exit statuses:$(tr ' ' '\n' <<<"${by_sig[$s]}" | grep -v '^$' | sort | uniq -c | awk '{printf " %s×%s", $2, $1}')"
 done
 if [ "$bad" = 0 ] && [ "${SOAK_KEEP:-0}" != 1 ]; then rm -rf "$base"; fi
 [ "$bad" = 0 ]
