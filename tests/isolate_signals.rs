@@ -160,6 +160,10 @@ async fn stopped_worker_is_handed_back(sig: Signal) {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert_eq!(status.signal(), Some(sig as i32), "{status:?}");
+    // The stop says what it left for the next start.
+    let mut said = String::new();
+    std::io::Read::read_to_string(child.0.stdout.as_mut().unwrap(), &mut said).unwrap();
+    assert!(said.contains("worker-1 没做完就停了"), "{said}");
     let dead = branches(&p);
     assert_eq!(dead.len(), 1, "{dead:?}");
     let branch = dead[0].clone();
