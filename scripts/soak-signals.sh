@@ -45,6 +45,7 @@ cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 }
 trap cleanup EXIT
+trap 'echo "soak: stopped by a failing command at line $LINENO" >&2' ERR
 
 # One scripted model per start, shared by every trial (it answers by turn, not by history).
 brief='## 目标\n每个执行者提交 6 个文件\n\n## 验收标准\n- 文件都在\n\n## 边界\n不做别的\n\n## 未知与假设\n无\n'
@@ -125,8 +126,9 @@ in_flight() { # $1 workspace
       tip=$(cat "$state")
       git -C "$ws" merge-base --is-ancestor "$tip" main 2>/dev/null || busy=1
     fi
-    [ "$busy" = 1 ] && echo "${br##*/}"
+    if [ "$busy" = 1 ]; then echo "${br##*/}"; fi
   done
+  return 0
 }
 
 tot_made=0 tot_lost=0 tot_inflight=0 tot_handed=0 tot_silent=0 tot_left=0 bad=0

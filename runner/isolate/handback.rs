@@ -377,3 +377,80 @@ fn describe(i: &Interrupted, sealed: Result<Sealed, NotSealed>, s: Settled, out:
     }
     out.coordinator.push(para);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn interrupted() -> Interrupted {
+        Interrupted {
+            agent: "worker-1".into(),
+            run: "r1".into(),
+            name: "flower-r1-worker-1".into(),
+            branch: "flower/r1/worker-1".into(),
+            path: PathBuf::from("/w/.flower-proj-worktrees/r1/worker-1"),
+            git: WorkerState {
+                commondir: PathBuf::from("/w/proj/.git"),
+                name: "flower-r1-worker-1".into(),
+                branch: "flower/r1/worker-1".into(),
+            },
+        }
+    }
+
+    fn settled(unmerged: Option<Vec<String>>) -> Settled {
+        Settled {
+            unmerged,
+            lines: Vec::new(),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn files_a_seal_could_not_commit_are_named_even_when_the_branch_holds_nothing() {
+        // "Nothing staged" (a lock git could not take) is never read as clean.
+        let mut out = HandedBack::default();
+        let sealed = Sealed {
+            committed: false,
+            left: true,
+            left_files: vec!["doc/wip.md".into(), "notes.txt".into()],
+        };
+        describe(&interrupted(), Ok(sealed), settled(None), &mut out);
+        assert_eq!(out.coordinator.len(), 1, "{out:?}");
+        let para = &out.coordinator[0];
+        assert!(para.starts_with("[上次被打断] 执行者 worker-1"), "{para}");
+        assert!(
+            para.contains("2 个文件没能提交") && para.contains("- doc/wip.md"),
+            "{para}"
+        );
+        assert!(
+            out.screen
+                .iter()
+                .any(|l| l.contains("worker-1") && l.contains("- notes.txt")),
+            "{out:?}"
+        );
+        // Clean and merged: nothing to say.
+        let mut quiet = HandedBack::default();
+        describe(
+            &interrupted(),
+            Ok(Sealed::default()),
+            settled(None),
+            &mut quiet,
+        );
+        assert_eq!(quiet, HandedBack::default());
+        // Committed and unmerged: the branch and its files.
+        let mut back = HandedBack::default();
+        let done = Sealed {
+            committed: true,
+            ..Sealed::default()
+        };
+        describe(
+            &interrupted(),
+            Ok(done),
+            settled(Some(vec!["hello.sh".into()])),
+            &mut back,
+        );
+        assert!(back.coordinator[0].contains("它留下的改动已提交在分支 flower/r1/worker-1"));
+        assert!(back.coordinator[0].contains("- hello.sh"));
+        assert!(!back.coordinator[0].contains("没提交的"), "{back:?}");
+    }
+}
