@@ -164,10 +164,8 @@ for t in $(seq "$trials"); do
   sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
   at_ms=$((($(date +%s%N) - begun) / 1000000))
   kill -s "$sig" "$pid" 2>/dev/null || true
-  set +e
-  wait "$pid"
-  exit1=$?
-  set -e
+  exit1=0
+  wait "$pid" || exit1=$?
   inflight=$(in_flight "$ws" | sort -u | tr '\n' ' ')
   (go "$ws" "$url2") >"$dir/run2.out" 2>"$dir/run2.err" && exit2=0 || exit2=$?
   made=$(wc -l <"$dir/.flower-proj/commits.log")
