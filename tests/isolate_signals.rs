@@ -125,13 +125,15 @@ fn containers_left(p: &Project) -> String {
     String::from_utf8_lossy(&left.stdout).trim().to_string()
 }
 
-/// Run 2 over what run 1 left: exit 0, and what the coordinator was told.
+/// Run 2 over what run 1 left: exit 0, and what the coordinator was told (its first request's
+/// last message: the resumed tool results and the prompt, one user message).
 fn resume(p: &Project) -> (Ran, String) {
     let model = second_run();
     let r = finish(go(p, &model).spawn().unwrap());
     assert_eq!(r.code(), 0, "{r:?}");
-    let told = requests_with(&model, "你是协调者")[0]["messages"].to_string();
-    (r, told)
+    let first = &requests_with(&model, "你是协调者")[0]["messages"];
+    let last = first.as_array().and_then(|m| m.last()).unwrap().to_string();
+    (r, last)
 }
 
 /// Run 1 stopped by `sig` while its worker (one commit made, two files uncommitted) waits for
@@ -181,7 +183,9 @@ async fn stopped_worker_is_handed_back(sig: Signal) {
     assert_eq!(show(&p, &format!("{branch}:todo.txt")), "t\n");
     assert!(!p.ws.join("hello.sh").exists(), "not merged");
     assert_eq!(branches(&p), vec![branch.clone()], "kept, never deleted");
-    // The coordinator and the user are told which worker, branch and files.
+    // The coordinator and the user are told which worker, branch and files: with the result
+    // of the Agent call the stop cut off.
+    assert!(told.contains("tool_result"), "{told}");
     assert!(told.contains("[上次被打断] 执行者 worker-1"), "{told}");
     assert!(told.contains("它留下的改动已提交在分支"), "{told}");
     assert!(
