@@ -173,9 +173,11 @@ impl Dispatcher for SubDispatch {
         let mut text = match &end {
             LoopEnd::Done => run.final_text(),
             LoopEnd::Interrupted => {
+                // Where its half-done work went (its branch, the worktree kept) is said too.
+                let kept = integration.map(|i| format!("\n\n{i}")).unwrap_or_default();
                 return Err(ToolError::Failed(format!(
-                    "执行者 {agent} 被打断了,半成品没有回报"
-                )))
+                    "执行者 {agent} 被打断了,半成品没有回报{kept}"
+                )));
             }
             LoopEnd::HandoffDue { .. } | LoopEnd::CompactDue => {
                 return Err(ToolError::Failed(format!(

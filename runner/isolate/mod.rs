@@ -17,6 +17,7 @@
 //! they were.
 
 pub mod adopt;
+pub mod creating;
 mod fsafe;
 pub mod handback;
 pub mod integrate;

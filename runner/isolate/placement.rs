@@ -67,6 +67,7 @@ enum State {
 
 #[derive(Debug, Clone)]
 struct Tree {
+    agent: String,
     name: String,
     branch: String,
     path: PathBuf,
@@ -206,7 +207,8 @@ impl WorktreePlacement {
 
     /// Ends the run's use of worktrees (blocking; the run's containers are gone): each
     /// worker's branch is brought back once more ([`adopt`]: a process it left may have
-    /// committed after it ended); integrated worktrees are removed with their branches (after
+    /// committed after it ended); a worker still at work (the run was stopped) leaves its
+    /// worktree locked, for the next start to hand back; integrated worktrees are removed with their branches (after
     /// checking once more that they are clean and merged); the kept ones are unlocked and
     /// listed, their worker state dropped once the real branch holds everything. Returns one
     /// line per kept or failed item, for the user.
@@ -235,6 +237,19 @@ impl WorktreePlacement {
                     t.branch,
                     t.git.dir().display()
                 ));
+            }
+            if t.state == State::Working {
+                // Its worker never finished (a signal, a quit, a lost sandbox ended the run):
+                // the worktree stays exactly as `kill -9` leaves it — locked by this process,
+                // worker state kept — so the next start commits what it left in a container
+                // of its own and hands it back to the coordinator ([`super::handback`]).
+                lines.push(format!(
+                    "{} 没做完就停了:worktree {}(分支 {})原样留着,下次 --isolate 启动时提交它留下的改动并交还给协调者",
+                    t.agent,
+                    t.path.display(),
+                    t.branch
+                ));
+                continue;
             }
             let tip = repo
                 .find_branch(&t.branch, git2::BranchType::Local)
@@ -444,6 +459,7 @@ impl Placement for WorktreePlacement {
         self.trees.lock().unwrap_or_else(|e| e.into_inner()).insert(
             agent.to_string(),
             Tree {
+                agent: agent.to_string(),
                 name: made.name,
                 branch: made.branch,
                 path: made.path,
@@ -494,7 +510,10 @@ impl Placement for WorktreePlacement {
             }
             _ => None,
         };
-        let left = matches!(&sealed, Some(Ok(s)) if s.left);
+        let left = match &sealed {
+            Some(Ok(s)) if s.left => Some(s.left_files.clone()),
+            _ => None,
+        };
         let seal_ms = started.elapsed().as_millis() as u64;
         let (repo, t, who) = (self.repo.clone(), tree.clone(), agent.to_string());
         let outcome = tokio::task::spawn_blocking(move || {
@@ -524,10 +543,11 @@ impl Placement for WorktreePlacement {
             ok,
             "worktree finished"
         );
-        let left_note = left.then(|| {
+        let left_note = left.map(|files| {
             format!(
-                "\n{agent} 的 worktree {} 里还有没能提交的改动(git 加不进去,或它留下的进程还在改),worktree 会留着。",
-                tree.path.display()
+                "\n{agent} 的 worktree {} 里还有没能提交的改动(git 加不进去,或它留下的进程还在改),worktree 会留着:\n{}",
+                tree.path.display(),
+                list(&files)
             )
         });
         let text = match outcome {
