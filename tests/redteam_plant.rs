@@ -171,7 +171,7 @@ fn attempts_made(out: &str, names: &[&str]) -> usize {
 
 fn report(mode: &str, attempts: usize, breaches: &[String]) {
     eprintln!(
-        "redteam_plant {mode}: {attempts} attempts, {} succeeded {breaches:?}",
+        "redteam_plant {mode}: {attempts} attempts, {} findings of success {breaches:?}",
         breaches.len()
     );
 }
@@ -265,7 +265,9 @@ async fn isolate_plants_in_the_workbench_and_committed_links_out_never_reach_the
     // own `.git` file is flowerbox's), the workspace.
     let mut kept = run.placement.kept_worktrees();
     kept.sort();
-    assert_eq!(kept.len(), link_attacks.len(), "{closing:?}");
+    if kept.len() != link_attacks.len() {
+        breaches.push(format!("kept worktrees: {kept:?} {closing:?}"));
+    }
     let mut look: Vec<(PathBuf, Vec<PathBuf>)> = vec![(run.wb.clone(), vec![])];
     for wt in &kept {
         look.push((wt.clone(), vec![wt.join(".git")]));
@@ -294,9 +296,15 @@ async fn isolate_plants_in_the_workbench_and_committed_links_out_never_reach_the
         }
     }
     for b in &kept_branches {
-        assert!(!git(&ws, &["ls-tree", "-r", "--name-only", b]).is_empty());
+        let listed = std::process::Command::new("git")
+            .args(["ls-tree", "-r", "--name-only", b])
+            .current_dir(&ws)
+            .output()
+            .unwrap();
+        if !listed.status.success() || listed.stdout.is_empty() {
+            breaches.push(format!("branch {b} not kept"));
+        }
     }
-    // Content kept, each with one line on screen.
     let runs = ws.join("runs");
     let q = quarantined(&runs, &run.run_id);
     let warnings = run.warnings();
@@ -304,9 +312,6 @@ async fn isolate_plants_in_the_workbench_and_committed_links_out_never_reach_the
         .iter()
         .filter(|w| w.contains("移走了 agent 放下的 git 仓库"))
         .count();
-    assert!(q.len() >= 7, "{q:?} {warnings:?}");
-    assert_eq!(lines, q.len(), "{warnings:?}");
-    assert!(kept_for_inspection(&q) >= 5, "{q:?}");
     // The user's git where each plant was, through each kept link, in the quarantine.
     positive_control(&root);
     let mut tried = Vec::new();
@@ -332,6 +337,10 @@ async fn isolate_plants_in_the_workbench_and_committed_links_out_never_reach_the
     }
     attempts += 1;
     report("--isolate", attempts, &breaches);
+    // Each planted entry's content is in the quarantine, with one line on screen.
+    assert!(q.len() >= 7, "{q:?} {warnings:?}");
+    assert_eq!(lines, q.len(), "{warnings:?}");
+    assert!(kept_for_inspection(&q) >= 5, "{q:?}");
     assert!(
         breaches.is_empty(),
         "{attempts} attempts, succeeded: {breaches:?}"
@@ -502,16 +511,6 @@ async fn shared_workspace_nested_repositories_never_reach_the_user() {
     }
     let q = quarantined(&ws.join("runs"), &run.run_id);
     let warnings = run.warnings();
-    assert!(q.len() >= 7, "{q:?} {warnings:?}");
-    assert!(kept_for_inspection(&q) >= 4, "{q:?}");
-    assert!(
-        warnings
-            .iter()
-            .filter(|w| w.contains("移走了 agent 放下的 git 仓库") || w.contains("嵌套太深"))
-            .count()
-            >= q.len(),
-        "{warnings:?}"
-    );
     positive_control(&root);
     let mut deep = ws.join("deep");
     for _ in 0..300 {
@@ -539,6 +538,16 @@ async fn shared_workspace_nested_repositories_never_reach_the_user() {
     }
     attempts += 1;
     report("shared workspace", attempts, &breaches);
+    assert!(q.len() >= 7, "{q:?} {warnings:?}");
+    assert!(kept_for_inspection(&q) >= 4, "{q:?}");
+    assert!(
+        warnings
+            .iter()
+            .filter(|w| w.contains("移走了 agent 放下的 git 仓库") || w.contains("嵌套太深"))
+            .count()
+            >= q.len(),
+        "{warnings:?}"
+    );
     assert!(
         breaches.is_empty(),
         "{attempts} attempts, succeeded: {breaches:?}"
