@@ -34,13 +34,16 @@ pub struct Moved {
     pub to: PathBuf,
 }
 
+/// A `.git` entry there at the start: relative path, (device, inode), birth.
+type Known = (PathBuf, (u64, u64), Option<(i64, u32)>);
+
 /// The sweeper of one run (see the [module docs](self)).
 #[derive(Debug)]
 pub struct PlantGuard {
     workspace: PathBuf,
     /// The `.git` entries of the workspace when the run started: (relative path, identity,
     /// birth).
-    baseline: Vec<(PathBuf, (u64, u64), Option<(i64, u32)>)>,
+    baseline: Vec<Known>,
     /// Workers write the workspace (cleared when a placement gives them worktrees).
     shared: AtomicBool,
     workbench: Option<PathBuf>,
@@ -254,7 +257,7 @@ mod tests {
             "[core]\n\tfsmonitor = evil\n"
         );
         // Nothing left to move; without a shared workspace the workspace is not walked.
-        assert!(guard.sweep(&[wt.clone()]).0.is_empty());
+        assert!(guard.sweep(std::slice::from_ref(&wt)).0.is_empty());
         guard.workspace_not_shared();
         std::fs::create_dir_all(ws.join("late/.git")).unwrap();
         assert!(guard.sweep(&[]).0.is_empty());

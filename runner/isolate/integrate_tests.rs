@@ -323,7 +323,8 @@ fn a_branch_with_a_symlink_out_of_the_repository_or_a_git_directory_is_not_merge
     let s = scene();
     let runs = s.ws.join("runs");
     let wb = s.ws.parent().unwrap().join(".flower-proj");
-    let cases: Vec<(&str, Box<dyn Fn(&std::path::Path)>)> = vec![
+    type Plant = Box<dyn Fn(&std::path::Path)>;
+    let cases: Vec<(&str, Plant)> = vec![
         (
             "abs",
             Box::new(|p| std::os::unix::fs::symlink("/etc", p.join("l")).unwrap()),

@@ -21,6 +21,9 @@ const MAX_HOPS: usize = 40;
 /// Longest symlink target read (Linux's `PATH_MAX`).
 const MAX_TARGET: usize = 4096;
 
+/// The target of the link at a path of the tree (as components), `None` when no link is there.
+pub type LinkAt<'a> = &'a dyn Fn(&[Vec<u8>]) -> Option<Vec<u8>>;
+
 /// Where a symlink's target leads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LinkTarget {
@@ -57,7 +60,7 @@ impl LinkTarget {
 pub fn classify(
     path: &[u8],
     target: &[u8],
-    link_at: &dyn Fn(&[Vec<u8>]) -> Option<Vec<u8>>,
+    link_at: LinkAt<'_>,
     guarded: &[Vec<Vec<u8>>],
 ) -> LinkTarget {
     let mut cur: Vec<Vec<u8>> = split(path).map(<[u8]>::to_vec).collect();
@@ -87,7 +90,7 @@ fn guarded_by(cur: &[Vec<u8>], guarded: &[Vec<Vec<u8>>]) -> Option<LinkTarget> {
 fn resolve(
     cur: &mut Vec<Vec<u8>>,
     target: &[u8],
-    link_at: &dyn Fn(&[Vec<u8>]) -> Option<Vec<u8>>,
+    link_at: LinkAt<'_>,
     guarded: &[Vec<Vec<u8>>],
     hops: &mut usize,
 ) -> Result<(), LinkTarget> {
