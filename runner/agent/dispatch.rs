@@ -170,6 +170,14 @@ impl Dispatcher for SubDispatch {
             .placement
             .finish(&agent, &place, ok, Some(sandbox))
             .await;
+        for text in self.rt.placement.take_notices() {
+            self.rt.emit(
+                "runner",
+                crate::model::Role::Coordinator,
+                0,
+                EventKind::Warning { text },
+            );
+        }
         let mut text = match &end {
             LoopEnd::Done => run.final_text(),
             LoopEnd::Interrupted => {

@@ -9,6 +9,7 @@ pub mod guard;
 mod handoff;
 pub mod human;
 pub mod place;
+pub mod plant;
 pub mod result;
 pub mod roles;
 pub mod runtime;

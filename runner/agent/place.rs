@@ -65,6 +65,18 @@ pub trait Placement: Send + Sync {
         ok: bool,
         sandbox: Option<WorkerSandbox<'_>>,
     ) -> Option<String>;
+
+    /// True when workers write the shared workspace itself (false: each has a place of its
+    /// own, such as a worktree); the workspace is then swept for planted repositories.
+    fn shares_workspace(&self) -> bool {
+        true
+    }
+
+    /// Lines for the user that the last [`Placement::finish`] calls left (a refused
+    /// integration), taken once.
+    fn take_notices(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// What a worker in the shared workspace is told: the repository is read-only.

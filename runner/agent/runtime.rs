@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::event::{Event, EventKind, EventSink};
 use super::human::Human;
 use super::place::{role_mounts, workspace_git, Placement, SharedPlacement};
+use super::plant::{Moved, PlantGuard};
 use super::session_loop::{AgentRun, LoopEnd};
 use super::spec::AgentSpec;
 use super::tools::{ToolLimits, ToolRegistry};
@@ -94,6 +95,9 @@ pub struct RuntimeConfig {
     pub masked: Vec<PathBuf>,
     /// The masked directories' (device, inode), taken before any agent ran.
     pub masked_ids: Vec<(u64, u64)>,
+    /// Where `.git` entries agents planted are moved (`runs/quarantine/<run>`, masked);
+    /// `None`: no sweep ([`super::plant`]).
+    pub quarantine: Option<PathBuf>,
 }
 
 impl RuntimeConfig {
@@ -117,6 +121,7 @@ impl RuntimeConfig {
             compact_window: None,
             masked: Vec::new(),
             masked_ids: Vec::new(),
+            quarantine: None,
         }
     }
 }
@@ -148,6 +153,8 @@ pub struct Runtime {
     hold: tokio::sync::watch::Sender<bool>,
     counters: Mutex<HashMap<Role, u32>>,
     started_agents: Mutex<Vec<String>>,
+    /// Moves the `.git` entries agents plant out of the user's way ([`super::plant`]).
+    plants: Option<Arc<PlantGuard>>,
 }
 
 impl Runtime {
@@ -164,6 +171,15 @@ impl Runtime {
     ) -> Self {
         // The repository's `.git` is decided here, once, before any container of the run.
         let workspace_git = workspace_git(&config.workspace);
+        // The `.git` entries there now are the user's; taken before any container starts.
+        let plants = config.quarantine.clone().map(|q| {
+            Arc::new(PlantGuard::new(
+                &config.workspace,
+                workbench.as_ref().map(|w| w.root()),
+                q,
+                &config.masked_ids,
+            ))
+        });
         let placement = Arc::new(SharedPlacement::new(
             config.workspace.clone(),
             workspace_git.clone(),
@@ -189,11 +205,17 @@ impl Runtime {
             hold: tokio::sync::watch::Sender::new(false),
             counters: Mutex::new(HashMap::new()),
             started_agents: Mutex::new(Vec::new()),
+            plants,
         }
     }
 
     /// Replaces how workers are placed (worktrees with `--isolate`).
     pub fn with_placement(mut self, placement: Arc<dyn Placement>) -> Self {
+        if !placement.shares_workspace() {
+            if let Some(g) = &self.plants {
+                g.workspace_not_shared();
+            }
+        }
         self.placement = placement;
         self
     }
@@ -313,6 +335,26 @@ impl Runtime {
             }
         }))
         .await;
+        // The step's agents are gone: what they planted goes before the user looks.
+        self.sweep_plants(&[]).await;
+    }
+
+    /// Moves the `.git` entries agents planted in the shared workspace, the workbench and the
+    /// worktrees `kept` into the run's quarantine ([`super::plant`]), one warning line each.
+    /// Called when a step's containers are gone and, by the driver, after every container of
+    /// the run is gone (with the kept worktrees). Returns what was moved.
+    pub async fn sweep_plants(&self, kept: &[PathBuf]) -> Vec<Moved> {
+        let Some(guard) = self.plants.clone() else {
+            return Vec::new();
+        };
+        let kept = kept.to_vec();
+        let (moved, lines) = tokio::task::spawn_blocking(move || guard.sweep(&kept))
+            .await
+            .unwrap_or_else(|e| (Vec::new(), vec![format!("查放下的 git 仓库时崩了:{e}")]));
+        for text in lines {
+            self.emit("runner", Role::Coordinator, 0, EventKind::Warning { text });
+        }
+        moved
     }
 
     pub(crate) fn emit(&self, agent: &str, role: Role, depth: u32, kind: EventKind) {

@@ -154,6 +154,8 @@ impl RunContext {
         config.masked_ids = crate::fsroot::own::identity(&settings.run_dir)
             .into_iter()
             .collect();
+        // What agents plant as `.git` where the user looks is moved here (issue 25 §2).
+        config.quarantine = Some(settings.run_dir.join("quarantine").join(&run_id));
         config.base_system =
             crate::agent::roles::base_system(&settings.workspace, settings.sandbox.commands_run());
         // A model outside the catalogue: what its server says about its context sizes the
@@ -248,8 +250,9 @@ impl RunContext {
         (!changes.is_empty()).then_some(Notice::ConfigChanged(changes))
     }
 
-    /// Stops the MCP servers and removes every container of the run (and its pod); worktrees
-    /// are kept.
+    /// Stops the MCP servers and removes every container of the run (and its pod), then moves
+    /// what agents planted as `.git` in the workspace and the workbench into the run's
+    /// quarantine; worktrees are kept.
     pub async fn shutdown(&self) {
         if let Some(hub) = self.runtime.mcp() {
             hub.shutdown().await;
@@ -260,6 +263,8 @@ impl RunContext {
                 "x 清理容器失败:{e}(`flowerbox gc` 可以收拾残留)"
             ));
         }
+        // Every container of the run is gone: no agent can plant again behind this sweep.
+        self.runtime.sweep_plants(&[]).await;
     }
 }
 

@@ -142,17 +142,20 @@ impl Session {
     }
 
     /// ISOLATION: at the end of the run (containers gone), removes integrated worktrees and
-    /// branches and lists the kept ones. Waits for an integration still in flight (its lock).
+    /// branches, lists the kept ones and sweeps them for planted repositories. Waits for an integration still in flight (its lock).
     async fn close_isolation(&self) {
         let Some(p) = self.isolation.clone() else {
             return;
         };
-        let lines = tokio::task::spawn_blocking(move || p.close())
+        let closing = p.clone();
+        let lines = tokio::task::spawn_blocking(move || closing.close())
             .await
             .unwrap_or_else(|e| vec![format!("worktree 收尾崩了:{e}")]);
         for text in lines {
             self.note(EventKind::Warning { text });
         }
+        // The kept worktrees are where the user goes next: no planted `.git` stays there.
+        self.run.runtime.sweep_plants(&p.kept_worktrees()).await;
     }
 
     /// The runtime.

@@ -21,6 +21,7 @@ pub mod creating;
 mod fsafe;
 pub mod handback;
 pub mod integrate;
+pub mod links;
 pub mod placement;
 pub mod repo;
 pub mod seal;
@@ -29,7 +30,7 @@ pub mod sweep;
 pub mod worktree;
 
 pub use adopt::{adopt, import_all, Adopted, Policy};
-pub use integrate::{commit_worktree, integrate, Integration};
+pub use integrate::{commit_worktree, integrate, integrate_guarded, Integration};
 pub use placement::{open_for_run, IsolateOptions, WorktreePlacement};
 pub use repo::{open_workspace_repo, WorkspaceRepo};
 pub use state::WorkerState;

@@ -11,12 +11,14 @@ use std::time::Instant;
 
 use super::adopt::{adopt, import_all, Adopted, Policy};
 use super::handback::{find_interrupted, HandedBack, Interrupted};
-use super::integrate::{commit_worktree, integrate, Integration};
+use super::integrate::{commit_worktree, integrate_guarded, Integration};
 use super::repo::{open_workspace_repo, WorkspaceRepo};
 use super::seal::{seal, SealError};
 use super::state::WorkerState;
 use super::sweep::{sweep_except, SweepReport};
-use super::worktree::{add, drop_gitlinks, is_clean, is_merged, remove, worktrees_root};
+use super::worktree::{
+    add, drop_gitlinks, is_clean, is_merged, remove, unaccounted, worktrees_root,
+};
 use super::IsolateError;
 use crate::agent::{PlaceError, Placement, WorkerPlace, WorkerSandbox};
 use crate::record::owner::Owner;
@@ -73,12 +75,17 @@ struct Tree {
     path: PathBuf,
     state: State,
     git: WorkerState,
+    /// The worker's container could not commit everything it left: the worktree is kept, as
+    /// its report said.
+    left: bool,
 }
 
 /// Per-agent git worktrees with serial integration (see the [module docs](super)).
 pub struct WorktreePlacement {
     repo: WorkspaceRepo,
     workbench: PathBuf,
+    /// Where no symlink a worker commits may lead (the workbench, the run directory).
+    guards: Vec<PathBuf>,
     root: PathBuf,
     owner: Owner,
     run: OnceLock<String>,
@@ -88,6 +95,11 @@ pub struct WorktreePlacement {
     warnings: Vec<String>,
     /// Dead runs' worktrees whose work is still to be handed back.
     interrupted: Mutex<Vec<Interrupted>>,
+    /// Lines for the user from finished workers (a refused integration), taken by
+    /// [`Placement::take_notices`].
+    notices: Mutex<Vec<String>>,
+    /// The worktrees [`WorktreePlacement::close`] kept.
+    kept: Mutex<Vec<PathBuf>>,
 }
 
 impl std::fmt::Debug for WorktreePlacement {
@@ -137,8 +149,13 @@ impl WorktreePlacement {
             Err(e) => warnings.push(format!("清理旧 worktree 失败:{e}")),
         }
         warnings.extend(repo.start_warnings(&opts.exclude)?);
+        let guards = std::iter::once(&opts.workbench)
+            .chain(&opts.exclude)
+            .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
+            .collect();
         Ok(WorktreePlacement {
             repo,
+            guards,
             workbench: opts.workbench,
             root,
             owner,
@@ -147,6 +164,8 @@ impl WorktreePlacement {
             trees: Mutex::new(BTreeMap::new()),
             warnings,
             interrupted: Mutex::new(interrupted),
+            notices: Mutex::new(Vec::new()),
+            kept: Mutex::new(Vec::new()),
         })
     }
 
@@ -194,6 +213,11 @@ impl WorktreePlacement {
     /// Where this placement puts worktrees.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The worktrees the last [`WorktreePlacement::close`] kept (where the user is pointed).
+    pub fn kept_worktrees(&self) -> Vec<PathBuf> {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The branch and worktree of `agent`, once prepared.
@@ -256,8 +280,16 @@ impl WorktreePlacement {
                 .ok()
                 .and_then(|b| b.get().target());
             let merged = tip.is_some_and(|id| is_merged(&repo, id).unwrap_or(false));
-            let clean = !t.path.exists() || is_clean(&t.path).unwrap_or(false);
-            if adopted.is_ok() && t.state != State::Kept && merged && clean {
+            // What libgit2's status does not see (nested repositories, FIFOs, sockets) counts
+            // too: the walk sees everything on disk.
+            let exists = crate::fsroot::own::exists(&t.path);
+            let beyond = if exists {
+                unaccounted(&t.path)
+            } else {
+                Vec::new()
+            };
+            let clean = !exists || (beyond.is_empty() && is_clean(&t.path).unwrap_or(false));
+            if adopted.is_ok() && t.state != State::Kept && !t.left && merged && clean {
                 if let Err(e) = remove(&repo, &t.name, &t.branch) {
                     lines.push(format!("删不掉已合入的 worktree {}:{e}", t.path.display()));
                 }
@@ -283,10 +315,20 @@ impl WorktreePlacement {
                 let _ = wt.unlock();
             }
             let why = if !merged {
-                "有没合入的提交"
+                "有没合入的提交".to_string()
+            } else if !beyond.is_empty() {
+                format!("有 git 不记录的东西:{}", beyond.join("、"))
+            } else if t.left {
+                "执行者留下了没能提交的改动".to_string()
             } else {
-                "有没提交的改动"
+                "有没提交的改动".to_string()
             };
+            if exists {
+                self.kept
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(t.path.clone());
+            }
             lines.push(format!(
                 "保留分支 {} 和 worktree {}({why})",
                 t.branch,
@@ -407,6 +449,12 @@ fn report(
              等人提交或处理掉这些改动后,再派执行者合入这个分支。",
             list(paths)
         ),
+        Ok(Integration::Refused { links, into }) => format!(
+            "[合入被拒] {agent} 的分支 {branch} 提交了指到仓库外、或指进工作台、运行目录、.git 的符号链接,\
+             宿主机上的 git 或编辑器会顺着它走进 agent 布置的地方。这次没有合入 {into},工作区没动:\n{}\n{kept}\
+             要合入:派执行者在它的 worktree 里把这些链接换成普通文件或仓库内的相对链接,再提交。",
+            list(links)
+        ),
         Err(e) => format!("[合入失败] {agent}:{e}\n{kept}"),
     }
 }
@@ -465,6 +513,7 @@ impl Placement for WorktreePlacement {
                 path: made.path,
                 state: State::Working,
                 git: made.state,
+                left: false,
             },
         );
         Ok(WorkerPlace {
@@ -514,6 +563,17 @@ impl Placement for WorktreePlacement {
             Some(Ok(s)) if s.left => Some(s.left_files.clone()),
             _ => None,
         };
+        if left.is_some() {
+            if let Some(t) = self
+                .trees
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_mut(agent)
+            {
+                t.left = true;
+            }
+        }
+        let guards = self.guards.clone();
         let seal_ms = started.elapsed().as_millis() as u64;
         let (repo, t, who) = (self.repo.clone(), tree.clone(), agent.to_string());
         let outcome = tokio::task::spawn_blocking(move || {
@@ -531,7 +591,7 @@ impl Placement for WorktreePlacement {
             if !ok {
                 return Ok((committed, None));
             }
-            let merged = integrate(&repo, &t.branch, &who)?;
+            let merged = integrate_guarded(&repo, &t.branch, &who, &guards)?;
             Ok::<_, FinishError>((committed, Some(merged)))
         })
         .await
@@ -564,6 +624,16 @@ impl Placement for WorktreePlacement {
                 ))
             }
             Ok((_, Some(merged))) => {
+                if let Integration::Refused { links, .. } = &merged {
+                    self.notices
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(format!(
+                            "没合入 {agent} 的分支 {}:它提交了指到仓库外(或工作台、运行目录、.git)的符号链接 {};分支留着",
+                            tree.branch,
+                            links.join("、")
+                        ));
+                }
                 let state = match merged {
                     Integration::AlreadyMerged | Integration::Merged { .. } => State::Merged,
                     _ => State::Kept,
@@ -577,6 +647,14 @@ impl Placement for WorktreePlacement {
             }
         };
         text.map(|t| t + left_note.as_deref().unwrap_or(""))
+    }
+
+    fn shares_workspace(&self) -> bool {
+        false
+    }
+
+    fn take_notices(&self) -> Vec<String> {
+        std::mem::take(&mut *self.notices.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 

@@ -398,6 +398,25 @@ pub fn is_clean(path: &Path) -> Result<bool, IsolateError> {
     Ok(st.is_empty())
 }
 
+/// What lies in the worktree at `path` that git does not record, so a removal would lose it
+/// unseen: every `.git` below its root (a nested repository, which libgit2's status does not
+/// report), FIFOs, sockets and devices, and directories too deep to walk; relative paths. The
+/// walk follows no symlink; a directory it cannot read counts as well.
+pub fn unaccounted(path: &Path) -> Vec<String> {
+    use crate::fsroot::plant::{scan, Seen};
+    let mut out = Vec::new();
+    let scanned = scan(path, &[], &mut |f| {
+        if !(f.seen == Seen::Git && f.rel == Path::new(".git")) {
+            out.push(f.rel.display().to_string());
+        }
+    });
+    match scanned {
+        Ok(unread) => out.extend(unread.iter().map(|p| format!("{}(读不了)", p.display()))),
+        Err(e) => out.push(format!("{}(读不了:{e})", path.display())),
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
