@@ -94,6 +94,9 @@ pub struct RuntimeConfig {
     pub masked: Vec<PathBuf>,
     /// The masked directories' (device, inode), taken before any agent ran.
     pub masked_ids: Vec<(u64, u64)>,
+    /// How many workers run at once (`--max-workers`; the default from the machine, see
+    /// [`super::fanout`]); the rest wait for a slot.
+    pub max_workers: usize,
 }
 
 impl RuntimeConfig {
@@ -117,6 +120,10 @@ impl RuntimeConfig {
             compact_window: None,
             masked: Vec::new(),
             masked_ids: Vec::new(),
+            max_workers: super::fanout::default_max_workers(
+                super::fanout::Capacity::of_this_machine(),
+                crate::sandbox::docker::Limits::default().memory_bytes as u64,
+            ),
         }
     }
 }
@@ -148,6 +155,8 @@ pub struct Runtime {
     hold: tokio::sync::watch::Sender<bool>,
     counters: Mutex<HashMap<Role, u32>>,
     started_agents: Mutex<Vec<String>>,
+    /// The run's worker slots ([`super::fanout`]).
+    pub(crate) workers: super::fanout::WorkerSlots,
 }
 
 impl Runtime {
@@ -184,11 +193,12 @@ impl Runtime {
             registry: ToolRegistry::standard(),
             placement,
             mcp: None,
-            config,
             interrupt: Mutex::new((CancellationToken::new(), None)),
             hold: tokio::sync::watch::Sender::new(false),
             counters: Mutex::new(HashMap::new()),
             started_agents: Mutex::new(Vec::new()),
+            workers: super::fanout::WorkerSlots::new(config.max_workers),
+            config,
         }
     }
 
