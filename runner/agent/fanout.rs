@@ -4,8 +4,7 @@
 //! the screen says so once per run.
 //!
 //! The default limit comes from the machine ([`default_max_workers`]): at most two workers per
-//! core, and as many as fit in memory at the per-container limit with one more container's
-//! worth kept for the coordinator, the judge and the host. `--max-workers` /
+//! core, and no more than fit in memory at the per-container limit. `--max-workers` /
 //! `FLOWERBOX_MAX_WORKERS` set it.
 //!
 //! Only a dispatch from depth 0 takes a slot: a worker may not dispatch (its role's tools have
@@ -42,16 +41,16 @@ impl Capacity {
 }
 
 /// The default worker limit for `machine` when each container may use `per_agent_bytes`:
-/// `min(2 × cores, memory / per_agent − 1)`, at least 1 (module doc).
+/// `min(2 × cores, memory / per_agent)`, at least 1 (module doc).
 pub fn default_max_workers(machine: Capacity, per_agent_bytes: u64) -> usize {
     let by_cores = machine.cores.max(1) * 2;
     let by_memory = match machine.memory_bytes {
         Some(total) if per_agent_bytes > 0 => {
             usize::try_from(total / per_agent_bytes).unwrap_or(usize::MAX)
         }
-        _ => by_cores + 1,
+        _ => by_cores,
     };
-    by_cores.min(by_memory.saturating_sub(1)).max(1)
+    by_cores.min(by_memory).max(1)
 }
 
 /// The run's worker slots.
@@ -135,12 +134,12 @@ mod tests {
             memory_bytes: Some(23 * GIB),
         };
         assert_eq!(default_max_workers(host, 4 * GIB), 4);
-        // Memory binds: 8 GiB and 16 cores at 4 GiB each → 1.
+        // Memory binds: 8 GiB and 16 cores at 4 GiB each → 2.
         let small = Capacity {
             cores: 16,
             memory_bytes: Some(8 * GIB),
         };
-        assert_eq!(default_max_workers(small, 4 * GIB), 1);
+        assert_eq!(default_max_workers(small, 4 * GIB), 2);
         // Never zero, even where one container does not fit.
         let tiny = Capacity {
             cores: 1,
