@@ -81,6 +81,7 @@ fn go_help_lists_its_switches_and_the_globals() {
         "--trim",
         "--sandbox",
         "--image",
+        "--max-workers",
     ] {
         assert!(out.contains(switch), "go --help lacks {switch}:\n{out}");
     }

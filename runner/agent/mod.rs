@@ -5,6 +5,7 @@ pub mod compact;
 pub mod confine;
 mod dispatch;
 pub mod event;
+pub mod fanout;
 pub mod guard;
 mod handoff;
 pub mod human;

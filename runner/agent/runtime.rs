@@ -98,6 +98,9 @@ pub struct RuntimeConfig {
     /// Where `.git` entries agents planted are moved (`runs/quarantine/<run>`, masked);
     /// `None`: no sweep ([`super::plant`]).
     pub quarantine: Option<PathBuf>,
+    /// How many workers run at once (`--max-workers`; the default from the machine, see
+    /// [`super::fanout`]); the rest wait for a slot.
+    pub max_workers: usize,
 }
 
 impl RuntimeConfig {
@@ -122,6 +125,10 @@ impl RuntimeConfig {
             masked: Vec::new(),
             masked_ids: Vec::new(),
             quarantine: None,
+            max_workers: super::fanout::default_max_workers(
+                super::fanout::Capacity::of_this_machine(),
+                crate::sandbox::docker::Limits::default().memory_bytes as u64,
+            ),
         }
     }
 }
@@ -155,6 +162,8 @@ pub struct Runtime {
     started_agents: Mutex<Vec<String>>,
     /// Moves the `.git` entries agents plant out of the user's way ([`super::plant`]).
     plants: Option<Arc<PlantGuard>>,
+    /// The run's worker slots ([`super::fanout`]).
+    pub(crate) workers: super::fanout::WorkerSlots,
 }
 
 impl Runtime {
@@ -200,12 +209,13 @@ impl Runtime {
             registry: ToolRegistry::standard(),
             placement,
             mcp: None,
-            config,
             interrupt: Mutex::new((CancellationToken::new(), None)),
             hold: tokio::sync::watch::Sender::new(false),
             counters: Mutex::new(HashMap::new()),
             started_agents: Mutex::new(Vec::new()),
             plants,
+            workers: super::fanout::WorkerSlots::new(config.max_workers),
+            config,
         }
     }
 

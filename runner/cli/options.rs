@@ -65,6 +65,9 @@ pub struct GlobalOptions {
     /// `$FLOWERBOX_ALLOW_NET`, `$FLOWERBOX_ALLOW_DOMAIN` (process environment only: never a
     /// `.env` file, which an agent or a cloned repository could write).
     pub egress: EgressPolicy,
+    /// `--max-workers`, else `$FLOWERBOX_MAX_WORKERS`: how many workers run at once; `None` =
+    /// from the machine ([`crate::agent::fanout::default_max_workers`]). Positive.
+    pub max_workers: Option<usize>,
     /// `--mcp-config`, `--mcp-env` (else `$FLOWERBOX_MCP_ENV`), `$MCP_TIMEOUT`,
     /// `$MCP_TOOL_TIMEOUT` (process environment only, like the egress settings).
     pub mcp: crate::mcp::McpSettings,
@@ -223,6 +226,7 @@ impl GlobalOptions {
             egress,
             allow_net,
             allow_domain,
+            max_workers,
             mcp_config,
             mcp_env,
             help: _,
@@ -252,6 +256,15 @@ impl GlobalOptions {
             .filter(|i| !i.is_empty())
             .or_else(|| host.var("FLOWERBOX_IMAGE").map(str::to_string));
         let egress = egress_policy(egress, allow_net, allow_domain, sandbox, host)?;
+        let max_workers = max_workers
+            .or_else(|| host.var("FLOWERBOX_MAX_WORKERS").map(str::to_string))
+            .map(|n| match n.trim().parse::<usize>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(CliError::Usage(format!(
+                    "--max-workers {n} 不对:要一个正整数"
+                ))),
+            })
+            .transpose()?;
         let mut mcp = super::mcp::mcp_settings(mcp_config, mcp_env, host)?;
         mcp.masked = vec![run_dir.clone()];
         Ok(Self {
@@ -264,6 +277,7 @@ impl GlobalOptions {
             sandbox,
             image,
             egress,
+            max_workers,
             mcp,
             interactive: host.stdin_is_terminal,
         })
@@ -652,6 +666,27 @@ mod tests {
         let o = resolve(&e.host, &["go", "--image=given:2"]).unwrap().global;
         assert_eq!(o.image.as_deref(), Some("given:2"));
         usage(&e.host, &["--sandbox", "vm", "go"]);
+    }
+
+    #[test]
+    fn max_workers_from_the_switch_else_the_environment_and_positive() {
+        let mut e = env();
+        assert_eq!(resolve(&e.host, &["go"]).unwrap().global.max_workers, None);
+        e.host
+            .vars
+            .insert("FLOWERBOX_MAX_WORKERS".into(), "3".into());
+        assert_eq!(
+            resolve(&e.host, &["go"]).unwrap().global.max_workers,
+            Some(3)
+        );
+        let o = resolve(&e.host, &["--max-workers", "1", "go"]).unwrap();
+        assert_eq!(o.global.max_workers, Some(1));
+        usage(&e.host, &["--max-workers", "0", "go"]);
+        usage(&e.host, &["go", "--max-workers=-2"]);
+        e.host
+            .vars
+            .insert("FLOWERBOX_MAX_WORKERS".into(), "many".into());
+        usage(&e.host, &["go"]);
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub struct RunSettings {
     pub run_dir: PathBuf,
     /// Where agents may connect (WebFetch applies it; the backend's pods enforce it).
     pub egress: EgressPolicy,
+    /// How many workers run at once; `None` = from the machine (`--max-workers`).
+    pub max_workers: Option<usize>,
     /// Where commands run.
     pub sandbox: Arc<dyn SandboxBackend>,
     /// The model provider's configuration, resolved when the services are built.
@@ -148,6 +150,9 @@ impl RunContext {
             RuntimeConfig::new(settings.workspace.clone(), model.clone(), run_id.clone());
         config.trim_large = setup.trim_large;
         config.tool_limits.egress = settings.egress.clone();
+        if let Some(n) = settings.max_workers {
+            config.max_workers = n;
+        }
         // Every agent's container and file tools hide the run directory (DESIGN.md "Threat
         // model" 1): the records flowerbox trusts are not theirs to read or plant links in.
         config.masked = vec![settings.run_dir.clone()];
