@@ -109,6 +109,36 @@ fn a_session_that_cannot_be_saved_fails_the_run() {
     assert_eq!(all.matches("没存下 会话").count(), 1, "said once: {all}");
 }
 
+/// Issue 26 §3 as found: `go`'s work step ended with `+ 完成 干活` and exit 0 while its
+/// transcript could not be saved. Now the run stops there, exit 1, naming the session.
+#[test]
+fn go_stops_when_its_work_cannot_be_saved() {
+    if !namespaces_work() {
+        return;
+    }
+    let p = Project::new();
+    let mut scenario = flow_support::scenario("flow_go");
+    // The coordinator's last words are too big for what is left of the disk.
+    let coordinator = scenario["agents"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|a| a["role"] == "coordinator")
+        .unwrap();
+    let last = coordinator["turns"]
+        .as_array_mut()
+        .unwrap()
+        .last_mut()
+        .unwrap();
+    last["content"][0]["text"] = json!("长".repeat(2 << 20));
+    let model = ScriptedModel::start(&scenario);
+    let r = run_on_tmpfs(&p, &model, "4m", "", &["--timeout", "0", "写个 hello.sh"]);
+    let all = format!("{}{}", r.out, r.err);
+    assert_eq!(r.code(), 1, "{all}");
+    assert!(all.contains("没存下 会话"), "{all}");
+    assert!(!all.contains("+ 完成 干活"), "{all}");
+}
+
 /// Issue 26 §3: a start that could not write its log left an empty `runs/` behind.
 #[test]
 fn a_start_that_cannot_write_its_log_leaves_no_runs_directory() {
