@@ -64,7 +64,7 @@ pub enum ModelError {
         errors: Vec<String>,
     },
     /// The endpoint stayed unreachable past the resilience limit (an hour by default).
-    #[error("endpoint unreachable for {waited_s} s: {last}")]
+    #[error("模型服务连不上,等了 {waited_s} 秒(上限见 README「Bounds」),最后一次:{last}")]
     Unreachable {
         /// Seconds waited.
         waited_s: u64,
