@@ -224,7 +224,7 @@ impl Dispatcher for SubDispatch {
                     run.final_text()
                 )))
             }
-            LoopEnd::Failed { error, .. } => format!(
+            LoopEnd::Failed(error) => format!(
                 "执行者 {agent} 没做完:{error}\n它最后说:{}",
                 run.final_text()
             ),

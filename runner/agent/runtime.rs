@@ -1,6 +1,7 @@
 //! [`Runtime`]: runs one agent from a prompt, or a resumed session, to the end of its turn —
-//! flower's `Runtime.run` (api.md "Runtime"). Retries after network failures, resumes after a
-//! human interrupt, and hands off full contexts all happen inside one [`Runtime::run`] call.
+//! flower's `Runtime.run` (api.md "Runtime"). Resumes after a human interrupt and handoffs of
+//! full contexts happen inside one [`Runtime::run`] call; retries after network failures are
+//! the provider's alone ([`crate::model::RetryPolicy`], issue 26 §4: one owner of the count).
 
 use chrono::Utc;
 use std::collections::HashMap;
@@ -20,6 +21,7 @@ use crate::model::price::Cost;
 use crate::model::{Provider, Role};
 use crate::record::handoff::{context_window, MAX_GENERATIONS};
 use crate::record::manifest::{epoch_now, Manifest, ManifestEntry};
+use crate::record::Unsaved;
 
 use super::result::Meter;
 pub use super::result::{manifest_row, StepError, StepResult};
@@ -32,8 +34,6 @@ pub const INTERRUPTED: &str = "interrupted-by-human";
 pub const INTERRUPT_NOTE: &str =
     "(上一轮被人打断了。在飞的工具调用返回 interrupted 是打断的正常副作用,不是环境故障;\
 需要的话重跑那条命令。)";
-/// The prompt of a resume after a network failure.
-pub const RESILIENCE_PROMPT: &str = "网络中断过,现在恢复了。接着刚才的工作继续,不要从头开始。";
 
 /// Called with a step's session id as soon as it is known, and again whenever a handoff
 /// replaces the session (lineage is written from it, so a crash mid-step still resumes).
@@ -80,8 +80,6 @@ pub struct RuntimeConfig {
     pub tool_limits: ToolLimits,
     /// Replace large old tool results with spill pointers on resume.
     pub trim_large: bool,
-    /// Runtime-level attempts after the provider's own retries gave up.
-    pub max_attempts: u32,
     /// Text before every agent's rules in its system prompt.
     pub base_system: String,
     /// Context window for handoffs, in tokens (`--window`, else the catalogue's, else the
@@ -119,7 +117,6 @@ impl RuntimeConfig {
             run_id,
             tool_limits: ToolLimits::default(),
             trim_large: true,
-            max_attempts: 3,
             handoff_window: Some(context_window(&model_for_window, None, None)),
             compact_window: None,
             masked: Vec::new(),
@@ -142,6 +139,8 @@ pub struct Runtime {
     pub(crate) human: Arc<dyn Human>,
     events: std::sync::RwLock<Vec<EventSink>>,
     manifest: Option<Arc<Manifest>>,
+    /// What the run could not save (issue 26 §3): the driver stops the run once it trips.
+    unsaved: Arc<Unsaved>,
     inflight: Mutex<HashMap<String, ManifestEntry>>,
     /// What each in-flight step has spent so far (by step name).
     meters: Mutex<HashMap<String, Arc<Meter>>>,
@@ -203,6 +202,7 @@ impl Runtime {
             human,
             events: std::sync::RwLock::new(vec![events]),
             manifest: None,
+            unsaved: Arc::new(Unsaved::new()),
             inflight: Mutex::new(HashMap::new()),
             meters: Mutex::new(HashMap::new()),
             rescued: std::sync::atomic::AtomicBool::new(false),
@@ -399,6 +399,17 @@ impl Runtime {
         self.manifest.as_ref()
     }
 
+    /// What the run could not save: tripped by the first failure of any record.
+    pub fn unsaved(&self) -> &Arc<Unsaved> {
+        &self.unsaved
+    }
+
+    /// Reports that `what` could not be saved (issue 26 §3): the run stops and exits 1 naming
+    /// it ([`Unsaved`]).
+    pub fn not_saved(&self, what: &str, why: &dyn std::fmt::Display) {
+        self.unsaved.report(what, why);
+    }
+
     /// Gets the books as complete as possible before the process dies (SIGHUP/SIGTERM, second
     /// Ctrl-C): every in-flight step is written to the manifest with `error` set to `why`
     /// (`killed-by-signal`, `interrupted-by-human`). Small synchronous writes only.
@@ -425,7 +436,7 @@ impl Runtime {
             row.error = Some(why.to_string());
             row.end_at(epoch_now());
             if let Err(e) = m.record(row) {
-                tracing::error!(error = %e, "manifest write failed during rescue");
+                self.not_saved("manifest.json", &e);
             }
         }
     }
@@ -439,14 +450,7 @@ impl Runtime {
             row.error = Some(why.to_string());
         });
         if let Err(e) = amended {
-            self.emit(
-                "runner",
-                Role::Coordinator,
-                0,
-                EventKind::Error {
-                    text: format!("manifest.json 写入失败:{e}"),
-                },
-            );
+            self.not_saved("manifest.json", &e);
         }
     }
 
@@ -485,14 +489,7 @@ impl Runtime {
                 },
             ),
             Ok(None) => {}
-            Err(e) => self.emit(
-                "runner",
-                Role::Coordinator,
-                0,
-                EventKind::Error {
-                    text: format!("manifest.json 写入失败:{e}"),
-                },
-            ),
+            Err(e) => self.not_saved("manifest.json", &e),
         }
     }
 
@@ -653,6 +650,7 @@ impl Runtime {
                     let new_session = match self.store.create(&meta) {
                         Ok(id) => id,
                         Err(e) => {
+                            self.not_saved("会话", &e);
                             result.error = Some(StepError::Store(e.to_string()));
                             break;
                         }
@@ -706,6 +704,7 @@ impl Runtime {
                     ) {
                         Ok(id) => id,
                         Err(e) => {
+                            self.not_saved("会话", &e);
                             result.error = Some(StepError::Store(e.to_string()));
                             break;
                         }
@@ -728,21 +727,10 @@ impl Runtime {
                     }
                     self.track(&result, false);
                 }
-                LoopEnd::Failed { error, retryable } => {
-                    if retryable && result.attempts < self.config.max_attempts {
-                        result.attempts += 1;
-                        result.resumed = true;
-                        next_prompt = RESILIENCE_PROMPT.to_string();
-                        self.emit(
-                            &agent,
-                            spec.role,
-                            0,
-                            EventKind::Retry {
-                                reason: error.to_string(),
-                            },
-                        );
-                        continue;
-                    }
+                LoopEnd::Failed(error) => {
+                    // The provider's retry policy already made every attempt it allows
+                    // (issue 26 §4: one owner of the count); trying the turn again here would
+                    // multiply them.
                     result.text = run.final_text();
                     result.error = Some(StepError::Model(error));
                     break;
@@ -759,6 +747,11 @@ impl Runtime {
 
     fn finish(&self, mut result: StepResult, spec: &AgentSpec, agent: &str) -> StepResult {
         result.ended_at = Utc::now();
+        if result.ok && self.unsaved.is_tripped() {
+            // Never `+ 完成` over a transcript that is not on disk (issue 26 §3).
+            result.ok = false;
+            result.error = Some(StepError::Unsaved);
+        }
         self.track(&result, true);
         self.emit(
             agent,
@@ -796,7 +789,10 @@ impl Runtime {
         resume: Option<&str>,
         fork: bool,
     ) -> Result<(String, Vec<crate::model::Message>), StepError> {
-        let store_err = |e: crate::session::SessionError| StepError::Store(e.to_string());
+        let store_err = |e: crate::session::SessionError| {
+            self.not_saved("会话", &e);
+            StepError::Store(e.to_string())
+        };
         if let Some(id) = resume {
             if self.store.meta(id).map_err(store_err)?.is_some() {
                 let id = if fork {

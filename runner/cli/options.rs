@@ -2,7 +2,8 @@
 //! ([`Options::resolve`]), with every field destructured so a new switch cannot be forgotten.
 //!
 //! Edge semantics (seed 000, "`go` 的 11 个开关", and DESIGN.md's deliberate differences):
-//! `--rounds 0` ≡ 1; any negative `--asks` = unlimited; any negative `--timeout` = 0 (fully
+//! `--rounds 0` ≡ 1, a negative `--rounds` is exit 2; `--image ''` is exit 2; `once ''` is
+//! exit 1 like `go ''` without a request; any negative `--asks` = unlimited; any negative `--timeout` = 0 (fully
 //! automatic); `--window` must be positive (flower ignored 0 silently; here it is exit 2);
 //! `-T` with `--no-trim` on `go` is a contradiction (exit 2); `-r` defaults to
 //! `<workspace>/runs`; `--isolate` needs the workspace to be a git repository (exit 1).
@@ -252,9 +253,17 @@ impl GlobalOptions {
             }
             None => workspace.join("runs"),
         };
-        let image = image
-            .filter(|i| !i.is_empty())
-            .or_else(|| host.var("FLOWERBOX_IMAGE").map(str::to_string));
+        if image.as_deref().is_some_and(|i| i.trim().is_empty()) {
+            return Err(CliError::Usage(
+                "--image 是空的:要给镜像名(例如 --image ubuntu:24.04);想用默认镜像就别写 --image。"
+                    .into(),
+            ));
+        }
+        let image = image.or_else(|| {
+            host.var("FLOWERBOX_IMAGE")
+                .filter(|i| !i.trim().is_empty())
+                .map(str::to_string)
+        });
         let egress = egress_policy(egress, allow_net, allow_domain, sandbox, host)?;
         let max_workers = max_workers
             .or_else(|| host.var("FLOWERBOX_MAX_WORKERS").map(str::to_string))
@@ -304,6 +313,11 @@ impl GoOptions {
             return Err(CliError::Usage(
                 "-T/--trim 和 --no-trim 矛盾:go 上裁剪默认就开,要关只写 --no-trim。".into(),
             ));
+        }
+        if rounds < 0 {
+            return Err(CliError::Usage(format!(
+                "--rounds {rounds} 不行:轮数要是不小于 0 的整数(0 和 1 一样,都跑 1 轮)。"
+            )));
         }
         let window = match window {
             None => None,
@@ -399,6 +413,9 @@ impl OnceOptions {
         };
         let permission_mode = PermissionMode::from_name(&permission_mode)
             .ok_or_else(|| CliError::Usage(format!("-p {permission_mode} 不认识")))?;
+        if prompt.trim().is_empty() {
+            return Err(CliError::EmptyOncePrompt);
+        }
         Ok(Self {
             prompt,
             instructions,
@@ -574,7 +591,8 @@ mod tests {
         let e = env();
         assert_eq!(go(&e.host, &["go", "--rounds", "0"]).rounds, 1);
         assert_eq!(go(&e.host, &["go", "--rounds", "1"]).rounds, 1);
-        assert_eq!(go(&e.host, &["go", "--rounds=-4"]).rounds, 1);
+        usage(&e.host, &["go", "--rounds=-4"]);
+        usage(&e.host, &["go", "--rounds", "-1"]);
         assert_eq!(go(&e.host, &["go", "--asks", "-7"]).asks, None);
         assert_eq!(go(&e.host, &["go", "--asks", "0"]).asks, Some(0));
         assert_eq!(go(&e.host, &["go", "--asks", "5"]).asks, Some(5));
@@ -666,6 +684,11 @@ mod tests {
         let o = resolve(&e.host, &["go", "--image=given:2"]).unwrap().global;
         assert_eq!(o.image.as_deref(), Some("given:2"));
         usage(&e.host, &["--sandbox", "vm", "go"]);
+        usage(&e.host, &["go", "--image="]);
+        usage(&e.host, &["--image", " ", "go"]);
+        // An empty variable is unset, as for every other variable.
+        e.host.vars.insert("FLOWERBOX_IMAGE".into(), "".into());
+        assert_eq!(resolve(&e.host, &["go"]).unwrap().global.image, None);
     }
 
     #[test]

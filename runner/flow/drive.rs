@@ -15,7 +15,9 @@
 //! When the run's sandboxes are lost for good ([`crate::sandbox::SandboxFactory::lost`]: the
 //! engine stayed away past its grace, the pod could not be made again) the run stops there:
 //! the in-flight step is recorded as [`SANDBOX_LOST`] (never done: its commands could not
-//! run), and the run fails with the reason (exit 1).
+//! run), and the run fails with the reason (exit 1). The same when a record could not be saved
+//! ([`crate::record::Unsaved`], issue 26 §3): the step is recorded as [`UNSAVED`] (if the
+//! manifest can still take it) and the run fails naming what was not saved.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -36,6 +38,8 @@ use crate::record::Totals;
 
 /// The manifest's `error` of a step in flight when the run's sandboxes were lost.
 pub const SANDBOX_LOST: &str = "sandbox-lost";
+/// The manifest's `error` of a step in flight when a record could not be saved.
+pub const UNSAVED: &str = "not-saved";
 
 /// What differs between the runs a [`Session`] can host.
 pub struct SessionSetup {
@@ -196,6 +200,7 @@ impl Session {
             Signal(i32),
             Quit,
             Lost(crate::sandbox::SandboxError),
+            Unsaved,
         }
         // Listening before anything starts: a signal from here on tears down what was started.
         let stop = crate::signals::stop_signals(!self.frontend.owns_interrupt());
@@ -205,12 +210,26 @@ impl Session {
             // First: once the sandboxes are lost, nothing the workflow does after counts.
             biased;
             lost = self.run.sandboxes.lost() => End::Lost(lost),
+            // A record that could not be saved ends the run at once (issue 26 §3).
+            _ = rt.unsaved().tripped() => End::Unsaved,
             r = wf.run(&rt, ctx) => End::Done(r),
             sig = stop => End::Signal(sig),
             _ = self.frontend.quit_requested() => End::Quit,
         };
         self.frontend.detach();
+        // Whatever else ended the run, a record that was not saved makes it a failure.
+        let end = match end {
+            End::Done(_) if rt.unsaved().is_tripped() => End::Unsaved,
+            end => end,
+        };
         match end {
+            End::Unsaved => {
+                rt.rescue(UNSAVED);
+                self.finish().await;
+                Err(FlowError::Unsaved(
+                    rt.unsaved().message().unwrap_or_default(),
+                ))
+            }
             End::Signal(sig) if sig != nix::libc::SIGINT => {
                 rt.rescue(KILLED_BY_SIGNAL);
                 self.run.shutdown().await;

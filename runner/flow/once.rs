@@ -40,6 +40,14 @@ pub struct OnceSettings {
     pub trim: bool,
 }
 
+/// Ends a run whose records could not all be saved: the step recorded as not saved (if the
+/// manifest still takes it), containers removed, the error naming what was lost.
+async fn unsaved(ctx: &RunContext) -> FlowError {
+    ctx.runtime.rescue(super::drive::UNSAVED);
+    ctx.shutdown().await;
+    FlowError::Unsaved(ctx.runtime.unsaved().message().unwrap_or_default())
+}
+
 /// Runs `once`. [`RunEnd::Finished`] when the agent finished its turn;
 /// [`FlowError::AgentFailed`] with its error otherwise; SIGHUP/SIGTERM record the step as
 /// `killed-by-signal`, remove the containers and end as [`RunEnd::Signalled`]; sandboxes lost
@@ -101,9 +109,17 @@ pub async fn once(
             ctx.shutdown().await;
             return Err(FlowError::Sandbox(lost));
         }
+        _ = ctx.runtime.unsaved().tripped() => {
+            // A record that could not be saved ends the run at once (issue 26 §3).
+            run.abort();
+            return Err(unsaved(&ctx).await);
+        }
         r = &mut run => Ok(r.map_err(|e| FlowError::Internal(e.to_string()))?),
         sig = stop => Err(sig),
     };
+    if outcome.is_ok() && ctx.runtime.unsaved().is_tripped() {
+        return Err(unsaved(&ctx).await);
+    }
     match outcome {
         Ok(result) => {
             ctx.shutdown().await;
