@@ -43,6 +43,7 @@
 
 pub mod aside;
 pub mod brief;
+pub mod checks;
 pub mod clarify;
 pub mod condition;
 pub mod context;

@@ -464,6 +464,7 @@ mod tests {
             goal: Some(crate::flow::goal::Goal {
                 statement: "做 X 和 Y".into(),
                 checks: vec!["跑 y 看到 z".into()],
+                ..Default::default()
             }),
             ..Ctx::default()
         };
