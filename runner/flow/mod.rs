@@ -53,6 +53,7 @@ pub mod drive;
 pub mod error;
 pub mod evidence;
 pub mod frontend;
+pub mod gates;
 pub mod goal;
 pub mod guard;
 pub mod identity;
