@@ -180,6 +180,7 @@ pub fn go_settings(opts: GoOptions) -> GoSettings {
         handoff,
         new,
         clarify_only,
+        checks,
         trim,
         workbench,
     } = opts;
@@ -195,6 +196,7 @@ pub fn go_settings(opts: GoOptions) -> GoSettings {
         handoff,
         new,
         clarify_only,
+        checks,
         trim,
         workbench,
     }
