@@ -19,7 +19,7 @@ use super::checks::Check;
 use super::identity::WorkspaceIdentity;
 use crate::agent::Runtime;
 use crate::model::Role;
-use crate::sandbox::{ExecOutput, ExecRequest};
+use crate::sandbox::{AgentBox, ExecOutput, ExecRequest, Sandbox};
 
 /// How long one check may run.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(600);
@@ -66,7 +66,7 @@ pub struct CheckResult {
     pub check: Check,
     /// How it ended.
     pub status: CheckStatus,
-    /// Wall-clock time of the command (container start and removal included).
+    /// Wall-clock time of the command in its container.
     pub duration: Duration,
     /// stdout then stderr as captured (cleaned before display by the writers).
     pub output: String,
@@ -258,38 +258,67 @@ fn result_block(r: &CheckResult) -> String {
 }
 
 /// Runs `checks` one after another, each in a fresh gate container (`gate-<round>-<n>`).
-/// Never fails: what goes wrong is the check's status.
+/// The containers are made all at once ahead of their check (making one changes nothing a
+/// check sees) and each is removed while the next check runs; a removal that fails turns its
+/// check red. Never fails: what goes wrong is the check's status.
 pub async fn run_checks(rt: &Arc<Runtime>, checks: &[Check], round: u32) -> GateReport {
+    let factory = rt.sandboxes().clone();
+    let boxes: Vec<AgentBox> = (1..=checks.len())
+        .map(|n| rt.main_box(&format!("gate-{round}-{n}"), Role::Judge))
+        .collect();
+    let made: Vec<_> = boxes
+        .iter()
+        .map(|b| {
+            let (f, b) = (factory.clone(), b.clone());
+            tokio::spawn(async move { f.sandbox(&b).await })
+        })
+        .collect();
     let first = super::guard::scene(rt).await;
     let mut report = GateReport {
         results: Vec::new(),
         identity: first.clone(),
     };
     let mut before = first;
-    for (i, check) in checks.iter().enumerate() {
-        let agent = format!("gate-{round}-{}", i + 1);
-        let result = run_one(rt, check, &agent, before.as_ref()).await;
-        let (result, after) = result;
+    let mut removals = Vec::new();
+    for ((check, abox), made) in checks.iter().zip(&boxes).zip(made) {
+        let sandbox = match made.await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let (result, after) = run_one(rt, check, abox, sandbox, before.as_ref()).await;
+        let (f, agent) = (factory.clone(), abox.agent.clone());
+        removals.push(tokio::spawn(async move { f.release(&agent).await }));
         report.results.push(result);
         before = after;
+    }
+    for (r, removal) in report.results.iter_mut().zip(removals) {
+        let failed = match removal.await {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(e) => Some(e.to_string()),
+        };
+        if let (Some(e), true) = (failed, r.passed()) {
+            r.status = CheckStatus::Sandbox(format!("删不掉检查的容器:{e}"));
+        }
     }
     report
 }
 
-/// One check; returns its result and the identity after it (the next check's before).
+/// One check in its container; returns its result and the identity after it (the next
+/// check's before).
 async fn run_one(
     rt: &Arc<Runtime>,
     check: &Check,
-    agent: &str,
+    abox: &AgentBox,
+    sandbox: Result<Arc<dyn Sandbox>, String>,
     before: Option<&WorkspaceIdentity>,
 ) -> (CheckResult, Option<WorkspaceIdentity>) {
-    let started = Instant::now();
-    let done = |status, output: String, after| {
+    let done = |status, output: String, duration, after| {
         (
             CheckResult {
                 check: check.clone(),
                 status,
-                duration: started.elapsed(),
+                duration,
                 output,
             },
             after,
@@ -298,10 +327,10 @@ async fn run_one(
     // No identity before: nothing this check says could be bound to a candidate.
     let Some(before) = before else {
         let now = super::guard::scene(rt).await;
-        return done(CheckStatus::Unbound, String::new(), now);
+        return done(CheckStatus::Unbound, String::new(), Duration::ZERO, now);
     };
-    let abox = rt.main_box(agent, Role::Judge);
-    let ran = match rt.sandboxes().sandbox(&abox).await {
+    let started = Instant::now();
+    let ran = match sandbox {
         Ok(sb) => sb
             .exec(ExecRequest {
                 command: check.command.clone(),
@@ -314,22 +343,18 @@ async fn run_one(
             })
             .await
             .map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e),
     };
-    let removed = rt.sandboxes().release(agent).await;
+    let took = started.elapsed();
     let after = super::guard::scene(rt).await;
     let (status, output) = match ran {
         Err(e) => (CheckStatus::Sandbox(e), String::new()),
-        Ok(out) => {
-            let text = joined(&out);
-            let status = match removed {
-                Err(e) => CheckStatus::Sandbox(format!("删不掉检查的容器:{e}")),
-                Ok(()) => status_of(&out, check.expect, before, after.as_ref()),
-            };
-            (status, text)
-        }
+        Ok(out) => (
+            status_of(&out, check.expect, before, after.as_ref()),
+            joined(&out),
+        ),
     };
-    done(status, output, after)
+    done(status, output, took, after)
 }
 
 /// The status of a finished command (DESIGN.md invariant 4: the exit code is one fact among
