@@ -256,3 +256,36 @@ async fn a_check_that_writes_into_the_candidate_fails() {
     let row = judge_row(&p, 1);
     assert_eq!(row["checks"]["overruled"], "ACHIEVED", "{row}");
 }
+
+#[tokio::test]
+async fn a_workflow_files_checks_run_before_its_judge() {
+    let Some(_engine) = engine_or_skip("flow_checks").await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let p = Project::new();
+    std::fs::write(
+        p.ws.join("flows.toml"),
+        "[main]\nask = \"写个 hello.sh\"\ntimeout = 0\n\
+         [[main.steps]]\nkind = \"clarify\"\n[[main.steps]]\nkind = \"goal\"\n\
+         [[main.steps]]\nname = \"干活\"\nrole = \"coordinator\"\nprompt = \"{{goal}}\"\n\
+         goal = { rounds = 1, checks = [\"test -x hello.sh\", \"grep -q bye hello.sh\"] }\n",
+    )
+    .unwrap();
+    let model = ScriptedModel::start(&scenario(
+        &["printf 'echo hello\\n' > hello.sh && chmod +x hello.sh"],
+        &[VERDICT_ACHIEVED],
+    ));
+    let r = p.run_in("docker", &model, &["run", "flows:main"]);
+    assert_eq!(r.code(), 1, "{r:?}");
+    assert!(
+        r.out
+            .contains("✗ 2/3 检查 · ✗ grep -q bye hello.sh (exit 1"),
+        "{}",
+        r.out
+    );
+    let row = judge_row(&p, 1);
+    assert_eq!(row["checks"]["failed"], json!(["flow-2"]), "{row}");
+    assert_eq!(row["checks"]["overruled"], "ACHIEVED", "{row}");
+    no_containers_left(&p);
+}
