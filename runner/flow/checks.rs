@@ -167,6 +167,18 @@ pub(crate) fn take_markers(text: &str) -> (String, Vec<usize>) {
     (if keep_spacing { out } else { cleaned }, idx)
 }
 
+/// `text` without the lines that only hold a fence marker (a fence outside the checklist is
+/// dropped, as [`super::brief::strip_fences`] drops it), other lines kept as they are.
+pub(crate) fn drop_marker_lines(text: &str) -> String {
+    text.lines()
+        .filter(|l| {
+            let t = l.trim();
+            !(t.starts_with(MARK_OPEN) && t.ends_with(MARK_CLOSE))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Info strings of a fenced block that is a check.
 const SHELL_INFOS: &[&str] = &["", "sh", "bash", "shell", "check", "检查"];
 

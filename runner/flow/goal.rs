@@ -17,8 +17,8 @@ use super::brief::{
     first_non_empty, is_placeholder, list_items, read_optional, split_sections, write_atomic,
 };
 use super::checks::{
-    fence_markdown, item_command, lift_fences, script_of, take_markers, Check, CheckSource,
-    ItemCommand,
+    drop_marker_lines, fence_markdown, item_command, lift_fences, script_of, take_markers, Check,
+    CheckSource, ItemCommand,
 };
 
 /// The section names in order (seed 002).
@@ -77,8 +77,7 @@ impl Goal {
             checks.push(text);
         }
         Goal {
-            statement: take_markers(&first_non_empty(&found[0]))
-                .0
+            statement: drop_marker_lines(&first_non_empty(&found[0]))
                 .trim()
                 .to_string(),
             checks,
@@ -413,7 +412,8 @@ mod tests {
             .prompt_block()
             .contains("3. 自检通过(检查:`make; ./httpd --selftest`)"));
         // Fences outside the checklist are dropped as before.
-        let plain = Goal::parse("# 目标\nX\n```\ncode\n```\n# 判定清单\n- a\n");
-        assert_eq!((plain.statement.as_str(), plain.commands.len()), ("X", 0));
+        let plain = Goal::parse("# 目标\nX\n```\ncode\n```\n\n(已修改)Y\n# 判定清单\n- a\n");
+        assert_eq!(plain.statement, "X\n\n(已修改)Y");
+        assert_eq!(plain.commands.len(), 0);
     }
 }
