@@ -5,7 +5,8 @@
 //! check is recorded NOT_YET with the check as the reason (its answer kept for audit) and the
 //! coordinator's next round gets the check's output; a check that writes into the candidate
 //! fails (refused by the read-only mount in a container; caught by the identity rule where
-//! commands run on the host).
+//! commands run on the host); a workflow file's checks run too; a woken run runs every check
+//! again on what is there now.
 
 mod docker_support;
 mod flow_support;
@@ -287,5 +288,68 @@ async fn a_workflow_files_checks_run_before_its_judge() {
     let row = judge_row(&p, 1);
     assert_eq!(row["checks"]["failed"], json!(["flow-2"]), "{row}");
     assert_eq!(row["checks"]["overruled"], "ACHIEVED", "{row}");
+    no_containers_left(&p);
+}
+
+#[tokio::test]
+async fn a_woken_run_runs_the_checks_again_on_what_is_there_now() {
+    let Some(_engine) = engine_or_skip("flow_checks").await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let p = Project::new();
+    let mut s = scenario(&["printf 'echo hello\\n' > hello.sh"], &[VERDICT_ACHIEVED]);
+    let agents = s["agents"].as_array_mut().unwrap();
+    // The woken run: the coordinator carries on in its session, a new judge (judge-1 of the
+    // new process: the goal is complete, nobody sets it again) says ACHIEVED again.
+    for a in agents.iter_mut() {
+        if a["role"] == "coordinator" {
+            a["turns"]
+                .as_array_mut()
+                .unwrap()
+                .push(text("接着看了现场,没有要做的了。"));
+        }
+    }
+    agents.push(
+        json!({"role": "judge", "agent": "judge-1", "prompt": "判定这一轮",
+                       "turns": [text(VERDICT_ACHIEVED)]}),
+    );
+    let model = ScriptedModel::start(&s);
+    let args = [
+        "--timeout",
+        "0",
+        "--rounds",
+        "1",
+        "--check",
+        "test -f ok.txt",
+    ];
+    let r = p.run_in("docker", &model, &[&args[..], &[ASK]].concat());
+    assert_eq!(r.code(), 1, "{r:?}");
+    let first = judge_row(&p, 1);
+    assert_eq!(
+        first["checks"]["failed"],
+        json!(["item-1", "user-1"]),
+        "{first}"
+    );
+
+    // The human fixes what the checks said; the woken run checks again, on the new files.
+    std::fs::write(p.ws.join("ok.txt"), "").unwrap();
+    std::fs::set_permissions(
+        p.ws.join("hello.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let r = p.run_in("docker", &model, &args);
+    assert_eq!(r.code(), 0, "{r:?}");
+    assert!(r.out.contains("✓ 2/2 检查"), "{}", r.out);
+    let runs = p.runs_in_manifest();
+    assert_eq!(runs.len(), 2);
+    let again = p
+        .manifest()
+        .into_iter()
+        .find(|row| row["run"] == runs[1] && row["step"] == "干活·判定#1")
+        .unwrap();
+    assert_eq!(again["checks"]["passed"], 2, "{again}");
+    assert_ne!(again["checks"]["identity"], first["checks"]["identity"]);
     no_containers_left(&p);
 }
