@@ -181,7 +181,7 @@ pub enum CommandArgs {
     Gc(GcArgs),
 }
 
-/// `go`'s 11 switches and its optional request.
+/// `go`'s 12 switches (flower's 11 and `--check`) and its optional request.
 #[derive(Debug, Args)]
 pub struct GoArgs {
     /// 诉求正文。不给就在提示符上问(stdin 不是终端时读一行)
@@ -230,6 +230,9 @@ pub struct GoArgs {
     /// 关掉裁剪。go 上裁剪默认开,这是唯一的关闭方式
     #[arg(long)]
     pub no_trim: bool,
+    /// 加一条检查:每轮判定前 flowerbox 在只读的现场上自己跑这条命令,退出码不是 0 就不能判达成。可以写多次
+    #[arg(long = "check", value_name = "CMD")]
+    pub checks: Vec<String>,
 }
 
 /// `run`'s target.

@@ -104,6 +104,8 @@ pub struct GoOptions {
     pub new: bool,
     /// `--clarify-only`.
     pub clarify_only: bool,
+    /// `--check` (repeatable): commands run before every judge round besides the goal's.
+    pub checks: Vec<String>,
     /// Trim on resume: on unless `--no-trim` (`-T` agrees with the default).
     pub trim: bool,
     /// The workbench go always carries: `<workspace>/.flower/`, or with `--isolate`
@@ -308,6 +310,7 @@ impl GoOptions {
             new,
             clarify_only,
             no_trim,
+            checks,
         } = args;
         if global.trim && no_trim {
             return Err(CliError::Usage(
@@ -339,6 +342,17 @@ impl GoOptions {
                 global.workspace.clone(),
             )));
         }
+        if !checks.is_empty() && no_goal {
+            return Err(CliError::Usage(
+                "--check 和 --no-goal 矛盾:检查在每轮判定前跑,没有目标就没有判定。".into(),
+            ));
+        }
+        if let Some(blank) = checks.iter().position(|c| c.trim().is_empty()) {
+            return Err(CliError::Usage(format!(
+                "第 {} 个 --check 是空的:要写一条命令,例如 --check 'make test'。",
+                blank + 1
+            )));
+        }
         Ok(Self {
             ask: ask.filter(|a| !a.trim().is_empty()),
             asks: u64::try_from(asks).ok(),
@@ -351,6 +365,7 @@ impl GoOptions {
             handoff: !no_handoff,
             new,
             clarify_only,
+            checks,
             trim: !no_trim,
             workbench: go_workbench(&global.workspace, isolate),
         })
@@ -534,6 +549,19 @@ mod tests {
             }
             Ok(o) => panic!("accepted: {o:?}"),
         }
+    }
+
+    #[test]
+    fn check_is_repeatable_and_needs_a_goal_and_a_command() {
+        let e = env();
+        let g = go(
+            &e.host,
+            &["go", "--check", "make test", "--check", "./t -q", "x"],
+        );
+        assert_eq!(g.checks, ["make test", "./t -q"]);
+        assert!(go(&e.host, &["go"]).checks.is_empty());
+        assert!(usage(&e.host, &["go", "--no-goal", "--check", "make"]).contains("--no-goal"));
+        assert!(usage(&e.host, &["go", "--check", "make", "--check", " "]).contains("第 2 个"));
     }
 
     #[test]

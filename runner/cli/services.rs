@@ -181,6 +181,7 @@ pub fn go_settings(opts: GoOptions) -> GoSettings {
         handoff,
         new,
         clarify_only,
+        checks,
         trim,
         workbench,
     } = opts;
@@ -196,6 +197,7 @@ pub fn go_settings(opts: GoOptions) -> GoSettings {
         handoff,
         new,
         clarify_only,
+        checks,
         trim,
         workbench,
     }

@@ -59,6 +59,26 @@ pub struct ManifestEntry {
     pub duration_s: Option<f64>,
     /// The writing process's run marker (`YYYYmmdd-HHMMSS-<6 hex>`).
     pub run: String,
+    /// A judged round's gates (issue 27): absent on every other row, so flower's rows read
+    /// the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<RoundChecks>,
+}
+
+/// What the gates of one judged round found, on the judge's row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundChecks {
+    /// Checks that passed.
+    pub passed: usize,
+    /// Checks run.
+    pub total: usize,
+    /// The candidate's content identity they ran on (hex); `null` when it could not be read.
+    pub identity: Option<String>,
+    /// The ids of the red ones.
+    pub failed: Vec<String>,
+    /// The judge's own conclusion when a red check overruled it (`ACHIEVED`), kept for
+    /// audit; `null` when the verdict stands as the judge gave it.
+    pub overruled: Option<String>,
 }
 
 impl ManifestEntry {
@@ -82,6 +102,7 @@ impl ManifestEntry {
             context: None,
             duration_s: Some(0.0),
             run: run.into(),
+            checks: None,
         }
     }
 
