@@ -169,10 +169,17 @@ async fn a_git_link_left_by_an_agent_mounts_nothing_of_the_host_into_the_next_ru
         secret_dir.display()
     ));
     assert!(planted.contains("planted"), "{planted}");
-    assert!(std::fs::symlink_metadata(ws_path.join(".git"))
-        .unwrap()
-        .file_type()
-        .is_symlink());
+    // The run quarantines what its agent planted (issue 25 §2); a link left by a run that
+    // crashed before its sweep is still there for the next run: put it back as such a run would.
+    let git = ws_path.join(".git");
+    if std::fs::symlink_metadata(&git).is_ok() {
+        assert!(std::fs::symlink_metadata(&git)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+    } else {
+        std::os::unix::fs::symlink(&secret_dir, &git).unwrap();
+    }
     let (read, everything) = run(format!(
         "cat {0}/.env; ls -la {0}; echo rc=$?",
         secret_dir.display()

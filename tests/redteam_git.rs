@@ -439,8 +439,10 @@ async fn a_worker_in_its_worktree_plants_nothing_the_host_runs_and_moves_no_fore
         agent_results[0].1.contains("已合入 main"),
         "{agent_results:?}"
     );
+    // Not merged, worktree kept: paused for the user's line, or refused outright for the
+    // symlink out of the repository the attack commits (issue 25 §2).
     assert!(
-        agent_results[1].1.contains("[合入暂停]"),
+        agent_results[1].1.contains("[合入暂停]") || agent_results[1].1.contains("[合入被拒]"),
         "{agent_results:?}"
     );
 

@@ -22,6 +22,10 @@ use crate::sandbox::{
     AgentBox, AttachSpec, Attached, ExecOutput, ExecRequest, Sandbox, SandboxError,
 };
 
+/// How long a command whose container went waits for the notice of it to be said (the
+/// watch asks the pod a few times first), so the error never overtakes the screen line.
+const TOLD_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// One agent's sandbox: its current container, replaced when gone.
 pub struct DockerSandbox {
     /// The run's factory (weak: the factory holds the agents).
@@ -127,6 +131,7 @@ impl DockerSandbox {
         if c.gone().is_some() {
             // Did the pod take it? Asked, so the words say so.
             self.watch.confirm(&c.pod).await;
+            c.life.told_within(TOLD_WAIT).await;
             return went(c, c.gone().unwrap_or(Gone::Removed));
         }
         let outage = match self.watch.settle().await {
@@ -136,6 +141,7 @@ impl DockerSandbox {
         self.watch.confirm(&c.pod).await;
         self.watch.confirm(&c.life).await;
         if let Some(why) = c.gone() {
+            c.life.told_within(TOLD_WAIT).await;
             return went(c, why);
         }
         if !outage {

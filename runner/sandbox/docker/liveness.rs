@@ -75,6 +75,8 @@ struct LifeInner {
     place: Place,
     gone: Mutex<Option<Gone>>,
     dead: CancellationToken,
+    /// Its death has been said (its own notice or its pod's), or needs no notice.
+    told: CancellationToken,
     retired: CancellationToken,
     /// Restarts flowerbox makes itself in flight (no death while one runs).
     quiet: AtomicU32,
@@ -103,6 +105,7 @@ impl Life {
             place,
             gone: Mutex::new(None),
             dead: CancellationToken::new(),
+            told: CancellationToken::new(),
             retired: CancellationToken::new(),
             quiet: AtomicU32::new(0),
             background: Mutex::new(Vec::new()),
@@ -156,6 +159,17 @@ impl Life {
 
     fn background(&self) -> Vec<String> {
         lock(&self.0.background).clone()
+    }
+
+    /// Waits (at most `bound`) until its death has been said on screen: a command's error
+    /// comes after the notice, so a run that ends right after it never loses the line (the
+    /// notice may wait for the pod's state, see [`POD_ASKS`]).
+    pub async fn told_within(&self, bound: Duration) {
+        let _ = tokio::time::timeout(bound, self.0.told.cancelled()).await;
+    }
+
+    fn mark_told(&self) {
+        self.0.told.cancel();
     }
 
     /// Marks it gone; `false` when it already was.
@@ -327,7 +341,7 @@ impl Watch {
                     .cloned()
                     .collect();
                 let mut lost = Vec::new();
-                for m in members {
+                for m in &members {
                     lost.extend(
                         m.background()
                             .into_iter()
@@ -336,6 +350,10 @@ impl Watch {
                     m.bury(Gone::Pod);
                 }
                 self.notify(SandboxNotice::PodGone { why, lost });
+                life.mark_told();
+                for m in &members {
+                    m.mark_told();
+                }
             }
             Place::Member(pod_id) => {
                 // Its commands end now; which line the human gets is decided next.
@@ -358,7 +376,9 @@ impl Watch {
                         }
                     }
                     if let Some(pod_why) = pod_gone {
+                        // The pod's line covers it (said now, or by whoever buried the pod).
                         Box::pin(self.bury(&pod, pod_why)).await;
+                        life.mark_told();
                         return;
                     }
                 }
@@ -367,6 +387,7 @@ impl Watch {
                     why,
                     lost: life.background(),
                 });
+                life.mark_told();
             }
         }
     }
