@@ -35,28 +35,44 @@ const GOAL_READ: &str =
 
 const VERDICT_ACHIEVED: &str = "## 结论\nACHIEVED\n\n## 理由\n都看到了\n\n## 未通过\n无\n";
 
-/// Clarify, `goal`, one coordinator round writing hello.sh, one judge saying ACHIEVED.
-fn scenario(goal: &str) -> Value {
+const VERDICT_NOT_YET: &str =
+    "## 结论\nNOT_YET\n\n## 理由\n再看看\n\n## 未通过\n- 跑起来打印 hello\n";
+
+/// Clarify, `goal`, a coordinator whose first round writes hello.sh (later rounds only say
+/// so), one judge per round saying `verdicts[i]`.
+fn scenario(goal: &str, verdicts: &[&str]) -> Value {
     let cmd = "printf 'echo hello\\n' > hello.sh && chmod +x hello.sh";
-    json!({ "agents": [
+    let mut coordinator = vec![
+        tool(
+            "Agent",
+            json!({"description": "第1件活", "prompt": format!("第1件活:{cmd}"),
+                             "subagent_type": "coder"}),
+        ),
+        text("第 1 轮做完了"),
+    ];
+    for n in 2..=verdicts.len() {
+        coordinator.push(text(&format!("第 {n} 轮:看过了,不用改")));
+    }
+    let mut v = json!({ "agents": [
         {"role": "clarifier", "turns": [text(BRIEF)]},
         {"role": "judge", "prompt": "变成可判定的目标", "turns": [text(goal)]},
-        {"role": "coordinator", "turns": [
-            tool("Agent", json!({"description": "第1件活", "prompt": format!("第1件活:{cmd}"),
-                                 "subagent_type": "coder"})),
-            text("第 1 轮做完了")]},
+        {"role": "coordinator", "turns": coordinator},
         {"role": "worker", "prompt": "第1件活", "turns": [
             tool("Bash", json!({"command": cmd})),
             text("结论:做了\n依据:跑了命令\n产出:hello.sh\n未验证:无")]},
-        {"role": "judge", "agent": "judge-2", "prompt": "判定这一轮", "turns": [text(VERDICT_ACHIEVED)]},
-    ]})
+    ]});
+    for (i, verdict) in verdicts.iter().enumerate() {
+        v["agents"].as_array_mut().unwrap().push(json!({"role": "judge",
+            "agent": format!("judge-{}", i + 2), "prompt": "判定这一轮", "turns": [text(verdict)]}));
+    }
+    v
 }
 
-/// The judge row of round 1.
-fn judge_row(p: &Project) -> Value {
+/// The judge row of round `n`.
+fn judge_row(p: &Project, n: u32) -> Value {
     p.manifest()
         .into_iter()
-        .find(|r| r["step"] == "干活·判定#1")
+        .find(|r| r["step"] == format!("干活·判定#{n}"))
         .unwrap_or_else(|| panic!("no judge row: {:?}", p.manifest()))
 }
 
@@ -104,7 +120,7 @@ async fn the_demos_check_catches_the_planted_defect_and_the_workspace_is_untouch
     };
     let _serial = SERIAL.lock().await;
     let p = Project::new();
-    let model = ScriptedModel::start(&scenario(GOAL_CHECKED));
+    let model = ScriptedModel::start(&scenario(GOAL_CHECKED, &[VERDICT_ACHIEVED]));
     let r = p.run_in("docker", &model, &["--timeout", "0", "--probe-checks", ASK]);
     assert_eq!(r.code(), 0, "{r:?}");
     assert!(r.out.contains("✓ 1/1 检查"), "{}", r.out);
@@ -115,7 +131,7 @@ async fn the_demos_check_catches_the_planted_defect_and_the_workspace_is_untouch
         "{}",
         r.out
     );
-    let row = judge_row(&p);
+    let row = judge_row(&p, 1);
     let probe = &row["checks"]["probe"];
     assert_eq!(probe["outcome"], "caught", "{row}");
     assert_eq!(probe["site"], "hello.sh:1", "{row}");
@@ -144,7 +160,7 @@ async fn a_weak_check_is_reported_as_not_catching_it() {
     };
     let _serial = SERIAL.lock().await;
     let p = Project::new();
-    let model = ScriptedModel::start(&scenario(GOAL_READ));
+    let model = ScriptedModel::start(&scenario(GOAL_READ, &[VERDICT_NOT_YET, VERDICT_ACHIEVED]));
     let r = p.run_in(
         "docker",
         &model,
@@ -157,13 +173,21 @@ async fn a_weak_check_is_reported_as_not_catching_it() {
         "{}",
         r.out
     );
-    let row = judge_row(&p);
+    let row = judge_row(&p, 1);
     assert_eq!(row["checks"]["probe"]["outcome"], "missed", "{row}");
     assert_eq!(row["checks"]["probe"]["caught_by"], json!([]), "{row}");
     // The judge is told, in so many words, before it decides.
     let judged = judge_prompt(&model);
     assert!(judged.contains("检查抓不住的缺陷"), "{judged}");
     assert!(judged.contains("删掉 `hello.sh:1` 这一行"), "{judged}");
+    // The coordinator's next round is told too; round 2 is probed again (still missed).
+    let round2 = requests_with(&model, "你是协调者")
+        .into_iter()
+        .map(|b| b["messages"].to_string())
+        .find(|m| m.contains("检查抓不住的缺陷"))
+        .expect("the round-2 prompt carries the missed probe");
+    assert!(round2.contains("删掉 `hello.sh:1` 这一行"), "{round2}");
+    assert_eq!(judge_row(&p, 2)["checks"]["probe"]["outcome"], "missed");
     let record = std::fs::read_to_string(p.note("判定记录.md")).unwrap();
     assert!(record.contains("✗ 探针:"), "{record}");
     assert_eq!(

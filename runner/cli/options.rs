@@ -575,6 +575,15 @@ mod tests {
     }
 
     #[test]
+    fn probe_checks_is_off_by_default_and_needs_a_goal() {
+        let e = env();
+        assert!(!go(&e.host, &["go"]).probe_checks);
+        assert!(go(&e.host, &["go", "--probe-checks", "x"]).probe_checks);
+        let said = usage(&e.host, &["go", "--no-goal", "--probe-checks"]);
+        assert!(said.contains("--probe-checks 和 --no-goal 矛盾"), "{said}");
+    }
+
+    #[test]
     fn go_defaults() {
         let e = env();
         let g = go(&e.host, &["go"]);

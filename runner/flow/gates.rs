@@ -264,7 +264,7 @@ pub enum Target {
     /// The candidate: the judge's read-only view of it.
     Candidate,
     /// A probe's mutated copy of it (a host directory), shown read-only at the candidate's
-    /// path and nothing else ([`super::probe`]).
+    /// path in the judge's view ([`super::probe`]).
     Copy(PathBuf),
 }
 
@@ -274,19 +274,21 @@ impl Target {
         let name = format!("{prefix}-{n}");
         match self {
             Target::Candidate => rt.main_box(&name, Role::Judge),
+            // The judge's view with the copy in the candidate's place: the workbench (its
+            // artifacts, which checks may name) shown too when it lies inside the candidate,
+            // where the copy has only its empty mount point.
             Target::Copy(dir) => {
                 let ws = rt.config().workspace.clone();
-                AgentBox {
-                    agent: name,
-                    role: Role::Judge,
-                    mounts: vec![Mount {
-                        host: dir.clone(),
-                        inside: ws.clone(),
-                        read_only: true,
-                    }],
-                    masked: Vec::new(),
-                    workdir: ws,
+                let mut b = rt.main_box(&name, Role::Judge);
+                for m in b.mounts.iter_mut().filter(|m| m.inside == ws) {
+                    m.host = dir.clone();
                 }
+                if let Some(wb) = rt.workbench().map(|w| w.root().to_path_buf()) {
+                    if wb.starts_with(&ws) {
+                        b.mounts.push(Mount::same(wb, true));
+                    }
+                }
+                b
             }
         }
     }

@@ -134,11 +134,21 @@ async fn probe(
     };
     let (ws, exclude) = super::guard::scene_scope(rt);
     let seed = seed(&rt.config().run_id, round);
+    let mut mount_points = rt.config().masked.clone();
+    mount_points.extend(rt.workbench().map(|w| w.root().to_path_buf()));
     let made = tokio::task::spawn_blocking(move || -> io::Result<_> {
         let dir = tempfile::Builder::new()
             .prefix(&format!("probe-{round}-"))
             .tempdir_in(&run_dir)?;
         let changed = copy_candidate(&ws, &exclude, dir.path(), since)?;
+        // Mount points of what the gate box shows inside the candidate (the workbench, the
+        // masked run directory): empty directories, so the engine never has to make one in a
+        // read-only mount.
+        for inner in &mount_points {
+            if let Ok(rel) = inner.strip_prefix(&ws) {
+                std::fs::create_dir_all(dir.path().join(rel))?;
+            }
+        }
         let copied = identity(dir.path(), &Exclusions::default())?;
         let differs: Vec<String> = candidate
             .changed(&copied)
