@@ -164,7 +164,18 @@ async fn a_weak_check_is_reported_as_not_catching_it() {
     let r = p.run_in(
         "docker",
         &model,
-        &["--timeout", "0", "--check", "true", "--probe-checks", ASK],
+        &[
+            "--timeout",
+            "0",
+            "--check",
+            "true",
+            // The workbench is seen as the judge sees it (a copy without it once made this
+            // check "catch" every defect).
+            "--check",
+            "test -s .flower/notes/目标.md",
+            "--probe-checks",
+            ASK,
+        ],
     );
     assert_eq!(r.code(), 0, "{r:?}");
     assert!(
@@ -174,6 +185,7 @@ async fn a_weak_check_is_reported_as_not_catching_it() {
         r.out
     );
     let row = judge_row(&p, 1);
+    assert_eq!(row["checks"]["passed"], 2, "{row}");
     assert_eq!(row["checks"]["probe"]["outcome"], "missed", "{row}");
     assert_eq!(row["checks"]["probe"]["caught_by"], json!([]), "{row}");
     // The judge is told, in so many words, before it decides.
