@@ -25,6 +25,7 @@
 #   FLOWERBOX_DEMO_MODEL_BIN the scripted-model binary (with FLOWERBOX_DEMO_BIN: nothing is built)
 #   FLOWERBOX_DEMO_ISOLATE   1 (default) runs with --isolate; 0 lets the workers share the workspace
 #   FLOWERBOX_DEMO_RELEASE   1 builds and runs the release binaries instead
+#   FLOWERBOX_DEMO_PROBE     1 adds --probe-checks (a planted defect after green checks)
 # Needs: Docker (an engine this user may use) and git; scripts/install-deps.sh installs or checks
 # the rest first (Debian packages, Rust), with sudo when not root.
 set -euo pipefail
@@ -149,6 +150,9 @@ docker events --filter type=container --filter event=create --filter event=destr
 watch_pid=$!
 sleep 0.5
 
+probe_flag=()
+if [ "${FLOWERBOX_DEMO_PROBE:-0}" = 1 ]; then probe_flag=(--probe-checks); fi
+
 # -- 5. the run ---------------------------------------------------------------------------------
 ask="把这个 C 写的 HTTP 服务器修到能编译、能跑:make 出 httpd,后台起在 8080 端口,访问它返回 hello from flowerbox。"
 say "flowerbox ${iso_flag[*]} --judge-can-run --timeout 0 \"$ask\""
@@ -156,7 +160,7 @@ echo "(在 $ws)"
 started=$(date +%s)
 set +e
 (cd "$ws" && "${run_env[@]}" "ANTHROPIC_BASE_URL=$url" \
-  "$fbx" "${iso_flag[@]}" --judge-can-run --timeout 0 "$ask" </dev/null)
+  "$fbx" "${iso_flag[@]}" "${probe_flag[@]}" --judge-can-run --timeout 0 "$ask" </dev/null)
 rc=$?
 set -e
 took=$(($(date +%s) - started))

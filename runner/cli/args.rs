@@ -233,6 +233,9 @@ pub struct GoArgs {
     /// 加一条检查:每轮判定前 flowerbox 在只读的现场上自己跑这条命令,退出码不是 0 就不能判达成。可以写多次
     #[arg(long = "check", value_name = "CMD")]
     pub checks: Vec<String>,
+    /// 检查全过之后,在现场的副本里埋一个小缺陷再跑一遍检查,看它们抓不抓得住(不动现场)
+    #[arg(long)]
+    pub probe_checks: bool,
 }
 
 /// `run`'s target.

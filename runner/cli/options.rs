@@ -106,6 +106,8 @@ pub struct GoOptions {
     pub clarify_only: bool,
     /// `--check` (repeatable): commands run before every judge round besides the goal's.
     pub checks: Vec<String>,
+    /// `--probe-checks`: after green checks, plant a defect in a copy and run them again.
+    pub probe_checks: bool,
     /// Trim on resume: on unless `--no-trim` (`-T` agrees with the default).
     pub trim: bool,
     /// The workbench go always carries: `<workspace>/.flower/`, or with `--isolate`
@@ -311,6 +313,7 @@ impl GoOptions {
             clarify_only,
             no_trim,
             checks,
+            probe_checks,
         } = args;
         if global.trim && no_trim {
             return Err(CliError::Usage(
@@ -347,6 +350,12 @@ impl GoOptions {
                 "--check 和 --no-goal 矛盾:检查在每轮判定前跑,没有目标就没有判定。".into(),
             ));
         }
+        if probe_checks && no_goal {
+            return Err(CliError::Usage(
+                "--probe-checks 和 --no-goal 矛盾:探针跟在每轮判定前的检查后面,没有目标就没有判定。"
+                    .into(),
+            ));
+        }
         if let Some(blank) = checks.iter().position(|c| c.trim().is_empty()) {
             return Err(CliError::Usage(format!(
                 "第 {} 个 --check 是空的:要写一条命令,例如 --check 'make test'。",
@@ -366,6 +375,7 @@ impl GoOptions {
             new,
             clarify_only,
             checks,
+            probe_checks,
             trim: !no_trim,
             workbench: go_workbench(&global.workspace, isolate),
         })
@@ -562,6 +572,15 @@ mod tests {
         assert!(go(&e.host, &["go"]).checks.is_empty());
         assert!(usage(&e.host, &["go", "--no-goal", "--check", "make"]).contains("--no-goal"));
         assert!(usage(&e.host, &["go", "--check", "make", "--check", " "]).contains("第 2 个"));
+    }
+
+    #[test]
+    fn probe_checks_is_off_by_default_and_needs_a_goal() {
+        let e = env();
+        assert!(!go(&e.host, &["go"]).probe_checks);
+        assert!(go(&e.host, &["go", "--probe-checks", "x"]).probe_checks);
+        let said = usage(&e.host, &["go", "--no-goal", "--probe-checks"]);
+        assert!(said.contains("--probe-checks 和 --no-goal 矛盾"), "{said}");
     }
 
     #[test]

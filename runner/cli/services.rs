@@ -182,6 +182,7 @@ pub fn go_settings(opts: GoOptions) -> GoSettings {
         new,
         clarify_only,
         checks,
+        probe_checks,
         trim,
         workbench,
     } = opts;
@@ -198,6 +199,7 @@ pub fn go_settings(opts: GoOptions) -> GoSettings {
         new,
         clarify_only,
         checks,
+        probe_checks,
         trim,
         workbench,
     }

@@ -44,9 +44,10 @@
 //!   never more than the role may have), `model`, `max_turns`, `budget` (USD),
 //!   `workers = [{ kind, description, prompt }]` (coordinator only; default one `coder`),
 //!   `resume_from` (an earlier step's session) with `fork`, and `goal` (`true` or
-//!   `{ rounds, can_run, instructions, checks }`; needs a `goal` step before it; `checks` are
-//!   commands flowerbox runs before every judge round besides the goal's own,
-//!   [`super::gates`]).
+//!   `{ rounds, can_run, instructions, checks, probe_checks }`; needs a `goal` step before it;
+//!   `checks` are commands flowerbox runs before every judge round besides the goal's own,
+//!   [`super::gates`]; `probe_checks = true` probes green checks with a planted defect,
+//!   [`super::probe`]).
 //!
 //! Templates: `{{name}}` is an earlier step's output, `{{ask}}` the request, `{{brief}}` and
 //! `{{goal}}` the frozen brief and goal. Every problem — unknown key, wrong type, unknown
@@ -220,6 +221,7 @@ struct GoalDecl {
     can_run: Option<bool>,
     instructions: Option<String>,
     checks: Option<Vec<String>>,
+    probe_checks: Option<bool>,
 }
 
 /// Keys each kind of step accepts (besides the common ones).
@@ -628,7 +630,7 @@ impl Builder {
             Some(_) => {
                 return Err(field(
                     "goal",
-                    "要写 true 或 { rounds, can_run, instructions, checks }".into(),
+                    "要写 true 或 { rounds, can_run, instructions, checks, probe_checks }".into(),
                 ))
             }
         };
@@ -661,6 +663,7 @@ impl Builder {
                     .enumerate()
                     .map(|(i, c)| Check::new(CheckSource::Workflow(i + 1), c))
                     .collect(),
+                probe: g.probe_checks.unwrap_or(false),
                 ..GoalGuard::new(self.goal_path.clone().unwrap_or_default())
             }
             .wrap(step);

@@ -162,7 +162,7 @@ fn a_goal_wrapped_step_gets_rounds_and_a_judge_that_may_run() {
             "[main]\nask = \"x\"\n[[main.steps]]\nkind = \"clarify\"\n[[main.steps]]\nkind = \"goal\"\ncan_run = true\n\
              [[main.steps]]\nname = \"W\"\nrole = \"coordinator\"\nprompt = \"{{确认需求}} {{goal}}\"\n\
              workers = [{ kind = \"tester\", description = \"跑测试\", tools = [\"Read\", \"Bash\", \"mcp__db\"] }]\n\
-             goal = { rounds = 5, can_run = true, checks = [\"make test\"] }\n",
+             goal = { rounds = 5, can_run = true, checks = [\"make test\"], probe_checks = true }\n",
             "main",
         ),
         Path::new("/ws"),

@@ -12,6 +12,7 @@
 //! for the round ([`super::guard`]).
 
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,7 +20,7 @@ use super::checks::Check;
 use super::identity::WorkspaceIdentity;
 use crate::agent::Runtime;
 use crate::model::Role;
-use crate::sandbox::{AgentBox, ExecOutput, ExecRequest, Sandbox};
+use crate::sandbox::{AgentBox, ExecOutput, ExecRequest, Mount, Sandbox};
 
 /// How long one check may run.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(600);
@@ -257,14 +258,72 @@ fn result_block(r: &CheckResult) -> String {
     s
 }
 
+/// What the checks run on.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// The candidate: the judge's read-only view of it.
+    Candidate,
+    /// A probe's mutated copy of it (a host directory), shown read-only at the candidate's
+    /// path in the judge's view ([`super::probe`]).
+    Copy(PathBuf),
+}
+
+impl Target {
+    /// The box of check `n`'s container (`<prefix>-<n>`).
+    fn gate_box(&self, rt: &Runtime, prefix: &str, n: usize) -> AgentBox {
+        let name = format!("{prefix}-{n}");
+        match self {
+            Target::Candidate => rt.main_box(&name, Role::Judge),
+            // The judge's view with the copy in the candidate's place: the workbench (its
+            // artifacts, which checks may name) shown too when it lies inside the candidate,
+            // where the copy has only its empty mount point.
+            Target::Copy(dir) => {
+                let ws = rt.config().workspace.clone();
+                let mut b = rt.main_box(&name, Role::Judge);
+                for m in b.mounts.iter_mut().filter(|m| m.inside == ws) {
+                    m.host = dir.clone();
+                }
+                if let Some(wb) = rt.workbench().map(|w| w.root().to_path_buf()) {
+                    if wb.starts_with(&ws) {
+                        b.mounts.push(Mount::same(wb, true));
+                    }
+                }
+                b
+            }
+        }
+    }
+
+    /// Its content identity now (`None`: unreadable).
+    async fn identity(&self, rt: &Arc<Runtime>) -> Option<WorkspaceIdentity> {
+        match self {
+            Target::Candidate => super::guard::scene(rt).await,
+            Target::Copy(dir) => {
+                let dir = dir.clone();
+                let id = move || super::identity::identity(&dir, &Default::default());
+                tokio::task::spawn_blocking(id).await.ok()?.ok()
+            }
+        }
+    }
+}
+
 /// Runs `checks` one after another, each in a fresh gate container (`gate-<round>-<n>`).
 /// The containers are made all at once ahead of their check (making one changes nothing a
 /// check sees) and each is removed while the next check runs; a removal that fails turns its
 /// check red. Never fails: what goes wrong is the check's status.
 pub async fn run_checks(rt: &Arc<Runtime>, checks: &[Check], round: u32) -> GateReport {
+    run_checks_on(rt, checks, &format!("gate-{round}"), &Target::Candidate).await
+}
+
+/// [`run_checks`] on `target`, the containers named `<prefix>-<n>`.
+pub async fn run_checks_on(
+    rt: &Arc<Runtime>,
+    checks: &[Check],
+    prefix: &str,
+    target: &Target,
+) -> GateReport {
     let factory = rt.sandboxes().clone();
     let boxes: Vec<AgentBox> = (1..=checks.len())
-        .map(|n| rt.main_box(&format!("gate-{round}-{n}"), Role::Judge))
+        .map(|n| target.gate_box(rt, prefix, n))
         .collect();
     let made: Vec<_> = boxes
         .iter()
@@ -273,7 +332,7 @@ pub async fn run_checks(rt: &Arc<Runtime>, checks: &[Check], round: u32) -> Gate
             tokio::spawn(async move { f.sandbox(&b).await })
         })
         .collect();
-    let first = super::guard::scene(rt).await;
+    let first = target.identity(rt).await;
     let mut report = GateReport {
         results: Vec::new(),
         identity: first.clone(),
@@ -285,7 +344,7 @@ pub async fn run_checks(rt: &Arc<Runtime>, checks: &[Check], round: u32) -> Gate
             Ok(r) => r.map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
-        let (result, after) = run_one(rt, check, abox, sandbox, before.as_ref()).await;
+        let (result, after) = run_one(rt, target, check, abox, sandbox, before.as_ref()).await;
         let (f, agent) = (factory.clone(), abox.agent.clone());
         removals.push(tokio::spawn(async move { f.release(&agent).await }));
         report.results.push(result);
@@ -308,6 +367,7 @@ pub async fn run_checks(rt: &Arc<Runtime>, checks: &[Check], round: u32) -> Gate
 /// check's before).
 async fn run_one(
     rt: &Arc<Runtime>,
+    target: &Target,
     check: &Check,
     abox: &AgentBox,
     sandbox: Result<Arc<dyn Sandbox>, String>,
@@ -326,7 +386,7 @@ async fn run_one(
     };
     // No identity before: nothing this check says could be bound to a candidate.
     let Some(before) = before else {
-        let now = super::guard::scene(rt).await;
+        let now = target.identity(rt).await;
         return done(CheckStatus::Unbound, String::new(), Duration::ZERO, now);
     };
     let started = Instant::now();
@@ -346,7 +406,7 @@ async fn run_one(
         Err(e) => Err(e),
     };
     let took = started.elapsed();
-    let after = super::guard::scene(rt).await;
+    let after = target.identity(rt).await;
     let (status, output) = match ran {
         Err(e) => (CheckStatus::Sandbox(e), String::new()),
         Ok(out) => (

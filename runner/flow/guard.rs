@@ -23,6 +23,7 @@ use super::ctx::Ctx;
 use super::gates::{run_checks, GateReport};
 use super::goal::Goal;
 use super::identity::{identity, Exclusions, WorkspaceIdentity};
+use super::probe::{run_probe, Outcome, ProbeReport};
 use super::step::{Gate, GateCx, OnFail, Prompt, Step, StepAbort};
 use super::verdict::{Verdict, VerdictState};
 use super::workflow::emit;
@@ -200,6 +201,9 @@ pub struct GoalGuard {
     /// Checks run before every judge round besides the goal's own (`--check`, a workflow
     /// file's `checks`).
     pub checks: Vec<Check>,
+    /// After a round whose checks are all green, probe them with a planted defect
+    /// (`--probe-checks`, [`super::probe`]).
+    pub probe: bool,
 }
 
 impl GoalGuard {
@@ -213,6 +217,7 @@ impl GoalGuard {
             name: None,
             spec: None,
             checks: Vec::new(),
+            probe: false,
         }
     }
 
@@ -232,6 +237,8 @@ impl GoalGuard {
             name: self.name,
             can_run: self.can_run,
             checks: self.checks,
+            probe: self.probe,
+            since: std::time::SystemTime::now(),
         }));
         step.on_reject = Some(Arc::new(|_r: &StepResult, ctx: &Ctx| {
             let mut told = ctx
@@ -284,6 +291,9 @@ struct JudgeGate {
     name: Option<String>,
     can_run: bool,
     checks: Vec<Check>,
+    probe: bool,
+    /// When the loop was built (the run's start): files modified since are this run's.
+    since: std::time::SystemTime,
 }
 
 #[async_trait]
@@ -320,10 +330,35 @@ impl Gate for JudgeGate {
             );
             Some(report)
         };
+        // Green checks may still be worthless: probe them with a planted defect.
+        let probe = match &gates {
+            Some(g) if self.probe && g.green() => {
+                let p = run_probe(rt, &checks, round, self.since, g.identity.as_ref()).await;
+                emit(
+                    rt,
+                    match p.outcome {
+                        Outcome::Caught(_) => EventKind::Checks {
+                            passed: 1,
+                            total: 1,
+                            line: p.screen_line(),
+                        },
+                        _ => EventKind::Warning {
+                            text: format!("{label}:{}", p.screen_line()),
+                        },
+                    },
+                );
+                Some(p)
+            }
+            _ => None,
+        };
         let mut prompt = verify_prompt(&goal, &rt.config().workspace, self.can_run);
         if let Some(g) = &gates {
             prompt.push_str("\n\n");
             prompt.push_str(&g.judge_block());
+        }
+        let missed = probe.as_ref().and_then(ProbeReport::missed_block);
+        if let Some(m) = &missed {
+            prompt.push_str(m);
         }
         let before = scene(rt).await;
         // Always a new session: the judge never inherits anyone's context.
@@ -387,11 +422,15 @@ impl Gate for JudgeGate {
             judged.session_id.as_deref(),
             gates.as_ref(),
             overruled.as_deref(),
+            probe.as_ref(),
         );
         if let Some(g) = &gates {
-            record_checks(rt, &label, g, overruled);
+            record_checks(rt, &label, g, overruled, probe.as_ref());
         }
         cx.ctx.check_feedback = gates.as_ref().and_then(GateReport::feedback_block);
+        if let Some(m) = missed {
+            cx.ctx.check_feedback = Some(cx.ctx.check_feedback.take().unwrap_or_default() + &m);
+        }
         cx.ctx.verdict = Some(v.clone());
         cx.ctx.verdicts.insert(cx.step.to_string(), v.clone());
         cx.ctx.rejected = Some(format!(
@@ -465,7 +504,13 @@ fn gate_blocks(g: &GateReport, judged: &Option<WorkspaceIdentity>) -> Option<Str
 
 /// The round's checks on the judge's manifest row (passed/total, the candidate's identity,
 /// the judge's overruled answer).
-fn record_checks(rt: &Arc<Runtime>, label: &str, g: &GateReport, overruled: Option<String>) {
+fn record_checks(
+    rt: &Arc<Runtime>,
+    label: &str,
+    g: &GateReport,
+    overruled: Option<String>,
+    probe: Option<&ProbeReport>,
+) {
     let Some(m) = rt.manifest() else { return };
     let row = crate::record::manifest::RoundChecks {
         passed: g.passed(),
@@ -473,6 +518,16 @@ fn record_checks(rt: &Arc<Runtime>, label: &str, g: &GateReport, overruled: Opti
         identity: g.digest(),
         failed: g.red().iter().map(|r| r.check.id()).collect(),
         overruled,
+        probe: probe.map(|p| crate::record::manifest::RoundProbe {
+            outcome: p.kind().to_string(),
+            site: p.site.as_ref().map(|s| s.place()),
+            mutation: p.site.as_ref().map(|s| s.describe()),
+            caught_by: match &p.outcome {
+                Outcome::Caught(ids) => ids.clone(),
+                _ => Vec::new(),
+            },
+            millis: u64::try_from(p.duration.as_millis()).unwrap_or(u64::MAX),
+        }),
     };
     if let Err(e) = m.amend(label, |r| r.checks = Some(row)) {
         emit(
@@ -494,6 +549,7 @@ fn record_verdict(
     session: Option<&str>,
     gates: Option<&GateReport>,
     overruled: Option<&str>,
+    probe: Option<&ProbeReport>,
 ) {
     let Some(wb) = rt.workbench() else { return };
     let messages = session
@@ -508,6 +564,9 @@ fn record_verdict(
             extra.push_str(&format!("判定者原本的结论:{said}(检查红着,不算数)\n\n"));
         }
         extra.push_str(&g.record_block());
+        if let Some(p) = probe {
+            extra.push_str(&p.record_block());
+        }
         // After the heading line, before the judge's evidence.
         block = match block.split_once("\n\n") {
             Some((head, rest)) => format!("{head}\n\n{extra}{rest}"),
@@ -522,26 +581,8 @@ fn record_verdict(
 /// The workspace's identity, or `None` when it could not be read (then no verdict can be
 /// bound to it).
 pub(super) async fn scene(rt: &Arc<Runtime>) -> Option<WorkspaceIdentity> {
-    let ws = rt.config().workspace.clone();
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    if let Some(wb) = rt.workbench() {
-        dirs.push(wb.root().to_path_buf());
-    }
-    if let Some(dir) = rt
-        .manifest()
-        .and_then(|m| m.path().parent().map(Path::to_path_buf))
-    {
-        dirs.push(dir);
-    }
-    let scene = move || {
-        // The runner's own stdout/stderr files (`> run.log`, `| tee run.log`) grow while the
-        // judge looks; they are the runner's record, not the project.
-        let exclude = Exclusions {
-            dirs,
-            files: super::outputs::own_output_files(),
-        };
-        identity(&ws, &exclude)
-    };
+    let (ws, exclude) = scene_scope(rt);
+    let scene = move || identity(&ws, &exclude);
     match tokio::task::spawn_blocking(scene).await {
         Ok(Ok(id)) => Some(id),
         Ok(Err(e)) => {
@@ -553,6 +594,29 @@ pub(super) async fn scene(rt: &Arc<Runtime>) -> Option<WorkspaceIdentity> {
             None
         }
     }
+}
+
+/// The workspace and what its identity leaves out: the workbench, the run directory and the
+/// runner's own output files.
+pub(super) fn scene_scope(rt: &Arc<Runtime>) -> (PathBuf, Exclusions) {
+    let ws = rt.config().workspace.clone();
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(wb) = rt.workbench() {
+        dirs.push(wb.root().to_path_buf());
+    }
+    if let Some(dir) = rt
+        .manifest()
+        .and_then(|m| m.path().parent().map(Path::to_path_buf))
+    {
+        dirs.push(dir);
+    }
+    // The runner's own stdout/stderr files (`> run.log`, `| tee run.log`) grow while the
+    // judge looks; they are the runner's record, not the project.
+    let exclude = Exclusions {
+        dirs,
+        files: super::outputs::own_output_files(),
+    };
+    (ws, exclude)
 }
 
 /// Why an ACHIEVED verdict cannot stand, if it cannot.

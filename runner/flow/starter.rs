@@ -70,6 +70,8 @@ pub struct GoSettings {
     pub clarify_only: bool,
     /// `--check`: commands run before every judge round besides the goal's.
     pub checks: Vec<String>,
+    /// `--probe-checks`: probe green checks with a planted defect.
+    pub probe_checks: bool,
     /// Trim on resume.
     pub trim: bool,
     /// The workbench root.
@@ -104,6 +106,8 @@ pub struct Starter {
     pub handed_back: Vec<String>,
     /// The user's checks (`--check`), run before every judge round.
     pub checks: Vec<Check>,
+    /// Probe green checks with a planted defect (`--probe-checks`).
+    pub probe: bool,
 }
 
 impl Starter {
@@ -128,6 +132,7 @@ impl Starter {
                 .enumerate()
                 .map(|(i, c)| Check::new(CheckSource::User(i + 1), c.clone()))
                 .collect(),
+            probe: opts.probe_checks,
         }
     }
 
@@ -175,6 +180,7 @@ impl Starter {
                     rounds: self.rounds,
                     can_run: self.judge_can_run,
                     checks: self.checks.clone(),
+                    probe: self.probe,
                     ..GoalGuard::new(&self.goal_path)
                 }
                 .wrap(work)
@@ -426,6 +432,7 @@ mod tests {
             worker_prompt: WORKER_PROMPT.into(),
             handed_back: Vec::new(),
             checks: Vec::new(),
+            probe: false,
         }
     }
 

@@ -79,6 +79,24 @@ pub struct RoundChecks {
     /// The judge's own conclusion when a red check overruled it (`ACHIEVED`), kept for
     /// audit; `null` when the verdict stands as the judge gave it.
     pub overruled: Option<String>,
+    /// The round's probe (`--probe-checks`), when one ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<RoundProbe>,
+}
+
+/// A probe of one round's green checks: a defect planted in a copy of the candidate.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundProbe {
+    /// `caught`, `missed` or `inconclusive`.
+    pub outcome: String,
+    /// Where the defect was planted (`src/http.c:42`); `null` when none was.
+    pub site: Option<String>,
+    /// What it was (`` `src/http.c:42` 的 `==` 换成 `!=` ``).
+    pub mutation: Option<String>,
+    /// The checks that turned red.
+    pub caught_by: Vec<String>,
+    /// Milliseconds the probe took.
+    pub millis: u64,
 }
 
 impl ManifestEntry {
