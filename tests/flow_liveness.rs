@@ -234,7 +234,10 @@ fn an_engine_that_stays_away_stops_the_run_with_exit_1_and_the_step_not_done() {
     assert_eq!(work[0]["ok"], false, "{rows:?}");
     assert_eq!(work[0]["error"], "sandbox-lost", "{rows:?}");
     let heard = worker_results(&model);
-    assert!(heard.is_empty(), "the worker never heard back: {heard:?} {r:?}");
+    assert!(
+        heard.is_empty(),
+        "the worker never heard back: {heard:?} {r:?}"
+    );
     // What the run could not remove, `gc` removes (its owner is gone).
     let gc = gc_command(&p.ws).output().unwrap();
     assert!(gc.status.success(), "{gc:?}");
