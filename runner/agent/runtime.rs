@@ -138,6 +138,10 @@ pub struct Runtime {
     pub(crate) placement: Arc<dyn Placement>,
     /// The project's MCP servers, per agent; `None` when the run has none.
     pub(crate) mcp: Option<Arc<crate::mcp::McpHub>>,
+    /// The plugins' skills, agent types and hooks (empty when there are none).
+    pub(crate) plugins: Arc<crate::plugin::Plugins>,
+    /// Agents already told that they get no hooks (no container).
+    pub(crate) no_hooks_said: Mutex<std::collections::HashSet<String>>,
     pub(crate) config: RuntimeConfig,
     /// The workspace's `.git` to mount read-only into writing roles, decided once when the
     /// runtime was made (`place::workspace_git`).
@@ -184,6 +188,8 @@ impl Runtime {
             registry: ToolRegistry::standard(),
             placement,
             mcp: None,
+            plugins: Arc::new(crate::plugin::Plugins::default()),
+            no_hooks_said: Mutex::new(std::collections::HashSet::new()),
             config,
             interrupt: Mutex::new((CancellationToken::new(), None)),
             hold: tokio::sync::watch::Sender::new(false),
@@ -195,6 +201,13 @@ impl Runtime {
     /// Replaces how workers are placed (worktrees with `--isolate`).
     pub fn with_placement(mut self, placement: Arc<dyn Placement>) -> Self {
         self.placement = placement;
+        self
+    }
+
+    /// Gives the plugins' skills (to agents that can read), agent types (to coordinators) and
+    /// hooks (run in agents' containers).
+    pub fn with_plugins(mut self, plugins: Arc<crate::plugin::Plugins>) -> Self {
+        self.plugins = plugins;
         self
     }
 

@@ -20,9 +20,12 @@ use crate::model::{
     Caller, ContentBlock, Message, ModelError, ModelEvent, Request, Speaker, StopReason, ToolCall,
     ToolDef,
 };
+use crate::plugin::HookEvent;
 use crate::sandbox::AgentBox;
 use crate::session::NoticeKind;
 
+#[path = "session_hooks.rs"]
+mod hooks;
 #[path = "session_mcp.rs"]
 mod mcp;
 
@@ -104,7 +107,9 @@ impl AgentRun {
         history: Vec<Message>,
         agent_box: AgentBox,
     ) -> Self {
-        let system = vec![rt.config.base_system.clone(), spec.instructions.clone()];
+        let (spec, skills) = hooks::with_plugins(spec, &rt.plugins);
+        let mut system = vec![rt.config.base_system.clone(), spec.instructions.clone()];
+        system.extend(skills);
         let mut tools = rt.registry.definitions(&spec.tools);
         if let Some(def) = tools.iter_mut().find(|d| ToolName::Agent.is(&d.name)) {
             let kinds = workers_of(&spec);
@@ -348,6 +353,7 @@ impl AgentRun {
             self.rt.config.tool_limits.clone(),
         );
         *ctx.todos.lock().unwrap_or_else(|e| e.into_inner()) = self.todos.clone();
+        ctx.plugins = self.rt.plugins.clone();
         ctx.confine = ctx
             .confine
             .clone()
@@ -610,6 +616,21 @@ impl AgentRun {
             Some(_) => Decision::Allow,
             None => guard::check(&self.spec, call),
         };
+        // The plugins' PreToolUse hooks see a call the guards let through, before it runs.
+        let decision = match decision {
+            Decision::Allow if malformed.is_none() => {
+                match self
+                    .tool_hooks(HookEvent::PreToolUse, call, None, ctx)
+                    .await
+                {
+                    Some(reason) => {
+                        Decision::Deny(format!("PreToolUse 钩子拦下了这次调用,没有执行:{reason}"))
+                    }
+                    None => Decision::Allow,
+                }
+            }
+            other => other,
+        };
         let outcome: Result<String, ToolError> = match (malformed, decision) {
             (Some(m), _) => Err(ToolError::InvalidInput(format!(
                 "输入必须是一个 JSON 对象,这次收到的是:{}。这次调用没有执行;按 {} 的参数说明传一个 JSON 对象再调用。",
@@ -632,6 +653,14 @@ impl AgentRun {
             Ok(t) => (t, false),
             Err(e) => (e.to_string(), true),
         };
+        if !is_error {
+            if let Some(reason) = self
+                .tool_hooks(HookEvent::PostToolUse, call, Some(&text), ctx)
+                .await
+            {
+                text.push_str(&format!("\n\n[PostToolUse 钩子:{reason}]"));
+            }
+        }
         let spills = tool.as_ref().map_or(mcp.is_some(), |t| t.spills());
         if let (true, Some(wb)) = (spills, &self.rt.workbench) {
             let reads_spill = ToolName::Read.is(&call.name)

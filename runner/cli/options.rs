@@ -68,6 +68,8 @@ pub struct GlobalOptions {
     /// `--mcp-config`, `--mcp-env` (else `$FLOWERBOX_MCP_ENV`), `$MCP_TIMEOUT`,
     /// `$MCP_TOOL_TIMEOUT` (process environment only, like the egress settings).
     pub mcp: crate::mcp::McpSettings,
+    /// `--plugin-dir` (absolute), in order.
+    pub plugin_dirs: Vec<PathBuf>,
     /// stdin is a terminal (prompts, interactive setup, probe, Ctrl-C handling).
     pub interactive: bool,
 }
@@ -225,6 +227,7 @@ impl GlobalOptions {
             allow_domain,
             mcp_config,
             mcp_env,
+            plugin_dir,
             help: _,
         } = args;
         let sandbox = SandboxKind::from_name(&sandbox)
@@ -254,6 +257,17 @@ impl GlobalOptions {
         let egress = egress_policy(egress, allow_net, allow_domain, sandbox, host)?;
         let mut mcp = super::mcp::mcp_settings(mcp_config, mcp_env, host)?;
         mcp.masked = vec![run_dir.clone()];
+        let plugin_dirs: Vec<PathBuf> = plugin_dir
+            .iter()
+            .map(|d| normalize(&host.cwd.join(d)))
+            .collect();
+        // The plugins' MCP servers join the project's (their other problems are said with the
+        // plugins').
+        mcp.plugin_files =
+            crate::plugin::roots(&workspace, &plugin_dirs, &mcp.masked, &mut Vec::new())
+                .into_iter()
+                .map(|r| r.join(crate::mcp::config::PROJECT_FILE))
+                .collect();
         Ok(Self {
             workspace,
             run_dir,
@@ -265,6 +279,7 @@ impl GlobalOptions {
             image,
             egress,
             mcp,
+            plugin_dirs,
             interactive: host.stdin_is_terminal,
         })
     }

@@ -37,7 +37,31 @@ pub fn sandbox_backend(globals: &GlobalOptions) -> Arc<dyn SandboxBackend> {
 /// warnings on stderr; `--mcp-config`: problems are exit 2).
 pub fn run_settings(globals: &GlobalOptions, creds: &Credentials) -> Result<RunSettings, CliError> {
     debug_assert!(creds.is_bound(), "credentials reach a run bound");
-    let watched = watched_config(globals, creds);
+    let plugins = Arc::new(crate::plugin::load(
+        &globals.workspace,
+        &globals.plugin_dirs,
+        &globals.mcp.masked,
+    ));
+    let mut err = crate::shown::stderr();
+    for p in &plugins.problems {
+        let _ = writeln!(err, "! 插件:{p}");
+    }
+    if globals.sandbox == SandboxKind::Host && !plugins.hooks.is_empty() {
+        let _ = writeln!(
+            err,
+            "! --sandbox host:没有容器,插件的钩子这次一个都不跑(钩子只在 agent 的容器里跑)"
+        );
+    }
+    let mut watched = watched_config(globals, creds);
+    watched.extend(
+        crate::plugin::watched_files(&plugins)
+            .into_iter()
+            .map(|path| Watched {
+                path,
+                items: "插件文件",
+                itemize: None,
+            }),
+    );
     let creds = creds.clone();
     Ok(RunSettings {
         workspace: globals.workspace.clone(),
@@ -47,6 +71,7 @@ pub fn run_settings(globals: &GlobalOptions, creds: &Credentials) -> Result<RunS
         model: Arc::new(move |k: &str| creds.get(k).map(str::to_string)),
         mcp_servers: mcp_servers(globals)?,
         mcp: globals.mcp.clone(),
+        plugins,
         watched,
     })
 }
