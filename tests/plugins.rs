@@ -1,0 +1,260 @@
+//! Plugins end to end (issue 28): a repository carrying `.flowerbox/plugins/guard` with one
+//! skill, one agent type and a `PreToolUse` hook that blocks `rm -rf`, run by the real binary
+//! against the scripted model on a real Docker engine, under `once` and `go`. The model sees
+//! the skill's description and reads the skill on demand; the coordinator dispatches the
+//! plugin's agent type (narrowed to the worker's tools); the hook blocks the command from inside
+//! the agent's container (its hostname and uid reach the model) and nothing of it runs on the
+//! host.
+
+#[path = "docker_support/mod.rs"]
+mod docker_support;
+mod flow_support;
+
+use flow_support::{requests_with, Project, Ran, ScriptedModel};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+fn engine(test: &str) -> bool {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        match docker_support::engine_or_skip(test).await {
+            Some(e) => {
+                docker_support::agent_image(&e).await;
+                true
+            }
+            None => false,
+        }
+    })
+}
+
+/// Removes whatever the runs of `ws` left on the engine (only this workspace's).
+struct Sweep(PathBuf);
+
+impl Drop for Sweep {
+    fn drop(&mut self) {
+        let _ = docker_support::gc_command(&self.0)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Writes the plugin into `ws`; returns the host path its hook would touch if it ran on the
+/// host.
+fn plant_plugin(ws: &Path) -> PathBuf {
+    let marker = format!("/tmp/fbx-plugin-hook-{}", uuid::Uuid::new_v4().simple());
+    let root = ws.join(".flowerbox/plugins/guard");
+    let write = |rel: &str, text: &str| {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    };
+    write(".claude-plugin/plugin.json", r#"{"name": "guard"}"#);
+    write(
+        "skills/deploy/SKILL.md",
+        "---\nname: deploy\ndescription: 部署说明:要部署时先读它\n---\nDEPLOY-STEPS: make ship\n",
+    );
+    write("skills/deploy/checklist.md", "CHECKLIST-BESIDE\n");
+    write(
+        "agents/cleaner.md",
+        "---\nname: cleaner\ndescription: 清理临时文件\ntools: Read, Bash, Agent\n---\nPLUGIN-CLEANER-PROMPT\n",
+    );
+    let hook = format!(
+        "input=$(cat); touch {marker}; case \"$input\" in *'rm -rf'*) echo \"rm -rf 不许跑 host=$(hostname) uid=$(id -u)\" >&2; exit 2;; esac; exit 0"
+    );
+    write(
+        "hooks/hooks.json",
+        &json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": hook}]}]}})
+            .to_string(),
+    );
+    std::fs::write(ws.join("victim"), "keep me").unwrap();
+    PathBuf::from(marker)
+}
+
+fn tool(name: &str, input: Value) -> Value {
+    json!({"type": "tool_use", "name": name, "input": input})
+}
+
+/// Every tool result in `reqs`, by tool name: (text, is_error).
+fn results(reqs: &[Value]) -> Vec<(String, String, bool)> {
+    let mut names = std::collections::BTreeMap::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for req in reqs {
+        for m in req["messages"].as_array().into_iter().flatten() {
+            for b in m["content"].as_array().into_iter().flatten() {
+                match b["type"].as_str() {
+                    Some("tool_use") => {
+                        names.insert(b["id"].to_string(), b["name"].as_str().unwrap().to_string());
+                    }
+                    Some("tool_result") if seen.insert(b["tool_use_id"].to_string()) => {
+                        let text = match &b["content"] {
+                            Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        };
+                        out.push((
+                            names[&b["tool_use_id"].to_string()].clone(),
+                            text,
+                            b["is_error"].as_bool().unwrap_or(false),
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    out
+}
+
+fn tool_names(req: &Value) -> Vec<String> {
+    req["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The blocked Bash call's result says where the hook ran: not here, as the invoking user.
+fn assert_blocked_in_container(results: &[(String, String, bool)], ran: &Ran) {
+    let (_, text, is_error) = results
+        .iter()
+        .find(|(n, t, _)| n == "Bash" && t.contains("rm -rf 不许跑"))
+        .unwrap_or_else(|| panic!("no blocked Bash result: {results:?}\n{ran:?}"));
+    assert!(is_error, "{text}");
+    assert!(text.contains("PreToolUse"), "{text}");
+    let host = nix::unistd::gethostname().unwrap();
+    let hostname = text
+        .split("host=")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap();
+    assert!(!hostname.is_empty());
+    assert_ne!(hostname, host.to_string_lossy(), "the hook ran on the host");
+    assert!(
+        text.contains(&format!("uid={}", nix::unistd::getuid().as_raw())),
+        "{text}"
+    );
+    // Shown on screen.
+    let screen = format!("{}\n{}", ran.out, ran.err);
+    assert!(screen.contains("钩子拦下了 Bash"), "{screen}");
+}
+
+#[test]
+fn once_sees_the_skill_reads_it_and_the_hook_blocks_rm_rf_in_the_container() {
+    let test = "once_sees_the_skill_reads_it_and_the_hook_blocks_rm_rf_in_the_container";
+    if !engine(test) {
+        return;
+    }
+    let p = Project::new();
+    let _sweep = Sweep(p.ws.clone());
+    let marker = plant_plugin(&p.ws);
+    let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
+        {"content": [tool("Skill", json!({"skill": "deploy"})),
+                     tool("Skill", json!({"skill": "guard:deploy", "file": "checklist.md"})),
+                     tool("Bash", json!({"command": "rm -rf victim"})),
+                     tool("Bash", json!({"command": "echo fine"}))]},
+        {"content": [{"type": "text", "text": "看过了"}]}
+    ]}]}));
+    let r = p.run_in(
+        "docker",
+        &model,
+        &["once", "-t", "Read,Bash", "照部署说明清理"],
+    );
+    assert_eq!(r.code(), 0, "{r:?}");
+    let reqs = model.recorded();
+    // The skill's name and description are in the system prompt; the body is not.
+    let system = reqs[0]["system"].to_string();
+    assert!(
+        system.contains("deploy") && system.contains("部署说明:要部署时先读它"),
+        "{system}"
+    );
+    assert!(!system.contains("DEPLOY-STEPS"), "{system}");
+    assert!(tool_names(&reqs[0]).contains(&"Skill".to_string()));
+    let results = results(&reqs);
+    let skills: Vec<_> = results.iter().filter(|(n, _, _)| n == "Skill").collect();
+    assert!(
+        skills[0].1.contains("DEPLOY-STEPS") && !skills[0].2,
+        "{skills:?}"
+    );
+    assert!(skills[0].1.contains("checklist.md"), "{skills:?}");
+    assert!(
+        skills[1].1.contains("CHECKLIST-BESIDE") && !skills[1].2,
+        "{skills:?}"
+    );
+    assert_blocked_in_container(&results, &r);
+    assert!(
+        results
+            .iter()
+            .any(|(n, t, e)| n == "Bash" && t.contains("fine") && !e),
+        "{results:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.ws.join("victim")).unwrap(),
+        "keep me"
+    );
+    assert!(!marker.exists(), "the hook ran on the host");
+}
+
+#[test]
+fn go_dispatches_the_plugin_agent_type_and_its_rm_rf_is_blocked_in_its_container() {
+    let test = "go_dispatches_the_plugin_agent_type_and_its_rm_rf_is_blocked_in_its_container";
+    if !engine(test) {
+        return;
+    }
+    let p = Project::new();
+    let _sweep = Sweep(p.ws.clone());
+    let marker = plant_plugin(&p.ws);
+    let brief =
+        "## 目标\n清理\n\n## 验收标准\n- victim 不见了\n\n## 边界\n无\n\n## 未知与假设\n无\n";
+    let model = ScriptedModel::start(&json!({"agents": [
+        {"role": "clarifier", "turns": [{"content": [{"type": "text", "text": brief}]}]},
+        {"role": "coordinator", "turns": [
+            {"content": [tool("Agent", json!({"description": "清理", "prompt": "删掉 victim", "subagent_type": "cleaner"}))]},
+            {"content": [{"type": "text", "text": "cleaner 被拦下了。"}]}
+        ]},
+        {"role": "worker", "prompt": "PLUGIN-CLEANER-PROMPT", "turns": [
+            {"content": [tool("Bash", json!({"command": "rm -rf victim"}))]},
+            {"content": [{"type": "text", "text": "结论:没删成\n依据:钩子拦下了 rm -rf\n产出:无\n未验证:无"}]}
+        ]}
+    ]}));
+    let r = p.run_in(
+        "docker",
+        &model,
+        &["go", "--timeout", "0", "--no-goal", "清理"],
+    );
+    assert_eq!(r.code(), 0, "{r:?}");
+    // The coordinator is offered the plugin's agent type, and sees the skills.
+    let coord = &requests_with(&model, "你是协调者")[0];
+    let agent_tool = coord["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "Agent")
+        .unwrap()
+        .to_string();
+    assert!(agent_tool.contains("cleaner: 清理临时文件"), "{agent_tool}");
+    assert!(coord["system"].to_string().contains("部署说明"));
+    // The worker got the type's prompt before the worker rules, and only the worker's tools
+    // among those it asked for (Agent is not a worker's), never Write, which it did not ask for.
+    let worker = requests_with(&model, "PLUGIN-CLEANER-PROMPT");
+    assert!(
+        !worker.is_empty(),
+        "the plugin's agent type never ran: {r:?}"
+    );
+    let mut tools = tool_names(&worker[0]);
+    tools.sort();
+    assert_eq!(tools, ["Bash", "Read", "Skill"]);
+    assert_blocked_in_container(&results(&worker), &r);
+    assert_eq!(
+        std::fs::read_to_string(p.ws.join("victim")).unwrap(),
+        "keep me"
+    );
+    assert!(!marker.exists(), "the hook ran on the host");
+}
