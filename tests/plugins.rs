@@ -68,12 +68,20 @@ fn plant_plugin(ws: &Path) -> PathBuf {
     );
     write(
         "hooks/hooks.json",
-        &json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": hook}]}]}})
-            .to_string(),
+        &json!({"hooks": {
+            "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": hook}]}],
+            "SessionStart": [{"hooks": [{"type": "command", "command": "echo \"SESSION-CONTEXT from $(hostname)\""}]}],
+            "UserPromptSubmit": [{"hooks": [{"type": "command", "command": "grep -q 照部署说明 && echo PROMPT-CONTEXT; exit 0"}]}],
+            "Stop": [{"hooks": [{"type": "command", "command": STOP_HOOK}]}]
+        }})
+        .to_string(),
     );
     std::fs::write(ws.join("victim"), "keep me").unwrap();
     PathBuf::from(marker)
 }
+
+/// Keeps the main agent going once: exit 2 while `stop_hook_active` is false.
+const STOP_HOOK: &str = "case \"$(cat)\" in *'\"stop_hook_active\":false'*) echo 'STOP-REASON 先写一句总结' >&2; exit 2;; esac";
 
 fn tool(name: &str, input: Value) -> Value {
     json!({"type": "tool_use", "name": name, "input": input})
@@ -160,7 +168,8 @@ fn once_sees_the_skill_reads_it_and_the_hook_blocks_rm_rf_in_the_container() {
                      tool("Skill", json!({"skill": "guard:deploy", "file": "checklist.md"})),
                      tool("Bash", json!({"command": "rm -rf victim"})),
                      tool("Bash", json!({"command": "echo fine"}))]},
-        {"content": [{"type": "text", "text": "看过了"}]}
+        {"content": [{"type": "text", "text": "看过了"}]},
+        {"content": [{"type": "text", "text": "总结:看过了"}]}
     ]}]}));
     let r = p.run_in(
         "docker",
@@ -200,6 +209,19 @@ fn once_sees_the_skill_reads_it_and_the_hook_blocks_rm_rf_in_the_container() {
         "keep me"
     );
     assert!(!marker.exists(), "the hook ran on the host");
+    // SessionStart and UserPromptSubmit print into the first prompt, from the container.
+    let first = reqs[0]["messages"][0].to_string();
+    assert!(first.contains("PROMPT-CONTEXT"), "{first}");
+    let host = nix::unistd::gethostname().unwrap();
+    let from = first
+        .split("SESSION-CONTEXT from ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{first}"));
+    assert!(!from.starts_with(&*host.to_string_lossy()), "{first}");
+    // Stop kept it going once with its reason; the second stop was let through.
+    assert_eq!(reqs.len(), 3, "{reqs:?}");
+    assert!(reqs[2].to_string().contains("STOP-REASON 先写一句总结"));
+    assert!(r.out.contains("Stop 钩子不让它停"), "{r:?}");
 }
 
 #[test]
@@ -217,7 +239,8 @@ fn go_dispatches_the_plugin_agent_type_and_its_rm_rf_is_blocked_in_its_container
         {"role": "clarifier", "turns": [{"content": [{"type": "text", "text": brief}]}]},
         {"role": "coordinator", "turns": [
             {"content": [tool("Agent", json!({"description": "清理", "prompt": "删掉 victim", "subagent_type": "cleaner"}))]},
-            {"content": [{"type": "text", "text": "cleaner 被拦下了。"}]}
+            {"content": [{"type": "text", "text": "cleaner 被拦下了。"}]},
+            {"content": [{"type": "text", "text": "总结:cleaner 被拦下了。"}]}
         ]},
         {"role": "worker", "prompt": "PLUGIN-CLEANER-PROMPT", "turns": [
             {"content": [tool("Bash", json!({"command": "rm -rf victim"}))]},

@@ -78,22 +78,65 @@ impl AgentRun {
             &ctx.cancel,
         )
         .await;
-        self.said(event, &call.name, results)
+        self.said(event, &call.name, &results)
+    }
+
+    /// Runs the hooks of an event without a tool (`SessionStart`, `UserPromptSubmit`, `Stop`,
+    /// `SubagentStop`): (what their stdout adds to the context, the reason of a block).
+    pub(super) async fn event_hooks(
+        &self,
+        event: HookEvent,
+        input: Map<String, Value>,
+        ctx: &ToolContext,
+    ) -> (Vec<String>, Option<String>) {
+        let plugins = self.rt.plugins.clone();
+        let hooks = plugins.hooks_for(event, "");
+        if hooks.is_empty() {
+            return (Vec::new(), None);
+        }
+        let Some(sandbox) = self.hook_sandbox(ctx).await else {
+            return (Vec::new(), None);
+        };
+        let results = crate::plugin::hooks::run(
+            &hooks,
+            event,
+            input,
+            &self.session,
+            sandbox.as_ref(),
+            &ctx.cancel,
+        )
+        .await;
+        let added = results
+            .iter()
+            .filter_map(|r| match &r.outcome {
+                HookOutcome::Proceed { stdout } if !stdout.trim().is_empty() => {
+                    Some(stdout.trim().to_string())
+                }
+                _ => None,
+            })
+            .collect();
+        (added, self.said(event, "", &results))
     }
 
     /// Shows what the hooks said; the reason of a block.
-    fn said(&self, event: HookEvent, tool: &str, results: Vec<HookResult>) -> Option<String> {
+    fn said(&self, event: HookEvent, tool: &str, results: &[HookResult]) -> Option<String> {
         for r in results {
-            match r.outcome {
+            match &r.outcome {
                 HookOutcome::Block { reason } => {
+                    let what = match event {
+                        HookEvent::SessionStart => "说".to_string(),
+                        HookEvent::UserPromptSubmit => "拦下了提示".to_string(),
+                        HookEvent::Stop | HookEvent::SubagentStop => "不让它停".to_string(),
+                        HookEvent::PreToolUse | HookEvent::PostToolUse => format!("拦下了 {tool}"),
+                    };
                     self.emit(EventKind::Warning {
                         text: format!(
-                            "插件 {} 的 {} 钩子拦下了 {tool}:{reason}",
+                            "插件 {} 的 {} 钩子{what}:{reason}",
                             r.plugin,
                             event.as_str()
                         ),
                     });
-                    return Some(reason);
+                    return Some(reason.clone());
                 }
                 HookOutcome::Error { why } => self.emit(EventKind::Warning {
                     text: format!(

@@ -31,6 +31,8 @@ mod mcp;
 
 /// Most consecutive cut-off turns before the agent is stopped.
 const MAX_CUTOFFS: u32 = 3;
+/// Most times the plugins' Stop hooks may keep one turn going.
+const MAX_STOP_BLOCKS: u32 = 3;
 
 /// How a loop ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -315,6 +317,30 @@ impl AgentRun {
         if let Some(notes) = self.start_mcp(&ctx).await {
             text = format!("{text}\n\n{notes}");
         }
+        // The plugins' SessionStart (a new session) and UserPromptSubmit hooks: what they print
+        // joins the prompt; exit 2 on a prompt stops the step.
+        let mut added = Vec::new();
+        if self.messages.is_empty() {
+            let mut input = serde_json::Map::new();
+            input.insert("source".into(), Value::String("startup".into()));
+            added.extend(
+                self.event_hooks(HookEvent::SessionStart, input, &ctx)
+                    .await
+                    .0,
+            );
+        }
+        let mut input = serde_json::Map::new();
+        input.insert("prompt".into(), Value::String(prompt.to_string()));
+        let (more, block) = self
+            .event_hooks(HookEvent::UserPromptSubmit, input, &ctx)
+            .await;
+        if let Some(reason) = block {
+            return LoopEnd::Stopped(StepError::PromptBlocked(reason));
+        }
+        added.extend(more);
+        for a in added {
+            text = format!("{text}\n\n{a}");
+        }
         self.say(text);
         let end = self.run_loop(&ctx).await;
         self.todos = std::mem::take(&mut *ctx.todos.lock().unwrap_or_else(|e| e.into_inner()));
@@ -362,6 +388,7 @@ impl AgentRun {
     }
 
     async fn run_loop(&mut self, ctx: &ToolContext) -> LoopEnd {
+        let mut stop_blocks = 0;
         loop {
             if ctx.cancel.is_cancelled() {
                 return LoopEnd::Interrupted;
@@ -432,6 +459,22 @@ impl AgentRun {
                             "回话格式不对({problem})。按四段重写,总共不超过 {} 行:结论 / 依据 / 产出 / 未验证。只回这份报告。",
                             guard::REPORT_MAX_LINES
                         ));
+                        continue;
+                    }
+                }
+                // The plugins' Stop / SubagentStop hooks may keep it going (exit 2: their
+                // reason is its next message), a few times at most.
+                if stop_blocks < MAX_STOP_BLOCKS {
+                    let event = if self.depth == 0 {
+                        HookEvent::Stop
+                    } else {
+                        HookEvent::SubagentStop
+                    };
+                    let mut input = serde_json::Map::new();
+                    input.insert("stop_hook_active".into(), Value::Bool(stop_blocks > 0));
+                    if let (_, Some(reason)) = self.event_hooks(event, input, ctx).await {
+                        stop_blocks += 1;
+                        self.say(format!("[{} 钩子:{reason}]", event.as_str()));
                         continue;
                     }
                 }
