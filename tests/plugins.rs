@@ -281,3 +281,42 @@ fn go_dispatches_the_plugin_agent_type_and_its_rm_rf_is_blocked_in_its_container
     );
     assert!(!marker.exists(), "the hook ran on the host");
 }
+
+#[test]
+fn doctor_lists_what_loaded_and_what_did_not_with_the_reason() {
+    let p = Project::new();
+    plant_plugin(&p.ws);
+    std::fs::write(
+        p.ws.join(".flowerbox/plugins/guard/agents/vague.md"),
+        "no front matter",
+    )
+    .unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let mine = outside.path().join("mine");
+    std::fs::create_dir_all(mine.join("skills/notes")).unwrap();
+    std::fs::write(
+        mine.join("skills/notes/SKILL.md"),
+        "---\ndescription: 记笔记\n---\n",
+    )
+    .unwrap();
+    let model = ScriptedModel::start(&json!({"agents": []}));
+    let mut c = p.command_in("host", &model, &["--plugin-dir"]);
+    c.arg(&mine).arg("doctor");
+    let r = flow_support::finish(c.spawn().unwrap());
+    let out = format!("{}\n{}", r.out, r.err);
+    assert!(
+        out.contains("插件 guard(")
+            && out.contains("技能 deploy")
+            && out.contains("agent 类型 cleaner")
+            && out.contains("PreToolUse(Bash)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("插件 mine(") && out.contains("技能 notes"),
+        "{out}"
+    );
+    assert!(
+        out.contains("vague.md") && out.contains("front matter"),
+        "{out}"
+    );
+}

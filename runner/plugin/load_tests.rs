@@ -75,6 +75,16 @@ fn a_repository_plugin_and_a_plugin_dir_load_and_problems_say_why() {
         "{problems}"
     );
     assert!(!skills.contains(&"leak"));
+    // The run-end configuration list follows the plugin's files.
+    let watched = watched_files(&p);
+    for f in [
+        "hooks/hooks.json",
+        ".mcp.json",
+        "agents/reviewer.md",
+        "skills/deploy/SKILL.md",
+    ] {
+        assert!(watched.contains(&guard.join(f)), "{f}: {watched:?}");
+    }
 }
 
 #[test]
