@@ -257,6 +257,12 @@ impl GlobalOptions {
         let egress = egress_policy(egress, allow_net, allow_domain, sandbox, host)?;
         let mut mcp = super::mcp::mcp_settings(mcp_config, mcp_env, host)?;
         mcp.masked = vec![run_dir.clone()];
+        if let Some(d) = plugin_dir.iter().find(|d| !host.cwd.join(d).is_dir()) {
+            return Err(CliError::Usage(format!(
+                "--plugin-dir {} 不是目录",
+                d.display()
+            )));
+        }
         let plugin_dirs: Vec<PathBuf> = plugin_dir
             .iter()
             .map(|d| normalize(&host.cwd.join(d)))
@@ -850,6 +856,30 @@ mod tests {
             let err = resolve(&e.host, &[bad[0], bad[1], "once", "hi"]).unwrap_err();
             assert_eq!(err.exit_code(), 2, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn plugin_dirs_repeat_are_made_absolute_and_must_be_directories() {
+        let e = env();
+        std::fs::create_dir_all(e.host.cwd.join("p1")).unwrap();
+        std::fs::create_dir_all(e.host.cwd.join("p2")).unwrap();
+        let o = resolve(
+            &e.host,
+            &["--plugin-dir", "p1", "--plugin-dir", "p2", "once", "hi"],
+        )
+        .unwrap();
+        assert_eq!(
+            o.global.plugin_dirs,
+            [e.host.cwd.join("p1"), e.host.cwd.join("p2")]
+        );
+        // Their .mcp.json files join the MCP configuration.
+        assert!(o
+            .global
+            .mcp
+            .plugin_files
+            .contains(&e.host.cwd.join("p1/.mcp.json")));
+        let err = resolve(&e.host, &["--plugin-dir", "nowhere", "once", "hi"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
     }
 
     #[test]

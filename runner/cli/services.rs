@@ -79,7 +79,7 @@ pub fn run_settings(globals: &GlobalOptions, creds: &Credentials) -> Result<RunS
 /// THE list of configuration files a next run reads from the workspace (issue 25 §1):
 /// watched over every run and named at its end when an agent created, changed or removed
 /// one (only those inside the workspace are watched). `run` adds its workflow file
-/// ([`watched_workflow`]); plugin directories join here.
+/// ([`watched_workflow`]); [`run_settings`] adds the loaded plugins' files.
 pub fn watched_config(globals: &GlobalOptions, creds: &Credentials) -> Vec<Watched> {
     let dotenv = |path: PathBuf| Watched {
         path,

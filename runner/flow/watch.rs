@@ -3,8 +3,8 @@
 //! knows before the next run trusts it.
 //!
 //! The command line says what to watch ([`Watched`]: `./.env`, `.mcp.json`, the workflow
-//! file, a `$FLOWER_ENV` or `--mcp-config` file when they lie in the workspace; plugin
-//! directories later) as one list. [`ConfigWatch::start`] takes a snapshot of each with the one
+//! file, a `$FLOWER_ENV` or `--mcp-config` file when they lie in the workspace; the files of
+//! each plugin loaded) as one list. [`ConfigWatch::start`] takes a snapshot of each with the one
 //! configuration reader (`fsroot::config`: no symlink out of the workspace, regular files only,
 //! never blocking, capped) before any agent runs; [`ConfigWatch::changes`] takes another and
 //! compares. A file's items (a `.env`'s keys, `.mcp.json`'s servers, a workflow file's tables)

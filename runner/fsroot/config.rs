@@ -1,6 +1,7 @@
 //! The one reader for the configuration files flowerbox reads (issue 25 §1, DESIGN.md "Threat
-//! model" 7): `.env` files, `.mcp.json`, workflow files, Claude Code's settings — and, later,
-//! plugin directories. Every call site opens such a file through [`read`], never by path.
+//! model" 7): `.env` files, `.mcp.json`, workflow files, Claude Code's settings and plugin
+//! directories ([`list`] for their listings). Every call site opens such a file through
+//! [`read`], never by path.
 //!
 //! Where the file lies decides how it is opened ([`Place`]):
 //!
