@@ -163,11 +163,13 @@ fn once_sees_the_skill_reads_it_and_the_hook_blocks_rm_rf_in_the_container() {
     let p = Project::new();
     let _sweep = Sweep(p.ws.clone());
     let marker = plant_plugin(&p.ws);
+    let skill = p.ws.join(".flowerbox/plugins/guard/skills/deploy/SKILL.md");
     let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
         {"content": [tool("Skill", json!({"skill": "deploy"})),
                      tool("Skill", json!({"skill": "guard:deploy", "file": "checklist.md"})),
                      tool("Bash", json!({"command": "rm -rf victim"})),
-                     tool("Bash", json!({"command": "echo fine"}))]},
+                     tool("Bash", json!({"command": "echo fine"})),
+                     tool("Bash", json!({"command": format!("echo changed >> {}", skill.display())}))]},
         {"content": [{"type": "text", "text": "看过了"}]},
         {"content": [{"type": "text", "text": "总结:看过了"}]}
     ]}]}));
@@ -222,6 +224,14 @@ fn once_sees_the_skill_reads_it_and_the_hook_blocks_rm_rf_in_the_container() {
     assert_eq!(reqs.len(), 3, "{reqs:?}");
     assert!(reqs[2].to_string().contains("STOP-REASON 先写一句总结"));
     assert!(r.out.contains("Stop 钩子不让它停"), "{r:?}");
+    // The plugin file an agent changed is named at the end of the run.
+    let screen = format!("{}\n{}", r.out, r.err);
+    assert!(
+        screen.contains("下次运行会读的配置被改了")
+            && screen.contains("改了 ")
+            && screen.contains("skills/deploy/SKILL.md"),
+        "{screen}"
+    );
 }
 
 #[test]
