@@ -69,7 +69,9 @@ fn plant_plugin(ws: &Path) -> PathBuf {
     write(
         "hooks/hooks.json",
         &json!({"hooks": {
-            "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": hook}]}],
+            "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": hook}]},
+                           {"matcher": "Glob", "hooks": [{"type": "command", "command": "sleep 30", "timeout": 1}]},
+                           {"matcher": "Read", "hooks": [{"type": "command", "command": "echo broken-hook >&2; exit 1"}]}],
             "SessionStart": [{"hooks": [{"type": "command", "command": "echo \"SESSION-CONTEXT from $(hostname)\""}]}],
             "UserPromptSubmit": [{"hooks": [{"type": "command", "command": "grep -q 照部署说明 && echo PROMPT-CONTEXT; exit 0"}]}],
             "Stop": [{"hooks": [{"type": "command", "command": STOP_HOOK}]}]
@@ -169,6 +171,8 @@ fn once_sees_the_skill_reads_it_and_the_hook_blocks_rm_rf_in_the_container() {
                      tool("Skill", json!({"skill": "guard:deploy", "file": "checklist.md"})),
                      tool("Bash", json!({"command": "rm -rf victim"})),
                      tool("Bash", json!({"command": "echo fine"})),
+                     tool("Glob", json!({"pattern": "victim"})),
+                     tool("Read", json!({"file_path": p.ws.join("victim").display().to_string()})),
                      tool("Bash", json!({"command": format!("echo changed >> {}", skill.display())}))]},
         {"content": [{"type": "text", "text": "看过了"}]},
         {"content": [{"type": "text", "text": "总结:看过了"}]}
@@ -176,7 +180,7 @@ fn once_sees_the_skill_reads_it_and_the_hook_blocks_rm_rf_in_the_container() {
     let r = p.run_in(
         "docker",
         &model,
-        &["once", "-t", "Read,Bash", "照部署说明清理"],
+        &["once", "-t", "Read,Bash,Glob", "照部署说明清理"],
     );
     assert_eq!(r.code(), 0, "{r:?}");
     let reqs = model.recorded();
@@ -224,6 +228,21 @@ fn once_sees_the_skill_reads_it_and_the_hook_blocks_rm_rf_in_the_container() {
     assert_eq!(reqs.len(), 3, "{reqs:?}");
     assert!(reqs[2].to_string().contains("STOP-REASON 先写一句总结"));
     assert!(r.out.contains("Stop 钩子不让它停"), "{r:?}");
+    // A hook that times out or fails is shown and never blocks.
+    for (name, needle) in [("Glob", "victim"), ("Read", "keep me")] {
+        assert!(
+            results
+                .iter()
+                .any(|(n, t, e)| n == name && t.contains(needle) && !e),
+            "{name}: {results:?}"
+        );
+    }
+    let screen = format!("{}\n{}", r.out, r.err);
+    assert!(
+        screen.contains("PreToolUse 钩子出错了") && screen.contains("超时"),
+        "{screen}"
+    );
+    assert!(screen.contains("退出码 1:broken-hook"), "{screen}");
     // The plugin file an agent changed is named at the end of the run.
     let screen = format!("{}\n{}", r.out, r.err);
     assert!(
@@ -329,4 +348,31 @@ fn doctor_lists_what_loaded_and_what_did_not_with_the_reason() {
         out.contains("vague.md") && out.contains("front matter"),
         "{out}"
     );
+}
+
+#[test]
+fn with_sandbox_host_no_hook_runs_and_the_run_says_so() {
+    let p = Project::new();
+    let marker = plant_plugin(&p.ws);
+    let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
+        {"content": [tool("Bash", json!({"command": "echo on-host"}))]},
+        {"content": [{"type": "text", "text": "好了"}]}
+    ]}]}));
+    let r = p.run_in("host", &model, &["once", "-t", "Read,Bash", "看一眼"]);
+    assert_eq!(r.code(), 0, "{r:?}");
+    let screen = format!("{}\n{}", r.out, r.err);
+    assert!(
+        screen.contains("--sandbox host:没有容器,插件的钩子这次一个都不跑"),
+        "{screen}"
+    );
+    assert_eq!(
+        screen
+            .matches("没有自己的容器,插件的钩子不在它身上跑")
+            .count(),
+        1,
+        "{screen}"
+    );
+    assert!(!marker.exists(), "a hook ran on the host");
+    // No SessionStart output reached the model either.
+    assert!(!model.recorded()[0].to_string().contains("SESSION-CONTEXT"));
 }
