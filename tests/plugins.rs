@@ -173,7 +173,8 @@ fn once_sees_the_skill_reads_it_and_the_hook_blocks_rm_rf_in_the_container() {
                      tool("Bash", json!({"command": "echo fine"})),
                      tool("Glob", json!({"pattern": "victim"})),
                      tool("Read", json!({"file_path": p.ws.join("victim").display().to_string()})),
-                     tool("Bash", json!({"command": format!("echo changed >> {}", skill.display())}))]},
+                     tool("Bash", json!({"command": format!("echo changed >> {}", skill.display())})),
+                     tool("Bash", json!({"command": format!("mkdir -p {}/.flowerbox/plugins/planted", p.ws.display())}))]},
         {"content": [{"type": "text", "text": "看过了"}]},
         {"content": [{"type": "text", "text": "总结:看过了"}]}
     ]}]}));
@@ -251,6 +252,7 @@ fn once_sees_the_skill_reads_it_and_the_hook_blocks_rm_rf_in_the_container() {
             && screen.contains("skills/deploy/SKILL.md"),
         "{screen}"
     );
+    assert!(screen.contains("插件 新增 planted"), "{screen}");
 }
 
 #[test]

@@ -53,6 +53,12 @@ pub fn run_settings(globals: &GlobalOptions, creds: &Credentials) -> Result<RunS
         );
     }
     let mut watched = watched_config(globals, creds);
+    // A plugin created or removed in the repository's place is named too.
+    watched.push(Watched {
+        path: globals.workspace.join(crate::plugin::DEFAULT_DIR),
+        items: "插件",
+        itemize: None,
+    });
     watched.extend(
         crate::plugin::watched_files(&plugins)
             .into_iter()
