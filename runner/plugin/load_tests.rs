@@ -22,7 +22,7 @@ fn a_repository_plugin_and_a_plugin_dir_load_and_problems_say_why() {
     );
     write(
         &guard.join("agents/reviewer.md"),
-        "---\nname: reviewer\ndescription: Reviews\ntools: Read, Grep\n---\nReview it.\n",
+        "---\nname: reviewer\ndescription: Reviews\ntools: Read, Grep\nmodel: sonnet\n---\nReview it.\n",
     );
     write(
         &guard.join("hooks/hooks.json"),
@@ -59,6 +59,7 @@ fn a_repository_plugin_and_a_plugin_dir_load_and_problems_say_why() {
     assert_eq!(p.agents.len(), 1);
     assert_eq!(p.agents[0].tools.as_deref().unwrap(), ["Read", "Grep"]);
     assert_eq!(p.agents[0].prompt, "Review it.");
+    assert_eq!(p.agents[0].model, None, "an alias is no model id");
     assert_eq!(p.hooks_for(HookEvent::PreToolUse, "Bash").len(), 1);
     assert!(p.hooks_for(HookEvent::PreToolUse, "Read").is_empty());
     let problems = p.problems.join("\n");
@@ -74,6 +75,7 @@ fn a_repository_plugin_and_a_plugin_dir_load_and_problems_say_why() {
         problems.contains("nowhere") && problems.contains("不存在"),
         "{problems}"
     );
+    assert!(problems.contains("model: sonnet"), "{problems}");
     assert!(!skills.contains(&"leak"));
     // The run-end configuration list follows the plugin's files.
     let watched = watched_files(&p);

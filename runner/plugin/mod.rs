@@ -242,18 +242,30 @@ fn load_one(root: &Path, place: &Place, all: &mut Plugins) {
                     Ok(None) => {}
                     Ok(Some(text)) => match parse::front_matter(&text) {
                         Ok(fm) => match fm.get("description") {
-                            Some(d) => agents.push(AgentType {
-                                plugin: name.clone(),
-                                name: fm.get("name").unwrap_or(stem).to_string(),
-                                description: d.to_string(),
-                                prompt: fm.body.trim().to_string(),
-                                tools: fm.list("tools"),
-                                model: fm
-                                    .get("model")
-                                    .filter(|m| *m != "inherit")
-                                    .map(str::to_string),
-                                file: file.clone(),
-                            }),
+                            Some(d) => {
+                                let model = match fm.get("model") {
+                                    None | Some("inherit") => None,
+                                    // Claude Code's aliases name no model id flowerbox can ask
+                                    // for: the run's model, said once.
+                                    Some(alias @ ("sonnet" | "opus" | "haiku")) => {
+                                        problem(
+                                            &file,
+                                            format!("model: {alias} 是 Claude Code 的别名,不是模型 id;这个 agent 类型用这次运行的模型"),
+                                        );
+                                        None
+                                    }
+                                    Some(id) => Some(id.to_string()),
+                                };
+                                agents.push(AgentType {
+                                    plugin: name.clone(),
+                                    name: fm.get("name").unwrap_or(stem).to_string(),
+                                    description: d.to_string(),
+                                    prompt: fm.body.trim().to_string(),
+                                    tools: fm.list("tools"),
+                                    model,
+                                    file: file.clone(),
+                                })
+                            }
                             None => problem(
                                 &file,
                                 parse::ParseError::Missing("description").to_string(),
