@@ -37,11 +37,13 @@ pub fn sandbox_backend(globals: &GlobalOptions) -> Arc<dyn SandboxBackend> {
 /// warnings on stderr; `--mcp-config`: problems are exit 2).
 pub fn run_settings(globals: &GlobalOptions, creds: &Credentials) -> Result<RunSettings, CliError> {
     debug_assert!(creds.is_bound(), "credentials reach a run bound");
-    let plugins = Arc::new(crate::plugin::load(
+    let mut plugins = crate::plugin::load(
         &globals.workspace,
         &globals.plugin_dirs,
         &globals.mcp.masked,
-    ));
+    );
+    resolve_model_aliases(&mut plugins, &|k: &str| creds.get(k).map(str::to_string));
+    let plugins = Arc::new(plugins);
     let mut err = crate::shown::stderr();
     for p in &plugins.problems {
         let _ = writeln!(err, "! 插件:{p}");
@@ -262,5 +264,74 @@ pub fn once_settings(opts: OnceOptions) -> OnceSettings {
         fork,
         workbench,
         trim,
+    }
+}
+
+/// Claude Code's model aliases in agent types (`sonnet`, `opus`, `haiku`) as Claude Code
+/// resolves them: `ANTHROPIC_DEFAULT_<TIER>_MODEL`; unset, the run's model (a problem says so).
+fn resolve_model_aliases(
+    plugins: &mut crate::plugin::Plugins,
+    get: crate::model::config::Lookup<'_>,
+) {
+    use crate::model::config::{tier_model, ModelTier};
+    let mut problems = Vec::new();
+    for a in &mut plugins.agents {
+        let tier = match a.model.as_deref() {
+            Some("opus") => ModelTier::Opus,
+            Some("sonnet") => ModelTier::Sonnet,
+            Some("haiku") => ModelTier::Haiku,
+            _ => continue,
+        };
+        let alias = a.model.take().unwrap_or_default();
+        a.model = tier_model(get, tier);
+        if a.model.is_none() {
+            problems.push(format!(
+                "{}:model: {alias} 没有映射({} 没设),用这次运行的模型",
+                a.file.display(),
+                tier.variable()
+            ));
+        }
+    }
+    plugins.problems.extend(problems);
+}
+
+#[cfg(test)]
+mod plugin_tests {
+    use super::*;
+
+    #[test]
+    fn agent_type_model_aliases_resolve_like_claude_codes() {
+        let agent = |model: &str| crate::plugin::AgentType {
+            plugin: "p".into(),
+            name: model.into(),
+            description: "d".into(),
+            prompt: String::new(),
+            tools: None,
+            model: Some(model.into()),
+            file: format!("agents/{model}.md").into(),
+        };
+        let mut p = crate::plugin::Plugins {
+            agents: vec![agent("sonnet"), agent("haiku"), agent("claude-x-1")],
+            ..Default::default()
+        };
+        let get = |k: &str| {
+            (k == "ANTHROPIC_DEFAULT_SONNET_MODEL").then(|| "claude-sonnet-9".to_string())
+        };
+        resolve_model_aliases(&mut p, &get);
+        let models: Vec<_> = p.agents.iter().map(|a| a.model.clone()).collect();
+        assert_eq!(
+            models,
+            [
+                Some("claude-sonnet-9".into()),
+                None,
+                Some("claude-x-1".into())
+            ]
+        );
+        assert_eq!(p.problems.len(), 1);
+        assert!(
+            p.problems[0].contains("ANTHROPIC_DEFAULT_HAIKU_MODEL"),
+            "{:?}",
+            p.problems
+        );
     }
 }

@@ -65,7 +65,8 @@ pub struct AgentType {
     pub prompt: String,
     /// The tools it asks for; `None`: the worker role's.
     pub tools: Option<Vec<String>>,
-    /// The model it asks for; `None` (or `inherit`): the run's.
+    /// The model it asks for as written (an id, or Claude Code's alias `sonnet`, `opus`,
+    /// `haiku`); `None` (or `inherit`): the run's.
     pub model: Option<String>,
     /// The file it came from.
     pub file: PathBuf,
@@ -243,19 +244,12 @@ fn load_one(root: &Path, place: &Place, all: &mut Plugins) {
                     Ok(Some(text)) => match parse::front_matter(&text) {
                         Ok(fm) => match fm.get("description") {
                             Some(d) => {
-                                let model = match fm.get("model") {
-                                    None | Some("inherit") => None,
-                                    // Claude Code's aliases name no model id flowerbox can ask
-                                    // for: the run's model, said once.
-                                    Some(alias @ ("sonnet" | "opus" | "haiku")) => {
-                                        problem(
-                                            &file,
-                                            format!("model: {alias} 是 Claude Code 的别名,不是模型 id;这个 agent 类型用这次运行的模型"),
-                                        );
-                                        None
-                                    }
-                                    Some(id) => Some(id.to_string()),
-                                };
+                                // An alias (`sonnet`) is resolved by the caller, which knows
+                                // the model configuration.
+                                let model = fm
+                                    .get("model")
+                                    .filter(|m| *m != "inherit")
+                                    .map(str::to_string);
                                 agents.push(AgentType {
                                     plugin: name.clone(),
                                     name: fm.get("name").unwrap_or(stem).to_string(),
