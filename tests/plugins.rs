@@ -63,9 +63,20 @@ fn plant_plugin(ws: &Path) -> PathBuf {
         "agents/cleaner.md",
         "---\nname: cleaner\ndescription: 清理临时文件\ntools: Read, Bash, Agent\n---\nPLUGIN-CLEANER-PROMPT\n",
     );
-    let hook = format!(
-        "input=$(cat); touch {marker}; case \"$input\" in *'rm -rf'*) echo \"rm -rf 不许跑 host=$(hostname) uid=$(id -u)\" >&2; exit 2;; esac; exit 0"
+    // The blocking hook is a script beside hooks.json, run as Claude Code plugins do.
+    write(
+        "hooks/block.sh",
+        &format!(
+            "#!/bin/sh\ninput=$(cat)\ntouch {marker}\ncase \"$input\" in *'rm -rf'*) echo \"rm -rf 不许跑 host=$(hostname) uid=$(id -u)\" >&2; exit 2;; esac\nexit 0\n"
+        ),
     );
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        root.join("hooks/block.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    let hook = "\"${CLAUDE_PLUGIN_ROOT}\"/hooks/block.sh";
     write(
         "hooks/hooks.json",
         &json!({"hooks": {

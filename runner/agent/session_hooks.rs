@@ -74,6 +74,7 @@ impl AgentRun {
             event,
             input,
             &self.session,
+            &self.rt.config.workspace,
             sandbox.as_ref(),
             &ctx.cancel,
         )
@@ -102,6 +103,7 @@ impl AgentRun {
             event,
             input,
             &self.session,
+            &self.rt.config.workspace,
             sandbox.as_ref(),
             &ctx.cancel,
         )

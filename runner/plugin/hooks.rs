@@ -8,12 +8,12 @@
 //! anything else (and a timeout) is a hook error that is shown and logged but never blocks.
 
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use tokio_util::sync::CancellationToken;
 
 use super::parse::{outcome, HookOutcome};
 use super::Hook;
-use crate::sandbox::{ExecRequest, Sandbox};
+use crate::sandbox::{AgentBox, ExecRequest, Sandbox};
 
 /// Environment variable carrying the event's JSON into the container (piped to the hook's
 /// stdin there).
@@ -37,13 +37,39 @@ pub struct HookResult {
     pub outcome: HookOutcome,
 }
 
+/// Where the agent of `abox` sees the plugin at `root` (`CLAUDE_PLUGIN_ROOT`): through the
+/// mount that holds it (the most specific), else, for a plugin of `workspace` and an agent
+/// working in its own worktree, the same place in that worktree when it is there; else `root`
+/// as it is (a command using it then fails, and the hook error is shown).
+pub fn plugin_root_in(root: &Path, workspace: &Path, abox: &AgentBox) -> PathBuf {
+    let held = abox
+        .mounts
+        .iter()
+        .filter(|m| root.starts_with(&m.host))
+        .max_by_key(|m| m.host.components().count());
+    if let Some(m) = held {
+        if let Ok(rel) = root.strip_prefix(&m.host) {
+            return m.inside.join(rel);
+        }
+    }
+    if let Ok(rel) = root.strip_prefix(workspace) {
+        let mapped = abox.workdir.join(rel);
+        if mapped.is_dir() {
+            return mapped;
+        }
+    }
+    root.to_path_buf()
+}
+
 /// Runs `hooks` one after another in `sandbox` with `input` (the event's JSON without the
-/// common fields, which are added here); stops at the first block.
+/// common fields, which are added here); stops at the first block. `workspace` is the run's
+/// (see [`plugin_root_in`]).
 pub async fn run(
     hooks: &[&Hook],
     event: super::HookEvent,
     mut input: serde_json::Map<String, Value>,
     session: &str,
+    workspace: &Path,
     sandbox: &dyn Sandbox,
     cancel: &CancellationToken,
 ) -> Vec<HookResult> {
@@ -58,7 +84,8 @@ pub async fn run(
     let json = bounded_json(Value::Object(input));
     let mut out = Vec::new();
     for hook in hooks {
-        let result = run_one(hook, &json, &cwd, sandbox, cancel).await;
+        let root = plugin_root_in(&hook.root, workspace, sandbox.agent_box());
+        let result = run_one(hook, &root, &json, &cwd, sandbox, cancel).await;
         let blocked = matches!(result, HookOutcome::Block { .. });
         if let HookOutcome::Error { why } = &result {
             tracing::warn!(plugin = %hook.plugin, command = %hook.spec.command, "hook failed: {why}");
@@ -77,6 +104,7 @@ pub async fn run(
 
 async fn run_one(
     hook: &Hook,
+    root: &Path,
     json: &str,
     cwd: &Path,
     sandbox: &dyn Sandbox,
@@ -90,7 +118,7 @@ async fn run_one(
             (INPUT_VAR.into(), json.to_string()),
             (COMMAND_VAR.into(), hook.spec.command.clone()),
             ("CLAUDE_PROJECT_DIR".into(), cwd.display().to_string()),
-            ("CLAUDE_PLUGIN_ROOT".into(), hook.root.display().to_string()),
+            ("CLAUDE_PLUGIN_ROOT".into(), root.display().to_string()),
         ],
         timeout: hook.spec.timeout,
         output_cap: OUTPUT_CAP,
@@ -144,6 +172,45 @@ fn cut_strings(v: &mut Value, cap: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Role;
+    use crate::sandbox::Mount;
+
+    #[test]
+    fn the_plugin_root_is_where_the_agent_sees_it() {
+        let t = tempfile::tempdir().unwrap();
+        let ws = t.path().join("ws");
+        let tree = t.path().join("trees/worker-1");
+        std::fs::create_dir_all(tree.join(".flowerbox/plugins/p")).unwrap();
+        let abox = |mounts: Vec<Mount>, workdir: &Path| AgentBox {
+            agent: "worker-1".into(),
+            role: Role::Worker,
+            mounts,
+            masked: Vec::new(),
+            workdir: workdir.to_path_buf(),
+        };
+        let root = ws.join(".flowerbox/plugins/p");
+        // Mounted at its own path (the coordinator, `once`): as it is.
+        let b = abox(vec![Mount::same(&ws, false)], &ws);
+        assert_eq!(plugin_root_in(&root, &ws, &b), root);
+        // Shown elsewhere: where the container sees it.
+        let b = abox(
+            vec![Mount::shadow(&ws, "/inside", true)],
+            Path::new("/inside"),
+        );
+        assert_eq!(
+            plugin_root_in(&root, &ws, &b),
+            Path::new("/inside/.flowerbox/plugins/p")
+        );
+        // A worker in its worktree: the worktree's copy.
+        let b = abox(vec![Mount::same(&tree, false)], &tree);
+        assert_eq!(
+            plugin_root_in(&root, &ws, &b),
+            tree.join(".flowerbox/plugins/p")
+        );
+        // A --plugin-dir nobody mounts: as it is.
+        let own = t.path().join("mine");
+        assert_eq!(plugin_root_in(&own, &ws, &b), own);
+    }
 
     #[test]
     fn a_huge_tool_input_is_cut_to_fit_an_environment_string() {
