@@ -67,7 +67,7 @@ fn plant_plugin(ws: &Path) -> PathBuf {
     write(
         "hooks/block.sh",
         &format!(
-            "#!/bin/sh\ninput=$(cat)\ntouch {marker}\ncase \"$input\" in *'rm -rf'*) echo \"rm -rf 不许跑 host=$(hostname) uid=$(id -u)\" >&2; exit 2;; esac\nexit 0\n"
+            "#!/bin/sh\ninput=$(cat)\ntouch {marker}\ncase \"$input\" in *'rm -rf'*) echo \"rm -rf 不许跑 host=$(hostname) uid=$(id -u) root=$CLAUDE_PLUGIN_ROOT\" >&2; exit 2;; esac\nexit 0\n"
         ),
     );
     use std::os::unix::fs::PermissionsExt;
@@ -388,4 +388,65 @@ fn with_sandbox_host_no_hook_runs_and_the_run_says_so() {
     assert!(!marker.exists(), "a hook ran on the host");
     // No SessionStart output reached the model either.
     assert!(!model.recorded()[0].to_string().contains("SESSION-CONTEXT"));
+}
+
+#[test]
+fn with_isolate_the_workers_hook_runs_from_its_worktrees_copy_of_the_plugin() {
+    let test = "with_isolate_the_workers_hook_runs_from_its_worktrees_copy_of_the_plugin";
+    if !engine(test) {
+        return;
+    }
+    let p = Project::new();
+    let _sweep = Sweep(p.ws.clone());
+    let marker = plant_plugin(&p.ws);
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&p.ws)
+            .env("HOME", &p.home)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q", "-b", "main"]);
+    git(&["config", "user.name", "Test User"]);
+    git(&["config", "user.email", "test@example.invalid"]);
+    std::fs::write(p.ws.join(".gitignore"), "runs/\n").unwrap();
+    git(&["add", "."]);
+    git(&["commit", "-q", "-m", "plugin"]);
+    let brief =
+        "## 目标\n清理\n\n## 验收标准\n- victim 不见了\n\n## 边界\n无\n\n## 未知与假设\n无\n";
+    let model = ScriptedModel::start(&json!({"agents": [
+        {"role": "clarifier", "turns": [{"content": [{"type": "text", "text": brief}]}]},
+        {"role": "coordinator", "turns": [
+            {"content": [tool("Agent", json!({"description": "清理", "prompt": "删掉 victim", "subagent_type": "cleaner"}))]},
+            {"content": [{"type": "text", "text": "cleaner 被拦下了。"}]},
+            {"content": [{"type": "text", "text": "总结:cleaner 被拦下了。"}]}
+        ]},
+        {"role": "worker", "prompt": "PLUGIN-CLEANER-PROMPT", "turns": [
+            {"content": [tool("Bash", json!({"command": "rm -rf victim"}))]},
+            {"content": [{"type": "text", "text": "结论:没删成\n依据:钩子拦下了 rm -rf\n产出:无\n未验证:无"}]}
+        ]}
+    ]}));
+    let r = p.run_in(
+        "docker",
+        &model,
+        &["go", "--isolate", "--timeout", "0", "--no-goal", "清理"],
+    );
+    assert_eq!(r.code(), 0, "{r:?}");
+    let worker = requests_with(&model, "PLUGIN-CLEANER-PROMPT");
+    let results = results(&worker);
+    assert_blocked_in_container(&results, &r);
+    let (_, text, _) = results.iter().find(|(n, _, _)| n == "Bash").unwrap();
+    let root = text.split("root=").nth(1).unwrap().trim();
+    assert!(
+        root.ends_with(".flowerbox/plugins/guard") && !root.starts_with(&*p.ws.to_string_lossy()),
+        "the worker's hook should run from its worktree's copy: {root}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.ws.join("victim")).unwrap(),
+        "keep me"
+    );
+    assert!(!marker.exists(), "the hook ran on the host");
 }
