@@ -450,3 +450,63 @@ fn with_isolate_the_workers_hook_runs_from_its_worktrees_copy_of_the_plugin() {
     );
     assert!(!marker.exists(), "the hook ran on the host");
 }
+
+#[test]
+fn a_plugin_dir_outside_the_workspace_is_mounted_read_only_so_its_hook_scripts_run() {
+    let test = "a_plugin_dir_outside_the_workspace_is_mounted_read_only_so_its_hook_scripts_run";
+    if !engine(test) {
+        return;
+    }
+    let p = Project::new();
+    let _sweep = Sweep(p.ws.clone());
+    let outside = tempfile::tempdir().unwrap();
+    let own = outside.path().canonicalize().unwrap().join("own plugin");
+    std::fs::create_dir_all(own.join("hooks")).unwrap();
+    std::fs::write(
+        own.join("hooks/deny.sh"),
+        "#!/bin/sh\ncase \"$(cat)\" in *forbidden*) echo \"outside-plugin host=$(hostname) uid=$(id -u)\" >&2; exit 2;; esac\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        own.join("hooks/deny.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::write(
+        own.join("hooks/hooks.json"),
+        json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+            {"type": "command", "command": "\"${CLAUDE_PLUGIN_ROOT}/hooks/deny.sh\""}]}]}})
+        .to_string(),
+    )
+    .unwrap();
+    let planted = own.join("planted");
+    let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
+        {"content": [tool("Bash", json!({"command": "echo forbidden"})),
+                     tool("Bash", json!({"command": format!("touch '{}'", planted.display())}))]},
+        {"content": [{"type": "text", "text": "好了"}]}
+    ]}]}));
+    let own_arg = own.to_string_lossy().into_owned();
+    let r = p.run_in(
+        "docker",
+        &model,
+        &["--plugin-dir", &own_arg, "once", "-t", "Read,Bash", "试试"],
+    );
+    assert_eq!(r.code(), 0, "{r:?}");
+    let results = results(&model.recorded());
+    let (_, text, is_error) = results
+        .iter()
+        .find(|(n, t, _)| n == "Bash" && t.contains("outside-plugin"))
+        .unwrap_or_else(|| panic!("{results:?}\n{r:?}"));
+    assert!(is_error, "{text}");
+    let host = nix::unistd::gethostname().unwrap();
+    assert!(
+        !text.contains(&format!("host={} ", host.to_string_lossy())),
+        "{text}"
+    );
+    // Read-only for the agent.
+    assert!(
+        !planted.exists(),
+        "an agent wrote into the plugin directory"
+    );
+}

@@ -15,7 +15,8 @@ use crate::model::{ToolCall, ToolName};
 use crate::plugin::hooks::HookResult;
 use crate::plugin::parse::HookOutcome;
 use crate::plugin::{HookEvent, Plugins};
-use crate::sandbox::{CommandsRun, Sandbox};
+use crate::sandbox::{AgentBox, CommandsRun, Mount, Sandbox};
+use std::path::Path;
 
 /// `spec` with the plugins' agent types among its workers (when it dispatches) and the `Skill`
 /// tool (when it can read); the system block listing the skills, if any.
@@ -45,6 +46,32 @@ pub(crate) fn with_plugins(mut spec: AgentSpec, plugins: &Plugins) -> (AgentSpec
         ));
     }
     (spec, Some(block))
+}
+
+/// `abox` with each `--plugin-dir` outside the workspace that holds hooks mounted read-only at
+/// its own path, so its hook commands find their scripts (`CLAUDE_PLUGIN_ROOT`) in the
+/// container. Plugins in the workspace are reached through the agent's own mounts (a worker's
+/// worktree holds its copy); nothing is mounted for an agent without hooks to run.
+pub(crate) fn with_plugin_mounts(
+    mut abox: AgentBox,
+    plugins: &Plugins,
+    workspace: &Path,
+) -> AgentBox {
+    for plugin in &plugins.plugins {
+        if plugin.root.starts_with(workspace)
+            || !plugins.hooks.iter().any(|h| h.root == plugin.root)
+        {
+            continue;
+        }
+        let Ok(root) = plugin.root.canonicalize() else {
+            continue;
+        };
+        let covered = abox.mounts.iter().any(|m| root.starts_with(&m.host));
+        if plugins.mounts.contains(&root) && !covered {
+            abox.mounts.push(Mount::same(root, true));
+        }
+    }
+    abox
 }
 
 impl AgentRun {

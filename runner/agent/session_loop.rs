@@ -110,6 +110,7 @@ impl AgentRun {
         agent_box: AgentBox,
     ) -> Self {
         let (spec, skills) = hooks::with_plugins(spec, &rt.plugins);
+        let agent_box = hooks::with_plugin_mounts(agent_box, &rt.plugins, &rt.config.workspace);
         let mut system = vec![rt.config.base_system.clone(), spec.instructions.clone()];
         system.extend(skills);
         let mut tools = rt.registry.definitions(&spec.tools);

@@ -70,6 +70,8 @@ pub struct GlobalOptions {
     pub mcp: crate::mcp::McpSettings,
     /// `--plugin-dir` (absolute), in order.
     pub plugin_dirs: Vec<PathBuf>,
+    /// Those that may be mounted read-only into agents' containers (`plugin::mountable`).
+    pub plugin_mounts: Vec<PathBuf>,
     /// stdin is a terminal (prompts, interactive setup, probe, Ctrl-C handling).
     pub interactive: bool,
 }
@@ -263,6 +265,13 @@ impl GlobalOptions {
                 d.display()
             )));
         }
+        let home = host.var("HOME").map(PathBuf::from);
+        let plugin_mounts: Vec<PathBuf> = plugin_dir
+            .iter()
+            .filter_map(|d| {
+                crate::plugin::mountable(&host.cwd.join(d), home.as_deref(), &workspace)
+            })
+            .collect();
         let plugin_dirs: Vec<PathBuf> = plugin_dir
             .iter()
             .map(|d| normalize(&host.cwd.join(d)))
@@ -286,6 +295,7 @@ impl GlobalOptions {
             egress,
             mcp,
             plugin_dirs,
+            plugin_mounts,
             interactive: host.stdin_is_terminal,
         })
     }

@@ -43,6 +43,21 @@ pub fn run_settings(globals: &GlobalOptions, creds: &Credentials) -> Result<RunS
         &globals.mcp.masked,
     );
     resolve_model_aliases(&mut plugins, &|k: &str| creds.get(k).map(str::to_string));
+    plugins.mounts = globals.plugin_mounts.clone();
+    let unmounted = plugins.plugins.iter().filter(|p| {
+        !p.root.starts_with(&globals.workspace)
+            && plugins.hooks.iter().any(|h| h.root == p.root)
+            && !p
+                .root
+                .canonicalize()
+                .is_ok_and(|r| plugins.mounts.contains(&r))
+    });
+    let unmounted: Vec<String> = unmounted.map(|p| p.root.display().to_string()).collect();
+    for root in unmounted {
+        plugins.problems.push(format!(
+            "{root}:装着你的 HOME 或工作区,不挂进容器;它的钩子只能用写在 hooks.json 里的命令,找不到脚本"
+        ));
+    }
     let plugins = Arc::new(plugins);
     let mut err = crate::shown::stderr();
     for p in &plugins.problems {

@@ -89,6 +89,27 @@ fn a_repository_plugin_and_a_plugin_dir_load_and_problems_say_why() {
 }
 
 #[test]
+fn a_plugin_dir_holding_home_or_the_workspace_is_never_mounted() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().canonicalize().unwrap();
+    let (home, ws, own) = (root.join("home"), root.join("ws"), root.join("plugins/p"));
+    for d in [&home, &ws, &own] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    assert_eq!(mountable(&own, Some(&home), &ws), Some(own.clone()));
+    assert_eq!(mountable(&root, Some(&home), &ws), None, "holds both");
+    assert_eq!(mountable(&home, Some(&home), &ws), None);
+    assert_eq!(mountable(Path::new("/"), None, &ws), None);
+    assert_eq!(mountable(&ws.join("x"), None, &ws), None, "missing");
+    std::fs::create_dir_all(ws.join("x")).unwrap();
+    assert_eq!(
+        mountable(&ws.join("x"), None, &ws),
+        None,
+        "inside the workspace"
+    );
+}
+
+#[test]
 fn the_default_place_as_a_link_out_of_the_workspace_is_refused() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().canonicalize().unwrap();

@@ -96,6 +96,10 @@ pub struct Plugins {
     pub hooks: Vec<Hook>,
     /// `<what>:<why>` for each thing that could not be loaded.
     pub problems: Vec<String>,
+    /// `--plugin-dir`s (canonical) that may be mounted read-only into agents' containers so
+    /// their hooks find their scripts: never one holding the user's home or the workspace
+    /// (the command line decides, [`mountable`]).
+    pub mounts: Vec<PathBuf>,
 }
 
 impl Plugins {
@@ -312,6 +316,19 @@ fn load_one(root: &Path, place: &Place, all: &mut Plugins) {
         name,
         root: root.to_path_buf(),
     });
+}
+
+/// Whether the `--plugin-dir` `dir` may be mounted into agents' containers: canonical, not `/`,
+/// not holding `home` or `workspace` (whose secrets or run records it would expose), not inside
+/// the workspace (its plugins are reached through the agents' own mounts).
+pub fn mountable(dir: &Path, home: Option<&Path>, workspace: &Path) -> Option<PathBuf> {
+    let dir = dir.canonicalize().ok()?;
+    let holds = |p: &Path| p.starts_with(&dir);
+    let refused = dir.parent().is_none()
+        || home.is_some_and(holds)
+        || holds(workspace)
+        || dir.starts_with(workspace);
+    (!refused).then_some(dir)
 }
 
 /// The files of the plugins that the configuration watch follows over a run (each plugin's
