@@ -510,3 +510,46 @@ fn a_plugin_dir_outside_the_workspace_is_mounted_read_only_so_its_hook_scripts_r
         "an agent wrote into the plugin directory"
     );
 }
+
+#[test]
+fn a_user_prompt_submit_block_stops_the_step_and_post_tool_use_tells_the_model() {
+    let test = "a_user_prompt_submit_block_stops_the_step_and_post_tool_use_tells_the_model";
+    if !engine(test) {
+        return;
+    }
+    let p = Project::new();
+    let _sweep = Sweep(p.ws.clone());
+    let root = p.ws.join(".flowerbox/plugins/gate");
+    std::fs::create_dir_all(root.join("hooks")).unwrap();
+    std::fs::write(
+        root.join("hooks/hooks.json"),
+        json!({"hooks": {
+            "UserPromptSubmit": [{"hooks": [{"type": "command",
+                "command": "if grep -q 禁止; then echo 'prompt refused' >&2; exit 2; fi"}]}],
+            "PostToolUse": [{"matcher": "Bash", "hooks": [{"type": "command",
+                "command": "grep -q '\"tool_response\":\"seen' && { echo 'post-check: output noted' >&2; exit 2; }; exit 0"}]}]
+        }})
+        .to_string(),
+    )
+    .unwrap();
+    // A blocked prompt never reaches the model, and the step fails saying why.
+    let model = ScriptedModel::start(&json!({"agents": []}));
+    let r = p.run_in("docker", &model, &["once", "-t", "Read,Bash", "做禁止的事"]);
+    assert_ne!(r.code(), 0, "{r:?}");
+    let screen = format!("{}\n{}", r.out, r.err);
+    assert!(screen.contains("prompt refused"), "{screen}");
+    assert!(model.recorded().is_empty(), "the model was asked");
+    // PostToolUse exit 2: the call ran, and the model reads the hook's reason with its result.
+    let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
+        {"content": [tool("Bash", json!({"command": "echo seen"}))]},
+        {"content": [{"type": "text", "text": "好了"}]}
+    ]}]}));
+    let r = p.run_in("docker", &model, &["once", "-t", "Read,Bash", "看一眼"]);
+    assert_eq!(r.code(), 0, "{r:?}");
+    let results = results(&model.recorded());
+    let (_, text, is_error) = &results[0];
+    assert!(
+        !is_error && text.contains("seen") && text.contains("post-check: output noted"),
+        "{results:?}"
+    );
+}
