@@ -140,7 +140,7 @@ pub struct Runtime {
     pub(crate) mcp: Option<Arc<crate::mcp::McpHub>>,
     /// The plugins' skills, agent types and hooks (empty when there are none).
     pub(crate) plugins: Arc<crate::plugin::Plugins>,
-    /// Agents already told that they get no hooks (no container).
+    /// Roles already told that they get no hooks (no container).
     pub(crate) no_hooks_said: Mutex<std::collections::HashSet<String>>,
     pub(crate) config: RuntimeConfig,
     /// The workspace's `.git` to mount read-only into writing roles, decided once when the

@@ -180,7 +180,7 @@ impl AgentRun {
         None
     }
 
-    /// The agent's container for its hooks; `None` (said once) when it has none.
+    /// The agent's container for its hooks; `None` (said once a run per role) when it has none.
     async fn hook_sandbox(&self, ctx: &ToolContext) -> Option<Arc<dyn Sandbox>> {
         let in_container = self.rt.sandboxes.commands_run() == CommandsRun::InContainer;
         if ctx.sandboxes.is_none() || !in_container {
@@ -189,7 +189,7 @@ impl AgentRun {
                 .no_hooks_said
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .insert(self.agent.clone());
+                .insert(format!("{:?}", self.spec.role));
             if first {
                 self.emit(EventKind::Warning {
                     text: format!(
