@@ -26,6 +26,7 @@ pub mod glance;
 pub mod isolate;
 pub mod mcp;
 pub mod model;
+pub mod plugin;
 pub mod record;
 pub mod sandbox;
 pub mod session;

@@ -569,6 +569,29 @@ fn the_command_line_mounts_paths_at_their_own_place_and_passes_secrets_by_name()
     assert!(mount.ends_with(",readonly"), "{mount}");
     assert!(!argv.iter().any(|a| a == "DOCS_TOKEN"), "unset: not passed");
 
+    // Each --plugin-dir is mounted read-only at its path (both spellings).
+    let (a, b) = (root.join("plugin a"), root.join("plugin-b"));
+    for d in [&a, &b] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let argv = run(
+        &[
+            "--plugin-dir",
+            &a.to_string_lossy(),
+            &format!("--plugin-dir={}", b.display()),
+            "once",
+            "hi",
+        ],
+        false,
+    );
+    for d in [&a, &b] {
+        let mount = argv
+            .iter()
+            .find(|m| m.contains(&format!("target={}\"", d.display())))
+            .unwrap_or_else(|| panic!("{d:?}: {argv:?}"));
+        assert!(mount.ends_with(",readonly"), "{mount}");
+    }
+
     if Command::new("script").arg("--version").output().is_ok() {
         let argv = run(&["once", "hi"], true);
         assert!(argv.contains(&"-t".to_string()), "{argv:?}");

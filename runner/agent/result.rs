@@ -60,6 +60,9 @@ pub enum StepError {
         /// The window, tokens.
         window: u64,
     },
+    /// A plugin's `UserPromptSubmit` hook blocked the prompt (exit 2; its reason).
+    #[error("插件的 UserPromptSubmit 钩子拦下了给 agent 的提示:{0}")]
+    PromptBlocked(String),
 }
 
 impl StepError {

@@ -216,6 +216,27 @@ pub fn worker(kind: &str, description: &str, prompt: &str) -> WorkerDef {
     }
 }
 
+/// A plugin's agent type as a worker: the worker role with the type's own instructions before
+/// the worker rules, its tool list intersected with the worker's (never wider), its model if
+/// given.
+pub fn plugin_worker(a: &crate::plugin::AgentType) -> WorkerDef {
+    let mut def = worker(&a.name, &a.description, &a.prompt);
+    if let Some(wanted) = &a.tools {
+        let allowed = def.spec.tools.clone();
+        let mut tools: Vec<String> = Vec::new();
+        for t in wanted {
+            let ok = allowed.contains(t)
+                || (crate::mcp::names::is_entry(t) && allowed.iter().any(|a| a == MCP_TOOLS));
+            if ok && !tools.contains(t) {
+                tools.push(t.clone());
+            }
+        }
+        def.spec.tools = tools;
+    }
+    def.spec.model = a.model.clone();
+    def
+}
+
 /// The clarifier: `mcp__human__ask` plus read tools and `WebFetch` (when `can_read`); no
 /// Write/Edit/Bash/Agent.
 pub fn clarifier(name: &str, instructions: &str, can_read: bool) -> AgentSpec {
@@ -308,6 +329,33 @@ mod tests {
         assert!(c.glance_only && c.allows("Bash") && c.allows("Agent"));
         assert_eq!(c.workers.len(), 1);
         assert!(c.workers[0].spec.report_format);
+    }
+
+    #[test]
+    fn a_plugin_agent_type_never_widens_the_worker_role() {
+        let a = crate::plugin::AgentType {
+            plugin: "p".into(),
+            name: "reviewer".into(),
+            description: "Reviews".into(),
+            prompt: "Review only.".into(),
+            tools: Some(vec![
+                "Read".into(),
+                "Agent".into(),
+                "mcp__human__ask".into(),
+                "Grep".into(),
+                "mcp__db".into(),
+            ]),
+            model: Some("claude-haiku-4-5".into()),
+            file: "agents/reviewer.md".into(),
+        };
+        let w = plugin_worker(&a);
+        assert_eq!(w.spec.tools, ["Read", "Grep", "mcp__db"]);
+        assert_eq!(w.spec.model.as_deref(), Some("claude-haiku-4-5"));
+        assert!(w.spec.instructions.starts_with("Review only."));
+        assert!(w.spec.instructions.contains(WORKER_RULES));
+        // Without a list: the worker's own tools.
+        let all = plugin_worker(&crate::plugin::AgentType { tools: None, ..a });
+        assert_eq!(all.spec.tools, worker("x", "", "").spec.tools);
     }
 
     #[test]

@@ -149,6 +149,10 @@ pub struct Runtime {
     pub(crate) placement: Arc<dyn Placement>,
     /// The project's MCP servers, per agent; `None` when the run has none.
     pub(crate) mcp: Option<Arc<crate::mcp::McpHub>>,
+    /// The plugins' skills, agent types and hooks (empty when there are none).
+    pub(crate) plugins: Arc<crate::plugin::Plugins>,
+    /// Roles already told that they get no hooks (no container).
+    pub(crate) no_hooks_said: Mutex<std::collections::HashSet<String>>,
     pub(crate) config: RuntimeConfig,
     /// The workspace's `.git` to mount read-only into writing roles, decided once when the
     /// runtime was made (`place::workspace_git`).
@@ -209,6 +213,8 @@ impl Runtime {
             registry: ToolRegistry::standard(),
             placement,
             mcp: None,
+            plugins: Arc::new(crate::plugin::Plugins::default()),
+            no_hooks_said: Mutex::new(std::collections::HashSet::new()),
             interrupt: Mutex::new((CancellationToken::new(), None)),
             hold: tokio::sync::watch::Sender::new(false),
             counters: Mutex::new(HashMap::new()),
@@ -227,6 +233,13 @@ impl Runtime {
             }
         }
         self.placement = placement;
+        self
+    }
+
+    /// Gives the plugins' skills (to agents that can read), agent types (to coordinators) and
+    /// hooks (run in agents' containers).
+    pub fn with_plugins(mut self, plugins: Arc<crate::plugin::Plugins>) -> Self {
+        self.plugins = plugins;
         self
     }
 

@@ -20,14 +20,19 @@ use crate::model::{
     Caller, ContentBlock, Message, ModelError, ModelEvent, Request, Speaker, StopReason, ToolCall,
     ToolDef,
 };
+use crate::plugin::HookEvent;
 use crate::sandbox::AgentBox;
 use crate::session::NoticeKind;
 
+#[path = "session_hooks.rs"]
+mod hooks;
 #[path = "session_mcp.rs"]
 mod mcp;
 
 /// Most consecutive cut-off turns before the agent is stopped.
 const MAX_CUTOFFS: u32 = 3;
+/// Most times the plugins' Stop hooks may keep one turn going.
+const MAX_STOP_BLOCKS: u32 = 3;
 
 /// How a loop ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -104,7 +109,10 @@ impl AgentRun {
         history: Vec<Message>,
         agent_box: AgentBox,
     ) -> Self {
-        let system = vec![rt.config.base_system.clone(), spec.instructions.clone()];
+        let (spec, skills) = hooks::with_plugins(spec, &rt.plugins);
+        let agent_box = hooks::with_plugin_mounts(agent_box, &rt.plugins, &rt.config.workspace);
+        let mut system = vec![rt.config.base_system.clone(), spec.instructions.clone()];
+        system.extend(skills);
         let mut tools = rt.registry.definitions(&spec.tools);
         if let Some(def) = tools.iter_mut().find(|d| ToolName::Agent.is(&d.name)) {
             let kinds = workers_of(&spec);
@@ -313,6 +321,30 @@ impl AgentRun {
         if let Some(notes) = self.start_mcp(&ctx).await {
             text = format!("{text}\n\n{notes}");
         }
+        // The plugins' SessionStart (a new session) and UserPromptSubmit hooks: what they print
+        // joins the prompt; exit 2 on a prompt stops the step.
+        let mut added = Vec::new();
+        if self.messages.is_empty() {
+            let mut input = serde_json::Map::new();
+            input.insert("source".into(), Value::String("startup".into()));
+            added.extend(
+                self.event_hooks(HookEvent::SessionStart, input, &ctx)
+                    .await
+                    .0,
+            );
+        }
+        let mut input = serde_json::Map::new();
+        input.insert("prompt".into(), Value::String(prompt.to_string()));
+        let (more, block) = self
+            .event_hooks(HookEvent::UserPromptSubmit, input, &ctx)
+            .await;
+        if let Some(reason) = block {
+            return LoopEnd::Stopped(StepError::PromptBlocked(reason));
+        }
+        added.extend(more);
+        for a in added {
+            text = format!("{text}\n\n{a}");
+        }
         self.say(text);
         let end = self.run_loop(&ctx).await;
         self.todos = std::mem::take(&mut *ctx.todos.lock().unwrap_or_else(|e| e.into_inner()));
@@ -351,6 +383,7 @@ impl AgentRun {
             self.rt.config.tool_limits.clone(),
         );
         *ctx.todos.lock().unwrap_or_else(|e| e.into_inner()) = self.todos.clone();
+        ctx.plugins = self.rt.plugins.clone();
         ctx.confine = ctx
             .confine
             .clone()
@@ -359,6 +392,7 @@ impl AgentRun {
     }
 
     async fn run_loop(&mut self, ctx: &ToolContext) -> LoopEnd {
+        let mut stop_blocks = 0;
         loop {
             if ctx.cancel.is_cancelled() {
                 return LoopEnd::Interrupted;
@@ -429,6 +463,22 @@ impl AgentRun {
                             "回话格式不对({problem})。按四段重写,总共不超过 {} 行:结论 / 依据 / 产出 / 未验证。只回这份报告。",
                             guard::REPORT_MAX_LINES
                         ));
+                        continue;
+                    }
+                }
+                // The plugins' Stop / SubagentStop hooks may keep it going (exit 2: their
+                // reason is its next message), a few times at most.
+                if stop_blocks < MAX_STOP_BLOCKS {
+                    let event = if self.depth == 0 {
+                        HookEvent::Stop
+                    } else {
+                        HookEvent::SubagentStop
+                    };
+                    let mut input = serde_json::Map::new();
+                    input.insert("stop_hook_active".into(), Value::Bool(stop_blocks > 0));
+                    if let (_, Some(reason)) = self.event_hooks(event, input, ctx).await {
+                        stop_blocks += 1;
+                        self.say(format!("[{} 钩子:{reason}]", event.as_str()));
                         continue;
                     }
                 }
@@ -601,6 +651,21 @@ impl AgentRun {
             Some(_) => Decision::Allow,
             None => guard::check(&self.spec, call),
         };
+        // The plugins' PreToolUse hooks see a call the guards let through, before it runs.
+        let decision = match decision {
+            Decision::Allow if malformed.is_none() => {
+                match self
+                    .tool_hooks(HookEvent::PreToolUse, call, None, ctx)
+                    .await
+                {
+                    Some(reason) => {
+                        Decision::Deny(format!("PreToolUse 钩子拦下了这次调用,没有执行:{reason}"))
+                    }
+                    None => Decision::Allow,
+                }
+            }
+            other => other,
+        };
         let outcome: Result<String, ToolError> = match (malformed, decision) {
             (Some(m), _) => Err(ToolError::InvalidInput(format!(
                 "输入必须是一个 JSON 对象,这次收到的是:{}。这次调用没有执行;按 {} 的参数说明传一个 JSON 对象再调用。",
@@ -623,6 +688,14 @@ impl AgentRun {
             Ok(t) => (t, false),
             Err(e) => (e.to_string(), true),
         };
+        if !is_error {
+            if let Some(reason) = self
+                .tool_hooks(HookEvent::PostToolUse, call, Some(&text), ctx)
+                .await
+            {
+                text.push_str(&format!("\n\n[PostToolUse 钩子:{reason}]"));
+            }
+        }
         let spills = tool.as_ref().map_or(mcp.is_some(), |t| t.spills());
         if let (true, Some(wb)) = (spills, &self.rt.workbench) {
             let reads_spill = ToolName::Read.is(&call.name)

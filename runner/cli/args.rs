@@ -150,6 +150,9 @@ pub struct GlobalArgs {
     /// MCP 配置里的 ${VAR} 可以取值的环境变量,可以写多次 [env: FLOWERBOX_MCP_ENV,逗号分隔]。没点名的变量一律不给;模型凭证永远不给
     #[arg(long = "mcp-env", global = true, value_name = "VAR")]
     pub mcp_env: Vec<String>,
+    /// 插件目录(Claude Code 的插件格式:skills/、agents/、hooks/hooks.json、.mcp.json),可以写多次;<workspace>/.flowerbox/plugins/ 下的每个目录总会加载。钩子命令只在 agent 自己的容器里跑
+    #[arg(long = "plugin-dir", global = true, value_name = "DIR")]
+    pub plugin_dir: Vec<PathBuf>,
     /// 打印帮助
     #[arg(short = 'h', long, global = true, action = ArgAction::Help)]
     pub help: Option<bool>,

@@ -123,6 +123,11 @@ pub async fn doctor(
         crate::mcp::doctor::checks(&globals.workspace, &globals.mcp, &globals.egress, sandbox)
             .await,
     );
+    checks.extend(plugin_checks(&crate::plugin::load(
+        &globals.workspace,
+        &globals.plugin_dirs,
+        &globals.mcp.masked,
+    )));
     let mut out = crate::shown::stdout();
     for c in &checks {
         // A closed stdout must not turn the checks into a crash.
@@ -175,4 +180,70 @@ pub async fn gc(opts: GcOptions, globals: GlobalOptions) -> Result<ExitStatus, C
         None => Ok(ExitStatus::Success),
         Some(summary) => Err(CliError::Failed(summary)),
     }
+}
+
+/// `doctor`'s plugin lines: each plugin with its skills, agent types and hooks, and each thing
+/// that could not be loaded, with the reason.
+fn plugin_checks(p: &crate::plugin::Plugins) -> Vec<crate::sandbox::doctor::Check> {
+    use crate::sandbox::doctor::{Check, CheckStatus};
+    let line = |status, detail| Check {
+        name: "plugin",
+        status,
+        detail,
+    };
+    let mut out = Vec::new();
+    if p.plugins.is_empty() && p.problems.is_empty() {
+        out.push(line(
+            CheckStatus::Pass,
+            format!("没有插件({} 或 --plugin-dir)", crate::plugin::DEFAULT_DIR),
+        ));
+    }
+    for plugin in &p.plugins {
+        let skills: Vec<&str> = p
+            .skills
+            .iter()
+            .filter(|s| s.plugin == plugin.name)
+            .map(|s| s.name.as_str())
+            .collect();
+        let agents: Vec<&str> = p
+            .agents
+            .iter()
+            .filter(|a| a.plugin == plugin.name)
+            .map(|a| a.name.as_str())
+            .collect();
+        let hooks: Vec<String> = p
+            .hooks
+            .iter()
+            .filter(|h| h.plugin == plugin.name)
+            .map(|h| match h.spec.matcher.as_str() {
+                "" => h.spec.event.as_str().to_string(),
+                m => format!("{}({m})", h.spec.event.as_str()),
+            })
+            .collect();
+        let list = |v: &[&str]| {
+            if v.is_empty() {
+                "无".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
+        let hooks: Vec<&str> = hooks.iter().map(String::as_str).collect();
+        out.push(line(
+            CheckStatus::Pass,
+            format!(
+                "插件 {}({}):技能 {};agent 类型 {};钩子 {}(在 agent 的容器里跑)",
+                plugin.name,
+                plugin.root.display(),
+                list(&skills),
+                list(&agents),
+                list(&hooks)
+            ),
+        ));
+    }
+    out.extend(
+        p.problems
+            .iter()
+            .map(|why| line(CheckStatus::Warn, format!("没加载:{why}"))),
+    );
+    out
 }

@@ -70,5 +70,6 @@ pub(super) fn mcp_settings(
         startup_timeout: millis("MCP_TIMEOUT", defaults.startup_timeout)?,
         call_timeout: millis("MCP_TOOL_TIMEOUT", defaults.call_timeout)?,
         masked: defaults.masked,
+        plugin_files: Vec::new(),
     })
 }

@@ -72,6 +72,10 @@ pub struct GlobalOptions {
     /// `--mcp-config`, `--mcp-env` (else `$FLOWERBOX_MCP_ENV`), `$MCP_TIMEOUT`,
     /// `$MCP_TOOL_TIMEOUT` (process environment only, like the egress settings).
     pub mcp: crate::mcp::McpSettings,
+    /// `--plugin-dir` (absolute), in order.
+    pub plugin_dirs: Vec<PathBuf>,
+    /// Those that may be mounted read-only into agents' containers (`plugin::mountable`).
+    pub plugin_mounts: Vec<PathBuf>,
     /// stdin is a terminal (prompts, interactive setup, probe, Ctrl-C handling).
     pub interactive: bool,
 }
@@ -234,6 +238,7 @@ impl GlobalOptions {
             max_workers,
             mcp_config,
             mcp_env,
+            plugin_dir,
             help: _,
         } = args;
         let sandbox = SandboxKind::from_name(&sandbox)
@@ -280,6 +285,30 @@ impl GlobalOptions {
             .transpose()?;
         let mut mcp = super::mcp::mcp_settings(mcp_config, mcp_env, host)?;
         mcp.masked = vec![run_dir.clone()];
+        if let Some(d) = plugin_dir.iter().find(|d| !host.cwd.join(d).is_dir()) {
+            return Err(CliError::Usage(format!(
+                "--plugin-dir {} 不是目录",
+                d.display()
+            )));
+        }
+        let home = host.var("HOME").map(PathBuf::from);
+        let plugin_mounts: Vec<PathBuf> = plugin_dir
+            .iter()
+            .filter_map(|d| {
+                crate::plugin::mountable(&host.cwd.join(d), home.as_deref(), &workspace)
+            })
+            .collect();
+        let plugin_dirs: Vec<PathBuf> = plugin_dir
+            .iter()
+            .map(|d| normalize(&host.cwd.join(d)))
+            .collect();
+        // The plugins' MCP servers join the project's (their other problems are said with the
+        // plugins').
+        mcp.plugin_files =
+            crate::plugin::roots(&workspace, &plugin_dirs, &mcp.masked, &mut Vec::new())
+                .into_iter()
+                .map(|r| r.join(crate::mcp::config::PROJECT_FILE))
+                .collect();
         Ok(Self {
             workspace,
             run_dir,
@@ -292,6 +321,8 @@ impl GlobalOptions {
             egress,
             max_workers,
             mcp,
+            plugin_dirs,
+            plugin_mounts,
             interactive: host.stdin_is_terminal,
         })
     }
@@ -940,6 +971,30 @@ mod tests {
             let err = resolve(&e.host, &[bad[0], bad[1], "once", "hi"]).unwrap_err();
             assert_eq!(err.exit_code(), 2, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn plugin_dirs_repeat_are_made_absolute_and_must_be_directories() {
+        let e = env();
+        std::fs::create_dir_all(e.host.cwd.join("p1")).unwrap();
+        std::fs::create_dir_all(e.host.cwd.join("p2")).unwrap();
+        let o = resolve(
+            &e.host,
+            &["--plugin-dir", "p1", "--plugin-dir", "p2", "once", "hi"],
+        )
+        .unwrap();
+        assert_eq!(
+            o.global.plugin_dirs,
+            [e.host.cwd.join("p1"), e.host.cwd.join("p2")]
+        );
+        // Their .mcp.json files join the MCP configuration.
+        assert!(o
+            .global
+            .mcp
+            .plugin_files
+            .contains(&e.host.cwd.join("p1/.mcp.json")));
+        let err = resolve(&e.host, &["--plugin-dir", "nowhere", "once", "hi"]).unwrap_err();
+        assert_eq!(err.exit_code(), 2);
     }
 
     #[test]

@@ -37,7 +37,54 @@ pub fn sandbox_backend(globals: &GlobalOptions) -> Arc<dyn SandboxBackend> {
 /// warnings on stderr; `--mcp-config`: problems are exit 2).
 pub fn run_settings(globals: &GlobalOptions, creds: &Credentials) -> Result<RunSettings, CliError> {
     debug_assert!(creds.is_bound(), "credentials reach a run bound");
-    let watched = watched_config(globals, creds);
+    let mut plugins = crate::plugin::load(
+        &globals.workspace,
+        &globals.plugin_dirs,
+        &globals.mcp.masked,
+    );
+    resolve_model_aliases(&mut plugins, &|k: &str| creds.get(k).map(str::to_string));
+    plugins.mounts = globals.plugin_mounts.clone();
+    let unmounted = plugins.plugins.iter().filter(|p| {
+        !p.root.starts_with(&globals.workspace)
+            && plugins.hooks.iter().any(|h| h.root == p.root)
+            && !p
+                .root
+                .canonicalize()
+                .is_ok_and(|r| plugins.mounts.contains(&r))
+    });
+    let unmounted: Vec<String> = unmounted.map(|p| p.root.display().to_string()).collect();
+    for root in unmounted {
+        plugins.problems.push(format!(
+            "{root}:装着你的 HOME 或工作区,不挂进容器;它的钩子只能用写在 hooks.json 里的命令,找不到脚本"
+        ));
+    }
+    let plugins = Arc::new(plugins);
+    let mut err = crate::shown::stderr();
+    for p in &plugins.problems {
+        let _ = writeln!(err, "! 插件:{p}");
+    }
+    if globals.sandbox == SandboxKind::Host && !plugins.hooks.is_empty() {
+        let _ = writeln!(
+            err,
+            "! --sandbox host:没有容器,插件的钩子这次一个都不跑(钩子只在 agent 的容器里跑)"
+        );
+    }
+    let mut watched = watched_config(globals, creds);
+    // A plugin created or removed in the repository's place is named too.
+    watched.push(Watched {
+        path: globals.workspace.join(crate::plugin::DEFAULT_DIR),
+        items: "插件",
+        itemize: None,
+    });
+    watched.extend(
+        crate::plugin::watched_files(&plugins)
+            .into_iter()
+            .map(|path| Watched {
+                path,
+                items: "插件文件",
+                itemize: None,
+            }),
+    );
     let creds = creds.clone();
     Ok(RunSettings {
         workspace: globals.workspace.clone(),
@@ -48,6 +95,7 @@ pub fn run_settings(globals: &GlobalOptions, creds: &Credentials) -> Result<RunS
         model: Arc::new(move |k: &str| creds.get(k).map(str::to_string)),
         mcp_servers: mcp_servers(globals)?,
         mcp: globals.mcp.clone(),
+        plugins,
         watched,
     })
 }
@@ -55,7 +103,7 @@ pub fn run_settings(globals: &GlobalOptions, creds: &Credentials) -> Result<RunS
 /// THE list of configuration files a next run reads from the workspace (issue 25 §1):
 /// watched over every run and named at its end when an agent created, changed or removed
 /// one (only those inside the workspace are watched). `run` adds its workflow file
-/// ([`watched_workflow`]); plugin directories join here.
+/// ([`watched_workflow`]); [`run_settings`] adds the loaded plugins' files.
 pub fn watched_config(globals: &GlobalOptions, creds: &Credentials) -> Vec<Watched> {
     let dotenv = |path: PathBuf| Watched {
         path,
@@ -236,5 +284,74 @@ pub fn once_settings(opts: OnceOptions) -> OnceSettings {
         fork,
         workbench,
         trim,
+    }
+}
+
+/// Claude Code's model aliases in agent types (`sonnet`, `opus`, `haiku`) as Claude Code
+/// resolves them: `ANTHROPIC_DEFAULT_<TIER>_MODEL`; unset, the run's model (a problem says so).
+fn resolve_model_aliases(
+    plugins: &mut crate::plugin::Plugins,
+    get: crate::model::config::Lookup<'_>,
+) {
+    use crate::model::config::{tier_model, ModelTier};
+    let mut problems = Vec::new();
+    for a in &mut plugins.agents {
+        let tier = match a.model.as_deref() {
+            Some("opus") => ModelTier::Opus,
+            Some("sonnet") => ModelTier::Sonnet,
+            Some("haiku") => ModelTier::Haiku,
+            _ => continue,
+        };
+        let alias = a.model.take().unwrap_or_default();
+        a.model = tier_model(get, tier);
+        if a.model.is_none() {
+            problems.push(format!(
+                "{}:model: {alias} 没有映射({} 没设),用这次运行的模型",
+                a.file.display(),
+                tier.variable()
+            ));
+        }
+    }
+    plugins.problems.extend(problems);
+}
+
+#[cfg(test)]
+mod plugin_tests {
+    use super::*;
+
+    #[test]
+    fn agent_type_model_aliases_resolve_like_claude_codes() {
+        let agent = |model: &str| crate::plugin::AgentType {
+            plugin: "p".into(),
+            name: model.into(),
+            description: "d".into(),
+            prompt: String::new(),
+            tools: None,
+            model: Some(model.into()),
+            file: format!("agents/{model}.md").into(),
+        };
+        let mut p = crate::plugin::Plugins {
+            agents: vec![agent("sonnet"), agent("haiku"), agent("claude-x-1")],
+            ..Default::default()
+        };
+        let get = |k: &str| {
+            (k == "ANTHROPIC_DEFAULT_SONNET_MODEL").then(|| "claude-sonnet-9".to_string())
+        };
+        resolve_model_aliases(&mut p, &get);
+        let models: Vec<_> = p.agents.iter().map(|a| a.model.clone()).collect();
+        assert_eq!(
+            models,
+            [
+                Some("claude-sonnet-9".into()),
+                None,
+                Some("claude-x-1".into())
+            ]
+        );
+        assert_eq!(p.problems.len(), 1);
+        assert!(
+            p.problems[0].contains("ANTHROPIC_DEFAULT_HAIKU_MODEL"),
+            "{:?}",
+            p.problems
+        );
     }
 }

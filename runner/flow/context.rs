@@ -44,6 +44,8 @@ pub struct RunSettings {
     pub mcp_servers: Vec<crate::mcp::ServerConfig>,
     /// Timeouts of those servers.
     pub mcp: crate::mcp::McpSettings,
+    /// The plugins (`.flowerbox/plugins/*`, `--plugin-dir`), already loaded.
+    pub plugins: Arc<crate::plugin::Plugins>,
     /// The configuration files the next run reads from the workspace: watched over the run,
     /// and named at its end when an agent created, changed or removed one.
     pub watched: Vec<Watched>,
@@ -217,7 +219,7 @@ impl RunContext {
                 cap,
             )));
         }
-        let runtime = Arc::new(runtime);
+        let runtime = Arc::new(runtime.with_plugins(settings.plugins.clone()));
         // What the sandboxes notice (a container or the pod gone, the engine away, a slower
         // exec) is the human's: a warning line, wherever the run's events go.
         let weak = Arc::downgrade(&runtime);

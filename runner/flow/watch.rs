@@ -3,8 +3,8 @@
 //! knows before the next run trusts it.
 //!
 //! The command line says what to watch ([`Watched`]: `./.env`, `.mcp.json`, the workflow
-//! file, a `$FLOWER_ENV` or `--mcp-config` file when they lie in the workspace; plugin
-//! directories later) as one list. [`ConfigWatch::start`] takes a snapshot of each with the one
+//! file, a `$FLOWER_ENV` or `--mcp-config` file when they lie in the workspace; the files of
+//! each plugin loaded, and the plugins' directory, whose entries are its items) as one list. [`ConfigWatch::start`] takes a snapshot of each with the one
 //! configuration reader (`fsroot::config`: no symlink out of the workspace, regular files only,
 //! never blocking, capped) before any agent runs; [`ConfigWatch::changes`] takes another and
 //! compares. A file's items (a `.env`'s keys, `.mcp.json`'s servers, a workflow file's tables)
@@ -148,6 +148,20 @@ impl ConfigWatch {
                     }
                     items
                 }),
+            },
+            // A directory (the plugins' place): its entries are its items.
+            Err(config_file::ConfigError::IsDir) => match config_file::list(&w.path, &place) {
+                Ok(Some(entries)) => State::Present {
+                    digest: digest(&entries),
+                    items: Some(
+                        entries
+                            .into_iter()
+                            .map(|(name, is_dir)| (name, digest(is_dir)))
+                            .collect(),
+                    ),
+                },
+                Ok(None) => State::Absent,
+                Err(e) => State::Unreadable(e.to_string()),
             },
             Err(e) => State::Unreadable(e.to_string()),
         }
@@ -308,5 +322,42 @@ mod tests {
             .contains("不是普通文件"));
         assert_eq!(got.len(), 4);
         assert!(!format!("{got:?}").contains("sk-do-not-print"));
+    }
+
+    #[test]
+    fn a_watched_directory_names_the_entries_that_came_and_went() {
+        let d = tempfile::tempdir().unwrap();
+        let ws = d.path().canonicalize().unwrap();
+        let plugins = ws.join(".flowerbox/plugins");
+        std::fs::create_dir_all(plugins.join("old")).unwrap();
+        let list = [Watched {
+            path: plugins.clone(),
+            items: "插件",
+            itemize: None,
+        }];
+        let watch = ConfigWatch::start(&list, &ws, &[]);
+        assert!(watch.changes().is_empty());
+        std::fs::create_dir_all(plugins.join("planted/hooks")).unwrap();
+        std::fs::remove_dir(plugins.join("old")).unwrap();
+        let got = watch.changes();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0].change, Change::Modified);
+        assert_eq!(got[0].added, ["planted"]);
+        assert_eq!(got[0].removed, ["old"]);
+        // Created from nothing.
+        let fresh = tempfile::tempdir().unwrap();
+        let ws = fresh.path().canonicalize().unwrap();
+        let list = [Watched {
+            path: ws.join(".flowerbox/plugins"),
+            items: "插件",
+            itemize: None,
+        }];
+        let watch = ConfigWatch::start(&list, &ws, &[]);
+        std::fs::create_dir_all(ws.join(".flowerbox/plugins/p")).unwrap();
+        let got = watch.changes();
+        assert_eq!(
+            (got[0].change, got[0].added.clone()),
+            (Change::Created, vec!["p".to_string()])
+        );
     }
 }

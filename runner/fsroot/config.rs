@@ -1,6 +1,7 @@
 //! The one reader for the configuration files flowerbox reads (issue 25 §1, DESIGN.md "Threat
-//! model" 7): `.env` files, `.mcp.json`, workflow files, Claude Code's settings — and, later,
-//! plugin directories. Every call site opens such a file through [`read`], never by path.
+//! model" 7): `.env` files, `.mcp.json`, workflow files, Claude Code's settings and plugin
+//! directories ([`list`] for their listings). Every call site opens such a file through
+//! [`read`], never by path.
 //!
 //! Where the file lies decides how it is opened ([`Place`]):
 //!
@@ -125,6 +126,67 @@ pub fn read(path: &Path, place: &Place, cap: u64) -> Result<Option<ConfigFile>, 
         Place::Beneath { root, masked } => read_beneath(&lexical(path), root, masked, cap),
         Place::User => read_user(path, cap),
     }
+}
+
+/// The entries of the directory `path` placed as `place` says, as (name, is a directory),
+/// sorted; `Ok(None)` when it does not exist. Beneath a root the walk is the one [`read`] does
+/// (no symlink out of it, the run directory masked); a symlinked entry is listed as not a
+/// directory (reading through it goes through [`read`] again).
+pub fn list(path: &Path, place: &Place) -> Result<Option<Vec<(String, bool)>>, ConfigError> {
+    let entries = match place {
+        Place::User => match std::fs::read_dir(path) {
+            Ok(dir) => dir
+                .flatten()
+                .map(|e| {
+                    let is_dir = std::fs::metadata(e.path()).is_ok_and(|m| m.is_dir());
+                    (e.file_name().to_string_lossy().into_owned(), is_dir)
+                })
+                .collect::<Vec<_>>(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error()) => {
+                return Err(ConfigError::NotRegular)
+            }
+            Err(e) => return Err(ConfigError::Io(e)),
+        },
+        Place::Beneath { root, masked } => {
+            let path = lexical(path);
+            if !path.starts_with(root) {
+                return Err(ConfigError::Leaves(root.to_path_buf()));
+            }
+            let ids = masked
+                .iter()
+                .filter_map(|m| super::own::identity(m))
+                .collect();
+            let view = View::new(
+                vec![ViewMount {
+                    path: root.to_path_buf(),
+                    read_only: true,
+                }],
+                masked.to_vec(),
+            )
+            .hiding_ids(ids);
+            let listed = view.with(&path, false, false, |r| {
+                let fd = r.open_dir()?;
+                sys::list(fd.as_fd())
+            });
+            match listed {
+                Ok(v) => v
+                    .into_iter()
+                    .map(|(n, t)| (n.to_string_lossy().into_owned(), t == FileType::Directory))
+                    .collect(),
+                Err(ViewError::NotFound(_)) => return Ok(None),
+                Err(ViewError::Fs(e)) if e.is_not_found() => return Ok(None),
+                Err(ViewError::Outside(_)) => return Err(ConfigError::Leaves(root.to_path_buf())),
+                Err(ViewError::Masked(_)) => return Err(ConfigError::Masked),
+                Err(ViewError::Loop) => return Err(ConfigError::Loop),
+                Err(ViewError::Fs(e)) => return Err(fs_error(e, CONFIG_CAP)),
+                Err(e) => return Err(ConfigError::Io(std::io::Error::other(e.to_string()))),
+            }
+        }
+    };
+    let mut entries = entries;
+    entries.sort();
+    Ok(Some(entries))
 }
 
 /// `path` with `.` and `..` taken away lexically (as the command line makes paths absolute).

@@ -109,6 +109,8 @@ pub struct McpSettings {
     pub call_timeout: Duration,
     /// Directories never read as configuration (the run directory).
     pub masked: Vec<PathBuf>,
+    /// Plugins' `.mcp.json` files (read like the project's, after it, before `--mcp-config`).
+    pub plugin_files: Vec<PathBuf>,
 }
 
 impl Default for McpSettings {
@@ -120,6 +122,7 @@ impl Default for McpSettings {
             startup_timeout: Duration::from_secs(30),
             call_timeout: Duration::from_secs(600),
             masked: Vec::new(),
+            plugin_files: Vec::new(),
         }
     }
 }
@@ -328,25 +331,42 @@ pub fn load(
 ) -> Result<McpConfig, ConfigError> {
     let mut config = McpConfig::default();
     let project = workspace.join(PROJECT_FILE);
-    let place = Place::of(&project, &[workspace], &settings.masked);
-    match config_file::read(&project, &place, FILE_CAP) {
-        Ok(None) => {}
-        Ok(Some(file)) => match parse(&file.text(), &project, env) {
-            Ok((servers, problems)) => {
-                config.servers = servers;
-                config
-                    .warnings
-                    .extend(problems.iter().map(ToString::to_string));
-            }
-            Err(why) => config.warnings.push(format!(
-                "{}:{why};这些 MCP 服务器这次不启动",
+    let files = std::iter::once(&project).chain(settings.plugin_files.iter());
+    for (i, project) in files.enumerate() {
+        let place = Place::of(project, &[workspace], &settings.masked);
+        match config_file::read(project, &place, FILE_CAP) {
+            Ok(None) => {}
+            Ok(Some(file)) => match parse(&file.text(), project, env) {
+                Ok((servers, problems)) => {
+                    for s in servers {
+                        // A plugin's server never replaces one of the project's.
+                        if config.servers.iter().any(|o| o.name == s.name) {
+                            config.warnings.push(format!(
+                                "{}:MCP 服务器 {} 和已有的同名,没加载",
+                                project.display(),
+                                s.name
+                            ));
+                        } else {
+                            config.servers.push(s);
+                        }
+                    }
+                    config
+                        .warnings
+                        .extend(problems.iter().map(ToString::to_string));
+                }
+                Err(why) => config.warnings.push(format!(
+                    "{}:{why};这些 MCP 服务器这次不启动",
+                    project.display()
+                )),
+            },
+            Err(e) => config.warnings.push(format!(
+                "{} 读不了:{e};这些 MCP 服务器这次不启动",
                 project.display()
             )),
-        },
-        Err(e) => config.warnings.push(format!(
-            "{} 读不了:{e};这些 MCP 服务器这次不启动",
-            project.display()
-        )),
+        }
+        if i > 0 {
+            renumber(&mut config);
+        }
     }
     if let Some(path) = &settings.config_file {
         let err = |why: ConfigFault| ConfigError {
@@ -372,22 +392,26 @@ pub fn load(
             config.servers.retain(|o| o.name != s.name);
             config.servers.push(s);
         }
-        // Replacing may have freed or clashed mapped names: give them again, in order.
-        let mut taken = HashSet::new();
-        let mut kept = Vec::new();
-        for mut s in std::mem::take(&mut config.servers) {
-            match names::server_id(&s.name, &taken) {
-                Ok(id) => {
-                    taken.insert(id.clone());
-                    s.id = id;
-                    kept.push(s);
-                }
-                Err(why) => config.warnings.push(why.to_string()),
-            }
-        }
-        config.servers = kept;
+        renumber(&mut config);
     }
     Ok(config)
+}
+
+/// Replacing or merging may have freed or clashed mapped names: gives them again, in order.
+fn renumber(config: &mut McpConfig) {
+    let mut taken = HashSet::new();
+    let mut kept = Vec::new();
+    for mut s in std::mem::take(&mut config.servers) {
+        match names::server_id(&s.name, &taken) {
+            Ok(id) => {
+                taken.insert(id.clone());
+                s.id = id;
+                kept.push(s);
+            }
+            Err(why) => config.warnings.push(why.to_string()),
+        }
+    }
+    config.servers = kept;
 }
 
 /// Parses one file: (usable servers, one problem per unusable one and per value dropped), or

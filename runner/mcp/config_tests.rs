@@ -222,3 +222,32 @@ fn project_file_problems_warn_and_mcp_config_problems_fail() {
     .unwrap();
     assert!(c.servers.iter().any(|s| s.name == "evil"), "{c:?}");
 }
+
+#[test]
+fn a_plugins_servers_join_the_projects_and_never_replace_one() {
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = ws.path().canonicalize().unwrap();
+    std::fs::write(
+        ws_path.join(PROJECT_FILE),
+        r#"{"mcpServers": {"db": {"command": "project-db"}}}"#,
+    )
+    .unwrap();
+    let plugin = ws_path.join(".flowerbox/plugins/p");
+    std::fs::create_dir_all(&plugin).unwrap();
+    std::fs::write(
+        plugin.join(PROJECT_FILE),
+        r#"{"mcpServers": {"db": {"command": "plugin-db"}, "docs": {"command": "plugin-docs"}}}"#,
+    )
+    .unwrap();
+    let (allow, look) = env_with(&[]);
+    let env = EnvSource::new(&allow, look);
+    let settings = McpSettings {
+        plugin_files: vec![plugin.join(PROJECT_FILE)],
+        ..Default::default()
+    };
+    let c = load(&ws_path, &settings, &env).unwrap();
+    let described: Vec<String> = c.servers.iter().map(ServerConfig::describe).collect();
+    assert_eq!(described, ["stdio: project-db", "stdio: plugin-docs"]);
+    assert!(c.warnings[0].contains("同名"), "{:?}", c.warnings);
+    assert_eq!(c.servers[1].origin, plugin.join(PROJECT_FILE));
+}

@@ -9,6 +9,7 @@ mod fsio;
 mod human;
 mod read;
 mod search;
+mod skill;
 mod todo;
 mod webfetch;
 mod write;
@@ -31,6 +32,7 @@ use crate::sandbox::{AgentBox, Sandbox, SandboxError, SandboxFactory};
 
 pub use agent_tool::{DispatchRequest, Dispatcher};
 pub use bash::format_output as format_bash_output;
+pub use skill::NAME as SKILL_TOOL;
 
 /// Why a tool call failed. Every variant becomes an error `tool_result` the model can read.
 #[derive(Debug, Error, PartialEq)]
@@ -140,6 +142,8 @@ pub struct ToolContext {
     pub limits: ToolLimits,
     /// Extra environment for commands (never credentials).
     pub env: Vec<(String, String)>,
+    /// The run's plugins (the `Skill` tool reads their skills).
+    pub plugins: Arc<crate::plugin::Plugins>,
     sandbox: OnceCell<Arc<dyn Sandbox>>,
     /// The sandbox's start begun by [`ToolContext::start_sandbox_early`], taken by the first
     /// [`ToolContext::sandbox`].
@@ -183,6 +187,7 @@ impl ToolContext {
             dispatcher,
             limits,
             env: Vec::new(),
+            plugins: Arc::new(crate::plugin::Plugins::default()),
             sandbox: OnceCell::new(),
             early: Mutex::new(None),
         }
@@ -263,6 +268,7 @@ impl ToolRegistry {
             Arc::new(human::AskTool),
             Arc::new(human::InboxTool),
             Arc::new(webfetch::WebFetchTool),
+            Arc::new(skill::SkillTool),
         ];
         ToolRegistry {
             tools: list.into_iter().map(|t| (t.name(), t)).collect(),
