@@ -170,6 +170,14 @@ impl Dispatcher for SubDispatch {
             .placement
             .finish(&agent, &place, ok, Some(sandbox))
             .await;
+        for text in self.rt.placement.take_notices() {
+            self.rt.emit(
+                &self.parent_agent,
+                self.parent_role,
+                self.parent_depth,
+                EventKind::Warning { text },
+            );
+        }
         let mut text = match &end {
             LoopEnd::Done => run.final_text(),
             LoopEnd::Interrupted => {

@@ -65,6 +65,12 @@ pub trait Placement: Send + Sync {
         ok: bool,
         sandbox: Option<WorkerSandbox<'_>>,
     ) -> Option<String>;
+
+    /// Lines for the screen since the last call (a worker's branch refused by a bound): the
+    /// report of [`Placement::finish`] reaches the coordinator only.
+    fn take_notices(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// What a worker in the shared workspace is told: the repository is read-only.

@@ -70,6 +70,9 @@ pub struct GlobalOptions {
     pub mcp: crate::mcp::McpSettings,
     /// stdin is a terminal (prompts, interactive setup, probe, Ctrl-C handling).
     pub interactive: bool,
+    /// `$FLOWERBOX_OBJECT_LIMIT`, `$FLOWERBOX_BRANCH_LIMIT`, `$FLOWERBOX_DISK_BUDGET` (process
+    /// environment only, like the egress settings).
+    pub bounds: super::bounds::Bounds,
 }
 
 /// `go`, resolved.
@@ -266,6 +269,7 @@ impl GlobalOptions {
             egress,
             mcp,
             interactive: host.stdin_is_terminal,
+            bounds: super::bounds::bounds(host)?,
         })
     }
 }

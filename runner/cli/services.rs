@@ -48,6 +48,8 @@ pub fn run_settings(globals: &GlobalOptions, creds: &Credentials) -> Result<RunS
         mcp_servers: mcp_servers(globals)?,
         mcp: globals.mcp.clone(),
         watched,
+        objects: globals.bounds.objects,
+        disk: globals.bounds.disk,
     })
 }
 

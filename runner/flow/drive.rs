@@ -15,7 +15,10 @@
 //! When the run's sandboxes are lost for good ([`crate::sandbox::SandboxFactory::lost`]: the
 //! engine stayed away past its grace, the pod could not be made again) the run stops there:
 //! the in-flight step is recorded as [`SANDBOX_LOST`] (never done: its commands could not
-//! run), and the run fails with the reason (exit 1).
+//! run), and the run fails with the reason (exit 1). When the run's agents pass the disk
+//! budget ([`super::disk`]) the run stops the same way: the in-flight step is recorded as
+//! [`DISK_BUDGET`], what the containers wrote is kept as images before they go, and the run
+//! fails with what was measured and kept (exit 1).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -23,6 +26,7 @@ use std::sync::Arc;
 use super::aside::AsideOracle;
 use super::context::{RunContext, RunSettings, RunSetup};
 use super::ctx::Ctx;
+use super::disk::{DiskBudget, DiskOver, DiskWatch, DISK_BUDGET};
 use super::error::{FlowError, RunEnd};
 use super::frontend::{Closing, Controls, Frontend, Notice};
 use super::workflow::{Completion, Workflow};
@@ -36,6 +40,10 @@ use crate::record::Totals;
 
 /// The manifest's `error` of a step in flight when the run's sandboxes were lost.
 pub const SANDBOX_LOST: &str = "sandbox-lost";
+
+/// A container that wrote less than this to its own file system is not kept when the disk
+/// budget stops the run (the pod's bookkeeping, an agent's shell history).
+const KEEP_FROM: u64 = 1 << 20;
 
 /// What differs between the runs a [`Session`] can host.
 pub struct SessionSetup {
@@ -68,6 +76,8 @@ pub struct Session {
     pub handed_back: Vec<String>,
     /// The run directory (the aside oracle keeps its books in `aside/` there).
     run_dir: PathBuf,
+    /// What the run's agents may add to the disk.
+    disk: DiskBudget,
 }
 
 /// ISOLATION: opens the workspace's repository for `--isolate` (sweeping what crashed runs
@@ -81,6 +91,7 @@ async fn open_isolation(
         .unwrap_or_else(|| crate::agent::Workbench::locate(&settings.workspace, true));
     let mut opts = IsolateOptions::new(&settings.workspace, workbench);
     opts.exclude = vec![settings.run_dir.clone()];
+    opts.limits = settings.objects;
     Ok(open_for_run(opts).await?)
 }
 
@@ -122,6 +133,7 @@ impl Session {
             isolation,
             handed_back: Vec::new(),
             run_dir: settings.run_dir.clone(),
+            disk: settings.disk,
         };
         // ISOLATION: branch names carry the run id; start warnings (uncommitted changes
         // workers will not see, leftovers of earlier runs) go to the human. What workers of a
@@ -193,15 +205,18 @@ impl Session {
             Signal(i32),
             Quit,
             Lost(crate::sandbox::SandboxError),
+            Disk(DiskOver),
         }
         // Listening before anything starts: a signal from here on tears down what was started.
         let stop = crate::signals::stop_signals(!self.frontend.owns_interrupt());
         // The pod starts while the run clarifies (issue 17).
         self.run.sandboxes.prepare();
+        let disk = self.watch_disk();
         let end = tokio::select! {
             // First: once the sandboxes are lost, nothing the workflow does after counts.
             biased;
             lost = self.run.sandboxes.lost() => End::Lost(lost),
+            over = disk.exceeded() => End::Disk(over),
             r = wf.run(&rt, ctx) => End::Done(r),
             sig = stop => End::Signal(sig),
             _ = self.frontend.quit_requested() => End::Quit,
@@ -224,6 +239,13 @@ impl Session {
                 rt.rescue(SANDBOX_LOST);
                 self.finish().await;
                 Err(FlowError::Sandbox(lost))
+            }
+            End::Disk(over) => {
+                drop(disk);
+                rt.rescue(DISK_BUDGET);
+                let kept = self.keep_written().await;
+                self.finish().await;
+                Err(FlowError::DiskBudget { over, kept })
             }
             End::Done(Ok(Completion::Finished)) => {
                 self.finish().await;
@@ -254,6 +276,56 @@ impl Session {
                 ))
             }
         }
+    }
+
+    /// Starts the run's disk watcher over the workspace, the workbench, the worktrees and the
+    /// repository's git directory (`--isolate`), without the run directory.
+    fn watch_disk(&self) -> DiskWatch {
+        let rt = &self.run.runtime;
+        let isolation: Vec<PathBuf> = self
+            .isolation
+            .iter()
+            .flat_map(|p| [p.root().to_path_buf(), p.repo().commondir.clone()])
+            .collect();
+        let places = super::disk::places(
+            &rt.config().workspace,
+            self.run.workbench.as_ref().map(|w| w.root()),
+            &isolation,
+            &self.run_dir,
+        );
+        DiskWatch::start(
+            places,
+            self.disk,
+            self.run.sandboxes.clone(),
+            self.run.disk.clone(),
+        )
+    }
+
+    /// Keeps what the run's containers wrote to their own file systems before the teardown
+    /// removes them (the disk budget stopped the run: nothing it wrote is lost). One line per
+    /// container kept, or not.
+    async fn keep_written(&self) -> Vec<String> {
+        let written = match self.run.sandboxes.written().await {
+            Ok(w) => w,
+            Err(e) => return vec![format!("量不出容器写下的东西:{e}")],
+        };
+        let mut lines = Vec::new();
+        for w in written.into_iter().filter(|w| w.bytes >= KEEP_FROM) {
+            lines.push(match self.run.sandboxes.keep_written(&w.container).await {
+                Ok(Some(image)) => format!(
+                    "{} 的容器里写下的 {} 存成了镜像 {image}:docker create 一个容器再 docker cp 取出来;不要了就 docker rmi {image}",
+                    w.agent,
+                    super::disk::mib(w.bytes)
+                ),
+                Ok(None) => continue,
+                Err(e) => format!(
+                    "{} 的容器里写下的 {} 没能留下({e}),容器随运行结束删掉了",
+                    w.agent,
+                    super::disk::mib(w.bytes)
+                ),
+            });
+        }
+        lines
     }
 
     /// Names the workspace's configuration files the run changed (once no agent runs).

@@ -39,6 +39,9 @@ pub struct IsolateOptions {
     pub worktrees_root: Option<PathBuf>,
     /// Recorded in each worktree's lock; default this process.
     pub owner: Option<Owner>,
+    /// What a worker's branch may bring back (`FLOWERBOX_OBJECT_LIMIT`,
+    /// `FLOWERBOX_BRANCH_LIMIT`).
+    pub limits: super::ObjectLimits,
 }
 
 impl IsolateOptions {
@@ -50,6 +53,7 @@ impl IsolateOptions {
             exclude: Vec::new(),
             worktrees_root: None,
             owner: None,
+            limits: super::ObjectLimits::default(),
         }
     }
 }
@@ -87,6 +91,9 @@ pub struct WorktreePlacement {
     warnings: Vec<String>,
     /// Dead runs' worktrees whose work is still to be handed back.
     interrupted: Mutex<Vec<Interrupted>>,
+    /// Lines for the screen that [`Placement::finish`]'s report (for the coordinator) does not
+    /// reach: a branch refused by the object bounds.
+    notices: Mutex<Vec<String>>,
 }
 
 impl std::fmt::Debug for WorktreePlacement {
@@ -108,7 +115,8 @@ impl WorktreePlacement {
     /// [`IsolateError::NotARepository`] with seed 000's text, and the other open failures of
     /// [`open_workspace_repo`].
     pub fn open(opts: IsolateOptions) -> Result<WorktreePlacement, IsolateError> {
-        let repo = open_workspace_repo(&opts.workspace)?;
+        let mut repo = open_workspace_repo(&opts.workspace)?;
+        repo.limits = opts.limits;
         let owner = match opts.owner {
             Some(o) => o,
             None => Owner::current().map_err(IsolateError::io("读不出本进程的身份"))?,
@@ -146,6 +154,7 @@ impl WorktreePlacement {
             trees: Mutex::new(BTreeMap::new()),
             warnings,
             interrupted: Mutex::new(interrupted),
+            notices: Mutex::new(Vec::new()),
         })
     }
 
@@ -250,7 +259,7 @@ impl WorktreePlacement {
             }
             // Whatever the kept worktree's index names comes over too; once the real branch
             // holds the worker's work, the user goes on with plain git.
-            match import_all(&repo, &t.git) {
+            match import_all(&repo, &t.git, &self.repo.limits) {
                 Ok(_) if adopted.is_ok() => {
                     if let Err(e) = t.git.remove() {
                         lines.push(e.to_string());
@@ -553,10 +562,20 @@ impl Placement for WorktreePlacement {
             }
             Err(e) => {
                 self.set_state(agent, State::Kept);
+                if let FinishError::Isolate(IsolateError::TooLarge { .. }) = &e {
+                    self.notices
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(format!("{agent}:{e}"));
+                }
                 Some(report(agent, &tree.branch, &tree.path, &Err(e)))
             }
         };
         text.map(|t| t + left_note.as_deref().unwrap_or(""))
+    }
+
+    fn take_notices(&self) -> Vec<String> {
+        std::mem::take(&mut *self.notices.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 

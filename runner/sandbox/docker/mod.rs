@@ -29,6 +29,7 @@ pub mod seccomp;
 mod sentinel;
 pub mod service;
 mod teardown;
+pub mod usage;
 
 pub use agent::DockerSandbox;
 pub use backend::DockerBackend;
@@ -590,5 +591,13 @@ impl SandboxFactory for DockerSandboxFactory {
 
     async fn teardown(&self) -> Result<(), SandboxError> {
         self.inner.teardown().await
+    }
+
+    async fn written(&self) -> Result<Vec<crate::sandbox::Written>, SandboxError> {
+        self.inner.written().await
+    }
+
+    async fn keep_written(&self, container: &str) -> Result<Option<String>, SandboxError> {
+        self.inner.keep_written(container).await.map(Some)
     }
 }
