@@ -280,6 +280,7 @@ fn a_huge_compressible_blob_in_a_workers_branch_is_refused_without_inflating_it(
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().ends_with("-worktrees"))
         .flat_map(|e| std::fs::read_dir(e.path()).unwrap().flatten())
+        .flat_map(|run| std::fs::read_dir(run.path()).unwrap().flatten())
         .any(|wt| {
             std::fs::metadata(wt.path().join("zeros.bin")).is_ok_and(|m| m.len() == BLOB_MIB << 20)
         });

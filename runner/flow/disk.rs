@@ -94,7 +94,7 @@ pub struct DiskOver {
 }
 
 fn containers(list: &[Written]) -> String {
-    let mut big: Vec<&Written> = list.iter().filter(|c| c.bytes > 0).collect();
+    let mut big: Vec<&Written> = list.iter().filter(|c| c.bytes >= 1 << 20).collect();
     big.sort_by_key(|c| std::cmp::Reverse(c.bytes));
     big.iter()
         .take(5)

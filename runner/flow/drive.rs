@@ -313,7 +313,7 @@ impl Session {
         for w in written.into_iter().filter(|w| w.bytes >= KEEP_FROM) {
             lines.push(match self.run.sandboxes.keep_written(&w.container).await {
                 Ok(Some(image)) => format!(
-                    "{} 的容器里写下的 {} 存成了镜像 {image}:docker create 一个容器再 docker cp 取出来;不要了就 docker rmi {image}",
+                    "{} 的容器里写下的 {} 存成了镜像 {image}(docker create 一个容器再 docker cp 取出来;不要了就 docker rmi {image})",
                     w.agent,
                     super::disk::mib(w.bytes)
                 ),

@@ -238,12 +238,15 @@ impl WorktreePlacement {
         };
         for t in trees {
             let adopted = adopt(&self.repo, &t.git, Policy::Follow);
-            if let Err(e) = &adopted {
-                lines.push(format!(
+            match &adopted {
+                // The bound's message says where the commits stay.
+                Err(e @ IsolateError::TooLarge { .. }) => lines.push(e.to_string()),
+                Err(e) => lines.push(format!(
                     "没取回 {} 在容器里的提交:{e};它们还在 {}",
                     t.branch,
                     t.git.dir().display()
-                ));
+                )),
+                Ok(_) => {}
             }
             let tip = repo
                 .find_branch(&t.branch, git2::BranchType::Local)
@@ -266,6 +269,8 @@ impl WorktreePlacement {
                     }
                 }
                 Ok(_) => {}
+                // Said once already, when the branch was refused.
+                Err(IsolateError::TooLarge { .. }) if adopted.is_err() => {}
                 Err(e) => lines.push(format!("{} 的对象没全取回:{e}", t.branch)),
             }
             match drop_gitlinks(&self.repo.commondir, &t.name) {
@@ -276,7 +281,9 @@ impl WorktreePlacement {
             if let Ok(wt) = repo.find_worktree(&t.name) {
                 let _ = wt.unlock();
             }
-            let why = if !merged {
+            let why = if adopted.is_err() {
+                "执行者的提交没取回"
+            } else if !merged {
                 "有没合入的提交"
             } else {
                 "有没提交的改动"
