@@ -3,11 +3,14 @@
 //! workers' stores are) and the workbench since the run started, plus what each live container
 //! wrote to its own file system — is bounded by [`DiskBudget`] (`FLOWERBOX_DISK_BUDGET`).
 //!
-//! [`DiskWatch`] measures while agents run, cheaply: every [`TICK`] it reads the file systems'
-//! used blocks (`statvfs`) and the containers' writable layers (one engine call); the places
-//! are walked again (allocated blocks, hard links once, never through a symlink, the run
-//! directory left out) only when the file systems grew enough that the budget could be
-//! reached, and at least every [`WALK_EVERY`]. Past the budget [`DiskWatch::exceeded`]
+//! [`DiskWatch`] measures while agents run, cheaply: every [`TICK`] it reads the used blocks
+//! (`statvfs`) of the places' file systems and of the engine's storage (a local engine's
+//! data root, where the containers' layers are); only when they grew enough since the last
+//! full measurement that the budget could be reached (at most every [`FULL_MIN`]), and at
+//! least every [`WALK_EVERY`], does it measure fully: the places walked (allocated blocks, hard
+//! links once, never through a symlink, the run directory left out) and the engine asked for
+//! each container's writable layer (which the engine sizes by walking the container's layers:
+//! seconds on a busy machine, so never every tick). Past the budget [`DiskWatch::exceeded`]
 //! resolves: the driver stops the run there (exit 1, the in-flight step recorded as
 //! [`DISK_BUDGET`]), keeps what the containers wrote as images before they are removed, and
 //! deletes nothing the agents wrote. Every manifest row carries the last measurement
@@ -30,9 +33,12 @@ pub const DISK_BUDGET: &str = "disk-budget";
 pub const DEFAULT_BUDGET: u64 = 20 << 30;
 /// How often the watcher measures.
 pub const TICK: Duration = Duration::from_secs(2);
-/// The places are walked at least this often (a file system that other processes free space
-/// on can hide growth from `statvfs`).
-pub const WALK_EVERY: Duration = Duration::from_secs(30);
+/// The places are walked and the engine asked at least this often (a file system that other
+/// processes free space on can hide growth from `statvfs`).
+pub const WALK_EVERY: Duration = Duration::from_secs(60);
+/// Full measurements come at most this often (the engine walks each container's layers to
+/// size it, seconds on a busy machine).
+pub const FULL_MIN: Duration = Duration::from_secs(4);
 
 /// How much disk a run's agents may add.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,7 +125,11 @@ impl DiskWatch {
     ) -> DiskWatch {
         let (tx, over) = tokio::sync::watch::channel(None);
         let task = tokio::spawn(async move {
-            let Ok(mut host) = tokio::task::spawn_blocking(move || HostMeter::new(places)).await
+            // The engine's storage counts among the file systems watched (local engines).
+            let mut watched = places.dirs.clone();
+            watched.extend(sandboxes.storage().await);
+            let Ok(mut meter) =
+                tokio::task::spawn_blocking(move || Meter::new(places, watched)).await
             else {
                 return;
             };
@@ -127,26 +137,27 @@ impl DiskWatch {
             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticker.tick().await;
-                let containers = match sandboxes.written().await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "container sizes not measured");
-                        Vec::new()
-                    }
+                // A few `statvfs` calls.
+                if meter.due(budget.bytes) {
+                    meter.fs_at_full = fs_used(&meter.watched);
+                    meter.measured_at = Instant::now();
+                    let containers = written(sandboxes.as_ref()).await;
+                    let Ok(m) = tokio::task::spawn_blocking(move || {
+                        let mut m = meter;
+                        m.walk();
+                        m
+                    })
+                    .await
+                    else {
+                        return;
+                    };
+                    meter = m;
+                    meter.containers = containers;
+                }
+                let used = DiskUse {
+                    files: meter.walked.saturating_sub(meter.base),
+                    containers: meter.containers.clone(),
                 };
-                let counted: u64 = containers.iter().map(|c| c.bytes).sum();
-                let slack = budget.bytes.saturating_sub(counted);
-                let (files, meter) = match tokio::task::spawn_blocking(move || {
-                    let files = host.growth(slack);
-                    (files, host)
-                })
-                .await
-                {
-                    Ok(v) => v,
-                    Err(_) => return,
-                };
-                host = meter;
-                let used = DiskUse { files, containers };
                 gauge.set(used.total());
                 if used.total() > budget.bytes {
                     tracing::warn!(
@@ -164,7 +175,6 @@ impl DiskWatch {
         });
         DiskWatch { over, task }
     }
-
     /// Resolves once the budget was passed; never otherwise.
     pub async fn exceeded(&self) -> DiskOver {
         let mut rx = self.over.clone();
@@ -186,24 +196,41 @@ impl Drop for DiskWatch {
     }
 }
 
-/// The host side: the places' usage at the start and at the last walk, and the file systems'
-/// used bytes at the last walk.
-struct HostMeter {
-    places: DiskPlaces,
-    base: u64,
-    walked: u64,
-    walked_at: Instant,
-    fs_at_walk: Vec<(PathBuf, u64)>,
+/// What a container measurement gave (nothing when the engine did not answer).
+async fn written(sandboxes: &dyn SandboxFactory) -> Vec<Written> {
+    match sandboxes.written().await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::debug!(error = %e, "container sizes not measured");
+            Vec::new()
+        }
+    }
 }
 
-impl HostMeter {
-    fn new(places: DiskPlaces) -> HostMeter {
-        let mut m = HostMeter {
+/// The measurements: the places' usage at the start and at the last walk, the containers at
+/// the last measurement, and the watched file systems' used bytes then.
+struct Meter {
+    places: DiskPlaces,
+    /// The places' directories and the engine's storage: their file systems' growth bounds
+    /// what can have been written since the last full measurement.
+    watched: Vec<PathBuf>,
+    base: u64,
+    walked: u64,
+    containers: Vec<Written>,
+    measured_at: Instant,
+    fs_at_full: Vec<(PathBuf, u64)>,
+}
+
+impl Meter {
+    fn new(places: DiskPlaces, watched: Vec<PathBuf>) -> Meter {
+        let mut m = Meter {
+            fs_at_full: fs_used(&watched),
             places,
+            watched,
             base: 0,
             walked: 0,
-            walked_at: Instant::now(),
-            fs_at_walk: Vec::new(),
+            containers: Vec::new(),
+            measured_at: Instant::now(),
         };
         m.walk();
         m.base = m.walked;
@@ -211,24 +238,31 @@ impl HostMeter {
     }
 
     fn walk(&mut self) {
-        self.fs_at_walk = fs_used(&self.places.dirs);
         self.walked = usage(&self.places);
-        self.walked_at = Instant::now();
     }
 
-    /// Growth since the start; walks again only when the file systems grew past `slack`
-    /// since the last walk (the growth could be over it), or the last walk is old.
-    fn growth(&mut self, slack: u64) -> u64 {
-        let grown: u64 = fs_used(&self.places.dirs)
-            .iter()
-            .zip(&self.fs_at_walk)
-            .map(|((_, now), (_, then))| now.saturating_sub(*then))
-            .sum();
-        let known = self.walked.saturating_sub(self.base);
-        if known.saturating_add(grown) > slack || self.walked_at.elapsed() >= WALK_EVERY {
-            self.walk();
+    /// Whether to measure fully (walk, ask the engine): the file systems grew since the last
+    /// time by enough to reach the budget (not sooner than [`FULL_MIN`] after it), or it is
+    /// [`WALK_EVERY`] old.
+    fn due(&self, budget: u64) -> bool {
+        let age = self.measured_at.elapsed();
+        if age >= WALK_EVERY {
+            return true;
         }
-        self.walked.saturating_sub(self.base)
+        let grown: u64 = fs_used(&self.watched)
+            .iter()
+            .filter_map(|(d, now)| {
+                let then = self.fs_at_full.iter().find(|(e, _)| e == d)?.1;
+                Some(now.saturating_sub(then))
+            })
+            .sum();
+        let known = self
+            .containers
+            .iter()
+            .fold(self.walked.saturating_sub(self.base), |t, c| {
+                t.saturating_add(c.bytes)
+            });
+        age >= FULL_MIN && known.saturating_add(grown) > budget
     }
 }
 
@@ -320,6 +354,37 @@ fn walk(root: &Path, skip: &HashSet<(u64, u64)>, seen: &mut HashSet<(u64, u64)>)
         }
     }
     total
+}
+
+/// A container that wrote less than this to its own file system is not kept when the disk
+/// budget stops the run (the pod's bookkeeping, an agent's shell history).
+const KEEP_FROM: u64 = 1 << 20;
+
+/// Keeps what the run's containers wrote to their own file systems before the teardown
+/// removes them (the disk budget stopped the run: nothing it wrote is lost). One line per
+/// container kept, or not.
+pub async fn keep_written(sandboxes: &dyn SandboxFactory) -> Vec<String> {
+    let written = match sandboxes.written().await {
+        Ok(w) => w,
+        Err(e) => return vec![format!("量不出容器写下的东西:{e}")],
+    };
+    let mut lines = Vec::new();
+    for w in written.into_iter().filter(|w| w.bytes >= KEEP_FROM) {
+        lines.push(match sandboxes.keep_written(&w.container).await {
+            Ok(Some(image)) => format!(
+                "{} 的容器里写下的 {} 存成了镜像 {image}(docker create 一个容器再 docker cp 取出来;不要了就 docker rmi {image})",
+                w.agent,
+                mib(w.bytes)
+            ),
+            Ok(None) => continue,
+            Err(e) => format!(
+                "{} 的容器里写下的 {} 没能留下({e}),容器随运行结束删掉了",
+                w.agent,
+                mib(w.bytes)
+            ),
+        });
+    }
+    lines
 }
 
 /// The places of a run: `workspace`, `workbench`, the worktrees and the repository's git

@@ -37,20 +37,25 @@ fn the_walk_counts_blocks_once_skips_the_run_dir_and_follows_no_link() {
 }
 
 #[test]
-fn growth_is_measured_from_the_start_and_walks_when_it_may_matter() {
+fn a_full_measurement_is_due_when_the_file_system_grew_enough_to_matter() {
     let d = tempfile::tempdir().unwrap();
     let root = d.path().canonicalize().unwrap();
     std::fs::write(root.join("before"), vec![1u8; 2 << 20]).unwrap();
-    let mut m = HostMeter::new(places_of(&root));
-    assert_eq!(m.growth(u64::MAX), 0);
-    std::fs::write(root.join("after"), vec![1u8; 3 << 20]).unwrap();
-    // Within a small slack the file system grew enough to walk again.
-    let g = m.growth(1 << 20);
-    assert!((3 << 20..4 << 20).contains(&g), "{g}");
-    std::fs::remove_file(root.join("before")).unwrap();
-    std::fs::remove_file(root.join("after")).unwrap();
+    let mut m = Meter::new(places_of(&root), vec![root.clone()]);
+    assert_eq!(m.walked, m.base);
+    // Not due right after a measurement, whatever grew; not due for a far budget.
+    std::fs::write(root.join("after"), vec![1u8; 8 << 20]).unwrap();
+    assert!(!m.due(1 << 20));
+    m.measured_at = Instant::now() - FULL_MIN;
+    assert!(!m.due(u64::MAX / 2));
+    // Due when the growth could pass the budget; the walk then sees it.
+    assert!(m.due(4 << 20));
     m.walk();
-    assert_eq!(m.growth(0), 0);
+    let g = m.walked - m.base;
+    assert!((8 << 20..9 << 20).contains(&g), "{g}");
+    // And at least every WALK_EVERY.
+    m.measured_at = Instant::now() - WALK_EVERY;
+    assert!(m.due(u64::MAX / 2));
 }
 
 #[test]

@@ -41,10 +41,6 @@ use crate::record::Totals;
 /// The manifest's `error` of a step in flight when the run's sandboxes were lost.
 pub const SANDBOX_LOST: &str = "sandbox-lost";
 
-/// A container that wrote less than this to its own file system is not kept when the disk
-/// budget stops the run (the pod's bookkeeping, an agent's shell history).
-const KEEP_FROM: u64 = 1 << 20;
-
 /// What differs between the runs a [`Session`] can host.
 pub struct SessionSetup {
     /// The workbench root the workflow carries (created), or none.
@@ -243,7 +239,7 @@ impl Session {
             End::Disk(over) => {
                 drop(disk);
                 rt.rescue(DISK_BUDGET);
-                let kept = self.keep_written().await;
+                let kept = super::disk::keep_written(self.run.sandboxes.as_ref()).await;
                 self.finish().await;
                 Err(FlowError::DiskBudget { over, kept })
             }
@@ -299,33 +295,6 @@ impl Session {
             self.run.sandboxes.clone(),
             self.run.disk.clone(),
         )
-    }
-
-    /// Keeps what the run's containers wrote to their own file systems before the teardown
-    /// removes them (the disk budget stopped the run: nothing it wrote is lost). One line per
-    /// container kept, or not.
-    async fn keep_written(&self) -> Vec<String> {
-        let written = match self.run.sandboxes.written().await {
-            Ok(w) => w,
-            Err(e) => return vec![format!("量不出容器写下的东西:{e}")],
-        };
-        let mut lines = Vec::new();
-        for w in written.into_iter().filter(|w| w.bytes >= KEEP_FROM) {
-            lines.push(match self.run.sandboxes.keep_written(&w.container).await {
-                Ok(Some(image)) => format!(
-                    "{} 的容器里写下的 {} 存成了镜像 {image}(docker create 一个容器再 docker cp 取出来;不要了就 docker rmi {image})",
-                    w.agent,
-                    super::disk::mib(w.bytes)
-                ),
-                Ok(None) => continue,
-                Err(e) => format!(
-                    "{} 的容器里写下的 {} 没能留下({e}),容器随运行结束删掉了",
-                    w.agent,
-                    super::disk::mib(w.bytes)
-                ),
-            });
-        }
-        lines
     }
 
     /// Names the workspace's configuration files the run changed (once no agent runs).

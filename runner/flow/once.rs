@@ -43,7 +43,9 @@ pub struct OnceSettings {
 /// Runs `once`. [`RunEnd::Finished`] when the agent finished its turn;
 /// [`FlowError::AgentFailed`] with its error otherwise; SIGHUP/SIGTERM record the step as
 /// `killed-by-signal`, remove the containers and end as [`RunEnd::Signalled`]; sandboxes lost
-/// for good record it as `sandbox-lost` and end as [`FlowError::Sandbox`].
+/// for good record it as `sandbox-lost` and end as [`FlowError::Sandbox`]; the disk budget
+/// passed records it as `disk-budget`, keeps what its container wrote and ends as
+/// [`FlowError::DiskBudget`].
 pub async fn once(
     settings: &RunSettings,
     opts: OnceSettings,
@@ -92,6 +94,17 @@ pub async fn once(
         };
         tokio::spawn(async move { rt.run(&spec, &prompt, run_opts).await })
     };
+    let disk = super::disk::DiskWatch::start(
+        super::disk::places(
+            &settings.workspace,
+            ctx.workbench.as_ref().map(|w| w.root()),
+            &[],
+            &settings.run_dir,
+        ),
+        settings.disk,
+        ctx.sandboxes.clone(),
+        ctx.disk.clone(),
+    );
     let outcome = tokio::select! {
         biased;
         lost = ctx.sandboxes.lost() => {
@@ -100,6 +113,13 @@ pub async fn once(
             ctx.runtime.rescue(super::drive::SANDBOX_LOST);
             ctx.shutdown().await;
             return Err(FlowError::Sandbox(lost));
+        }
+        over = disk.exceeded() => {
+            run.abort();
+            ctx.runtime.rescue(super::disk::DISK_BUDGET);
+            let kept = super::disk::keep_written(ctx.sandboxes.as_ref()).await;
+            ctx.shutdown().await;
+            return Err(FlowError::DiskBudget { over, kept });
         }
         r = &mut run => Ok(r.map_err(|e| FlowError::Internal(e.to_string()))?),
         sig = stop => Err(sig),

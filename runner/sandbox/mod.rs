@@ -330,6 +330,12 @@ pub trait SandboxFactory: Send + Sync {
         Ok(Vec::new())
     }
 
+    /// Where the engine keeps the containers' writable layers, when it is a directory of this
+    /// machine (the disk budget watches its file system's growth). The default: none.
+    async fn storage(&self) -> Option<std::path::PathBuf> {
+        None
+    }
+
     /// Keeps what `container` wrote to its own file system past the teardown (Docker: as an
     /// image); returns where it is. The default has nothing to keep.
     async fn keep_written(&self, container: &str) -> Result<Option<String>, SandboxError> {

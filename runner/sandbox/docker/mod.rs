@@ -597,6 +597,10 @@ impl SandboxFactory for DockerSandboxFactory {
         self.inner.written().await
     }
 
+    async fn storage(&self) -> Option<PathBuf> {
+        self.inner.storage().await
+    }
+
     async fn keep_written(&self, container: &str) -> Result<Option<String>, SandboxError> {
         self.inner.keep_written(container).await.map(Some)
     }

@@ -6,6 +6,7 @@
 use bollard::models::ContainerConfig;
 use bollard::query_parameters::{CommitContainerOptions, ListContainersOptions};
 use std::collections::HashMap;
+use std::path::PathBuf;
 
 use super::labels::{LABEL_AGENT, LABEL_RUN};
 use super::{docker_err, Inner};
@@ -52,6 +53,15 @@ impl Inner {
                 })
             })
             .collect())
+    }
+
+    /// The engine's data root (`DockerRootDir`) when it is a directory here: a local engine.
+    /// (A remote engine whose path happens to exist here only makes the watcher's shortcut
+    /// weaker: its full measurements still come every minute.)
+    pub(super) async fn storage(&self) -> Option<PathBuf> {
+        let info = self.docker().info().await.ok()?;
+        let dir = PathBuf::from(info.docker_root_dir?);
+        dir.is_dir().then_some(dir)
     }
 
     /// Keeps what `container` wrote to its own file system as the image
