@@ -72,6 +72,40 @@ pub fn bounds(host: &Host) -> Result<Bounds, CliError> {
 mod tests {
     use super::*;
 
+    fn host(vars: &[(&str, &str)]) -> Host {
+        Host {
+            vars: vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            cwd: std::env::temp_dir(),
+            stdin_is_terminal: false,
+        }
+    }
+
+    #[test]
+    fn the_bounds_come_from_the_environment_or_default_and_bad_values_are_usage_errors() {
+        let b = bounds(&host(&[])).unwrap();
+        assert_eq!(b.objects, ObjectLimits::default());
+        assert_eq!(b.disk, DiskBudget::default());
+        let b = bounds(&host(&[
+            ("FLOWERBOX_OBJECT_LIMIT", "10M"),
+            ("FLOWERBOX_BRANCH_LIMIT", "20M"),
+            ("FLOWERBOX_DISK_BUDGET", "50M"),
+        ]))
+        .unwrap();
+        assert_eq!((b.objects.object, b.objects.branch), (10 << 20, 20 << 20));
+        assert_eq!(b.disk.bytes, 50 << 20);
+        let (_, line) = crate::flow::disk::doctor_line(b.disk, &std::env::temp_dir());
+        assert!(
+            line.starts_with("每次运行 50.0 MiB(FLOWERBOX_DISK_BUDGET)"),
+            "{line}"
+        );
+        let e = bounds(&host(&[("FLOWERBOX_DISK_BUDGET", "lots")])).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        assert!(e.to_string().contains("FLOWERBOX_DISK_BUDGET=lots"), "{e}");
+    }
+
     #[test]
     fn sizes_take_binary_suffixes_and_refuse_the_rest() {
         assert_eq!(parse_size("512"), Some(512));

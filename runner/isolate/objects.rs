@@ -70,9 +70,12 @@ impl Oversize {
     }
 }
 
-/// Sizes for messages: MiB with one decimal.
+/// Sizes for messages: MiB with one decimal, GiB from 1 GiB on.
 pub fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
+    match bytes >= 1 << 30 {
+        true => format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30)),
+        false => format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20)),
+    }
 }
 
 /// One branch's import: its limits, what it has written so far, and where the worker's
