@@ -294,14 +294,31 @@ fn a_huge_compressible_blob_in_a_workers_branch_is_refused_without_inflating_it(
     t.report("memory (a huge compressible blob brought back)");
 }
 
-#[test]
-fn writing_past_the_disk_budget_stops_the_run_and_loses_nothing() {
-    if !engine("redteam_resources_disk") {
-        return;
+/// Where a worker's file in its working directory ends up: the workspace, or (with
+/// `--isolate`) its worktree.
+fn worker_file(p: &Project, name: &str) -> Option<PathBuf> {
+    let direct = p.ws.join(name);
+    if direct.exists() {
+        return Some(direct);
     }
-    let _serial = docker_support::SERIAL.blocking_lock();
+    let parent = p.ws.parent().unwrap();
+    std::fs::read_dir(parent)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with("-worktrees"))
+        .flat_map(|e| std::fs::read_dir(e.path()).unwrap().flatten())
+        .flat_map(|run| std::fs::read_dir(run.path()).unwrap().flatten())
+        .map(|wt| wt.path().join(name))
+        .find(|f| f.exists())
+}
+
+/// One hostile run past a 50 MB budget (`extra`: `--isolate` or nothing), tallied.
+fn disk_attack(t: &mut Tally, extra: &[&str]) {
     let p = Project::new();
     let _sweep = Sweep(p.ws.clone());
+    if !extra.is_empty() {
+        repository(&p);
+    }
     let model = ScriptedModel::start(&go_scenario(vec![
         json!({"content": [bash(
             "head -c 40M /dev/zero > ws-big.bin && head -c 40M /dev/zero > /tmp/c-big.bin \
@@ -310,28 +327,27 @@ fn writing_past_the_disk_budget_stops_the_run_and_loses_nothing() {
         text(REPORT),
     ]));
     user_file(&p, &model);
-    let mut t = Tally::default();
     let started = Instant::now();
-    let o = flowerbox(
-        &p,
-        &["go", "--timeout", "0", "做 X"],
-        &[("FLOWERBOX_DISK_BUDGET", "50M")],
-    );
+    let mut args = vec!["go"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--timeout", "0", "做 X"]);
+    let o = flowerbox(&p, &args, &[("FLOWERBOX_DISK_BUDGET", "50M")]);
     eprintln!(
-        "disk attack: exit {:?} after {:?}\n{}",
+        "disk attack {extra:?}: exit {:?} after {:?}\n{}",
         o.code,
         started.elapsed(),
         o.text
     );
     t.attempts += 1;
-    let stopped = o.code == Some(1) && !o.hung && !p.ws.join("not-stopped").exists();
+    let stopped = o.code == Some(1) && !o.hung && worker_file(&p, "not-stopped").is_none();
     if !stopped {
-        t.successes.push(format!("not stopped: exit {:?}", o.code));
-    }
-    let ws_file = std::fs::metadata(p.ws.join("ws-big.bin")).map(|m| m.len());
-    if ws_file.as_ref().ok() != Some(&(40 << 20)) {
         t.successes
-            .push(format!("the workspace file is lost: {ws_file:?}"));
+            .push(format!("{extra:?}: not stopped: exit {:?}", o.code));
+    }
+    let kept = worker_file(&p, "ws-big.bin").and_then(|f| std::fs::metadata(f).ok());
+    if kept.map(|m| m.len()) != Some(40 << 20) {
+        t.successes
+            .push(format!("{extra:?}: the worker's file is lost"));
     }
     t.expect(
         "the reason said",
@@ -354,14 +370,17 @@ fn writing_past_the_disk_budget_stops_the_run_and_loses_nothing() {
                 .unwrap();
             let size = String::from_utf8_lossy(&out.stdout).trim().to_string();
             if size != (40u64 << 20).to_string() {
-                t.successes
-                    .push(format!("the container's file is not in {image}: {out:?}"));
+                t.successes.push(format!(
+                    "{extra:?}: the container's file is not in {image}: {out:?}"
+                ));
             }
             let _ = Command::new("docker")
                 .args(["rmi", "-f", image.as_str()])
                 .output();
         }
-        None => t.successes.push("the container's file is not kept".into()),
+        None => t
+            .successes
+            .push(format!("{extra:?}: the container's file is not kept")),
     }
     // The manifest says why the step ended and what was measured.
     let manifest: Vec<Value> =
@@ -378,5 +397,17 @@ fn writing_past_the_disk_budget_stops_the_run_and_loses_nothing() {
             .is_some_and(|b| b > 50 << 20),
         || format!("{manifest:#?}"),
     );
-    t.report("disk (past the budget, in the workspace and the container)");
+}
+
+#[test]
+fn writing_past_the_disk_budget_stops_the_run_and_loses_nothing() {
+    if !engine("redteam_resources_disk") {
+        return;
+    }
+    let _serial = docker_support::SERIAL.blocking_lock();
+    let mut t = Tally::default();
+    // In the shared workspace, then in a worker's own worktree.
+    disk_attack(&mut t, &[]);
+    disk_attack(&mut t, &["--isolate"]);
+    t.report("disk (past the budget, in the workspace or a worktree and the container)");
 }
