@@ -360,16 +360,13 @@ fn walk(root: &Path, skip: &HashSet<(u64, u64)>, seen: &mut HashSet<(u64, u64)>)
 /// budget stops the run (the pod's bookkeeping, an agent's shell history).
 const KEEP_FROM: u64 = 1 << 20;
 
-/// Keeps what the run's containers wrote to their own file systems before the teardown
+/// Keeps what the run's containers wrote to their own file systems (`written`: the watcher's
+/// last measurement, moments old; asking the engine again takes seconds) before the teardown
 /// removes them (the disk budget stopped the run: nothing it wrote is lost). One line per
 /// container kept, or not.
-pub async fn keep_written(sandboxes: &dyn SandboxFactory) -> Vec<String> {
-    let written = match sandboxes.written().await {
-        Ok(w) => w,
-        Err(e) => return vec![format!("量不出容器写下的东西:{e}")],
-    };
+pub async fn keep_written(sandboxes: &dyn SandboxFactory, written: &[Written]) -> Vec<String> {
     let mut lines = Vec::new();
-    for w in written.into_iter().filter(|w| w.bytes >= KEEP_FROM) {
+    for w in written.iter().filter(|w| w.bytes >= KEEP_FROM) {
         lines.push(match sandboxes.keep_written(&w.container).await {
             Ok(Some(image)) => format!(
                 "{} 的容器里写下的 {} 存成了镜像 {image}(docker create 一个容器再 docker cp 取出来;不要了就 docker rmi {image})",

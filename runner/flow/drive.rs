@@ -239,7 +239,9 @@ impl Session {
             End::Disk(over) => {
                 drop(disk);
                 rt.rescue(DISK_BUDGET);
-                let kept = super::disk::keep_written(self.run.sandboxes.as_ref()).await;
+                let kept =
+                    super::disk::keep_written(self.run.sandboxes.as_ref(), &over.used.containers)
+                        .await;
                 self.finish().await;
                 Err(FlowError::DiskBudget { over, kept })
             }

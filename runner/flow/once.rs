@@ -117,7 +117,7 @@ pub async fn once(
         over = disk.exceeded() => {
             run.abort();
             ctx.runtime.rescue(super::disk::DISK_BUDGET);
-            let kept = super::disk::keep_written(ctx.sandboxes.as_ref()).await;
+            let kept = super::disk::keep_written(ctx.sandboxes.as_ref(), &over.used.containers).await;
             ctx.shutdown().await;
             return Err(FlowError::DiskBudget { over, kept });
         }
