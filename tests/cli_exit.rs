@@ -81,6 +81,7 @@ fn go_help_lists_its_switches_and_the_globals() {
         "--trim",
         "--sandbox",
         "--image",
+        "--max-workers",
     ] {
         assert!(out.contains(switch), "go --help lacks {switch}:\n{out}");
     }
@@ -510,4 +511,31 @@ fn panic_hook_prints_one_clean_line() {
     );
     assert!(!err.contains("panicked at"), "{err}");
     assert!(!err.contains("RUST_BACKTRACE"), "{err}");
+}
+
+/// Issue 26 §4: `--rounds -1` and `--image ''` were accepted silently; `once ''` ran while
+/// `go ''` is refused.
+#[test]
+fn negative_rounds_empty_image_and_empty_once_are_refused() {
+    let s = Scene::new();
+    cmd_with_key(&s)
+        .args(["go", "做 X", "--rounds", "-1"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::starts_with("--rounds -1 不行").and(clean()));
+    for args in [vec!["--image", "", "做 X"], vec!["once", "hi", "--image="]] {
+        cmd_with_key(&s)
+            .args(&args)
+            .assert()
+            .code(2)
+            .stderr(predicate::str::starts_with("--image 是空的").and(clean()));
+    }
+    for prompt in ["", "  "] {
+        cmd_with_key(&s)
+            .args(["once", prompt])
+            .assert()
+            .code(1)
+            .stderr("once 要给一句话,例如 flowerbox once '这个仓库是做什么的?'\n");
+    }
+    assert!(!s.cwd.join("runs").exists());
 }

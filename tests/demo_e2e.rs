@@ -1,7 +1,8 @@
 //! README command 1, end to end: `scripts/demo.sh` on the real Docker engine with the binaries
 //! this test build made. Checks what the run left on disk, independently of the script's own
 //! report: exit 0; NOT_YET then ACHIEVED in the manifest; the judges' `file`, `lsof` and `curl`
-//! outputs in `runs/sessions.db`, in the printed report and in `notes/判定证据.md`; the two
+//! outputs in `runs/sessions.db`, in the printed report and in `notes/判定证据.md`; the goal's
+//! checks ran before each judge (red in round 1, green in round 2); the two
 //! file-fixing workers ran at the same time; with `--isolate` their branches were merged; no
 //! container of the run is left.
 //!
@@ -193,6 +194,24 @@ async fn check_demo(isolate: bool) {
     let text = |step: &str| rows.iter().find(|r| r["step"] == step).unwrap()["text"].to_string();
     assert!(text("干活·判定#1").contains("NOT_YET"));
     assert!(text("干活·判定#2").contains("ACHIEVED"));
+    // The goal's three checks ran before each judge (issue 27): round 1's body check is red,
+    // round 2's are all green, each on its own candidate.
+    let checks = |step: &str| rows.iter().find(|r| r["step"] == step).unwrap()["checks"].clone();
+    let (c1, c2) = (checks("干活·判定#1"), checks("干活·判定#2"));
+    assert_eq!(
+        (c1["passed"].as_u64(), c1["total"].as_u64()),
+        (Some(2), Some(3)),
+        "{c1}"
+    );
+    assert_eq!(c1["failed"], serde_json::json!(["item-4"]), "{c1}");
+    assert_eq!(
+        (c2["passed"].as_u64(), c2["total"].as_u64()),
+        (Some(3), Some(3)),
+        "{c2}"
+    );
+    assert_ne!(c1["identity"], c2["identity"]);
+    assert!(d.out.contains("✗ 2/3 检查 · ✗ test"), "{}", d.out);
+    assert!(d.out.contains("✓ 3/3 检查"), "{}", d.out);
 
     // What the judges really saw, from their sessions.
     let db = Connection::open(d.ws.join("runs/sessions.db")).unwrap();
@@ -226,6 +245,7 @@ async fn check_demo(isolate: bool) {
             assert!(shown.contains(first), "{first} not shown");
         }
     }
+    assert!(evidence.contains("检查 3/3 通过"), "{evidence}");
     assert!(d.out.contains("演示完成:ACHIEVED"), "{}", d.out);
     let brief = std::fs::read_to_string(d.wb.join("notes/需求.md")).unwrap();
     assert!(brief.contains("无人应答:假设用请求里写的 8080"), "{brief}");

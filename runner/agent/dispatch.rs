@@ -112,6 +112,37 @@ impl Dispatcher for SubDispatch {
             None => &self.workers[0],
         };
         let agent = self.rt.instance_name(def.spec.role);
+        // Past the run's limit, a worker waits for a slot before anything is made for it
+        // (`fanout`); only depth 0 takes slots, so no dispatch waits on its own parent.
+        let limit = self.rt.workers.limit();
+        let slot = match self.parent_depth {
+            0 => Some(
+                self.rt
+                    .workers
+                    .acquire(|| {
+                        self.rt.emit(
+                            &self.parent_agent,
+                            self.parent_role,
+                            self.parent_depth,
+                            EventKind::Warning {
+                                text: format!(
+                                    "同时最多跑 {limit} 个执行者(--max-workers),\
+                                     {agent} 先排队,有空位再开工;之后再排队不另说"
+                                ),
+                            },
+                        )
+                    })
+                    .await,
+            ),
+            _ => None,
+        };
+        let queued = slot.as_ref().and_then(|s| s.waited).map(|w| {
+            format!(
+                "\n\n(执行者 {agent} 先排队等了 {} 秒才开工:同时最多跑 {limit} 个执行者,\
+                 多派的按顺序等空位。)",
+                w.as_secs()
+            )
+        });
         let place = self
             .rt
             .placement
@@ -172,18 +203,20 @@ impl Dispatcher for SubDispatch {
             .await;
         for text in self.rt.placement.take_notices() {
             self.rt.emit(
-                &self.parent_agent,
-                self.parent_role,
-                self.parent_depth,
+                "runner",
+                crate::model::Role::Coordinator,
+                0,
                 EventKind::Warning { text },
             );
         }
         let mut text = match &end {
             LoopEnd::Done => run.final_text(),
             LoopEnd::Interrupted => {
+                // Where its half-done work went (its branch, the worktree kept) is said too.
+                let kept = integration.map(|i| format!("\n\n{i}")).unwrap_or_default();
                 return Err(ToolError::Failed(format!(
-                    "执行者 {agent} 被打断了,半成品没有回报"
-                )))
+                    "执行者 {agent} 被打断了,半成品没有回报{kept}"
+                )));
             }
             LoopEnd::HandoffDue { .. } | LoopEnd::CompactDue => {
                 return Err(ToolError::Failed(format!(
@@ -191,7 +224,7 @@ impl Dispatcher for SubDispatch {
                     run.final_text()
                 )))
             }
-            LoopEnd::Failed { error, .. } => format!(
+            LoopEnd::Failed(error) => format!(
                 "执行者 {agent} 没做完:{error}\n它最后说:{}",
                 run.final_text()
             ),
@@ -204,6 +237,8 @@ impl Dispatcher for SubDispatch {
             text.push_str("\n\n");
             text.push_str(&i);
         }
+        text.push_str(queued.as_deref().unwrap_or_default());
+        drop(slot);
         if ok {
             Ok(format!("[{agent}]\n{text}"))
         } else {

@@ -168,6 +168,15 @@ pub enum EventKind {
         /// The goal file as the human should see it (`.flower/notes/目标.md`).
         path: String,
     },
+    /// The checks of a judge round ran (issue 27): flowerbox's own, before the judge.
+    Checks {
+        /// Green ones.
+        passed: usize,
+        /// All of them.
+        total: usize,
+        /// The screen line: `✓ 3/4 检查 · ✗ make test (exit 2, 1.3 s)`.
+        line: String,
+    },
     /// A human message reached the agent through `inbox`.
     Inbox {
         /// What was delivered.

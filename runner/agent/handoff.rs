@@ -47,14 +47,7 @@ impl Runtime {
             Some(wb) => match doc.write(&wb.notes()) {
                 Ok(p) => p.display().to_string(),
                 Err(e) => {
-                    self.emit(
-                        run.agent(),
-                        run.role(),
-                        0,
-                        EventKind::Error {
-                            text: format!("交接书落盘失败:{e}"),
-                        },
-                    );
+                    self.not_saved("交接书", &e);
                     String::new()
                 }
             },

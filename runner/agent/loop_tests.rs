@@ -64,6 +64,13 @@ struct Setup {
 }
 
 fn setup(turns: Vec<(&str, Vec<Vec<ContentBlock>>)>) -> Setup {
+    setup_with(turns, |_| {})
+}
+
+fn setup_with(
+    turns: Vec<(&str, Vec<Vec<ContentBlock>>)>,
+    adjust: impl FnOnce(&mut RuntimeConfig),
+) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().canonicalize().unwrap().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
@@ -74,12 +81,14 @@ fn setup(turns: Vec<(&str, Vec<Vec<ContentBlock>>)>) -> Setup {
     });
     let events = Arc::new(Mutex::new(Vec::new()));
     let ev = events.clone();
+    let mut config = RuntimeConfig::new(
+        ws.clone(),
+        "fake-model".into(),
+        "20260101-000000-abcdef".into(),
+    );
+    adjust(&mut config);
     let rt = Runtime::new(
-        RuntimeConfig::new(
-            ws.clone(),
-            "fake-model".into(),
-            "20260101-000000-abcdef".into(),
-        ),
+        config,
         fake.clone(),
         Arc::new(MemStore::default()),
         Arc::new(HostSandboxFactory::new()),
@@ -330,4 +339,69 @@ fn a_multi_line_command_keeps_its_lines_in_the_summary() {
         super::session_loop::summarize(&call("make  -j4")),
         "Bash: make -j4"
     );
+}
+
+#[tokio::test]
+async fn workers_past_the_limit_queue_and_the_coordinator_and_the_screen_are_told() {
+    let report = "## 结论\n做完了\n## 依据\n跑过\n## 产出\n无\n## 未验证\n无";
+    let dispatch = |id: &str| {
+        tool(
+            id,
+            "Agent",
+            json!({"description": "干活", "prompt": "干活"}),
+        )
+    };
+    // Each worker holds a directory while it runs: a second one at the same time fails.
+    let solo = "mkdir running && sleep 0.3 && rmdir running && echo SOLO";
+    let s = setup_with(
+        vec![
+            (
+                "协调者",
+                vec![
+                    vec![dispatch("1"), dispatch("2"), dispatch("3")],
+                    vec![ContentBlock::text("都好了")],
+                ],
+            ),
+            (
+                "worker",
+                vec![
+                    vec![tool("w1", "Bash", json!({ "command": solo }))],
+                    vec![ContentBlock::text(report)],
+                ],
+            ),
+        ],
+        |c| c.max_workers = 1,
+    );
+    let spec = roles::coordinator("协调者", "", vec![]);
+    let r = s.rt.run(&spec, "派活", RunOptions::default()).await;
+    assert!(r.ok, "{:?}", r.error);
+    let seen = s.fake.seen.lock().unwrap();
+    let solos = seen
+        .iter()
+        .filter(|q| q.caller.agent.starts_with("worker-"))
+        .flat_map(results_of)
+        .filter(|(text, _)| text.contains("SOLO"))
+        .count();
+    assert_eq!(solos, 3, "two workers ran at once");
+    let coord = seen
+        .iter()
+        .filter(|q| q.caller.agent == "协调者")
+        .nth(1)
+        .unwrap();
+    let res = results_of(coord);
+    assert_eq!(res.len(), 3);
+    assert!(res.iter().all(|(_, err)| !err), "{res:?}");
+    let queued = res.iter().filter(|(t, _)| t.contains("先排队等了")).count();
+    assert_eq!(queued, 2, "{res:?}");
+    let told: Vec<String> = s
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Warning { text } if text.contains("--max-workers") => Some(text.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(told.len(), 1, "{told:?}");
 }

@@ -66,8 +66,14 @@ pub trait Placement: Send + Sync {
         sandbox: Option<WorkerSandbox<'_>>,
     ) -> Option<String>;
 
-    /// Lines for the screen since the last call (a worker's branch refused by a bound): the
-    /// report of [`Placement::finish`] reaches the coordinator only.
+    /// True when workers write the shared workspace itself (false: each has a place of its
+    /// own, such as a worktree); the workspace is then swept for planted repositories.
+    fn shares_workspace(&self) -> bool {
+        true
+    }
+
+    /// Lines for the user that the last [`Placement::finish`] calls left (a refused
+    /// integration), taken once.
     fn take_notices(&self) -> Vec<String> {
         Vec::new()
     }

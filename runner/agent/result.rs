@@ -15,9 +15,13 @@ pub enum StepError {
     /// The session store failed (its message).
     #[error("sessions.db: {0}")]
     Store(String),
-    /// A model call failed for good (after the provider's retries and the runtime's attempts).
+    /// A model call failed for good (after every attempt of the provider's retry policy).
     #[error("{0}")]
     Model(ModelError),
+    /// A record of the run could not be saved (issue 26 §3): whatever the step did, what a
+    /// later start needs is not all on disk, so it is not done.
+    #[error("有记录没存下,这一步不算完成")]
+    Unsaved,
     /// The agent's turn limit was reached.
     #[error("到了轮数上限({0} 轮)")]
     TurnLimit(u32),

@@ -1,6 +1,7 @@
 //! [`Runtime`]: runs one agent from a prompt, or a resumed session, to the end of its turn —
-//! flower's `Runtime.run` (api.md "Runtime"). Retries after network failures, resumes after a
-//! human interrupt, and hands off full contexts all happen inside one [`Runtime::run`] call.
+//! flower's `Runtime.run` (api.md "Runtime"). Resumes after a human interrupt and handoffs of
+//! full contexts happen inside one [`Runtime::run`] call; retries after network failures are
+//! the provider's alone ([`crate::model::RetryPolicy`], issue 26 §4: one owner of the count).
 
 use chrono::Utc;
 use std::collections::HashMap;
@@ -11,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::event::{Event, EventKind, EventSink};
 use super::human::Human;
 use super::place::{role_mounts, workspace_git, Placement, SharedPlacement};
+use super::plant::{Moved, PlantGuard};
 use super::session_loop::{AgentRun, LoopEnd};
 use super::spec::AgentSpec;
 use super::tools::{ToolLimits, ToolRegistry};
@@ -19,6 +21,7 @@ use crate::model::price::Cost;
 use crate::model::{Provider, Role};
 use crate::record::handoff::{context_window, MAX_GENERATIONS};
 use crate::record::manifest::{epoch_now, DiskGauge, Manifest, ManifestEntry};
+use crate::record::Unsaved;
 
 use super::result::Meter;
 pub use super::result::{manifest_row, StepError, StepResult};
@@ -31,8 +34,6 @@ pub const INTERRUPTED: &str = "interrupted-by-human";
 pub const INTERRUPT_NOTE: &str =
     "(上一轮被人打断了。在飞的工具调用返回 interrupted 是打断的正常副作用,不是环境故障;\
 需要的话重跑那条命令。)";
-/// The prompt of a resume after a network failure.
-pub const RESILIENCE_PROMPT: &str = "网络中断过,现在恢复了。接着刚才的工作继续,不要从头开始。";
 
 /// Called with a step's session id as soon as it is known, and again whenever a handoff
 /// replaces the session (lineage is written from it, so a crash mid-step still resumes).
@@ -79,8 +80,6 @@ pub struct RuntimeConfig {
     pub tool_limits: ToolLimits,
     /// Replace large old tool results with spill pointers on resume.
     pub trim_large: bool,
-    /// Runtime-level attempts after the provider's own retries gave up.
-    pub max_attempts: u32,
     /// Text before every agent's rules in its system prompt.
     pub base_system: String,
     /// Context window for handoffs, in tokens (`--window`, else the catalogue's, else the
@@ -96,6 +95,12 @@ pub struct RuntimeConfig {
     pub masked_ids: Vec<(u64, u64)>,
     /// The run's disk use as its watcher last measured it, written into each manifest row.
     pub disk: Option<Arc<DiskGauge>>,
+    /// Where `.git` entries agents planted are moved (`runs/quarantine/<run>`, masked);
+    /// `None`: no sweep ([`super::plant`]).
+    pub quarantine: Option<PathBuf>,
+    /// How many workers run at once (`--max-workers`; the default from the machine, see
+    /// [`super::fanout`]); the rest wait for a slot.
+    pub max_workers: usize,
 }
 
 impl RuntimeConfig {
@@ -114,12 +119,16 @@ impl RuntimeConfig {
             run_id,
             tool_limits: ToolLimits::default(),
             trim_large: true,
-            max_attempts: 3,
             handoff_window: Some(context_window(&model_for_window, None, None)),
             compact_window: None,
             masked: Vec::new(),
             masked_ids: Vec::new(),
             disk: None,
+            quarantine: None,
+            max_workers: super::fanout::default_max_workers(
+                super::fanout::Capacity::of_this_machine(),
+                crate::sandbox::docker::Limits::default().memory_bytes as u64,
+            ),
         }
     }
 }
@@ -133,6 +142,8 @@ pub struct Runtime {
     pub(crate) human: Arc<dyn Human>,
     events: std::sync::RwLock<Vec<EventSink>>,
     manifest: Option<Arc<Manifest>>,
+    /// What the run could not save (issue 26 §3): the driver stops the run once it trips.
+    unsaved: Arc<Unsaved>,
     inflight: Mutex<HashMap<String, ManifestEntry>>,
     /// What each in-flight step has spent so far (by step name).
     meters: Mutex<HashMap<String, Arc<Meter>>>,
@@ -151,6 +162,10 @@ pub struct Runtime {
     hold: tokio::sync::watch::Sender<bool>,
     counters: Mutex<HashMap<Role, u32>>,
     started_agents: Mutex<Vec<String>>,
+    /// Moves the `.git` entries agents plant out of the user's way ([`super::plant`]).
+    plants: Option<Arc<PlantGuard>>,
+    /// The run's worker slots ([`super::fanout`]).
+    pub(crate) workers: super::fanout::WorkerSlots,
 }
 
 impl Runtime {
@@ -167,6 +182,15 @@ impl Runtime {
     ) -> Self {
         // The repository's `.git` is decided here, once, before any container of the run.
         let workspace_git = workspace_git(&config.workspace);
+        // The `.git` entries there now are the user's; taken before any container starts.
+        let plants = config.quarantine.clone().map(|q| {
+            Arc::new(PlantGuard::new(
+                &config.workspace,
+                workbench.as_ref().map(|w| w.root()),
+                q,
+                &config.masked_ids,
+            ))
+        });
         let placement = Arc::new(SharedPlacement::new(
             config.workspace.clone(),
             workspace_git.clone(),
@@ -181,22 +205,30 @@ impl Runtime {
             human,
             events: std::sync::RwLock::new(vec![events]),
             manifest: None,
+            unsaved: Arc::new(Unsaved::new()),
             inflight: Mutex::new(HashMap::new()),
             meters: Mutex::new(HashMap::new()),
             rescued: std::sync::atomic::AtomicBool::new(false),
             registry: ToolRegistry::standard(),
             placement,
             mcp: None,
-            config,
             interrupt: Mutex::new((CancellationToken::new(), None)),
             hold: tokio::sync::watch::Sender::new(false),
             counters: Mutex::new(HashMap::new()),
             started_agents: Mutex::new(Vec::new()),
+            plants,
+            workers: super::fanout::WorkerSlots::new(config.max_workers),
+            config,
         }
     }
 
     /// Replaces how workers are placed (worktrees with `--isolate`).
     pub fn with_placement(mut self, placement: Arc<dyn Placement>) -> Self {
+        if !placement.shares_workspace() {
+            if let Some(g) = &self.plants {
+                g.workspace_not_shared();
+            }
+        }
         self.placement = placement;
         self
     }
@@ -316,6 +348,26 @@ impl Runtime {
             }
         }))
         .await;
+        // The step's agents are gone: what they planted goes before the user looks.
+        self.sweep_plants(&[]).await;
+    }
+
+    /// Moves the `.git` entries agents planted in the shared workspace, the workbench and the
+    /// worktrees `kept` into the run's quarantine ([`super::plant`]), one warning line each.
+    /// Called when a step's containers are gone and, by the driver, after every container of
+    /// the run is gone (with the kept worktrees). Returns what was moved.
+    pub async fn sweep_plants(&self, kept: &[PathBuf]) -> Vec<Moved> {
+        let Some(guard) = self.plants.clone() else {
+            return Vec::new();
+        };
+        let kept = kept.to_vec();
+        let (moved, lines) = tokio::task::spawn_blocking(move || guard.sweep(&kept))
+            .await
+            .unwrap_or_else(|e| (Vec::new(), vec![format!("查放下的 git 仓库时崩了:{e}")]));
+        for text in lines {
+            self.emit("runner", Role::Coordinator, 0, EventKind::Warning { text });
+        }
+        moved
     }
 
     pub(crate) fn emit(&self, agent: &str, role: Role, depth: u32, kind: EventKind) {
@@ -350,6 +402,17 @@ impl Runtime {
         self.manifest.as_ref()
     }
 
+    /// What the run could not save: tripped by the first failure of any record.
+    pub fn unsaved(&self) -> &Arc<Unsaved> {
+        &self.unsaved
+    }
+
+    /// Reports that `what` could not be saved (issue 26 §3): the run stops and exits 1 naming
+    /// it ([`Unsaved`]).
+    pub fn not_saved(&self, what: &str, why: &dyn std::fmt::Display) {
+        self.unsaved.report(what, why);
+    }
+
     /// Gets the books as complete as possible before the process dies (SIGHUP/SIGTERM, second
     /// Ctrl-C): every in-flight step is written to the manifest with `error` set to `why`
     /// (`killed-by-signal`, `interrupted-by-human`). Small synchronous writes only.
@@ -379,7 +442,7 @@ impl Runtime {
                 row.disk_bytes = Some(bytes);
             }
             if let Err(e) = m.record(row) {
-                tracing::error!(error = %e, "manifest write failed during rescue");
+                self.not_saved("manifest.json", &e);
             }
         }
     }
@@ -393,14 +456,7 @@ impl Runtime {
             row.error = Some(why.to_string());
         });
         if let Err(e) = amended {
-            self.emit(
-                "runner",
-                Role::Coordinator,
-                0,
-                EventKind::Error {
-                    text: format!("manifest.json 写入失败:{e}"),
-                },
-            );
+            self.not_saved("manifest.json", &e);
         }
     }
 
@@ -440,14 +496,7 @@ impl Runtime {
                 },
             ),
             Ok(None) => {}
-            Err(e) => self.emit(
-                "runner",
-                Role::Coordinator,
-                0,
-                EventKind::Error {
-                    text: format!("manifest.json 写入失败:{e}"),
-                },
-            ),
+            Err(e) => self.not_saved("manifest.json", &e),
         }
     }
 
@@ -608,6 +657,7 @@ impl Runtime {
                     let new_session = match self.store.create(&meta) {
                         Ok(id) => id,
                         Err(e) => {
+                            self.not_saved("会话", &e);
                             result.error = Some(StepError::Store(e.to_string()));
                             break;
                         }
@@ -661,6 +711,7 @@ impl Runtime {
                     ) {
                         Ok(id) => id,
                         Err(e) => {
+                            self.not_saved("会话", &e);
                             result.error = Some(StepError::Store(e.to_string()));
                             break;
                         }
@@ -683,21 +734,10 @@ impl Runtime {
                     }
                     self.track(&result, false);
                 }
-                LoopEnd::Failed { error, retryable } => {
-                    if retryable && result.attempts < self.config.max_attempts {
-                        result.attempts += 1;
-                        result.resumed = true;
-                        next_prompt = RESILIENCE_PROMPT.to_string();
-                        self.emit(
-                            &agent,
-                            spec.role,
-                            0,
-                            EventKind::Retry {
-                                reason: error.to_string(),
-                            },
-                        );
-                        continue;
-                    }
+                LoopEnd::Failed(error) => {
+                    // The provider's retry policy already made every attempt it allows
+                    // (issue 26 §4: one owner of the count); trying the turn again here would
+                    // multiply them.
                     result.text = run.final_text();
                     result.error = Some(StepError::Model(error));
                     break;
@@ -714,6 +754,11 @@ impl Runtime {
 
     fn finish(&self, mut result: StepResult, spec: &AgentSpec, agent: &str) -> StepResult {
         result.ended_at = Utc::now();
+        if result.ok && self.unsaved.is_tripped() {
+            // Never `+ 完成` over a transcript that is not on disk (issue 26 §3).
+            result.ok = false;
+            result.error = Some(StepError::Unsaved);
+        }
         self.track(&result, true);
         self.emit(
             agent,
@@ -751,7 +796,10 @@ impl Runtime {
         resume: Option<&str>,
         fork: bool,
     ) -> Result<(String, Vec<crate::model::Message>), StepError> {
-        let store_err = |e: crate::session::SessionError| StepError::Store(e.to_string());
+        let store_err = |e: crate::session::SessionError| {
+            self.not_saved("会话", &e);
+            StepError::Store(e.to_string())
+        };
         if let Some(id) = resume {
             if self.store.meta(id).map_err(store_err)?.is_some() {
                 let id = if fork {

@@ -36,8 +36,8 @@ pub(crate) enum LoopEnd {
     Done,
     /// The human interrupted (cooperatively, at a message boundary).
     Interrupted,
-    /// A model call failed; `retryable` when a later attempt may succeed.
-    Failed { error: ModelError, retryable: bool },
+    /// A model call failed after every attempt the provider's retry policy allows.
+    Failed(ModelError),
     /// A limit stopped it (turns, budget, cut-offs).
     Stopped(StepError),
     /// The main thread's context reached the handoff threshold, or the model said the prompt
@@ -187,7 +187,7 @@ impl AgentRun {
                     Ok(text)
                 }
             }
-            Err(LoopEnd::Failed { error, .. }) => Err(HandoffFailure::Model(error)),
+            Err(LoopEnd::Failed(error)) => Err(HandoffFailure::Model(error)),
             Err(_) => Err(HandoffFailure::Incomplete),
         }
     }
@@ -254,12 +254,17 @@ impl AgentRun {
 
     fn append(&mut self, msg: Message, context: Option<u64>) {
         if let Err(e) = self.rt.store.append(&self.session, &msg, context) {
-            // The record matters, but a full disk must not kill a long run silently.
-            self.emit(EventKind::Error {
-                text: format!("会话落盘失败:{e}"),
-            });
+            // A transcript that cannot be kept cannot be continued: the run stops (issue 26 §3).
+            self.rt.not_saved("会话", &e);
         }
         self.messages.push(msg);
+    }
+
+    /// Appends a notice to the session; a failure stops the run like any unsaved record.
+    fn notice(&self, kind: NoticeKind, text: &str) {
+        if let Err(e) = self.rt.store.append_notice(&self.session, kind, text) {
+            self.rt.not_saved("会话", &e);
+        }
     }
 
     /// Records the model's turn. A turn with no content at all (cut off by `max_tokens` inside
@@ -283,9 +288,7 @@ impl AgentRun {
             Some(last) if last.role == Speaker::User => {
                 last.content.extend(msg.content.iter().cloned());
                 if let Err(e) = self.rt.store.append(&self.session, &msg, None) {
-                    self.emit(EventKind::Error {
-                        text: format!("会话落盘失败:{e}"),
-                    });
+                    self.rt.not_saved("会话", &e);
                 }
             }
             _ => self.append(msg, None),
@@ -496,11 +499,12 @@ impl AgentRun {
                 ModelEvent::TextDelta(t) if depth == 0 => EventKind::TextDelta { text: t },
                 ModelEvent::Retrying {
                     attempt,
+                    of,
                     delay_ms,
                     reason,
                 } => EventKind::Retry {
                     reason: format!(
-                        "第 {attempt} 次失败({reason}),{:.1} 秒后重试",
+                        "第 {attempt}/{of} 次请求失败({reason}),{:.1} 秒后重试",
                         delay_ms as f64 / 1000.0
                     ),
                 },
@@ -513,10 +517,7 @@ impl AgentRun {
         match result {
             Ok(turn) => {
                 for e in &turn.retried_errors {
-                    let _ = self
-                        .rt
-                        .store
-                        .append_notice(&self.session, NoticeKind::NetworkError, e);
+                    self.notice(NoticeKind::NetworkError, e);
                 }
                 self.errors.extend(turn.retried_errors.iter().cloned());
                 // A gateway's own price of the call comes first; the price table otherwise.
@@ -549,19 +550,12 @@ impl AgentRun {
                 Ok(turn)
             }
             Err(ModelError::Interrupted) => {
-                let _ = self.rt.store.append_notice(
-                    &self.session,
-                    NoticeKind::Interrupted,
-                    "interrupted during a model call",
-                );
+                self.notice(NoticeKind::Interrupted, "interrupted during a model call");
                 Err(LoopEnd::Interrupted)
             }
             Err(e) => {
                 let msg = e.to_string();
-                let _ = self
-                    .rt
-                    .store
-                    .append_notice(&self.session, NoticeKind::NetworkError, &msg);
+                self.notice(NoticeKind::NetworkError, &msg);
                 if let ModelError::Exhausted { errors, .. } = &e {
                     self.errors.extend(errors.iter().cloned());
                 } else {
@@ -577,15 +571,12 @@ impl AgentRun {
                         return Err(LoopEnd::CompactDue);
                     }
                 }
-                let retryable = matches!(
-                    e,
-                    ModelError::Exhausted { .. } | ModelError::Unreachable { .. }
-                );
-                self.emit(EventKind::Error { text: msg.clone() });
-                Err(LoopEnd::Failed {
-                    error: e,
-                    retryable,
-                })
+                // At depth 0 the failure is the step's error, shown once under its end line;
+                // a subagent's is shown here (its parent only gets a tool result).
+                if self.depth > 0 {
+                    self.emit(EventKind::Error { text: msg.clone() });
+                }
+                Err(LoopEnd::Failed(e))
             }
         }
     }

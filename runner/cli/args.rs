@@ -106,7 +106,7 @@ impl PermissionMode {
 }
 
 /// The global switches: flower's 5 plus `--sandbox`, `--image`, the egress policy
-/// (`--egress`, `--allow-net`, `--allow-domain`), the project's MCP servers (`--mcp-config`,
+/// (`--egress`, `--allow-net`, `--allow-domain`), `--max-workers`, the project's MCP servers (`--mcp-config`,
 /// `--mcp-env`), and `-h`.
 #[derive(Debug, Args)]
 #[command(next_help_heading = "全局开关")]
@@ -141,6 +141,9 @@ pub struct GlobalArgs {
     /// proxy 下另外放行的域名,可以写多次 [env: FLOWERBOX_ALLOW_DOMAIN,逗号分隔]。example.com 只放它自己,*.example.com 放它的子域名;包仓库默认就放行
     #[arg(long = "allow-domain", global = true, value_name = "DOMAIN")]
     pub allow_domain: Vec<String>,
+    /// 同时最多跑几个执行者 [env: FLOWERBOX_MAX_WORKERS] [default: 按本机算:每核 2 个,且不超过内存按每个容器 4 GiB 装得下的个数]。多派的按顺序排队,协调者会知道
+    #[arg(long = "max-workers", global = true, value_name = "N")]
+    pub max_workers: Option<String>,
     /// 项目 MCP 服务器的额外配置文件(Claude Code 的 .mcp.json 格式),叠加在 <workspace>/.mcp.json 之上,同名的以它为准。stdio 服务器在 agent 自己的容器里跑
     #[arg(long = "mcp-config", global = true, value_name = "FILE")]
     pub mcp_config: Option<PathBuf>,
@@ -178,7 +181,7 @@ pub enum CommandArgs {
     Gc(GcArgs),
 }
 
-/// `go`'s 11 switches and its optional request.
+/// `go`'s 12 switches (flower's 11 and `--check`) and its optional request.
 #[derive(Debug, Args)]
 pub struct GoArgs {
     /// 诉求正文。不给就在提示符上问(stdin 不是终端时读一行)
@@ -227,6 +230,9 @@ pub struct GoArgs {
     /// 关掉裁剪。go 上裁剪默认开,这是唯一的关闭方式
     #[arg(long)]
     pub no_trim: bool,
+    /// 加一条检查:每轮判定前 flowerbox 在只读的现场上自己跑这条命令,退出码不是 0 就不能判达成。可以写多次
+    #[arg(long = "check", value_name = "CMD")]
+    pub checks: Vec<String>,
 }
 
 /// `run`'s target.

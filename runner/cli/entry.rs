@@ -181,6 +181,17 @@ pub async fn gc(opts: GcOptions, globals: GlobalOptions) -> Result<ExitStatus, C
                 ..Default::default()
             });
     report.absorb(trees);
+    // What killed runs left in the temporary directory: their copies of the exec service.
+    let copies = tokio::task::spawn_blocking(|| {
+        crate::sandbox::docker::service::sweep_stale(&std::env::temp_dir())
+    })
+    .await
+    .unwrap_or(0);
+    if copies > 0 {
+        report
+            .removed
+            .push(format!("删了 {copies} 份已结束运行留下的 exec 服务副本"));
+    }
     let lines = report.lines();
     let mut out = crate::shown::stdout();
     if lines.is_empty() {

@@ -57,6 +57,9 @@ pub enum CliError {
     /// Bare Enter at the start prompt on a fresh directory.
     #[error("诉求是空的。直接 `flowerbox` 然后按提示输入,或者 flowerbox \"帮我做一个 X\"。")]
     EmptyRequest,
+    /// `once ''`: nothing to say to the agent (exit 1, like `go ''` without a request).
+    #[error("once 要给一句话,例如 flowerbox once '这个仓库是做什么的?'")]
+    EmptyOncePrompt,
     /// No request from a non-terminal stdin and the directory was not woken.
     #[error("{}", NEED_REQUEST)]
     NeedRequest,

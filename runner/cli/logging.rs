@@ -119,17 +119,46 @@ impl Log {
         // The run directory lies in the workspace by default: no symlink is followed on the
         // way (flowerbox made the path canonical at start), and only a regular file is
         // appended to.
-        crate::fsroot::own::create_dir_all(run_dir).map_err(|e| io("建不出日志目录", e))?;
-        let (mut file, _) =
-            crate::fsroot::own::open_append(&path).map_err(|e| io("打不开日志", e))?;
-        if let Sink::Pending { bytes, dropped } = &*sink {
-            file.write_all(bytes).map_err(|e| io("写不进日志", e))?;
-            if *dropped > 0 {
-                let _ = writeln!(file, "(log: {dropped} bytes of early events dropped)");
+        // The directories this open makes, deepest first: a start that cannot write its log
+        // takes them away again, so it leaves no empty `runs/` (issue 26 §3).
+        let made: Vec<PathBuf> = run_dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && !crate::fsroot::own::exists(d))
+            .map(Path::to_path_buf)
+            .collect();
+        let opened = crate::fsroot::own::create_dir_all(run_dir)
+            .map_err(|e| io("建不出日志目录", e))
+            .and_then(|()| crate::fsroot::own::open_append(&path).map_err(|e| io("打不开日志", e)));
+        let written = opened.and_then(|(mut file, created)| {
+            if let Sink::Pending { bytes, dropped } = &*sink {
+                let mut w = file.write_all(bytes);
+                if *dropped > 0 && w.is_ok() {
+                    w = writeln!(file, "(log: {dropped} bytes of early events dropped)");
+                }
+                if let Err(e) = w.and_then(|()| file.sync_data()) {
+                    if created {
+                        let _ = std::fs::remove_file(&path);
+                    }
+                    return Err(io("写不进日志", e));
+                }
+            }
+            Ok(file)
+        });
+        match written {
+            Ok(file) => {
+                *sink = Sink::File(file);
+                Ok(path)
+            }
+            Err(e) => {
+                for d in &made {
+                    // Only empty directories go: anything else in them is not this start's.
+                    if std::fs::remove_dir(d).is_err() {
+                        break;
+                    }
+                }
+                Err(e)
             }
         }
-        *sink = Sink::File(file);
-        Ok(path)
     }
 
     /// [`Log::open`] when `run_dir` already exists (`doctor`, `gc`: they create nothing);

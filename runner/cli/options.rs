@@ -2,7 +2,8 @@
 //! ([`Options::resolve`]), with every field destructured so a new switch cannot be forgotten.
 //!
 //! Edge semantics (seed 000, "`go` 的 11 个开关", and DESIGN.md's deliberate differences):
-//! `--rounds 0` ≡ 1; any negative `--asks` = unlimited; any negative `--timeout` = 0 (fully
+//! `--rounds 0` ≡ 1, a negative `--rounds` is exit 2; `--image ''` is exit 2; `once ''` is
+//! exit 1 like `go ''` without a request; any negative `--asks` = unlimited; any negative `--timeout` = 0 (fully
 //! automatic); `--window` must be positive (flower ignored 0 silently; here it is exit 2);
 //! `-T` with `--no-trim` on `go` is a contradiction (exit 2); `-r` defaults to
 //! `<workspace>/runs`; `--isolate` needs the workspace to be a git repository (exit 1).
@@ -65,6 +66,9 @@ pub struct GlobalOptions {
     /// `$FLOWERBOX_ALLOW_NET`, `$FLOWERBOX_ALLOW_DOMAIN` (process environment only: never a
     /// `.env` file, which an agent or a cloned repository could write).
     pub egress: EgressPolicy,
+    /// `--max-workers`, else `$FLOWERBOX_MAX_WORKERS`: how many workers run at once; `None` =
+    /// from the machine ([`crate::agent::fanout::default_max_workers`]). Positive.
+    pub max_workers: Option<usize>,
     /// `--mcp-config`, `--mcp-env` (else `$FLOWERBOX_MCP_ENV`), `$MCP_TIMEOUT`,
     /// `$MCP_TOOL_TIMEOUT` (process environment only, like the egress settings).
     pub mcp: crate::mcp::McpSettings,
@@ -103,6 +107,8 @@ pub struct GoOptions {
     pub new: bool,
     /// `--clarify-only`.
     pub clarify_only: bool,
+    /// `--check` (repeatable): commands run before every judge round besides the goal's.
+    pub checks: Vec<String>,
     /// Trim on resume: on unless `--no-trim` (`-T` agrees with the default).
     pub trim: bool,
     /// The workbench go always carries: `<workspace>/.flower/`, or with `--isolate`
@@ -226,6 +232,7 @@ impl GlobalOptions {
             egress,
             allow_net,
             allow_domain,
+            max_workers,
             mcp_config,
             mcp_env,
             help: _,
@@ -251,10 +258,27 @@ impl GlobalOptions {
             }
             None => workspace.join("runs"),
         };
-        let image = image
-            .filter(|i| !i.is_empty())
-            .or_else(|| host.var("FLOWERBOX_IMAGE").map(str::to_string));
+        if image.as_deref().is_some_and(|i| i.trim().is_empty()) {
+            return Err(CliError::Usage(
+                "--image 是空的:要给镜像名(例如 --image ubuntu:24.04);想用默认镜像就别写 --image。"
+                    .into(),
+            ));
+        }
+        let image = image.or_else(|| {
+            host.var("FLOWERBOX_IMAGE")
+                .filter(|i| !i.trim().is_empty())
+                .map(str::to_string)
+        });
         let egress = egress_policy(egress, allow_net, allow_domain, sandbox, host)?;
+        let max_workers = max_workers
+            .or_else(|| host.var("FLOWERBOX_MAX_WORKERS").map(str::to_string))
+            .map(|n| match n.trim().parse::<usize>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => Err(CliError::Usage(format!(
+                    "--max-workers {n} 不对:要一个正整数"
+                ))),
+            })
+            .transpose()?;
         let mut mcp = super::mcp::mcp_settings(mcp_config, mcp_env, host)?;
         mcp.masked = vec![run_dir.clone()];
         Ok(Self {
@@ -267,6 +291,7 @@ impl GlobalOptions {
             sandbox,
             image,
             egress,
+            max_workers,
             mcp,
             interactive: host.stdin_is_terminal,
             bounds: super::bounds::bounds(host)?,
@@ -289,11 +314,17 @@ impl GoOptions {
             new,
             clarify_only,
             no_trim,
+            checks,
         } = args;
         if global.trim && no_trim {
             return Err(CliError::Usage(
                 "-T/--trim 和 --no-trim 矛盾:go 上裁剪默认就开,要关只写 --no-trim。".into(),
             ));
+        }
+        if rounds < 0 {
+            return Err(CliError::Usage(format!(
+                "--rounds {rounds} 不行:轮数要是不小于 0 的整数(0 和 1 一样,都跑 1 轮)。"
+            )));
         }
         let window = match window {
             None => None,
@@ -315,6 +346,17 @@ impl GoOptions {
                 global.workspace.clone(),
             )));
         }
+        if !checks.is_empty() && no_goal {
+            return Err(CliError::Usage(
+                "--check 和 --no-goal 矛盾:检查在每轮判定前跑,没有目标就没有判定。".into(),
+            ));
+        }
+        if let Some(blank) = checks.iter().position(|c| c.trim().is_empty()) {
+            return Err(CliError::Usage(format!(
+                "第 {} 个 --check 是空的:要写一条命令,例如 --check 'make test'。",
+                blank + 1
+            )));
+        }
         Ok(Self {
             ask: ask.filter(|a| !a.trim().is_empty()),
             asks: u64::try_from(asks).ok(),
@@ -327,6 +369,7 @@ impl GoOptions {
             handoff: !no_handoff,
             new,
             clarify_only,
+            checks,
             trim: !no_trim,
             workbench: go_workbench(&global.workspace, isolate),
         })
@@ -389,6 +432,9 @@ impl OnceOptions {
         };
         let permission_mode = PermissionMode::from_name(&permission_mode)
             .ok_or_else(|| CliError::Usage(format!("-p {permission_mode} 不认识")))?;
+        if prompt.trim().is_empty() {
+            return Err(CliError::EmptyOncePrompt);
+        }
         Ok(Self {
             prompt,
             instructions,
@@ -510,6 +556,19 @@ mod tests {
     }
 
     #[test]
+    fn check_is_repeatable_and_needs_a_goal_and_a_command() {
+        let e = env();
+        let g = go(
+            &e.host,
+            &["go", "--check", "make test", "--check", "./t -q", "x"],
+        );
+        assert_eq!(g.checks, ["make test", "./t -q"]);
+        assert!(go(&e.host, &["go"]).checks.is_empty());
+        assert!(usage(&e.host, &["go", "--no-goal", "--check", "make"]).contains("--no-goal"));
+        assert!(usage(&e.host, &["go", "--check", "make", "--check", " "]).contains("第 2 个"));
+    }
+
+    #[test]
     fn go_defaults() {
         let e = env();
         let g = go(&e.host, &["go"]);
@@ -564,7 +623,8 @@ mod tests {
         let e = env();
         assert_eq!(go(&e.host, &["go", "--rounds", "0"]).rounds, 1);
         assert_eq!(go(&e.host, &["go", "--rounds", "1"]).rounds, 1);
-        assert_eq!(go(&e.host, &["go", "--rounds=-4"]).rounds, 1);
+        usage(&e.host, &["go", "--rounds=-4"]);
+        usage(&e.host, &["go", "--rounds", "-1"]);
         assert_eq!(go(&e.host, &["go", "--asks", "-7"]).asks, None);
         assert_eq!(go(&e.host, &["go", "--asks", "0"]).asks, Some(0));
         assert_eq!(go(&e.host, &["go", "--asks", "5"]).asks, Some(5));
@@ -656,6 +716,32 @@ mod tests {
         let o = resolve(&e.host, &["go", "--image=given:2"]).unwrap().global;
         assert_eq!(o.image.as_deref(), Some("given:2"));
         usage(&e.host, &["--sandbox", "vm", "go"]);
+        usage(&e.host, &["go", "--image="]);
+        usage(&e.host, &["--image", " ", "go"]);
+        // An empty variable is unset, as for every other variable.
+        e.host.vars.insert("FLOWERBOX_IMAGE".into(), "".into());
+        assert_eq!(resolve(&e.host, &["go"]).unwrap().global.image, None);
+    }
+
+    #[test]
+    fn max_workers_from_the_switch_else_the_environment_and_positive() {
+        let mut e = env();
+        assert_eq!(resolve(&e.host, &["go"]).unwrap().global.max_workers, None);
+        e.host
+            .vars
+            .insert("FLOWERBOX_MAX_WORKERS".into(), "3".into());
+        assert_eq!(
+            resolve(&e.host, &["go"]).unwrap().global.max_workers,
+            Some(3)
+        );
+        let o = resolve(&e.host, &["--max-workers", "1", "go"]).unwrap();
+        assert_eq!(o.global.max_workers, Some(1));
+        usage(&e.host, &["--max-workers", "0", "go"]);
+        usage(&e.host, &["go", "--max-workers=-2"]);
+        e.host
+            .vars
+            .insert("FLOWERBOX_MAX_WORKERS".into(), "many".into());
+        usage(&e.host, &["go"]);
     }
 
     #[test]

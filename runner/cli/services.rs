@@ -43,6 +43,7 @@ pub fn run_settings(globals: &GlobalOptions, creds: &Credentials) -> Result<RunS
         workspace: globals.workspace.clone(),
         run_dir: globals.run_dir.clone(),
         egress: globals.egress.clone(),
+        max_workers: globals.max_workers,
         sandbox: sandbox_backend(globals),
         model: Arc::new(move |k: &str| creds.get(k).map(str::to_string)),
         mcp_servers: mcp_servers(globals)?,
@@ -182,6 +183,7 @@ pub fn go_settings(opts: GoOptions) -> GoSettings {
         handoff,
         new,
         clarify_only,
+        checks,
         trim,
         workbench,
     } = opts;
@@ -197,6 +199,7 @@ pub fn go_settings(opts: GoOptions) -> GoSettings {
         handoff,
         new,
         clarify_only,
+        checks,
         trim,
         workbench,
     }

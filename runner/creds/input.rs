@@ -9,6 +9,8 @@ use std::os::fd::AsFd;
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
+use super::line_peek::{take_line, FdPeek, Taken};
+
 /// What one attempt to read a line gave.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LineRead {
@@ -74,8 +76,8 @@ impl LineSource for ScriptedLines {
     }
 }
 
-/// The process's standard input, read one byte at a time straight from fd 0 so nothing beyond
-/// the line is consumed (whatever reads stdin next sees the rest). While a read is in
+/// The process's standard input, read in chunks straight from fd 0 without consuming anything
+/// beyond the line ([`super::line_peek`]: whatever reads stdin next sees the rest). While a read is in
 /// progress SIGINT is caught and turns into [`LineRead::Interrupted`]; the previous disposition
 /// is restored afterwards, so Ctrl-C keeps its meaning everywhere else.
 #[derive(Debug, Default)]
@@ -86,6 +88,7 @@ impl LineSource for StdinLines {
         let sigint = crate::signals::CatchSigint::install()?;
         let stdin = io::stdin();
         let fd = stdin.as_fd();
+        let mut src = FdPeek::new(fd);
         let mut buf = Vec::new();
         loop {
             if sigint.caught() {
@@ -99,14 +102,11 @@ impl LineSource for StdinLines {
                 Ok(_) => {}
                 Err(e) => return Err(e.into()),
             }
-            let mut byte = [0u8; 1];
-            match nix::unistd::read(fd, &mut byte) {
-                Ok(0) if buf.is_empty() => return Ok(LineRead::Eof),
-                Ok(0) => return Ok(LineRead::Line(decode(buf))),
-                Ok(_) if byte[0] == b'\n' => return Ok(LineRead::Line(decode(buf))),
-                Ok(_) => buf.push(byte[0]),
-                Err(Errno::EINTR) | Err(Errno::EAGAIN) => continue,
-                Err(e) => return Err(e.into()),
+            match take_line(&mut src, &mut buf)? {
+                Taken::Line => return Ok(LineRead::Line(decode(buf))),
+                Taken::Eof if buf.is_empty() => return Ok(LineRead::Eof),
+                Taken::Eof => return Ok(LineRead::Line(decode(buf))),
+                Taken::Pending => continue,
             }
         }
     }

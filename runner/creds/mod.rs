@@ -15,6 +15,7 @@ pub mod dotenv;
 mod ensure;
 mod error;
 pub mod input;
+mod line_peek;
 pub mod probe;
 pub mod setup;
 mod warning;

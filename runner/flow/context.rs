@@ -33,6 +33,8 @@ pub struct RunSettings {
     pub run_dir: PathBuf,
     /// Where agents may connect (WebFetch applies it; the backend's pods enforce it).
     pub egress: EgressPolicy,
+    /// How many workers run at once; `None` = from the machine (`--max-workers`).
+    pub max_workers: Option<usize>,
     /// Where commands run.
     pub sandbox: Arc<dyn SandboxBackend>,
     /// The model provider's configuration, resolved when the services are built.
@@ -155,12 +157,17 @@ impl RunContext {
             RuntimeConfig::new(settings.workspace.clone(), model.clone(), run_id.clone());
         config.trim_large = setup.trim_large;
         config.tool_limits.egress = settings.egress.clone();
+        if let Some(n) = settings.max_workers {
+            config.max_workers = n;
+        }
         // Every agent's container and file tools hide the run directory (DESIGN.md "Threat
         // model" 1): the records flowerbox trusts are not theirs to read or plant links in.
         config.masked = vec![settings.run_dir.clone()];
         config.masked_ids = crate::fsroot::own::identity(&settings.run_dir)
             .into_iter()
             .collect();
+        // What agents plant as `.git` where the user looks is moved here (issue 25 §2).
+        config.quarantine = Some(settings.run_dir.join("quarantine").join(&run_id));
         config.base_system =
             crate::agent::roles::base_system(&settings.workspace, settings.sandbox.commands_run());
         let disk = Arc::new(crate::record::manifest::DiskGauge::default());
@@ -258,8 +265,9 @@ impl RunContext {
         (!changes.is_empty()).then_some(Notice::ConfigChanged(changes))
     }
 
-    /// Stops the MCP servers and removes every container of the run (and its pod); worktrees
-    /// are kept.
+    /// Stops the MCP servers and removes every container of the run (and its pod), then moves
+    /// what agents planted as `.git` in the workspace and the workbench into the run's
+    /// quarantine; worktrees are kept.
     pub async fn shutdown(&self) {
         if let Some(hub) = self.runtime.mcp() {
             hub.shutdown().await;
@@ -270,6 +278,8 @@ impl RunContext {
                 "x 清理容器失败:{e}(`flowerbox gc` 可以收拾残留)"
             ));
         }
+        // Every container of the run is gone: no agent can plant again behind this sweep.
+        self.runtime.sweep_plants(&[]).await;
     }
 }
 

@@ -32,6 +32,9 @@ pub struct Ctx {
     /// The last verdict of every judged step, by plain step name (`when` conditions of
     /// workflow files read it).
     pub verdicts: BTreeMap<String, Verdict>,
+    /// The red checks of the latest judged round and their output, for the next work round
+    /// (`None` when they were all green or there were none).
+    pub check_feedback: Option<String>,
     /// Judged rounds so far (`_goal_rounds`).
     pub goal_rounds: u32,
     /// The last attempt's result of every step that ran (`_results`), by plain step name.

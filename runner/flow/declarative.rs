@@ -28,7 +28,7 @@
 //! name = "干活"                  # agent steps need a name (the lineage key)
 //! role = "coordinator"          # coordinator | worker | judge | clarifier
 //! prompt = "照这份需求做:\n{{确认需求}}"
-//! goal = { rounds = 3, can_run = false }   # judge every round (or `goal = true`)
+//! goal = { rounds = 3, can_run = false, checks = ["make test"] }   # judge every round
 //! ```
 //!
 //! Every step: `kind` (`agent` by default, `clarify`, `goal`), `name` (defaults `确认需求` /
@@ -44,7 +44,9 @@
 //!   never more than the role may have), `model`, `max_turns`, `budget` (USD),
 //!   `workers = [{ kind, description, prompt }]` (coordinator only; default one `coder`),
 //!   `resume_from` (an earlier step's session) with `fork`, and `goal` (`true` or
-//!   `{ rounds, can_run, instructions }`; needs a `goal` step before it).
+//!   `{ rounds, can_run, instructions, checks }`; needs a `goal` step before it; `checks` are
+//!   commands flowerbox runs before every judge round besides the goal's own,
+//!   [`super::gates`]).
 //!
 //! Templates: `{{name}}` is an earlier step's output, `{{ask}}` the request, `{{brief}}` and
 //! `{{goal}}` the frozen brief and goal. Every problem — unknown key, wrong type, unknown
@@ -56,6 +58,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::checks::{Check, CheckSource};
 use super::clarify::{Clarify, CLARIFY_STEP};
 use super::condition::Condition;
 use super::ctx::Ctx;
@@ -216,6 +219,7 @@ struct GoalDecl {
     rounds: Option<u32>,
     can_run: Option<bool>,
     instructions: Option<String>,
+    checks: Option<Vec<String>>,
 }
 
 /// Keys each kind of step accepts (besides the common ones).
@@ -624,7 +628,7 @@ impl Builder {
             Some(_) => {
                 return Err(field(
                     "goal",
-                    "要写 true 或 { rounds, can_run, instructions }".into(),
+                    "要写 true 或 { rounds, can_run, instructions, checks }".into(),
                 ))
             }
         };
@@ -641,10 +645,22 @@ impl Builder {
                     "带 goal 的步骤用 goal.rounds 定轮数".into(),
                 ));
             }
+            let checks = g.checks.unwrap_or_default();
+            if let Some(blank) = checks.iter().position(|c| c.trim().is_empty()) {
+                return Err(field(
+                    "goal",
+                    format!("checks 的第 {} 条是空的:要写一条命令", blank + 1),
+                ));
+            }
             step = GoalGuard {
                 rounds: g.rounds.unwrap_or(3),
                 can_run: g.can_run.unwrap_or(false),
                 instructions: g.instructions.unwrap_or_default(),
+                checks: checks
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, c)| Check::new(CheckSource::Workflow(i + 1), c))
+                    .collect(),
                 ..GoalGuard::new(self.goal_path.clone().unwrap_or_default())
             }
             .wrap(step);

@@ -137,6 +137,14 @@ fn mistakes_name_the_step_and_the_field() {
             "[main]\nask = \"x\"\n[[main.steps]]\nkind = \"clarify\"\n[[main.steps]]\nkind = \"goal\"\n[[main.steps]]\nname = \"W\"\nrole = \"coordinator\"\nprompt = \"x\"\ngoal = { rounds = 2, judge = true }\n",
             "步骤 3「W」的 goal:unknown field `judge`",
         ),
+        (
+            "[main]\nask = \"x\"\n[[main.steps]]\nkind = \"clarify\"\n[[main.steps]]\nkind = \"goal\"\n[[main.steps]]\nname = \"W\"\nrole = \"coordinator\"\nprompt = \"x\"\ngoal = { checks = [\"make\", \" \"] }\n",
+            "步骤 3「W」的 goal:checks 的第 2 条是空的",
+        ),
+        (
+            "[main]\nask = \"x\"\n[[main.steps]]\nkind = \"clarify\"\n[[main.steps]]\nkind = \"goal\"\n[[main.steps]]\nname = \"W\"\nrole = \"coordinator\"\nprompt = \"x\"\ngoal = { checks = \"make\" }\n",
+            "步骤 3「W」的 goal:invalid type: string \"make\", expected a sequence",
+        ),
     ];
     for (text, expected) in cases {
         let got = err(text);
@@ -154,7 +162,7 @@ fn a_goal_wrapped_step_gets_rounds_and_a_judge_that_may_run() {
             "[main]\nask = \"x\"\n[[main.steps]]\nkind = \"clarify\"\n[[main.steps]]\nkind = \"goal\"\ncan_run = true\n\
              [[main.steps]]\nname = \"W\"\nrole = \"coordinator\"\nprompt = \"{{确认需求}} {{goal}}\"\n\
              workers = [{ kind = \"tester\", description = \"跑测试\", tools = [\"Read\", \"Bash\", \"mcp__db\"] }]\n\
-             goal = { rounds = 5, can_run = true }\n",
+             goal = { rounds = 5, can_run = true, checks = [\"make test\"] }\n",
             "main",
         ),
         Path::new("/ws"),

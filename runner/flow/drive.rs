@@ -18,7 +18,9 @@
 //! run), and the run fails with the reason (exit 1). When the run's agents pass the disk
 //! budget ([`super::disk`]) the run stops the same way: the in-flight step is recorded as
 //! [`DISK_BUDGET`], what the containers wrote is kept as images before they go, and the run
-//! fails with what was measured and kept (exit 1).
+//! fails with what was measured and kept (exit 1). The same when a record could not be saved
+//! ([`crate::record::Unsaved`], issue 26 §3): the step is recorded as [`UNSAVED`] (if the
+//! manifest can still take it) and the run fails naming what was not saved.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -40,6 +42,8 @@ use crate::record::Totals;
 
 /// The manifest's `error` of a step in flight when the run's sandboxes were lost.
 pub const SANDBOX_LOST: &str = "sandbox-lost";
+/// The manifest's `error` of a step in flight when a record could not be saved.
+pub const UNSAVED: &str = "not-saved";
 
 /// What differs between the runs a [`Session`] can host.
 pub struct SessionSetup {
@@ -150,17 +154,20 @@ impl Session {
     }
 
     /// ISOLATION: at the end of the run (containers gone), removes integrated worktrees and
-    /// branches and lists the kept ones. Waits for an integration still in flight (its lock).
+    /// branches, lists the kept ones and sweeps them for planted repositories. Waits for an integration still in flight (its lock).
     async fn close_isolation(&self) {
         let Some(p) = self.isolation.clone() else {
             return;
         };
-        let lines = tokio::task::spawn_blocking(move || p.close())
+        let closing = p.clone();
+        let lines = tokio::task::spawn_blocking(move || closing.close())
             .await
             .unwrap_or_else(|e| vec![format!("worktree 收尾崩了:{e}")]);
         for text in lines {
             self.note(EventKind::Warning { text });
         }
+        // The kept worktrees are where the user goes next: no planted `.git` stays there.
+        self.run.runtime.sweep_plants(&p.kept_worktrees()).await;
     }
 
     /// The runtime.
@@ -202,6 +209,7 @@ impl Session {
             Quit,
             Lost(crate::sandbox::SandboxError),
             Disk(DiskOver),
+            Unsaved,
         }
         // Listening before anything starts: a signal from here on tears down what was started.
         let stop = crate::signals::stop_signals(!self.frontend.owns_interrupt());
@@ -213,12 +221,26 @@ impl Session {
             biased;
             lost = self.run.sandboxes.lost() => End::Lost(lost),
             over = disk.exceeded() => End::Disk(over),
+            // A record that could not be saved ends the run at once (issue 26 §3).
+            _ = rt.unsaved().tripped() => End::Unsaved,
             r = wf.run(&rt, ctx) => End::Done(r),
             sig = stop => End::Signal(sig),
             _ = self.frontend.quit_requested() => End::Quit,
         };
         self.frontend.detach();
+        // Whatever else ended the run, a record that was not saved makes it a failure.
+        let end = match end {
+            End::Done(_) if rt.unsaved().is_tripped() => End::Unsaved,
+            end => end,
+        };
         match end {
+            End::Unsaved => {
+                rt.rescue(UNSAVED);
+                self.finish().await;
+                Err(FlowError::Unsaved(
+                    rt.unsaved().message().unwrap_or_default(),
+                ))
+            }
             End::Signal(sig) if sig != nix::libc::SIGINT => {
                 rt.rescue(KILLED_BY_SIGNAL);
                 self.run.shutdown().await;

@@ -117,6 +117,10 @@ pub enum FlowError {
     /// The single agent of `once` did not finish; its error.
     #[error("x {0}")]
     AgentFailed(String),
+    /// A record the run needs to continue (sessions, manifest, lineage, a note) could not be
+    /// saved: the run stopped there (issue 26 §3). The message names what and why.
+    #[error("{0}")]
+    Unsaved(String),
     /// The agent's task died.
     #[error("内部错误:{0}")]
     Internal(String),

@@ -5,12 +5,20 @@
 //! items are doomed at judging time, so the seed's warning block is shown the moment the goal
 //! is frozen ([`unverifiable_warning`]). A goal the human amends after an UNREACHABLE verdict
 //! keeps the original visible and appends the change ([`Goal::amend`]).
+//!
+//! An item may carry a check, a command whose exit status decides it ([`super::checks`] has
+//! the format); [`Goal::commands`] holds them by item and [`Goal::gate_checks`] lists them for
+//! the gates.
 
 use std::io;
 use std::path::Path;
 
 use super::brief::{
     first_non_empty, is_placeholder, list_items, read_optional, split_sections, write_atomic,
+};
+use super::checks::{
+    drop_marker_lines, fence_markdown, item_command, lift_fences, script_of, take_markers, Check,
+    CheckSource, ItemCommand,
 };
 
 /// The section names in order (seed 002).
@@ -38,21 +46,55 @@ pub struct Goal {
     pub statement: String,
     /// 判定清单: checks verifiable on the spot, one per entry.
     pub checks: Vec<String>,
+    /// The command of each item that has one, by item index (0-based), in order.
+    pub commands: Vec<(usize, ItemCommand)>,
 }
 
 impl Goal {
     /// Parses the judge's goal-setting output or a goal file (fenced code removed first, as
     /// for the brief). Never fails.
     pub fn parse(text: &str) -> Goal {
-        let found = split_sections(text, ALIASES);
-        let checks = list_items(&first_non_empty(&found[1]))
-            .into_iter()
-            .filter(|c| !is_placeholder(c))
-            .collect();
-        Goal {
-            statement: first_non_empty(&found[0]),
-            checks,
+        // Fenced blocks become markers first, so a block under an item stays with it.
+        let (lifted, fences) = lift_fences(text);
+        let found = split_sections(&lifted, ALIASES);
+        let mut checks = Vec::new();
+        let mut commands = Vec::new();
+        for item in list_items(&first_non_empty(&found[1])) {
+            let (mut text, idx) = take_markers(&item);
+            let under: Vec<_> = idx.iter().filter_map(|i| fences.get(*i)).collect();
+            let command = item_command(&text, &under);
+            if is_placeholder(&text) || (text.trim().is_empty() && command.is_none()) {
+                continue;
+            }
+            if text.trim().is_empty() {
+                if let Some(c) = &command {
+                    text = format!("`{}`", c.command.lines().next().unwrap_or("").trim());
+                }
+            }
+            if let Some(c) = command {
+                commands.push((checks.len(), c));
+            }
+            checks.push(text);
         }
+        Goal {
+            statement: drop_marker_lines(&first_non_empty(&found[0]))
+                .trim()
+                .to_string(),
+            checks,
+            commands,
+        }
+    }
+
+    /// The checks the gates run: one per item that has a command, in item order.
+    pub fn gate_checks(&self) -> Vec<Check> {
+        self.commands
+            .iter()
+            .map(|(i, c)| Check {
+                source: CheckSource::Goal(i + 1),
+                command: script_of(c),
+                expect: c.expect,
+            })
+            .collect()
     }
 
     /// The Chinese names of the empty sections.
@@ -100,11 +142,23 @@ impl Goal {
         } else {
             self.checks
                 .iter()
-                .map(|c| format!("- {c}"))
+                .enumerate()
+                .map(|(i, c)| match self.fenced(i) {
+                    Some(cmd) => format!("- {c}\n{}", fence_markdown(cmd)),
+                    None => format!("- {c}"),
+                })
                 .collect::<Vec<_>>()
                 .join("\n")
         };
         format!("# 目标\n{statement}\n\n# 判定清单\n{checks}\n")
+    }
+
+    /// The fenced command of item `i` (0-based), if it has one.
+    fn fenced(&self, i: usize) -> Option<&ItemCommand> {
+        self.commands
+            .iter()
+            .find(|(n, c)| *n == i && c.fenced)
+            .map(|(_, c)| c)
     }
 
     /// What the judge and the work step read: the statement and the numbered checklist (so a
@@ -114,7 +168,10 @@ impl Goal {
             .checks
             .iter()
             .enumerate()
-            .map(|(i, c)| format!("{}. {c}", i + 1))
+            .map(|(i, c)| match self.fenced(i) {
+                Some(cmd) => format!("{}. {c}(检查:`{}`)", i + 1, one_line(&cmd.command)),
+                None => format!("{}. {c}", i + 1),
+            })
             .collect::<Vec<_>>()
             .join("\n");
         format!(
@@ -161,6 +218,15 @@ impl Goal {
         g.write(path)?;
         Ok(Some(g))
     }
+}
+
+/// A script on one line (`a; b`).
+fn one_line(s: &str) -> String {
+    s.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Whether a check carries the unverifiable marker.
@@ -299,5 +365,55 @@ mod tests {
         let mut same = reloaded.clone();
         same.amend("  ");
         assert_eq!(same, reloaded);
+    }
+
+    #[test]
+    fn items_with_inline_and_fenced_checks() {
+        let text = "# 目标\n服务能用\n\n# 判定清单\n```\n./orphan\n```\n\
+            - 构建成功 检查: `make`\n\
+            - 自检通过\n  ```sh\n  make\n  ./httpd --selftest\n  ```\n\
+            - 坏请求被拒\n  ```bash exit=1\n  ./httpd --bad\n  ```\n\
+            - 页面好看\n  ```text\n  <h1>hi</h1>\n  ```\n\
+            - 没有的端点 404,check: `curl -s -o /dev/null -w '%{http_code}' x | grep -q 404` (exit 0)\n";
+        let g = Goal::parse(text);
+        assert_eq!(
+            g.checks,
+            vec![
+                "`./orphan`",
+                "构建成功 检查: `make`",
+                "自检通过",
+                "坏请求被拒",
+                "页面好看",
+                "没有的端点 404,check: `curl -s -o /dev/null -w '%{http_code}' x | grep -q 404` (exit 0)",
+            ]
+        );
+        let gates = g.gate_checks();
+        let got: Vec<(String, &str, i64)> = gates
+            .iter()
+            .map(|c| (c.id(), c.command.as_str(), c.expect))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("item-1".to_string(), "./orphan", 0),
+                ("item-2".to_string(), "make", 0),
+                ("item-3".to_string(), "set -e\nmake\n./httpd --selftest", 0),
+                ("item-4".to_string(), "./httpd --bad", 1),
+                (
+                    "item-6".to_string(),
+                    "curl -s -o /dev/null -w '%{http_code}' x | grep -q 404",
+                    0
+                ),
+            ]
+        );
+        // Written back and read again: the same goal, fences and all.
+        assert_eq!(Goal::parse(&g.to_markdown()), g);
+        assert!(g
+            .prompt_block()
+            .contains("3. 自检通过(检查:`make; ./httpd --selftest`)"));
+        // Fences outside the checklist are dropped as before.
+        let plain = Goal::parse("# 目标\nX\n```\ncode\n```\n\n(已修改)Y\n# 判定清单\n- a\n");
+        assert_eq!(plain.statement, "X\n\n(已修改)Y");
+        assert_eq!(plain.commands.len(), 0);
     }
 }

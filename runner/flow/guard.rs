@@ -18,7 +18,9 @@ use async_trait::async_trait;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::checks::Check;
 use super::ctx::Ctx;
+use super::gates::{run_checks, GateReport};
 use super::goal::Goal;
 use super::identity::{identity, Exclusions, WorkspaceIdentity};
 use super::step::{Gate, GateCx, OnFail, Prompt, Step, StepAbort};
@@ -126,7 +128,10 @@ pub fn set_goal_prompt(brief: &str) -> String {
     format!(
         "设定目标:把下面这份需求确认书变成可判定的目标。\n\n{brief}\n\n\
          先看清楚你在什么环境里。输出恰好两段:## 目标(一两句话)和 ## 判定清单(每条写成\"跑什么、看到什么\",\
-         三到五条通常就够;边界不是判定项;这个环境里验不了的条目在末尾标 [此环境无法验证:原因])。"
+         三到五条通常就够;边界不是判定项;这个环境里验不了的条目在末尾标 [此环境无法验证:原因])。\
+         一条命令的退出码就能判定的条目,在条目末尾写 检查: `命令`(在工作区根目录跑,只读;\
+         期望的退出码不是 0 就接着写 (退出码 N)),每轮判定前 flowerbox 会自己跑它,红了就不能判达成;\
+         只能靠看、靠读才能判的条目不写检查。"
     )
 }
 
@@ -192,6 +197,9 @@ pub struct GoalGuard {
     pub name: Option<String>,
     /// The judge; the judge role when `None`.
     pub spec: Option<AgentSpec>,
+    /// Checks run before every judge round besides the goal's own (`--check`, a workflow
+    /// file's `checks`).
+    pub checks: Vec<Check>,
 }
 
 impl GoalGuard {
@@ -204,6 +212,7 @@ impl GoalGuard {
             instructions: String::new(),
             name: None,
             spec: None,
+            checks: Vec::new(),
         }
     }
 
@@ -222,12 +231,19 @@ impl GoalGuard {
             spec,
             name: self.name,
             can_run: self.can_run,
+            checks: self.checks,
         }));
         step.on_reject = Some(Arc::new(|_r: &StepResult, ctx: &Ctx| {
-            ctx.verdict
+            let mut told = ctx
+                .verdict
                 .as_ref()
                 .map(Verdict::feedback)
-                .unwrap_or_default()
+                .unwrap_or_default();
+            // The red checks' output: what the coordinator fixes next.
+            if let Some(red) = &ctx.check_feedback {
+                told.push_str(red);
+            }
+            told
         }));
         step
     }
@@ -244,7 +260,8 @@ pub fn with_goal(step: Step, goal_path: impl Into<PathBuf>, rounds: u32, can_run
     .wrap(step)
 }
 
-/// The judge's prompt: the goal and where the scene is, nothing about the work's history.
+/// The judge's prompt: the goal and where the scene is, nothing about the work's history;
+/// with checks, their results after it ([`GateReport::judge_block`]).
 pub fn verify_prompt(goal: &Goal, workspace: &Path, can_run: bool) -> String {
     let how = if can_run {
         "你能跑只读的命令(file、ls、ps、lsof、curl、跑测试)去看产出物;别改任何东西。"
@@ -266,6 +283,7 @@ struct JudgeGate {
     spec: AgentSpec,
     name: Option<String>,
     can_run: bool,
+    checks: Vec<Check>,
 }
 
 #[async_trait]
@@ -285,12 +303,34 @@ impl Gate for JudgeGate {
             Some(stem) => format!("{stem}#{round}"),
             None => judge_name(cx.step, round),
         };
+        // The gates first: flowerbox runs every check itself, on this round's candidate.
+        let mut checks = goal.gate_checks();
+        checks.extend(self.checks.iter().cloned());
+        let gates = if checks.is_empty() {
+            None
+        } else {
+            let report = run_checks(rt, &checks, round).await;
+            emit(
+                rt,
+                EventKind::Checks {
+                    passed: report.passed(),
+                    total: report.total(),
+                    line: report.screen_line(),
+                },
+            );
+            Some(report)
+        };
+        let mut prompt = verify_prompt(&goal, &rt.config().workspace, self.can_run);
+        if let Some(g) = &gates {
+            prompt.push_str("\n\n");
+            prompt.push_str(&g.judge_block());
+        }
         let before = scene(rt).await;
         // Always a new session: the judge never inherits anyone's context.
         let judged = rt
             .run(
                 &self.spec,
-                &verify_prompt(&goal, &rt.config().workspace, self.can_run),
+                &prompt,
                 RunOptions {
                     step: Some(label.clone()),
                     resume: None,
@@ -313,6 +353,20 @@ impl Gate for JudgeGate {
                 v,
             );
         }
+        // A red check makes ACHIEVED impossible; the judge's own answer stays for audit.
+        let mut overruled = None;
+        if v.achieved() {
+            if let Some(why) = gates.as_ref().and_then(|g| gate_blocks(g, &before)) {
+                emit(
+                    rt,
+                    EventKind::Warning {
+                        text: format!("{label}:{why}"),
+                    },
+                );
+                overruled = Some(v.state.as_str().to_string());
+                v = not_yet(why, v);
+            }
+        }
         if v.achieved() {
             if let Some(why) = binding_broken(&before, &after) {
                 // Said at once, right after the verdict it voids: the next round must not start
@@ -326,7 +380,18 @@ impl Gate for JudgeGate {
                 v = not_yet(why, v);
             }
         }
-        record_verdict(rt, &label, &v, judged.session_id.as_deref());
+        record_verdict(
+            rt,
+            &label,
+            &v,
+            judged.session_id.as_deref(),
+            gates.as_ref(),
+            overruled.as_deref(),
+        );
+        if let Some(g) = &gates {
+            record_checks(rt, &label, g, overruled);
+        }
+        cx.ctx.check_feedback = gates.as_ref().and_then(GateReport::feedback_block);
         cx.ctx.verdict = Some(v.clone());
         cx.ctx.verdicts.insert(cx.step.to_string(), v.clone());
         cx.ctx.rejected = Some(format!(
@@ -383,16 +448,72 @@ impl JudgeGate {
     }
 }
 
-/// Appends the verdict and the judge's real commands and outputs to `notes/判定记录.md`. A
-/// failure is logged, never fatal: the record is for people, the verdict already stands.
-fn record_verdict(rt: &Arc<Runtime>, label: &str, v: &Verdict, session: Option<&str>) {
+/// Why the gates forbid an ACHIEVED: a red check, or a candidate the judge looked at that is
+/// not the one the checks ran on.
+fn gate_blocks(g: &GateReport, judged: &Option<WorkspaceIdentity>) -> Option<String> {
+    if let Some(why) = g.blocking_reason() {
+        return Some(why);
+    }
+    match (&g.identity, judged) {
+        (Some(a), Some(b)) if a == b => None,
+        _ => Some(
+            "检查跑完到判定开始之间现场变了(或读不全):检查的结果不是这个现场的,按未达成处理"
+                .to_string(),
+        ),
+    }
+}
+
+/// The round's checks on the judge's manifest row (passed/total, the candidate's identity,
+/// the judge's overruled answer).
+fn record_checks(rt: &Arc<Runtime>, label: &str, g: &GateReport, overruled: Option<String>) {
+    let Some(m) = rt.manifest() else { return };
+    let row = crate::record::manifest::RoundChecks {
+        passed: g.passed(),
+        total: g.total(),
+        identity: g.digest(),
+        failed: g.red().iter().map(|r| r.check.id()).collect(),
+        overruled,
+    };
+    if let Err(e) = m.amend(label, |r| r.checks = Some(row)) {
+        emit(
+            rt,
+            EventKind::Error {
+                text: format!("manifest.json 写入失败:{e}"),
+            },
+        );
+    }
+}
+
+/// Appends the verdict, the round's checks and the judge's real commands and outputs to
+/// `notes/判定记录.md`. A failure is logged, never fatal: the record is for people, the verdict
+/// already stands.
+fn record_verdict(
+    rt: &Arc<Runtime>,
+    label: &str,
+    v: &Verdict,
+    session: Option<&str>,
+    gates: Option<&GateReport>,
+    overruled: Option<&str>,
+) {
     let Some(wb) = rt.workbench() else { return };
     let messages = session
         .and_then(|s| rt.store().load_raw(s).ok())
         .unwrap_or_default();
     let when = chrono::Local::now().format("%Y-%m-%d %H:%M:%S").to_string();
-    let block =
+    let mut block =
         super::evidence::record_block(label, v, &super::evidence::evidence_of(&messages), &when);
+    if let Some(g) = gates {
+        let mut extra = String::new();
+        if let Some(said) = overruled {
+            extra.push_str(&format!("判定者原本的结论:{said}(检查红着,不算数)\n\n"));
+        }
+        extra.push_str(&g.record_block());
+        // After the heading line, before the judge's evidence.
+        block = match block.split_once("\n\n") {
+            Some((head, rest)) => format!("{head}\n\n{extra}{rest}"),
+            None => format!("{block}{extra}"),
+        };
+    }
     if let Err(e) = super::evidence::append_record(&wb.notes(), &block) {
         tracing::warn!(error = %e, "verdict record not written");
     }
@@ -400,7 +521,7 @@ fn record_verdict(rt: &Arc<Runtime>, label: &str, v: &Verdict, session: Option<&
 
 /// The workspace's identity, or `None` when it could not be read (then no verdict can be
 /// bound to it).
-async fn scene(rt: &Arc<Runtime>) -> Option<WorkspaceIdentity> {
+pub(super) async fn scene(rt: &Arc<Runtime>) -> Option<WorkspaceIdentity> {
     let ws = rt.config().workspace.clone();
     let mut dirs: Vec<PathBuf> = Vec::new();
     if let Some(wb) = rt.workbench() {

@@ -43,6 +43,7 @@
 
 pub mod aside;
 pub mod brief;
+pub mod checks;
 pub mod clarify;
 pub mod condition;
 pub mod context;
@@ -53,6 +54,7 @@ pub mod drive;
 pub mod error;
 pub mod evidence;
 pub mod frontend;
+pub mod gates;
 pub mod goal;
 pub mod guard;
 pub mod identity;

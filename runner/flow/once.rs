@@ -40,12 +40,21 @@ pub struct OnceSettings {
     pub trim: bool,
 }
 
+/// Ends a run whose records could not all be saved: the step recorded as not saved (if the
+/// manifest still takes it), containers removed, the error naming what was lost.
+async fn unsaved(ctx: &RunContext) -> FlowError {
+    ctx.runtime.rescue(super::drive::UNSAVED);
+    ctx.shutdown().await;
+    FlowError::Unsaved(ctx.runtime.unsaved().message().unwrap_or_default())
+}
+
 /// Runs `once`. [`RunEnd::Finished`] when the agent finished its turn;
 /// [`FlowError::AgentFailed`] with its error otherwise; SIGHUP/SIGTERM record the step as
 /// `killed-by-signal`, remove the containers and end as [`RunEnd::Signalled`]; sandboxes lost
 /// for good record it as `sandbox-lost` and end as [`FlowError::Sandbox`]; the disk budget
 /// passed records it as `disk-budget`, keeps what its container wrote and ends as
-/// [`FlowError::DiskBudget`].
+/// [`FlowError::DiskBudget`]; a record that could not be saved records it as `not-saved` and
+/// ends as [`FlowError::Unsaved`].
 pub async fn once(
     settings: &RunSettings,
     opts: OnceSettings,
@@ -121,9 +130,17 @@ pub async fn once(
             ctx.shutdown().await;
             return Err(FlowError::DiskBudget { over, kept });
         }
+        _ = ctx.runtime.unsaved().tripped() => {
+            // A record that could not be saved ends the run at once (issue 26 §3).
+            run.abort();
+            return Err(unsaved(&ctx).await);
+        }
         r = &mut run => Ok(r.map_err(|e| FlowError::Internal(e.to_string()))?),
         sig = stop => Err(sig),
     };
+    if outcome.is_ok() && ctx.runtime.unsaved().is_tripped() {
+        return Err(unsaved(&ctx).await);
+    }
     match outcome {
         Ok(result) => {
             ctx.shutdown().await;

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::brief::Brief;
+use super::checks::{Check, CheckSource};
 use super::clarify::{Clarify, CLARIFY_STEP};
 use super::context::RunSettings;
 use super::ctx::Ctx;
@@ -67,6 +68,8 @@ pub struct GoSettings {
     pub new: bool,
     /// Only clarify the request.
     pub clarify_only: bool,
+    /// `--check`: commands run before every judge round besides the goal's.
+    pub checks: Vec<String>,
     /// Trim on resume.
     pub trim: bool,
     /// The workbench root.
@@ -99,6 +102,8 @@ pub struct Starter {
     /// What workers of a killed run left, handed back to their branches (`--isolate`): told
     /// to the coordinator with the work prompt, so it integrates or redoes it.
     pub handed_back: Vec<String>,
+    /// The user's checks (`--check`), run before every judge round.
+    pub checks: Vec<Check>,
 }
 
 impl Starter {
@@ -117,6 +122,12 @@ impl Starter {
             instructions: String::new(),
             worker_prompt: WORKER_PROMPT.to_string(),
             handed_back: Vec::new(),
+            checks: opts
+                .checks
+                .iter()
+                .enumerate()
+                .map(|(i, c)| Check::new(CheckSource::User(i + 1), c.clone()))
+                .collect(),
         }
     }
 
@@ -163,6 +174,7 @@ impl Starter {
                 GoalGuard {
                     rounds: self.rounds,
                     can_run: self.judge_can_run,
+                    checks: self.checks.clone(),
                     ..GoalGuard::new(&self.goal_path)
                 }
                 .wrap(work)
@@ -413,6 +425,7 @@ mod tests {
             instructions: String::new(),
             worker_prompt: WORKER_PROMPT.into(),
             handed_back: Vec::new(),
+            checks: Vec::new(),
         }
     }
 
@@ -464,6 +477,7 @@ mod tests {
             goal: Some(crate::flow::goal::Goal {
                 statement: "做 X 和 Y".into(),
                 checks: vec!["跑 y 看到 z".into()],
+                ..Default::default()
             }),
             ..Ctx::default()
         };

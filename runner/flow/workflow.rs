@@ -155,7 +155,7 @@ impl Workflow {
         ctx.woke = match lf.wake() {
             Ok(n) => n,
             Err(e) => {
-                tracing::warn!(error = %e, "lineage wake count not written");
+                rt.not_saved("lineage.json", &e);
                 previous.map_or(1, |l| l.woke + 1)
             }
         };
@@ -209,7 +209,7 @@ impl Workflow {
             ctx.results.insert(step.name.clone(), result.clone());
             if let Some(sid) = &result.session_id {
                 ctx.sessions.insert(step.name.clone(), sid.clone());
-                self.remember(&step.name, sid);
+                self.remember(rt, &step.name, sid);
             }
             let mut passed = result.ok;
             let mut aborted = false;
@@ -302,21 +302,22 @@ impl Workflow {
     ) -> StepResult {
         if let Some(lf) = self.lineage.clone() {
             let name = step.name.clone();
+            let unsaved = rt.unsaved().clone();
             opts.on_session = Some(Arc::new(move |sid: &str| {
                 if let Err(e) = lf.remember(&name, sid) {
-                    tracing::warn!(step = %name, error = %e, "lineage not written");
+                    unsaved.report("lineage.json", &e);
                 }
             }));
         }
         rt.run(&step.spec, prompt, opts).await
     }
 
-    /// Records `sid` for `step` in lineage; a failure is logged, never fatal (continuity is a
-    /// bonus whose failure must not stop the work).
-    fn remember(&self, step: &str, sid: &str) {
+    /// Records `sid` for `step` in lineage; a failure stops the run (issue 26 §3: the next
+    /// start could not find this session).
+    fn remember(&self, rt: &Runtime, step: &str, sid: &str) {
         if let Some(lf) = &self.lineage {
             if let Err(e) = lf.remember(step, sid) {
-                tracing::warn!(step, error = %e, "lineage not written");
+                rt.not_saved("lineage.json", &e);
             }
         }
     }

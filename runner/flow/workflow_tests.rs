@@ -45,6 +45,7 @@ fn write_goal(b: &Bench) {
     Goal {
         statement: "做 X".into(),
         checks: vec!["跑 a 看到 b".into(), "跑 b 看到 c".into()],
+        ..Goal::default()
     }
     .write(&b.note("目标.md"))
     .unwrap();

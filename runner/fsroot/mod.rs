@@ -13,12 +13,15 @@
 //!   No symlink is ever followed beneath the anchor (for [`own`]: anywhere in the path).
 //! - [`View`]: what one agent sees through its mounts, with its container's symlink semantics
 //!   (the file tools).
+//! - [`plant`]: the `.git` entries (any case) and special files beneath a directory agents
+//!   wrote, found and moved away without following a link.
 //! - [`config`]: the one reader of configuration files (`.env`, `.mcp.json`, workflow files,
 //!   settings): beneath the workspace as the file tools read, the user's own by path; regular
 //!   files only, never blocking, capped.
 
 pub mod config;
 pub mod own;
+pub mod plant;
 mod sys;
 mod tree;
 pub mod view;

@@ -22,8 +22,9 @@ use std::path::{Path, PathBuf};
 use git2::{BranchType, Repository};
 
 use super::adopt::{adopt, Adopted, Policy};
+use super::fsafe::remove_tree;
 use super::repo::WorkspaceRepo;
-use super::seal::{seal, SealError};
+use super::seal::{seal, SealError, Sealed};
 use super::state::WorkerState;
 use super::sweep::{sweep_one, SweepReport};
 use super::worktree::{checked_out_branch, is_merged, owner_lock, NAME_PREFIX};
@@ -92,6 +93,10 @@ pub fn find_interrupted(repo: &WorkspaceRepo) -> Vec<Interrupted> {
         .flatten()
         .filter(|n| n.starts_with(NAME_PREFIX))
         .filter_map(|name| {
+            // One its maker never finished had no worker: the sweep removes it.
+            if super::creating::read(&repo.commondir, name).is_some() {
+                return None;
+            }
             let lock = owner_lock(&r, name)?;
             if !matches!(lock.owner.liveness(), Liveness::Dead(_)) {
                 return None;
@@ -130,12 +135,23 @@ pub async fn hand_back(
     let mut out = HandedBack::default();
     for i in list {
         let message = format!("flowerbox {}: 运行 {} 被打断时留下的改动", i.agent, i.run);
+        let cleared = clear_stale_locks(&i);
+        if !cleared.is_empty() {
+            out.screen.push(format!(
+                "上次被打断的 {}:去掉了它的 git 死后留下的锁 {}",
+                i.agent,
+                cleared.join("、")
+            ));
+        }
         let sealed = if factory.commands_run() != crate::sandbox::CommandsRun::InContainer {
             let (path, branch, agent, msg) =
                 (i.path.clone(), i.branch.clone(), i.agent.clone(), message);
             tokio::task::spawn_blocking(move || {
                 super::integrate::commit_worktree(&path, &branch, &agent, &msg)
-                    .map(|c| c.is_some())
+                    .map(|c| Sealed {
+                        committed: c.is_some(),
+                        ..Sealed::default()
+                    })
                     .map_err(NotSealed::Host)
             })
             .await
@@ -151,7 +167,6 @@ pub async fn hand_back(
             let result = match factory.sandbox(&abox).await {
                 Ok(sb) => seal(sb.as_ref(), &i.path, &i.branch, &i.agent, &message)
                     .await
-                    .map(|s| s.committed)
                     .map_err(NotSealed::Seal),
                 Err(e) => Err(NotSealed::NoContainer(e)),
             };
@@ -168,6 +183,43 @@ pub async fn hand_back(
         describe(&i, sealed, settled, &mut out);
     }
     out
+}
+
+/// The lock files a git of the worker leaves when it dies mid-`add`, mid-`commit` or mid-ref
+/// update: its worktree's `index.lock`, `HEAD.lock`, `ORIG_HEAD.lock`, and its branch's lock in
+/// its own ref directory.
+const GIT_LOCKS: [&str; 3] = ["index.lock", "HEAD.lock", "ORIG_HEAD.lock"];
+
+/// Removes the git locks of interrupted worker `i` (see [`GIT_LOCKS`]) and returns their names.
+/// Stale by construction, not by age: the worktree's owner lock names a process that is
+/// provably dead ([`find_interrupted`]), and that run's containers — the only other place its
+/// git ran — were removed by this start's orphan sweep (they carry the same dead owner) before
+/// any hand-back. Nothing is followed: a link is unlinked itself.
+fn clear_stale_locks(i: &Interrupted) -> Vec<String> {
+    let admin = i.git.commondir.join("worktrees").join(&i.name);
+    let leaf = i.branch.rsplit('/').next().unwrap_or(&i.branch);
+    let refs = i.git.dir().join("refs");
+    let branch_lock = format!("{leaf}.lock");
+    let mut cleared = Vec::new();
+    let candidates = GIT_LOCKS
+        .iter()
+        .map(|n| (admin.as_path(), n.to_string()))
+        .chain(std::iter::once((refs.as_path(), branch_lock)));
+    for (dir, name) in candidates {
+        if std::fs::symlink_metadata(dir.join(&name)).is_err() {
+            continue;
+        }
+        match remove_tree(dir, std::ffi::OsStr::new(&name)) {
+            Ok(()) => cleared.push(name),
+            Err(e) => {
+                tracing::warn!(lock = %dir.join(&name).display(), error = %e, "stale git lock not removed")
+            }
+        }
+    }
+    if !cleared.is_empty() {
+        tracing::info!(agent = %i.agent, ?cleared, "stale git locks of a dead run removed");
+    }
+    cleared
 }
 
 /// Where an interrupted worker's branch stands after its commits came back.
@@ -243,22 +295,20 @@ fn changed_paths(repo: &Repository, branch: &str) -> Option<Vec<String>> {
     )
 }
 
-fn describe(i: &Interrupted, sealed: Result<bool, NotSealed>, s: Settled, out: &mut HandedBack) {
-    let committed = match &sealed {
-        Ok(true) => format!("它留下的改动已提交在分支 {} 上", i.branch),
-        Ok(false) => format!("它自己提交过的改动在分支 {} 上", i.branch),
-        Err(_) => format!(
-            "它留下的改动没能提交(还在 worktree 里),分支 {} 上已有它的提交",
-            i.branch
-        ),
-    };
-    if let Err(e) = &sealed {
-        out.screen.push(format!(
-            "上次被打断的 {}:在容器里提交没成({e}),worktree {} 原样留着",
-            i.agent,
-            i.path.display()
-        ));
+/// `paths` as a capped list for a report.
+fn listed(paths: &[String]) -> String {
+    let mut shown: Vec<String> = paths
+        .iter()
+        .take(PATHS_SHOWN)
+        .map(|p| format!("- {p}"))
+        .collect();
+    if paths.len() > PATHS_SHOWN {
+        shown.push(format!("- …… 另有 {} 个", paths.len() - PATHS_SHOWN));
     }
+    shown.join("\n")
+}
+
+fn describe(i: &Interrupted, sealed: Result<Sealed, NotSealed>, s: Settled, out: &mut HandedBack) {
     if let Some(e) = &s.error {
         out.screen.push(format!(
             "上次被打断的 {}:提交没取回({e});它们还在 {}",
@@ -268,31 +318,139 @@ fn describe(i: &Interrupted, sealed: Result<bool, NotSealed>, s: Settled, out: &
     }
     out.screen
         .extend(s.lines.iter().map(|l| format!("上次运行的残留:{l}")));
-    let Some(paths) = s.unmerged else {
-        return;
+    // What could not be committed is said, with its files, whether or not the branch holds
+    // anything: "nothing staged" is never read as clean.
+    let uncommitted = match &sealed {
+        Ok(x) if x.left => Some(format!(
+            "有 {} 个文件没能提交(git 加不进去),还在 worktree {} 里:\n{}",
+            x.left_files.len(),
+            i.path.display(),
+            listed(&x.left_files)
+        )),
+        Ok(_) => None,
+        Err(e) => Some(format!(
+            "它留下的改动没能提交({e}),原样留在 worktree {} 里",
+            i.path.display()
+        )),
     };
-    let mut shown: Vec<String> = paths
-        .iter()
-        .take(PATHS_SHOWN)
-        .map(|p| format!("- {p}"))
-        .collect();
-    if paths.len() > PATHS_SHOWN {
-        shown.push(format!("- …… 另有 {} 个", paths.len() - PATHS_SHOWN));
+    if let Some(u) = &uncommitted {
+        out.screen.push(format!("上次被打断的 {}:{u}", i.agent));
     }
-    out.screen.push(format!(
-        "上次被打断的 {} 的活交还了:分支 {}(worktree {}),{} 个文件,没合入",
-        i.agent,
-        i.branch,
-        i.path.display(),
-        paths.len()
-    ));
-    out.coordinator.push(format!(
-        "[上次被打断] 执行者 {}(运行 {})没做完就被打断了。{committed}(worktree {} 留着),还没合入工作区。它动过的文件:\n{}\n\
-         要用这些改动:派一个执行者,让它在自己的 worktree 里 `git merge {}`、看过再提交,它合入时会一起带进来;用不上就重做。",
-        i.agent,
-        i.run,
-        i.path.display(),
-        shown.join("\n"),
-        i.branch
-    ));
+    let committed = match &sealed {
+        Ok(x) if x.committed => format!("它留下的改动已提交在分支 {} 上", i.branch),
+        _ => format!("它自己提交过的改动在分支 {} 上", i.branch),
+    };
+    let branch_part = match &s.unmerged {
+        Some(paths) => {
+            out.screen.push(format!(
+                "上次被打断的 {} 的活交还了:分支 {}(worktree {}),{} 个文件,没合入",
+                i.agent,
+                i.branch,
+                i.path.display(),
+                paths.len()
+            ));
+            Some(format!(
+                "{committed}(worktree {} 留着),还没合入工作区。它动过的文件:\n{}\n\
+                 要用这些改动:派一个执行者,让它在自己的 worktree 里 `git merge {}`、看过再提交,它合入时会一起带进来;用不上就重做。",
+                i.path.display(),
+                listed(paths),
+                i.branch
+            ))
+        }
+        None => None,
+    };
+    if branch_part.is_none() && uncommitted.is_none() {
+        return;
+    }
+    let mut para = format!(
+        "[上次被打断] 执行者 {}(运行 {})没做完就被打断了。",
+        i.agent, i.run
+    );
+    if let Some(b) = branch_part {
+        para.push_str(&b);
+    }
+    if let Some(u) = uncommitted {
+        if !para.ends_with('。') {
+            para.push('\n');
+        }
+        para.push_str(&format!("没提交的:{u}"));
+    }
+    out.coordinator.push(para);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn interrupted() -> Interrupted {
+        Interrupted {
+            agent: "worker-1".into(),
+            run: "r1".into(),
+            name: "flower-r1-worker-1".into(),
+            branch: "flower/r1/worker-1".into(),
+            path: PathBuf::from("/w/.flower-proj-worktrees/r1/worker-1"),
+            git: WorkerState {
+                commondir: PathBuf::from("/w/proj/.git"),
+                name: "flower-r1-worker-1".into(),
+                branch: "flower/r1/worker-1".into(),
+            },
+        }
+    }
+
+    fn settled(unmerged: Option<Vec<String>>) -> Settled {
+        Settled {
+            unmerged,
+            lines: Vec::new(),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn files_a_seal_could_not_commit_are_named_even_when_the_branch_holds_nothing() {
+        // "Nothing staged" (a lock git could not take) is never read as clean.
+        let mut out = HandedBack::default();
+        let sealed = Sealed {
+            committed: false,
+            left: true,
+            left_files: vec!["doc/wip.md".into(), "notes.txt".into()],
+        };
+        describe(&interrupted(), Ok(sealed), settled(None), &mut out);
+        assert_eq!(out.coordinator.len(), 1, "{out:?}");
+        let para = &out.coordinator[0];
+        assert!(para.starts_with("[上次被打断] 执行者 worker-1"), "{para}");
+        assert!(
+            para.contains("2 个文件没能提交") && para.contains("- doc/wip.md"),
+            "{para}"
+        );
+        assert!(
+            out.screen
+                .iter()
+                .any(|l| l.contains("worker-1") && l.contains("- notes.txt")),
+            "{out:?}"
+        );
+        // Clean and merged: nothing to say.
+        let mut quiet = HandedBack::default();
+        describe(
+            &interrupted(),
+            Ok(Sealed::default()),
+            settled(None),
+            &mut quiet,
+        );
+        assert_eq!(quiet, HandedBack::default());
+        // Committed and unmerged: the branch and its files.
+        let mut back = HandedBack::default();
+        let done = Sealed {
+            committed: true,
+            ..Sealed::default()
+        };
+        describe(
+            &interrupted(),
+            Ok(done),
+            settled(Some(vec!["hello.sh".into()])),
+            &mut back,
+        );
+        assert!(back.coordinator[0].contains("它留下的改动已提交在分支 flower/r1/worker-1"));
+        assert!(back.coordinator[0].contains("- hello.sh"));
+        assert!(!back.coordinator[0].contains("没提交的"), "{back:?}");
+    }
 }

@@ -50,6 +50,14 @@ pub enum Integration {
         /// The workspace's branch.
         into: String,
     },
+    /// The branch adds symlinks that leave the repository or lead into a guarded place
+    /// ([`super::links`]); nothing was touched.
+    Refused {
+        /// `path -> target(why)` per link.
+        links: Vec<String>,
+        /// The workspace's branch.
+        into: String,
+    },
 }
 
 /// Commits everything uncommitted in the worktree at `worktree` (tracked changes, deletions,
@@ -210,6 +218,20 @@ pub fn integrate(
     branch: &str,
     agent: &str,
 ) -> Result<Integration, IsolateError> {
+    integrate_guarded(ws, branch, agent, &[])
+}
+
+/// [`integrate`], refusing a branch that adds a symlink leading out of the repository, into
+/// its `.git` or into one of `guards` (absolute: the workbench, the run directory).
+///
+/// # Errors
+/// As [`integrate`].
+pub fn integrate_guarded(
+    ws: &WorkspaceRepo,
+    branch: &str,
+    agent: &str,
+    guards: &[std::path::PathBuf],
+) -> Result<Integration, IsolateError> {
     let repo = ws.open()?;
     let head = repo
         .head()
@@ -276,6 +298,17 @@ pub fn integrate(
             .map_err(IsolateError::git("读不出合并的树"))?
     };
 
+    let links = super::links::check(
+        &repo,
+        &base_tree,
+        &theirs_tree,
+        &result_tree,
+        &ws.workdir,
+        guards,
+    )?;
+    if !links.is_empty() {
+        return Ok(Integration::Refused { links, into });
+    }
     let written = changed_paths(&repo, &ours_tree, &result_tree)?;
     let mut touched = changed_paths(&repo, &base_tree, &theirs_tree)?;
     touched.extend(written.iter().cloned());

@@ -317,3 +317,62 @@ fn a_merge_the_worker_left_uncommitted_becomes_a_merge_commit() {
         .unwrap()
         .contains("TWO-1+2"));
 }
+
+#[test]
+fn a_branch_with_a_symlink_out_of_the_repository_or_a_git_directory_is_not_merged() {
+    let s = scene();
+    let runs = s.ws.join("runs");
+    let wb = s.ws.parent().unwrap().join(".flower-proj");
+    type Plant = Box<dyn Fn(&std::path::Path)>;
+    let cases: Vec<(&str, Plant)> = vec![
+        (
+            "abs",
+            Box::new(|p| std::os::unix::fs::symlink("/etc", p.join("l")).unwrap()),
+        ),
+        (
+            "up",
+            Box::new(|p| {
+                std::os::unix::fs::symlink("../../../.flower-proj/evil", p.join("l")).unwrap()
+            }),
+        ),
+        (
+            "runs",
+            Box::new(|p| std::os::unix::fs::symlink("runs/x", p.join("l")).unwrap()),
+        ),
+        (
+            "bare",
+            Box::new(|p| {
+                fs::create_dir_all(p.join("evil.git/refs")).unwrap();
+                fs::write(p.join("evil.git/refs/keep"), "").unwrap();
+                fs::write(p.join("evil.git/HEAD"), "ref: refs/heads/main\n").unwrap();
+                fs::write(p.join("evil.git/config"), "[core]\n\tworktree = ..\n").unwrap();
+            }),
+        ),
+    ];
+    for (name, plant) in cases {
+        let w = s.worker(name);
+        plant(&w.path);
+        commit_worktree(&w.path, &w.branch, name, "w").unwrap();
+        let tip = git(&s.ws, &["rev-parse", &w.branch]);
+        let head = s.head();
+        let r = integrate_guarded(&s.repo, &w.branch, name, &[runs.clone(), wb.clone()]).unwrap();
+        match &r {
+            Integration::Refused { links, into } => {
+                assert_eq!(into, "main");
+                assert_eq!(links.len(), 1, "{name}: {links:?}");
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+        assert_eq!(s.head(), head, "{name}");
+        assert_eq!(s.status(), "", "{name}");
+        assert_eq!(git(&s.ws, &["rev-parse", &w.branch]), tip, "{name}");
+    }
+    // A link that stays inside is merged.
+    let w = s.worker("inside");
+    std::os::unix::fs::symlink("a.txt", w.path.join("l")).unwrap();
+    commit_worktree(&w.path, &w.branch, "inside", "w").unwrap();
+    assert!(matches!(
+        integrate_guarded(&s.repo, &w.branch, "inside", &[runs, wb]).unwrap(),
+        Integration::Merged { .. }
+    ));
+}

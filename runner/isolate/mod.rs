@@ -17,9 +17,11 @@
 //! they were.
 
 pub mod adopt;
+pub mod creating;
 mod fsafe;
 pub mod handback;
 pub mod integrate;
+pub mod links;
 pub mod objects;
 pub mod placement;
 pub mod repo;
@@ -29,7 +31,7 @@ pub mod sweep;
 pub mod worktree;
 
 pub use adopt::{adopt, import_all, Adopted, Policy};
-pub use integrate::{commit_worktree, integrate, Integration};
+pub use integrate::{commit_worktree, integrate, integrate_guarded, Integration};
 pub use objects::{ObjectLimits, Oversize};
 pub use placement::{open_for_run, IsolateOptions, WorktreePlacement};
 pub use repo::{open_workspace_repo, WorkspaceRepo};

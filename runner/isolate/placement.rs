@@ -11,12 +11,14 @@ use std::time::Instant;
 
 use super::adopt::{adopt, import_all, Adopted, Policy};
 use super::handback::{find_interrupted, HandedBack, Interrupted};
-use super::integrate::{commit_worktree, integrate, Integration};
+use super::integrate::{commit_worktree, integrate_guarded, Integration};
 use super::repo::{open_workspace_repo, WorkspaceRepo};
 use super::seal::{seal, SealError};
 use super::state::WorkerState;
 use super::sweep::{sweep_except, SweepReport};
-use super::worktree::{add, drop_gitlinks, is_clean, is_merged, remove, worktrees_root};
+use super::worktree::{
+    add, drop_gitlinks, is_clean, is_merged, remove, unaccounted, worktrees_root,
+};
 use super::IsolateError;
 use crate::agent::{PlaceError, Placement, WorkerPlace, WorkerSandbox};
 use crate::record::owner::Owner;
@@ -71,17 +73,23 @@ enum State {
 
 #[derive(Debug, Clone)]
 struct Tree {
+    agent: String,
     name: String,
     branch: String,
     path: PathBuf,
     state: State,
     git: WorkerState,
+    /// The worker's container could not commit everything it left: the worktree is kept, as
+    /// its report said.
+    left: bool,
 }
 
 /// Per-agent git worktrees with serial integration (see the [module docs](super)).
 pub struct WorktreePlacement {
     repo: WorkspaceRepo,
     workbench: PathBuf,
+    /// Where no symlink a worker commits may lead (the workbench, the run directory).
+    guards: Vec<PathBuf>,
     root: PathBuf,
     owner: Owner,
     run: OnceLock<String>,
@@ -91,9 +99,12 @@ pub struct WorktreePlacement {
     warnings: Vec<String>,
     /// Dead runs' worktrees whose work is still to be handed back.
     interrupted: Mutex<Vec<Interrupted>>,
-    /// Lines for the screen that [`Placement::finish`]'s report (for the coordinator) does not
-    /// reach: a branch refused by the object bounds.
+    /// Lines for the user from finished workers (a refused integration, a branch refused by
+    /// the object bounds) that [`Placement::finish`]'s report (for the coordinator) does not
+    /// reach, taken by [`Placement::take_notices`].
     notices: Mutex<Vec<String>>,
+    /// The worktrees [`WorktreePlacement::close`] kept.
+    kept: Mutex<Vec<PathBuf>>,
 }
 
 impl std::fmt::Debug for WorktreePlacement {
@@ -144,8 +155,13 @@ impl WorktreePlacement {
             Err(e) => warnings.push(format!("清理旧 worktree 失败:{e}")),
         }
         warnings.extend(repo.start_warnings(&opts.exclude)?);
+        let guards = std::iter::once(&opts.workbench)
+            .chain(&opts.exclude)
+            .map(|p| p.canonicalize().unwrap_or_else(|_| p.clone()))
+            .collect();
         Ok(WorktreePlacement {
             repo,
+            guards,
             workbench: opts.workbench,
             root,
             owner,
@@ -155,6 +171,7 @@ impl WorktreePlacement {
             warnings,
             interrupted: Mutex::new(interrupted),
             notices: Mutex::new(Vec::new()),
+            kept: Mutex::new(Vec::new()),
         })
     }
 
@@ -204,6 +221,11 @@ impl WorktreePlacement {
         &self.root
     }
 
+    /// The worktrees the last [`WorktreePlacement::close`] kept (where the user is pointed).
+    pub fn kept_worktrees(&self) -> Vec<PathBuf> {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// The branch and worktree of `agent`, once prepared.
     pub fn worktree_of(&self, agent: &str) -> Option<(String, PathBuf)> {
         self.trees
@@ -215,7 +237,8 @@ impl WorktreePlacement {
 
     /// Ends the run's use of worktrees (blocking; the run's containers are gone): each
     /// worker's branch is brought back once more ([`adopt`]: a process it left may have
-    /// committed after it ended); integrated worktrees are removed with their branches (after
+    /// committed after it ended); a worker still at work (the run was stopped) leaves its
+    /// worktree locked, for the next start to hand back; integrated worktrees are removed with their branches (after
     /// checking once more that they are clean and merged); the kept ones are unlocked and
     /// listed, their worker state dropped once the real branch holds everything. Returns one
     /// line per kept or failed item, for the user.
@@ -248,13 +271,34 @@ impl WorktreePlacement {
                 )),
                 Ok(_) => {}
             }
+            if t.state == State::Working {
+                // Its worker never finished (a signal, a quit, a lost sandbox ended the run):
+                // the worktree stays exactly as `kill -9` leaves it — locked by this process,
+                // worker state kept — so the next start commits what it left in a container
+                // of its own and hands it back to the coordinator ([`super::handback`]).
+                lines.push(format!(
+                    "{} 没做完就停了:worktree {}(分支 {})原样留着,下次 --isolate 启动时提交它留下的改动并交还给协调者",
+                    t.agent,
+                    t.path.display(),
+                    t.branch
+                ));
+                continue;
+            }
             let tip = repo
                 .find_branch(&t.branch, git2::BranchType::Local)
                 .ok()
                 .and_then(|b| b.get().target());
             let merged = tip.is_some_and(|id| is_merged(&repo, id).unwrap_or(false));
-            let clean = !t.path.exists() || is_clean(&t.path).unwrap_or(false);
-            if adopted.is_ok() && t.state != State::Kept && merged && clean {
+            // What libgit2's status does not see (nested repositories, FIFOs, sockets) counts
+            // too: the walk sees everything on disk.
+            let exists = crate::fsroot::own::exists(&t.path);
+            let beyond = if exists {
+                unaccounted(&t.path)
+            } else {
+                Vec::new()
+            };
+            let clean = !exists || (beyond.is_empty() && is_clean(&t.path).unwrap_or(false));
+            if adopted.is_ok() && t.state != State::Kept && !t.left && merged && clean {
                 if let Err(e) = remove(&repo, &t.name, &t.branch) {
                     lines.push(format!("删不掉已合入的 worktree {}:{e}", t.path.display()));
                 }
@@ -282,12 +326,22 @@ impl WorktreePlacement {
                 let _ = wt.unlock();
             }
             let why = if adopted.is_err() {
-                "执行者的提交没取回"
+                "执行者的提交没取回".to_string()
             } else if !merged {
-                "有没合入的提交"
+                "有没合入的提交".to_string()
+            } else if !beyond.is_empty() {
+                format!("有 git 不记录的东西:{}", beyond.join("、"))
+            } else if t.left {
+                "执行者留下了没能提交的改动".to_string()
             } else {
-                "有没提交的改动"
+                "有没提交的改动".to_string()
             };
+            if exists {
+                self.kept
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(t.path.clone());
+            }
             lines.push(format!(
                 "保留分支 {} 和 worktree {}({why})",
                 t.branch,
@@ -408,6 +462,12 @@ fn report(
              等人提交或处理掉这些改动后,再派执行者合入这个分支。",
             list(paths)
         ),
+        Ok(Integration::Refused { links, into }) => format!(
+            "[合入被拒] {agent} 的分支 {branch} 提交了指到仓库外、或指进工作台、运行目录、.git 的符号链接,\
+             宿主机上的 git 或编辑器会顺着它走进 agent 布置的地方。这次没有合入 {into},工作区没动:\n{}\n{kept}\
+             要合入:派执行者在它的 worktree 里把这些链接换成普通文件或仓库内的相对链接,再提交。",
+            list(links)
+        ),
         Err(e) => format!("[合入失败] {agent}:{e}\n{kept}"),
     }
 }
@@ -460,11 +520,13 @@ impl Placement for WorktreePlacement {
         self.trees.lock().unwrap_or_else(|e| e.into_inner()).insert(
             agent.to_string(),
             Tree {
+                agent: agent.to_string(),
                 name: made.name,
                 branch: made.branch,
                 path: made.path,
                 state: State::Working,
                 git: made.state,
+                left: false,
             },
         );
         Ok(WorkerPlace {
@@ -510,7 +572,21 @@ impl Placement for WorktreePlacement {
             }
             _ => None,
         };
-        let left = matches!(&sealed, Some(Ok(s)) if s.left);
+        let left = match &sealed {
+            Some(Ok(s)) if s.left => Some(s.left_files.clone()),
+            _ => None,
+        };
+        if left.is_some() {
+            if let Some(t) = self
+                .trees
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_mut(agent)
+            {
+                t.left = true;
+            }
+        }
+        let guards = self.guards.clone();
         let seal_ms = started.elapsed().as_millis() as u64;
         let (repo, t, who) = (self.repo.clone(), tree.clone(), agent.to_string());
         let outcome = tokio::task::spawn_blocking(move || {
@@ -528,7 +604,7 @@ impl Placement for WorktreePlacement {
             if !ok {
                 return Ok((committed, None));
             }
-            let merged = integrate(&repo, &t.branch, &who)?;
+            let merged = integrate_guarded(&repo, &t.branch, &who, &guards)?;
             Ok::<_, FinishError>((committed, Some(merged)))
         })
         .await
@@ -540,10 +616,11 @@ impl Placement for WorktreePlacement {
             ok,
             "worktree finished"
         );
-        let left_note = left.then(|| {
+        let left_note = left.map(|files| {
             format!(
-                "\n{agent} 的 worktree {} 里还有没能提交的改动(git 加不进去,或它留下的进程还在改),worktree 会留着。",
-                tree.path.display()
+                "\n{agent} 的 worktree {} 里还有没能提交的改动(git 加不进去,或它留下的进程还在改),worktree 会留着:\n{}",
+                tree.path.display(),
+                list(&files)
             )
         });
         let text = match outcome {
@@ -560,6 +637,16 @@ impl Placement for WorktreePlacement {
                 ))
             }
             Ok((_, Some(merged))) => {
+                if let Integration::Refused { links, .. } = &merged {
+                    self.notices
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(format!(
+                            "没合入 {agent} 的分支 {}:它提交了指到仓库外(或工作台、运行目录、.git)的符号链接 {};分支留着",
+                            tree.branch,
+                            links.join("、")
+                        ));
+                }
                 let state = match merged {
                     Integration::AlreadyMerged | Integration::Merged { .. } => State::Merged,
                     _ => State::Kept,
@@ -579,6 +666,10 @@ impl Placement for WorktreePlacement {
             }
         };
         text.map(|t| t + left_note.as_deref().unwrap_or(""))
+    }
+
+    fn shares_workspace(&self) -> bool {
+        false
     }
 
     fn take_notices(&self) -> Vec<String> {

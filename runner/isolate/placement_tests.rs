@@ -213,3 +213,45 @@ async fn an_unknown_agent_gets_no_report() {
     };
     assert_eq!(p.finish("worker-9", &place, true, None).await, None);
 }
+
+#[tokio::test]
+async fn a_worker_still_at_work_at_close_is_left_for_the_next_start_to_hand_back() {
+    let (dir, ws) = repo_with_commit();
+    let wb = dir.path().join("wb");
+    fs::create_dir_all(&wb).unwrap();
+    // The owner recorded in the lock: a process that is gone (this run, after its stop).
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let pid = gone.id();
+    gone.wait().unwrap();
+    let mut opts = IsolateOptions::new(&ws, &wb);
+    opts.owner = Some(Owner {
+        pid,
+        ..Owner::current().unwrap()
+    });
+    let p = WorktreePlacement::open(opts).unwrap();
+    p.bind_run("r1");
+    let a = p.prepare("worker-1").await.unwrap();
+    let b = p.prepare("worker-2").await.unwrap();
+    fs::write(b.workdir.join("done.txt"), "d\n").unwrap();
+    assert!(p
+        .finish("worker-2", &b, true, None)
+        .await
+        .unwrap()
+        .contains("已合入"));
+    fs::write(a.workdir.join("half.txt"), "half\n").unwrap();
+    // The run stops while worker-1 works (its `finish` never runs).
+    let lines = p.close();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains("worker-1 没做完就停了") && lines[0].contains("flower/r1/worker-1"),
+        "{lines:?}"
+    );
+    assert!(!b.workdir.exists(), "the finished one is cleaned up");
+    // Exactly as `kill -9` leaves it: locked by the (dead) owner, worker state kept, files
+    // untouched; the next start finds it to hand back.
+    assert!(a.workdir.join("half.txt").is_file());
+    let found = super::find_interrupted(p.repo());
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].agent, "worker-1");
+    assert_eq!(found[0].branch, "flower/r1/worker-1");
+}

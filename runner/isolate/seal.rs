@@ -15,13 +15,16 @@ use crate::sandbox::{ExecRequest, Sandbox};
 const SEAL_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What the commit in the container did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Sealed {
     /// A commit was made.
     pub committed: bool,
-    /// Changes are still uncommitted after it (a file git could not add, or a process the
-    /// worker left running changed something since): the worktree will be kept.
+    /// Changes are still uncommitted after it (a file git could not add, a lock git could not
+    /// take, or a process the worker left running changed something since): the worktree will
+    /// be kept.
     pub left: bool,
+    /// The paths still uncommitted, as `git status` names them (never read as clean).
+    pub left_files: Vec<String>,
 }
 
 /// Exit codes of [`script`] that mean a refusal with a reason on stderr.
@@ -43,13 +46,13 @@ pub fn script(branch: &str, agent: &str, message: &str) -> String {
 head=$(git symbolic-ref -q HEAD)
 if [ "$head" != {want} ]; then echo "worktree 的 HEAD 在 ${{head:-分离的提交}} 上,不在分支 {branch_q} 上(执行者切了分支?),没有提交" >&2; exit {NOT_ON_BRANCH}; fi
 if [ -n "$(git ls-files -u)" ]; then echo "worktree 里有没解决的冲突,没有提交" >&2; exit {CONFLICTS}; fi
-left() {{ if [ -n "$(g status --porcelain 2>/dev/null)" ]; then echo left; fi; }}
+left() {{ s=$(g -c core.quotePath=false status --porcelain 2>/dev/null); if [ -n "$s" ]; then echo left; printf '%s\n' "$s" | sed 's/^...//; s/^/left: /'; fi; }}
 # What cannot be added (an empty nested repository, a file a live process keeps changing)
 # stays in the worktree, which is then kept.
 for i in 1 2 3; do g add -A --ignore-errors 2>/dev/null && break; done
 if g diff --cached --quiet && ! git rev-parse -q --verify MERGE_HEAD >/dev/null; then left; echo clean; exit 0; fi
 if git config user.name >/dev/null && git config user.email >/dev/null; then set --; else set -- -c {name} -c {email}; fi
-g "$@" commit --no-verify -q -m {msg} || exit 6
+g "$@" commit --no-verify -q -m {msg} || {{ echo "没提交的文件:" >&2; g -c core.quotePath=false status --porcelain >&2; exit 6; }}
 left; echo committed
 "#,
         want = quote(&format!("refs/heads/{branch}")),
@@ -110,11 +113,7 @@ pub async fn seal(
         source,
     })?;
     if out.success() {
-        let words: Vec<&str> = out.stdout.split_whitespace().collect();
-        return Ok(Sealed {
-            committed: words.last() == Some(&"committed"),
-            left: words.contains(&"left"),
-        });
+        return Ok(parse(&out.stdout));
     }
     let why = out.stderr.trim().to_string();
     Err(match out.exit_code {
@@ -122,6 +121,21 @@ pub async fn seal(
         _ if out.timed_out => SealError::Timeout(SEAL_TIMEOUT.as_secs()),
         code => SealError::Failed { code, stderr: why },
     })
+}
+
+/// What [`script`] printed: `left` and one `left: <path>` per uncommitted path, then `clean`
+/// or `committed` on the last line.
+fn parse(stdout: &str) -> Sealed {
+    let lines: Vec<&str> = stdout.lines().collect();
+    Sealed {
+        committed: lines.iter().rev().find(|l| !l.trim().is_empty()) == Some(&"committed"),
+        left: lines.contains(&"left"),
+        left_files: lines
+            .iter()
+            .filter_map(|l| l.strip_prefix("left: "))
+            .map(str::to_string)
+            .collect(),
+    }
 }
 
 #[cfg(test)]
@@ -172,10 +186,32 @@ mod tests {
         std::fs::write(ws.join("more"), "m\n").unwrap();
         git(ws, &["init", "-q", "nested"]);
         let o = sh(ws, &s);
-        assert_eq!(words(&o), "left committed", "{o:?}");
+        assert_eq!(words(&o), "left left: nested/ committed", "{o:?}");
+        let sealed = parse(&String::from_utf8_lossy(&o.stdout));
+        assert!(sealed.committed && sealed.left, "{sealed:?}");
+        assert_eq!(sealed.left_files, ["nested/"]);
         assert_eq!(git(ws, &["status", "--porcelain"]), "?? nested/\n");
         git(ws, &["checkout", "-q", "-b", "other"]);
         let o = sh(ws, &s);
         assert_eq!(o.status.code(), Some(NOT_ON_BRANCH as i32), "{o:?}");
+    }
+
+    #[test]
+    fn a_held_index_lock_leaves_the_files_named_never_clean() {
+        // A git killed mid-`add` leaves `index.lock`: nothing can be staged, and the seal must
+        // say which files it could not commit.
+        let d = tempfile::tempdir().unwrap();
+        let ws = d.path();
+        git(ws, &["init", "-q", "-b", "flower/r/w-1"]);
+        std::fs::write(ws.join("a"), "a\n").unwrap();
+        git(ws, &["add", "a"]);
+        git(ws, &["commit", "-qm", "a"]);
+        std::fs::write(ws.join("wörk.txt"), "w\n").unwrap();
+        std::fs::write(ws.join(".git/index.lock"), "").unwrap();
+        let o = sh(ws, &script("flower/r/w-1", "w-1", "m"));
+        assert!(o.status.success(), "{o:?}");
+        let sealed = parse(&String::from_utf8_lossy(&o.stdout));
+        assert!(!sealed.committed && sealed.left, "{sealed:?}");
+        assert_eq!(sealed.left_files, ["wörk.txt"]);
     }
 }

@@ -64,6 +64,8 @@ pub fn sweep_except(workspace: &Path, skip: &HashSet<String>) -> Result<SweepRep
     let _lock = ws.lock()?;
     let repo = ws.open()?;
     let mut report = SweepReport::default();
+    // Worktrees whose maker died making them go first: no worker ran there.
+    let unfinished = super::creating::sweep_unfinished(&ws.commondir, &repo, &mut report);
     let mut in_worktrees = HashSet::new();
     let names = repo
         .worktrees()
@@ -79,14 +81,14 @@ pub fn sweep_except(workspace: &Path, skip: &HashSet<String>) -> Result<SweepRep
         if let Some(b) = &branch {
             in_worktrees.insert(b.clone());
         }
-        if skip.contains(name) {
+        if skip.contains(name) || unfinished.contains(name) {
             continue;
         }
         sweep_one(&ws, &repo, name, branch.as_deref(), &mut report);
     }
     // Worker states whose registration is gone (pruned by hand): their commits come back.
     for name in WorkerState::names(&ws.commondir) {
-        if registered.contains(&name) {
+        if registered.contains(&name) || unfinished.contains(&name) {
             continue;
         }
         if let Some(st) = WorkerState::open(&ws.commondir, &name) {

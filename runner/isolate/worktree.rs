@@ -130,9 +130,9 @@ pub(crate) fn commondir(repo: &Repository) -> PathBuf {
 }
 
 /// Adds a worktree for `agent` of `run` at `<root>/<run>/<agent>` on a new branch from HEAD,
-/// locked with `owner`, with the worker's own git state ([`WorkerState::create`]). On failure
-/// nothing is left behind (the new branch still points at HEAD, so removing it loses
-/// nothing).
+/// locked with `owner`, with the worker's own git state ([`WorkerState::create`]), marked as
+/// being made until all of that is done ([`super::creating`]). On failure nothing is left
+/// behind (the new branch still points at HEAD, so removing it loses nothing).
 ///
 /// # Errors
 /// The branch or directory already exists; git or I/O failures.
@@ -163,6 +163,17 @@ pub fn add(
     let branch_ref = repo
         .branch(&branch, &head, false)
         .map_err(IsolateError::git(format!("建不了分支 {branch}")))?;
+    let lock = OwnerLock {
+        run: run.to_string(),
+        agent: agent.to_string(),
+        owner: owner.clone(),
+    };
+    // Until `done`, a death leaves a worktree no worker ran in ([`super::creating`]).
+    let common = commondir(repo);
+    if let Err(e) = super::creating::begin(&common, &name, &lock, &path) {
+        let _ = delete_branch(repo, &branch);
+        return Err(e);
+    }
     let made = (|| {
         let reference = branch_ref.into_reference();
         let mut opts = WorktreeAddOptions::new();
@@ -173,17 +184,13 @@ pub fn add(
                 "建不了 worktree {}",
                 path.display()
             )))?;
-        let lock = OwnerLock {
-            run: run.to_string(),
-            agent: agent.to_string(),
-            owner: owner.clone(),
-        };
         wt.lock(Some(&lock.reason()))
             .map_err(IsolateError::git("锁不上 worktree"))?;
-        let state = WorkerState::create(repo, &commondir(repo), &name, &branch)?;
+        let state = WorkerState::create(repo, &common, &name, &branch)?;
         let path = path
             .canonicalize()
             .map_err(IsolateError::io("找不到刚建的 worktree"))?;
+        super::creating::done(&common, &name)?;
         Ok((path, state))
     })();
     match made {
@@ -194,8 +201,12 @@ pub fn add(
             state,
         }),
         Err(e) => {
-            let _ = unregister(repo, &name, Some(&path), true);
-            let _ = delete_branch(repo, &branch);
+            let cleaned = unregister(repo, &name, Some(&path), true)
+                .and_then(|()| delete_branch(repo, &branch));
+            // What could not be cleaned stays marked, for the next sweep.
+            if cleaned.is_ok() {
+                let _ = super::creating::done(&common, &name);
+            }
             Err(e)
         }
     }
@@ -385,6 +396,25 @@ pub fn is_clean(path: &Path) -> Result<bool, IsolateError> {
         .statuses(Some(&mut opts))
         .map_err(IsolateError::git("读不出 worktree 状态"))?;
     Ok(st.is_empty())
+}
+
+/// What lies in the worktree at `path` that git does not record, so a removal would lose it
+/// unseen: every `.git` below its root (a nested repository, which libgit2's status does not
+/// report), FIFOs, sockets and devices, and directories too deep to walk; relative paths. The
+/// walk follows no symlink; a directory it cannot read counts as well.
+pub fn unaccounted(path: &Path) -> Vec<String> {
+    use crate::fsroot::plant::{scan, Seen};
+    let mut out = Vec::new();
+    let scanned = scan(path, &[], &mut |f| {
+        if !(f.seen == Seen::Git && f.rel == Path::new(".git")) {
+            out.push(f.rel.display().to_string());
+        }
+    });
+    match scanned {
+        Ok(unread) => out.extend(unread.iter().map(|p| format!("{}(读不了)", p.display()))),
+        Err(e) => out.push(format!("{}(读不了:{e})", path.display())),
+    }
+    out
 }
 
 #[cfg(test)]

@@ -201,6 +201,7 @@ async fn stream_turn<P: WireProtocol>(
     let mut errors: Vec<String> = Vec::new();
     let mut attempt: u32 = 0;
     let mut offline_waited = Duration::ZERO;
+    let started = tokio::time::Instant::now();
     loop {
         attempt += 1;
         let deadline = policy.attempt_deadline;
@@ -257,6 +258,7 @@ async fn stream_turn<P: WireProtocol>(
         if attempt >= policy.max_attempts {
             return Err(ModelError::Exhausted {
                 attempts: attempt,
+                elapsed_s: started.elapsed().as_secs(),
                 last: reason,
                 errors,
             });
@@ -266,6 +268,7 @@ async fn stream_turn<P: WireProtocol>(
             .unwrap_or_else(|| policy.backoff(attempt));
         sink(ModelEvent::Retrying {
             attempt,
+            of: policy.max_attempts,
             delay_ms: delay.as_millis() as u64,
             reason,
         });

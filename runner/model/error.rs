@@ -50,18 +50,21 @@ pub enum ModelError {
         until: String,
     },
     /// Retryable failures (429/5xx/529, resets, idle, broken streams) that exhausted the
-    /// attempts. `errors` lists every attempt's reason.
-    #[error("model call failed after {attempts} attempts: {last}")]
+    /// attempts. `errors` lists every attempt's reason. The one retry policy owns the count
+    /// (issue 26 §4): `attempts` is the number of requests the turn made.
+    #[error("模型调用失败:{attempts} 次请求都没成功(用时 {elapsed_s} 秒),最后一次:{last}")]
     Exhausted {
-        /// Attempts made.
+        /// Attempts made (requests sent).
         attempts: u32,
+        /// Seconds from the first request to the last failure, backoffs included.
+        elapsed_s: u64,
         /// Last reason.
         last: String,
         /// All reasons, oldest first.
         errors: Vec<String>,
     },
     /// The endpoint stayed unreachable past the resilience limit (an hour by default).
-    #[error("endpoint unreachable for {waited_s} s: {last}")]
+    #[error("模型服务连不上,等了 {waited_s} 秒(上限见 README「Bounds」),最后一次:{last}")]
     Unreachable {
         /// Seconds waited.
         waited_s: u64,

@@ -350,6 +350,8 @@ pub enum ModelEvent {
     Retrying {
         /// 1-based attempt number that failed.
         attempt: u32,
+        /// Attempts the retry policy allows in all ([`crate::model::RetryPolicy::max_attempts`]).
+        of: u32,
         /// Wait before the next attempt, in milliseconds.
         delay_ms: u64,
         /// Why, one line.

@@ -64,6 +64,10 @@ pub struct ManifestEntry {
     /// [`DiskGauge`]); absent when not measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_bytes: Option<u64>,
+    /// A judged round's gates (issue 27): absent on every other row, so flower's rows read
+    /// the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<RoundChecks>,
 }
 
 /// The run's disk use as last measured by its watcher, shared with whoever writes rows.
@@ -88,6 +92,22 @@ impl DiskGauge {
     }
 }
 
+/// What the gates of one judged round found, on the judge's row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundChecks {
+    /// Checks that passed.
+    pub passed: usize,
+    /// Checks run.
+    pub total: usize,
+    /// The candidate's content identity they ran on (hex); `null` when it could not be read.
+    pub identity: Option<String>,
+    /// The ids of the red ones.
+    pub failed: Vec<String>,
+    /// The judge's own conclusion when a red check overruled it (`ACHIEVED`), kept for
+    /// audit; `null` when the verdict stands as the judge gave it.
+    pub overruled: Option<String>,
+}
+
 impl ManifestEntry {
     /// A row for a step starting now: not ok yet, nothing spent, nothing known.
     pub fn begin(step: impl Into<String>, run: impl Into<String>) -> Self {
@@ -110,6 +130,7 @@ impl ManifestEntry {
             duration_s: Some(0.0),
             run: run.into(),
             disk_bytes: None,
+            checks: None,
         }
     }
 

@@ -17,11 +17,13 @@ pub mod lock;
 pub mod manifest;
 pub mod owner;
 pub mod steps;
+pub mod unsaved;
 
 pub use cost::{Cost, Totals};
 pub use handoff::{context_window, handoff_threshold, window_for, Handoff};
 pub use lineage::{Lineage, LineageFile, LineageHealth};
 pub use manifest::{Manifest, ManifestEntry, Recovered};
+pub use unsaved::Unsaved;
 
 /// Largest record file (`manifest.json`, `lineage.json`) read: a corrupt or hostile file the
 /// size of the disk must not take the runner's memory.

@@ -143,11 +143,16 @@ impl DomainRule {
     /// A POSIX extended regular expression matching the same names (the proxy's filter file;
     /// names hold only `[a-z0-9.-]`, so escaping the dots is enough).
     pub fn ere(&self) -> String {
+        format!("^{}$", self.ere_unanchored())
+    }
+
+    /// [`Self::ere`] without its anchors, to build a longer expression around.
+    pub fn ere_unanchored(&self) -> String {
         let escaped = self.name.replace('.', "\\.");
         if self.subdomains {
-            format!("^([a-z0-9-]+\\.)+{escaped}$")
+            format!("([a-z0-9-]+\\.)+{escaped}")
         } else {
-            format!("^{escaped}$")
+            escaped
         }
     }
 }

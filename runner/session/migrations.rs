@@ -1,8 +1,33 @@
 //! Numbered schema migrations for `sessions.db`, applied in order inside one `BEGIN IMMEDIATE`
 //! transaction and recorded in `schema_migrations`. A database migrated by a newer flowerbox
 //! (versions this binary does not know) is left alone: the tables it relies on still exist.
+//! A database whose `sessions` or `entries` table is not flowerbox's (another program's file
+//! at that path) is [`SessionError::Damaged`] with one line saying so, before and after
+//! migrating (issue 26 §4: it used to print the whole failed migration, 26 lines).
 
 use rusqlite::{params, Connection, TransactionBehavior};
+
+use super::SessionError;
+
+/// The tables flowerbox owns, and a query that reads every column it uses of each.
+const SHAPE: &[(&str, &str)] = &[
+    (
+        "sessions",
+        "SELECT id, agent, role, step, parent, run, forked_from, created_at FROM sessions LIMIT 0",
+    ),
+    (
+        "entries",
+        "SELECT session_id, seq, kind, notice_kind, payload, context_tokens, created_at \
+         FROM entries LIMIT 0",
+    ),
+];
+
+/// The error of a database whose table `table` is not flowerbox's.
+fn foreign(table: &str) -> SessionError {
+    SessionError::Damaged(format!(
+        "里面已有一张不是 flowerbox 建的 {table} 表(别的程序的数据库?)"
+    ))
+}
 
 /// One schema step. Versions only grow; a released migration is never edited.
 pub(super) struct Migration {
@@ -47,7 +72,7 @@ CREATE TABLE entries (
 }];
 
 /// Applies the migrations `conn` has not seen yet.
-pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
+pub(super) fn migrate(conn: &mut Connection) -> Result<(), SessionError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute_batch(
         "CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -62,13 +87,33 @@ pub(super) fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
         rows.collect::<rusqlite::Result<_>>()?
     };
     for m in MIGRATIONS.iter().filter(|m| !applied.contains(&m.version)) {
+        if m.version == 1 {
+            // The first migration creates the tables: any already there belong to someone else.
+            for (table, _) in SHAPE {
+                let there: bool = tx.query_row(
+                    "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE name = ?1)",
+                    [table],
+                    |r| r.get(0),
+                )?;
+                if there {
+                    return Err(foreign(table));
+                }
+            }
+        }
         tx.execute_batch(m.sql)?;
         tx.execute(
             "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, ?2, ?3)",
             params![m.version, m.name, chrono::Utc::now().to_rfc3339()],
         )?;
     }
-    tx.commit()
+    tx.commit()?;
+    // Recorded as migrated (by another program's `schema_migrations`, say) is not enough.
+    for (table, read) in SHAPE {
+        if conn.prepare(read).is_err() {
+            return Err(foreign(table));
+        }
+    }
+    Ok(())
 }
 
 /// The highest applied version.
@@ -109,5 +154,26 @@ mod tests {
             .query_row("SELECT COUNT(*) FROM schema_migrations", [], |r| r.get(0))
             .unwrap();
         assert_eq!(n, latest + 1);
+    }
+
+    /// Issue 26 §4: another program's `sessions` table printed the whole failed migration.
+    #[test]
+    fn a_foreign_sessions_table_is_one_line() {
+        for setup in [
+            "CREATE TABLE sessions (token TEXT, expires INTEGER);",
+            // Recorded as migrated by someone else's bookkeeping.
+            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,
+                 applied_at TEXT NOT NULL);
+             INSERT INTO schema_migrations VALUES (1, 'theirs', 'x');
+             CREATE TABLE sessions (token TEXT);",
+        ] {
+            let mut conn = Connection::open_in_memory().unwrap();
+            conn.execute_batch(setup).unwrap();
+            let err = migrate(&mut conn).unwrap_err();
+            assert!(matches!(err, SessionError::Damaged(_)), "{err:?}");
+            let text = err.to_string();
+            assert_eq!(text.lines().count(), 1, "{text}");
+            assert!(text.contains("不是 flowerbox 建的 sessions 表"), "{text}");
+        }
     }
 }

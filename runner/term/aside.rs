@@ -88,6 +88,7 @@ pub fn describe_event(ev: &Event) -> Option<String> {
             format!("目标 {total} 条里有 {} 条此环境无法验证", items.len())
         }
         EventKind::Inbox { text } => format!("人追加的需求已送达:{text}"),
+        EventKind::Checks { line, .. } => format!("检查:{line}"),
     };
     let who = if ev.depth > 0 {
         format!("{}(子)", ev.agent)

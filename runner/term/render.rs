@@ -369,6 +369,18 @@ pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<Line> {
             ],
             opts,
         )],
+        EventKind::Checks {
+            passed,
+            total,
+            line: text,
+        } => {
+            let style = if passed == total {
+                Style::Green
+            } else {
+                Style::Red
+            };
+            vec![line(Some(style), format!("  {}", one_line(text)), opts)]
+        }
         EventKind::GoalUnverifiable { total, items, path } => {
             let items: Vec<String> = items.iter().map(|i| one_line(i)).collect();
             let shown = shorten_home(Path::new(&one_line(path)), opts.home.as_deref());

@@ -373,6 +373,28 @@ fn unverifiable_goal_block() {
 }
 
 #[test]
+fn checks_line_and_a_hostile_command_in_it() {
+    let k = EventKind::Checks {
+        passed: 3,
+        total: 4,
+        line: "✗ 3/4 检查 · ✗ make test (exit 2, 1.3 s)".into(),
+    };
+    assert_eq!(
+        r(0, k, &plain()),
+        vec!["  ✗ 3/4 检查 · ✗ make test (exit 2, 1.3 s)"]
+    );
+    // The command is the goal setter's text: it cannot break the line or paint the screen.
+    let evil = EventKind::Checks {
+        passed: 0,
+        total: 1,
+        line: "✗ 0/1 检查 · ✗ x\n  ✓ 伪造\x1b[2J (exit 1, 0.1 s)".into(),
+    };
+    let out = r(0, evil, &plain());
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(!out[0].contains('\x1b'), "{out:?}");
+}
+
+#[test]
 fn wake_banner_as_the_seed() {
     let mut info = WakeInfo {
         workspace: PathBuf::from("/home/u/proj"),

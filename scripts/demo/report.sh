@@ -68,14 +68,28 @@ for step in $judge_steps; do
   sid=$(sql "SELECT id FROM sessions WHERE step = $(q "$step") AND run = $(q "$run_id") ORDER BY created_at DESC LIMIT 1")
   verdict=$(jq -r --arg s "$step" "$clean_jq"'map(select(.step == $s)) | last | .text // "" | clean' <<<"$rows" | conclusion)
   seen=$(evidence "$sid")
-  printf '\n[%s] 结论 %s\n%s\n' "$step" "${verdict:-?}" "$seen"
+  # The checks flowerbox ran itself before this judge (issue 27), from the judge's row.
+  gates=$(jq -r --arg s "$step" 'map(select(.step == $s)) | last | .checks // empty
+    | "检查 \(.passed)/\(.total) 通过,现场 \((.identity // "读不全")[:12])"
+      + (if (.failed | length) > 0 then ",没过:\(.failed | join("、"))" else "" end)
+      + (if .overruled then ",判定者原话 \(.overruled) 被否决" else "" end)' <<<"$rows")
+  printf '\n[%s] 结论 %s · %s\n%s\n' "$step" "${verdict:-?}" "${gates:-没有检查}" "$seen"
   evidence_md+="
 ## $step:$verdict
+
+${gates:-没有检查}
 
 \`\`\`text
 $seen
 \`\`\`
 "
+  passed=$(jq -r --arg s "$step" 'map(select(.step == $s)) | last | .checks | "\(.passed // 0) \(.total // 0)"' <<<"$rows")
+  read -r ok total <<<"$passed"
+  [ "$total" -ge 3 ] || problem "$step:flowerbox 只跑了 $total 条检查(目标里有 3 条)"
+  case "$verdict" in
+    NOT_YET) [ "$ok" -lt "$total" ] || problem "$step 判 NOT_YET,可检查全过了($ok/$total)" ;;
+    ACHIEVED) [ "$ok" -eq "$total" ] || problem "$step 判 ACHIEVED,可检查只过了 $ok/$total" ;;
+  esac
   # What the verdict says must be what the commands showed (the model's words are scripted;
   # this checks them against the real outputs).
   grep -q 'ELF 64-bit' <<<"$seen" || problem "$step:file 没看到 ELF 64-bit 可执行文件"

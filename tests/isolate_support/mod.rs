@@ -82,6 +82,29 @@ impl IsoRun {
         ws: PathBuf,
         scenario: impl FnOnce(&Path, &Path, &str) -> Value,
     ) -> IsoRun {
+        Self::build(engine, test, dir, ws, false, scenario).await
+    }
+
+    /// [`IsoRun::in_repo_with_run`] as the driver sets it up: the run directory `runs/` masked
+    /// from every agent and planted repositories moved into `runs/quarantine/<run>`.
+    pub async fn guarded(
+        engine: &Engine,
+        test: &str,
+        dir: tempfile::TempDir,
+        ws: PathBuf,
+        scenario: impl FnOnce(&Path, &Path, &str) -> Value,
+    ) -> IsoRun {
+        Self::build(engine, test, dir, ws, true, scenario).await
+    }
+
+    async fn build(
+        engine: &Engine,
+        test: &str,
+        dir: tempfile::TempDir,
+        ws: PathBuf,
+        guarded: bool,
+        scenario: impl FnOnce(&Path, &Path, &str) -> Value,
+    ) -> IsoRun {
         let image = agent_image(engine).await;
         let wb_path = Workbench::locate(&ws, true);
         let wb = Workbench::at(wb_path.clone()).ensure().unwrap();
@@ -98,7 +121,14 @@ impl IsoRun {
         placement.bind_run(&run_id);
         let model = ScriptedModel::start(&scenario(&ws, &wb_path, &run_id));
         let provider = model.provider(model_support::fast());
-        let cfg = RuntimeConfig::new(ws.clone(), "claude-sonnet-4-5".into(), run_id.clone());
+        let mut cfg = RuntimeConfig::new(ws.clone(), "claude-sonnet-4-5".into(), run_id.clone());
+        if guarded {
+            cfg.masked = vec![runs.clone()];
+            cfg.masked_ids = flowerbox::fsroot::own::identity(&runs)
+                .into_iter()
+                .collect();
+            cfg.quarantine = Some(runs.join("quarantine").join(&run_id));
+        }
         let events = Arc::new(Mutex::new(Vec::new()));
         let ev = events.clone();
         let rt = Runtime::new(
@@ -126,6 +156,32 @@ impl IsoRun {
             placement,
             events,
         }
+    }
+
+    /// The warning lines shown so far.
+    pub fn warnings(&self) -> Vec<String> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::Warning { text } => Some(text.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The end of the run as the driver does it: the step's containers released (the step-end
+    /// sweep), every container removed, the final sweep, the worktrees closed and the kept
+    /// ones swept. Returns the closing lines.
+    pub async fn end_like_the_driver(&self) -> Vec<String> {
+        use flowerbox::sandbox::SandboxFactory;
+        self.rt.release_agents().await;
+        self.factory.teardown().await.expect("teardown");
+        self.rt.sweep_plants(&[]).await;
+        let lines = self.placement.close();
+        self.rt.sweep_plants(&self.placement.kept_worktrees()).await;
+        lines
     }
 
     /// Tool results `(agent, tool, is_error, text)` in event order.

@@ -350,6 +350,7 @@ async fn retry_after_within_cap_is_the_delay() {
     assert!(r.is_ok());
     assert!(events.contains(&ModelEvent::Retrying {
         attempt: 1,
+        of: fast().max_attempts,
         delay_ms: 20,
         reason: "HTTP 429 rate_limit_error: slow down".into()
     }));
@@ -369,6 +370,7 @@ async fn attempts_are_bounded() {
             attempts,
             errors,
             last,
+            ..
         } => {
             assert_eq!(attempts, 3);
             assert_eq!(errors.len(), 3);

@@ -19,6 +19,21 @@ use super::labels::{Owner, LABEL_AGENT, LABEL_POD, LABEL_ROLE, LABEL_RUN, LABEL_
 use crate::model::Role;
 use crate::sandbox::{AgentBox, SandboxError};
 
+/// The engine's own read-only paths (Docker's and runc's default set, which a
+/// `ReadonlyPaths` given replaces) and the network files the engine bind-mounts writable into
+/// each container, shared by every container of the pod: read-only, no agent (not even a root
+/// one) rewrites the names or the resolver another agent sees.
+pub(crate) const READONLY_PATHS: [&str; 8] = [
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/etc/hostname",
+];
+
 /// Name prefix of every flowerbox container.
 pub const NAME_PREFIX: &str = "fbx";
 
@@ -31,6 +46,10 @@ pub struct Limits {
     pub pids: i64,
     /// `nofile` soft and hard limit for judges, which run `lsof`. Default 1024.
     pub judge_nofile: i64,
+    /// CPU per container, in billionths of a CPU (`NanoCpus`, a CFS quota). Default: every
+    /// core but one ([`default_nano_cpus`]), so no agent alone takes the whole machine from
+    /// the runner and the other agents.
+    pub nano_cpus: i64,
 }
 
 impl Default for Limits {
@@ -39,8 +58,17 @@ impl Default for Limits {
             memory_bytes: 4 << 30,
             pids: 2048,
             judge_nofile: 1024,
+            nano_cpus: default_nano_cpus(
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+            ),
         }
     }
+}
+
+/// One container's CPU quota on a machine of `cores`: `cores − 1`, at least one whole CPU.
+pub fn default_nano_cpus(cores: usize) -> i64 {
+    let cpus = i64::try_from(cores.saturating_sub(1).max(1)).unwrap_or(i64::MAX / 1_000_000_000);
+    cpus * 1_000_000_000
 }
 
 /// A numeric user and group.
@@ -288,6 +316,7 @@ impl RunSpec {
             memory: Some(self.limits.memory_bytes),
             memory_swap: Some(self.limits.memory_bytes),
             pids_limit: Some(self.limits.pids),
+            nano_cpus: Some(self.limits.nano_cpus),
             cap_drop: Some(vec!["ALL".into()]),
             security_opt: Some(vec!["no-new-privileges".into()]),
             ..Default::default()
@@ -366,6 +395,7 @@ impl RunSpec {
                 mounts: Some(mounts),
                 tmpfs: Some(tmpfs),
                 ulimits,
+                readonly_paths: Some(READONLY_PATHS.map(String::from).into()),
                 ..self.host_config()
             }),
             ..Default::default()
@@ -481,6 +511,36 @@ mod tests {
     }
 
     #[test]
+    fn every_container_gets_a_cpu_quota_below_the_whole_machine() {
+        assert_eq!(default_nano_cpus(1), 1_000_000_000);
+        assert_eq!(default_nano_cpus(2), 1_000_000_000);
+        assert_eq!(default_nano_cpus(8), 7_000_000_000);
+        let limits = Limits {
+            nano_cpus: 1_500_000_000,
+            ..Limits::default()
+        };
+        let spec = RunSpec {
+            run_id: "r".into(),
+            workspace: "/w".into(),
+            image: "img".into(),
+            identity: ident(4242),
+            owner: Owner::current().unwrap(),
+            limits,
+            extra_env: Vec::new(),
+            engine: EngineKind::Docker,
+        };
+        let worker = AgentBox {
+            agent: "worker-1".into(),
+            role: Role::Worker,
+            mounts: vec![Mount::same("/w", false)],
+            masked: Vec::new(),
+            workdir: "/w".into(),
+        };
+        let hc = spec.agent_body(&worker, "p", "n").host_config.unwrap();
+        assert_eq!(hc.nano_cpus, Some(1_500_000_000));
+    }
+
+    #[test]
     fn names_are_docker_safe() {
         let n = container_name("run 1/ü", "judge-1");
         assert!(n.starts_with("fbx-run-1--"), "{n}");
@@ -557,6 +617,15 @@ mod tests {
         assert_eq!(hc.pid_mode.as_deref(), Some("container:podid"));
         assert_eq!(hc.ulimits.unwrap()[0].hard, Some(1024));
         assert_eq!(hc.cap_drop.unwrap(), ["ALL"]);
+        let ro = hc.readonly_paths.unwrap();
+        for path in [
+            "/proc/sys",
+            "/etc/hosts",
+            "/etc/resolv.conf",
+            "/etc/hostname",
+        ] {
+            assert!(ro.iter().any(|p| p == path), "{path} not read-only");
+        }
         let env = body.env.unwrap();
         assert!(env.contains(&"GIT_CONFIG_VALUE_2=never".to_string()));
         assert!(env

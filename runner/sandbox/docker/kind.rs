@@ -198,9 +198,11 @@ impl EngineKind {
     /// engine (the pod's user namespace).
     pub(crate) fn shape_member(&self, body: &mut ContainerCreateBody, pod_id: &str) {
         if let Some(mode) = self.member_userns(pod_id) {
-            body.host_config
-                .get_or_insert_with(Default::default)
-                .userns_mode = Some(mode);
+            let hc = body.host_config.get_or_insert_with(Default::default);
+            hc.userns_mode = Some(mode);
+            // A rootless service gets the cpu controller only where systemd delegates it;
+            // asked for a quota without it, the runtime refuses the container.
+            hc.nano_cpus = None;
         }
     }
 
@@ -259,14 +261,14 @@ impl SeccompFile {
     }
 }
 
-/// The `SecurityOpt` entry that gives `kind` the read-only roles' seccomp profile
-/// ([`super::seccomp::read_only_profile`]): the JSON itself for Docker, the path of `file`
-/// (made on first use, then shared by every container of the run) for Podman.
+/// The `SecurityOpt` entry that gives `kind` a seccomp profile (`profile`: JSON text, see
+/// [`super::seccomp`]): the JSON itself for Docker, the path of `file` (made on first use,
+/// then shared by every container of the run that gets this profile) for Podman.
 pub(crate) fn seccomp_option(
     kind: &EngineKind,
+    profile: &str,
     file: &std::sync::OnceLock<SeccompFile>,
 ) -> Result<String, SandboxError> {
-    let profile = super::seccomp::read_only_profile();
     if !kind.is_podman() {
         return Ok(format!("seccomp={profile}"));
     }
@@ -365,7 +367,7 @@ mod tests {
     fn docker_gets_the_profile_inline_podman_a_sealed_file() {
         let profile = super::super::seccomp::read_only_profile();
         let file = std::sync::OnceLock::new();
-        let inline = seccomp_option(&EngineKind::Docker, &file).unwrap();
+        let inline = seccomp_option(&EngineKind::Docker, profile, &file).unwrap();
         assert_eq!(inline, format!("seccomp={profile}"));
         assert!(file.get().is_none());
         let podman = EngineKind::Podman {
@@ -373,7 +375,7 @@ mod tests {
             rootless: false,
             cgroup_v1: false,
         };
-        let opt = seccomp_option(&podman, &file).unwrap();
+        let opt = seccomp_option(&podman, profile, &file).unwrap();
         let path = opt.strip_prefix("seccomp=").unwrap();
         assert!(path.starts_with(&format!("/proc/{}/fd/", std::process::id())));
         assert_eq!(std::fs::read_to_string(path).unwrap(), profile);
@@ -382,6 +384,6 @@ mod tests {
         assert!(std::io::Write::write_all(&mut w, b"x").is_err());
         assert_eq!(std::fs::read_to_string(path).unwrap(), profile);
         // The same file serves every later container.
-        assert_eq!(seccomp_option(&podman, &file).unwrap(), opt);
+        assert_eq!(seccomp_option(&podman, profile, &file).unwrap(), opt);
     }
 }

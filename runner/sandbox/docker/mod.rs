@@ -154,6 +154,8 @@ struct Inner {
     /// The read-only roles' seccomp profile as a sealed file, for an engine that reads it by
     /// path (Podman); made on first use.
     seccomp_file: std::sync::OnceLock<kind::SeccompFile>,
+    /// The writing roles' seccomp profile as a sealed file, likewise.
+    writer_seccomp_file: std::sync::OnceLock<kind::SeccompFile>,
 }
 
 /// The Docker [`SandboxFactory`] of one run.
@@ -226,6 +228,7 @@ impl DockerSandboxFactory {
                 starting: Arc::new(tokio::sync::RwLock::new(())),
                 early_pod: Mutex::new(None),
                 seccomp_file: std::sync::OnceLock::new(),
+                writer_seccomp_file: std::sync::OnceLock::new(),
             }),
         };
         // The exec service's binary is copied while the run starts, off the first agent's path.
@@ -423,9 +426,21 @@ impl Inner {
         let name = container_name(&self.opts.run_id, &spec.agent);
         let mut body = run.agent_body(&spec, &pod.id, &pod.name);
         self.engine.kind().shape_member(&mut body, &pod.id);
-        if let Some(r) = &read_only {
-            let seccomp = kind::seccomp_option(self.engine.kind(), &self.seccomp_file)?;
-            r.harden(&mut body, seccomp);
+        // Every agent container gets a profile of flowerbox's (io_uring refused for all).
+        match &read_only {
+            Some(r) => {
+                let profile = seccomp::read_only_profile();
+                let seccomp =
+                    kind::seccomp_option(self.engine.kind(), profile, &self.seccomp_file)?;
+                r.harden(&mut body, seccomp);
+            }
+            None => {
+                let profile = seccomp::writer_profile();
+                let file = &self.writer_seccomp_file;
+                let seccomp = kind::seccomp_option(self.engine.kind(), profile, file)?;
+                let hc = body.host_config.get_or_insert_with(Default::default);
+                hc.security_opt.get_or_insert_with(Vec::new).push(seccomp);
+            }
         }
         // The exec service's binary, unless an agent could write where its copy lies.
         let mut binary = match self.service_refused.load(Ordering::SeqCst) {

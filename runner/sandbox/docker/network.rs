@@ -177,12 +177,13 @@ pub(crate) fn proxy_body(
     network: &str,
     labels: HashMap<String, String>,
     rules: &(String, String),
-    config: &(String, String),
+    config: &ProxyFiles,
 ) -> ContainerCreateBody {
     let script = format!(
         "{LOAD_RULES}mkdir -p /run/flowerbox-proxy\n\
 printf '%s' \"$3\" >/run/flowerbox-proxy/tinyproxy.conf\n\
 printf '%s' \"$4\" >/run/flowerbox-proxy/filter\n\
+printf '%s' \"$5\" >/run/flowerbox-proxy/refused.html\n\
 exec setpriv --reuid={PROXY_UID} --regid={PROXY_UID} --clear-groups --inh-caps=-all \
 --bounding-set=-all --no-new-privs -- tinyproxy -d -c /run/flowerbox-proxy/tinyproxy.conf\n"
     );
@@ -195,8 +196,9 @@ exec setpriv --reuid={PROXY_UID} --regid={PROXY_UID} --clear-groups --inh-caps=-
             "proxy".into(),
             rules.0.clone(),
             rules.1.clone(),
-            config.0.clone(),
-            config.1.clone(),
+            config.conf.clone(),
+            config.filter.clone(),
+            config.refused.clone(),
         ]),
         cmd: Some(vec![]),
         user: Some("0:0".into()),
@@ -210,18 +212,52 @@ exec setpriv --reuid={PROXY_UID} --regid={PROXY_UID} --clear-groups --inh-caps=-
     }
 }
 
-/// tinyproxy's configuration and filter file: clients from the run network only, no `Via` or
-/// `X-Tinyproxy` header (nothing added to requests, no credentials), CONNECT to port 443 only,
-/// and only names matching a listed domain (anchored, case-insensitive regular expressions).
-pub(crate) fn proxy_config(policy: &EgressPolicy, clients: Option<Ipv4Net>) -> (String, String) {
+/// The proxy's files: its configuration, its filter, the page it answers a refusal with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ProxyFiles {
+    /// `tinyproxy.conf`.
+    pub conf: String,
+    /// The filter file: one anchored ERE per line, matched against the whole request URL.
+    pub filter: String,
+    /// The 403 page (tinyproxy's template: `{url}`, `{detail}`).
+    pub refused: String,
+}
+
+/// The ports the proxy reaches: plain HTTP on 80, CONNECT (HTTPS) on 443.
+pub(crate) const PROXY_OUT_PORTS: [u16; 2] = [80, 443];
+
+/// tinyproxy's files: clients from the run network only, no `Via` or `X-Tinyproxy` header
+/// (nothing added to requests, no credentials), CONNECT to port 443 only, and only URLs of a
+/// listed name on the right port: `http://NAME[:80][/…]` (plain HTTP) or `NAME:443` (the
+/// CONNECT target), each an anchored, case-insensitive regular expression matched against the
+/// whole URL as the client sent it, so `http://NAME:8080/` or `NAME:22` is refused (403, with
+/// a page saying what is let through). The proxy's own rules ([`proxy_rules`]) refuse every
+/// other port as well.
+pub(crate) fn proxy_config(policy: &EgressPolicy, clients: Option<Ipv4Net>) -> ProxyFiles {
     let allow = clients.map_or_else(|| "0.0.0.0/0".to_string(), |n| n.to_string());
     let conf = format!(
         "Port {PROXY_PORT}\nTimeout 120\nMaxClients 64\nLogLevel Notice\nAllow {allow}\n\
-DisableViaHeader Yes\nXTinyproxy No\nFilterType ere\nFilterURLs No\nFilterDefaultDeny Yes\n\
-Filter \"/run/flowerbox-proxy/filter\"\nConnectPort 443\n"
+DisableViaHeader Yes\nXTinyproxy No\nFilterType ere\nFilterURLs On\nFilterDefaultDeny Yes\n\
+Filter \"/run/flowerbox-proxy/filter\"\nConnectPort 443\n\
+ErrorFile 403 \"/run/flowerbox-proxy/refused.html\"\n"
     );
-    let filter: String = policy.domains().iter().map(|d| d.ere() + "\n").collect();
-    (conf, filter)
+    let filter: String = policy
+        .domains()
+        .iter()
+        .map(|d| {
+            let name = d.ere_unanchored();
+            format!("^http://{name}(:80)?(/.*)?$\n^{name}:443$\n")
+        })
+        .collect();
+    let refused = "<html><body><h1>403 refused by flowerbox's proxy</h1>\n\
+<p>--egress proxy lets through only listed names, plain HTTP on port 80 and HTTPS (CONNECT) \
+on port 443.</p>\n<p>Refused: {url} ({detail})</p></body></html>\n"
+        .to_string();
+    ProxyFiles {
+        conf,
+        filter,
+        refused,
+    }
 }
 
 /// The environment agents get in proxy mode (loopback bypasses the proxy, so a judge's
@@ -249,13 +285,28 @@ fn head(text: &mut String, inbound: Option<&str>) {
 }
 
 /// The IPv4 egress to the outside in `open` mode (and the proxy's own): DNS to the resolvers,
-/// the host refused, `--allow-net` accepted, private/link-local/reserved refused, rest
+/// then only TCP to `ports` when given (the proxy's), the host refused, `--allow-net` accepted, private/link-local/reserved refused, rest
 /// accepted.
-fn open_egress_v4(text: &mut String, policy: &EgressPolicy, facts: &FenceFacts) {
+fn open_egress_v4(
+    text: &mut String,
+    policy: &EgressPolicy,
+    facts: &FenceFacts,
+    ports: Option<&[u16]>,
+) {
     for r in facts.resolvers.iter().filter_map(v4) {
         for proto in ["udp", "tcp"] {
             let _ = writeln!(text, "-A OUTPUT -d {r}/32 -p {proto} --dport 53 -j ACCEPT");
         }
+    }
+    // Past DNS, only TCP to these ports (the proxy's).
+    if let Some(ports) = ports {
+        let list: Vec<String> = ports.iter().map(u16::to_string).collect();
+        let _ = writeln!(
+            text,
+            "-A OUTPUT -p tcp -m multiport ! --dports {} -j REJECT --reject-with tcp-reset",
+            list.join(",")
+        );
+        text.push_str("-A OUTPUT ! -p tcp -j REJECT\n");
     }
     let mut host: Vec<Ipv4Addr> = facts.host.v4();
     host.extend(facts.gateway);
@@ -339,7 +390,7 @@ pub(crate) fn pod_rules(
             }
             text.push_str("-A OUTPUT -j REJECT\n");
         }
-        EgressMode::Open => open_egress_v4(&mut text, policy, facts),
+        EgressMode::Open => open_egress_v4(&mut text, policy, facts, None),
         EgressMode::None => text.push_str("-A OUTPUT -j REJECT\n"),
     }
     text.push_str("COMMIT\n");
@@ -347,7 +398,8 @@ pub(crate) fn pod_rules(
 }
 
 /// The proxy container's own rules: clients from the run network on the proxy port only;
-/// egress as in `open` (DNS, no host, no private ranges but `--allow-net`).
+/// egress as in `open` (DNS, no host, no private ranges but `--allow-net`), TCP to ports 80
+/// and 443 only.
 pub(crate) fn proxy_rules(
     policy: &EgressPolicy,
     facts: &FenceFacts,
@@ -359,7 +411,7 @@ pub(crate) fn proxy_rules(
     head(&mut text, Some(&inbound));
     text.push_str("-A OUTPUT -o lo -j ACCEPT\n");
     text.push_str("-A OUTPUT -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT\n");
-    open_egress_v4(&mut text, policy, facts);
+    open_egress_v4(&mut text, policy, facts, Some(&PROXY_OUT_PORTS));
     text.push_str("COMMIT\n");
     let open = EgressPolicy {
         mode: EgressMode::Open,
@@ -622,18 +674,66 @@ mod tests {
         assert!(v4.contains("-A INPUT -s 172.18.0.0/16 -p tcp --dport 3128 -j ACCEPT\n"));
         assert!(v4.contains("-A OUTPUT -d 169.254.0.0/16 -j REJECT\n"));
         assert!(v4.contains("-A OUTPUT -d 192.0.2.2/32 -j REJECT\n"));
-        let (conf, filter) = proxy_config(&policy, Some(clients));
+        assert!(v4.contains(
+            "-A OUTPUT -p tcp -m multiport ! --dports 80,443 -j REJECT --reject-with tcp-reset\n"
+        ));
+        assert!(v4.contains("-A OUTPUT ! -p tcp -j REJECT\n"));
+        // The port rule comes after DNS and before anything is accepted.
+        let ports = position(&v4, "--dports 80,443");
+        assert!(position(&v4, "--dport 53 -j ACCEPT") < ports, "{v4}");
+        assert!(ports < position(&v4, "-A OUTPUT -j ACCEPT"), "{v4}");
+        let files = proxy_config(&policy, Some(clients));
+        let conf = &files.conf;
         assert!(conf.contains("Allow 172.18.0.0/16\n"));
         assert!(conf.contains("FilterDefaultDeny Yes\n"));
+        assert!(conf.contains("FilterURLs On\n"));
         assert!(conf.contains("ConnectPort 443\n"));
         assert!(conf.contains("DisableViaHeader Yes\n"));
+        assert!(conf.contains("ErrorFile 403 \"/run/flowerbox-proxy/refused.html\"\n"));
+        assert!(files.refused.contains("{url}") && files.refused.contains("port 80"));
+        let filter = &files.filter;
         let lines: Vec<&str> = filter.lines().collect();
-        assert!(lines.contains(&"^pypi\\.org$"), "{filter}");
         assert!(
-            lines.contains(&"^([a-z0-9-]+\\.)+corp\\.example$"),
+            lines.contains(&"^http://pypi\\.org(:80)?(/.*)?$"),
+            "{filter}"
+        );
+        assert!(lines.contains(&"^pypi\\.org:443$"), "{filter}");
+        assert!(
+            lines.contains(&"^([a-z0-9-]+\\.)+corp\\.example:443$"),
             "{filter}"
         );
         assert!(lines.iter().all(|l| l.starts_with('^') && l.ends_with('$')));
+        // What the filter lets through, with the same expressions (ERE ⊂ Rust regex here).
+        let re = regex::RegexBuilder::new(&lines.join("|"))
+            .case_insensitive(true)
+            .build()
+            .unwrap();
+        for ok in [
+            "http://pypi.org/simple/",
+            "http://pypi.org",
+            "http://PyPI.org:80/x",
+            "pypi.org:443",
+            "files.corp.example:443",
+            "http://a.b.corp.example/",
+        ] {
+            assert!(re.is_match(ok), "{ok} refused");
+        }
+        for refused in [
+            "http://pypi.org:8080/",
+            "http://pypi.org:443/",
+            "http://pypi.org:80:8080/",
+            "http://pypi.org:80@evil.example/",
+            "http://user@pypi.org/",
+            "pypi.org:22",
+            "pypi.org:80",
+            "pypi.org:4430",
+            "http://evil.example/pypi.org",
+            "http://pypi.org.evil.example/",
+            "corp.example:443",
+            "https://pypi.org/",
+        ] {
+            assert!(!re.is_match(refused), "{refused} let through");
+        }
     }
 
     #[test]

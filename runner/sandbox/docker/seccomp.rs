@@ -1,11 +1,16 @@
-//! The seccomp profile of the read-only roles' containers (judge, coordinator; see
-//! [`super::readonly`]), built here rather than taken from the engine: a profile given through
-//! `security_opt` replaces the engine's default entirely, and a read-only container holds
-//! `CAP_SYS_PTRACE` and `CAP_DAC_READ_SEARCH` for its inspector, for which the engine's default
-//! would switch on exactly the calls that reach into another process.
+//! The seccomp profiles of every agent container, built here rather than taken from the
+//! engine: a profile given through `security_opt` replaces the engine's default entirely.
+//! - The read-only roles' ([`read_only_profile`]: judge, coordinator; see [`super::readonly`]):
+//!   a read-only container holds `CAP_SYS_PTRACE` and `CAP_DAC_READ_SEARCH` for its inspector,
+//!   for which the engine's default would switch on exactly the calls that reach into another
+//!   process.
+//! - The writing roles' ([`writer_profile`]: workers, `once`): the same without [`REFUSED`]
+//!   (a worker may debug its own processes, as under the engine's default), so io_uring and
+//!   the rest of [`KERNEL_SURFACE`] are refused whatever the engine's own default is (Docker
+//!   before 25 and Podman before 4.x allow io_uring).
 //!
-//! The profile allows by default and refuses, with `EPERM`:
-//! - [`REFUSED`]: every call that reads or writes another process (`ptrace`,
+//! A profile allows by default and refuses, with `EPERM`:
+//! - [`REFUSED`] (read-only roles only): every call that reads or writes another process (`ptrace`,
 //!   `process_vm_readv`/`writev`, `process_madvise`), takes one of its descriptors
 //!   (`pidfd_getfd`), compares its kernel objects (`kcmp`), or opens a file by handle
 //!   (`open_by_handle_at`: with `CAP_DAC_READ_SEARCH` the "shocker" escape, any file of the
@@ -115,27 +120,36 @@ const EPERM: i64 = 1;
 /// `ENOSYS`.
 const ENOSYS: i64 = 38;
 
-static PROFILE: LazyLock<String> = LazyLock::new(|| profile().to_string());
+static PROFILE: LazyLock<String> = LazyLock::new(|| profile(true).to_string());
+static WRITER: LazyLock<String> = LazyLock::new(|| profile(false).to_string());
 
-/// The profile as JSON text, for `security_opt: ["seccomp=<json>"]`.
+/// The read-only roles' profile as JSON text, for `security_opt: ["seccomp=<json>"]`.
 pub fn read_only_profile() -> &'static str {
     &PROFILE
 }
 
-/// The profile (module doc).
-fn profile() -> Value {
-    let mut rules = vec![
-        json!({
+/// The writing roles' profile as JSON text (module doc).
+pub fn writer_profile() -> &'static str {
+    &WRITER
+}
+
+/// A profile (module doc); `read_only` adds [`REFUSED`].
+fn profile(read_only: bool) -> Value {
+    let mut rules = Vec::new();
+    if read_only {
+        rules.push(json!({
             "names": REFUSED,
             "action": "SCMP_ACT_ERRNO",
             "errnoRet": EPERM,
             "comment": "flowerbox: read-only roles never reach into another process",
-        }),
+        }));
+    }
+    rules.extend([
         json!({
             "names": KERNEL_SURFACE,
             "action": "SCMP_ACT_ERRNO",
             "errnoRet": EPERM,
-            "comment": "flowerbox: kernel surface a read-only role never needs",
+            "comment": "flowerbox: kernel surface no agent needs (io_uring among it)",
         }),
         json!({
             "names": ["clone3"],
@@ -143,7 +157,7 @@ fn profile() -> Value {
             "errnoRet": ENOSYS,
             "comment": "flowerbox: fall back to clone, whose flags can be checked",
         }),
-    ];
+    ]);
     rules.extend(CLONE_NAMESPACE_FLAGS.iter().map(|(flag, bit)| {
         json!({
             "names": ["clone"],
@@ -215,6 +229,30 @@ mod tests {
         ] {
             assert!(!refused.iter().any(|r| r == call), "{call}");
         }
+    }
+
+    #[test]
+    fn the_writer_profile_refuses_io_uring_and_the_kernel_surface_but_not_ptrace() {
+        let p: Value = serde_json::from_str(writer_profile()).unwrap();
+        let refused = refused_with(&p, EPERM);
+        for call in KERNEL_SURFACE {
+            assert!(refused.iter().any(|r| r == call), "{call} not refused");
+        }
+        for call in ["io_uring_setup", "io_uring_enter", "io_uring_register"] {
+            assert!(refused.iter().any(|r| r == call), "{call}");
+        }
+        for call in REFUSED {
+            assert!(!refused.iter().any(|r| r == call), "{call} refused");
+        }
+        assert_eq!(refused_with(&p, ENOSYS), ["clone3"]);
+        assert_eq!(p["archMap"], parsed()["archMap"]);
+        let clones = p["syscalls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["names"] == json!(["clone"]))
+            .count();
+        assert_eq!(clones, CLONE_NAMESPACE_FLAGS.len());
     }
 
     #[test]

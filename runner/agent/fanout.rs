@@ -1,0 +1,186 @@
+//! How many workers run at once (issue 25 §4 "CPU and fan-out"): one coordinator message may
+//! dispatch any number of workers; at most [`WorkerSlots::limit`] of them run, the rest wait
+//! in order for a slot. The coordinator learns from the tool result that its worker waited,
+//! the screen says so once per run.
+//!
+//! The default limit comes from the machine ([`default_max_workers`]): at most two workers per
+//! core, and no more than fit in memory at the per-container limit. `--max-workers` /
+//! `FLOWERBOX_MAX_WORKERS` set it.
+//!
+//! Only a dispatch from depth 0 takes a slot: a worker may not dispatch (its role's tools have
+//! no `Agent`), and a nested dispatch waiting for a slot its own parent holds would never end.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// The machine's size, as far as the limit cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    /// Cores this process may use.
+    pub cores: usize,
+    /// Physical memory in bytes (`None`: unknown).
+    pub memory_bytes: Option<u64>,
+}
+
+impl Capacity {
+    /// This machine: `available_parallelism` (honours affinity and cgroup quotas) and
+    /// `MemTotal` from `sysinfo(2)`.
+    pub fn of_this_machine() -> Capacity {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let memory_bytes = nix::sys::sysinfo::sysinfo()
+            .ok()
+            .map(|i| i.ram_total())
+            .filter(|b| *b > 0);
+        Capacity {
+            cores,
+            memory_bytes,
+        }
+    }
+}
+
+/// The default worker limit for `machine` when each container may use `per_agent_bytes`:
+/// `min(2 × cores, memory / per_agent)`, at least 1 (module doc).
+pub fn default_max_workers(machine: Capacity, per_agent_bytes: u64) -> usize {
+    let by_cores = machine.cores.max(1) * 2;
+    let by_memory = match machine.memory_bytes {
+        Some(total) if per_agent_bytes > 0 => {
+            usize::try_from(total / per_agent_bytes).unwrap_or(usize::MAX)
+        }
+        _ => by_cores,
+    };
+    by_cores.min(by_memory).max(1)
+}
+
+/// The run's worker slots.
+#[derive(Debug)]
+pub struct WorkerSlots {
+    /// One permit per running worker.
+    slots: Arc<Semaphore>,
+    /// The limit (the semaphore's size).
+    limit: usize,
+    /// The screen was told once that a worker waited.
+    told: AtomicBool,
+}
+
+/// A worker's slot, held while it runs; `waited` is how long it queued (`None`: not at all).
+#[derive(Debug)]
+pub struct Slot {
+    _permit: OwnedSemaphorePermit,
+    /// How long the worker waited for its slot, when it had to.
+    pub waited: Option<Duration>,
+    /// This wait is the first of the run: the screen should say so (once).
+    pub first_wait: bool,
+}
+
+impl WorkerSlots {
+    /// `limit` slots (at least one).
+    pub fn new(limit: usize) -> WorkerSlots {
+        let limit = limit.max(1);
+        WorkerSlots {
+            slots: Arc::new(Semaphore::new(limit)),
+            limit,
+            told: AtomicBool::new(false),
+        }
+    }
+
+    /// How many workers may run at once.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// A slot, at once when one is free, else after the workers before it (first come, first
+    /// served: tokio's semaphore is fair). `on_first_wait` runs when the run's first wait
+    /// begins (the screen says so once).
+    pub async fn acquire(&self, on_first_wait: impl FnOnce()) -> Slot {
+        if let Ok(permit) = self.slots.clone().try_acquire_owned() {
+            return Slot {
+                _permit: permit,
+                waited: None,
+                first_wait: false,
+            };
+        }
+        let start = Instant::now();
+        let first_wait = !self.told.swap(true, Ordering::SeqCst);
+        if first_wait {
+            on_first_wait();
+        }
+        let permit = self
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        Slot {
+            _permit: permit,
+            waited: Some(start.elapsed()),
+            first_wait,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn the_default_follows_cores_and_memory() {
+        // The issue's host: 23 GiB, 2 cores, 4 GiB per container → 4 (not 10).
+        let host = Capacity {
+            cores: 2,
+            memory_bytes: Some(23 * GIB),
+        };
+        assert_eq!(default_max_workers(host, 4 * GIB), 4);
+        // Memory binds: 8 GiB and 16 cores at 4 GiB each → 2.
+        let small = Capacity {
+            cores: 16,
+            memory_bytes: Some(8 * GIB),
+        };
+        assert_eq!(default_max_workers(small, 4 * GIB), 2);
+        // Never zero, even where one container does not fit.
+        let tiny = Capacity {
+            cores: 1,
+            memory_bytes: Some(2 * GIB),
+        };
+        assert_eq!(default_max_workers(tiny, 4 * GIB), 1);
+        // Unknown memory: cores alone.
+        let unknown = Capacity {
+            cores: 3,
+            memory_bytes: None,
+        };
+        assert_eq!(default_max_workers(unknown, 4 * GIB), 6);
+        assert!(Capacity::of_this_machine().cores >= 1);
+    }
+
+    #[tokio::test]
+    async fn workers_past_the_limit_wait_in_order_and_the_first_wait_is_told_once() {
+        let slots = Arc::new(WorkerSlots::new(2));
+        let a = slots.acquire(|| ()).await;
+        let b = slots.acquire(|| ()).await;
+        assert!(a.waited.is_none() && b.waited.is_none() && !a.first_wait);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for i in 0..2 {
+            let (slots, tx) = (slots.clone(), tx.clone());
+            tokio::spawn(async move {
+                let slot = slots.acquire(|| ()).await;
+                tx.send((i, slot.waited.is_some(), slot.first_wait))
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                drop(slot);
+            });
+            // The first queues before the second.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(rx.try_recv().is_err(), "a third worker ran past the limit");
+        drop(a);
+        let first = rx.recv().await.unwrap();
+        assert_eq!(first, (0, true, true));
+        drop(b);
+        let second = rx.recv().await.unwrap();
+        assert_eq!(second, (1, true, false));
+        assert_eq!(WorkerSlots::new(0).limit(), 1);
+    }
+}
