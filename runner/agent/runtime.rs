@@ -20,7 +20,7 @@ use super::workbench::Workbench;
 use crate::model::price::Cost;
 use crate::model::{Provider, Role};
 use crate::record::handoff::{context_window, MAX_GENERATIONS};
-use crate::record::manifest::{epoch_now, Manifest, ManifestEntry};
+use crate::record::manifest::{epoch_now, DiskGauge, Manifest, ManifestEntry};
 use crate::record::Unsaved;
 
 use super::result::Meter;
@@ -93,6 +93,8 @@ pub struct RuntimeConfig {
     pub masked: Vec<PathBuf>,
     /// The masked directories' (device, inode), taken before any agent ran.
     pub masked_ids: Vec<(u64, u64)>,
+    /// The run's disk use as its watcher last measured it, written into each manifest row.
+    pub disk: Option<Arc<DiskGauge>>,
     /// Where `.git` entries agents planted are moved (`runs/quarantine/<run>`, masked);
     /// `None`: no sweep ([`super::plant`]).
     pub quarantine: Option<PathBuf>,
@@ -121,6 +123,7 @@ impl RuntimeConfig {
             compact_window: None,
             masked: Vec::new(),
             masked_ids: Vec::new(),
+            disk: None,
             quarantine: None,
             max_workers: super::fanout::default_max_workers(
                 super::fanout::Capacity::of_this_machine(),
@@ -448,6 +451,9 @@ impl Runtime {
             row.ok = false;
             row.error = Some(why.to_string());
             row.end_at(epoch_now());
+            if let Some(bytes) = self.config.disk.as_ref().and_then(|g| g.get()) {
+                row.disk_bytes = Some(bytes);
+            }
             if let Err(e) = m.record(row) {
                 self.not_saved("manifest.json", &e);
             }
@@ -472,7 +478,8 @@ impl Runtime {
         if self.rescued.load(std::sync::atomic::Ordering::SeqCst) {
             return;
         }
-        let row = manifest_row(result, m.run());
+        let mut row = manifest_row(result, m.run());
+        row.disk_bytes = self.config.disk.as_ref().and_then(|g| g.get());
         // While in flight the file holds what must stand if this process dies unrecorded
         // (kill -9): cut off, cost and end unknown. The in-memory row keeps what is known,
         // for a rescue (a signal) to complete.

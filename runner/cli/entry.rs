@@ -128,6 +128,7 @@ pub async fn doctor(
         &globals.plugin_dirs,
         &globals.mcp.masked,
     )));
+    checks.extend(bounds_checks(&globals));
     let mut out = crate::shown::stdout();
     for c in &checks {
         // A closed stdout must not turn the checks into a crash.
@@ -137,6 +138,34 @@ pub async fn doctor(
         0 => Ok(ExitStatus::Success),
         _ => Err(CliError::Failed("doctor: 有检查没通过(见上)".into())),
     }
+}
+
+/// `doctor`'s lines for the resource bounds (README "Bounds"): the disk budget with what
+/// counts (a warning when the file system has less left), the object limits.
+fn bounds_checks(globals: &GlobalOptions) -> Vec<crate::sandbox::doctor::Check> {
+    use crate::sandbox::doctor::{Check, CheckStatus};
+    let b = globals.bounds;
+    let (room, disk) = crate::flow::disk::doctor_line(b.disk, &globals.workspace);
+    vec![
+        Check::new(
+            "disk",
+            if room {
+                CheckStatus::Pass
+            } else {
+                CheckStatus::Warn
+            },
+            disk,
+        ),
+        Check::new(
+            "objects",
+            CheckStatus::Pass,
+            format!(
+                "执行者的分支取回时每个对象至多 {}(FLOWERBOX_OBJECT_LIMIT),一个分支一次至多 {}(FLOWERBOX_BRANCH_LIMIT)",
+                crate::isolate::objects::mib(b.objects.object),
+                crate::isolate::objects::mib(b.objects.branch)
+            ),
+        ),
+    ]
 }
 
 /// `flowerbox gc`: remove what dead runs left in the sandbox backend (containers, pods and

@@ -8,6 +8,7 @@
 
 pub mod app;
 pub mod args;
+pub mod bounds;
 mod egress;
 pub mod entry;
 pub mod error;

@@ -78,6 +78,9 @@ pub struct GlobalOptions {
     pub plugin_mounts: Vec<PathBuf>,
     /// stdin is a terminal (prompts, interactive setup, probe, Ctrl-C handling).
     pub interactive: bool,
+    /// `$FLOWERBOX_OBJECT_LIMIT`, `$FLOWERBOX_BRANCH_LIMIT`, `$FLOWERBOX_DISK_BUDGET` (process
+    /// environment only, like the egress settings).
+    pub bounds: super::bounds::Bounds,
 }
 
 /// `go`, resolved.
@@ -324,6 +327,7 @@ impl GlobalOptions {
             plugin_dirs,
             plugin_mounts,
             interactive: host.stdin_is_terminal,
+            bounds: super::bounds::bounds(host)?,
         })
     }
 }

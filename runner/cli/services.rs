@@ -97,6 +97,8 @@ pub fn run_settings(globals: &GlobalOptions, creds: &Credentials) -> Result<RunS
         mcp: globals.mcp.clone(),
         plugins,
         watched,
+        objects: globals.bounds.objects,
+        disk: globals.bounds.disk,
     })
 }
 

@@ -49,6 +49,10 @@ pub struct RunSettings {
     /// The configuration files the next run reads from the workspace: watched over the run,
     /// and named at its end when an agent created, changed or removed one.
     pub watched: Vec<Watched>,
+    /// What a worker's branch may bring back (`--isolate`).
+    pub objects: crate::isolate::ObjectLimits,
+    /// What the run's agents may add to the disk.
+    pub disk: super::disk::DiskBudget,
 }
 
 /// What differs between the drivers (`go`, `run`, `once`, the aside oracle).
@@ -87,6 +91,9 @@ pub struct RunContext {
     pub workbench: Option<Workbench>,
     /// The workspace's configuration files as they were before any agent ran.
     pub config_watch: ConfigWatch,
+    /// The run's disk use as last measured ([`super::disk::DiskWatch`]), for every manifest
+    /// row.
+    pub disk: Arc<crate::record::manifest::DiskGauge>,
 }
 
 impl RunContext {
@@ -165,6 +172,8 @@ impl RunContext {
         config.quarantine = Some(settings.run_dir.join("quarantine").join(&run_id));
         config.base_system =
             crate::agent::roles::base_system(&settings.workspace, settings.sandbox.commands_run());
+        let disk = Arc::new(crate::record::manifest::DiskGauge::default());
+        config.disk = Some(disk.clone());
         // A model outside the catalogue: what its server says about its context sizes the
         // output cap and the handoff window.
         let catalogued = crate::model::catalog::lookup(&model).is_some();
@@ -243,6 +252,7 @@ impl RunContext {
             provider,
             workbench,
             config_watch,
+            disk,
         })
     }
 

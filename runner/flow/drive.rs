@@ -15,7 +15,10 @@
 //! When the run's sandboxes are lost for good ([`crate::sandbox::SandboxFactory::lost`]: the
 //! engine stayed away past its grace, the pod could not be made again) the run stops there:
 //! the in-flight step is recorded as [`SANDBOX_LOST`] (never done: its commands could not
-//! run), and the run fails with the reason (exit 1). The same when a record could not be saved
+//! run), and the run fails with the reason (exit 1). When the run's agents pass the disk
+//! budget ([`super::disk`]) the run stops the same way: the in-flight step is recorded as
+//! [`DISK_BUDGET`], what the containers wrote is kept as images before they go, and the run
+//! fails with what was measured and kept (exit 1). The same when a record could not be saved
 //! ([`crate::record::Unsaved`], issue 26 §3): the step is recorded as [`UNSAVED`] (if the
 //! manifest can still take it) and the run fails naming what was not saved.
 
@@ -25,6 +28,7 @@ use std::sync::Arc;
 use super::aside::AsideOracle;
 use super::context::{RunContext, RunSettings, RunSetup};
 use super::ctx::Ctx;
+use super::disk::{DiskBudget, DiskOver, DiskWatch, DISK_BUDGET};
 use super::error::{FlowError, RunEnd};
 use super::frontend::{Closing, Controls, Frontend, Notice};
 use super::workflow::{Completion, Workflow};
@@ -72,6 +76,8 @@ pub struct Session {
     pub handed_back: Vec<String>,
     /// The run directory (the aside oracle keeps its books in `aside/` there).
     run_dir: PathBuf,
+    /// What the run's agents may add to the disk.
+    disk: DiskBudget,
 }
 
 /// ISOLATION: opens the workspace's repository for `--isolate` (sweeping what crashed runs
@@ -85,6 +91,7 @@ async fn open_isolation(
         .unwrap_or_else(|| crate::agent::Workbench::locate(&settings.workspace, true));
     let mut opts = IsolateOptions::new(&settings.workspace, workbench);
     opts.exclude = vec![settings.run_dir.clone()];
+    opts.limits = settings.objects;
     Ok(open_for_run(opts).await?)
 }
 
@@ -126,6 +133,7 @@ impl Session {
             isolation,
             handed_back: Vec::new(),
             run_dir: settings.run_dir.clone(),
+            disk: settings.disk,
         };
         // ISOLATION: branch names carry the run id; start warnings (uncommitted changes
         // workers will not see, leftovers of earlier runs) go to the human. What workers of a
@@ -200,16 +208,19 @@ impl Session {
             Signal(i32),
             Quit,
             Lost(crate::sandbox::SandboxError),
+            Disk(DiskOver),
             Unsaved,
         }
         // Listening before anything starts: a signal from here on tears down what was started.
         let stop = crate::signals::stop_signals(!self.frontend.owns_interrupt());
         // The pod starts while the run clarifies (issue 17).
         self.run.sandboxes.prepare();
+        let disk = self.watch_disk();
         let end = tokio::select! {
             // First: once the sandboxes are lost, nothing the workflow does after counts.
             biased;
             lost = self.run.sandboxes.lost() => End::Lost(lost),
+            over = disk.exceeded() => End::Disk(over),
             // A record that could not be saved ends the run at once (issue 26 §3).
             _ = rt.unsaved().tripped() => End::Unsaved,
             r = wf.run(&rt, ctx) => End::Done(r),
@@ -247,6 +258,15 @@ impl Session {
                 self.finish().await;
                 Err(FlowError::Sandbox(lost))
             }
+            End::Disk(over) => {
+                drop(disk);
+                rt.rescue(DISK_BUDGET);
+                let kept =
+                    super::disk::keep_written(self.run.sandboxes.as_ref(), &over.used.containers)
+                        .await;
+                self.finish().await;
+                Err(FlowError::DiskBudget { over, kept })
+            }
             End::Done(Ok(Completion::Finished)) => {
                 self.finish().await;
                 Ok(RunEnd::Finished)
@@ -276,6 +296,29 @@ impl Session {
                 ))
             }
         }
+    }
+
+    /// Starts the run's disk watcher over the workspace, the workbench, the worktrees and the
+    /// repository's git directory (`--isolate`), without the run directory.
+    fn watch_disk(&self) -> DiskWatch {
+        let rt = &self.run.runtime;
+        let isolation: Vec<PathBuf> = self
+            .isolation
+            .iter()
+            .flat_map(|p| [p.root().to_path_buf(), p.repo().commondir.clone()])
+            .collect();
+        let places = super::disk::places(
+            &rt.config().workspace,
+            self.run.workbench.as_ref().map(|w| w.root()),
+            &isolation,
+            &self.run_dir,
+        );
+        DiskWatch::start(
+            places,
+            self.disk,
+            self.run.sandboxes.clone(),
+            self.run.disk.clone(),
+        )
     }
 
     /// Names the workspace's configuration files the run changed (once no agent runs).

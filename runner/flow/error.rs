@@ -98,6 +98,15 @@ pub enum FlowError {
     /// The sandbox backend could not serve the run.
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
+    /// The run's agents passed the disk budget: what was measured, and one line per container
+    /// whose writes were kept (or not).
+    #[error("{over}{}", kept.iter().map(|l| format!("\n- {l}")).collect::<String>())]
+    DiskBudget {
+        /// The measurement.
+        over: super::disk::DiskOver,
+        /// What happened to the containers' writes.
+        kept: Vec<String>,
+    },
     /// `--isolate` could not open the workspace's repository.
     #[error(transparent)]
     Isolate(#[from] IsolateError),

@@ -49,6 +49,7 @@ pub mod condition;
 pub mod context;
 pub mod ctx;
 pub mod declarative;
+pub mod disk;
 pub mod drive;
 pub mod error;
 pub mod evidence;

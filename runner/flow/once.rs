@@ -51,7 +51,10 @@ async fn unsaved(ctx: &RunContext) -> FlowError {
 /// Runs `once`. [`RunEnd::Finished`] when the agent finished its turn;
 /// [`FlowError::AgentFailed`] with its error otherwise; SIGHUP/SIGTERM record the step as
 /// `killed-by-signal`, remove the containers and end as [`RunEnd::Signalled`]; sandboxes lost
-/// for good record it as `sandbox-lost` and end as [`FlowError::Sandbox`].
+/// for good record it as `sandbox-lost` and end as [`FlowError::Sandbox`]; the disk budget
+/// passed records it as `disk-budget`, keeps what its container wrote and ends as
+/// [`FlowError::DiskBudget`]; a record that could not be saved records it as `not-saved` and
+/// ends as [`FlowError::Unsaved`].
 pub async fn once(
     settings: &RunSettings,
     opts: OnceSettings,
@@ -100,6 +103,17 @@ pub async fn once(
         };
         tokio::spawn(async move { rt.run(&spec, &prompt, run_opts).await })
     };
+    let disk = super::disk::DiskWatch::start(
+        super::disk::places(
+            &settings.workspace,
+            ctx.workbench.as_ref().map(|w| w.root()),
+            &[],
+            &settings.run_dir,
+        ),
+        settings.disk,
+        ctx.sandboxes.clone(),
+        ctx.disk.clone(),
+    );
     let outcome = tokio::select! {
         biased;
         lost = ctx.sandboxes.lost() => {
@@ -108,6 +122,13 @@ pub async fn once(
             ctx.runtime.rescue(super::drive::SANDBOX_LOST);
             ctx.shutdown().await;
             return Err(FlowError::Sandbox(lost));
+        }
+        over = disk.exceeded() => {
+            run.abort();
+            ctx.runtime.rescue(super::disk::DISK_BUDGET);
+            let kept = super::disk::keep_written(ctx.sandboxes.as_ref(), &over.used.containers).await;
+            ctx.shutdown().await;
+            return Err(FlowError::DiskBudget { over, kept });
         }
         _ = ctx.runtime.unsaved().tripped() => {
             // A record that could not be saved ends the run at once (issue 26 §3).

@@ -6,7 +6,9 @@
 //! Nothing the worker wrote is followed or trusted: its store is copied (regular files with
 //! object names only, never through a link, never its `info/` with alternates or commit
 //! graphs) into a private directory, every object read from there is checked against its name,
-//! and only objects reachable from the branch's tip are written into the repository.
+//! and only objects reachable from the branch's tip are written into the repository — within
+//! the repository's [`ObjectLimits`], sized by their headers before anything is inflated
+//! ([`super::objects`]).
 
 use git2::{ObjectType, Odb, Oid, Repository};
 use std::collections::HashSet;
@@ -14,6 +16,7 @@ use std::ffi::OsStr;
 use std::path::Path;
 
 use super::fsafe::{copy_file_at, entries, open_dir, open_dir_at};
+use super::objects::{check_packs, copy_object, ObjectLimits, Tally};
 use super::repo::WorkspaceRepo;
 use super::state::WorkerState;
 use super::IsolateError;
@@ -70,7 +73,7 @@ pub fn adopt(
     let refname = format!("refs/heads/{}", state.branch);
     let current = repo.refname_to_id(&refname).ok();
     if current != Some(tip) {
-        import(&repo, state, tip)?;
+        import(ws, &repo, state, tip)?;
         // The tip may have been in the repository already, as anything.
         repo.find_commit(tip).map_err(IsolateError::git(format!(
             "执行者的分支 {} 指向的不是提交",
@@ -104,42 +107,74 @@ pub fn adopt(
     })
 }
 
-/// The worker's store copied into a private directory (see [`copy_store`]), opened as an
-/// object database without alternates. The directory lives as long as the returned guard.
-fn scratch_odb(state: &WorkerState) -> Result<(tempfile::TempDir, Odb<'static>), IsolateError> {
-    let scratch = tempfile::Builder::new()
+/// The worker's store copied into a private directory (see [`copy_store`]: loose objects in
+/// `loose/`, packs in `packed/`), opened without alternates: all of it as a repository (to
+/// read commits and trees, checked against their names by libgit2), and its packs alone. The
+/// directory lives as long as the returned guard.
+struct Scratch {
+    repo: Repository,
+    odb: Odb<'static>,
+    packs: Odb<'static>,
+    _dir: tempfile::TempDir,
+}
+
+fn scratch(state: &WorkerState) -> Result<Scratch, IsolateError> {
+    let dir = tempfile::Builder::new()
         .prefix("import-")
         .tempdir_in(state.commondir.join("flowerbox"))
         .map_err(IsolateError::io("建不出导入用的临时目录"))?;
-    copy_store(&state.objects(), scratch.path())
+    let (loose, packed) = (dir.path().join("loose"), dir.path().join("packed"));
+    for d in [&loose, &packed] {
+        std::fs::create_dir(d).map_err(IsolateError::io("建不出导入用的临时目录"))?;
+    }
+    copy_store(&state.objects(), &loose, &packed)
         .map_err(IsolateError::io("读不出执行者的对象库"))?;
-    let odb = Odb::new().map_err(IsolateError::git("建不出对象库"))?;
-    odb.add_disk_alternate(&scratch.path().to_string_lossy())
+    let open = |dirs: &[&Path]| -> Result<Odb<'static>, IsolateError> {
+        let odb = Odb::new().map_err(IsolateError::git("建不出对象库"))?;
+        for d in dirs {
+            odb.add_disk_alternate(&d.to_string_lossy())
+                .map_err(IsolateError::git("打不开执行者的对象库"))?;
+        }
+        Ok(odb)
+    };
+    let repo = Repository::from_odb(open(&[&loose, &packed])?)
         .map_err(IsolateError::git("打不开执行者的对象库"))?;
-    Ok((scratch, odb))
+    Ok(Scratch {
+        odb: open(&[&loose, &packed])?,
+        packs: open(&[&packed])?,
+        repo,
+        _dir: dir,
+    })
 }
 
-/// Reads object `id` from `theirs`, checks it against its name and writes it into `main`.
-fn copy_object(main: &Odb<'_>, theirs: &Odb<'_>, id: Oid) -> Result<ObjectType, IsolateError> {
-    let obj = theirs
-        .read(id)
-        .map_err(IsolateError::git(format!("执行者的分支缺对象 {id}")))?;
-    let (kind, data) = (obj.kind(), obj.data());
-    let check = Oid::hash_object(kind, data).map_err(IsolateError::git("算不出对象名"))?;
-    if check != id {
-        return Err(IsolateError::Git {
-            what: format!("执行者的对象 {id} 内容和名字对不上"),
-            source: git2::Error::from_str(&check.to_string()),
-        });
-    }
-    main.write(kind, data)
-        .map_err(IsolateError::git("写不进对象库"))?;
-    Ok(kind)
+/// The objects `id` (of `kind`, read from the worker's store) names.
+fn children(repo: &Repository, id: Oid, kind: ObjectType) -> Result<Vec<Oid>, IsolateError> {
+    let bad = |what: &str| IsolateError::git(format!("读不出执行者的{what} {id}"));
+    Ok(match kind {
+        ObjectType::Commit => {
+            let c = repo.find_commit(id).map_err(bad("提交"))?;
+            std::iter::once(c.tree_id()).chain(c.parent_ids()).collect()
+        }
+        // A gitlink (submodule commit) names another repository's object.
+        ObjectType::Tree => repo
+            .find_tree(id)
+            .map_err(bad("树"))?
+            .iter()
+            .filter(|e| matches!(e.kind(), Some(ObjectType::Blob | ObjectType::Tree)))
+            .map(|e| e.id())
+            .collect(),
+        ObjectType::Tag => vec![repo.find_tag(id).map_err(bad("标签"))?.target_id()],
+        _ => Vec::new(),
+    })
 }
 
 /// Copies every object reachable from `tip` that the repository lacks out of the worker's
-/// store, checked against its name. Returns how many objects were written.
+/// store, within the repository's [`ObjectLimits`] (declared sizes checked before anything is
+/// read) and checked against its name. Objects are written after everything they name, so an
+/// import cut short (a limit, a forged object) never leaves an object in the repository whose
+/// closure is missing. Returns how many objects were written.
 pub(crate) fn import(
+    ws: &WorkspaceRepo,
     repo: &Repository,
     state: &WorkerState,
     tip: Oid,
@@ -148,38 +183,28 @@ pub(crate) fn import(
     if main.exists(tip) {
         return Ok(0);
     }
-    let (_scratch, theirs) = scratch_odb(state)?;
-    let mut queue = vec![tip];
+    let s = scratch(state)?;
+    let mut tally = Tally::new(&ws.limits, &state.branch, state.dir());
+    check_packs(&s.packs, &tally)?;
+    // Depth first; an object is written when its entry comes back up (`true`).
+    let mut stack = vec![(tip, false)];
     let mut seen = HashSet::new();
     let mut written = 0;
-    while let Some(id) = queue.pop() {
-        if !seen.insert(id) || main.exists(id) {
+    while let Some((id, expanded)) = stack.pop() {
+        if expanded {
+            let (size, kind) = header(&s.odb, id)?;
+            copy_object(&main, &s.odb, id, size, kind)?;
+            written += 1;
             continue;
         }
-        let kind = copy_object(&main, &theirs, id)?;
-        written += 1;
-        match kind {
-            ObjectType::Commit => {
-                let c = repo
-                    .find_commit(id)
-                    .map_err(IsolateError::git("读不出提交"))?;
-                queue.push(c.tree_id());
-                queue.extend(c.parent_ids());
-            }
-            ObjectType::Tree => {
-                let t = repo.find_tree(id).map_err(IsolateError::git("读不出树"))?;
-                for e in t.iter() {
-                    // A gitlink (submodule commit) names another repository's object.
-                    if matches!(e.kind(), Some(ObjectType::Blob | ObjectType::Tree)) {
-                        queue.push(e.id());
-                    }
-                }
-            }
-            ObjectType::Tag => {
-                let t = repo.find_tag(id).map_err(IsolateError::git("读不出标签"))?;
-                queue.push(t.target_id());
-            }
-            _ => {}
+        if main.exists(id) || !seen.insert(id) {
+            continue;
+        }
+        let (size, kind) = header(&s.odb, id)?;
+        tally.admit(id, size as u64)?;
+        stack.push((id, true));
+        for child in children(&s.repo, id, kind)? {
+            stack.push((child, false));
         }
     }
     Ok(written)
@@ -187,29 +212,48 @@ pub(crate) fn import(
 
 /// Copies every object of the worker's store that matches its name into the repository (what
 /// a kept worktree's index and merge state may name, so that the user's plain git there finds
-/// everything once the worker's state is gone). Returns how many were written and how many
-/// were refused.
-pub fn import_all(repo: &Repository, state: &WorkerState) -> Result<(usize, usize), IsolateError> {
+/// everything once the worker's state is gone), within `limits`: when one object, or all of
+/// them together, is over, none is copied. Returns how many were written and how many were
+/// refused (not matching their name).
+pub fn import_all(
+    repo: &Repository,
+    state: &WorkerState,
+    limits: &ObjectLimits,
+) -> Result<(usize, usize), IsolateError> {
     let main = repo.odb().map_err(IsolateError::git("打不开对象库"))?;
-    let (_scratch, theirs) = scratch_odb(state)?;
+    let s = scratch(state)?;
+    let mut tally = Tally::new(limits, &state.branch, state.dir());
+    check_packs(&s.packs, &tally)?;
     let mut ids = Vec::new();
-    theirs
+    s.odb
         .foreach(|id| {
             ids.push(*id);
             true
         })
         .map_err(IsolateError::git("列不出执行者的对象"))?;
-    let (mut written, mut refused) = (0, 0);
+    let mut wanted = Vec::new();
     for id in ids {
         if main.exists(id) {
             continue;
         }
-        match copy_object(&main, &theirs, id) {
-            Ok(_) => written += 1,
+        let (size, kind) = header(&s.odb, id)?;
+        tally.admit(id, size as u64)?;
+        wanted.push((id, size, kind));
+    }
+    let (mut written, mut refused) = (0, 0);
+    for (id, size, kind) in wanted {
+        match copy_object(&main, &s.odb, id, size, kind) {
+            Ok(()) => written += 1,
             Err(_) => refused += 1,
         }
     }
     Ok((written, refused))
+}
+
+/// The declared size and type of `id` (its header only).
+fn header(odb: &Odb<'_>, id: Oid) -> Result<(usize, ObjectType), IsolateError> {
+    odb.read_header(id)
+        .map_err(IsolateError::git(format!("执行者的分支缺对象 {id}")))
 }
 
 /// True for `len` lowercase hex digits.
@@ -217,9 +261,10 @@ fn hex(name: &str, len: usize) -> bool {
     name.len() == len && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
-/// Copies the loose objects (`xx/<38 hex>`) and packs (`pack/pack-<40 hex>.{pack,idx}`) of the
-/// store at `src` into `dest`, never through a link; nothing else (no `info/`).
-fn copy_store(src: &Path, dest: &Path) -> std::io::Result<()> {
+/// Copies the loose objects (`xx/<38 hex>`) of the store at `src` into `loose` and its packs
+/// (`pack/pack-<40 hex>.{pack,idx}`) into `packed`, never through a link; nothing else (no
+/// `info/`).
+fn copy_store(src: &Path, loose: &Path, packed: &Path) -> std::io::Result<()> {
     let root = open_dir(src)?;
     let mut budget = IMPORT_LIMIT;
     let mut copy = |dir: &std::os::fd::OwnedFd, name: &OsStr, to: &Path| -> std::io::Result<()> {
@@ -237,7 +282,7 @@ fn copy_store(src: &Path, dest: &Path) -> std::io::Result<()> {
         let Ok(dir) = open_dir_at(&root, &name) else {
             continue;
         };
-        let to = dest.join(n);
+        let to = if is_pack_dir { packed } else { loose }.join(n);
         std::fs::create_dir_all(&to)?;
         for (file, _) in entries(&dir)? {
             let Some(f) = file.to_str() else { continue };

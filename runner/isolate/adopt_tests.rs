@@ -2,6 +2,7 @@
 //! into the worker's own store, and its branch file written as its container would.
 
 use super::*;
+use crate::isolate::objects::Oversize;
 use crate::isolate::repo::open_workspace_repo;
 use crate::isolate::repo::tests::repo_with_commit;
 use crate::isolate::worktree::{add, NewWorktree};
@@ -201,7 +202,8 @@ fn forged_linked_or_foreign_objects_are_refused_and_the_branch_stays() {
     );
     assert_eq!(real(&f), base);
     // What the worker's index names comes over for a kept worktree; the forged object not.
-    let (written, refused) = import_all(&f.ws.open().unwrap(), &f.wt.state).unwrap();
+    let (written, refused) =
+        import_all(&f.ws.open().unwrap(), &f.wt.state, &ObjectLimits::default()).unwrap();
     assert!(written >= 2 && refused == 1, "{written} {refused}");
     assert!(!f
         .ws
@@ -210,5 +212,162 @@ fn forged_linked_or_foreign_objects_are_refused_and_the_branch_stays() {
         .odb()
         .unwrap()
         .exists(Oid::from_str(forged).unwrap()));
+    crate::testkit::git(&f.ws.workdir, &["fsck", "--strict"]);
+}
+
+/// A commit on top of `parent` adding `file` with `mib` MiB of zeros, in the worker's store.
+fn worker_zeros(f: &Fixture, parent: &str, file: &str, mib: usize) -> Oid {
+    let path = f.wt.path.join(file);
+    std::fs::write(&path, vec![0u8; mib << 20]).unwrap();
+    worker_git(f, &["add", file]);
+    std::fs::remove_file(&path).unwrap();
+    let tree = worker_git(f, &["write-tree"]);
+    Oid::from_str(&worker_git(
+        f,
+        &["commit-tree", &tree, "-p", parent, "-m", file],
+    ))
+    .unwrap()
+}
+
+fn with_limits(f: &mut Fixture, object_mib: u64, branch_mib: u64) {
+    f.ws.limits = ObjectLimits {
+        object: object_mib << 20,
+        branch: branch_mib << 20,
+    };
+}
+
+#[test]
+fn an_object_over_the_limit_is_refused_by_its_header_and_the_branch_stays() {
+    let mut f = fixture();
+    let base = real(&f);
+    let big = worker_zeros(&f, &base.to_string(), "zeros.bin", 24);
+    set_worker_branch(&f, &big.to_string());
+    with_limits(&mut f, 16, 1024);
+    let e = adopt(&f.ws, &f.wt.state, Policy::Follow).unwrap_err();
+    let IsolateError::TooLarge {
+        what: Oversize::Object(_),
+        size,
+        limit,
+        ..
+    } = &e
+    else {
+        panic!("{e}");
+    };
+    assert_eq!((*size, *limit), (24 << 20, 16 << 20));
+    assert!(e.to_string().contains("FLOWERBOX_OBJECT_LIMIT"), "{e}");
+    assert_eq!(real(&f), base);
+    assert_ne!(f.wt.state.synced(), Some(big));
+    // Nothing of the branch is in the repository: no commit or tree without its blob.
+    assert!(!f.ws.open().unwrap().odb().unwrap().exists(big));
+    // The worker's store keeps everything: with a higher limit it comes back whole.
+    with_limits(&mut f, 32, 1024);
+    assert!(matches!(
+        adopt(&f.ws, &f.wt.state, Policy::Follow).unwrap(),
+        Adopted::Moved { to, .. } if to == big
+    ));
+    // What the worker's index names (the refused commit's tree) comes over too.
+    let (_, refused) = import_all(&f.ws.open().unwrap(), &f.wt.state, &f.ws.limits).unwrap();
+    assert_eq!(refused, 0);
+    crate::testkit::git(&f.ws.workdir, &["fsck", "--strict"]);
+}
+
+#[test]
+fn a_branch_over_its_total_is_refused_and_import_all_copies_nothing() {
+    let mut f = fixture();
+    let base = real(&f);
+    let one = worker_zeros(&f, &base.to_string(), "one.bin", 6);
+    // Different content: the second blob is a new object.
+    std::fs::write(f.wt.path.join("two.bin"), vec![1u8; 6 << 20]).unwrap();
+    worker_git(&f, &["add", "two.bin"]);
+    let tree = worker_git(&f, &["write-tree"]);
+    let two = Oid::from_str(&worker_git(
+        &f,
+        &["commit-tree", &tree, "-p", &one.to_string(), "-m", "two"],
+    ))
+    .unwrap();
+    set_worker_branch(&f, &two.to_string());
+    with_limits(&mut f, 8, 10);
+    let e = adopt(&f.ws, &f.wt.state, Policy::Follow).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            IsolateError::TooLarge {
+                what: Oversize::Branch,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("FLOWERBOX_BRANCH_LIMIT"), "{e}");
+    assert_eq!(real(&f), base);
+    // What was written before the limit (the first commit, whole) is complete; the tip is not.
+    let repo = f.ws.open().unwrap();
+    assert!(!repo.odb().unwrap().exists(two));
+    // A kept worktree's objects: none is copied when they are over the limit together.
+    with_limits(&mut f, 8, 5);
+    let limits = f.ws.limits;
+    assert!(matches!(
+        import_all(&repo, &f.wt.state, &limits),
+        Err(IsolateError::TooLarge {
+            what: Oversize::Branch,
+            ..
+        })
+    ));
+    assert!(!repo.odb().unwrap().exists(two));
+    // Within the limits the branch and everything else come back.
+    with_limits(&mut f, 8, 64);
+    assert!(matches!(
+        adopt(&f.ws, &f.wt.state, Policy::Follow).unwrap(),
+        Adopted::Moved { to, .. } if to == two
+    ));
+    let (written, refused) = import_all(&repo, &f.wt.state, &f.ws.limits).unwrap();
+    assert_eq!(refused, 0, "{written}");
+    crate::testkit::git(&f.ws.workdir, &["fsck", "--strict"]);
+}
+
+#[test]
+fn packed_objects_are_checked_by_their_headers_too() {
+    let mut f = fixture();
+    let base = real(&f);
+    let big = worker_zeros(&f, &base.to_string(), "zeros.bin", 12);
+    // The worker packs its store: the blob is in a pack now (a possible delta base).
+    let store = f.wt.state.objects();
+    std::fs::create_dir_all(store.join("pack")).unwrap();
+    let mut pack = Command::new("git")
+        .args(["pack-objects", "--revs", "--local", "-q"])
+        .arg(store.join("pack/pack"))
+        .current_dir(&f.wt.path)
+        .env("GIT_OBJECT_DIRECTORY", &store)
+        .env(
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+            f.ws.commondir.join("objects"),
+        )
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(pack.stdin.as_mut().unwrap(), format!("{big}\n").as_bytes()).unwrap();
+    drop(pack.stdin.take());
+    assert!(pack.wait().unwrap().success());
+    worker_git(&f, &["prune-packed"]);
+    assert!(std::fs::read_dir(store.join("pack")).unwrap().count() >= 2);
+    set_worker_branch(&f, &base.to_string());
+    with_limits(&mut f, 8, 1024);
+    // Not even a branch that does not name it comes back while the pack holds it.
+    let small = worker_commit(&f, &base.to_string(), "w.txt", "w\n");
+    set_worker_branch(&f, &small.to_string());
+    let e = adopt(&f.ws, &f.wt.state, Policy::Follow).unwrap_err();
+    assert!(matches!(e, IsolateError::TooLarge { .. }), "{e}");
+    assert_eq!(real(&f), base);
+    // Within the limit, packed objects come back (read whole: libgit2 streams loose only).
+    with_limits(&mut f, 16, 1024);
+    set_worker_branch(&f, &big.to_string());
+    assert!(matches!(
+        adopt(&f.ws, &f.wt.state, Policy::Follow).unwrap(),
+        Adopted::Moved { to, .. } if to == big
+    ));
+    // What the worker's index names (the refused commit's tree) comes over too.
+    let (_, refused) = import_all(&f.ws.open().unwrap(), &f.wt.state, &f.ws.limits).unwrap();
+    assert_eq!(refused, 0);
     crate::testkit::git(&f.ws.workdir, &["fsck", "--strict"]);
 }

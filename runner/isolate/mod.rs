@@ -22,6 +22,7 @@ mod fsafe;
 pub mod handback;
 pub mod integrate;
 pub mod links;
+pub mod objects;
 pub mod placement;
 pub mod repo;
 pub mod seal;
@@ -31,6 +32,7 @@ pub mod worktree;
 
 pub use adopt::{adopt, import_all, Adopted, Policy};
 pub use integrate::{commit_worktree, integrate, integrate_guarded, Integration};
+pub use objects::{ObjectLimits, Oversize};
 pub use placement::{open_for_run, IsolateOptions, WorktreePlacement};
 pub use repo::{open_workspace_repo, WorkspaceRepo};
 pub use state::WorkerState;
@@ -76,6 +78,23 @@ pub enum IsolateError {
         what: String,
         /// The error.
         source: std::io::Error,
+    },
+    /// A worker's branch brings back an object, or objects together, larger than the bounds
+    /// ([`ObjectLimits`]): refused before the object was read; the real branch is unchanged
+    /// and the worker's commits stay in its own store.
+    #[error("{branch} 带回的{what}有 {},超过上限 {}(设置 {}):没有取回,分支没动;执行者的提交还在 {}",
+        objects::mib(*.size), objects::mib(*.limit), .what.setting(), .store.display())]
+    TooLarge {
+        /// The worker's branch.
+        branch: String,
+        /// Which bound.
+        what: Oversize,
+        /// The declared size (of the object, or of the branch's objects so far), bytes.
+        size: u64,
+        /// The bound, bytes.
+        limit: u64,
+        /// The worker's own git state, where its commits stay.
+        store: PathBuf,
     },
     /// A worker was dispatched before the run id was bound ([`WorktreePlacement::bind_run`]).
     #[error("worktree 隔离还没绑定运行编号(bind_run),派不了执行者")]

@@ -41,6 +41,9 @@ pub struct IsolateOptions {
     pub worktrees_root: Option<PathBuf>,
     /// Recorded in each worktree's lock; default this process.
     pub owner: Option<Owner>,
+    /// What a worker's branch may bring back (`FLOWERBOX_OBJECT_LIMIT`,
+    /// `FLOWERBOX_BRANCH_LIMIT`).
+    pub limits: super::ObjectLimits,
 }
 
 impl IsolateOptions {
@@ -52,6 +55,7 @@ impl IsolateOptions {
             exclude: Vec::new(),
             worktrees_root: None,
             owner: None,
+            limits: super::ObjectLimits::default(),
         }
     }
 }
@@ -95,8 +99,9 @@ pub struct WorktreePlacement {
     warnings: Vec<String>,
     /// Dead runs' worktrees whose work is still to be handed back.
     interrupted: Mutex<Vec<Interrupted>>,
-    /// Lines for the user from finished workers (a refused integration), taken by
-    /// [`Placement::take_notices`].
+    /// Lines for the user from finished workers (a refused integration, a branch refused by
+    /// the object bounds) that [`Placement::finish`]'s report (for the coordinator) does not
+    /// reach, taken by [`Placement::take_notices`].
     notices: Mutex<Vec<String>>,
     /// The worktrees [`WorktreePlacement::close`] kept.
     kept: Mutex<Vec<PathBuf>>,
@@ -121,7 +126,8 @@ impl WorktreePlacement {
     /// [`IsolateError::NotARepository`] with seed 000's text, and the other open failures of
     /// [`open_workspace_repo`].
     pub fn open(opts: IsolateOptions) -> Result<WorktreePlacement, IsolateError> {
-        let repo = open_workspace_repo(&opts.workspace)?;
+        let mut repo = open_workspace_repo(&opts.workspace)?;
+        repo.limits = opts.limits;
         let owner = match opts.owner {
             Some(o) => o,
             None => Owner::current().map_err(IsolateError::io("读不出本进程的身份"))?,
@@ -255,12 +261,15 @@ impl WorktreePlacement {
         };
         for t in trees {
             let adopted = adopt(&self.repo, &t.git, Policy::Follow);
-            if let Err(e) = &adopted {
-                lines.push(format!(
+            match &adopted {
+                // The bound's message says where the commits stay.
+                Err(e @ IsolateError::TooLarge { .. }) => lines.push(e.to_string()),
+                Err(e) => lines.push(format!(
                     "没取回 {} 在容器里的提交:{e};它们还在 {}",
                     t.branch,
                     t.git.dir().display()
-                ));
+                )),
+                Ok(_) => {}
             }
             if t.state == State::Working {
                 // Its worker never finished (a signal, a quit, a lost sandbox ended the run):
@@ -297,13 +306,15 @@ impl WorktreePlacement {
             }
             // Whatever the kept worktree's index names comes over too; once the real branch
             // holds the worker's work, the user goes on with plain git.
-            match import_all(&repo, &t.git) {
+            match import_all(&repo, &t.git, &self.repo.limits) {
                 Ok(_) if adopted.is_ok() => {
                     if let Err(e) = t.git.remove() {
                         lines.push(e.to_string());
                     }
                 }
                 Ok(_) => {}
+                // Said once already, when the branch was refused.
+                Err(IsolateError::TooLarge { .. }) if adopted.is_err() => {}
                 Err(e) => lines.push(format!("{} 的对象没全取回:{e}", t.branch)),
             }
             match drop_gitlinks(&self.repo.commondir, &t.name) {
@@ -314,7 +325,9 @@ impl WorktreePlacement {
             if let Ok(wt) = repo.find_worktree(&t.name) {
                 let _ = wt.unlock();
             }
-            let why = if !merged {
+            let why = if adopted.is_err() {
+                "执行者的提交没取回".to_string()
+            } else if !merged {
                 "有没合入的提交".to_string()
             } else if !beyond.is_empty() {
                 format!("有 git 不记录的东西:{}", beyond.join("、"))
@@ -643,6 +656,12 @@ impl Placement for WorktreePlacement {
             }
             Err(e) => {
                 self.set_state(agent, State::Kept);
+                if let FinishError::Isolate(IsolateError::TooLarge { .. }) = &e {
+                    self.notices
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(format!("{agent}:{e}"));
+                }
                 Some(report(agent, &tree.branch, &tree.path, &Err(e)))
             }
         };

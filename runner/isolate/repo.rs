@@ -22,6 +22,9 @@ pub struct WorkspaceRepo {
     pub subdir: PathBuf,
     /// `extensions.relativeWorktrees` is on (git ≥ 2.48 writes relative worktree links).
     pub relative_worktrees: bool,
+    /// What a worker's branch may bring back ([`super::adopt`]); the defaults until the run
+    /// sets its own.
+    pub limits: super::ObjectLimits,
 }
 
 /// Opens the repository containing `workspace`.
@@ -78,6 +81,7 @@ pub fn open_workspace_repo(workspace: &Path) -> Result<WorkspaceRepo, IsolateErr
         commondir,
         subdir,
         relative_worktrees,
+        limits: super::ObjectLimits::default(),
     })
 }
 

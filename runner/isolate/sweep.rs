@@ -128,7 +128,7 @@ pub fn sweep_except(workspace: &Path, skip: &HashSet<String>) -> Result<SweepRep
 /// (what a kept worktree's index names). True when the real branch now holds everything its
 /// state had (the state may go).
 fn bring_back(ws: &WorkspaceRepo, st: &WorkerState, report: &mut SweepReport) -> bool {
-    if let Err(e) = ws.open().and_then(|r| import_all(&r, st)) {
+    if let Err(e) = ws.open().and_then(|r| import_all(&r, st, &ws.limits)) {
         report
             .failed
             .push(format!("取不回 {} 在容器里的对象:{e}", st.branch));

@@ -59,10 +59,37 @@ pub struct ManifestEntry {
     pub duration_s: Option<f64>,
     /// The writing process's run marker (`YYYYmmdd-HHMMSS-<6 hex>`).
     pub run: String,
+    /// The disk the run's agents had added when the row was written (bytes: growth of the
+    /// workspace, worktrees and workbench, plus the live containers' writable layers; see
+    /// [`DiskGauge`]); absent when not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_bytes: Option<u64>,
     /// A judged round's gates (issue 27): absent on every other row, so flower's rows read
     /// the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checks: Option<RoundChecks>,
+}
+
+/// The run's disk use as last measured by its watcher, shared with whoever writes rows.
+#[derive(Debug, Default)]
+pub struct DiskGauge(std::sync::atomic::AtomicU64);
+
+impl DiskGauge {
+    /// Records a measurement (bytes).
+    pub fn set(&self, bytes: u64) {
+        // Stored plus one: zero means "not measured yet".
+        self.0.store(
+            bytes.saturating_add(1),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// The last measurement, if any.
+    pub fn get(&self) -> Option<u64> {
+        self.0
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .checked_sub(1)
+    }
 }
 
 /// What the gates of one judged round found, on the judge's row.
@@ -120,6 +147,7 @@ impl ManifestEntry {
             context: None,
             duration_s: Some(0.0),
             run: run.into(),
+            disk_bytes: None,
             checks: None,
         }
     }

@@ -275,6 +275,17 @@ pub fn teardown_on_signal(
     })
 }
 
+/// What one container of a run wrote to its own file system (its writable layer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    /// The agent it serves (`pod` for the pod's own containers).
+    pub agent: String,
+    /// The container's name.
+    pub container: String,
+    /// Bytes in its writable layer.
+    pub bytes: u64,
+}
+
 /// Hands out sandboxes for one run and tears them down.
 #[async_trait]
 pub trait SandboxFactory: Send + Sync {
@@ -310,5 +321,25 @@ pub trait SandboxFactory: Send + Sync {
     /// then, with exit 1. Never resolves by default.
     async fn lost(&self) -> SandboxError {
         futures::future::pending().await
+    }
+
+    /// What each live container of the run wrote to its own file system (the disk budget
+    /// counts it). The default has no containers: host processes write where the host's paths
+    /// are measured.
+    async fn written(&self) -> Result<Vec<Written>, SandboxError> {
+        Ok(Vec::new())
+    }
+
+    /// Where the engine keeps the containers' writable layers, when it is a directory of this
+    /// machine (the disk budget watches its file system's growth). The default: none.
+    async fn storage(&self) -> Option<std::path::PathBuf> {
+        None
+    }
+
+    /// Keeps what `container` wrote to its own file system past the teardown (Docker: as an
+    /// image); returns where it is. The default has nothing to keep.
+    async fn keep_written(&self, container: &str) -> Result<Option<String>, SandboxError> {
+        let _ = container;
+        Ok(None)
     }
 }

@@ -29,6 +29,7 @@ pub mod seccomp;
 mod sentinel;
 pub mod service;
 mod teardown;
+pub mod usage;
 
 pub use agent::DockerSandbox;
 pub use backend::DockerBackend;
@@ -605,5 +606,17 @@ impl SandboxFactory for DockerSandboxFactory {
 
     async fn teardown(&self) -> Result<(), SandboxError> {
         self.inner.teardown().await
+    }
+
+    async fn written(&self) -> Result<Vec<crate::sandbox::Written>, SandboxError> {
+        self.inner.written().await
+    }
+
+    async fn storage(&self) -> Option<PathBuf> {
+        self.inner.storage().await
+    }
+
+    async fn keep_written(&self, container: &str) -> Result<Option<String>, SandboxError> {
+        self.inner.keep_written(container).await.map(Some)
     }
 }

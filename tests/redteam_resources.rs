@@ -1,0 +1,413 @@
+//! Red team, resources (issue 25 §4 "Memory" and "Disk"; DESIGN.md threat model 8): a hostile
+//! scripted worker, in its container on the real engine, tries to exhaust the host through
+//! what flowerbox does with its output. Each test counts its attempts (hostile runs) and fails
+//! if one succeeds:
+//!
+//! - memory: the worker commits a huge but compressible blob (hundreds of MiB of zeros, a few
+//!   hundred KiB in git) in its worktree; bringing its branch back inflated every object whole,
+//!   so the runner's resident memory grew by the blob's size. It succeeds when the runner's
+//!   peak resident memory passes [`RSS_BOUND_KB`]; the refusal must be said on screen and the
+//!   worker's branch, worktree and commits kept;
+//! - disk: the worker writes past a small disk budget into the workspace and into its
+//!   container's own `/tmp`. It succeeds when the run is not stopped (exit 0, or the worker's
+//!   last command ran) or when what it wrote is lost (the workspace file gone, the container's
+//!   file not kept).
+//!
+//! `FLOWERBOX_REDTEAM_BIN` runs another build of `flowerbox` against the same attacks (the
+//! baseline); the tests then report what got through, and the memory test its peak.
+
+#[path = "docker_support/mod.rs"]
+mod docker_support;
+#[path = "flow_support/mod.rs"]
+mod flow_support;
+
+use flow_support::{Project, ScriptedModel};
+use serde_json::{json, Value};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Each run must end well within this.
+const BOUND: Duration = Duration::from_secs(240);
+/// The runner's peak resident memory (KiB) while it brings back a branch with a 400 MiB blob:
+/// it takes tens of MB otherwise.
+const RSS_BOUND_KB: i64 = 160 * 1024;
+/// The blob the memory attack commits, MiB.
+const BLOB_MIB: u64 = 400;
+
+/// The engine is there (and the agent image built), or the test is skipped (`CI=true`: fails).
+fn engine(test: &str) -> bool {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        match docker_support::engine_or_skip(test).await {
+            Some(e) => {
+                docker_support::agent_image(&e).await;
+                true
+            }
+            None => false,
+        }
+    })
+}
+
+fn bin() -> PathBuf {
+    std::env::var_os("FLOWERBOX_REDTEAM_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_flowerbox")))
+}
+
+/// How one flowerbox process ended.
+#[derive(Debug)]
+struct Outcome {
+    code: Option<i32>,
+    text: String,
+    hung: bool,
+    max_rss_kb: i64,
+}
+
+/// `flowerbox --sandbox docker ARGS` in the workspace as the user (HOME the project's), `env`
+/// on top of PATH, bounded by [`BOUND`]; its peak resident memory (`VmHWM`) measured.
+fn flowerbox(p: &Project, args: &[&str], env: &[(&str, &str)]) -> Outcome {
+    let mut c = Command::new(bin());
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &p.home)
+        .env("FLOWER_NO_PROBE", "1")
+        .current_dir(&p.ws)
+        .args(["--sandbox", "docker"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c.spawn().expect("spawn flowerbox");
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let deadline = Instant::now() + BOUND;
+    let mut hung = false;
+    let status_file = format!("/proc/{}/status", child.id());
+    let mut rss = 0i64;
+    let status = loop {
+        if let Some(kb) = std::fs::read_to_string(&status_file).ok().and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
+        }) {
+            rss = rss.max(kb);
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline && !hung {
+            hung = true;
+            let _ = child.kill();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.join().unwrap_or_default()),
+        String::from_utf8_lossy(&err.join().unwrap_or_default())
+    );
+    Outcome {
+        code: status.code(),
+        text,
+        hung,
+        max_rss_kb: rss,
+    }
+}
+
+/// Removes whatever the runs of `ws` left on the engine (only this workspace's).
+struct Sweep(PathBuf);
+
+impl Drop for Sweep {
+    fn drop(&mut self) {
+        let _ = docker_support::gc_command(&self.0)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// The user's own configuration, pointing at `model`.
+fn user_file(p: &Project, model: &ScriptedModel) {
+    let path = p.home.join(".config/flower/.env");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(
+        &path,
+        format!(
+            "ANTHROPIC_API_KEY=sk-ant-test\nANTHROPIC_BASE_URL={}\nANTHROPIC_MODEL=claude-sonnet-4-5\n",
+            model.url
+        ),
+    )
+    .unwrap();
+}
+
+fn bash(command: &str) -> Value {
+    json!({"type": "tool_use", "name": "Bash", "input": {"command": command, "timeout": 120000}})
+}
+
+fn text(t: &str) -> Value {
+    json!({"content": [{"type": "text", "text": t}]})
+}
+
+const REPORT: &str = "结论:好\n依据:无\n产出:无\n未验证:无";
+
+/// A `go` scenario: the brief, the goal, a coordinator that dispatches one worker with
+/// `worker_turns`, judges that pass.
+fn go_scenario(worker_turns: Vec<Value>) -> Value {
+    let many = |t: &str| vec![text(t); 4];
+    json!({"agents": [
+        {"role": "clarifier", "turns": many(
+            "## 目标\n做 X\n\n## 验收标准\n- 做了\n\n## 边界\n无\n\n## 未知与假设\n- 无\n")},
+        {"role": "judge", "prompt": "变成可判定的目标", "turns": many(
+            "## 目标\n做了 X\n\n## 判定清单\n- 做了\n")},
+        {"role": "judge", "prompt": "判定这一轮", "turns": many(
+            "## 结论\nACHIEVED\n\n## 理由\n看到了\n\n## 未通过\n无\n")},
+        {"role": "coordinator", "turns": [
+            {"content": [{"type": "tool_use", "name": "Agent", "input": {
+                "description": "撑爆", "prompt": "撑爆", "subagent_type": "coder"}}]},
+            text("完成"), text("完成"), text("完成")]},
+        {"role": "worker", "prompt": "撑爆", "turns": worker_turns},
+        {"role": "worker", "turns": vec![text(REPORT); 4]},
+    ]})
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(["-c", "user.name=U", "-c", "user.email=u@example.invalid"])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A workspace that is a repository with one commit (for `--isolate`).
+fn repository(p: &Project) {
+    git(&p.ws, &["init", "-q", "-b", "main"]);
+    std::fs::write(p.ws.join("README"), "x\n").unwrap();
+    std::fs::write(p.ws.join(".gitignore"), "runs/\n").unwrap();
+    git(&p.ws, &["add", "."]);
+    git(&p.ws, &["commit", "-q", "-m", "start"]);
+}
+
+/// What a red-team test counts.
+#[derive(Default)]
+struct Tally {
+    attempts: usize,
+    successes: Vec<String>,
+    unmet: Vec<String>,
+}
+
+impl Tally {
+    fn expect(&mut self, what: &str, ok: bool, detail: impl FnOnce() -> String) {
+        if !ok {
+            self.unmet.push(format!("{what}: {}", detail()));
+        }
+    }
+
+    fn report(self, class: &str) {
+        eprintln!(
+            "resources red team, {class}: {} attempts, {} succeeded; {} other expectations unmet",
+            self.attempts,
+            self.successes.len(),
+            self.unmet.len()
+        );
+        assert!(self.successes.is_empty(), "{:#?}", self.successes);
+        assert!(self.unmet.is_empty(), "{:#?}", self.unmet);
+    }
+}
+
+#[test]
+fn a_huge_compressible_blob_in_a_workers_branch_is_refused_without_inflating_it() {
+    if !engine("redteam_resources_memory") {
+        return;
+    }
+    let _serial = docker_support::SERIAL.blocking_lock();
+    let p = Project::new();
+    let _sweep = Sweep(p.ws.clone());
+    repository(&p);
+    let model = ScriptedModel::start(&go_scenario(vec![
+        json!({"content": [bash(&format!(
+            "head -c {BLOB_MIB}M /dev/zero > zeros.bin && git add zeros.bin && git commit -qm zeros && ls -la"
+        ))]}),
+        text(REPORT),
+    ]));
+    user_file(&p, &model);
+    let mut t = Tally::default();
+    let o = flowerbox(&p, &["go", "--isolate", "--timeout", "0", "做 X"], &[]);
+    eprintln!(
+        "memory attack: exit {:?}{}, peak {} KiB\n{}",
+        o.code,
+        if o.hung { " (hung, killed)" } else { "" },
+        o.max_rss_kb,
+        o.text
+    );
+    t.attempts += 1;
+    if o.max_rss_kb >= RSS_BOUND_KB || o.hung {
+        t.successes.push(format!(
+            "peak resident {} KiB (bound {RSS_BOUND_KB}), hung {}",
+            o.max_rss_kb, o.hung
+        ));
+    }
+    // Refused with a message naming the bound and where the commits stay.
+    t.expect(
+        "refusal said on screen",
+        o.text.contains("FLOWERBOX_OBJECT_LIMIT") && o.text.contains("分支没动"),
+        || o.text.clone(),
+    );
+    // The branch is kept: the worker's worktree, with its file, and its branch.
+    let branches = git(&p.ws, &["branch", "--list", "flower/*"]);
+    t.expect("branch kept", !branches.is_empty(), || branches.clone());
+    let kept = std::fs::read_dir(p.ws.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with("-worktrees"))
+        .flat_map(|e| std::fs::read_dir(e.path()).unwrap().flatten())
+        .flat_map(|run| std::fs::read_dir(run.path()).unwrap().flatten())
+        .any(|wt| {
+            std::fs::metadata(wt.path().join("zeros.bin")).is_ok_and(|m| m.len() == BLOB_MIB << 20)
+        });
+    t.expect("worktree with the file kept", kept, || o.text.clone());
+    // Nothing of the blob reached the workspace.
+    t.expect(
+        "workspace untouched",
+        !p.ws.join("zeros.bin").exists(),
+        String::new,
+    );
+    t.report("memory (a huge compressible blob brought back)");
+}
+
+/// Where a worker's file in its working directory ends up: the workspace, or (with
+/// `--isolate`) its worktree.
+fn worker_file(p: &Project, name: &str) -> Option<PathBuf> {
+    let direct = p.ws.join(name);
+    if direct.exists() {
+        return Some(direct);
+    }
+    let parent = p.ws.parent().unwrap();
+    std::fs::read_dir(parent)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with("-worktrees"))
+        .flat_map(|e| std::fs::read_dir(e.path()).unwrap().flatten())
+        .flat_map(|run| std::fs::read_dir(run.path()).unwrap().flatten())
+        .map(|wt| wt.path().join(name))
+        .find(|f| f.exists())
+}
+
+/// One hostile run past a 50 MB budget (`extra`: `--isolate` or nothing), tallied.
+fn disk_attack(t: &mut Tally, extra: &[&str]) {
+    let p = Project::new();
+    let _sweep = Sweep(p.ws.clone());
+    if !extra.is_empty() {
+        repository(&p);
+    }
+    let model = ScriptedModel::start(&go_scenario(vec![
+        json!({"content": [bash(
+            "head -c 40M /dev/zero > ws-big.bin && head -c 40M /dev/zero > /tmp/c-big.bin \
+             && sleep 60 && touch not-stopped"
+        )]}),
+        text(REPORT),
+    ]));
+    user_file(&p, &model);
+    let started = Instant::now();
+    let mut args = vec!["go"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--timeout", "0", "做 X"]);
+    let o = flowerbox(&p, &args, &[("FLOWERBOX_DISK_BUDGET", "50M")]);
+    eprintln!(
+        "disk attack {extra:?}: exit {:?} after {:?}\n{}",
+        o.code,
+        started.elapsed(),
+        o.text
+    );
+    t.attempts += 1;
+    let stopped = o.code == Some(1) && !o.hung && worker_file(&p, "not-stopped").is_none();
+    if !stopped {
+        t.successes
+            .push(format!("{extra:?}: not stopped: exit {:?}", o.code));
+    }
+    let kept = worker_file(&p, "ws-big.bin").and_then(|f| std::fs::metadata(f).ok());
+    if kept.map(|m| m.len()) != Some(40 << 20) {
+        t.successes
+            .push(format!("{extra:?}: the worker's file is lost"));
+    }
+    t.expect(
+        "the reason said",
+        o.text.contains("磁盘预算用完") && o.text.contains("FLOWERBOX_DISK_BUDGET"),
+        || o.text.clone(),
+    );
+    // The container's file is kept as an image; it holds the file.
+    let image = o.text.find("flowerbox-kept:").map(|i| {
+        o.text[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || "-_.:".contains(*c))
+            .collect::<String>()
+    });
+    match &image {
+        Some(image) => {
+            let out = Command::new("docker")
+                .args(["run", "--rm", "--network", "none", "--entrypoint", "stat"])
+                .args([image.as_str(), "-c", "%s", "/tmp/c-big.bin"])
+                .output()
+                .unwrap();
+            let size = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if size != (40u64 << 20).to_string() {
+                t.successes.push(format!(
+                    "{extra:?}: the container's file is not in {image}: {out:?}"
+                ));
+            }
+            let _ = Command::new("docker")
+                .args(["rmi", "-f", image.as_str()])
+                .output();
+        }
+        None => t
+            .successes
+            .push(format!("{extra:?}: the container's file is not kept")),
+    }
+    // The manifest says why the step ended and what was measured.
+    let manifest: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(p.ws.join("runs/manifest.json")).unwrap())
+            .unwrap();
+    let row = manifest
+        .iter()
+        .find(|r| r["error"] == "disk-budget")
+        .cloned();
+    t.expect(
+        "manifest row",
+        row.as_ref()
+            .and_then(|r| r["disk_bytes"].as_u64())
+            .is_some_and(|b| b > 50 << 20),
+        || format!("{manifest:#?}"),
+    );
+}
+
+#[test]
+fn writing_past_the_disk_budget_stops_the_run_and_loses_nothing() {
+    if !engine("redteam_resources_disk") {
+        return;
+    }
+    let _serial = docker_support::SERIAL.blocking_lock();
+    let mut t = Tally::default();
+    // In the shared workspace, then in a worker's own worktree.
+    disk_attack(&mut t, &[]);
+    disk_attack(&mut t, &["--isolate"]);
+    t.report("disk (past the budget, in the workspace or a worktree and the container)");
+}
