@@ -647,9 +647,14 @@ impl AgentRun {
         let tool = self.rt.registry.get(&call.name);
         // A project MCP tool is on this agent's list only when its whitelist admitted it.
         let mcp = self.mcp.clone().filter(|m| m.tool(&call.name).is_some());
-        let decision = match &mcp {
-            Some(_) => Decision::Allow,
-            None => guard::check(&self.spec, call),
+        let dead = self
+            .mcp
+            .as_ref()
+            .and_then(|m| m.unavailable(&call.name, &self.spec.tools));
+        let decision = match (&mcp, dead) {
+            (Some(_), _) => Decision::Allow,
+            (None, Some(why)) => Decision::Deny(why),
+            (None, None) => guard::check(&self.spec, call),
         };
         // The plugins' PreToolUse hooks see a call the guards let through, before it runs.
         let decision = match decision {
