@@ -147,6 +147,27 @@ fn argument_errors_exit_2() {
 }
 
 #[test]
+fn a_repeated_switch_keeps_its_last_value() {
+    // flower keeps the last value (aliases and wrapper scripts rely on it): the run starts.
+    let s = Scene::new();
+    cmd_with_key(&s)
+        .args([
+            "--window",
+            "0",
+            "--timeout",
+            "0",
+            "做 X",
+            "--window",
+            "5",
+            "--timeout",
+            "5",
+        ])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(REACHED_RUN).and(clean()));
+}
+
+#[test]
 fn window_zero_is_exit_2_with_a_message() {
     let s = Scene::new();
     cmd_with_key(&s)

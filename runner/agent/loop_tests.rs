@@ -339,6 +339,13 @@ fn a_multi_line_command_keeps_its_lines_in_the_summary() {
         super::session_loop::summarize(&call("make  -j4")),
         "Bash: make -j4"
     );
+    // Nothing to show is empty, not the name again (`* Bash Bash` on the screen).
+    let bare = crate::model::ToolCall {
+        id: "t".into(),
+        name: "Bash".into(),
+        input: json!({}),
+    };
+    assert_eq!(super::session_loop::summarize(&bare), "");
 }
 
 #[tokio::test]

@@ -107,10 +107,13 @@ pub struct StepResult {
 
 /// What an in-flight step has spent so far, counted at every model call of every depth
 /// (subagents, retries and handoffs included), so a step stopped by a signal is recorded with
-/// what it really cost, not with the zero it started with.
+/// what it really cost, not with the zero it started with. Before its first call has answered
+/// the cost is unknown, not zero (a call may be in flight and billed): `cost_usd` is null then,
+/// as after `kill -9`.
 #[derive(Debug, Default)]
 pub(crate) struct Meter {
     inner: Mutex<(Cost, u32)>,
+    answered: std::sync::atomic::AtomicBool,
 }
 
 impl Meter {
@@ -118,6 +121,8 @@ impl Meter {
     pub(crate) fn add(&self, cost: Option<f64>, main_turn: bool) {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         g.0.add(cost);
+        self.answered
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         if main_turn {
             g.1 += 1;
         }
@@ -125,7 +130,9 @@ impl Meter {
 
     /// Cost and main-thread turns so far.
     pub(crate) fn read(&self) -> (Cost, u32) {
-        *self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        let (cost, turns) = *self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let answered = self.answered.load(std::sync::atomic::Ordering::SeqCst);
+        (if answered { cost } else { cost.plus(None) }, turns)
     }
 }
 
@@ -154,5 +161,19 @@ impl StepResult {
     pub fn duration_s(&self) -> f64 {
         ((self.ended_at - self.started_at).num_milliseconds() as f64 / 1000.0 * 100.0).round()
             / 100.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_meter_before_its_first_answer_reads_unknown_not_zero() {
+        let m = Meter::default();
+        assert_eq!(m.read().0.exact(), None);
+        m.add(Some(0.25), true);
+        assert_eq!(m.read(), (Cost::default().plus(Some(0.25)), 1));
+        assert_eq!(m.read().0.exact(), Some(0.25));
     }
 }

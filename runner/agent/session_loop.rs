@@ -642,14 +642,22 @@ impl AgentRun {
         self.emit(EventKind::ToolCall {
             id: call.id.clone(),
             name: call.name.clone(),
-            summary: summarize(call),
+            summary: match malformed {
+                Some(_) => format!("{}: (输入不是 JSON 对象,没有执行)", call.name),
+                None => summarize(call),
+            },
         });
         let tool = self.rt.registry.get(&call.name);
         // A project MCP tool is on this agent's list only when its whitelist admitted it.
         let mcp = self.mcp.clone().filter(|m| m.tool(&call.name).is_some());
-        let decision = match &mcp {
-            Some(_) => Decision::Allow,
-            None => guard::check(&self.spec, call),
+        let dead = self
+            .mcp
+            .as_ref()
+            .and_then(|m| m.unavailable(&call.name, &self.spec.tools));
+        let decision = match (&mcp, dead) {
+            (Some(_), _) => Decision::Allow,
+            (None, Some(why)) => Decision::Deny(why),
+            (None, None) => guard::check(&self.spec, call),
         };
         // The plugins' PreToolUse hooks see a call the guards let through, before it runs.
         let decision = match decision {
@@ -726,7 +734,7 @@ impl AgentRun {
 /// Lines of a multi-line command shown in a call's summary.
 const SUMMARY_LINES: usize = 4;
 
-/// A call in brief: `Bash: cargo build`. A multi-line command keeps its line breaks (each line
+/// A call in brief: `Bash: cargo build`, or empty when its input has nothing to show. A multi-line command keeps its line breaks (each line
 /// shortened, at most [`SUMMARY_LINES`], then how many more): flattened, two commands read as
 /// one.
 pub(crate) fn summarize(call: &ToolCall) -> String {
@@ -740,8 +748,9 @@ pub(crate) fn summarize(call: &ToolCall) -> String {
     ]
     .into_iter()
     .find_map(|k| call.input.get(k).and_then(|v| v.as_str()));
+    // Nothing to show: empty, so the screen says `* TodoWrite`, not `* TodoWrite TodoWrite`.
     let Some(v) = key else {
-        return call.name.clone();
+        return String::new();
     };
     let lines: Vec<&str> = v.lines().filter(|l| !l.trim().is_empty()).collect();
     let mut shown: Vec<String> = lines

@@ -32,6 +32,7 @@ const AFTER_HELP: &str = "\
     disable_help_subcommand = true,
     disable_help_flag = true,
     subcommand_required = true,
+    args_override_self = true,
     max_term_width = 110
 )]
 pub struct Cli {

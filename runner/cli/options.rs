@@ -1033,4 +1033,28 @@ mod tests {
         assert!(o.global.verbose);
         assert_eq!(o.global.workspace, e.host.cwd.join("sub"));
     }
+
+    #[test]
+    fn a_repeated_switch_keeps_its_last_value() {
+        // flower (argparse) keeps the last value; aliases and wrappers rely on it.
+        let e = env();
+        let g = go(&e.host, &["go", "--timeout", "0", "x", "--timeout", "5"]);
+        assert_eq!(g.timeout, std::time::Duration::from_secs(5));
+        let g = go(
+            &e.host,
+            &[
+                "go", "--rounds", "2", "--rounds", "7", "--new", "--new", "x",
+            ],
+        );
+        assert_eq!(g.rounds, 7);
+        let o = resolve(
+            &e.host,
+            &["-w", "a", "once", "hi", "-w", "b", "-b", "1", "-b", "2"],
+        )
+        .unwrap();
+        assert_eq!(o.global.workspace, e.host.cwd.join("b"));
+        // Repeatable switches still collect every value.
+        let g = go(&e.host, &["go", "--check", "a", "--check", "b", "x"]);
+        assert_eq!(g.checks.len(), 2);
+    }
 }

@@ -87,6 +87,14 @@ impl Clarify {
                         pour(ctx, &when_name, b);
                         false
                     }
+                    Ok(Some(b)) => {
+                        ctx.run_reason = Some(format!(
+                            "{} 里「{}」没填,重新确认需求",
+                            when_path.display(),
+                            b.missing().join("、")
+                        ));
+                        true
+                    }
                     _ => true,
                 }
             })

@@ -54,6 +54,9 @@ pub struct Ctx {
     pub failed_at: Option<String>,
     /// Which wake this run is (`_woke`): 1 on a directory's first run; 0 without continuity.
     pub woke: u64,
+    /// Why a step's `when` chose to run it again, said as a warning before it starts (a saved
+    /// brief with an unfilled section).
+    pub run_reason: Option<String>,
 }
 
 impl Ctx {

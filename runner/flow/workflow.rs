@@ -120,6 +120,9 @@ impl Workflow {
                     continue;
                 }
             }
+            if let Some(text) = ctx.run_reason.take() {
+                emit(rt, EventKind::Warning { text });
+            }
             let outcome = self.run_step(rt, ctx, step).await?;
             if let Some(wb) = rt.workbench() {
                 // The brief or goal may have just been frozen: the next agent's index shows it.

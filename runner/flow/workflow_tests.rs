@@ -549,6 +549,25 @@ async fn clarify_freezes_a_complete_brief_and_is_skipped_when_one_exists() {
     assert!(ctx.brief.is_some() && ctx.output(CLARIFY_STEP).is_some());
 }
 
+#[test]
+fn a_saved_brief_with_an_unfilled_section_says_why_it_is_asked_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("需求.md");
+    std::fs::write(
+        &path,
+        "# 需求确认书\n\n## 目标\n做 X\n\n## 验收标准\n(未填)\n\n## 边界\n不做 Y\n\n## 未知与假设\n无\n",
+    )
+    .unwrap();
+    let step = clarify_step(&path, "帮我做 X");
+    let mut ctx = Ctx::default();
+    assert!((step.when.as_ref().unwrap())(&mut ctx));
+    let why = ctx.run_reason.unwrap();
+    assert!(
+        why.contains("验收标准") && why.contains("重新确认需求"),
+        "{why}"
+    );
+}
+
 #[tokio::test]
 async fn an_incomplete_brief_fails_and_names_what_is_missing() {
     let b = Bench::new(vec![Rule {

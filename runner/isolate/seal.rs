@@ -43,7 +43,8 @@ pub fn script(branch: &str, agent: &str, message: &str) -> String {
     let email = quote(&format!("user.email={agent}@flowerbox.invalid"));
     format!(
         r#"g() {{ git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c commit.gpgSign=false "$@"; }}
-head=$(git symbolic-ref -q HEAD)
+head=$(git symbolic-ref -q HEAD); rc=$?
+if [ $rc -gt 1 ]; then echo "容器里的 git 读不了这个 worktree(退出码 $rc;仓库开了 extensions.relativeWorktrees 时,容器里的 git 要 ≥ 2.48),没有提交" >&2; exit {NOT_ON_BRANCH}; fi
 if [ "$head" != {want} ]; then echo "worktree 的 HEAD 在 ${{head:-分离的提交}} 上,不在分支 {branch_q} 上(执行者切了分支?),没有提交" >&2; exit {NOT_ON_BRANCH}; fi
 if [ -n "$(git ls-files -u)" ]; then echo "worktree 里有没解决的冲突,没有提交" >&2; exit {CONFLICTS}; fi
 left() {{ s=$(g -c core.quotePath=false status --porcelain 2>/dev/null); if [ -n "$s" ]; then echo left; printf '%s\n' "$s" | sed 's/^...//; s/^/left: /'; fi; }}
@@ -194,6 +195,21 @@ mod tests {
         git(ws, &["checkout", "-q", "-b", "other"]);
         let o = sh(ws, &s);
         assert_eq!(o.status.code(), Some(NOT_ON_BRANCH as i32), "{o:?}");
+    }
+
+    #[test]
+    fn a_worktree_git_cannot_read_is_named_so_not_blamed_on_the_worker() {
+        // What the container's git 2.39 meets on a relativeWorktrees link: a worktree it cannot
+        // open. Not "执行者切了分支?".
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join(".git"), "gitdir: /nonexistent/wt\n").unwrap();
+        let o = sh(d.path(), &script("flower/r/w-1", "w-1", "m"));
+        assert_eq!(o.status.code(), Some(NOT_ON_BRANCH as i32), "{o:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("读不了这个 worktree") && !err.contains("切了分支"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -59,6 +59,8 @@ pub struct AgentMcp {
     pub notes: Vec<String>,
     /// Limit on a result's characters.
     cap: usize,
+    /// Servers this agent wanted that did not start (mapped name, why).
+    failed: Vec<(String, String)>,
 }
 
 impl AgentMcp {
@@ -70,6 +72,20 @@ impl AgentMcp {
     /// The tool the model calls `name`, if this agent has it.
     pub fn tool(&self, name: &str) -> Option<&McpTool> {
         self.tools.iter().find(|t| t.name == name)
+    }
+
+    /// Why `name`, which `whitelist` admits, is not offered: its server did not start (or died
+    /// before listing its tools). `None` when `name` is no tool of such a server.
+    pub fn unavailable(&self, name: &str, whitelist: &[String]) -> Option<String> {
+        let ids: Vec<String> = self.failed.iter().map(|(id, _)| id.clone()).collect();
+        let id = names::entry_server(name, &ids)?;
+        if name == format!("mcp__{id}") || !names::admits(whitelist, id, name) {
+            return None;
+        }
+        let (_, why) = self.failed.iter().find(|(f, _)| f == id)?;
+        Some(format!(
+            "工具 {name} 属于 MCP 服务器 {id},它这次没起来({why}),它的工具都不可用;换别的办法做。"
+        ))
     }
 
     /// Calls tool `name` with the model's `input` (a JSON object); the result text.
@@ -184,6 +200,7 @@ impl McpHub {
             servers: HashMap::new(),
             notes: Vec::new(),
             cap: self.cap,
+            failed: Vec::new(),
         };
         let mut taken = ask.taken;
         let mut budget = DEFS_MAX;
@@ -192,6 +209,7 @@ impl McpHub {
                 Ok(v) => v,
                 Err(e) => {
                     mcp.notes.push(format!("{e};它的工具这次不可用"));
+                    mcp.failed.push((config.id.clone(), e.to_string()));
                     continue;
                 }
             };
@@ -279,5 +297,35 @@ impl McpHub {
         for m in all {
             m.stop().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_whitelisted_tool_of_a_server_that_did_not_start_names_the_server() {
+        let mcp = AgentMcp {
+            tools: Vec::new(),
+            servers: HashMap::new(),
+            notes: Vec::new(),
+            cap: 1000,
+            failed: vec![("db".into(), "MCP 服务器 db 初始化后退出了".into())],
+        };
+        let all = vec!["mcp__*".to_string()];
+        let why = mcp.unavailable("mcp__db__query", &all).unwrap();
+        assert!(
+            why.contains("MCP 服务器 db") && why.contains("初始化后退出了"),
+            "{why}"
+        );
+        assert!(!why.contains("白名单"), "{why}");
+        // Not whitelisted, or no tool of a failed server: the whitelist's answer stands.
+        assert_eq!(
+            mcp.unavailable("mcp__db__query", &["mcp__web".into()]),
+            None
+        );
+        assert_eq!(mcp.unavailable("mcp__web__get", &all), None);
+        assert_eq!(mcp.unavailable("Bash", &all), None);
     }
 }

@@ -110,7 +110,7 @@ pub(crate) fn sourcing_command(path: &str) -> String {
 }
 
 /// Single-quotes `s` for POSIX shells.
-fn shell_quote(s: &str) -> String {
+pub(crate) fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 

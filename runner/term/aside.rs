@@ -45,7 +45,9 @@ pub fn describe_event(ev: &Event) -> Option<String> {
         EventKind::Text { text } => format!("说:{text}"),
         EventKind::ToolCall { name, summary, .. } => {
             let summary = summary.lines().collect::<Vec<_>>().join(" ; ");
-            if summary.starts_with(name.as_str()) {
+            if summary.is_empty() {
+                format!("调用 {name}")
+            } else if summary.starts_with(name.as_str()) {
                 format!("调用 {summary}")
             } else {
                 format!("调用 {name}: {summary}")
@@ -197,5 +199,6 @@ mod tests {
             "[coordinator] 调用 Bash: cargo test"
         );
         assert_eq!(call("cargo test"), "[coordinator] 调用 Bash: cargo test");
+        assert_eq!(call(""), "[coordinator] 调用 Bash");
     }
 }

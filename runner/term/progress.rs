@@ -271,7 +271,7 @@ impl Activity {
                     let cmd: String = cmd.lines().next().unwrap_or("").chars().take(60).collect();
                     let s = self
                         .progress
-                        .spinner_after(&format!("Bash {cmd}"), BASH_SPINNER_AFTER);
+                        .spinner_after(format!("Bash {cmd}").trim_end(), BASH_SPINNER_AFTER);
                     self.bash.insert(id.clone(), s);
                 }
             }

@@ -129,6 +129,10 @@ async fn crlf_hints(ctx: &ToolContext, command: &str) -> Vec<String> {
         })
         .await;
         let Ok((path, head)) = head else { continue };
+        // `crlf.sh` and `./crlf.sh` are one file: one hint.
+        if !seen.insert(path.display().to_string()) {
+            continue;
+        }
         if let Some(hint) = crlf_hint(&path, &head) {
             hints.push(hint);
         }
@@ -142,7 +146,10 @@ fn crlf_hint(path: &std::path::Path, head: &[u8]) -> Option<String> {
     if first.last() != Some(&b'\r') {
         return None;
     }
-    let fix = format!("sed -i 's/\\r$//' {}", path.display());
+    let fix = format!(
+        "sed -i 's/\\r$//' {}",
+        crate::sandbox::shell_quote(&path.display().to_string())
+    );
     Some(if first.starts_with(b"#!") {
         let interpreter = String::from_utf8_lossy(&first[2..first.len() - 1]);
         format!(
@@ -272,7 +279,7 @@ mod tests {
         let hint = crlf_hint(p, b"#!/bin/bash\r\necho hi\r\n").unwrap();
         assert!(hint.contains("/ws/run.sh 的行尾是 CRLF"), "{hint}");
         assert!(hint.contains("\"/bin/bash\\r\""), "{hint}");
-        assert!(hint.contains("sed -i 's/\\r$//' /ws/run.sh"), "{hint}");
+        assert!(hint.contains("sed -i 's/\\r$//' '/ws/run.sh'"), "{hint}");
         let plain = crlf_hint(p, b"echo hi\r\n").unwrap();
         assert!(plain.contains("shell 把每行末尾的 \\r"), "{plain}");
         assert_eq!(crlf_hint(p, b"#!/bin/bash\necho hi\r\n"), None);
@@ -321,6 +328,23 @@ mod tests {
             "{err}"
         );
         assert!(!err.contains("ok.sh 的行尾"), "{err}");
+        // One hint per file however it is spelled; the fix is shell-quoted.
+        let err = BashTool
+            .call(
+                &json!({"command": "bash run.sh >/dev/null; ./run.sh"}),
+                &ctx,
+            )
+            .await
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err.matches("的行尾是 CRLF").count(), 1, "{err}");
+        assert!(
+            err.contains(&format!(
+                "sed -i 's/\\r$//' '{}'",
+                ws.join("run.sh").display()
+            )),
+            "{err}"
+        );
         // Another failure gets no hint.
         let err = BashTool
             .call(&json!({"command": "./ok.sh; exit 127"}), &ctx)
