@@ -186,3 +186,46 @@ async fn scoped_workers_run_in_parallel_stay_in_scope_and_overlapping_ones_seria
     assert!(results("worker-5", "Bash").is_empty());
     drop(model);
 }
+
+/// With `--isolate` the scope applies inside the worker's worktree: in scope is integrated, out
+/// of scope fails read-only, and the runner still commits the worker's work.
+#[tokio::test]
+async fn with_isolate_the_scope_applies_inside_the_worktree() {
+    let Some(engine) = engine_or_skip("scope_isolate").await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let run = isolate_support::IsoRun::new(&engine, "scope-iso", |_, _| {
+        json!({"agents": [
+            {"role": "coordinator", "turns": [
+                {"content": [tool("Agent", json!({"description": "甲", "prompt": "TASK-A", "writes": ["a/"]}))]},
+                {"content": [text("好了")]}]},
+            worker("TASK-A", vec![
+                json!({"content": [tool("Bash", json!({"command": "echo in > a/in.txt && echo out > out.txt"}))]}),
+                json!({"content": [text(REPORT)]})])]})
+    })
+    .await;
+    let r = run
+        .rt
+        .run(
+            &roles::coordinator("协调者", "", vec![]),
+            "派人",
+            RunOptions::default(),
+        )
+        .await;
+    assert!(r.ok, "{:?}", r.error);
+    let bash = run.results_of("worker-1", "Bash");
+    assert!(
+        bash[0].0
+            && bash[0].1.contains("Read-only file system")
+            && bash[0].1.contains("写权限范围:a/"),
+        "{bash:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(run.ws.join("a/in.txt")).unwrap(),
+        "in\n"
+    );
+    assert!(!run.ws.join("out.txt").exists());
+    let agent = run.results_of("协调者", "Agent");
+    assert!(!agent[0].0 && agent[0].1.contains("已合入"), "{agent:?}");
+}
