@@ -16,6 +16,7 @@
 //! no symlink followed): a missing path ending in `/` becomes a directory, any other missing
 //! path an empty file. A symlink anywhere on the way is refused.
 
+use rustix::fs::FileType;
 use std::path::{Component, Path, PathBuf};
 
 use crate::fsroot::{plant::is_git_name, FsError, Tree};
@@ -178,9 +179,9 @@ pub fn narrow(
             source,
         };
         match tree.kind(&abs).map_err(fs)? {
-            Some(k) if k == rustix::fs::FileType::Directory => {}
-            Some(k) if k == rustix::fs::FileType::RegularFile && !p.dir => {}
-            Some(k) if k == rustix::fs::FileType::Symlink => return Err(fs(FsError::Symlink)),
+            Some(FileType::Directory) => {}
+            Some(FileType::RegularFile) if !p.dir => {}
+            Some(FileType::Symlink) => return Err(fs(FsError::Symlink)),
             Some(_) => return Err(ScopeError::Kind(shown())),
             None if p.dir => tree.create_dir_all(&abs).map_err(fs)?,
             None => drop(tree.open_rw(&abs).map_err(fs)?),
