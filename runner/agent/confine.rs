@@ -27,6 +27,8 @@ pub struct Confinement {
     workdir: PathBuf,
     /// Shadows ([`Mount::shadow`]): shown in the container only, masked for the file tools.
     shadows: Vec<PathBuf>,
+    /// A scoped worker's write scope ([`super::scope`]), named when a write is refused.
+    scope: Option<String>,
 }
 
 impl Confinement {
@@ -56,6 +58,7 @@ impl Confinement {
             view: View::new(mounts, masked),
             workdir,
             shadows,
+            scope: None,
         }
     }
 
@@ -63,6 +66,12 @@ impl Confinement {
     /// start of the run: found again wherever a worker moved them.
     pub fn hiding_ids(mut self, ids: Vec<(u64, u64)>) -> Self {
         self.view = self.view.hiding_ids(ids);
+        self
+    }
+
+    /// Names `scope` (the worker's write scope, described) when a write is refused.
+    pub fn with_scope(mut self, scope: Option<String>) -> Self {
+        self.scope = scope;
         self
     }
 
@@ -116,9 +125,12 @@ impl Confinement {
             ViewError::Masked(_) => {
                 format!("{path}: 在 flowerbox 的运行目录里,agent 看不到也改不了")
             }
-            ViewError::ReadOnly(m) => {
-                format!("{path}: 这个 agent 对 {} 只有只读权限", m.display())
-            }
+            ViewError::ReadOnly(m) => match &self.scope {
+                Some(scope) => format!(
+                    "{path}: 不在写权限范围里(Read-only file system);这个执行者只能写:{scope}"
+                ),
+                None => format!("{path}: 这个 agent 对 {} 只有只读权限", m.display()),
+            },
             ViewError::Loop => format!("{path}: 符号链接层数太多(有环?)"),
             ViewError::NotADirectory(p) => format!("{path}: {} 不是目录", p.display()),
             ViewError::NotFound(_) => format!("{path}: 没有这个文件或目录"),

@@ -9,6 +9,7 @@ use super::place::WorkerSandbox;
 use super::result::{Meter, StepError};
 use super::roles;
 use super::runtime::Runtime;
+use super::scope::WriteScope;
 use super::session_loop::{AgentRun, LoopEnd};
 use super::spec::{AgentSpec, WorkerDef};
 use super::tools::{DispatchRequest, Dispatcher, ToolContext, ToolError};
@@ -91,6 +92,15 @@ pub(crate) fn place_note_for(rt: &Runtime, place: &super::place::WorkerPlace) ->
     }
 }
 
+/// What a scoped worker is told about its scope (in its first message).
+fn scope_note(scope: &WriteScope) -> String {
+    format!(
+        "写权限范围:你只能写 {}(相对工作目录);其余文件只读,写了会报 Read-only file system。\
+         范围外要改的,在报告里说清楚,交给派你的人。",
+        scope.describe()
+    )
+}
+
 #[async_trait]
 impl Dispatcher for SubDispatch {
     async fn dispatch(
@@ -112,6 +122,42 @@ impl Dispatcher for SubDispatch {
             None => &self.workers[0],
         };
         let agent = self.rt.instance_name(def.spec.role);
+        let scope = match &req.writes {
+            Some(w) => {
+                Some(WriteScope::parse(w).map_err(|e| ToolError::InvalidInput(e.to_string()))?)
+            }
+            None => None,
+        };
+        // Workers whose write scopes overlap never run at once (`scope`): the later one waits,
+        // before it takes a slot, so no worker holding a slot waits for a scope.
+        let claim = match self.parent_depth {
+            0 => Some(
+                self.rt
+                    .workers
+                    .claim(scope.clone(), || {
+                        self.rt.emit(
+                            &self.parent_agent,
+                            self.parent_role,
+                            self.parent_depth,
+                            EventKind::Warning {
+                                text: format!(
+                                    "{agent} 的写权限范围和正在跑的执行者重叠,先等它们结束再开工;\
+                                     之后再等不另说"
+                                ),
+                            },
+                        )
+                    })
+                    .await,
+            ),
+            _ => None,
+        };
+        let scope_waited = claim.as_ref().and_then(|c| c.waited).map(|w| {
+            format!(
+                "\n\n(执行者 {agent} 先等了 {} 秒才开工:它的写权限范围和正在跑的执行者重叠,\
+                 重叠的执行者不同时跑;不写 writes 的执行者和任何有范围的都算重叠。)",
+                w.as_secs()
+            )
+        });
         // Past the run's limit, a worker waits for a slot before anything is made for it
         // (`fanout`); only depth 0 takes slots, so no dispatch waits on its own parent.
         let limit = self.rt.workers.limit();
@@ -143,12 +189,27 @@ impl Dispatcher for SubDispatch {
                 w.as_secs()
             )
         });
-        let place = self
+        let mut place = self
             .rt
             .placement
             .prepare(&agent)
             .await
             .map_err(|e| ToolError::Failed(e.to_string()))?;
+        if let Some(scope) = &scope {
+            let workbench = self.rt.workbench.as_ref().map(|w| w.root().to_path_buf());
+            let root = place.workdir.clone();
+            if let Err(e) =
+                super::scope::narrow(&root, scope, &mut place.mounts, workbench.as_deref())
+            {
+                // The place goes back as a worker that never ran (its worktree, if any).
+                let _ = self.rt.placement.finish(&agent, &place, false, None).await;
+                return Err(ToolError::InvalidInput(e.to_string()));
+            }
+            place.note = Some(match place.note.take() {
+                Some(n) => format!("{n}\n- {}", scope_note(scope)),
+                None => scope_note(scope),
+            });
+        }
         self.rt.emit(
             &self.parent_agent,
             self.parent_role,
@@ -187,7 +248,8 @@ impl Dispatcher for SubDispatch {
             Vec::new(),
             abox.clone(),
         )
-        .with_meter(self.meter.clone());
+        .with_meter(self.meter.clone())
+        .with_write_scope(scope.as_ref().map(WriteScope::describe));
         let prompt = format!("{}\n\n---\n\n{}", self.place_note(&place), req.prompt);
         let end = run.turn(&prompt).await;
         *self.children.lock().unwrap_or_else(|e| e.into_inner()) += run.spend();
@@ -237,8 +299,10 @@ impl Dispatcher for SubDispatch {
             text.push_str("\n\n");
             text.push_str(&i);
         }
+        text.push_str(scope_waited.as_deref().unwrap_or_default());
         text.push_str(queued.as_deref().unwrap_or_default());
         drop(slot);
+        drop(claim);
         if ok {
             Ok(format!("[{agent}]\n{text}"))
         } else {

@@ -7,13 +7,19 @@
 //! core, and no more than fit in memory at the per-container limit. `--max-workers` /
 //! `FLOWERBOX_MAX_WORKERS` set it.
 //!
+//! Write scopes ([`super::scope`]) queue here too: [`WorkerSlots::claim`] waits until no
+//! running worker's scope overlaps the new one's, before the worker takes a slot (a worker
+//! holding a slot never waits for a scope, so every wait ends).
+//!
 //! Only a dispatch from depth 0 takes a slot: a worker may not dispatch (its role's tools have
 //! no `Agent`), and a nested dispatch waiting for a slot its own parent holds would never end.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+
+use super::scope::{overlaps, WriteScope};
 
 /// The machine's size, as far as the limit cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +68,38 @@ pub struct WorkerSlots {
     limit: usize,
     /// The screen was told once that a worker waited.
     told: AtomicBool,
+    /// The scopes of the workers running now.
+    scopes: Arc<ScopeTable>,
+}
+
+/// Who writes where now, and a wake-up for those waiting when it changes.
+#[derive(Debug, Default)]
+struct ScopeTable {
+    running: Mutex<Vec<(u64, Option<WriteScope>)>>,
+    next: AtomicU64,
+    freed: Notify,
+    /// The screen was told once that a worker waited for a scope.
+    told: AtomicBool,
+}
+
+/// A worker's claim on its scope, held while it runs (released on drop).
+#[derive(Debug)]
+pub struct ScopeClaim {
+    table: Arc<ScopeTable>,
+    id: u64,
+    /// How long the worker waited for an overlapping worker to end, when it had to.
+    pub waited: Option<Duration>,
+}
+
+impl Drop for ScopeClaim {
+    fn drop(&mut self) {
+        self.table
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(id, _)| *id != self.id);
+        self.table.freed.notify_waiters();
+    }
 }
 
 /// A worker's slot, held while it runs; `waited` is how long it queued (`None`: not at all).
@@ -82,12 +120,56 @@ impl WorkerSlots {
             slots: Arc::new(Semaphore::new(limit)),
             limit,
             told: AtomicBool::new(false),
+            scopes: Arc::default(),
         }
     }
 
     /// How many workers may run at once.
     pub fn limit(&self) -> usize {
         self.limit
+    }
+
+    /// Registers a worker that writes `scope` (`None`: everything), at once when no running
+    /// worker's scope overlaps it ([`overlaps`]), else when the last overlapping one has ended.
+    /// `on_first_wait` runs when the run's first such wait begins (the screen says so once).
+    pub async fn claim(
+        &self,
+        scope: Option<WriteScope>,
+        on_first_wait: impl FnOnce(),
+    ) -> ScopeClaim {
+        let table = self.scopes.clone();
+        let id = table.next.fetch_add(1, Ordering::SeqCst);
+        let mut start = None;
+        let mut on_first_wait = Some(on_first_wait);
+        loop {
+            // Registered before the check, so a release between the check and the wait wakes it.
+            let freed = table.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            {
+                let mut running = table.running.lock().unwrap_or_else(|e| e.into_inner());
+                if !running
+                    .iter()
+                    .any(|(_, other)| overlaps(scope.as_ref(), other.as_ref()))
+                {
+                    running.push((id, scope));
+                    return ScopeClaim {
+                        table: table.clone(),
+                        id,
+                        waited: start.map(|s: Instant| s.elapsed()),
+                    };
+                }
+            }
+            if start.is_none() {
+                start = Some(Instant::now());
+                if !table.told.swap(true, Ordering::SeqCst) {
+                    if let Some(f) = on_first_wait.take() {
+                        f();
+                    }
+                }
+            }
+            freed.await;
+        }
     }
 
     /// A slot, at once when one is free, else after the workers before it (first come, first
@@ -182,5 +264,38 @@ mod tests {
         let second = rx.recv().await.unwrap();
         assert_eq!(second, (1, true, false));
         assert_eq!(WorkerSlots::new(0).limit(), 1);
+    }
+
+    #[tokio::test]
+    async fn overlapping_scopes_wait_and_disjoint_ones_do_not() {
+        let scope = |p: &str| Some(WriteScope::parse(&[p.to_string()]).unwrap());
+        let slots = Arc::new(WorkerSlots::new(8));
+        let http = slots.claim(scope("src/http/"), || ()).await;
+        let db = slots.claim(scope("src/db/"), || ()).await;
+        assert!(http.waited.is_none() && db.waited.is_none());
+        let told = Arc::new(AtomicBool::new(false));
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for (i, s) in [(0, scope("src")), (1, None)] {
+            let (slots, tx, told) = (slots.clone(), tx.clone(), told.clone());
+            tokio::spawn(async move {
+                let c = slots.claim(s, || told.store(true, Ordering::SeqCst)).await;
+                tx.send((i, c.waited.is_some())).unwrap();
+                drop(c);
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(rx.try_recv().is_err(), "an overlapping worker ran");
+        assert!(told.load(Ordering::SeqCst));
+        drop(http);
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(rx.try_recv().is_err(), "ran while src/db/ still runs");
+        drop(db);
+        let mut got = vec![rx.recv().await.unwrap(), rx.recv().await.unwrap()];
+        got.sort();
+        assert_eq!(got, vec![(0, true), (1, true)]);
+        // Two unscoped workers never wait for each other.
+        let a = slots.claim(None, || ()).await;
+        let b = slots.claim(None, || ()).await;
+        assert!(a.waited.is_none() && b.waited.is_none());
     }
 }

@@ -14,6 +14,7 @@ pub mod plant;
 pub mod result;
 pub mod roles;
 pub mod runtime;
+pub mod scope;
 mod session_loop;
 pub mod spec;
 pub mod spill;

@@ -96,6 +96,8 @@ pub(crate) struct AgentRun {
     /// The project's MCP tools this agent has (started on its first turn).
     mcp: Option<Arc<crate::mcp::AgentMcp>>,
     mcp_started: bool,
+    /// A scoped worker's write scope, described.
+    write_scope: Option<String>,
 }
 
 impl AgentRun {
@@ -148,7 +150,14 @@ impl AgentRun {
             budget_warned: false,
             mcp: None,
             mcp_started: false,
+            write_scope: None,
         }
+    }
+
+    /// A scoped worker: failing writes name `scope` ([`super::scope`]).
+    pub(crate) fn with_write_scope(mut self, scope: Option<String>) -> Self {
+        self.write_scope = scope;
+        self
     }
 
     /// Counts every model call of this run and its subagents into `meter` too.
@@ -387,7 +396,9 @@ impl AgentRun {
         ctx.confine = ctx
             .confine
             .clone()
-            .hiding_ids(self.rt.config.masked_ids.clone());
+            .hiding_ids(self.rt.config.masked_ids.clone())
+            .with_scope(self.write_scope.clone());
+        ctx.write_scope = self.write_scope.clone();
         ctx
     }
 

@@ -20,6 +20,10 @@ pub struct DispatchRequest {
     /// Which worker definition (`subagent_type`); the first one when absent.
     #[serde(default)]
     pub subagent_type: Option<String>,
+    /// What the worker may write (issue 27 §3): paths relative to the repository root; the
+    /// rest of its place is read-only. `None`: everything.
+    #[serde(default)]
+    pub writes: Option<Vec<String>>,
 }
 
 /// Runs subagents; implemented by the runtime.
@@ -43,14 +47,19 @@ impl Tool for AgentTool {
         "Dispatches a worker subagent with a task brief and returns its final report. The worker has its own \
          sandbox and context; it does not see your conversation, so the prompt must say everything task-specific \
          (goal, acceptance, paths, where the workbench is). Independent tasks: several Agent calls in one message \
-         run in parallel."
+         run in parallel. `writes` (optional) limits what the worker may write to the listed paths \
+         (relative to the repository root; a directory ends with `/`); everything else is read-only for it. \
+         Give workers that run in parallel disjoint `writes`: workers whose scopes overlap (and a worker \
+         without `writes` and any scoped one) never run at the same time, the later one waits."
             .into()
     }
     fn input_schema(&self) -> Value {
         json!({"type": "object", "properties": {
             "description": {"type": "string", "description": "3-5 words"},
             "prompt": {"type": "string", "description": "the task brief"},
-            "subagent_type": {"type": "string"}
+            "subagent_type": {"type": "string"},
+            "writes": {"type": "array", "items": {"type": "string"},
+                "description": "paths (relative to the repository root) the worker may write; directories end with /"}
         }, "required": ["description", "prompt"]})
     }
     fn mutating(&self) -> bool {
@@ -61,6 +70,10 @@ impl Tool for AgentTool {
         let req: DispatchRequest = parse_input(input)?;
         if req.prompt.trim().is_empty() {
             return Err(ToolError::InvalidInput("prompt(任务书)是空的".into()));
+        }
+        if let Some(w) = &req.writes {
+            crate::agent::scope::WriteScope::parse(w)
+                .map_err(|e| ToolError::InvalidInput(e.to_string()))?;
         }
         let d = ctx
             .dispatcher

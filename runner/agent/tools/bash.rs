@@ -235,6 +235,10 @@ impl Tool for BashTool {
         if ok {
             Ok(text)
         } else {
+            if let Some(scope) = &ctx.write_scope {
+                text.push('\n');
+                text.push_str(&crate::agent::scope::failure_note(scope));
+            }
             Err(ToolError::Failed(text))
         }
     }

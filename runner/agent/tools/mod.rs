@@ -144,6 +144,9 @@ pub struct ToolContext {
     pub env: Vec<(String, String)>,
     /// The run's plugins (the `Skill` tool reads their skills).
     pub plugins: Arc<crate::plugin::Plugins>,
+    /// A scoped worker's write scope, described ([`crate::agent::scope`]): a failing command's
+    /// result names it.
+    pub write_scope: Option<String>,
     sandbox: OnceCell<Arc<dyn Sandbox>>,
     /// The sandbox's start begun by [`ToolContext::start_sandbox_early`], taken by the first
     /// [`ToolContext::sandbox`].
@@ -188,6 +191,7 @@ impl ToolContext {
             limits,
             env: Vec::new(),
             plugins: Arc::new(crate::plugin::Plugins::default()),
+            write_scope: None,
             sandbox: OnceCell::new(),
             early: Mutex::new(None),
         }

@@ -412,8 +412,21 @@ pub(crate) fn canonical_box(spec: &AgentBox) -> Result<AgentBox, SandboxError> {
             .map_err(|e| SandboxError::Container(format!("mount {}: {e}", p.display())))
     };
     let mut mounts: Vec<crate::sandbox::Mount> = Vec::new();
-    for m in &spec.mounts {
+    for (i, m) in spec.mounts.iter().enumerate() {
         let inside = canonical(&m.inside)?;
+        // A read-write mount inside an earlier read-only one (a write scope, issue 27 §3) must
+        // stay beneath it once its links are resolved: a component swapped for a symlink would
+        // otherwise hand the agent a host directory read-write.
+        if !m.read_only {
+            for outer in spec.mounts[..i]
+                .iter()
+                .filter(|o| o.read_only && m.inside.starts_with(&o.inside))
+            {
+                if !inside.starts_with(canonical(&outer.inside)?) {
+                    return Err(SandboxError::OutsideMounts(inside));
+                }
+            }
+        }
         let host = if m.is_shadow() {
             canonical(&m.host)?
         } else {
@@ -590,6 +603,34 @@ mod tests {
         assert!(matches!(
             canonical_box(&outside),
             Err(SandboxError::OutsideMounts(_))
+        ));
+    }
+
+    /// A write scope whose path an agent swapped for a symlink out of the workspace is never
+    /// mounted read-write (issue 27 §3).
+    #[test]
+    fn a_scope_mount_through_a_link_out_of_its_read_only_parent_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let ws = root.join("ws");
+        let secret = root.join("ssh");
+        std::fs::create_dir_all(ws.join("src")).unwrap();
+        std::fs::create_dir_all(&secret).unwrap();
+        let scoped = |p: &str| AgentBox {
+            agent: "worker-1".into(),
+            role: Role::Worker,
+            mounts: vec![
+                Mount::same(ws.clone(), true),
+                Mount::same(ws.join(p), false),
+            ],
+            masked: Vec::new(),
+            workdir: ws.clone(),
+        };
+        assert_eq!(canonical_box(&scoped("src")).unwrap().mounts.len(), 2);
+        std::os::unix::fs::symlink(&secret, ws.join("http")).unwrap();
+        assert!(matches!(
+            canonical_box(&scoped("http")),
+            Err(SandboxError::OutsideMounts(p)) if p == secret
         ));
     }
 

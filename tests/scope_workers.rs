@@ -1,0 +1,231 @@
+//! Write scopes (issue 27 §3) on the real engine, in one shared checkout (no `--isolate`),
+//! driven through the runtime by the scripted model: two workers with disjoint `writes` run at
+//! the same time (each sees the other's start file while it runs), a write outside the scope
+//! fails with a read-only error through Bash and through the Write tool and the result names the
+//! scope, and workers whose scopes overlap run one after the other (the later one waits, said
+//! once on screen and in its tool result).
+
+mod isolate_support;
+
+use flowerbox::agent::human::Absent;
+use flowerbox::agent::{roles, Event, EventKind, RunOptions, Runtime, RuntimeConfig, Workbench};
+use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory};
+use flowerbox::session::SqliteSessionStore;
+use isolate_support::docker_support::{self, agent_image, engine_or_skip, run_id, SERIAL};
+use isolate_support::{repo, text, tool, ScriptedModel, REPORT};
+use serde_json::json;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// A worker's first Bash: write its start time, wait (at most 30 s) until `other` exists,
+/// write its end time.
+fn meet(me: &str, other: &str) -> String {
+    format!(
+        "date +%s.%N > {me}/start; for i in $(seq 300); do [ -e {other}/start ] && break; \
+         sleep 0.1; done; date +%s.%N > {me}/end"
+    )
+}
+
+/// A worker's Bash that holds its scope for two seconds.
+fn hold(file: &str) -> String {
+    format!("date +%s.%N > {file}.start; sleep 2; date +%s.%N > {file}.end")
+}
+
+fn stamp(path: &Path) -> f64 {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn worker(marker: &str, turns: Vec<serde_json::Value>) -> serde_json::Value {
+    json!({"role": "worker", "prompt": marker, "turns": turns})
+}
+
+#[tokio::test]
+async fn scoped_workers_run_in_parallel_stay_in_scope_and_overlapping_ones_serialise() {
+    let Some(engine) = engine_or_skip("scope_workers").await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = repo(dir.path());
+    let id = run_id("scope-workers");
+    let scenario = json!({"agents": [
+        {"role": "coordinator", "turns": [
+            {"content": [
+                tool("Agent", json!({"description": "甲", "prompt": "TASK-A", "writes": ["a/"]})),
+                tool("Agent", json!({"description": "乙", "prompt": "TASK-B", "writes": ["b/"]}))]},
+            {"content": [
+                tool("Agent", json!({"description": "丙", "prompt": "TASK-C", "writes": ["c/"]})),
+                tool("Agent", json!({"description": "丁", "prompt": "TASK-D", "writes": ["c/sub/"]}))]},
+            {"content": [tool("Agent", json!({"description": "坏", "prompt": "TASK-X", "writes": ["../up"]}))]},
+            {"content": [text("都做完了")]}]},
+        worker("TASK-A", vec![
+            json!({"content": [tool("Bash", json!({"command": meet("a", "b")}))]}),
+            json!({"content": [tool("Bash", json!({"command": "echo x > outside.txt"}))]}),
+            json!({"content": [tool("Write", json!({"file_path": "b/from-a.txt", "content": "x"}))]}),
+            json!({"content": [tool("Write", json!({"file_path": "a/ok.txt", "content": "ok"}))]}),
+            json!({"content": [text(REPORT)]})]),
+        worker("TASK-B", vec![
+            json!({"content": [tool("Bash", json!({"command": meet("b", "a")}))]}),
+            json!({"content": [text(REPORT)]})]),
+        worker("TASK-C", vec![
+            json!({"content": [tool("Bash", json!({"command": hold("c/C")}))]}),
+            json!({"content": [text(REPORT)]})]),
+        worker("TASK-D", vec![
+            json!({"content": [tool("Bash", json!({"command": hold("c/sub/D")}))]}),
+            json!({"content": [text(REPORT)]})]),
+    ]});
+
+    std::fs::create_dir_all(ws.join("runs")).unwrap();
+    let image = agent_image(&engine).await;
+    let wb_path = Workbench::locate(&ws, true);
+    let wb = Workbench::at(wb_path.clone()).ensure().unwrap();
+    let mut opts = DockerOptions::new(id.clone(), &ws);
+    opts.image = Some(image);
+    opts.show_progress = false;
+    let factory = Arc::new(DockerSandboxFactory::connect(opts).await.expect("connect"));
+    let model = ScriptedModel::start(&scenario);
+    let provider = model.provider(isolate_support::model_support::fast());
+    let mut cfg = RuntimeConfig::new(ws.clone(), "claude-sonnet-4-5".into(), id.clone());
+    cfg.max_workers = 4;
+    let events: Arc<Mutex<Vec<Event>>> = Arc::new(Mutex::new(Vec::new()));
+    let ev = events.clone();
+    let rt = Arc::new(Runtime::new(
+        cfg,
+        provider,
+        Arc::new(SqliteSessionStore::open(ws.join("runs/sessions.db")).unwrap()),
+        factory.clone(),
+        Some(wb),
+        Arc::new(Absent),
+        Arc::new(move |e| ev.lock().unwrap().push(e)),
+    ));
+    let r = rt
+        .run(
+            &roles::coordinator("协调者", "", vec![]),
+            "派人",
+            RunOptions::default(),
+        )
+        .await;
+    rt.release_agents().await;
+    docker_support::teardown_blocking(&factory);
+    assert!(r.ok, "{:?}", r.error);
+
+    let events = events.lock().unwrap().clone();
+    let results = |agent: &str, name: &str| -> Vec<(bool, String)> {
+        events
+            .iter()
+            .filter(|e| e.agent == agent)
+            .filter_map(|e| match &e.kind {
+                EventKind::ToolResult {
+                    name: n,
+                    is_error,
+                    text,
+                    ..
+                } if n == name => Some((*is_error, text.clone())),
+                _ => None,
+            })
+            .collect()
+    };
+
+    // Disjoint scopes ran at the same time: each interval contains the other's start.
+    let (a0, a1) = (stamp(&ws.join("a/start")), stamp(&ws.join("a/end")));
+    let (b0, b1) = (stamp(&ws.join("b/start")), stamp(&ws.join("b/end")));
+    assert!(a0 < b1 && b0 < a1, "a {a0}..{a1}, b {b0}..{b1}");
+
+    // Out of scope: the kernel's read-only error through Bash, the file tools' refusal through
+    // Write, both naming the scope; in scope works.
+    let who = events
+        .iter()
+        .find(|e| matches!(&e.kind, EventKind::ToolResult { name, .. } if name == "Write"))
+        .map(|e| e.agent.clone())
+        .expect("worker A wrote");
+    let a = results(&who, "Bash");
+    let (is_error, out) = &a[1];
+    assert!(
+        *is_error && out.contains("Read-only file system") && out.contains("写权限范围:a/"),
+        "{out}"
+    );
+    let w = results(&who, "Write");
+    assert!(
+        w[0].0 && w[0].1.contains("不在写权限范围里") && w[0].1.contains("a/"),
+        "{w:?}"
+    );
+    assert!(!w[1].0, "{w:?}");
+    assert!(!ws.join("outside.txt").exists() && !ws.join("b/from-a.txt").exists());
+    assert_eq!(std::fs::read_to_string(ws.join("a/ok.txt")).unwrap(), "ok");
+
+    // Overlapping scopes ran one after the other; the later one was told it waited, and the
+    // screen said so once.
+    let (c0, c1) = (stamp(&ws.join("c/C.start")), stamp(&ws.join("c/C.end")));
+    let (d0, d1) = (
+        stamp(&ws.join("c/sub/D.start")),
+        stamp(&ws.join("c/sub/D.end")),
+    );
+    assert!(c1 <= d0 || d1 <= c0, "c {c0}..{c1}, d {d0}..{d1}");
+    let agent = results("协调者", "Agent");
+    assert_eq!(agent.len(), 5, "{agent:?}");
+    assert_eq!(
+        agent[2..4]
+            .iter()
+            .filter(|(_, t)| t.contains("先等了"))
+            .count(),
+        1,
+        "{agent:?}"
+    );
+    assert!(agent[..2].iter().all(|(e, t)| !e && !t.contains("先等了")));
+    let waits = events
+        .iter()
+        .filter(|e| matches!(&e.kind, EventKind::Warning { text } if text.contains("写权限范围和正在跑的执行者重叠")))
+        .count();
+    assert_eq!(waits, 1);
+    // A bad scope is the coordinator's tool error, and no worker ran.
+    assert!(agent[4].0 && agent[4].1.contains(".."), "{:?}", agent[4]);
+    assert!(results("worker-5", "Bash").is_empty());
+    drop(model);
+}
+
+/// With `--isolate` the scope applies inside the worker's worktree: in scope is integrated, out
+/// of scope fails read-only, and the runner still commits the worker's work.
+#[tokio::test]
+async fn with_isolate_the_scope_applies_inside_the_worktree() {
+    let Some(engine) = engine_or_skip("scope_isolate").await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let run = isolate_support::IsoRun::new(&engine, "scope-iso", |_, _| {
+        json!({"agents": [
+            {"role": "coordinator", "turns": [
+                {"content": [tool("Agent", json!({"description": "甲", "prompt": "TASK-A", "writes": ["a/"]}))]},
+                {"content": [text("好了")]}]},
+            worker("TASK-A", vec![
+                json!({"content": [tool("Bash", json!({"command": "echo in > a/in.txt && echo out > out.txt"}))]}),
+                json!({"content": [text(REPORT)]})])]})
+    })
+    .await;
+    let r = run
+        .rt
+        .run(
+            &roles::coordinator("协调者", "", vec![]),
+            "派人",
+            RunOptions::default(),
+        )
+        .await;
+    assert!(r.ok, "{:?}", r.error);
+    let bash = run.results_of("worker-1", "Bash");
+    assert!(
+        bash[0].0
+            && bash[0].1.contains("Read-only file system")
+            && bash[0].1.contains("写权限范围:a/"),
+        "{bash:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(run.ws.join("a/in.txt")).unwrap(),
+        "in\n"
+    );
+    assert!(!run.ws.join("out.txt").exists());
+    let agent = run.results_of("协调者", "Agent");
+    assert!(!agent[0].0 && agent[0].1.contains("已合入"), "{agent:?}");
+}
