@@ -98,6 +98,32 @@ fn worker_results(model: &ScriptedModel) -> Vec<String> {
         .collect()
 }
 
+/// On a failed check: kills the run (when it still runs), shows its log and has `gc` remove
+/// what it left (containers, network), so a failure leaves nothing on the shared engine.
+struct Leftovers<'a> {
+    p: &'a Project,
+    pid: u32,
+}
+
+impl Drop for Leftovers<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let pid = nix::unistd::Pid::from_raw(self.pid as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        // Reaped by its `Child` (if still held) or already gone; give the kernel a moment.
+        std::thread::sleep(Duration::from_millis(200));
+        if let Ok(log) = std::fs::read_to_string(self.p.runs("flowerbox.log")) {
+            eprintln!("--- flowerbox.log ---\n{log}");
+        }
+        match gc_command(&self.p.ws).output() {
+            Ok(out) if out.status.success() => {}
+            other => eprintln!("gc after the failure: {other:?}"),
+        }
+    }
+}
+
 fn no_containers_left(p: &Project) {
     let ws = std::fs::canonicalize(&p.ws).unwrap();
     let left = docker(&[
@@ -130,6 +156,10 @@ fn recovers(
         )
         .spawn()
         .unwrap();
+    let _leftovers = Leftovers {
+        p: &p,
+        pid: child.id(),
+    };
     let id = sleeping_worker(&p);
     to_it(&p, &id);
     let r = finish(child);
@@ -219,6 +249,10 @@ fn an_engine_that_stays_away_stops_the_run_with_exit_1_and_the_step_not_done() {
         .env("DOCKER_HOST", &proxy.host)
         .spawn()
         .unwrap();
+    let _leftovers = Leftovers {
+        p: &p,
+        pid: child.id(),
+    };
     sleeping_worker(&p);
     proxy.cut();
     let r = finish(child);

@@ -127,17 +127,21 @@ impl DockerSandbox {
     /// What a command's failure `e` in `c` really was: the container went (its state from
     /// the engine), the engine went (waited out; the run's loss when it does not come back),
     /// or `e` itself.
+    ///
+    /// The engine is asked first, whatever the container's life says: a command whose
+    /// request broke because the engine went waits for it (within the grace), and is never
+    /// told its container went while the engine does not answer.
     async fn failed(&self, c: &Container, e: SandboxError, marker: &str) -> SandboxError {
+        let outage = match self.watch.settle().await {
+            Ok(outage) => outage,
+            Err(lost) => return lost,
+        };
         if c.gone().is_some() {
             // Did the pod take it? Asked, so the words say so.
             self.watch.confirm(&c.pod).await;
             c.life.told_within(TOLD_WAIT).await;
             return went(c, c.gone().unwrap_or(Gone::Removed));
         }
-        let outage = match self.watch.settle().await {
-            Ok(outage) => outage,
-            Err(lost) => return lost,
-        };
         self.watch.confirm(&c.pod).await;
         self.watch.confirm(&c.life).await;
         if let Some(why) = c.gone() {
@@ -157,19 +161,9 @@ impl DockerSandbox {
     }
 }
 
-/// The error of a command whose container went under it.
-fn went(c: &Container, why: Gone) -> SandboxError {
-    SandboxError::ContainerGone(format!(
-        "the container {} {why} while the command ran: its output and exit code are lost (it \
-         did not time out). The next command runs in a new container; processes started in \
-         this one, background servers included, are gone",
-        c.container_name()
-    ))
-}
-
-#[async_trait]
-impl Sandbox for DockerSandbox {
-    async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, SandboxError> {
+impl DockerSandbox {
+    /// [`Sandbox::exec`] before the loss is looked at.
+    async fn exec_now(&self, req: ExecRequest) -> Result<ExecOutput, SandboxError> {
         let cwd = std::fs::canonicalize(&req.cwd).unwrap_or_else(|_| req.cwd.clone());
         if !self.spec.mounts.iter().any(|m| cwd.starts_with(&m.inside)) {
             return Err(SandboxError::OutsideMounts(cwd));
@@ -193,6 +187,29 @@ impl Sandbox for DockerSandbox {
                 Ok(out)
             }
             Err(e) => Err(self.failed(&c, e, &marker).await),
+        }
+    }
+}
+
+/// The error of a command whose container went under it.
+fn went(c: &Container, why: Gone) -> SandboxError {
+    SandboxError::ContainerGone(format!(
+        "the container {} {why} while the command ran: its output and exit code are lost (it \
+         did not time out). The next command runs in a new container; processes started in \
+         this one, background servers included, are gone",
+        c.container_name()
+    ))
+}
+
+#[async_trait]
+impl Sandbox for DockerSandbox {
+    async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, SandboxError> {
+        let done = self.exec_now(req).await;
+        // Once the run's sandboxes are lost, no result (nor the loss itself, as a tool
+        // error) reaches the agent: the run stops (`Watch::after_loss`).
+        match self.watch.after_loss().await {
+            Some(lost) => Err(lost),
+            None => done,
         }
     }
 

@@ -591,6 +591,17 @@ impl Watch {
         self.ready().await.map(|()| true)
     }
 
+    /// The loss, once the run's sandboxes are lost: held until the run is over (its driver
+    /// stops the run on [`Watch::lost`] and drops whatever waits here), so no command's result
+    /// reaches an agent after the loss. `None` while they are not lost.
+    pub async fn after_loss(&self) -> Option<SandboxError> {
+        let Link::Lost(why) = self.link.borrow().clone() else {
+            return None;
+        };
+        self.stopped.cancelled().await;
+        Some(SandboxError::Lost(why))
+    }
+
     /// Resolves when the run's sandboxes are lost (never, while all is well).
     pub async fn lost(&self) -> SandboxError {
         let mut rx = self.link.subscribe();
