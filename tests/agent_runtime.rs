@@ -339,3 +339,68 @@ async fn a_missing_handoff_document_is_degraded_and_eight_generations_brake() {
         8
     );
 }
+
+#[tokio::test]
+async fn sixty_one_identical_failing_reads_are_told_once_then_the_step_ends() {
+    let read = || json!({"content": [tool("Read", json!({"file_path": "missing.txt"}))]});
+    let turns: Vec<serde_json::Value> = (0..61).map(|_| read()).collect();
+    let h = Harness::new(
+        json!({"agents": [{"role": "once", "turns": turns}]}),
+        Opts::default(),
+    );
+    let spec = roles::once("", vec!["Read".into()], None);
+    let r = h.rt.run(&spec, "读文件", RunOptions::default()).await;
+    assert!(!r.ok);
+    let err = r.error.as_ref().unwrap().to_string();
+    assert!(err.contains("同样的调用(Read)连续 6 次"), "{err}");
+    // Told once, with the fifth identical result; the sixth ends the step.
+    let reqs = h.model.recorded();
+    assert_eq!(reqs.len(), 6, "the step ends at the sixth identical turn");
+    let told = |i: usize| {
+        reqs[i]["messages"].as_array().unwrap().last().unwrap()["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b["text"].as_str().is_some_and(|t| t.contains("连续 5 次")))
+    };
+    assert!(told(5));
+    assert_eq!((1..5).filter(|&i| told(i)).count(), 0);
+    let row = &h.manifest()[0];
+    assert_eq!(row["ok"], false);
+    assert!(row["error"].as_str().unwrap().contains("提醒过也没换办法"));
+    assert!(h.events.lock().unwrap().iter().any(|e| matches!(
+        &e.kind,
+        EventKind::Warning { text } if text.contains("已提醒它换办法")
+    )));
+}
+
+#[tokio::test]
+async fn an_unanswered_question_asked_again_and_again_is_bounded() {
+    let ask = || json!({"content": [tool(roles::ASK_TOOL, json!({"question": "用哪个数据库?"}))]});
+    // Stubborn: asks 32 times (nobody answers: the harness's human is absent, as --timeout 0).
+    let turns: Vec<serde_json::Value> = (0..32).map(|_| ask()).collect();
+    let h = Harness::new(
+        json!({"agents": [{"role": "clarifier", "turns": turns}]}),
+        Opts::default(),
+    );
+    let spec = roles::clarifier("clarifier", "", false);
+    let r = h.rt.run(&spec, "做个网站", RunOptions::default()).await;
+    assert!(!r.ok);
+    assert!(r.error.as_ref().unwrap().to_string().contains("连续 6 次"));
+    assert_eq!(h.model.recorded().len(), 6);
+    let note = &h.model.recorded()[5]["messages"];
+    assert!(note.to_string().contains("未知与假设"), "{note}");
+
+    // Told once, it takes the assumption path: the brief comes back and the step succeeds.
+    let mut turns: Vec<serde_json::Value> = (0..5).map(|_| ask()).collect();
+    turns.push(json!({"content": [text(
+        "## 目标\n网站\n## 验收标准\n能打开\n## 边界\n不做登录\n## 未知与假设\n假设用 SQLite"
+    )]}));
+    let h = Harness::new(
+        json!({"agents": [{"role": "clarifier", "turns": turns}]}),
+        Opts::default(),
+    );
+    let r = h.rt.run(&spec, "做个网站", RunOptions::default()).await;
+    assert!(r.ok, "{:?}", r.error);
+    assert!(r.text.contains("假设用 SQLite"));
+}

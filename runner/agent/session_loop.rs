@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use super::dispatch::{workers_of, SubDispatch};
 use super::event::EventKind;
 use super::guard::{self, check_report, one_line, Decision};
+use super::repeat::Verdict;
 use super::result::{Meter, StepError};
 use super::runtime::Runtime;
 use super::spec::AgentSpec;
@@ -93,6 +94,8 @@ pub(crate) struct AgentRun {
     cutoffs: u32,
     report_retry_used: bool,
     budget_warned: bool,
+    /// The loop guard: identical turns in a row.
+    repeats: super::repeat::RepeatGuard,
     /// The project's MCP tools this agent has (started on its first turn).
     mcp: Option<Arc<crate::mcp::AgentMcp>>,
     mcp_started: bool,
@@ -146,6 +149,7 @@ impl AgentRun {
             cutoffs: 0,
             report_retry_used: false,
             budget_warned: false,
+            repeats: Default::default(),
             mcp: None,
             mcp_started: false,
         }
@@ -447,6 +451,9 @@ impl AgentRun {
                 self.cutoffs = 0;
             }
 
+            if calls.is_empty() {
+                self.repeats.observe(&[], &[]);
+            }
             if calls.is_empty() && notes.is_empty() {
                 if self.spec.report_format && !self.report_retry_used {
                     if let Err(problem) = check_report(&self.last_text) {
@@ -490,8 +497,35 @@ impl AgentRun {
                 self.exec_call(c, malformed, ctx)
             }))
             .await;
+            let seen: Vec<(String, bool)> = results
+                .iter()
+                .map(|b| match b {
+                    ContentBlock::ToolResult {
+                        content, is_error, ..
+                    } => (content.clone(), *is_error),
+                    _ => (String::new(), false),
+                })
+                .collect();
+            let verdict = self.repeats.observe(&calls, &seen);
             let mut content: Vec<ContentBlock> = results;
             content.extend(notes.iter().map(|n| ContentBlock::text(*n)));
+            match verdict {
+                Verdict::Go => {}
+                Verdict::Tell(note) => {
+                    self.emit(EventKind::Warning {
+                        text: format!(
+                            "{} 连续 {} 次做了同样的调用、得到同样的结果,已提醒它换办法",
+                            self.agent,
+                            super::repeat::REPEAT_LIMIT
+                        ),
+                    });
+                    content.push(ContentBlock::text(note));
+                }
+                Verdict::Stop(name, times) => {
+                    self.push_user(content);
+                    return LoopEnd::Stopped(StepError::Repeating { name, times });
+                }
+            }
             self.push_user(content);
             if self.handoff_due() {
                 return LoopEnd::HandoffDue {
