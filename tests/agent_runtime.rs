@@ -404,3 +404,77 @@ async fn an_unanswered_question_asked_again_and_again_is_bounded() {
     assert!(r.ok, "{:?}", r.error);
     assert!(r.text.contains("假设用 SQLite"));
 }
+
+#[tokio::test]
+async fn a_background_command_returns_an_id_at_once_and_is_read_and_stopped() {
+    let bg = |cmd: &str| json!({"content": [tool("Bash", json!({"command": cmd, "run_in_background": true}))]});
+    let h = Harness::new(
+        json!({"agents": [{"role": "worker", "turns": [
+            bg("sh -c 'echo start; sleep 2; echo end'"),
+            bg("sleep 300; echo never"),
+            {"content": [tool("TaskOutput", json!({"task_id": "bash_1"}))]},
+            {"content": [tool("TaskOutput", json!({"bash_id": "bash_1", "block": true, "timeout": 20000}))]},
+            {"content": [tool("TaskStop", json!({"shell_id": "bash_2"}))]},
+            {"content": [tool("TaskOutput", json!({"task_id": "bash_2"}))]},
+            {"content": [tool("TaskOutput", json!({"task_id": "bash_9"}))]},
+            {"content": [text("## 结论\n好了\n## 依据\n读过\n## 产出\n无\n## 未验证\n无")]}]}]}),
+        Opts::default(),
+    );
+    let spec = roles::worker("worker", "", "").spec;
+    let t = Instant::now();
+    let r = h.rt.run(&spec, "后台跑", RunOptions::default()).await;
+    assert!(r.ok, "{:?}", r.error);
+    let one = |i: usize| h.results(i).remove(0);
+    let (started, err) = one(1);
+    assert!(!err && started.contains("task_id bash_1"), "{started}");
+    let log = started
+        .split("输出写进 ")
+        .nth(1)
+        .and_then(|s| s.split('。').next())
+        .unwrap()
+        .to_string();
+    assert!(
+        log.starts_with(h.ws.join(".flower").to_str().unwrap()),
+        "{log}"
+    );
+    let (second, _) = one(2);
+    let pid: i32 = second
+        .split("进程 ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (first_read, err) = one(3);
+    assert!(!err, "{first_read}");
+    assert!(
+        first_read.starts_with("[bash_1:运行中]") && first_read.contains("start"),
+        "{first_read}"
+    );
+    assert!(!first_read.contains("end"), "it did not wait: {first_read}");
+    let (second_read, _) = one(4);
+    assert_eq!(
+        second_read, "[bash_1:已结束,退出码 0]\nend",
+        "only what is new"
+    );
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "start\nend\n");
+    let (stopped, err) = one(5);
+    assert!(!err && stopped.starts_with("已停下 bash_2"), "{stopped}");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the stopped command still runs"
+    );
+    let (after, _) = one(6);
+    assert!(after.starts_with("[bash_2:已被 TaskStop 停下]"), "{after}");
+    let (unknown, err) = one(7);
+    assert!(err && unknown.contains("bash_9"), "{unknown}");
+    assert!(t.elapsed() < Duration::from_secs(60));
+    // The worker's whitelist offered them without listing them.
+    let offered: Vec<String> = h.model.recorded()[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(offered.contains(&"TaskOutput".into()) && offered.contains(&"TaskStop".into()));
+}

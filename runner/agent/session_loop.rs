@@ -80,6 +80,8 @@ pub(crate) struct AgentRun {
     system: Vec<String>,
     tools: Vec<ToolDef>,
     todos: Vec<Value>,
+    /// Its background commands, kept across turns.
+    background: Arc<Mutex<super::tools::background::Background>>,
     own_spend: Cost,
     children: Arc<Mutex<Cost>>,
     /// The step's running total (shared with its subagents), read when a signal stops it.
@@ -112,8 +114,17 @@ impl AgentRun {
         history: Vec<Message>,
         agent_box: AgentBox,
     ) -> Self {
-        let (spec, skills) = hooks::with_plugins(spec, &rt.plugins);
+        let (mut spec, skills) = hooks::with_plugins(spec, &rt.plugins);
         let agent_box = hooks::with_plugin_mounts(agent_box, &rt.plugins, &rt.config.workspace);
+        // Whoever may run commands may read and stop those it started in the background (the
+        // coordinator's glance-only Bash runs nothing that lasts).
+        if spec.has(ToolName::Bash) && !spec.glance_only {
+            for t in [ToolName::TaskOutput, ToolName::TaskStop] {
+                if !spec.has(t) {
+                    spec.tools.push(t.as_str().into());
+                }
+            }
+        }
         let mut system = vec![rt.config.base_system.clone(), spec.instructions.clone()];
         system.extend(skills);
         let mut tools = rt.registry.definitions(&spec.tools);
@@ -138,6 +149,7 @@ impl AgentRun {
             system,
             tools,
             todos: Vec::new(),
+            background: Default::default(),
             own_spend: Cost::default(),
             children: Arc::new(Mutex::new(Cost::default())),
             meter: None,
@@ -388,6 +400,7 @@ impl AgentRun {
         );
         *ctx.todos.lock().unwrap_or_else(|e| e.into_inner()) = self.todos.clone();
         ctx.plugins = self.rt.plugins.clone();
+        ctx.background = self.background.clone();
         ctx.confine = ctx
             .confine
             .clone()
