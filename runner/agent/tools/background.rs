@@ -107,11 +107,12 @@ pub(super) async fn start(ctx: &ToolContext, command: &str) -> Result<String, To
         quote(&out.to_string_lossy()),
         quote(&exit.to_string_lossy()),
     );
+    // The exit code is renamed into place: a status read never sees a half-written file.
     // The subshell stays in this command's process group (the sandbox kills that group at
     // teardown); its process group id is read from /proc, after the `)` of the name.
     let script = format!(
         "mkdir -p {dir} && : > {q_out} || exit 1\n\
-         ( bash -c {cmd}; echo $? > {q_exit} ) > {q_out} 2>&1 < /dev/null &\n\
+         ( bash -c {cmd}; echo $? > {q_exit}.tmp; mv -f {q_exit}.tmp {q_exit} ) > {q_out} 2>&1 < /dev/null &\n\
          pid=$!\n\
          echo \"$pid $(sed 's/.*) //' /proc/$pid/stat | cut -d' ' -f3)\"",
         dir = quote(&dir.to_string_lossy()),
@@ -163,7 +164,7 @@ fn read_script(t: &Task, chunk: u64) -> String {
     format!(
         "size=$(wc -c < {out} 2>/dev/null || echo 0)\n\
          if [ \"$size\" -gt {n} ]; then tail -c +{from} {out} | head -c {chunk}; fi\n\
-         state=$(cat {exit} 2>/dev/null || {{ kill -0 -- -{pgid} 2>/dev/null && echo running; }} || cat {exit} 2>/dev/null || echo gone)\n\
+         state=$(cat {exit} 2>/dev/null | grep . || {{ kill -0 -- -{pgid} 2>/dev/null && echo running; }} || cat {exit} 2>/dev/null || echo gone)\n\
          printf '\\n@@flowerbox-bg %s %s\\n' \"$size\" \"$state\"",
         n = t.offset,
         from = t.offset + 1,
