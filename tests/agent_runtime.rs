@@ -339,3 +339,142 @@ async fn a_missing_handoff_document_is_degraded_and_eight_generations_brake() {
         8
     );
 }
+
+#[tokio::test]
+async fn sixty_one_identical_failing_reads_are_told_once_then_the_step_ends() {
+    let read = || json!({"content": [tool("Read", json!({"file_path": "missing.txt"}))]});
+    let turns: Vec<serde_json::Value> = (0..61).map(|_| read()).collect();
+    let h = Harness::new(
+        json!({"agents": [{"role": "once", "turns": turns}]}),
+        Opts::default(),
+    );
+    let spec = roles::once("", vec!["Read".into()], None);
+    let r = h.rt.run(&spec, "读文件", RunOptions::default()).await;
+    assert!(!r.ok);
+    let err = r.error.as_ref().unwrap().to_string();
+    assert!(err.contains("同样的调用(Read)连续 6 次"), "{err}");
+    // Told once, with the fifth identical result; the sixth ends the step.
+    let reqs = h.model.recorded();
+    assert_eq!(reqs.len(), 6, "the step ends at the sixth identical turn");
+    let told = |i: usize| {
+        reqs[i]["messages"].as_array().unwrap().last().unwrap()["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b["text"].as_str().is_some_and(|t| t.contains("连续 5 次")))
+    };
+    assert!(told(5));
+    assert_eq!((1..5).filter(|&i| told(i)).count(), 0);
+    let row = &h.manifest()[0];
+    assert_eq!(row["ok"], false);
+    assert!(row["error"].as_str().unwrap().contains("提醒过也没换办法"));
+    assert!(h.events.lock().unwrap().iter().any(|e| matches!(
+        &e.kind,
+        EventKind::Warning { text } if text.contains("已提醒它换办法")
+    )));
+}
+
+#[tokio::test]
+async fn an_unanswered_question_asked_again_and_again_is_bounded() {
+    let ask = || json!({"content": [tool(roles::ASK_TOOL, json!({"question": "用哪个数据库?"}))]});
+    // Stubborn: asks 32 times (nobody answers: the harness's human is absent, as --timeout 0).
+    let turns: Vec<serde_json::Value> = (0..32).map(|_| ask()).collect();
+    let h = Harness::new(
+        json!({"agents": [{"role": "clarifier", "turns": turns}]}),
+        Opts::default(),
+    );
+    let spec = roles::clarifier("clarifier", "", false);
+    let r = h.rt.run(&spec, "做个网站", RunOptions::default()).await;
+    assert!(!r.ok);
+    assert!(r.error.as_ref().unwrap().to_string().contains("连续 6 次"));
+    assert_eq!(h.model.recorded().len(), 6);
+    let note = &h.model.recorded()[5]["messages"];
+    assert!(note.to_string().contains("未知与假设"), "{note}");
+
+    // Told once, it takes the assumption path: the brief comes back and the step succeeds.
+    let mut turns: Vec<serde_json::Value> = (0..5).map(|_| ask()).collect();
+    turns.push(json!({"content": [text(
+        "## 目标\n网站\n## 验收标准\n能打开\n## 边界\n不做登录\n## 未知与假设\n假设用 SQLite"
+    )]}));
+    let h = Harness::new(
+        json!({"agents": [{"role": "clarifier", "turns": turns}]}),
+        Opts::default(),
+    );
+    let r = h.rt.run(&spec, "做个网站", RunOptions::default()).await;
+    assert!(r.ok, "{:?}", r.error);
+    assert!(r.text.contains("假设用 SQLite"));
+}
+
+#[tokio::test]
+async fn a_background_command_returns_an_id_at_once_and_is_read_and_stopped() {
+    let bg = |cmd: &str| json!({"content": [tool("Bash", json!({"command": cmd, "run_in_background": true}))]});
+    let h = Harness::new(
+        json!({"agents": [{"role": "worker", "turns": [
+            bg("sh -c 'echo start; sleep 2; echo end'"),
+            bg("sleep 300; echo never"),
+            {"content": [tool("TaskOutput", json!({"task_id": "bash_1"}))]},
+            {"content": [tool("TaskOutput", json!({"bash_id": "bash_1", "block": true, "timeout": 20000}))]},
+            {"content": [tool("TaskStop", json!({"shell_id": "bash_2"}))]},
+            {"content": [tool("TaskOutput", json!({"task_id": "bash_2"}))]},
+            {"content": [tool("TaskOutput", json!({"task_id": "bash_9"}))]},
+            {"content": [text("## 结论\n好了\n## 依据\n读过\n## 产出\n无\n## 未验证\n无")]}]}]}),
+        Opts::default(),
+    );
+    let spec = roles::worker("worker", "", "").spec;
+    let t = Instant::now();
+    let r = h.rt.run(&spec, "后台跑", RunOptions::default()).await;
+    assert!(r.ok, "{:?}", r.error);
+    let one = |i: usize| h.results(i).remove(0);
+    let (started, err) = one(1);
+    assert!(!err && started.contains("task_id bash_1"), "{started}");
+    let log = started
+        .split("输出写进 ")
+        .nth(1)
+        .and_then(|s| s.split('。').next())
+        .unwrap()
+        .to_string();
+    assert!(
+        log.starts_with(h.ws.join(".flower").to_str().unwrap()),
+        "{log}"
+    );
+    let (second, _) = one(2);
+    let pid: i32 = second
+        .split("进程 ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let (first_read, err) = one(3);
+    assert!(!err, "{first_read}");
+    assert!(
+        first_read.starts_with("[bash_1:运行中]") && first_read.contains("start"),
+        "{first_read}"
+    );
+    assert!(!first_read.contains("end"), "it did not wait: {first_read}");
+    let (second_read, _) = one(4);
+    assert_eq!(
+        second_read, "[bash_1:已结束,退出码 0]\nend",
+        "only what is new"
+    );
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "start\nend\n");
+    let (stopped, err) = one(5);
+    assert!(!err && stopped.starts_with("已停下 bash_2"), "{stopped}");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the stopped command still runs"
+    );
+    let (after, _) = one(6);
+    assert!(after.starts_with("[bash_2:已被 TaskStop 停下]"), "{after}");
+    let (unknown, err) = one(7);
+    assert!(err && unknown.contains("bash_9"), "{unknown}");
+    assert!(t.elapsed() < Duration::from_secs(60));
+    // The worker's whitelist offered them without listing them.
+    let offered: Vec<String> = h.model.recorded()[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    assert!(offered.contains(&"TaskOutput".into()) && offered.contains(&"TaskStop".into()));
+}

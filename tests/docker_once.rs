@@ -190,3 +190,58 @@ async fn a_git_link_left_by_an_agent_mounts_nothing_of_the_host_into_the_next_ru
         "the host's secret reached a request: {read}"
     );
 }
+
+/// Issue 29 §1.2: `run_in_background` in the agent's container: an id at once, the output
+/// read in parts with TaskOutput, another command stopped with TaskStop (gone from the
+/// container's process list).
+#[tokio::test]
+async fn a_background_command_in_the_container_is_read_and_stopped() {
+    let Some(engine) = engine_or_skip("background").await else {
+        return;
+    };
+    let image = agent_image(&engine).await;
+    let tool = |name: &str, input: serde_json::Value| json!({"content": [{"type": "tool_use", "name": name, "input": input}]});
+    let count = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done | grep -c '^sleep 3[0]0'; true";
+    let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
+        tool("Bash", json!({"command": "sh -c 'echo start; sleep 2; echo end'", "run_in_background": true})),
+        tool("Bash", json!({"command": "sleep 300", "run_in_background": true})),
+        tool("TaskOutput", json!({"task_id": "bash_1"})),
+        tool("TaskOutput", json!({"task_id": "bash_1", "block": true, "timeout": 20000})),
+        tool("Bash", json!({"command": count})),
+        tool("TaskStop", json!({"task_id": "bash_2"})),
+        tool("Bash", json!({"command": count})),
+        {"content": [{"type": "text", "text": "好了"}]}]}]}));
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = ws.path().canonicalize().unwrap();
+    let out = flowerbox(&model, home.path(), &ws_path)
+        .env("FLOWERBOX_IMAGE", &image)
+        .args(["once", "-t", "Bash", "后台跑"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result = |i: usize| {
+        let msgs = model.recorded()[i]["messages"].clone();
+        let last = msgs.as_array().unwrap().last().unwrap().clone();
+        last["content"][0]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(result(1).contains("task_id bash_1"), "{}", result(1));
+    let first = result(3);
+    assert!(
+        first.starts_with("[bash_1:运行中]") && first.contains("start"),
+        "{first}"
+    );
+    assert!(!first.contains("end"), "{first}");
+    assert_eq!(result(4), "[bash_1:已结束,退出码 0]\nend");
+    assert_eq!(result(5), "1", "the long one runs");
+    assert!(result(6).starts_with("已停下 bash_2"), "{}", result(6));
+    assert_eq!(result(7), "0", "the long one is stopped");
+}

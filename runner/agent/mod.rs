@@ -11,6 +11,7 @@ mod handoff;
 pub mod human;
 pub mod place;
 pub mod plant;
+pub mod repeat;
 pub mod result;
 pub mod roles;
 pub mod runtime;

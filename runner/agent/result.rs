@@ -36,6 +36,15 @@ pub enum StepError {
     /// The output was cut off at `max_tokens` this many times in a row.
     #[error("输出连续 {0} 次在 max_tokens 处被截断")]
     CutOff(u32),
+    /// The same calls got the same results this many turns in a row, and went on after the
+    /// model was told (issue 29 §1.3).
+    #[error("同样的调用({name})连续 {times} 次得到同样的结果,提醒过也没换办法:这一步停下")]
+    Repeating {
+        /// The (first) tool repeated.
+        name: String,
+        /// Identical turns in a row.
+        times: u32,
+    },
     /// The context is full and handoffs are off (`--no-handoff`).
     #[error("上下文满了,而换代被关掉了(--no-handoff)")]
     HandoffOff,

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use super::dispatch::{workers_of, SubDispatch};
 use super::event::EventKind;
 use super::guard::{self, check_report, one_line, Decision};
+use super::repeat::Verdict;
 use super::result::{Meter, StepError};
 use super::runtime::Runtime;
 use super::spec::AgentSpec;
@@ -79,6 +80,8 @@ pub(crate) struct AgentRun {
     system: Vec<String>,
     tools: Vec<ToolDef>,
     todos: Vec<Value>,
+    /// Its background commands, kept across turns.
+    background: Arc<Mutex<super::tools::background::Background>>,
     own_spend: Cost,
     children: Arc<Mutex<Cost>>,
     /// The step's running total (shared with its subagents), read when a signal stops it.
@@ -93,6 +96,8 @@ pub(crate) struct AgentRun {
     cutoffs: u32,
     report_retry_used: bool,
     budget_warned: bool,
+    /// The loop guard: identical turns in a row.
+    repeats: super::repeat::RepeatGuard,
     /// The project's MCP tools this agent has (started on its first turn).
     mcp: Option<Arc<crate::mcp::AgentMcp>>,
     mcp_started: bool,
@@ -111,8 +116,17 @@ impl AgentRun {
         history: Vec<Message>,
         agent_box: AgentBox,
     ) -> Self {
-        let (spec, skills) = hooks::with_plugins(spec, &rt.plugins);
+        let (mut spec, skills) = hooks::with_plugins(spec, &rt.plugins);
         let agent_box = hooks::with_plugin_mounts(agent_box, &rt.plugins, &rt.config.workspace);
+        // Whoever may run commands may read and stop those it started in the background (the
+        // coordinator's glance-only Bash runs nothing that lasts).
+        if spec.has(ToolName::Bash) && !spec.glance_only {
+            for t in [ToolName::TaskOutput, ToolName::TaskStop] {
+                if !spec.has(t) {
+                    spec.tools.push(t.as_str().into());
+                }
+            }
+        }
         let mut system = vec![rt.config.base_system.clone(), spec.instructions.clone()];
         system.extend(skills);
         let mut tools = rt.registry.definitions(&spec.tools);
@@ -137,6 +151,7 @@ impl AgentRun {
             system,
             tools,
             todos: Vec::new(),
+            background: Default::default(),
             own_spend: Cost::default(),
             children: Arc::new(Mutex::new(Cost::default())),
             meter: None,
@@ -148,6 +163,7 @@ impl AgentRun {
             cutoffs: 0,
             report_retry_used: false,
             budget_warned: false,
+            repeats: Default::default(),
             mcp: None,
             mcp_started: false,
             write_scope: None,
@@ -393,6 +409,7 @@ impl AgentRun {
         );
         *ctx.todos.lock().unwrap_or_else(|e| e.into_inner()) = self.todos.clone();
         ctx.plugins = self.rt.plugins.clone();
+        ctx.background = self.background.clone();
         ctx.confine = ctx
             .confine
             .clone()
@@ -458,6 +475,9 @@ impl AgentRun {
                 self.cutoffs = 0;
             }
 
+            if calls.is_empty() {
+                self.repeats.observe(&[], &[]);
+            }
             if calls.is_empty() && notes.is_empty() {
                 if self.spec.report_format && !self.report_retry_used {
                     if let Err(problem) = check_report(&self.last_text) {
@@ -501,8 +521,35 @@ impl AgentRun {
                 self.exec_call(c, malformed, ctx)
             }))
             .await;
+            let seen: Vec<(String, bool)> = results
+                .iter()
+                .map(|b| match b {
+                    ContentBlock::ToolResult {
+                        content, is_error, ..
+                    } => (content.clone(), *is_error),
+                    _ => (String::new(), false),
+                })
+                .collect();
+            let verdict = self.repeats.observe(&calls, &seen);
             let mut content: Vec<ContentBlock> = results;
             content.extend(notes.iter().map(|n| ContentBlock::text(*n)));
+            match verdict {
+                Verdict::Go => {}
+                Verdict::Tell(note) => {
+                    self.emit(EventKind::Warning {
+                        text: format!(
+                            "{} 连续 {} 次做了同样的调用、得到同样的结果,已提醒它换办法",
+                            self.agent,
+                            super::repeat::REPEAT_LIMIT
+                        ),
+                    });
+                    content.push(ContentBlock::text(note));
+                }
+                Verdict::Stop(name, times) => {
+                    self.push_user(content);
+                    return LoopEnd::Stopped(StepError::Repeating { name, times });
+                }
+            }
             self.push_user(content);
             if self.handoff_due() {
                 return LoopEnd::HandoffDue {

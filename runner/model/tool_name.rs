@@ -30,11 +30,15 @@ pub enum ToolName {
     Ask,
     /// Takes what the human sent (`mcp__human__inbox`).
     Inbox,
+    /// Reads a background command's new output and status.
+    TaskOutput,
+    /// Stops a background command.
+    TaskStop,
 }
 
 impl ToolName {
     /// Every tool, in the registry's listing order.
-    pub const ALL: [ToolName; 11] = [
+    pub const ALL: [ToolName; 13] = [
         ToolName::Read,
         ToolName::Write,
         ToolName::Edit,
@@ -46,6 +50,8 @@ impl ToolName {
         ToolName::WebFetch,
         ToolName::Ask,
         ToolName::Inbox,
+        ToolName::TaskOutput,
+        ToolName::TaskStop,
     ];
 
     /// The name the model calls.
@@ -62,6 +68,8 @@ impl ToolName {
             ToolName::WebFetch => "WebFetch",
             ToolName::Ask => "mcp__human__ask",
             ToolName::Inbox => "mcp__human__inbox",
+            ToolName::TaskOutput => "TaskOutput",
+            ToolName::TaskStop => "TaskStop",
         }
     }
 

@@ -1,6 +1,7 @@
 //! `Bash`: runs a command in the agent's sandbox (its container, or a host process group with
 //! `--sandbox host`). Output is capped keeping head and tail, non-UTF-8 decoded lossily, the
 //! full output spilled to the workbench; a non-zero exit, timeout or signal is an error result.
+//! `run_in_background` starts the command without waiting ([`super::background`]).
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -173,7 +174,8 @@ impl Tool for BashTool {
     fn description(&self) -> String {
         "Runs a bash command in your sandbox and returns its output. `timeout` is in milliseconds (default \
          120000, max 600000). Each command starts in the working directory in a fresh shell. To keep a server \
-         running, start it in the background with its output redirected (`./app > app.log 2>&1 &`)."
+         running, set `run_in_background: true`: you get a task_id at once and read its output with TaskOutput, \
+         stop it with TaskStop."
             .into()
     }
     fn input_schema(&self) -> Value {
@@ -197,10 +199,7 @@ impl Tool for BashTool {
             return Err(ToolError::InvalidInput("command 是空的".into()));
         }
         if a.run_in_background {
-            return Err(ToolError::InvalidInput(
-                "不支持 run_in_background;要常驻的进程在命令里用 `… > out.log 2>&1 &` 放到后台"
-                    .into(),
-            ));
+            return super::background::start(ctx, &a.command).await;
         }
         let timeout = a
             .timeout

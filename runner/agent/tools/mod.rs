@@ -3,6 +3,7 @@
 //! runtime turns into a `tool_result` with `is_error` — never a crash.
 
 mod agent_tool;
+pub(crate) mod background;
 mod bash;
 mod edit;
 mod fsio;
@@ -136,6 +137,8 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// The agent's todo list (TodoWrite).
     pub todos: Mutex<Vec<Value>>,
+    /// The agent's background commands (kept by its session loop across turns).
+    pub background: Arc<Mutex<background::Background>>,
     /// Runs subagents for the `Agent` tool.
     pub dispatcher: Option<Arc<dyn Dispatcher>>,
     /// Limits.
@@ -187,6 +190,7 @@ impl ToolContext {
             human,
             cancel,
             todos: Mutex::new(Vec::new()),
+            background: Default::default(),
             dispatcher,
             limits,
             env: Vec::new(),
@@ -273,6 +277,8 @@ impl ToolRegistry {
             Arc::new(human::InboxTool),
             Arc::new(webfetch::WebFetchTool),
             Arc::new(skill::SkillTool),
+            Arc::new(background::TaskOutputTool),
+            Arc::new(background::TaskStopTool),
         ];
         ToolRegistry {
             tools: list.into_iter().map(|t| (t.name(), t)).collect(),
