@@ -46,6 +46,9 @@ const PING_EVERY: Duration = Duration::from_secs(1);
 const POD_ASKS: u32 = 3;
 /// ...and the pause between two asks.
 const POD_ASK_EVERY: Duration = Duration::from_millis(200);
+/// How long a command's result is held once the run's sandboxes are lost, at most (the
+/// run's driver ends the run long before: [`Watch::after_loss`]).
+const LOSS_HOLD: Duration = Duration::from_secs(10);
 /// How long the engine may stay unreachable before the run's sandboxes are lost.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
 
@@ -593,12 +596,13 @@ impl Watch {
 
     /// The loss, once the run's sandboxes are lost: held until the run is over (its driver
     /// stops the run on [`Watch::lost`] and drops whatever waits here), so no command's result
-    /// reaches an agent after the loss. `None` while they are not lost.
+    /// reaches an agent after the loss; a caller without such a driver (a library user, a
+    /// test) gets the loss after [`LOSS_HOLD`]. `None` while they are not lost.
     pub async fn after_loss(&self) -> Option<SandboxError> {
         let Link::Lost(why) = self.link.borrow().clone() else {
             return None;
         };
-        self.stopped.cancelled().await;
+        let _ = tokio::time::timeout(LOSS_HOLD, self.stopped.cancelled()).await;
         Some(SandboxError::Lost(why))
     }
 
