@@ -153,18 +153,7 @@ pub fn list(path: &Path, place: &Place) -> Result<Option<Vec<(String, bool)>>, C
             if !path.starts_with(root) {
                 return Err(ConfigError::Leaves(root.to_path_buf()));
             }
-            let ids = masked
-                .iter()
-                .filter_map(|m| super::own::identity(m))
-                .collect();
-            let view = View::new(
-                vec![ViewMount {
-                    path: root.to_path_buf(),
-                    read_only: true,
-                }],
-                masked.to_vec(),
-            )
-            .hiding_ids(ids);
+            let view = beneath(root, masked);
             let listed = view.with(&path, false, false, |r| {
                 let fd = r.open_dir()?;
                 sys::list(fd.as_fd())
@@ -214,18 +203,7 @@ fn read_beneath(
     if !path.starts_with(root) {
         return Err(ConfigError::Leaves(root.to_path_buf()));
     }
-    let ids = masked
-        .iter()
-        .filter_map(|m| super::own::identity(m))
-        .collect();
-    let view = View::new(
-        vec![ViewMount {
-            path: root.to_path_buf(),
-            read_only: true,
-        }],
-        masked.to_vec(),
-    )
-    .hiding_ids(ids);
+    let view = beneath(root, masked);
     let read = view.with(path, false, false, |r| {
         Ok(ConfigFile {
             bytes: r.read(cap)?,
@@ -293,6 +271,22 @@ fn fs_error(e: FsError, cap: u64) -> ConfigError {
         FsError::Outside => ConfigError::Io(std::io::Error::other("不在允许的目录之下")),
         FsError::Io(e) => ConfigError::Io(e),
     }
+}
+
+/// A read-only view of `root` that hides `masked` (by path and by identity).
+fn beneath(root: &Path, masked: &[PathBuf]) -> View {
+    let ids = masked
+        .iter()
+        .filter_map(|m| super::own::identity(m))
+        .collect();
+    View::new(
+        vec![ViewMount {
+            path: root.to_path_buf(),
+            read_only: true,
+        }],
+        masked.to_vec(),
+    )
+    .hiding_ids(ids)
 }
 
 #[cfg(test)]

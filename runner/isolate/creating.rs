@@ -169,15 +169,7 @@ mod tests {
     use crate::isolate::repo::tests::{git, repo_with_commit};
     use crate::record::owner::Owner;
 
-    fn dead_owner() -> Owner {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        child.wait().unwrap();
-        Owner {
-            pid,
-            ..Owner::current().unwrap()
-        }
-    }
+    use crate::isolate::sweep::tests::dead_owner;
 
     #[test]
     fn a_worktree_its_dead_maker_never_finished_is_removed_and_a_live_ones_kept() {

@@ -307,14 +307,15 @@ pub fn worktree_report(workspace: &Path) -> GcReport {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::isolate::repo::open_workspace_repo;
     use crate::isolate::repo::tests::{git, repo_with_commit};
     use crate::isolate::worktree::{add, NewWorktree};
     use crate::record::owner::Owner;
 
-    fn dead_owner() -> Owner {
+    /// An owner whose process has exited.
+    pub(crate) fn dead_owner() -> Owner {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         child.wait().unwrap();
