@@ -27,6 +27,9 @@ case $1 in
     dir=$(mktemp -d "${TMPDIR:-/tmp}/flowerbox-podman.XXXXXX")
     chmod 0700 "$dir"
     printf '[containers]\ndefault_ulimits = []\n' >"$dir/containers.conf"
+    # PODMAN_INIT_PATH: the init containers started with `init` get (tests point it at nothing,
+    # which is a Podman without catatonit).
+    if [ -n "${PODMAN_INIT_PATH:-}" ]; then printf 'init_path = "%s"\n' "$PODMAN_INIT_PATH" >>"$dir/containers.conf"; fi
     # crun (Debian's default for Podman) refuses hosts whose cgroup v2 hierarchy has controllers
     # next to v1 ("cgroups in hybrid mode not supported"), as on this machine kind; runc
     # (installed with Docker) runs them. PODMAN_RUNTIME overrides.
@@ -61,12 +64,24 @@ case $1 in
     target=${target%/podman.sock}
     # Only a directory this script made (its name, its pid file) is touched.
     case $(basename "$target") in flowerbox-podman.*) ;; *) echo "podman-service.sh: $2 is not a service this script started" >&2; exit 1 ;; esac
+    [ -d "$target" ] || { echo "podman-service.sh: $target does not exist (stopped already?)" >&2; exit 1; }
+    # Whoever started it stops it: another user can neither read its pid nor signal it, and
+    # removing the directory alone would leave the service running.
+    if [ ! -O "$target" ]; then
+      owner=$(stat -c %U "$target" 2>/dev/null || echo "another user")
+      echo "podman-service.sh: $target was started by $owner; stop it as $owner (e.g. sudo $0 stop $2), it is still running" >&2
+      exit 1
+    fi
     [ -f "$target/pid" ] || { echo "podman-service.sh: no pid file in $target" >&2; exit 1; }
     pid=$(cat "$target/pid")
-    if kill "$pid" 2>/dev/null; then
-      for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
-    fi
+    # The service leads its own process group (setsid): rootless Podman runs the real service in
+    # a child inside its user namespace, so the whole group is stopped, not only the pid.
+    alive() { kill -0 -- "-$pid" 2>/dev/null || kill -0 "$pid" 2>/dev/null; }
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do alive || break; sleep 0.1; done
+    if alive; then kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true; fi
+    for _ in $(seq 1 50); do alive || break; sleep 0.1; done
+    if alive; then echo "podman-service.sh: the service (process group $pid) did not stop" >&2; exit 1; fi
     rm -rf "$target"
     ;;
   *) usage ;;
