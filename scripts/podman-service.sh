@@ -27,9 +27,7 @@ case $1 in
     dir=$(mktemp -d "${TMPDIR:-/tmp}/flowerbox-podman.XXXXXX")
     chmod 0700 "$dir"
     printf '[containers]\ndefault_ulimits = []\n' >"$dir/containers.conf"
-    # PODMAN_INIT_PATH: the init containers started with `init` get (tests point it at nothing,
-    # which is a Podman without catatonit).
-    if [ -n "${PODMAN_INIT_PATH:-}" ]; then printf 'init_path = "%s"\n' "$PODMAN_INIT_PATH" >>"$dir/containers.conf"; fi
+
     # crun (Debian's default for Podman) refuses hosts whose cgroup v2 hierarchy has controllers
     # next to v1 ("cgroups in hybrid mode not supported"), as on this machine kind; runc
     # (installed with Docker) runs them. PODMAN_RUNTIME overrides.
@@ -39,9 +37,17 @@ case $1 in
     fi
     if [ -n "$runtime" ]; then printf '[engine]\nruntime = "%s"\n' "$runtime" >>"$dir/containers.conf"; fi
     sock=$dir/podman.sock
+    launch=(podman system service --time=0 "unix://$sock")
+    # PODMAN_HIDE_INIT=1 (root only): the service runs in a mount namespace of its own where
+    # Podman's init (catatonit, in /usr/libexec/podman) is hidden by an empty directory: a Podman
+    # without catatonit, for the test that doctor fails there.
+    if [ -n "${PODMAN_HIDE_INIT:-}" ]; then
+      mkdir "$dir/empty"
+      launch=(unshare -m --propagation private sh -c 'mount --bind "$1" /usr/libexec/podman && shift && exec "$@"' sh "$dir/empty" "${launch[@]}")
+    fi
     # setsid: the service outlives this script and is not hit by the caller's Ctrl-C; its pid
     # is recorded for `stop`.
-    CONTAINERS_CONF=$dir/containers.conf setsid podman system service --time=0 "unix://$sock" \
+    CONTAINERS_CONF=$dir/containers.conf setsid "${launch[@]}" \
       </dev/null >"$dir/service.log" 2>&1 &
     echo $! >"$dir/pid"
     for _ in $(seq 1 100); do

@@ -1,9 +1,9 @@
 //! A Podman without `catatonit` (issue 29 §2.10): every agent container starts with the
 //! engine's init, so every container start fails there; `doctor` must fail, naming catatonit
 //! and how to get it. Runs against the service named by `FLOWERBOX_TEST_PODMAN_NO_INIT` (a
-//! `unix://` socket of `PODMAN_INIT_PATH=/nonexistent/catatonit scripts/podman-service.sh
-//! start`, which is such a Podman; `.ci/run` starts one), with the agent image, or the image
-//! named by `FLOWERBOX_TEST_PODMAN_NO_INIT_IMAGE`.
+//! `unix://` socket of `PODMAN_HIDE_INIT=1 scripts/podman-service.sh start`, run as root: such a
+//! Podman; `.ci/run` starts one), with the agent image, or the image named by
+//! `FLOWERBOX_TEST_PODMAN_NO_INIT_IMAGE`.
 
 mod docker_support;
 
