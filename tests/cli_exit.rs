@@ -256,7 +256,7 @@ fn piped_request_is_read_and_warned_about() {
         .write_stdin("帮我做一个 X\n")
         .assert()
         .code(1)
-        .stdout("> ")
+        .stdout("> \n")
         .stderr(
             predicate::str::contains(
                 "! 标准输入不是终端,没人能回答提问。想让它自己判断就加 --timeout 0",

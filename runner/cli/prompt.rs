@@ -64,6 +64,11 @@ pub fn ask_for_request(
                 return Err(CliError::Cancelled);
             }
         };
+        if !interactive {
+            // No terminal ended the prompt's line with the human's Enter: end it, without
+            // echoing what was read (flower's `input("> ")` echoes nothing either).
+            writeln!(out).map_err(CliError::terminal)?;
+        }
         if text == "/new" {
             new = true;
             continue;
@@ -181,7 +186,7 @@ mod tests {
         let (r, out) = run(false, false, false, vec![line("做 X"), line("ignored")]);
         assert_eq!(r.unwrap().ask.as_deref(), Some("做 X"));
         // As flower's `input("> ")`: the prompt, no echo of the line read (issue 29 §2.6).
-        assert_eq!(out, "> ");
+        assert_eq!(out, "> \n");
         let (r, _) = run(false, false, false, vec![]);
         assert!(matches!(r.unwrap_err(), CliError::NeedRequest));
         let (r, _) = run(true, false, false, vec![]);
