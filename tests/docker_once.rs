@@ -258,8 +258,20 @@ async fn a_missing_image_stops_the_start_before_anything_is_written() {
     let ws = tempfile::tempdir().unwrap();
     let ws_path = ws.path().canonicalize().unwrap();
     for args in [
-        &["--image", "flowerbox-test-missing:none", "once", "-W", "看一眼"][..],
-        &["--image", "flowerbox-test-missing:none", "做 X", "--timeout", "0"][..],
+        &[
+            "--image",
+            "flowerbox-test-missing:none",
+            "once",
+            "-W",
+            "看一眼",
+        ][..],
+        &[
+            "--image",
+            "flowerbox-test-missing:none",
+            "做 X",
+            "--timeout",
+            "0",
+        ][..],
     ] {
         let out = flowerbox(&model, home.path(), &ws_path)
             .args(args)
