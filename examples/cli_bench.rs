@@ -21,7 +21,7 @@
 mod bench_common;
 
 use bench_common::{ms, print_table, write_part, Figure, Stats};
-use flowerbox::model::scripted::{Scenario, ScriptedServer};
+use scripted_model::{Scenario, ScriptedServer};
 use flowerbox::model::{ContentBlock, Message, Role, Speaker};
 use flowerbox::sandbox::docker::{ensure_image, Engine};
 use flowerbox::session::{SessionMeta, SessionStore, SqliteSessionStore};

@@ -25,7 +25,7 @@ use flowerbox::agent::event::null_sink;
 use flowerbox::agent::human::Absent;
 use flowerbox::agent::roles::worker;
 use flowerbox::agent::{RunOptions, Runtime, RuntimeConfig};
-use flowerbox::model::scripted::{Scenario, ScriptedServer};
+use scripted_model::{Scenario, ScriptedServer};
 use flowerbox::model::{build_provider, Provider, ProviderOptions};
 use flowerbox::sandbox::docker::{ensure_image, DockerOptions, DockerSandboxFactory, Engine};
 use flowerbox::sandbox::SandboxFactory;

@@ -10,8 +10,9 @@
 //! [`sandbox`] executes commands in containers; [`session`] and [`record`] persist sessions,
 //! the manifest and lineage; [`model`] talks to the model; [`shown`] is the one sanitiser and
 //! the output boundary (terminal, log, notes); [`glance`] and [`fsroot`] are leaves.
-//! The test doubles the unit tests, `tests/` and the examples share are the `flowerbox-testkit`
-//! crate (`testkit/`), not part of the library.
+//! The test doubles are crates of their own, not part of the library: `flowerbox-testkit`
+//! (`testkit/`, for `tests/` and the examples) and `scripted-model` (`scripted-model/`, the
+//! model server the tests, the demo and the benchmarks run against).
 #![deny(missing_docs)]
 // Output reaches a person only through `shown` (its module doc; clippy.toml for the rest).
 #![deny(clippy::print_stdout, clippy::print_stderr, clippy::dbg_macro)]
@@ -33,10 +34,3 @@ pub mod session;
 pub mod shown;
 pub mod signals;
 pub mod term;
-// The test doubles (`testkit/`), compiled into the unit tests only; the file names its
-// paths `flowerbox::…`, which this crate answers to as well.
-extern crate self as flowerbox;
-#[cfg(test)]
-#[path = "../testkit/src/lib.rs"]
-#[allow(dead_code)] // the unit tests use a part; `tests/` and `examples/` the rest
-pub(crate) mod testkit;

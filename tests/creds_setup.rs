@@ -13,11 +13,12 @@ use std::time::Duration;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::Router;
-use flowerbox::creds::input::{LineRead, ReaderLines, ScriptedLines};
+use flowerbox::creds::input::{LineRead, ReaderLines};
 use flowerbox::creds::setup::{configure, setup_command, HEADER_COMMENT};
 use flowerbox::creds::{
     ensure_credentials, CredsError, EnsurePolicy, Lookup, ProbeSettings, Refusal, Source,
 };
+use flowerbox_testkit::ScriptedLines;
 
 mod cli_support;
 use cli_support::Scene;

@@ -41,7 +41,7 @@ fn run_demo(isolate: bool) -> Demo {
         .env("FLOWERBOX_DEMO_BIN", env!("CARGO_BIN_EXE_flowerbox"))
         .env(
             "FLOWERBOX_DEMO_MODEL_BIN",
-            env!("CARGO_BIN_EXE_scripted-model"),
+            flowerbox_testkit::scripted_model_bin(),
         )
         .env("FLOWERBOX_DEMO_ISOLATE", if isolate { "1" } else { "0" })
         .stdin(Stdio::null())

@@ -93,7 +93,7 @@ async fn the_demo_runs_through_the_wrapper_to_achieved() {
         .env("FLOWERBOX_DEMO_BIN", &shim)
         .env(
             "FLOWERBOX_DEMO_MODEL_BIN",
-            env!("CARGO_BIN_EXE_scripted-model"),
+            flowerbox_testkit::scripted_model_bin(),
         )
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(root.join("demo.out")).unwrap())

@@ -15,7 +15,7 @@ use crate::record::manifest::Manifest;
 use crate::record::LineageFile;
 use crate::sandbox::host::HostSandboxFactory;
 use crate::session::SqliteSessionStore;
-use crate::testkit::replay;
+use crate::model::testing::replay;
 
 /// One scripted agent.
 pub struct Rule {

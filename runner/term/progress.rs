@@ -321,7 +321,7 @@ mod tests {
     use crate::model::Role;
     use crate::term::port::PortConfig;
 
-    use crate::testkit::SharedBuf as Buf;
+    use flowerbox_testkit::SharedBuf as Buf;
 
     fn port(screen: bool) -> (OutputPort, Buf) {
         let buf = Buf::default();
