@@ -21,10 +21,11 @@
 mod bench_common;
 
 use bench_common::{ms, print_table, write_part, Figure, Stats};
-use scripted_model::{Scenario, ScriptedServer};
-use flowerbox::model::{ContentBlock, Message, Role, Speaker};
+use flowerbox::model::{ContentBlock, Message, Speaker};
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::{ensure_image, Engine};
 use flowerbox::session::{SessionMeta, SessionStore, SqliteSessionStore};
+use scripted_model::{Scenario, ScriptedServer};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -21,7 +21,7 @@ use flowerbox::agent::{Event, EventKind, Runtime, RuntimeConfig};
 use flowerbox::channel::{HumanChannel, HumanConfig};
 use flowerbox::flow::aside::AsideOracle;
 use flowerbox::flow::frontend::Interrupt;
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::host::HostSandboxFactory;
 use flowerbox::signals::{exit_by_signal, EXIT_INTERRUPTED};
 use flowerbox::term::{Console, ConsoleOptions, ConsoleSignal, OutputPort};

@@ -8,7 +8,7 @@
 //! Usage: `mcp_bench [--repeat N] [--calls N] [--json FILE]`.
 
 use flowerbox::mcp::{AgentAsk, McpHub, McpSettings, ServerConfig, Transport};
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::{ensure_image, DockerOptions, DockerSandboxFactory, Engine};
 use flowerbox::sandbox::{AgentBox, ExecRequest, Mount, Sandbox, SandboxFactory};
 use std::path::{Path, PathBuf};

@@ -23,7 +23,7 @@
 //! `--ensure-image` only makes sure the agent image exists (built offline on first use, progress
 //! on stderr) and prints its tag: `docker/build.sh` bases the runner image on it.
 
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::{ensure_image, DockerOptions, DockerSandboxFactory, Engine};
 use flowerbox::sandbox::egress::{EgressMode, EgressPolicy};
 use flowerbox::sandbox::{AgentBox, ExecRequest, Mount, Sandbox, SandboxFactory};

@@ -19,8 +19,9 @@ mod bench_common;
 
 use bench_common::{ms, print_table, wait_with_peak_rss, write_part, Figure, Stats};
 use flowerbox::agent::spill::maybe_spill;
-use flowerbox::model::{ContentBlock, Message, Role, Speaker};
+use flowerbox::model::{ContentBlock, Message, Speaker};
 use flowerbox::record::manifest::{Manifest, ManifestEntry};
+use flowerbox::role::Role;
 use flowerbox::session::{SessionMeta, SessionStore, SqliteSessionStore, TrimPolicy};
 use serde_json::json;
 use std::path::{Path, PathBuf};

@@ -14,7 +14,7 @@ mod bench_common;
 use bench_common::{print_table, write_part, Figure, Stats};
 use flowerbox::agent::human::Absent;
 use flowerbox::agent::tools::{ToolContext, ToolLimits, ToolRegistry};
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::{AgentBox, Mount};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};

@@ -29,6 +29,7 @@ pub mod mcp;
 pub mod model;
 pub mod plugin;
 pub mod record;
+pub mod role;
 pub mod sandbox;
 pub mod session;
 pub mod shown;

@@ -6,7 +6,8 @@
 #[path = "model_support/mod.rs"]
 mod model_support;
 
-use flowerbox::model::{Message, Role, Speaker};
+use flowerbox::model::{Message, Speaker};
+use flowerbox::role::Role;
 use flowerbox::session::{SessionMeta, SessionStore, SqliteSessionStore};
 use model_support::ScriptedModel;
 use serde_json::{json, Value};

@@ -5,7 +5,7 @@ mod docker_support;
 
 use bollard::query_parameters::StopContainerOptions;
 use docker_support::*;
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory, UserIds};
 use flowerbox::sandbox::{AgentBox, Mount, Sandbox, SandboxError, SandboxFactory};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

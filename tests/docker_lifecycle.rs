@@ -8,7 +8,7 @@ mod docker_support;
 
 use child_support::{helper, spawn_lines, wait_for};
 use docker_support::*;
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory};
 use flowerbox::sandbox::gc;
 use flowerbox::sandbox::teardown_on_signal;

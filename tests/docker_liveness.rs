@@ -13,7 +13,7 @@ mod docker_support;
 
 use docker_support::proxy::EngineProxy;
 use docker_support::*;
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::service::ServiceSource;
 use flowerbox::sandbox::docker::{DockerSandbox, Engine};
 use flowerbox::sandbox::notice::Gone;

@@ -7,7 +7,7 @@
 mod docker_support;
 
 use docker_support::*;
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::service::proto::{self, Hello, Kind};
 use flowerbox::sandbox::docker::service::{ServiceSource, SERVICE_PATH};
 use flowerbox::sandbox::docker::DockerSandbox;

@@ -76,7 +76,7 @@ fn median(v: &mut [f64]) -> f64 {
 #[ignore = "measurement; run explicitly"]
 async fn container_and_finish_timings() {
     use flowerbox::agent::WorkerSandbox;
-    use flowerbox::model::Role;
+    use flowerbox::role::Role;
     use flowerbox::sandbox::docker::{ensure_image, DockerOptions, DockerSandboxFactory, Engine};
     use flowerbox::sandbox::{AgentBox, ExecRequest, Mount, SandboxFactory};
     use std::time::Duration;

@@ -10,7 +10,7 @@ mod isolate_support;
 use child_support::{helper, spawn_lines, wait_for};
 use flowerbox::agent::{roles, Placement, RunOptions};
 use flowerbox::isolate::{IsolateOptions, WorktreePlacement};
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory};
 use flowerbox::sandbox::{AgentBox, SandboxFactory};
 use isolate_support::docker_support::{agent_image, engine_or_skip, exec_ok, run_id, SERIAL};

@@ -91,7 +91,7 @@ async fn turn(p: Arc<dyn Provider>) -> (flowerbox::model::Turn, Events) {
     };
     let t = p
         .stream_turn(
-            &request(flowerbox::model::Role::Worker, "worker-1", "hi"),
+            &request(flowerbox::role::Role::Worker, "worker-1", "hi"),
             &sink,
             &CancellationToken::new(),
         )

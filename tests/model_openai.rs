@@ -10,9 +10,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use flowerbox::model::{
-    build_provider, ContentBlock, ModelError, ModelEvent, ProviderOptions, Role, StopReason,
-    ToolDef,
+    build_provider, ContentBlock, ModelError, ModelEvent, ProviderOptions, StopReason, ToolDef,
 };
+use flowerbox::role::Role;
 use model_support::{fast, request, Events};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};

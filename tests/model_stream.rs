@@ -4,8 +4,9 @@
 mod model_support;
 
 use flowerbox::model::{
-    ContentBlock, Message, ModelError, ModelEvent, RetryPolicy, Role, Speaker, StopReason, ToolCall,
+    ContentBlock, Message, ModelError, ModelEvent, RetryPolicy, Speaker, StopReason, ToolCall,
 };
+use flowerbox::role::Role;
 use futures::StreamExt;
 use model_support::{anthropic_at, fast, request, Events, ScriptedModel};
 use serde_json::{json, Value};

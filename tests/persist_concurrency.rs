@@ -5,10 +5,11 @@
 //! Child processes are this test binary re-executed with `FLOWERBOX_PERSIST_CHILD` set,
 //! running the ignored `child` test.
 
-use flowerbox::model::{Message, Role};
+use flowerbox::model::Message;
 use flowerbox::record::manifest::read_manifest;
 use flowerbox::record::steps::new_run_marker;
 use flowerbox::record::{LineageFile, Manifest, ManifestEntry};
+use flowerbox::role::Role;
 use flowerbox::session::{SessionMeta, SessionStore, SqliteSessionStore};
 use std::path::Path;
 use std::process::{Child, Stdio};

@@ -5,7 +5,8 @@
 //! set, running the ignored `child` test, which appends a scripted conversation and reports
 //! progress on stdout.
 
-use flowerbox::model::{ContentBlock, Message, Role, Speaker};
+use flowerbox::model::{ContentBlock, Message, Speaker};
+use flowerbox::role::Role;
 use flowerbox::session::{
     NoticeKind, SessionMeta, SessionStore, SqliteSessionStore, TrimPolicy, INTERRUPTED_NOTE,
 };

@@ -10,7 +10,7 @@
 mod docker_support;
 
 use docker_support::*;
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::UserIds;
 use flowerbox::sandbox::egress::{EgressMode, EgressPolicy};
 use flowerbox::sandbox::{Sandbox, SandboxFactory};

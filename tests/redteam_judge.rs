@@ -20,7 +20,7 @@
 mod isolate_support;
 
 use flowerbox::agent::{roles, RunOptions};
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::UserIds;
 use flowerbox::sandbox::{AgentBox, Mount, Sandbox, SandboxFactory};
 use isolate_support::docker_support::{engine_or_skip, req, TestRun, SERIAL};

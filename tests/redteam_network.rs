@@ -14,7 +14,7 @@ mod docker_support;
 use docker_support::*;
 use flowerbox::agent::human::Absent;
 use flowerbox::agent::tools::{ToolContext, ToolError, ToolLimits, ToolRegistry};
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::Engine;
 use flowerbox::sandbox::egress::{parse_net, EgressMode, EgressPolicy, HostAddrs};
 use flowerbox::sandbox::{AgentBox, Mount, Sandbox};

@@ -12,9 +12,9 @@ use super::roles;
 use super::runtime::{RunOptions, Runtime, RuntimeConfig};
 use super::workbench::Workbench;
 use crate::agent::human::Absent;
+use crate::model::testing::replay;
 use crate::model::*;
 use crate::sandbox::host::HostSandboxFactory;
-use crate::model::testing::replay;
 use crate::session::SqliteSessionStore;
 
 /// Replays turns by agent-name prefix; the k-th turn is chosen by the number of assistant

@@ -16,7 +16,7 @@ use super::session_loop::AgentRun;
 use super::spec::AgentSpec;
 use super::workbench::Workbench;
 use crate::agent::human::Absent;
-use crate::model::Role;
+use crate::role::Role;
 use crate::sandbox::host::HostSandboxFactory;
 use crate::sandbox::AgentBox;
 use crate::session::SqliteSessionStore;

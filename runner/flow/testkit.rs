@@ -10,12 +10,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::human::Human;
 use crate::agent::{Event, EventKind, Runtime, RuntimeConfig, Workbench};
+use crate::model::testing::replay;
 use crate::model::*;
 use crate::record::manifest::Manifest;
 use crate::record::LineageFile;
+use crate::role::Role;
 use crate::sandbox::host::HostSandboxFactory;
 use crate::session::SqliteSessionStore;
-use crate::model::testing::replay;
 
 /// One scripted agent.
 pub struct Rule {

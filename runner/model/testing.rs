@@ -3,7 +3,8 @@
 //! choice of in-process fake providers.
 
 use super::transport::{HttpRequest, HttpResponse, HttpTransport, TransportError};
-use super::{Caller, Message, ModelEvent, Request, Role};
+use super::{Caller, Message, ModelEvent, Request};
+use crate::role::Role;
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
@@ -276,13 +277,14 @@ pub(crate) fn replay(
         .iter()
         .filter(|m| m.role == super::Speaker::Assistant)
         .count();
-    let content = turns
-        .and_then(|t| t.get(k))
-        .cloned()
-        .ok_or_else(|| super::ModelError::InvalidRequest {
-            status: 400,
-            message: format!("no turn {k} for {who}"),
-            prompt_too_long: false,
-        })?;
+    let content =
+        turns
+            .and_then(|t| t.get(k))
+            .cloned()
+            .ok_or_else(|| super::ModelError::InvalidRequest {
+                status: 400,
+                message: format!("no turn {k} for {who}"),
+                prompt_too_long: false,
+            })?;
     Ok(turn_of(content, &req.model))
 }

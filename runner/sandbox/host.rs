@@ -356,7 +356,7 @@ impl Sandbox for HostSandbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Role;
+    use crate::role::Role;
     use crate::sandbox::Mount;
     use std::time::Instant;
     use tokio_util::sync::CancellationToken;

@@ -28,7 +28,7 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
-use crate::model::Role;
+use crate::role::Role;
 
 /// One mount of an agent's environment: the directory on the host (`host`) and where the agent
 /// sees it (`inside`). Normally the two are equal (path identity), so paths in tool results

@@ -318,7 +318,7 @@ impl Activity {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Role;
+    use crate::role::Role;
     use crate::term::port::PortConfig;
 
     use flowerbox_testkit::SharedBuf as Buf;

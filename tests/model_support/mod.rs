@@ -4,8 +4,8 @@
 
 use flowerbox::model::{
     build_provider, Caller, Message, ModelEvent, Provider, ProviderOptions, Request, RetryPolicy,
-    Role,
 };
+use flowerbox::role::Role;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

@@ -301,14 +301,14 @@ mod tests {
         }
         let abox = crate::sandbox::AgentBox {
             agent: "worker-1".into(),
-            role: crate::model::Role::Worker,
+            role: crate::role::Role::Worker,
             mounts: vec![crate::sandbox::Mount::same(ws.clone(), false)],
             masked: Vec::new(),
             workdir: ws.clone(),
         };
         let ctx = ToolContext::new(
             "worker-1".into(),
-            crate::model::Role::Worker,
+            crate::role::Role::Worker,
             0,
             abox,
             Some(std::sync::Arc::new(

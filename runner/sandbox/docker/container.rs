@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use super::kind::EngineKind;
 use super::labels::{Owner, LABEL_AGENT, LABEL_POD, LABEL_ROLE, LABEL_RUN, LABEL_WORKSPACE};
-use crate::model::Role;
+use crate::role::Role;
 use crate::sandbox::{AgentBox, SandboxError};
 
 /// The engine's own read-only paths (Docker's and runc's default set, which a

@@ -34,7 +34,7 @@ use bollard::models::ContainerCreateBody;
 use std::path::PathBuf;
 
 use super::container::{patch_passwd, Identity, ImageFacts, UserIds};
-use crate::model::Role;
+use crate::role::Role;
 use crate::sandbox::SandboxError;
 
 /// Where `setpriv` may be in an image (checked in order, before the pod starts).
