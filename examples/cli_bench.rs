@@ -16,6 +16,10 @@
 //! Usage: `cli_bench [--repeat N] [--flowerbox PATH] [--base PATH] [--think-ms MS]
 //! [--only 9,10,11] [--json FILE]`. `--flowerbox` defaults to the `flowerbox` next to this
 //! example's directory (`scripts/bench.sh` builds it first).
+// A benchmark or smoke example, not shipped: it unwraps like a test and reports on its own
+// streams.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "bench_common/mod.rs"]
 mod bench_common;

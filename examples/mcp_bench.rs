@@ -6,6 +6,10 @@
 //! 8b. one MCP tool call (`probe`) to that running server vs a Bash round trip for `true`.
 //!
 //! Usage: `mcp_bench [--repeat N] [--calls N] [--json FILE]`.
+// A benchmark or smoke example, not shipped: it unwraps like a test and reports on its own
+// streams.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use flowerbox::mcp::{AgentAsk, McpHub, McpSettings, ServerConfig, Transport};
 use flowerbox::role::Role;

@@ -13,6 +13,10 @@
 //!
 //! Usage: `store_bench [--repeat N] [--calls N] [--messages N] [--only 4|6] [--json FILE]`.
 //! Internal: `--child resume|raw|open DB SESSION SPILL` (one measurement in a child process).
+// A benchmark or smoke example, not shipped: it unwraps like a test and reports on its own
+// streams.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "bench_common/mod.rs"]
 mod bench_common;

@@ -7,6 +7,10 @@
 //! - 7c: `Grep` for one word over a tree of 200 small files (absolute time only).
 //!
 //! Usage: `tools_bench [--calls N] [--json FILE]`.
+// A benchmark or smoke example, not shipped: it unwraps like a test and reports on its own
+// streams.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "bench_common/mod.rs"]
 mod bench_common;

@@ -2,6 +2,10 @@
 //! temporary HOME: the screen text, the 0600 file, the key mapping, the immediate reload, and
 //! the gates' decisions against a local HTTP server (auth → one reconfiguration → ok; refused
 //! twice; non-interactive refusals; net let through; no token).
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::collections::BTreeMap;
 use std::io::Cursor;

@@ -7,6 +7,10 @@
 //! container of the run is left.
 //!
 //! Needs Docker: fails when `CI=true` and the engine is missing, skips visibly otherwise.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "docker_support/mod.rs"]
 mod docker_support;

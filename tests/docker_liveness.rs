@@ -8,6 +8,10 @@
 //! in a new container (a new pod, its network rules loaded first), or the run's sandboxes are
 //! lost when the engine stays away. Also: the exec service's first words decide whether it
 //! runs, and anything else on its stream is kept as the reason for the slower way, said once.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod docker_support;
 

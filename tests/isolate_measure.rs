@@ -3,6 +3,10 @@
 //! with 5000 files; and on the real engine, the cost of issue 14 part 2 (a worker container's
 //! start, and `finish` with the commit inside the container) against the design before it.
 //! Run with `cargo test --test isolate_measure -- --ignored --nocapture`.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use flowerbox::agent::Placement;
 use flowerbox::isolate::{IsolateOptions, WorktreePlacement};

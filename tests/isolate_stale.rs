@@ -3,6 +3,10 @@
 //! killed with SIGKILL; the worktree directory is then deleted by hand. The next run prunes the
 //! stale registration, keeps the crashed run's unmerged branch, and its own worker commits and
 //! integrates as usual.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod child_support;
 mod isolate_support;

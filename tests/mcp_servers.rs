@@ -4,6 +4,10 @@
 //! well or hostilely by `--mode`. The server must run in the agent's container, its tool must
 //! reach the model, and every failure must be a tool error or a note the model reads, never a
 //! crash, with nothing left running.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "docker_support/mod.rs"]
 mod docker_support;

@@ -1,6 +1,10 @@
 //! The example streams of the providers' public documentation (`tests/fixtures/api_docs/`,
 //! copied byte for byte) replayed over real HTTP through both clients, built by
 //! `build_provider`: references written by someone else than the client's author.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod model_support;
 

@@ -4,6 +4,10 @@
 //! The "run" is a child process: this test binary re-executed with `FLOWERBOX_PERSIST_CHILD`
 //! set, running the ignored `child` test, which appends a scripted conversation and reports
 //! progress on stdout.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use flowerbox::model::{ContentBlock, Message, Speaker};
 use flowerbox::role::Role;

@@ -16,6 +16,10 @@
 //!
 //! The scripted test runs workers as the invoking user (root in CI: workers run as 0:0); the
 //! factory-level test runs them as uid 4242 when the test runs as root.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod isolate_support;
 

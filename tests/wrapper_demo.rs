@@ -5,6 +5,10 @@
 //! listens on the host's loopback, which the runner reaches over the host network.
 //!
 //! Docker-gated: with `CI=true` a missing engine fails; elsewhere the test skips visibly.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod docker_support;
 

@@ -185,6 +185,7 @@ fn group_alive(pgid: i32) -> bool {
 
 #[async_trait]
 impl Sandbox for HostSandbox {
+    #[allow(clippy::expect_used, reason = "spawned with piped stdio")]
     async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, SandboxError> {
         if !self
             .spec

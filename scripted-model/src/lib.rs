@@ -72,6 +72,8 @@
 //! - **Mismatch.** No matching entry, or k past the last turn: HTTP 400 with an
 //!   `invalid_request_error` naming the agent, its role and k, so a test sees it at once.
 
+#![warn(unreachable_pub)]
+
 mod chat;
 mod events;
 pub mod scenario;

@@ -40,6 +40,8 @@ struct ServerState {
 /// A bound, not yet serving, scripted model server.
 pub struct ScriptedServer {
     listener: tokio::net::TcpListener,
+    /// Where `listener` is bound (the real port when bound to port 0).
+    addr: SocketAddr,
     state: Arc<ServerState>,
 }
 
@@ -73,20 +75,25 @@ impl ScriptedServer {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|e| ScriptedError::Io(format!("bind {listen}: {e}")))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| ScriptedError::Io(format!("the address bound for {listen}: {e}")))?;
         let state = Arc::new(ServerState {
             scenario,
             counters: Mutex::new(HashMap::new()),
             record,
             strict,
         });
-        Ok(ScriptedServer { listener, state })
+        Ok(ScriptedServer {
+            listener,
+            addr,
+            state,
+        })
     }
 
     /// The bound address (the real port when bound to port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("a bound listener has an address")
+        self.addr
     }
 
     /// `http://ADDR`, the value for `ANTHROPIC_BASE_URL`.

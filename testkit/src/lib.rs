@@ -9,6 +9,8 @@
 //! the doubles of flowerbox's traits they need live beside the unit tests.
 //!
 //! [`Provider`]: flowerbox::model::Provider
+// Test doubles: a failed unwrap here is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
