@@ -3,6 +3,10 @@
 //! where it compares, the baseline of the same run and the ratio of the medians.
 //!
 //! Usage: `bench_report [--json FILE] PART...`.
+// A benchmark or smoke example, not shipped: it unwraps like a test and reports on its own
+// streams.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "bench_common/mod.rs"]
 mod bench_common;

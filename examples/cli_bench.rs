@@ -16,15 +16,20 @@
 //! Usage: `cli_bench [--repeat N] [--flowerbox PATH] [--base PATH] [--think-ms MS]
 //! [--only 9,10,11] [--json FILE]`. `--flowerbox` defaults to the `flowerbox` next to this
 //! example's directory (`scripts/bench.sh` builds it first).
+// A benchmark or smoke example, not shipped: it unwraps like a test and reports on its own
+// streams.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "bench_common/mod.rs"]
 mod bench_common;
 
 use bench_common::{ms, print_table, write_part, Figure, Stats};
-use flowerbox::model::scripted::{Scenario, ScriptedServer};
-use flowerbox::model::{ContentBlock, Message, Role, Speaker};
+use flowerbox::model::{ContentBlock, Message, Speaker};
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::{ensure_image, Engine};
 use flowerbox::session::{SessionMeta, SessionStore, SqliteSessionStore};
+use scripted_model::{Scenario, ScriptedServer};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

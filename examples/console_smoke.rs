@@ -10,6 +10,10 @@
 //!
 //! Lines it prints itself start with `[smoke]`: `pid N`, `paused` (first Ctrl-C: the ticks stop),
 //! `interrupt: <msg>` (the prompt answered: they go on), `quit`, `done`.
+// A benchmark or smoke example, not shipped: it unwraps like a test and reports on its own
+// streams.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "../tests/term_support/mod.rs"]
 mod term_support;
@@ -21,7 +25,7 @@ use flowerbox::agent::{Event, EventKind, Runtime, RuntimeConfig};
 use flowerbox::channel::{HumanChannel, HumanConfig};
 use flowerbox::flow::aside::AsideOracle;
 use flowerbox::flow::frontend::Interrupt;
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::host::HostSandboxFactory;
 use flowerbox::signals::{exit_by_signal, EXIT_INTERRUPTED};
 use flowerbox::term::{Console, ConsoleOptions, ConsoleSignal, OutputPort};

@@ -6,9 +6,13 @@
 //! 8b. one MCP tool call (`probe`) to that running server vs a Bash round trip for `true`.
 //!
 //! Usage: `mcp_bench [--repeat N] [--calls N] [--json FILE]`.
+// A benchmark or smoke example, not shipped: it unwraps like a test and reports on its own
+// streams.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use flowerbox::mcp::{AgentAsk, McpHub, McpSettings, ServerConfig, Transport};
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::{ensure_image, DockerOptions, DockerSandboxFactory, Engine};
 use flowerbox::sandbox::{AgentBox, ExecRequest, Mount, Sandbox, SandboxFactory};
 use std::path::{Path, PathBuf};

@@ -16,6 +16,10 @@
 //! (`target/debug/flowerbox`; `scripts/bench.sh` builds it first).
 //! Internal: `--shim-rss OUT PROGRAM ARGS…` runs PROGRAM, appends its peak RSS (KiB) and
 //! arguments to OUT as one JSON line and exits with its code (the demo's flowerbox command).
+// A benchmark or smoke example, not shipped: it unwraps like a test and reports on its own
+// streams.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "bench_common/mod.rs"]
 mod bench_common;
@@ -25,11 +29,11 @@ use flowerbox::agent::event::null_sink;
 use flowerbox::agent::human::Absent;
 use flowerbox::agent::roles::worker;
 use flowerbox::agent::{RunOptions, Runtime, RuntimeConfig};
-use flowerbox::model::scripted::{Scenario, ScriptedServer};
 use flowerbox::model::{build_provider, Provider, ProviderOptions};
 use flowerbox::sandbox::docker::{ensure_image, DockerOptions, DockerSandboxFactory, Engine};
 use flowerbox::sandbox::SandboxFactory;
 use flowerbox::session::SqliteSessionStore;
+use scripted_model::{Scenario, ScriptedServer};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

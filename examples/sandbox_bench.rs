@@ -22,8 +22,12 @@
 //! `--exec CMD` runs one command in a fresh sandbox and prints the result (debugging aid).
 //! `--ensure-image` only makes sure the agent image exists (built offline on first use, progress
 //! on stderr) and prints its tag: `docker/build.sh` bases the runner image on it.
+// A benchmark or smoke example, not shipped: it unwraps like a test and reports on its own
+// streams.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::{ensure_image, DockerOptions, DockerSandboxFactory, Engine};
 use flowerbox::sandbox::egress::{EgressMode, EgressPolicy};
 use flowerbox::sandbox::{AgentBox, ExecRequest, Mount, Sandbox, SandboxFactory};

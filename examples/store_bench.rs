@@ -13,14 +13,19 @@
 //!
 //! Usage: `store_bench [--repeat N] [--calls N] [--messages N] [--only 4|6] [--json FILE]`.
 //! Internal: `--child resume|raw|open DB SESSION SPILL` (one measurement in a child process).
+// A benchmark or smoke example, not shipped: it unwraps like a test and reports on its own
+// streams.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "bench_common/mod.rs"]
 mod bench_common;
 
 use bench_common::{ms, print_table, wait_with_peak_rss, write_part, Figure, Stats};
 use flowerbox::agent::spill::maybe_spill;
-use flowerbox::model::{ContentBlock, Message, Role, Speaker};
+use flowerbox::model::{ContentBlock, Message, Speaker};
 use flowerbox::record::manifest::{Manifest, ManifestEntry};
+use flowerbox::role::Role;
 use flowerbox::session::{SessionMeta, SessionStore, SqliteSessionStore, TrimPolicy};
 use serde_json::json;
 use std::path::{Path, PathBuf};

@@ -7,6 +7,10 @@
 //! - 7c: `Grep` for one word over a tree of 200 small files (absolute time only).
 //!
 //! Usage: `tools_bench [--calls N] [--json FILE]`.
+// A benchmark or smoke example, not shipped: it unwraps like a test and reports on its own
+// streams.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "bench_common/mod.rs"]
 mod bench_common;
@@ -14,7 +18,7 @@ mod bench_common;
 use bench_common::{print_table, write_part, Figure, Stats};
 use flowerbox::agent::human::Absent;
 use flowerbox::agent::tools::{ToolContext, ToolLimits, ToolRegistry};
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::{AgentBox, Mount};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};

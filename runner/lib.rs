@@ -2,19 +2,24 @@
 //! in its own Docker container. See `DESIGN.md` in the repository for the architecture.
 //!
 //! Module map, top to bottom (a module uses only modules below it; DESIGN.md "Module graph"
-//! has the table, `tests/module_graph.rs` keeps it true): [`cli`] parses flower's command line
-//! and chooses the frontend, the sandbox backend and the model configuration; [`term`] is the
-//! terminal frontend; [`flow`] builds and runs workflows (clarify, goal, work, judge, `once`);
-//! [`channel`] is the human channel; [`creds`] finds and probes credentials; [`isolate`] gives
-//! workers git worktrees; [`agent`] runs one agent (the loop, tools, guards, workbench);
-//! [`sandbox`] executes commands in containers; [`session`] and [`record`] persist sessions,
-//! the manifest and lineage; [`model`] talks to the model; [`shown`] is the one sanitiser and
-//! the output boundary (terminal, log, notes); [`glance`] and [`fsroot`] are leaves.
-//! The test doubles the unit tests, `tests/` and the examples share are the `flowerbox-testkit`
-//! crate (`testkit/`), not part of the library.
+//! has the table, `tests/module_graph.rs` keeps it and this list true): [`cli`] parses
+//! flower's command line and chooses the frontend, the sandbox backend and the model
+//! configuration; [`term`] is the terminal frontend; [`flow`] builds and runs workflows
+//! (clarify, goal, work, judge, `once`); [`channel`] is the human channel; [`creds`] finds and
+//! probes credentials; [`isolate`] gives workers git worktrees; [`agent`] runs one agent (the
+//! loop, tools, guards, workbench); [`mcp`] runs the project's MCP servers, sandboxed;
+//! [`plugin`] reads the plugins that travel with the repository; [`sandbox`] executes commands
+//! in containers; [`session`] and [`record`] persist sessions, the manifest and lineage;
+//! [`model`] talks to the model; [`shown`] is the one sanitiser and the output boundary
+//! (terminal, log, notes); [`glance`], [`signals`], [`role`] (who an agent is) and [`fsroot`]
+//! are leaves.
+//! The test doubles are crates of their own, not part of the library: `flowerbox-testkit`
+//! (`testkit/`, for `tests/` and the examples) and `scripted-model` (`scripted-model/`, the
+//! model server the tests, the demo and the benchmarks run against).
 #![deny(missing_docs)]
-// Output reaches a person only through `shown` (its module doc; clippy.toml for the rest).
-#![deny(clippy::print_stdout, clippy::print_stderr, clippy::dbg_macro)]
+// What is `pub` is the library's interface: anything else is `pub(crate)` or private, so the
+// compiler sees dead code. (Output, panics: the workspace lints in Cargo.toml.)
+#![warn(unreachable_pub)]
 
 pub mod agent;
 pub mod channel;
@@ -28,15 +33,9 @@ pub mod mcp;
 pub mod model;
 pub mod plugin;
 pub mod record;
+pub mod role;
 pub mod sandbox;
 pub mod session;
 pub mod shown;
 pub mod signals;
 pub mod term;
-// The test doubles (`testkit/`), compiled into the unit tests only; the file names its
-// paths `flowerbox::…`, which this crate answers to as well.
-extern crate self as flowerbox;
-#[cfg(test)]
-#[path = "../testkit/src/lib.rs"]
-#[allow(dead_code)] // the unit tests use a part; `tests/` and `examples/` the rest
-pub(crate) mod testkit;

@@ -1,5 +1,9 @@
 //! `flowerbox once` end to end: the real binary, the real `scripted-model` over HTTP, the host
 //! sandbox (Docker-backed runs of `once` are in `tests/docker_once.rs`).
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "model_support/mod.rs"]
 mod model_support;

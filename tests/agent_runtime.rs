@@ -1,5 +1,9 @@
 //! The agent runtime over real HTTP (the `scripted-model` binary) with the host sandbox:
 //! the tool loop, guards, confinement, spill, budget, subagents and handoffs.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod agent_support;
 

@@ -2,11 +2,16 @@
 //! the real binary against the strict `scripted-model` over HTTP (which answers what the real
 //! APIs refuse with their 400), the host sandbox, both providers where the defect is the
 //! provider's.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "model_support/mod.rs"]
 mod model_support;
 
-use flowerbox::model::{Message, Role, Speaker};
+use flowerbox::model::{Message, Speaker};
+use flowerbox::role::Role;
 use flowerbox::session::{SessionMeta, SessionStore, SqliteSessionStore};
 use model_support::ScriptedModel;
 use serde_json::{json, Value};

@@ -2,6 +2,10 @@
 //! exit-1 message reachable without a model. Each test runs `flowerbox` in a temporary
 //! directory with a cleared environment and a temporary HOME, so nothing from this machine's
 //! credentials leaks in.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::path::PathBuf;
 

@@ -6,6 +6,10 @@
 //! namespace (`unshare --user --map-root-user --mount`): nothing outside the test's child sees
 //! it, and it goes away with the child. Where user namespaces are not allowed the tests say so
 //! and fail under `CI=true`.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use serde_json::{json, Value};
 use std::process::{Command, Stdio};

@@ -1,6 +1,10 @@
 //! The start prompt and first-run configuration on a real terminal: the binary's stdin is the
 //! slave side of a pseudo-terminal, the test types on the master side (Enter, Ctrl-D) or sends
 //! SIGINT, and reads stdout/stderr through pipes.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::fs::File;
 use std::io::{Read, Write};

@@ -1,6 +1,10 @@
 //! The credential chain seen through the real binary: HOME, XDG_CONFIG_HOME and the working
 //! directory are the child's (temporary) ones; `-v` shows which source won each key, with
 //! secrets masked. This test process's own environment is never changed.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use assert_cmd::Command;
 use predicates::prelude::*;

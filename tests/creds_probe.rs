@@ -1,6 +1,10 @@
 //! The credential probe against a local HTTP server (axum on 127.0.0.1): the request it sends
 //! and the verdict for every answer the seed classifies — 200, 401, 403, 404, 400 with and
 //! without a "not found" phrase, 500, no answer (timeout) and a closed port.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

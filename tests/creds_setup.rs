@@ -2,6 +2,10 @@
 //! temporary HOME: the screen text, the 0600 file, the key mapping, the immediate reload, and
 //! the gates' decisions against a local HTTP server (auth → one reconfiguration → ok; refused
 //! twice; non-interactive refusals; net let through; no token).
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
@@ -13,11 +17,12 @@ use std::time::Duration;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::Router;
-use flowerbox::creds::input::{LineRead, ReaderLines, ScriptedLines};
+use flowerbox::creds::input::{LineRead, ReaderLines};
 use flowerbox::creds::setup::{configure, setup_command, HEADER_COMMENT};
 use flowerbox::creds::{
     ensure_credentials, CredsError, EnsurePolicy, Lookup, ProbeSettings, Refusal, Source,
 };
+use flowerbox_testkit::ScriptedLines;
 
 mod cli_support;
 use cli_support::Scene;

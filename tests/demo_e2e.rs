@@ -7,6 +7,10 @@
 //! container of the run is left.
 //!
 //! Needs Docker: fails when `CI=true` and the engine is missing, skips visibly otherwise.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "docker_support/mod.rs"]
 mod docker_support;
@@ -41,7 +45,7 @@ fn run_demo(isolate: bool) -> Demo {
         .env("FLOWERBOX_DEMO_BIN", env!("CARGO_BIN_EXE_flowerbox"))
         .env(
             "FLOWERBOX_DEMO_MODEL_BIN",
-            env!("CARGO_BIN_EXE_scripted-model"),
+            flowerbox_testkit::scripted_model_bin(),
         )
         .env("FLOWERBOX_DEMO_ISOLATE", if isolate { "1" } else { "0" })
         .stdin(Stdio::null())

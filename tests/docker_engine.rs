@@ -1,5 +1,9 @@
 //! A dead or unreachable engine gives its own clear message, naming DOCKER_HOST and
 //! `--sandbox host`, before anything is created. These need no running engine.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use flowerbox::sandbox::docker::{
     DockerOptions, DockerSandboxFactory, Endpoint, Engine, EngineError, HostSource,

@@ -1,11 +1,15 @@
 //! Exec on the real engine: labelled containers as the host user, timeouts that leave nothing
 //! behind, no zombies, background children that do not hang, capped output, missing programs.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod docker_support;
 
 use bollard::query_parameters::StopContainerOptions;
 use docker_support::*;
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory, UserIds};
 use flowerbox::sandbox::{AgentBox, Mount, Sandbox, SandboxError, SandboxFactory};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

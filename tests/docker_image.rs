@@ -1,5 +1,9 @@
 //! The agent image builds from nothing on a registry-less engine (the first test to need it
 //! builds it, every later test reuses it by tag); `doctor` reports engine, image and tools.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod docker_support;
 

@@ -2,13 +2,17 @@
 //! process, kill -9 of the owner followed by the next start's sweep (live owners untouched), and
 //! no credential in any container. The owning processes are this test binary re-executed in helper mode
 //! (`owner_process`, ignored in normal runs).
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod child_support;
 mod docker_support;
 
 use child_support::{helper, spawn_lines, wait_for};
 use docker_support::*;
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory};
 use flowerbox::sandbox::gc;
 use flowerbox::sandbox::teardown_on_signal;

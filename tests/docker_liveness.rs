@@ -8,12 +8,16 @@
 //! in a new container (a new pod, its network rules loaded first), or the run's sandboxes are
 //! lost when the engine stays away. Also: the exec service's first words decide whether it
 //! runs, and anything else on its stream is kept as the reason for the slower way, said once.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod docker_support;
 
 use docker_support::proxy::EngineProxy;
 use docker_support::*;
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::service::ServiceSource;
 use flowerbox::sandbox::docker::{DockerSandbox, Engine};
 use flowerbox::sandbox::notice::Gone;

@@ -1,5 +1,9 @@
 //! `flowerbox once` in its Docker container, end to end: the real binary, the real
 //! `scripted-model` over HTTP, the real engine (fails when `CI=true` and the engine is missing).
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "model_support/mod.rs"]
 mod model_support;

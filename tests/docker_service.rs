@@ -3,11 +3,15 @@
 //! stops is a tool error or a timeout, never a hang, and the next command works; garbage from a
 //! service is a fallback to a Docker exec per command, never a crash; a timeout kills the whole
 //! group through the service; a judge's service runs as the judge, with nothing more.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod docker_support;
 
 use docker_support::*;
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::service::proto::{self, Hello, Kind};
 use flowerbox::sandbox::docker::service::{ServiceSource, SERVICE_PATH};
 use flowerbox::sandbox::docker::DockerSandbox;

@@ -7,6 +7,10 @@
 //! fails (refused by the read-only mount in a container; caught by the identity rule where
 //! commands run on the host); a workflow file's checks run too; a woken run runs every check
 //! again on what is there now.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod docker_support;
 mod flow_support;

@@ -5,6 +5,10 @@
 //!
 //! Sandbox: `--sandbox host` by default, one switch away from Docker
 //! (`FLOWERBOX_TEST_SANDBOX=docker`, see `flow_support`).
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod flow_support;
 

@@ -7,6 +7,10 @@
 //! after a recovery, 1 when the engine stays away (the step in flight recorded as not done).
 //! And a run whose coordinator ends at once (a resumed one, typically) says nothing about a
 //! slower exec: its container going while its exec service starts is not a fallback.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod docker_support;
 mod flow_support;

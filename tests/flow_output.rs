@@ -5,6 +5,10 @@
 //!
 //! The plain-directory and repository cases use `--sandbox host` (the flow tests' default); the
 //! `--isolate` case runs on the real engine.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod docker_support;
 mod flow_support;

@@ -2,6 +2,10 @@
 //! `scripted-model`. Each test names the input that showed the gap.
 //!
 //! Sandbox: `--sandbox host` by default (`FLOWERBOX_TEST_SANDBOX=docker` for containers).
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod flow_support;
 

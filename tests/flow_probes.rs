@@ -4,6 +4,10 @@
 //! gate containers. The demo-like goal's check catches it; a deliberately weak check (`true`)
 //! does not, and the judge and the record are told so. The workspace is the candidate the
 //! checks ran on, byte for byte, after probing, and no copy or container is left.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod docker_support;
 mod flow_support;

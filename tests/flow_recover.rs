@@ -1,6 +1,10 @@
 //! Damaged state is recovered, loudly (issue 20): a garbage `lineage.json` after `kill -9`, a
 //! `sessions.db` that lost its sessions, a half-truncated `sessions.db` — the real binary
 //! against the strict `scripted-model`.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod flow_support;
 

@@ -1,6 +1,10 @@
 //! `flowerbox run FILE:NAME` end to end: the shipped `examples/flows.toml:main` runs against
 //! `scripted-model` (clarify → goal → judged work → summary), and a file with a mistake is
 //! refused before anything runs, naming the step and the field.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod flow_support;
 

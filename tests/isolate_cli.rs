@@ -1,6 +1,10 @@
 //! `--isolate` at the binary's edge (seed 000 "退出码"): outside a git repository it exits 1
 //! with the seed's message before anything runs; in a repository without a commit it exits 1
 //! saying worktrees start from HEAD. Nothing is created next to the workspace in either case.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use assert_cmd::Command;
 use predicates::prelude::*;

@@ -3,6 +3,10 @@
 //! integrated, the judge (own read-only container, `--judge-can-run`) runs the result, merged
 //! worktrees and branches are gone afterwards and the workbench lives outside the repository.
 //! A change to the workspace while the judge looks voids its ACHIEVED (DESIGN.md invariant 8).
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod docker_support;
 mod flow_support;

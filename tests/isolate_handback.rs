@@ -3,6 +3,10 @@
 //! for the model; the next run commits what the worker left inside a container with the
 //! worker's own mounts, brings it back to the worker's branch, keeps the worktree, and tells
 //! the coordinator which worker, branch, worktree and files.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod docker_support;
 mod flow_support;

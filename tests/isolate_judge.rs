@@ -3,11 +3,15 @@
 //! and `git commit` fail while `file ./app`, `lsof -p`, `lsof -i :PORT`, `ps` and `curl` see
 //! the artifact a worker integrated and the server it left running. A judge without can_run
 //! gets no container at all.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod isolate_support;
 
 use flowerbox::agent::{roles, RunOptions};
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::service::SERVICE_PATH;
 use flowerbox::sandbox::SandboxFactory;
 use isolate_support::docker_support::{engine_or_skip, SERIAL};

@@ -3,6 +3,10 @@
 //! with 5000 files; and on the real engine, the cost of issue 14 part 2 (a worker container's
 //! start, and `finish` with the commit inside the container) against the design before it.
 //! Run with `cargo test --test isolate_measure -- --ignored --nocapture`.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use flowerbox::agent::Placement;
 use flowerbox::isolate::{IsolateOptions, WorktreePlacement};
@@ -76,7 +80,7 @@ fn median(v: &mut [f64]) -> f64 {
 #[ignore = "measurement; run explicitly"]
 async fn container_and_finish_timings() {
     use flowerbox::agent::WorkerSandbox;
-    use flowerbox::model::Role;
+    use flowerbox::role::Role;
     use flowerbox::sandbox::docker::{ensure_image, DockerOptions, DockerSandboxFactory, Engine};
     use flowerbox::sandbox::{AgentBox, ExecRequest, Mount, SandboxFactory};
     use std::time::Duration;

@@ -8,6 +8,10 @@
 //!   the files committed, the coordinator and the user told;
 //! - `kill -9` while the worker's worktree was being checked out: the debris is removed, never
 //!   reported as uncommitted changes.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod docker_support;
 mod flow_support;

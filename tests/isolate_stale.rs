@@ -3,6 +3,10 @@
 //! killed with SIGKILL; the worktree directory is then deleted by hand. The next run prunes the
 //! stale registration, keeps the crashed run's unmerged branch, and its own worker commits and
 //! integrates as usual.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod child_support;
 mod isolate_support;
@@ -10,7 +14,7 @@ mod isolate_support;
 use child_support::{helper, spawn_lines, wait_for};
 use flowerbox::agent::{roles, Placement, RunOptions};
 use flowerbox::isolate::{IsolateOptions, WorktreePlacement};
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory};
 use flowerbox::sandbox::{AgentBox, SandboxFactory};
 use isolate_support::docker_support::{agent_image, engine_or_skip, exec_ok, run_id, SERIAL};

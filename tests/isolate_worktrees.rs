@@ -2,6 +2,10 @@
 //! commit with git inside their own worktree containers, branches integrate serially,
 //! same-line edits come back to the coordinator as a conflict with the paths, and every agent
 //! container mounts the workbench, which lies outside the repository.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod isolate_support;
 

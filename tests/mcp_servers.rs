@@ -4,6 +4,10 @@
 //! well or hostilely by `--mode`. The server must run in the agent's container, its tool must
 //! reach the model, and every failure must be a tool error or a note the model reads, never a
 //! crash, with nothing left running.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "docker_support/mod.rs"]
 mod docker_support;
@@ -559,7 +563,7 @@ fn with_sandbox_host_the_server_is_a_host_process_and_says_so() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_only_roles_server_runs_under_its_uid_and_writes_nothing_even_when_it_lies() {
     use flowerbox::mcp::{AgentAsk, McpHub, McpSettings, ServerConfig, Transport};
-    use flowerbox::model::Role;
+    use flowerbox::role::Role;
     use flowerbox::sandbox::docker::{ReadOnlyIds, UserIds};
     use flowerbox::sandbox::SandboxFactory;
     let test = "a_read_only_roles_server_runs_under_its_uid_and_writes_nothing_even_when_it_lies";
@@ -832,7 +836,7 @@ fn an_http_server_is_reached_from_the_host_only_where_the_egress_policy_allows()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupt_ends_a_call_and_release_stops_the_server() {
     use flowerbox::mcp::{AgentAsk, McpError, McpHub, McpSettings, ServerConfig, Transport};
-    use flowerbox::model::Role;
+    use flowerbox::role::Role;
     use flowerbox::sandbox::host::HostSandboxFactory;
     use flowerbox::sandbox::{AgentBox, Mount, SandboxFactory};
     let dir = tempfile::tempdir().unwrap();
@@ -992,7 +996,7 @@ fn in_go_each_role_gets_the_servers_tools_its_container_allows() {
     let r = results(&model);
     let probe: Value = serde_json::from_str(&r["mcp__fx__probe"][0].0).unwrap();
     let judge_uid = flowerbox::sandbox::docker::ReadOnlyIds::of(
-        flowerbox::model::Role::Judge,
+        flowerbox::role::Role::Judge,
         flowerbox::sandbox::docker::UserIds::current(),
     )
     .shell

@@ -1,6 +1,10 @@
 //! The example streams of the providers' public documentation (`tests/fixtures/api_docs/`,
 //! copied byte for byte) replayed over real HTTP through both clients, built by
 //! `build_provider`: references written by someone else than the client's author.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod model_support;
 
@@ -91,7 +95,7 @@ async fn turn(p: Arc<dyn Provider>) -> (flowerbox::model::Turn, Events) {
     };
     let t = p
         .stream_turn(
-            &request(flowerbox::model::Role::Worker, "worker-1", "hi"),
+            &request(flowerbox::role::Role::Worker, "worker-1", "hi"),
             &sink,
             &CancellationToken::new(),
         )

@@ -1,5 +1,9 @@
 //! The openai provider over real HTTP against a small fake of the Chat Completions streaming
 //! format (an axum handler in this test), selected through `build_provider`.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod model_support;
 
@@ -10,9 +14,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Router;
 use flowerbox::model::{
-    build_provider, ContentBlock, ModelError, ModelEvent, ProviderOptions, Role, StopReason,
-    ToolDef,
+    build_provider, ContentBlock, ModelError, ModelEvent, ProviderOptions, StopReason, ToolDef,
 };
+use flowerbox::role::Role;
 use model_support::{fast, request, Events};
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};

@@ -1,11 +1,16 @@
 //! The anthropic client over real HTTP against the `scripted-model` binary: every fault of the
 //! issue, tool JSON assembly, UTF-8 split across network chunks, and the network-down wait.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod model_support;
 
 use flowerbox::model::{
-    ContentBlock, Message, ModelError, ModelEvent, RetryPolicy, Role, Speaker, StopReason, ToolCall,
+    ContentBlock, Message, ModelError, ModelEvent, RetryPolicy, Speaker, StopReason, ToolCall,
 };
+use flowerbox::role::Role;
 use futures::StreamExt;
 use model_support::{anthropic_at, fast, request, Events, ScriptedModel};
 use serde_json::{json, Value};

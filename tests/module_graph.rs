@@ -1,9 +1,15 @@
 //! The module graph of `runner/` (DESIGN.md "Module graph"): reads every `use crate::…` and
-//! `crate::x::…` path (and `super::` paths that climb to the crate root) of the shipped code —
-//! test code (`#[cfg(test)]` items and the files they declare) left out — and fails when the
-//! top-level modules form a cycle, printing it, or when a module uses one the DESIGN.md table
-//! does not allow, naming the file and line. The table itself must name every module and be
-//! free of cycles, so it stays a layering.
+//! `crate::x::…` path, every path written `flowerbox::x::…` (the crate's own name, which
+//! reaches the same modules when the crate names itself), and `super::` paths that climb to
+//! the crate root, of the shipped code — test code (`#[cfg(test)]` items and the files they
+//! declare) left out — and fails when the top-level modules form a cycle, printing it, or when
+//! a module uses one the DESIGN.md table does not allow, naming the file and line. The table
+//! itself must name every module and be free of cycles, so it stays a layering; `lib.rs`'s
+//! module map and DESIGN.md's layout name every module too.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
@@ -303,6 +309,33 @@ fn ident_at(text: &str) -> String {
         .collect()
 }
 
+/// The roots a path can start from to name a top-level module: `crate::` and the crate's own
+/// name (`flowerbox::`, also as `::flowerbox::`).
+const ROOTS: [&str; 2] = ["crate::", "flowerbox::"];
+
+/// The top-level modules named by paths from [`ROOTS`] in blanked text, each with its offset
+/// (`crate::{a::b, c}` names a and c).
+fn rooted(text: &str) -> Vec<(String, usize)> {
+    let mut found = Vec::new();
+    for root in ROOTS {
+        for (at, _) in text.match_indices(root) {
+            if at > 0 && text[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+                continue;
+            }
+            let rest = &text[at + root.len()..];
+            if rest.starts_with('{') {
+                for head in group_heads(group(rest)) {
+                    found.push((head, at));
+                }
+            } else {
+                found.push((ident_at(rest), at));
+            }
+        }
+    }
+    found.sort_by_key(|(_, at)| *at);
+    found
+}
+
 /// Every use of another top-level module in the shipped code.
 fn uses(modules: &BTreeSet<String>) -> Vec<Use> {
     let root = Path::new(ROOT);
@@ -349,18 +382,8 @@ fn uses(modules: &BTreeSet<String>) -> Vec<Use> {
                 });
             }
         };
-        for (at, _) in text.match_indices("crate::") {
-            if at > 0 && text[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
-                continue;
-            }
-            let rest = &text[at + "crate::".len()..];
-            if rest.starts_with('{') {
-                for head in group_heads(group(rest)) {
-                    record(head, at);
-                }
-            } else {
-                record(ident_at(rest), at);
-            }
+        for (head, at) in rooted(text) {
+            record(head, at);
         }
         // `super::super::x` that climbs to the crate root names top-level module `x`.
         for (at, _) in text.match_indices("super::") {
@@ -541,6 +564,53 @@ fn the_top_level_modules_form_no_cycle_and_keep_to_the_design_table() {
     );
 }
 
+/// The names `text` marks as intra-doc links or code (`[`x`]`, `` `x/` ``, `` `x` ``).
+fn named_in(text: &str) -> BTreeSet<String> {
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|w| w.trim_end_matches('/').to_string())
+        .collect()
+}
+
+#[test]
+fn the_module_map_of_lib_rs_and_the_layout_of_design_md_name_every_module() {
+    let modules = modules();
+    let lib = std::fs::read_to_string(Path::new(ROOT).join("lib.rs")).unwrap();
+    let map: String = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let named = named_in(&map);
+    let missing: Vec<&String> = modules.difference(&named).collect();
+    assert!(
+        missing.is_empty(),
+        "runner/lib.rs's module map does not name {missing:?}"
+    );
+    let design = std::fs::read_to_string(DESIGN).unwrap();
+    let layout = design
+        .split("## Layout")
+        .nth(1)
+        .and_then(|s| s.split("```").nth(1))
+        .expect("DESIGN.md has a \"## Layout\" section with a code block");
+    let runner: String = layout
+        .lines()
+        .skip_while(|l| !l.starts_with("runner/"))
+        .take_while(|l| l.starts_with("runner/") || l.starts_with(' '))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let listed: BTreeSet<String> = runner
+        .split(|c: char| c.is_whitespace() || c == ':' || c == ',')
+        .map(|w| w.trim_end_matches('/').to_string())
+        .collect();
+    let missing: Vec<&String> = modules.difference(&listed).collect();
+    assert!(
+        missing.is_empty(),
+        "DESIGN.md's layout (the runner/ line) does not name {missing:?}"
+    );
+}
+
 #[test]
 fn the_reader_sees_uses_and_skips_tests_comments_and_strings() {
     let src = r##"
@@ -561,20 +631,15 @@ mod tests {
 #[cfg(test)]
 mod more_tests;
 pub fn after() { crate::fsroot::own::exists(p); }
+fn named() { let _ = flowerbox::term::Console::new(); ::flowerbox::cli::{args, run}(); }
+fn not_a_root() { my_flowerbox::shown::x(); }
 "##;
     let (text, declared) = strip_tests(&blank(src), src);
-    let heads: Vec<String> = text
-        .match_indices("crate::")
-        .map(|(at, _)| {
-            let rest = &text[at + 7..];
-            if rest.starts_with('{') {
-                group_heads(group(rest)).join("+")
-            } else {
-                ident_at(rest)
-            }
-        })
-        .collect();
-    assert_eq!(heads, ["agent", "model+session", "record", "fsroot"]);
+    let heads: Vec<String> = rooted(&text).into_iter().map(|(h, _)| h).collect();
+    assert_eq!(
+        heads,
+        ["agent", "model", "session", "record", "fsroot", "term", "cli"]
+    );
     assert_eq!(declared, [("more_tests".to_string(), None)]);
     let table: BTreeMap<String, BTreeSet<String>> =
         [("a", vec!["b"]), ("b", vec!["c"]), ("c", vec!["a"])]

@@ -4,11 +4,16 @@
 //!
 //! Child processes are this test binary re-executed with `FLOWERBOX_PERSIST_CHILD` set,
 //! running the ignored `child` test.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
-use flowerbox::model::{Message, Role};
+use flowerbox::model::Message;
 use flowerbox::record::manifest::read_manifest;
 use flowerbox::record::steps::new_run_marker;
 use flowerbox::record::{LineageFile, Manifest, ManifestEntry};
+use flowerbox::role::Role;
 use flowerbox::session::{SessionMeta, SessionStore, SqliteSessionStore};
 use std::path::Path;
 use std::process::{Child, Stdio};

@@ -4,8 +4,13 @@
 //! The "run" is a child process: this test binary re-executed with `FLOWERBOX_PERSIST_CHILD`
 //! set, running the ignored `child` test, which appends a scripted conversation and reports
 //! progress on stdout.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
-use flowerbox::model::{ContentBlock, Message, Role, Speaker};
+use flowerbox::model::{ContentBlock, Message, Speaker};
+use flowerbox::role::Role;
 use flowerbox::session::{
     NoticeKind, SessionMeta, SessionStore, SqliteSessionStore, TrimPolicy, INTERRUPTED_NOTE,
 };

@@ -5,6 +5,10 @@
 //! plugin's agent type (narrowed to the worker's tools); the hook blocks the command from inside
 //! the agent's container (its hostname and uid reach the model) and nothing of it runs on the
 //! host.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "docker_support/mod.rs"]
 mod docker_support;

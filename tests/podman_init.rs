@@ -4,6 +4,10 @@
 //! `unix://` socket of `PODMAN_HIDE_INIT=1 scripts/podman-service.sh start`, run as root: such a
 //! Podman; `.ci/run` starts one), with the agent image, or the image named by
 //! `FLOWERBOX_TEST_PODMAN_NO_INIT_IMAGE`.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod docker_support;
 

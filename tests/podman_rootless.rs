@@ -3,6 +3,10 @@
 //! starts one). flowerbox must recognise it as rootless (Podman 4.3 does not say so in `/info`)
 //! and, on a cgroup v1 host, where rootless Podman ignores memory and pids limits, refuse it
 //! before creating anything — never run a weaker sandbox.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod docker_support;
 

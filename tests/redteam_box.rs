@@ -6,11 +6,15 @@
 //! succeed: the same io_uring probe works on the host, the network files are readable, the
 //! proxy lets a listed name through on 80 and 443 (judged by its decision, so a machine
 //! without internet passes), and a busy worker does get its CPU quota.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod docker_support;
 
 use docker_support::*;
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::UserIds;
 use flowerbox::sandbox::egress::{EgressMode, EgressPolicy};
 use flowerbox::sandbox::{Sandbox, SandboxFactory};

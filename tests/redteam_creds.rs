@@ -14,6 +14,10 @@
 //!
 //! `FLOWERBOX_REDTEAM_BIN` runs another build of `flowerbox` against the same attacks (the
 //! baseline); the tests then report what got through.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "docker_support/mod.rs"]
 mod docker_support;
@@ -701,8 +705,8 @@ fn planted_fifos_devices_links_and_huge_files_neither_hang_nor_balloon_nor_lead_
 /// first-run configuration (`setup`), with a planted `.env` in the current directory.
 #[tokio::test]
 async fn the_probe_and_setup_never_send_a_secret_to_a_planted_address() {
-    use flowerbox::creds::input::ScriptedLines;
     use flowerbox::creds::{ensure_discovered, EnsurePolicy, Lookup, ProbeSettings};
+    use flowerbox_testkit::ScriptedLines;
     let canary = Canary::start();
     let gateway = Canary::answering(200, r#"{"type":"message","content":[]}"#);
     let p = Project::new();

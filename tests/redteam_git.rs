@@ -10,6 +10,10 @@
 //! integration, no secret reached an object, and a plain `git status` on the host (in the
 //! workspace and in the kept worktree) runs no planted command: its marker file, outside every
 //! mount, stays absent. Every attempt is counted; a single success fails the test.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod isolate_support;
 

@@ -16,11 +16,15 @@
 //!
 //! The scripted test runs workers as the invoking user (root in CI: workers run as 0:0); the
 //! factory-level test runs them as uid 4242 when the test runs as root.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod isolate_support;
 
 use flowerbox::agent::{roles, RunOptions};
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::UserIds;
 use flowerbox::sandbox::{AgentBox, Mount, Sandbox, SandboxFactory};
 use isolate_support::docker_support::{engine_or_skip, req, TestRun, SERIAL};

@@ -8,13 +8,17 @@
 //! test; the host service counts the connections it accepted, which must stay zero. Positive
 //! checks show the probes can succeed: the pod's loopback in every mode, a listed domain
 //! through the proxy (judged by the proxy's decision, so a machine without internet passes).
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod docker_support;
 
 use docker_support::*;
 use flowerbox::agent::human::Absent;
 use flowerbox::agent::tools::{ToolContext, ToolError, ToolLimits, ToolRegistry};
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::Engine;
 use flowerbox::sandbox::egress::{parse_net, EgressMode, EgressPolicy, HostAddrs};
 use flowerbox::sandbox::{AgentBox, Mount, Sandbox};

@@ -12,6 +12,10 @@
 //! place a plant was never creates the canary. Every attempt is counted; a single success
 //! fails the test. A last test (§5): a worktree holding an untracked nested repository is kept,
 //! and the screen says so truthfully.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod isolate_support;
 

@@ -23,6 +23,10 @@
 //!
 //! `FLOWERBOX_REDTEAM_BIN` runs another build of `flowerbox` against the same attacks (to
 //! measure a baseline); the tests then report what got through.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "docker_support/mod.rs"]
 mod docker_support;

@@ -4,6 +4,10 @@
 //! fails with a read-only error through Bash and through the Write tool and the result names the
 //! scope, and workers whose scopes overlap run one after the other (the later one waits, said
 //! once on screen and in its tool result).
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod isolate_support;
 

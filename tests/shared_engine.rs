@@ -3,6 +3,10 @@
 //! run of another workspace (its containers are a developer's to inspect or sweep) and
 //! `flowerbox-runner` images the suite did not make. The developer's objects here are fakes
 //! labelled exactly like the real ones, made and removed by this test.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod docker_support;
 

@@ -1,5 +1,9 @@
 //! The Console in-process, without a terminal: plain output into a buffer, lines handed in as
 //! the input thread would, an echoing model behind the aside oracle.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod term_support;
 
@@ -10,8 +14,8 @@ use flowerbox::agent::human::AskOutcome;
 use flowerbox::agent::{Event, EventKind, Runtime, RuntimeConfig};
 use flowerbox::channel::{HumanChannel, HumanConfig};
 use flowerbox::flow::aside::{AsideOracle, ASIDE_STEP};
-use flowerbox::model::Role;
 use flowerbox::record::manifest::{read_manifest, Manifest};
+use flowerbox::role::Role;
 use flowerbox::sandbox::host::HostSandboxFactory;
 use flowerbox::session::SessionStore;
 use flowerbox::term::port::{OutputPort, PortConfig};

@@ -6,6 +6,10 @@
 //!
 //! tmux missing: skipped with a message (failure under `CI=true`). Docker missing: the Docker
 //! test is skipped the same way.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "model_support/mod.rs"]
 mod model_support;

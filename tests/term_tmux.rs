@@ -4,6 +4,10 @@
 //! `capture-pane`.
 //!
 //! tmux missing: the tests skip with a visible message, except under `CI=true` where they fail.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "term_support/tmux.rs"]
 mod tmux;

@@ -5,6 +5,10 @@
 //! listens on the host's loopback, which the runner reaches over the host network.
 //!
 //! Docker-gated: with `CI=true` a missing engine fails; elsewhere the test skips visibly.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod docker_support;
 
@@ -93,7 +97,7 @@ async fn the_demo_runs_through_the_wrapper_to_achieved() {
         .env("FLOWERBOX_DEMO_BIN", &shim)
         .env(
             "FLOWERBOX_DEMO_MODEL_BIN",
-            env!("CARGO_BIN_EXE_scripted-model"),
+            flowerbox_testkit::scripted_model_bin(),
         )
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(root.join("demo.out")).unwrap())

@@ -4,6 +4,10 @@
 //! the wrapper with every Bash call in an agent container started through the mounted socket.
 //!
 //! Docker-gated: with `CI=true` a missing engine fails; elsewhere the tests skip visibly.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 mod docker_support;
 mod model_support;

@@ -43,7 +43,7 @@ pub(crate) struct SubDispatch {
     /// Its depth.
     pub(crate) parent_depth: u32,
     /// Its role.
-    pub(crate) parent_role: crate::model::Role,
+    pub(crate) parent_role: crate::role::Role,
     /// What its workers spent, added to its own.
     pub(crate) children: Arc<Mutex<Cost>>,
     /// The step's running total.
@@ -266,7 +266,7 @@ impl Dispatcher for SubDispatch {
         for text in self.rt.placement.take_notices() {
             self.rt.emit(
                 "runner",
-                crate::model::Role::Coordinator,
+                crate::role::Role::Coordinator,
                 0,
                 EventKind::Warning { text },
             );

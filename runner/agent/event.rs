@@ -4,7 +4,8 @@
 use serde::Serialize;
 use std::sync::Arc;
 
-use crate::model::{Role, Usage};
+use crate::model::Usage;
+use crate::role::Role;
 
 /// One thing that happened in a run.
 #[derive(Debug, Clone, Serialize)]

@@ -175,6 +175,7 @@ impl WorkerSlots {
     /// A slot, at once when one is free, else after the workers before it (first come, first
     /// served: tokio's semaphore is fair). `on_first_wait` runs when the run's first wait
     /// begins (the screen says so once).
+    #[allow(clippy::expect_used, reason = "the semaphore is never closed")]
     pub async fn acquire(&self, on_first_wait: impl FnOnce()) -> Slot {
         if let Ok(permit) = self.slots.clone().try_acquire_owned() {
             return Slot {

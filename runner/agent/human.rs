@@ -5,7 +5,7 @@
 
 use async_trait::async_trait;
 
-use crate::model::Role;
+use crate::role::Role;
 
 /// Who asks: the agent instance, its role and depth, as the human's screen shows them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

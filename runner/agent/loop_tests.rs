@@ -1,5 +1,5 @@
-//! Unit tests of the agent loop with an in-process fake provider, an in-memory session store and
-//! the host sandbox. (The same behaviour over real HTTP is in `tests/agent_*.rs`.)
+//! Unit tests of the agent loop with an in-process fake provider, a `sessions.db` in a
+//! temporary directory and the host sandbox. (The same behaviour over real HTTP is in `tests/agent_*.rs`.)
 
 use async_trait::async_trait;
 use serde_json::json;
@@ -12,9 +12,10 @@ use super::roles;
 use super::runtime::{RunOptions, Runtime, RuntimeConfig};
 use super::workbench::Workbench;
 use crate::agent::human::Absent;
+use crate::model::testing::replay;
 use crate::model::*;
 use crate::sandbox::host::HostSandboxFactory;
-use crate::testkit::{replay, MemStore};
+use crate::session::SqliteSessionStore;
 
 /// Replays turns by agent-name prefix; the k-th turn is chosen by the number of assistant
 /// messages in the request (like the scripted server).
@@ -90,7 +91,7 @@ fn setup_with(
     let rt = Runtime::new(
         config,
         fake.clone(),
-        Arc::new(MemStore::default()),
+        Arc::new(SqliteSessionStore::open(dir.path().join("sessions.db")).unwrap()),
         Arc::new(HostSandboxFactory::new()),
         Some(wb),
         Arc::new(Absent),

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::model::Role;
+use crate::role::Role;
 use crate::sandbox::{AgentBox, Mount, Sandbox, SandboxError, SandboxFactory};
 
 /// A worker's place: its working directory and mounts.

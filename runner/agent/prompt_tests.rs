@@ -16,10 +16,10 @@ use super::session_loop::AgentRun;
 use super::spec::AgentSpec;
 use super::workbench::Workbench;
 use crate::agent::human::Absent;
-use crate::model::Role;
+use crate::role::Role;
 use crate::sandbox::host::HostSandboxFactory;
 use crate::sandbox::AgentBox;
-use crate::testkit::MemStore;
+use crate::session::SqliteSessionStore;
 
 /// The cache entry minimum of the documentation (Claude Sonnet/Opus), in tokens.
 const MIN_CACHEABLE: usize = 1024;
@@ -64,7 +64,7 @@ fn runtime() -> Rt {
             "20260101-000000-abcdef".into(),
         ),
         Arc::new(NoProvider),
-        Arc::new(MemStore::default()),
+        Arc::new(SqliteSessionStore::open(dir.path().join("sessions.db")).unwrap()),
         Arc::new(HostSandboxFactory::new()),
         Some(wb),
         Arc::new(Absent),

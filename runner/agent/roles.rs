@@ -6,7 +6,8 @@
 //! (the brief's and verdict's section names are Chinese, and flower users read them).
 
 use super::spec::{AgentSpec, WorkerDef};
-use crate::model::{Role, ToolName};
+use crate::model::ToolName;
+use crate::role::Role;
 
 /// Tool name of the human question tool.
 pub const ASK_TOOL: &str = ToolName::Ask.as_str();

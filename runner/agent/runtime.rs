@@ -18,10 +18,11 @@ use super::spec::AgentSpec;
 use super::tools::{ToolLimits, ToolRegistry};
 use super::workbench::Workbench;
 use crate::model::price::Cost;
-use crate::model::{Provider, Role};
+use crate::model::Provider;
 use crate::record::handoff::{context_window, MAX_GENERATIONS};
 use crate::record::manifest::{epoch_now, DiskGauge, Manifest, ManifestEntry};
 use crate::record::Unsaved;
+use crate::role::Role;
 
 use super::result::Meter;
 pub use super::result::{manifest_row, StepError, StepResult};

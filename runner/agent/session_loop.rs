@@ -203,7 +203,7 @@ impl AgentRun {
     }
 
     /// The role.
-    pub(crate) fn role(&self) -> crate::model::Role {
+    pub(crate) fn role(&self) -> crate::role::Role {
         self.spec.role
     }
 

@@ -1,7 +1,8 @@
 //! [`AgentSpec`]: the complete declaration of one agent (flower's `AgentSpec`, seed 001 "角色"):
 //! rules text, tool whitelist, limits, and how it may act.
 
-use crate::model::{Role, ToolName};
+use crate::model::ToolName;
+use crate::role::Role;
 
 /// One agent's declaration. Role factories in [`crate::agent::roles`] build these; a workflow
 /// file or a Rust user can build one directly.

@@ -26,7 +26,7 @@ use tokio::sync::oneshot;
 
 use crate::agent::human::{AskOutcome, Asker, Human};
 use crate::agent::{Event, EventKind, EventSink};
-use crate::model::Role;
+use crate::role::Role;
 
 /// Where what the human says during a run is written down, so that it survives step
 /// boundaries: the workflows append it to the brief (`notes/需求.md`). The channel only calls

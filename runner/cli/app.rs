@@ -292,8 +292,8 @@ fn points_to_log(error: &CliError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::creds::input::ScriptedLines;
-    use crate::testkit::SharedBuf;
+    use crate::creds::input::ReaderLines;
+    use flowerbox_testkit::SharedBuf;
     use std::collections::BTreeMap;
 
     struct Run {
@@ -308,7 +308,8 @@ mod tests {
         lines: &[&str],
         wake: impl Fn(&Path, &Path, bool) -> WakeState + Send + Sync + 'static,
     ) -> Run {
-        let mut stdin = ScriptedLines::lines(lines.iter().copied());
+        let typed: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        let mut stdin = ReaderLines(std::io::Cursor::new(typed));
         let (out, err) = (SharedBuf::default(), SharedBuf::default());
         let mut stdout = Terminal::new(Box::new(out.clone()));
         let mut stderr = Terminal::new(Box::new(err.clone()));

@@ -93,7 +93,17 @@ pub fn ask_for_request(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::creds::input::ScriptedLines;
+    use crate::creds::input::LineSource;
+    use std::collections::VecDeque;
+
+    /// A fixed script of reads, then EOF.
+    struct Script(VecDeque<LineRead>);
+
+    impl LineSource for Script {
+        fn read_line(&mut self) -> std::io::Result<LineRead> {
+            Ok(self.0.pop_front().unwrap_or(LineRead::Eof))
+        }
+    }
 
     fn run(
         woken: bool,
@@ -101,7 +111,7 @@ mod tests {
         interactive: bool,
         script: Vec<LineRead>,
     ) -> (Result<StartAnswer, CliError>, String) {
-        let mut input = ScriptedLines(script.into());
+        let mut input = Script(script.into());
         let mut out = Vec::new();
         let r = ask_for_request(woken, new, interactive, &mut input, &mut out);
         (r, String::from_utf8(out).unwrap())

@@ -91,7 +91,7 @@ pub(super) struct Layer {
 
 impl Layer {
     /// A layer of `source` with `pairs`.
-    pub fn new(source: Source, trust: Trust, pairs: Vec<(String, String)>) -> Layer {
+    pub(super) fn new(source: Source, trust: Trust, pairs: Vec<(String, String)>) -> Layer {
         Layer {
             source,
             trust,

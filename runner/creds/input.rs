@@ -1,8 +1,7 @@
 //! Line input for the start prompt and `setup`: a [`LineSource`] trait, the real stdin reader
 //! (Ctrl-C at the prompt becomes [`LineRead::Interrupted`] instead of killing the process), and
-//! in-memory sources for tests.
+//! any buffered reader as a source.
 
-use std::collections::VecDeque;
 use std::io::{self, BufRead};
 use std::os::fd::AsFd;
 
@@ -51,28 +50,6 @@ impl<R: BufRead> LineSource for ReaderLines<R> {
             return Ok(LineRead::Eof);
         }
         Ok(LineRead::Line(decode(buf)))
-    }
-}
-
-/// A fixed script of reads, then EOF forever. For tests and automation.
-#[derive(Debug, Default)]
-pub struct ScriptedLines(pub VecDeque<LineRead>);
-
-impl ScriptedLines {
-    /// A script of plain lines.
-    pub fn lines<I: IntoIterator<Item = S>, S: Into<String>>(lines: I) -> Self {
-        Self(
-            lines
-                .into_iter()
-                .map(|l| LineRead::Line(l.into()))
-                .collect(),
-        )
-    }
-}
-
-impl LineSource for ScriptedLines {
-    fn read_line(&mut self) -> io::Result<LineRead> {
-        Ok(self.0.pop_front().unwrap_or(LineRead::Eof))
     }
 }
 
@@ -179,14 +156,6 @@ mod tests {
         assert_eq!(src.read_line().unwrap(), LineRead::Line("一行".into()));
         assert_eq!(src.read_line().unwrap(), LineRead::Line("two".into()));
         assert_eq!(src.read_line().unwrap(), LineRead::Line("last".into()));
-        assert_eq!(src.read_line().unwrap(), LineRead::Eof);
-    }
-
-    #[test]
-    fn scripted_lines_end_in_eof() {
-        let mut src = ScriptedLines::lines(["a"]);
-        assert_eq!(src.read_line().unwrap(), LineRead::Line("a".into()));
-        assert_eq!(src.read_line().unwrap(), LineRead::Eof);
         assert_eq!(src.read_line().unwrap(), LineRead::Eof);
     }
 }

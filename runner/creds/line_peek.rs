@@ -20,10 +20,10 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use nix::errno::Errno;
 
 /// Bytes looked at per step.
-pub const CHUNK: usize = 64 * 1024;
+pub(super) const CHUNK: usize = 64 * 1024;
 
 /// Input that can be looked at before it is taken.
-pub trait Peek {
+pub(super) trait Peek {
     /// Up to `max` bytes waiting at the front, not consumed: `Ok(None)` when none are waiting
     /// yet, an empty slice at end of input.
     ///
@@ -37,7 +37,7 @@ pub trait Peek {
 
 /// What one step of [`take_line`] gave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Taken {
+pub(super) enum Taken {
     /// The line is complete in the buffer (its newline taken, not stored).
     Line,
     /// End of input (the buffer holds what came before it, maybe nothing).
@@ -50,7 +50,7 @@ pub enum Taken {
 /// waiting. Each byte is looked at once; nothing after the newline is consumed.
 ///
 /// Errors: `src`'s.
-pub fn take_line(src: &mut dyn Peek, line: &mut Vec<u8>) -> io::Result<Taken> {
+pub(super) fn take_line(src: &mut dyn Peek, line: &mut Vec<u8>) -> io::Result<Taken> {
     loop {
         let Some(chunk) = src.peek(CHUNK)? else {
             return Ok(Taken::Pending);
@@ -84,7 +84,7 @@ enum Way {
 }
 
 /// A descriptor (normally fd 0) as a [`Peek`].
-pub struct FdPeek<'a> {
+pub(super) struct FdPeek<'a> {
     fd: BorrowedFd<'a>,
     way: Way,
     buf: Vec<u8>,
@@ -92,7 +92,7 @@ pub struct FdPeek<'a> {
 
 impl<'a> FdPeek<'a> {
     /// Chooses how to look at `fd` by what it is.
-    pub fn new(fd: BorrowedFd<'a>) -> Self {
+    pub(super) fn new(fd: BorrowedFd<'a>) -> Self {
         use nix::sys::stat::{fstat, SFlag};
         let kind = fstat(fd).map(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT);
         let way = match kind {

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use super::dotenv::{QuoteNote, Skipped};
 
 /// At most this many malformed lines of one file are named; the rest are counted.
-pub const NAMED_LINES: usize = 3;
+pub(super) const NAMED_LINES: usize = 3;
 
 /// What the chain found in one of its files, or did about it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -189,12 +189,14 @@ pub(crate) fn is_check_fence(info: &str) -> bool {
 }
 
 /// The check label before an inline command.
+#[allow(clippy::expect_used, reason = "a literal regex, compiled by the tests")]
 static LABEL: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)(?:^|[^A-Za-z0-9_])(?:\*\*|__)?(?:检查命令|验证命令|判定命令|检查|check|cmd)(?:\*\*|__)?\s*[:：]\s*(?:\*\*|__)?`")
         .expect("a valid regex")
 });
 
 /// An expected exit status.
+#[allow(clippy::expect_used, reason = "a literal regex, compiled by the tests")]
 static EXPECT: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?i)(?:exit(?:\s*(?:code|status))?|退出码|退出状态|expect(?:ed)?|期望)\s*[:：=]?\s*(\d{1,3})(?:[^0-9]|$)")
         .expect("a valid regex")

@@ -291,7 +291,7 @@ impl RunContext {
             if let Some(rt) = weak.upgrade() {
                 rt.emit(
                     "runner",
-                    crate::model::Role::Coordinator,
+                    crate::role::Role::Coordinator,
                     0,
                     crate::agent::EventKind::Warning {
                         text: notice.to_string(),

@@ -6,7 +6,7 @@ use std::path::Path;
 use super::declarative::load;
 use super::template::{fill, placeholders};
 use super::*;
-use crate::model::Role;
+use crate::role::Role;
 
 const EXAMPLE: &str = include_str!("../../examples/flows.toml");
 

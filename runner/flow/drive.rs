@@ -36,9 +36,9 @@ use crate::agent::runtime::INTERRUPTED;
 use crate::agent::{Event, EventKind, Runtime, StepError};
 use crate::channel::{HumanChannel, HumanConfig};
 use crate::isolate::{open_for_run, IsolateOptions, WorktreePlacement};
-use crate::model::Role;
 use crate::record::manifest::KILLED_BY_SIGNAL;
 use crate::record::Totals;
+use crate::role::Role;
 
 /// The manifest's `error` of a step in flight when the run's sandboxes were lost.
 pub const SANDBOX_LOST: &str = "sandbox-lost";

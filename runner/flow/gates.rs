@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use super::checks::Check;
 use super::identity::WorkspaceIdentity;
 use crate::agent::Runtime;
-use crate::model::Role;
+use crate::role::Role;
 use crate::sandbox::{AgentBox, ExecOutput, ExecRequest, Mount, Sandbox};
 
 /// How long one check may run.

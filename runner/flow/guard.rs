@@ -458,7 +458,7 @@ impl JudgeGate {
         let reason = one_line(&v.reason);
         let options: Vec<String> = UNREACHABLE_OPTIONS.iter().map(|s| s.to_string()).collect();
         let question = format!("目标被判为**无法达成**:{reason}\n怎么办?");
-        let judge = Asker::new("judge", crate::model::Role::Judge);
+        let judge = Asker::new("judge", crate::role::Role::Judge);
         match human.ask(judge, &question, &options).await {
             AskOutcome::Answered(a) if a == UNREACHABLE_OPTIONS[0] => Ok(true),
             AskOutcome::Answered(a) if a == UNREACHABLE_OPTIONS[1] => {

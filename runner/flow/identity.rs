@@ -357,17 +357,17 @@ mod tests {
     fn a_commit_or_a_moved_branch_changes_it_though_no_file_does() {
         let d = tempfile::tempdir().unwrap();
         let r = d.path();
-        crate::testkit::git_with_identity(r, &["init", "-q", "-b", "main"]);
+        flowerbox_testkit::git_with_identity(r, &["init", "-q", "-b", "main"]);
         write(r, "a.txt", "one");
-        crate::testkit::git_with_identity(r, &["add", "-A"]);
-        crate::testkit::git_with_identity(r, &["commit", "-qm", "one"]);
+        flowerbox_testkit::git_with_identity(r, &["add", "-A"]);
+        flowerbox_testkit::git_with_identity(r, &["commit", "-qm", "one"]);
         let before = id(r, &[]);
         assert_eq!(before, id(r, &[]));
         // A judge's `git commit --allow-empty` (through /proc/<pid>/root) leaves every file alone.
-        crate::testkit::git_with_identity(r, &["commit", "-q", "--allow-empty", "-m", "judge"]);
+        flowerbox_testkit::git_with_identity(r, &["commit", "-q", "--allow-empty", "-m", "judge"]);
         assert_eq!(before.changed(&id(r, &[])), vec![".git:refs/heads/main"]);
         let before = id(r, &[]);
-        crate::testkit::git_with_identity(r, &["checkout", "-q", "--detach"]);
+        flowerbox_testkit::git_with_identity(r, &["checkout", "-q", "--detach"]);
         assert_eq!(before.changed(&id(r, &[])), vec![".git:HEAD"]);
     }
 
@@ -406,13 +406,13 @@ mod tests {
             let d = tempfile::tempdir().unwrap();
             let r = d.path();
             if git {
-                crate::testkit::git_with_identity(r, &["init", "-q", "-b", "main"]);
+                flowerbox_testkit::git_with_identity(r, &["init", "-q", "-b", "main"]);
             }
             write(r, "a.txt", "one");
             write(r, "logs/run.log", "start\n");
             if git {
-                crate::testkit::git_with_identity(r, &["add", "-A"]);
-                crate::testkit::git_with_identity(r, &["commit", "-qm", "one"]);
+                flowerbox_testkit::git_with_identity(r, &["add", "-A"]);
+                flowerbox_testkit::git_with_identity(r, &["commit", "-qm", "one"]);
             }
             let log = r.join("logs/run.log");
             let ex = Exclusions {

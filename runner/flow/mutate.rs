@@ -203,7 +203,9 @@ pub fn seed(run_id: &str, round: u32) -> u64 {
     h.update(run_id.as_bytes());
     h.update(round.to_le_bytes());
     let d = h.finalize();
-    u64::from_le_bytes(d[..8].try_into().expect("8 bytes"))
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&d[..8]);
+    u64::from_le_bytes(first)
 }
 
 /// The site `seed` picks among `all` (sorted by file, line and place first, so the pick does
@@ -213,8 +215,7 @@ pub fn choose(mut all: Vec<Site>, seed: u64) -> Option<Site> {
         return None;
     }
     all.sort_by(|a, b| (&a.path, a.line, a.start).cmp(&(&b.path, b.line, b.start)));
-    let n = all.len() as u64;
-    let i = usize::try_from(seed % n).expect("index fits");
+    let i = (seed % all.len() as u64) as usize; // below all.len(), so it fits
     Some(all.swap_remove(i))
 }
 

@@ -115,6 +115,7 @@ pub async fn run_probe(
     }
 }
 
+#[allow(clippy::expect_used, reason = "the site is in a changed file")]
 async fn probe(
     rt: &Arc<Runtime>,
     checks: &[Check],

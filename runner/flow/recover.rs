@@ -15,9 +15,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use super::error::FlowError;
-use crate::model::{ContentBlock, Role, Speaker};
+use crate::model::{ContentBlock, Speaker};
 use crate::record::steps::{base_name, parse_step, StepForm};
 use crate::record::{Lineage, LineageFile, LineageHealth};
+use crate::role::Role;
 use crate::session::sqlite::{move_damaged_aside, SqliteSessionStore};
 use crate::session::{SessionError, SessionStore};
 

@@ -10,15 +10,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agent::human::Human;
 use crate::agent::{Event, EventKind, Runtime, RuntimeConfig, Workbench};
+use crate::model::testing::replay;
 use crate::model::*;
 use crate::record::manifest::Manifest;
 use crate::record::LineageFile;
+use crate::role::Role;
 use crate::sandbox::host::HostSandboxFactory;
 use crate::session::SqliteSessionStore;
-use crate::testkit::replay;
 
 /// One scripted agent.
-pub struct Rule {
+pub(super) struct Rule {
     /// Must equal the caller's role.
     pub role: Role,
     /// The caller's agent name must start with this.
@@ -30,12 +31,12 @@ pub struct Rule {
 }
 
 /// A text turn.
-pub fn say(text: &str) -> Vec<ContentBlock> {
+pub(super) fn say(text: &str) -> Vec<ContentBlock> {
     vec![ContentBlock::text(text)]
 }
 
 /// A tool-call turn.
-pub fn call(name: &str, input: serde_json::Value) -> Vec<ContentBlock> {
+pub(super) fn call(name: &str, input: serde_json::Value) -> Vec<ContentBlock> {
     vec![ContentBlock::ToolUse {
         id: format!("t{}", uuid::Uuid::new_v4().simple()),
         name: name.into(),
@@ -44,7 +45,7 @@ pub fn call(name: &str, input: serde_json::Value) -> Vec<ContentBlock> {
 }
 
 /// The fake provider.
-pub struct Fake {
+pub(super) struct Fake {
     rules: Vec<Rule>,
     /// Every request, in order.
     pub seen: Mutex<Vec<Request>>,
@@ -52,7 +53,7 @@ pub struct Fake {
 
 impl Fake {
     /// Requests from agents whose name starts with `agent`.
-    pub fn requests(&self, agent: &str) -> Vec<Request> {
+    pub(super) fn requests(&self, agent: &str) -> Vec<Request> {
         self.seen
             .lock()
             .unwrap()
@@ -64,12 +65,12 @@ impl Fake {
 }
 
 /// The first user message's text.
-pub fn first_user(req: &Request) -> String {
+pub(super) fn first_user(req: &Request) -> String {
     req.messages.first().map(Message::text).unwrap_or_default()
 }
 
 /// The last user message's text.
-pub fn last_user(req: &Request) -> String {
+pub(super) fn last_user(req: &Request) -> String {
     req.messages
         .iter()
         .rev()
@@ -109,7 +110,7 @@ impl Provider for Fake {
 }
 
 /// A temporary workspace with its runtime.
-pub struct Bench {
+pub(super) struct Bench {
     _dir: tempfile::TempDir,
     /// The workspace.
     pub ws: PathBuf,
@@ -123,7 +124,7 @@ pub struct Bench {
 
 impl Bench {
     /// A workspace whose agents answer by `rules`.
-    pub fn new(rules: Vec<Rule>) -> Bench {
+    pub(super) fn new(rules: Vec<Rule>) -> Bench {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().canonicalize().unwrap().join("ws");
         std::fs::create_dir_all(&ws).unwrap();
@@ -140,7 +141,7 @@ impl Bench {
     }
 
     /// A runtime (a new "process": its own run marker) with `human` on the other end.
-    pub fn runtime(&self, human: Arc<dyn Human>) -> Arc<Runtime> {
+    pub(super) fn runtime(&self, human: Arc<dyn Human>) -> Arc<Runtime> {
         let wb = Workbench::at(self.ws.join(".flower")).ensure().unwrap();
         std::fs::create_dir_all(&self.runs).unwrap();
         let store = SqliteSessionStore::open(self.runs.join("sessions.db")).unwrap();
@@ -163,17 +164,17 @@ impl Bench {
     }
 
     /// This workspace's lineage file.
-    pub fn lineage(&self) -> LineageFile {
+    pub(super) fn lineage(&self) -> LineageFile {
         LineageFile::new(self.runs.join("lineage.json"), &self.ws)
     }
 
     /// `notes/<file>` of the workbench.
-    pub fn note(&self, file: &str) -> PathBuf {
+    pub(super) fn note(&self, file: &str) -> PathBuf {
         self.ws.join(".flower/notes").join(file)
     }
 
     /// The step names `rt` recorded, in order.
-    pub fn steps(rt: &Runtime) -> Vec<String> {
+    pub(super) fn steps(rt: &Runtime) -> Vec<String> {
         rt.manifest()
             .unwrap()
             .rows()
@@ -183,7 +184,7 @@ impl Bench {
     }
 
     /// Events of one kind, by a projection.
-    pub fn events_where<T>(&self, f: impl Fn(&EventKind) -> Option<T>) -> Vec<T> {
+    pub(super) fn events_where<T>(&self, f: impl Fn(&EventKind) -> Option<T>) -> Vec<T> {
         self.events
             .lock()
             .unwrap()

@@ -26,9 +26,9 @@ use super::error::FlowError;
 use super::step::{GateCx, OnFail, Step};
 use crate::agent::{Event, EventKind, RunOptions, Runtime, StepError, StepResult};
 use crate::channel::HumanChannel;
-use crate::model::Role;
 use crate::record::steps::{retry_name, round_name};
 use crate::record::LineageFile;
+use crate::role::Role;
 
 /// How a workflow run ended (its context has the details).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,7 +12,8 @@ use crate::agent::human::{Absent, AskOutcome, Human};
 use crate::agent::{AgentSpec, EventKind, StepResult};
 use crate::flow::brief::Brief;
 use crate::flow::goal::Goal;
-use crate::model::{Role, Speaker};
+use crate::model::Speaker;
+use crate::role::Role;
 
 const BRIEF: &str = "## 目标\n做 X\n## 验收标准\n跑 a 看到 b\n## 边界\n不做 Y\n## 未知与假设\n无人应答,假设是命令行工具\n";
 const NOT_YET: &str = "## 结论\nNOT_YET\n## 理由\n缺 b\n## 未通过\n- 跑 b 看到 c:没有 c\n";

@@ -82,6 +82,7 @@ impl Tree {
 
     /// The directory `dirs` beneath the anchor: one `openat2` (no symlink, nothing above the
     /// anchor), or, when a directory is missing and `create`, the walk that makes them.
+    #[allow(clippy::expect_used, reason = "dirs is not empty there")]
     fn walk(&self, dirs: &[&std::ffi::OsStr], create: bool) -> Result<OwnedFd, FsError> {
         let anchor = self.open_anchor()?;
         if dirs.is_empty() {
@@ -425,6 +426,7 @@ impl TempFile {
     }
 
     /// Renames it to `name` in its directory (replacing what is there) and returns the path.
+    #[allow(clippy::expect_used, reason = "persist consumes self")]
     pub fn persist(mut self, name: &str) -> Result<PathBuf, FsError> {
         let tmp = self.name.take().expect("not persisted yet");
         sys::check_name(std::ffi::OsStr::new(name))?;

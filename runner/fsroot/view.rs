@@ -191,6 +191,7 @@ impl View {
 
     /// The handle of mount `m`'s root: opened through the mount that encloses it (never
     /// through a symlink), or by its path when no mount encloses it.
+    #[allow(clippy::expect_used, reason = "positions hold this view's mounts")]
     pub(crate) fn root(&self, m: usize) -> Result<Arc<OwnedFd>, FsError> {
         if let Some(fd) = self.lock_roots().get(&m) {
             return Ok(fd.clone());
@@ -219,6 +220,7 @@ impl View {
     }
 
     /// The position of the directory `p` reached by `..`.
+    #[allow(clippy::expect_used, reason = "positions hold this view's mounts")]
     fn relocate(&self, p: &Path) -> Result<Pos, ViewError> {
         match self.holder(p) {
             Err(()) => Ok(Pos::Out { masked: true }),
@@ -244,6 +246,7 @@ impl View {
     /// component followed too). `for_write`: the directory that holds the result must be in a
     /// read-write mount. `create_dirs`: missing directories on the way are created (each in a
     /// read-write mount), as `mkdir -p` would.
+    #[allow(clippy::expect_used, reason = "positions hold this view's mounts")]
     pub fn resolve(
         &self,
         path: &Path,
@@ -343,6 +346,7 @@ impl View {
     }
 
     /// The result of a walk that ended at `pos` (with `name` still to open there, if any).
+    #[allow(clippy::expect_used, reason = "positions hold this view's mounts")]
     fn finish(
         &self,
         logical: PathBuf,

@@ -101,7 +101,7 @@ fn the_workers_commits_come_back_checked_and_only_once() {
         .unwrap()
         .id();
     assert_eq!(repo.find_blob(blob).unwrap().content(), b"w\n");
-    crate::testkit::git(&f.ws.workdir, &["fsck", "--strict"]);
+    flowerbox_testkit::git(&f.ws.workdir, &["fsck", "--strict"]);
     assert_eq!(
         adopt(&f.ws, &f.wt.state, Policy::Follow).unwrap(),
         Adopted::Unchanged
@@ -212,7 +212,7 @@ fn forged_linked_or_foreign_objects_are_refused_and_the_branch_stays() {
         .odb()
         .unwrap()
         .exists(Oid::from_str(forged).unwrap()));
-    crate::testkit::git(&f.ws.workdir, &["fsck", "--strict"]);
+    flowerbox_testkit::git(&f.ws.workdir, &["fsck", "--strict"]);
 }
 
 /// A commit on top of `parent` adding `file` with `mib` MiB of zeros, in the worker's store.
@@ -268,7 +268,7 @@ fn an_object_over_the_limit_is_refused_by_its_header_and_the_branch_stays() {
     // What the worker's index names (the refused commit's tree) comes over too.
     let (_, refused) = import_all(&f.ws.open().unwrap(), &f.wt.state, &f.ws.limits).unwrap();
     assert_eq!(refused, 0);
-    crate::testkit::git(&f.ws.workdir, &["fsck", "--strict"]);
+    flowerbox_testkit::git(&f.ws.workdir, &["fsck", "--strict"]);
 }
 
 #[test]
@@ -322,7 +322,7 @@ fn a_branch_over_its_total_is_refused_and_import_all_copies_nothing() {
     ));
     let (written, refused) = import_all(&repo, &f.wt.state, &f.ws.limits).unwrap();
     assert_eq!(refused, 0, "{written}");
-    crate::testkit::git(&f.ws.workdir, &["fsck", "--strict"]);
+    flowerbox_testkit::git(&f.ws.workdir, &["fsck", "--strict"]);
 }
 
 #[test]
@@ -369,5 +369,5 @@ fn packed_objects_are_checked_by_their_headers_too() {
     // What the worker's index names (the refused commit's tree) comes over too.
     let (_, refused) = import_all(&f.ws.open().unwrap(), &f.wt.state, &f.ws.limits).unwrap();
     assert_eq!(refused, 0);
-    crate::testkit::git(&f.ws.workdir, &["fsck", "--strict"]);
+    flowerbox_testkit::git(&f.ws.workdir, &["fsck", "--strict"]);
 }

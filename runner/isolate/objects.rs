@@ -89,7 +89,7 @@ pub(crate) struct Tally<'a> {
 
 impl<'a> Tally<'a> {
     /// Nothing counted yet.
-    pub fn new(limits: &'a ObjectLimits, branch: &'a str, store: PathBuf) -> Self {
+    pub(crate) fn new(limits: &'a ObjectLimits, branch: &'a str, store: PathBuf) -> Self {
         Tally {
             limits,
             branch,
@@ -110,7 +110,7 @@ impl<'a> Tally<'a> {
 
     /// Refuses `id` of declared `size` when it or the branch's new total is over a limit;
     /// counts it otherwise.
-    pub fn admit(&mut self, id: Oid, size: u64) -> Result<(), IsolateError> {
+    pub(crate) fn admit(&mut self, id: Oid, size: u64) -> Result<(), IsolateError> {
         if size > self.limits.object {
             return Err(self.too_large(Oversize::Object(id), size, self.limits.object));
         }

@@ -180,7 +180,7 @@ pub fn signature(repo: &Repository, agent: &str) -> Result<Signature<'static>, I
 pub(crate) mod tests {
     use super::*;
 
-    pub(crate) use crate::testkit::git_with_identity as git;
+    pub(crate) use flowerbox_testkit::git_with_identity as git;
 
     /// A repository at `<tmp>/proj` with one commit (`a.txt`, `b.txt`).
     pub(crate) fn repo_with_commit() -> (tempfile::TempDir, PathBuf) {

@@ -150,7 +150,7 @@ fn parse(stdout: &str) -> Sealed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit::git_with_identity as git;
+    use flowerbox_testkit::git_with_identity as git;
 
     fn sh(dir: &std::path::Path, script: &str) -> std::process::Output {
         std::process::Command::new("sh")

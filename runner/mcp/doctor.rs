@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::config::{load_with_settings, McpSettings, ServerConfig, Transport};
 use super::server::{Launch, Server};
-use crate::model::Role;
+use crate::role::Role;
 use crate::sandbox::docker::{DockerOptions, DockerSandboxFactory};
 use crate::sandbox::doctor::{Check, CheckStatus};
 use crate::sandbox::egress::EgressPolicy;

@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, ReadBuf};
 
 /// The wrapper.
-pub struct LineCap<R> {
+pub(super) struct LineCap<R> {
     inner: R,
     cap: usize,
     since_newline: usize,
@@ -22,7 +22,7 @@ pub struct LineCap<R> {
 
 impl<R> LineCap<R> {
     /// Wraps `inner`; lines may be at most `cap` bytes. `tripped` is set when one was longer.
-    pub fn new(inner: R, cap: usize, tripped: Arc<AtomicBool>) -> Self {
+    pub(super) fn new(inner: R, cap: usize, tripped: Arc<AtomicBool>) -> Self {
         LineCap {
             inner,
             cap,

@@ -290,7 +290,7 @@ pub fn build_provider(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit::env_of as env;
+    use flowerbox_testkit::env_of as env;
 
     #[test]
     fn max_tokens_is_configurable_and_modest_for_unknown_models() {

@@ -7,7 +7,8 @@
 //! - [`transport`] is the seam under both (`HttpTransport`; tests fake it).
 //! - [`retry::RetryPolicy`] holds every retry, idle and network-down knob.
 //! - [`price`] turns [`Usage`] into dollars; unknown models cost "unknown", never 0.
-//! - [`scripted`] is the scripted model server behind the `scripted-model` binary.
+//! - The scripted model server the tests run against is the `scripted-model` crate beside this
+//!   one (a test double, not shipped).
 
 pub mod anthropic;
 pub mod catalog;
@@ -18,7 +19,6 @@ pub mod openai;
 pub mod price;
 pub mod provider;
 pub mod retry;
-pub mod scripted;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod tool_name;

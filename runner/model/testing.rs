@@ -1,8 +1,10 @@
 //! Test helpers for the model layer (compiled for unit tests only): a fake [`HttpTransport`]
-//! that replays canned responses chunk by chunk, and SSE body builders.
+//! that replays canned responses chunk by chunk, SSE body builders, and [`replay`], the turn
+//! choice of in-process fake providers.
 
 use super::transport::{HttpRequest, HttpResponse, HttpTransport, TransportError};
-use super::{Caller, Message, ModelEvent, Request, Role};
+use super::{Caller, Message, ModelEvent, Request};
+use crate::role::Role;
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
@@ -232,4 +234,57 @@ impl Events {
     pub(crate) fn all(&self) -> Vec<ModelEvent> {
         self.0.lock().unwrap().clone()
     }
+}
+
+/// A complete turn with `content` from `model`: `tool_use` when it calls a tool, `end_turn`
+/// otherwise; 100 input and 10 output tokens.
+pub(crate) fn turn_of(content: Vec<super::ContentBlock>, model: &str) -> super::Turn {
+    use super::{ContentBlock, StopReason, Turn, Usage};
+    let stop_reason = if content
+        .iter()
+        .any(|b| matches!(b, ContentBlock::ToolUse { .. }))
+    {
+        StopReason::ToolUse
+    } else {
+        StopReason::EndTurn
+    };
+    Turn {
+        content,
+        stop_reason,
+        usage: Usage {
+            input_tokens: Some(100),
+            output_tokens: Some(10),
+            ..Default::default()
+        },
+        model: model.to_string(),
+        retried_errors: vec![],
+        truncated_tool_use: false,
+        malformed_calls: vec![],
+        reported_cost_usd: None,
+    }
+}
+
+/// Replays a script the way the scripted model server does: the answer to `req` is turn k of
+/// `turns`, k being the number of assistant messages already in the request. No script, or no
+/// turn k, is a 400 naming `who`.
+pub(crate) fn replay(
+    req: &Request,
+    turns: Option<&[Vec<super::ContentBlock>]>,
+    who: &str,
+) -> Result<super::Turn, super::ModelError> {
+    let k = req
+        .messages
+        .iter()
+        .filter(|m| m.role == super::Speaker::Assistant)
+        .count();
+    let content =
+        turns
+            .and_then(|t| t.get(k))
+            .cloned()
+            .ok_or_else(|| super::ModelError::InvalidRequest {
+                status: 400,
+                message: format!("no turn {k} for {who}"),
+                prompt_too_long: false,
+            })?;
+    Ok(turn_of(content, &req.model))
 }

@@ -172,7 +172,7 @@ fn cut_strings(v: &mut Value, cap: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Role;
+    use crate::role::Role;
     use crate::sandbox::Mount;
 
     #[test]

@@ -213,6 +213,7 @@ pub enum Refusal {
 
 impl EgressPolicy {
     /// Every listed domain in proxy mode: [`DEFAULT_DOMAINS`] and then `--allow-domain`.
+    #[allow(clippy::expect_used, reason = "literals, parsed by the tests")]
     pub fn domains(&self) -> Vec<DomainRule> {
         let mut all: Vec<DomainRule> = DEFAULT_DOMAINS
             .iter()
@@ -317,6 +318,7 @@ pub fn canonical(ip: IpAddr) -> IpAddr {
 /// Whether `ip` is outside "the internet": [`BLOCKED_V4`] for IPv4; for IPv6 everything but
 /// global unicast (`2000::/3`), and inside it Teredo, documentation and 6to4 (which embed or
 /// stand for other ranges).
+#[allow(clippy::expect_used, reason = "literals, parsed by the tests")]
 pub fn is_blocked(ip: IpAddr) -> bool {
     match canonical(ip) {
         IpAddr::V4(v4) => blocked_v4().iter().any(|n| n.contains(&v4)),
@@ -332,6 +334,7 @@ pub fn is_blocked(ip: IpAddr) -> bool {
 }
 
 /// [`BLOCKED_V4`] parsed.
+#[allow(clippy::expect_used, reason = "literals, parsed by the tests")]
 pub fn blocked_v4() -> Vec<Ipv4Net> {
     BLOCKED_V4
         .iter()

@@ -185,6 +185,7 @@ fn group_alive(pgid: i32) -> bool {
 
 #[async_trait]
 impl Sandbox for HostSandbox {
+    #[allow(clippy::expect_used, reason = "spawned with piped stdio")]
     async fn exec(&self, req: ExecRequest) -> Result<ExecOutput, SandboxError> {
         if !self
             .spec
@@ -365,7 +366,7 @@ impl Sandbox for HostSandbox {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Role;
+    use crate::role::Role;
     use crate::sandbox::Mount;
     use std::time::Instant;
     use tokio_util::sync::CancellationToken;

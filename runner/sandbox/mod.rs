@@ -28,7 +28,7 @@ use std::time::Duration;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
-use crate::model::Role;
+use crate::role::Role;
 
 /// One mount of an agent's environment: the directory on the host (`host`) and where the agent
 /// sees it (`inside`). Normally the two are equal (path identity), so paths in tool results
@@ -110,6 +110,7 @@ pub(crate) fn sourcing_command(path: &str) -> String {
 }
 
 /// bash: `bash: line 1: foo: command not found`; dash: `sh: 1: foo: not found`.
+#[allow(clippy::expect_used, reason = "a literal regex, compiled by the tests")]
 static NOT_FOUND: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
     regex::Regex::new(r"(?m)^[^:\n]*: (?:line )?\d+: ([^:\n]+): (?:command )?not found\s*$")
         .expect("valid regex")

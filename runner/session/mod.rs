@@ -2,7 +2,8 @@
 //! appended to `runs/sessions.db`; resume loads through trim and prune without ever modifying
 //! the stored rows.
 
-use crate::model::{Message, Role};
+use crate::model::Message;
+use crate::role::Role;
 use std::path::PathBuf;
 use thiserror::Error;
 

@@ -1,8 +1,32 @@
 //! Unit tests of prune, expiry and trim with exact expected outputs.
 
 use super::*;
-use crate::testkit::{bash_call as bash, tool_call as call, tool_result as result};
 use serde_json::json;
+
+/// An assistant message calling tool `name` with `input` as call `id`.
+fn call(id: &str, name: &str, input: serde_json::Value) -> Message {
+    Message {
+        role: Speaker::Assistant,
+        content: vec![ContentBlock::ToolUse {
+            id: id.into(),
+            name: name.into(),
+            input,
+        }],
+    }
+}
+
+/// An assistant message calling `Bash` with `command` as call `id`.
+fn bash(id: &str, command: &str) -> Message {
+    call(id, BASH_TOOL, json!({ "command": command }))
+}
+
+/// A user message answering call `id` with the successful result `text`.
+fn result(id: &str, text: &str) -> Message {
+    Message {
+        role: Speaker::User,
+        content: vec![res(id, text)],
+    }
+}
 
 fn policy(dir: &Path, trim_large: bool) -> TrimPolicy {
     TrimPolicy {

@@ -11,7 +11,8 @@ use super::migrations;
 use super::rewrite::{self, Entry, TrimReport};
 use super::{NoticeKind, SessionError, SessionMeta, SessionStore, TrimPolicy};
 use crate::fsroot::own;
-use crate::model::{Message, Role};
+use crate::model::Message;
+use crate::role::Role;
 use rusqlite::{
     params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior,
 };

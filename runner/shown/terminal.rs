@@ -491,7 +491,7 @@ impl indicatif::TermLike for BarTarget {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit::SharedBuf;
+    use flowerbox_testkit::SharedBuf;
 
     fn term() -> (Terminal, SharedBuf) {
         let buf = SharedBuf::default();

@@ -126,7 +126,7 @@ impl EventWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Role;
+    use crate::role::Role;
 
     fn ev(depth: u32, kind: EventKind) -> Event {
         Event {

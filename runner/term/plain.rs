@@ -158,7 +158,7 @@ impl Frontend for PlainFrontend {
 mod tests {
     use super::*;
     use crate::agent::EventKind;
-    use crate::model::Role;
+    use crate::role::Role;
 
     /// A writer tests can read back.
     #[derive(Clone, Default)]

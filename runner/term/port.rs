@@ -438,7 +438,7 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
 
     // An in-memory terminal output.
-    use crate::testkit::SharedBuf as Buf;
+    use flowerbox_testkit::SharedBuf as Buf;
 
     fn port(screen: bool, cols: usize, pending: Arc<AtomicBool>) -> (OutputPort, Buf) {
         let buf = Buf::default();

@@ -318,10 +318,10 @@ impl Activity {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Role;
+    use crate::role::Role;
     use crate::term::port::PortConfig;
 
-    use crate::testkit::SharedBuf as Buf;
+    use flowerbox_testkit::SharedBuf as Buf;
 
     fn port(screen: bool) -> (OutputPort, Buf) {
         let buf = Buf::default();

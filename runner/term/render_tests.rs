@@ -1,7 +1,8 @@
 //! Unit tests of [`super`] (moved out of the module so that file stays a readable size).
 
 use super::*;
-use crate::model::{Role, Usage};
+use crate::model::Usage;
+use crate::role::Role;
 use crate::term::sanitize::strip_sgr;
 
 fn ev(depth: u32, kind: EventKind) -> Event {

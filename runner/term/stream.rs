@@ -91,7 +91,7 @@ impl LineStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Role;
+    use crate::role::Role;
 
     fn ev(kind: EventKind) -> Event {
         Event {

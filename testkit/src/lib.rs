@@ -1,24 +1,25 @@
-//! Test doubles shared by flowerbox's unit tests, its integration tests in `tests/` and its
-//! examples: an in-memory [`SessionStore`], the turns an in-process fake [`Provider`] answers
-//! with, an in-memory terminal output, and host `git` for building fixture repositories.
+//! Test doubles shared by flowerbox's integration tests in `tests/` and its examples: an
+//! in-memory [`SessionStore`], the turns an in-process fake [`Provider`] answers with, scripted
+//! line input ([`ScriptedLines`]), an in-memory terminal output, host `git` for building fixture
+//! repositories, and where the `scripted-model` binary is ([`scripted_model_bin`]).
 //!
-//! Not shipped: `tests/` and `examples/` use this crate (`flowerbox-testkit`, a dev-dependency
-//! of `flowerbox` that depends on the library they link, so both see the same types); the
-//! library's own unit tests compile this very file as their `testkit` module (`#[cfg(test)]`),
-//! since a unit-test build is its own copy of the library. Paths go through `flowerbox::`,
-//! which the library names itself too (`extern crate self as flowerbox`).
+//! Not shipped: a dev-dependency of `flowerbox` that depends on the library the tests link, so
+//! both see the same types. The library's own unit tests (a copy of the library of their own)
+//! use only the helpers here that name no flowerbox type ([`git`], [`env_of`], [`SharedBuf`]);
+//! the doubles of flowerbox's traits they need live beside the unit tests.
 //!
 //! [`Provider`]: flowerbox::model::Provider
-
-use std::collections::HashMap;
+// Test doubles: a failed unwrap here is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+use std::collections::{HashMap, VecDeque};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use flowerbox::model::{
-    ContentBlock, Message, ModelError, Request, Speaker, StopReason, Turn, Usage,
-};
+use flowerbox::creds::input::{LineRead, LineSource};
+
+use flowerbox::model::{ContentBlock, Message, Speaker, StopReason, Turn, Usage};
 use flowerbox::session::{NoticeKind, SessionError, SessionMeta, SessionStore, TrimPolicy};
 
 /// Sessions in memory: messages are kept as appended, notices are dropped, `load` never trims.
@@ -115,31 +116,6 @@ pub fn turn_of(content: Vec<ContentBlock>, model: &str) -> Turn {
         malformed_calls: vec![],
         reported_cost_usd: None,
     }
-}
-
-/// Replays a script the way the scripted model server does: the answer to `req` is turn k of
-/// `turns`, k being the number of assistant messages already in the request. No script, or no
-/// turn k, is a 400 naming `who`.
-pub fn replay(
-    req: &Request,
-    turns: Option<&[Vec<ContentBlock>]>,
-    who: &str,
-) -> Result<Turn, ModelError> {
-    let k = req
-        .messages
-        .iter()
-        .filter(|m| m.role == Speaker::Assistant)
-        .count();
-    let content =
-        turns
-            .and_then(|t| t.get(k))
-            .cloned()
-            .ok_or_else(|| ModelError::InvalidRequest {
-                status: 400,
-                message: format!("no turn {k} for {who}"),
-                prompt_too_long: false,
-            })?;
-    Ok(turn_of(content, &req.model))
 }
 
 /// An assistant message calling tool `name` with `input` as call `id`.
@@ -278,5 +254,96 @@ pub fn wait_bounded(
         Ok(out)
     } else {
         Err(out)
+    }
+}
+
+/// A fixed script of reads, then EOF forever: human input for the start prompt and `setup`.
+#[derive(Debug, Default)]
+pub struct ScriptedLines(pub VecDeque<LineRead>);
+
+impl ScriptedLines {
+    /// A script of plain lines.
+    pub fn lines<I: IntoIterator<Item = S>, S: Into<String>>(lines: I) -> Self {
+        Self(
+            lines
+                .into_iter()
+                .map(|l| LineRead::Line(l.into()))
+                .collect(),
+        )
+    }
+}
+
+impl LineSource for ScriptedLines {
+    fn read_line(&mut self) -> std::io::Result<LineRead> {
+        Ok(self.0.pop_front().unwrap_or(LineRead::Eof))
+    }
+}
+
+/// The `scripted-model` binary (the `scripted-model` crate beside this one), built if need be.
+///
+/// It is `target/<profile>/scripted-model`, beside the running test or example's own directory.
+/// A binary of another package has no `CARGO_BIN_EXE_…`, and `cargo test --test X` builds only
+/// the package X belongs to; so when the test runs under cargo (`CARGO` is set), the first
+/// call runs `cargo build -p scripted-model` into the same target directory and profile (a
+/// no-op when it is up to date, as after `cargo build` or `cargo test` at the root, whose
+/// default members include it). Panics when the binary cannot be built or found.
+pub fn scripted_model_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("current_exe");
+        // target/<profile>/deps/<test>, target/<profile>/examples/<example>, target/<profile>/<bin>
+        let mut dir = exe.parent().expect("the test's directory").to_path_buf();
+        if dir.ends_with("deps") || dir.ends_with("examples") {
+            dir.pop();
+        }
+        let bin = dir.join("scripted-model");
+        if let Some(cargo) = std::env::var_os("CARGO") {
+            let profile = match dir.file_name().and_then(|n| n.to_str()) {
+                Some("debug") | None => "dev".to_string(),
+                Some(name) => name.to_string(),
+            };
+            let mut build = Command::new(cargo);
+            build
+                .args([
+                    "build",
+                    "--quiet",
+                    "-p",
+                    "scripted-model",
+                    "--bin",
+                    "scripted-model",
+                ])
+                .args(["--profile", &profile])
+                .current_dir(env!("CARGO_MANIFEST_DIR"));
+            if let Some(target_dir) = dir.parent() {
+                build.arg("--target-dir").arg(target_dir);
+            }
+            let out = build.output().expect("run cargo build -p scripted-model");
+            assert!(
+                out.status.success(),
+                "cargo build -p scripted-model failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert!(
+            bin.is_file(),
+            "{} is missing: build it with `cargo build -p scripted-model` (or `cargo build` at \
+             the workspace root)",
+            bin.display()
+        );
+        bin
+    })
+    .clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripted_lines_end_in_eof() {
+        let mut src = ScriptedLines::lines(["a"]);
+        assert_eq!(src.read_line().unwrap(), LineRead::Line("a".into()));
+        assert_eq!(src.read_line().unwrap(), LineRead::Eof);
+        assert_eq!(src.read_line().unwrap(), LineRead::Eof);
     }
 }

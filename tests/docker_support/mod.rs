@@ -5,7 +5,7 @@
 
 pub mod proxy;
 
-use flowerbox::model::Role;
+use flowerbox::role::Role;
 use flowerbox::sandbox::docker::{ensure_image, DockerOptions, DockerSandboxFactory, Engine};
 use flowerbox::sandbox::{AgentBox, ExecOutput, ExecRequest, Mount, Sandbox, SandboxFactory};
 use std::path::{Path, PathBuf};

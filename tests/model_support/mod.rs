@@ -4,8 +4,8 @@
 
 use flowerbox::model::{
     build_provider, Caller, Message, ModelEvent, Provider, ProviderOptions, Request, RetryPolicy,
-    Role,
 };
+use flowerbox::role::Role;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -43,7 +43,7 @@ impl ScriptedModel {
         let scenario_path = dir.path().join("scenario.json");
         std::fs::write(&scenario_path, scenario.to_string()).unwrap();
         let record = dir.path().join("record.jsonl");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_scripted-model"))
+        let mut child = Command::new(flowerbox_testkit::scripted_model_bin())
             .arg("--scenario")
             .arg(&scenario_path)
             .arg("--listen")

@@ -188,14 +188,14 @@ mod tests {
     fn ctx(ws: &Path) -> ToolContext {
         let abox = crate::sandbox::AgentBox {
             agent: "worker-1".into(),
-            role: crate::model::Role::Worker,
+            role: crate::role::Role::Worker,
             mounts: vec![crate::sandbox::Mount::same(ws.to_path_buf(), false)],
             masked: Vec::new(),
             workdir: ws.to_path_buf(),
         };
         ToolContext::new(
             "worker-1".into(),
-            crate::model::Role::Worker,
+            crate::role::Role::Worker,
             0,
             abox,
             Some(std::sync::Arc::new(

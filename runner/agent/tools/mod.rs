@@ -29,7 +29,8 @@ use tokio_util::sync::CancellationToken;
 use super::confine::Confinement;
 use super::workbench::Workbench;
 use crate::agent::human::Human;
-use crate::model::{Role, ToolDef};
+use crate::model::ToolDef;
+use crate::role::Role;
 use crate::sandbox::{AgentBox, Sandbox, SandboxError, SandboxFactory};
 
 pub use agent_tool::{DispatchRequest, Dispatcher};

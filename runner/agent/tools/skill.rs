@@ -15,7 +15,7 @@ use crate::fsroot::config::{self as config_file, CONFIG_CAP};
 pub const NAME: &str = "Skill";
 
 /// Reads a skill.
-pub struct SkillTool;
+pub(super) struct SkillTool;
 
 #[derive(Deserialize)]
 struct Input {

@@ -127,7 +127,8 @@ pub(crate) fn api_error(e: &Value) -> ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Caller, ContentBlock, Message, Role, Speaker, ToolDef};
+    use crate::model::{Caller, ContentBlock, Message, Speaker, ToolDef};
+    use crate::role::Role;
 
     fn req() -> Request {
         Request {

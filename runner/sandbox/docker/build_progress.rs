@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crate::shown::Stream;
 
 /// Least time between two detail lines in plain mode.
-pub const DETAIL_EVERY: Duration = Duration::from_secs(5);
+pub(super) const DETAIL_EVERY: Duration = Duration::from_secs(5);
 
 /// The progress of one build.
 pub(super) enum BuildProgress {
@@ -36,6 +36,7 @@ pub(super) struct Lines {
 
 impl BuildProgress {
     /// Progress on stderr when `visible`: a spinner on a terminal, lines otherwise.
+    #[allow(clippy::expect_used, reason = "a literal template")]
     pub(super) fn stderr(visible: bool) -> Self {
         if !visible {
             return BuildProgress::Hidden;

@@ -171,7 +171,7 @@ async fn exec_check(docker_host: Option<&str>, image: &str, workspace: &Path) ->
     let ws = factory.workspace().to_path_buf();
     let agent = AgentBox {
         agent: "exec-doctor".into(),
-        role: crate::model::Role::Worker,
+        role: crate::role::Role::Worker,
         mounts: vec![Mount::same(ws.clone(), true)],
         masked: Vec::new(),
         workdir: ws,

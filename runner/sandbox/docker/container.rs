@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use super::kind::EngineKind;
 use super::labels::{Owner, LABEL_AGENT, LABEL_POD, LABEL_ROLE, LABEL_RUN, LABEL_WORKSPACE};
-use crate::model::Role;
+use crate::role::Role;
 use crate::sandbox::{AgentBox, SandboxError};
 
 /// The engine's own read-only paths (Docker's and runc's default set, which a
@@ -102,7 +102,7 @@ pub(crate) struct Identity {
 
 impl Identity {
     /// The identity for `ids`, with a HOME that overlaps no mount.
-    pub fn new(ids: UserIds, mounts: &[PathBuf]) -> Identity {
+    pub(crate) fn new(ids: UserIds, mounts: &[PathBuf]) -> Identity {
         let host_name = nix::unistd::User::from_uid(ids.uid.into())
             .ok()
             .flatten()
@@ -117,7 +117,7 @@ impl Identity {
     }
 
     /// The identity `name` for `ids`, with a HOME that overlaps no mount.
-    pub fn named(ids: UserIds, name: &str, mounts: &[PathBuf]) -> Identity {
+    pub(crate) fn named(ids: UserIds, name: &str, mounts: &[PathBuf]) -> Identity {
         let name = name.to_string();
         let mut home = if ids.uid == 0 {
             "/root".to_string()
@@ -326,7 +326,7 @@ impl RunSpec {
     /// The pod: an init (the engine's `docker-init`) as PID 1 that reaps every zombie of the
     /// run, owning the PID and network namespaces; on the run's own network, or on none
     /// (`network` is a network name or `none`; see [`super::network`]).
-    pub fn pod_body(&self, network: &str) -> ContainerCreateBody {
+    pub(crate) fn pod_body(&self, network: &str) -> ContainerCreateBody {
         ContainerCreateBody {
             image: Some(self.image.clone()),
             entrypoint: Some(vec!["sleep".into(), "infinity".into()]),
@@ -346,7 +346,12 @@ impl RunSpec {
 
     /// An agent container joining the pod `pod_id`, with the agent's mounts at their host
     /// paths. `mounts` must be canonical.
-    pub fn agent_body(&self, spec: &AgentBox, pod_id: &str, pod_name: &str) -> ContainerCreateBody {
+    pub(crate) fn agent_body(
+        &self,
+        spec: &AgentBox,
+        pod_id: &str,
+        pod_name: &str,
+    ) -> ContainerCreateBody {
         let mut labels = self.labels(&spec.agent, spec.role.as_str());
         labels.insert(LABEL_POD.into(), pod_name.into());
         let mounts = spec

@@ -365,7 +365,7 @@ async fn detect_kind(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit::env_of;
+    use flowerbox_testkit::env_of;
 
     #[test]
     fn precedence_explicit_env_default() {

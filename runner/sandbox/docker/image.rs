@@ -179,6 +179,7 @@ async fn ensure_base(engine: &Engine, bar: &BuildProgress) -> Result<(String, bo
 }
 
 /// Runs the compiled-in `build-base.sh` (as root, or through `sudo -n`) and imports the rootfs.
+#[allow(clippy::expect_used, reason = "spawned with piped stdio")]
 async fn build_base(engine: &Engine, base: &str, bar: &BuildProgress) -> Result<(), SandboxError> {
     let dir = tempfile::Builder::new()
         .prefix("flowerbox-base-")

@@ -264,6 +264,7 @@ impl SeccompFile {
 /// The `SecurityOpt` entry that gives `kind` a seccomp profile (`profile`: JSON text, see
 /// [`super::seccomp`]): the JSON itself for Docker, the path of `file` (made on first use,
 /// then shared by every container of the run that gets this profile) for Podman.
+#[allow(clippy::expect_used, reason = "set just above")]
 pub(crate) fn seccomp_option(
     kind: &EngineKind,
     profile: &str,

@@ -50,7 +50,7 @@ const POD_ASK_EVERY: Duration = Duration::from_millis(200);
 /// run's driver ends the run long before: [`Watch::after_loss`]).
 const LOSS_HOLD: Duration = Duration::from_secs(10);
 /// How long the engine may stay unreachable before the run's sandboxes are lost.
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_GRACE: Duration = Duration::from_secs(30);
 
 /// Whether the engine answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,40 +116,40 @@ impl Life {
     }
 
     /// How it went, once it is gone.
-    pub fn gone(&self) -> Option<Gone> {
+    pub(crate) fn gone(&self) -> Option<Gone> {
         lock(&self.0.gone).clone()
     }
 
     /// Resolves when it is gone, with how.
-    pub async fn wait(&self) -> Gone {
+    pub(crate) async fn wait(&self) -> Gone {
         self.0.dead.cancelled().await;
         self.gone().unwrap_or(Gone::Removed)
     }
 
     /// flowerbox is removing it: nothing about it is noticed any more.
-    pub fn retire(&self) {
+    pub(crate) fn retire(&self) {
         self.0.retired.cancel();
     }
 
     /// It is being removed by flowerbox.
-    pub fn retired(&self) -> bool {
+    pub(crate) fn retired(&self) -> bool {
         self.0.retired.is_cancelled()
     }
 
     /// Resolves when it is retired.
-    pub async fn retiring(&self) {
+    pub(crate) async fn retiring(&self) {
         self.0.retired.cancelled().await;
     }
 
     /// Holds its deaths back while flowerbox restarts it itself (until the guard drops).
-    pub fn quiet(&self) -> Quiet {
+    pub(crate) fn quiet(&self) -> Quiet {
         self.0.quiet.fetch_add(1, Ordering::SeqCst);
         Quiet(self.clone())
     }
 
     /// Its commands left these processes running (the latest list replaces the old one for
     /// the same processes; kept for the notice when it goes).
-    pub fn left_running(&self, procs: &[String]) {
+    pub(crate) fn left_running(&self, procs: &[String]) {
         let mut b = lock(&self.0.background);
         for p in procs {
             if !b.contains(p) {
@@ -167,7 +167,7 @@ impl Life {
     /// Waits (at most `bound`) until its death has been said on screen: a command's error
     /// comes after the notice, so a run that ends right after it never loses the line (the
     /// notice may wait for the pod's state, see [`POD_ASKS`]).
-    pub async fn told_within(&self, bound: Duration) {
+    pub(crate) async fn told_within(&self, bound: Duration) {
         let _ = tokio::time::timeout(bound, self.0.told.cancelled()).await;
     }
 
@@ -212,7 +212,12 @@ pub(crate) struct Watch {
 
 impl Watch {
     /// Starts watching the run `run_id`'s containers on `docker` (call inside a runtime).
-    pub fn start(docker: Docker, endpoint: String, run_id: String, grace: Duration) -> Arc<Watch> {
+    pub(crate) fn start(
+        docker: Docker,
+        endpoint: String,
+        run_id: String,
+        grace: Duration,
+    ) -> Arc<Watch> {
         let (link, _) = watch::channel(Link::Up);
         let w = Arc::new(Watch {
             docker,
@@ -230,12 +235,12 @@ impl Watch {
     }
 
     /// Where notices go from now on.
-    pub fn set_sink(&self, sink: NoticeSink) {
+    pub(crate) fn set_sink(&self, sink: NoticeSink) {
         *lock(&self.sink) = Some(sink);
     }
 
     /// Tells the human (and the log).
-    pub fn notify(&self, notice: SandboxNotice) {
+    pub(crate) fn notify(&self, notice: SandboxNotice) {
         tracing::warn!(%notice, "sandbox");
         let sink = lock(&self.sink).clone();
         if let Some(sink) = sink {
@@ -244,7 +249,7 @@ impl Watch {
     }
 
     /// Commands in `agent`'s container go as a Docker exec each: said once per run.
-    pub fn slow_exec(&self, agent: &str, reason: String) {
+    pub(crate) fn slow_exec(&self, agent: &str, reason: String) {
         tracing::warn!(%agent, %reason, "exec service unavailable; one Docker exec per command");
         if !self.slow_told.swap(true, Ordering::SeqCst) {
             self.notify(SandboxNotice::SlowExec {
@@ -255,12 +260,12 @@ impl Watch {
     }
 
     /// Watches the pod `id` (just started).
-    pub fn pod(&self, id: &str) -> Life {
+    pub(crate) fn pod(&self, id: &str) -> Life {
         self.register(id, "pod", Place::Pod)
     }
 
     /// Watches `agent`'s container `id` (just started), joined to the pod `pod`.
-    pub fn member(&self, id: &str, agent: &str, pod: &Life) -> Life {
+    pub(crate) fn member(&self, id: &str, agent: &str, pod: &Life) -> Life {
         self.register(id, agent, Place::Member(pod.0.id.clone()))
     }
 
@@ -271,14 +276,14 @@ impl Watch {
     }
 
     /// Stops watching `id` (flowerbox removes it).
-    pub fn forget(&self, id: &str) {
+    pub(crate) fn forget(&self, id: &str) {
         if let Some(life) = lock(&self.lives).remove(id) {
             life.retire();
         }
     }
 
     /// The run is over: nothing is watched any more; waits end.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stopped.cancel();
         for (_, life) in lock(&self.lives).drain() {
             life.retire();
@@ -287,7 +292,7 @@ impl Watch {
 
     /// Asks the engine about `life`'s container now; buries it when it is gone. Its
     /// [`Gone`], or `None` while it runs (or the engine does not say).
-    pub async fn confirm(&self, life: &Life) -> Option<Gone> {
+    pub(crate) async fn confirm(&self, life: &Life) -> Option<Gone> {
         if let Some(g) = life.gone() {
             return Some(g);
         }
@@ -298,7 +303,7 @@ impl Watch {
 
     /// Whether the engine says `life`'s container runs (`false` when it is gone, buried then,
     /// or when the engine does not answer).
-    pub async fn runs(&self, life: &Life) -> bool {
+    pub(crate) async fn runs(&self, life: &Life) -> bool {
         if life.gone().is_some() {
             return false;
         }
@@ -550,7 +555,7 @@ impl Watch {
     }
 
     /// The run's sandboxes cannot go on (`why`, for the human): [`Watch::lost`] resolves.
-    pub fn fail(&self, why: String) {
+    pub(crate) fn fail(&self, why: String) {
         tracing::error!(%why, "sandboxes lost");
         self.link.send_if_modified(|l| match l {
             Link::Lost(_) => false,
@@ -564,7 +569,7 @@ impl Watch {
     /// Waits while the engine is down: `Ok` once it answers; [`SandboxError::Lost`] when the
     /// run's sandboxes are lost, [`SandboxError::ShutDown`] when the run ended meanwhile.
     /// Immediate while it answers.
-    pub async fn ready(&self) -> Result<(), SandboxError> {
+    pub(crate) async fn ready(&self) -> Result<(), SandboxError> {
         let mut rx = self.link.subscribe();
         loop {
             match rx.borrow_and_update().clone() {
@@ -584,7 +589,7 @@ impl Watch {
     /// After a request to the engine failed: does the engine answer? Pings it (unless an
     /// outage is already known) and waits out an outage. `Ok(true)` when the engine was down
     /// meanwhile (what a command did then is unknown), `Ok(false)` when it answered at once.
-    pub async fn settle(self: &Arc<Self>) -> Result<bool, SandboxError> {
+    pub(crate) async fn settle(self: &Arc<Self>) -> Result<bool, SandboxError> {
         if *self.link.borrow() == Link::Up {
             if self.ping().await {
                 return Ok(false);
@@ -598,7 +603,7 @@ impl Watch {
     /// stops the run on [`Watch::lost`] and drops whatever waits here), so no command's result
     /// reaches an agent after the loss; a caller without such a driver (a library user, a
     /// test) gets the loss after [`LOSS_HOLD`]. `None` while they are not lost.
-    pub async fn after_loss(&self) -> Option<SandboxError> {
+    pub(crate) async fn after_loss(&self) -> Option<SandboxError> {
         let Link::Lost(why) = self.link.borrow().clone() else {
             return None;
         };
@@ -607,7 +612,7 @@ impl Watch {
     }
 
     /// Resolves when the run's sandboxes are lost (never, while all is well).
-    pub async fn lost(&self) -> SandboxError {
+    pub(crate) async fn lost(&self) -> SandboxError {
         let mut rx = self.link.subscribe();
         loop {
             if let Link::Lost(why) = rx.borrow_and_update().clone() {

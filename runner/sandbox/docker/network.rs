@@ -29,7 +29,7 @@ use crate::sandbox::egress::{blocked_v4, EgressMode, EgressPolicy, HostAddrs};
 use crate::sandbox::SandboxError;
 
 /// The port the run's proxy listens on.
-pub const PROXY_PORT: u16 = 3128;
+pub(crate) const PROXY_PORT: u16 = 3128;
 
 /// Memory of an infrastructure container (fence, proxy).
 const INFRA_MEMORY: i64 = 256 << 20;
@@ -463,13 +463,13 @@ pub(crate) enum FenceFailure {
 
 impl Fenced {
     /// Nothing to wait for (`--egress none`: no network to fence).
-    pub fn ready() -> Fenced {
+    pub(crate) fn ready() -> Fenced {
         let (_tx, rx) = watch::channel(Some(Ok(())));
         Fenced(rx)
     }
 
     /// Waits for the fence's outcome.
-    pub async fn wait(&self) -> Result<(), SandboxError> {
+    pub(crate) async fn wait(&self) -> Result<(), SandboxError> {
         let mut rx = self.0.clone();
         let gone = || SandboxError::Container("pod 的出网规则没装上:装规则的任务没了".into());
         let outcome = match rx.wait_for(Option::is_some).await {

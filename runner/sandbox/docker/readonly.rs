@@ -34,7 +34,7 @@ use bollard::models::ContainerCreateBody;
 use std::path::PathBuf;
 
 use super::container::{patch_passwd, Identity, ImageFacts, UserIds};
-use crate::model::Role;
+use crate::role::Role;
 use crate::sandbox::SandboxError;
 
 /// Where `setpriv` may be in an image (checked in order, before the pod starts).
@@ -133,7 +133,7 @@ impl ReadOnly {
     /// The plan for `role` (`None` for workers and `once`), over the workers' ids and the
     /// container's mount paths. Errors when the image has no `setpriv`: without it nothing can
     /// drop to another uid, and a read-only agent never runs as the workers' uid.
-    pub fn plan(
+    pub(crate) fn plan(
         role: Role,
         workers: UserIds,
         mounts: &[PathBuf],
@@ -179,12 +179,12 @@ impl ReadOnly {
     }
 
     /// The engine user of every exec: root, which [`ReadOnly::exec_prefix`] leaves at once.
-    pub fn exec_user(&self) -> String {
+    pub(crate) fn exec_user(&self) -> String {
         "0:0".into()
     }
 
     /// What every exec runs first: `setpriv` to the shell's ids with `CAP_DAC_READ_SEARCH`.
-    pub fn exec_prefix(&self) -> Vec<String> {
+    pub(crate) fn exec_prefix(&self) -> Vec<String> {
         self.setpriv(self.shell.ids, SHELL_CAPS)
     }
 
@@ -193,7 +193,7 @@ impl ReadOnly {
     /// inspector (or `sleep`, as the shell) as the main process, the seccomp profile
     /// (`seccomp`: the `SecurityOpt` entry the engine takes it as, see
     /// [`super::kind::seccomp_option`]).
-    pub fn harden(&self, body: &mut ContainerCreateBody, seccomp: String) {
+    pub(crate) fn harden(&self, body: &mut ContainerCreateBody, seccomp: String) {
         body.user = Some("0:0".into());
         body.entrypoint = Some(match &self.lsof {
             Some(lsof) => {
@@ -226,7 +226,11 @@ impl ReadOnly {
     /// The files uploaded before the container starts: `/etc/passwd` and `/etc/group` naming
     /// the workers (so `ps` and `lsof` show their login), the shell and the inspector; with
     /// the inspector, its script, the `lsof` shim (root-owned) and its directory (its own).
-    pub fn archive(&self, facts: &ImageFacts, workers: &Identity) -> Result<Vec<u8>, SandboxError> {
+    pub(crate) fn archive(
+        &self,
+        facts: &ImageFacts,
+        workers: &Identity,
+    ) -> Result<Vec<u8>, SandboxError> {
         let mut with = facts.clone();
         let inspector = Identity {
             ids: self.inspector,

@@ -18,7 +18,7 @@ pub(crate) struct EndLine {
 const MAX_TAIL: usize = 24;
 
 impl EndLine {
-    pub fn new(marker: &str) -> Self {
+    pub(super) fn new(marker: &str) -> Self {
         EndLine {
             token: Self::token(marker).into_bytes(),
             held: Vec::new(),
@@ -28,22 +28,22 @@ impl EndLine {
     }
 
     /// The token the wrapper prints before the exit code.
-    pub fn token(marker: &str) -> String {
+    pub(super) fn token(marker: &str) -> String {
         format!("\x1fFBXEND-{marker}:")
     }
 
     /// The exit code, once the line has been seen.
-    pub fn code(&self) -> Option<i64> {
+    pub(super) fn code(&self) -> Option<i64> {
         self.code
     }
 
     /// The relay was cut: a background child held the output when the shell exited.
-    pub fn cut(&self) -> bool {
+    pub(super) fn cut(&self) -> bool {
         self.cut
     }
 
     /// Feeds a stderr chunk; returns the bytes that belong to the command's stderr.
-    pub fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
+    pub(super) fn feed(&mut self, chunk: &[u8]) -> Vec<u8> {
         if self.code.is_some() {
             return chunk.to_vec();
         }
@@ -77,7 +77,7 @@ impl EndLine {
     }
 
     /// Whatever was held back, at the end of the stream.
-    pub fn flush(&mut self) -> Vec<u8> {
+    pub(super) fn flush(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.held)
     }
 }

@@ -16,6 +16,7 @@ use crate::sandbox::{AttachSpec, Attached, ProcessHandle, SandboxError, StderrTa
 
 impl HostSandbox {
     /// Starts `spec` as a host process group with its pipes attached.
+    #[allow(clippy::expect_used, reason = "spawned with piped stdio")]
     pub(super) async fn attach_process(&self, spec: AttachSpec) -> Result<Attached, SandboxError> {
         let Some((program, args)) = spec.argv.split_first() else {
             return Err(SandboxError::Unsupported("没有要启动的程序".into()));

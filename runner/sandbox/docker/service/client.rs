@@ -126,7 +126,7 @@ enum Greeting {
 impl Service {
     /// Starts `argv` (the service, behind the container's exec prefix) as `user` in
     /// `container` and waits for its preamble and hello.
-    pub async fn start(
+    pub(crate) async fn start(
         docker: &Docker,
         container: &str,
         user: &str,
@@ -276,40 +276,40 @@ impl Service {
     }
 
     /// The connection still works.
-    pub fn alive(&self) -> bool {
+    pub(crate) fn alive(&self) -> bool {
         !self.shared.dead.is_cancelled()
     }
 
     /// Why it ended.
-    pub fn why(&self) -> String {
+    pub(crate) fn why(&self) -> String {
         lock(&self.shared.why)
             .clone()
             .unwrap_or_else(|| "the exec service stopped answering".into())
     }
 
     /// The service's pid in the container (from its hello).
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.shared.pid
     }
 
     /// Closes the connection (its container goes); nothing is broken.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.shared.die("its container went".into());
     }
 
     /// Gives up on the connection (a service that stopped answering): it is not restarted.
-    pub fn abandon(&self, why: &str) {
+    pub(crate) fn abandon(&self, why: &str) {
         self.shared.broken.store(true, Ordering::SeqCst);
         self.shared.die(why.to_string());
     }
 
     /// It broke the protocol or stopped answering: a new one would do no better.
-    pub fn broken(&self) -> bool {
+    pub(crate) fn broken(&self) -> bool {
         self.shared.broken.load(Ordering::SeqCst)
     }
 
     /// A new request, `None` when the connection has ended.
-    pub fn request(&self) -> Option<Request> {
+    pub(crate) fn request(&self) -> Option<Request> {
         if !self.alive() {
             return None;
         }
@@ -397,13 +397,13 @@ impl Request {
     }
 
     /// Sends the command; `false` when the connection is gone or the request too large.
-    pub async fn run(&self, run: &proto::Run) -> bool {
+    pub(crate) async fn run(&self, run: &proto::Run) -> bool {
         self.send(Kind::Run, serde_json::to_vec(run).unwrap_or_default())
             .await
     }
 
     /// Asks the service to kill everything carrying `marker`.
-    pub async fn kill(&self, marker: &str) -> bool {
+    pub(crate) async fn kill(&self, marker: &str) -> bool {
         let kill = proto::Kill {
             marker: marker.to_string(),
         };
@@ -412,7 +412,7 @@ impl Request {
     }
 
     /// The next event; `None` when the connection ended.
-    pub async fn next(&mut self) -> Option<Event> {
+    pub(crate) async fn next(&mut self) -> Option<Event> {
         self.rx.recv().await
     }
 }

@@ -264,7 +264,7 @@ pub(crate) struct ServiceSlot {
 impl ServiceSlot {
     /// The live service, starting one when there is none (yet, or any more); otherwise why
     /// not (then a Docker exec per command).
-    pub async fn get(
+    pub(crate) async fn get(
         &self,
         docker: &bollard::Docker,
         container: &str,
@@ -303,7 +303,7 @@ impl ServiceSlot {
     }
 
     /// Lets the service go (its container goes): the connection is closed.
-    pub async fn close(&self) {
+    pub(crate) async fn close(&self) {
         self.starts.store(MAX_STARTS, Ordering::SeqCst);
         if let Some(s) = self.current.lock().await.take() {
             s.close();
@@ -311,7 +311,7 @@ impl ServiceSlot {
     }
 
     /// Why there is no service (the last failure), for messages.
-    pub fn why_off(&self) -> String {
+    pub(crate) fn why_off(&self) -> String {
         self.why_note()
             .clone()
             .unwrap_or_else(|| "the exec service is not running".into())

@@ -7,7 +7,7 @@
 //! is written as several body chunks, and the first multi-byte character of an event is always
 //! cut after its first byte, so a client sees UTF-8 characters split across network chunks.
 
-use super::scenario::{ScriptedBlock, ScriptedTurn};
+use crate::scenario::{ScriptedBlock, ScriptedTurn};
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -285,7 +285,7 @@ pub(crate) fn cut(frame: &Bytes, rng: &mut StdRng) -> Vec<Bytes> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::scripted::scenario::Scenario;
+    use crate::scenario::Scenario;
     use rand::SeedableRng;
 
     fn turn(json: &str) -> ScriptedTurn {

@@ -1,11 +1,10 @@
 //! `scripted-model`: serves the Anthropic Messages streaming protocol from a scenario file.
-//! Usage and the scenario format: `flowerbox::model::scripted`.
-#![deny(clippy::print_stdout, clippy::print_stderr, clippy::dbg_macro)]
+//! Usage and the scenario format: the `scripted_model` library (`src/lib.rs`).
 
 use std::io::Write;
 
 use clap::Parser;
-use flowerbox::model::scripted::{run, Args};
+use scripted_model::{run, Args};
 
 #[tokio::main]
 async fn main() {

@@ -1,6 +1,6 @@
 //! The scenario file: entries that match requests, the turns they serve and the faults injected
 //! before a turn is served successfully. Format and semantics are documented on
-//! [`super`](crate::model::scripted).
+//! [the crate](crate).
 
 use regex::Regex;
 use serde::Deserialize;
@@ -8,7 +8,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::ScriptedError;
+use crate::ScriptedError;
 
 /// A whole scenario file.
 #[derive(Debug, Clone, Deserialize)]

@@ -4,8 +4,8 @@
 //! tool input goes out as `arguments` fragments, the first chunk of a call carrying its id and
 //! name, the rest `id`/`name` null (as OpenAI's own streaming example does).
 
-use super::events::{split_str, tool_id, TurnMeta};
-use super::scenario::{ScriptedBlock, ScriptedTurn};
+use crate::events::{split_str, tool_id, TurnMeta};
+use crate::scenario::{ScriptedBlock, ScriptedTurn};
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use serde_json::{json, Value};
@@ -155,7 +155,7 @@ pub(crate) fn text_of(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::scripted::scenario::Scenario;
+    use crate::scenario::Scenario;
     use rand::SeedableRng;
 
     #[test]

@@ -58,7 +58,7 @@ pub fn check_messages_request(
             .filter(|n| *n >= 1)
             .ok_or("max_tokens: Input should be greater than or equal to 1")?,
     };
-    if let Some(cap) = crate::model::catalog::max_output_tokens(model) {
+    if let Some(cap) = flowerbox::model::catalog::max_output_tokens(model) {
         if max_tokens > u64::from(cap) {
             return Err(Refusal::from(format!(
                 "max_tokens: {max_tokens} > {cap}, which is the maximum allowed number of output tokens for {model}"

@@ -1,13 +1,13 @@
 //! The HTTP side of the scripted model server (axum): `POST /v1/messages`,
 //! `POST /v1/chat/completions`, `GET /health`. Requests are checked against the real APIs' rules
-//! first ([`super::validate`], [`super::validate_chat`]) unless the server is lax.
+//! first ([`crate::validate`], [`crate::validate_chat`]) unless the server is lax.
 
-use super::chat::{chat_chunks, chat_completion, encode_data};
-use super::events::{cut, encode, signature_for, turn_events, turn_message, TurnMeta};
-use super::scenario::{Fault, Scenario, ScriptedTurn};
-use super::validate::check_messages_request;
-use super::validate_chat::check_chat_request;
-use super::ScriptedError;
+use crate::chat::{chat_chunks, chat_completion, encode_data};
+use crate::events::{cut, encode, signature_for, turn_events, turn_message, TurnMeta};
+use crate::scenario::{Fault, Scenario, ScriptedTurn};
+use crate::validate::check_messages_request;
+use crate::validate_chat::check_chat_request;
+use crate::ScriptedError;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
@@ -40,6 +40,8 @@ struct ServerState {
 /// A bound, not yet serving, scripted model server.
 pub struct ScriptedServer {
     listener: tokio::net::TcpListener,
+    /// Where `listener` is bound (the real port when bound to port 0).
+    addr: SocketAddr,
     state: Arc<ServerState>,
 }
 
@@ -73,20 +75,25 @@ impl ScriptedServer {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
             .map_err(|e| ScriptedError::Io(format!("bind {listen}: {e}")))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| ScriptedError::Io(format!("the address bound for {listen}: {e}")))?;
         let state = Arc::new(ServerState {
             scenario,
             counters: Mutex::new(HashMap::new()),
             record,
             strict,
         });
-        Ok(ScriptedServer { listener, state })
+        Ok(ScriptedServer {
+            listener,
+            addr,
+            state,
+        })
     }
 
     /// The bound address (the real port when bound to port 0).
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener
-            .local_addr()
-            .expect("a bound listener has an address")
+        self.addr
     }
 
     /// `http://ADDR`, the value for `ANTHROPIC_BASE_URL`.
@@ -427,13 +434,13 @@ async fn chat(State(st): State<Arc<ServerState>>, headers: HeaderMap, body: Byte
     let system = msgs
         .iter()
         .filter(|m| m["role"] == "system")
-        .map(|m| super::chat::text_of(&m["content"]))
+        .map(|m| crate::chat::text_of(&m["content"]))
         .collect::<Vec<_>>()
         .join("\n");
     let first_user = msgs
         .iter()
         .find(|m| m["role"] == "user")
-        .map(|m| super::chat::text_of(&m["content"]))
+        .map(|m| crate::chat::text_of(&m["content"]))
         .unwrap_or_default();
     let p = match pick(&st, &headers, &format!("{system}\n{first_user}"), k) {
         Ok(p) => p,

@@ -1,6 +1,7 @@
 //! The scripted model server: speaks the Anthropic Messages streaming protocol over HTTP from a
 //! scenario file, with fault injection, for tests, demos and benchmarks (issue "Model layer").
-//! The `scripted-model` binary is a thin wrapper around [`run`].
+//! The `scripted-model` binary is a thin wrapper around [`run`]. A crate of its own, beside
+//! `testkit/`: a test double, not part of the shipped `flowerbox` (which links no HTTP server).
 //!
 //! ```text
 //! scripted-model --scenario FILE [--listen 127.0.0.1:0] [--record FILE] [--lax]
@@ -70,6 +71,8 @@
 //!     gateway that ignores `stream: true` sends it.
 //! - **Mismatch.** No matching entry, or k past the last turn: HTTP 400 with an
 //!   `invalid_request_error` naming the agent, its role and k, so a test sees it at once.
+
+#![warn(unreachable_pub)]
 
 mod chat;
 mod events;
