@@ -47,6 +47,9 @@ pub struct Mount {
     pub inside: PathBuf,
     /// Read-only for the agent (its container and the host-side file tools).
     pub read_only: bool,
+    /// The source the host opened race-free, when it did ([`Pin`]): the engine is given this
+    /// handle instead of `host`'s path.
+    pub pin: Option<Pin>,
 }
 
 impl Mount {
@@ -57,6 +60,16 @@ impl Mount {
             host: path.clone(),
             inside: path,
             read_only,
+            pin: None,
+        }
+    }
+
+    /// `path` at the same path inside, its source the object `pin` holds open (a write scope
+    /// beneath a read-only workspace, issue 27 §3).
+    pub fn pinned(path: impl Into<PathBuf>, pin: Pin, read_only: bool) -> Self {
+        Mount {
+            pin: Some(pin),
+            ..Mount::same(path, read_only)
         }
     }
 
@@ -66,7 +79,16 @@ impl Mount {
             host: host.into(),
             inside: inside.into(),
             read_only,
+            pin: None,
         }
+    }
+
+    /// The source to give a local engine: the pinned handle's `/proc/<pid>/fd/<n>` when there
+    /// is one, else `host`.
+    pub fn engine_source(&self) -> PathBuf {
+        self.pin
+            .as_ref()
+            .map_or_else(|| self.host.clone(), Pin::source)
     }
 
     /// The agent sees another host directory here than the one at this path.
@@ -74,6 +96,56 @@ impl Mount {
         self.host != self.inside
     }
 }
+
+/// A mount source held open by the host (issue 27 §3).
+///
+/// A bind mount's source given as a path is resolved by the engine when it mounts, later than
+/// any check the host made: a process that can write the directory above it (a worker's
+/// background process, a finished worker's leftovers, an unscoped worker) could swap a
+/// component for a symlink in between and have a read-write mount land outside the workspace,
+/// or on its `.git`. Checking again just before handing the path over only moves the window.
+/// So the host opens the source itself, race-free beneath the workspace (`openat2` with no
+/// symlink and nothing above the anchor, [`crate::fsroot::Tree::pin`]), keeps the handle open
+/// until the container is gone, and gives the engine `/proc/<flowerbox's pid>/fd/<n>`: the
+/// kernel follows that magic link to the very object the host opened, never re-reading a path
+/// component, so what gets mounted read-write is decided once, by the host, when it opened it.
+/// (The engine must share the host's PID namespace, as a local dockerd or Podman does; one that
+/// does not finds no such file, or another process's, and the worker is refused or sees the
+/// wrong directory, never one it could have chosen.)
+#[derive(Debug, Clone)]
+pub struct Pin(Arc<std::os::fd::OwnedFd>);
+
+impl Pin {
+    /// Holds `fd` (an `O_PATH` handle is enough).
+    pub fn new(fd: std::os::fd::OwnedFd) -> Pin {
+        Pin(Arc::new(fd))
+    }
+
+    /// `/proc/<pid>/fd/<n>` of this process.
+    pub fn source(&self) -> PathBuf {
+        use std::os::fd::AsRawFd;
+        PathBuf::from(format!(
+            "/proc/{}/fd/{}",
+            std::process::id(),
+            self.0.as_raw_fd()
+        ))
+    }
+
+    /// `(st_dev, st_ino)` of the object held.
+    pub fn identity(&self) -> std::io::Result<(u64, u64)> {
+        let st = rustix::fs::fstat(&*self.0)?;
+        Ok((st.st_dev, st.st_ino))
+    }
+}
+
+impl PartialEq for Pin {
+    fn eq(&self, other: &Pin) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+            || matches!((self.identity(), other.identity()), (Ok(a), Ok(b)) if a == b)
+    }
+}
+
+impl Eq for Pin {}
 
 /// What an agent's sandbox looks like: who it is and what it can see.
 #[derive(Debug, Clone)]
