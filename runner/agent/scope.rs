@@ -17,10 +17,12 @@
 //! path an empty file. A symlink anywhere on the way is refused.
 //!
 //! The read-write mount is then pinned to the object the host opened ([`crate::sandbox::Pin`]):
-//! the engine is handed the host's open handle, not the path, so a process that can write the
-//! workspace (a worker's background process, a finished worker's leftovers) and swaps a path
-//! component for a symlink after this check can no longer steer the mount anywhere else.
-//! `tests/scope_workers.rs` runs that attack against the real engine.
+//! once the engine has mounted it, before anything runs in the container, the container's mount
+//! at that path must be that very object, or the container is removed and the worker refused.
+//! So a process that can write the workspace (a worker's background process, a finished
+//! worker's leftovers) and swaps a path component for a symlink after this look can at most
+//! get the worker refused, never a read-write mount anywhere else. `tests/scope_workers.rs`
+//! runs that attack against the real engine.
 
 use rustix::fs::FileType;
 use std::path::{Component, Path, PathBuf};
@@ -211,8 +213,13 @@ pub fn narrow(
     {
         m.read_only = true;
     }
+    // The workbench inside the root is read-write too, so it is pinned like a scope path.
     if let Some(wb) = workbench.filter(|wb| wb.starts_with(root) && *wb != root) {
-        mounts.push(Mount::same(wb.to_path_buf(), false));
+        let fd = tree.pin(wb).map_err(|source| ScopeError::Fs {
+            path: wb.display().to_string(),
+            source,
+        })?;
+        mounts.push(Mount::pinned(wb.to_path_buf(), Pin::new(fd), false));
     }
     mounts.extend(extra);
     Ok(())
@@ -280,6 +287,7 @@ mod tests {
         std::fs::create_dir_all(ws.join("src")).unwrap();
         let mut mounts = vec![Mount::same(ws.clone(), false)];
         let wb = ws.join(".flower");
+        std::fs::create_dir_all(&wb).unwrap();
         narrow(
             &ws,
             &scope(&["src/", "new/deep/", "tests/t.c"]),
@@ -302,17 +310,14 @@ mod tests {
             ]
         );
         assert!(ws.join("new/deep").is_dir() && ws.join("tests/t.c").is_file());
-        // Each scope mount is pinned to the object at its path; the engine gets the handle.
+        // Each scope mount is pinned to the object at its path (what the container must show).
         use std::os::unix::fs::MetadataExt;
-        for m in &mounts[2..] {
+        for m in &mounts[1..] {
             let st = std::fs::metadata(&m.inside).unwrap();
             let pin = m.pin.as_ref().expect("pinned");
             assert_eq!(pin.identity().unwrap(), (st.dev(), st.ino()), "{m:?}");
-            let source = m.engine_source();
-            assert!(source.starts_with("/proc/"), "{source:?}");
-            assert_eq!(std::fs::metadata(&source).unwrap().ino(), st.ino());
         }
-        assert!(mounts[0].pin.is_none() && mounts[1].pin.is_none());
+        assert!(mounts[0].pin.is_none());
         // A link on the way, or as the path, is never followed (nor anything made through it).
         let outside = root.join("outside");
         std::fs::create_dir_all(&outside).unwrap();

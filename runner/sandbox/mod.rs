@@ -47,8 +47,8 @@ pub struct Mount {
     pub inside: PathBuf,
     /// Read-only for the agent (its container and the host-side file tools).
     pub read_only: bool,
-    /// The source the host opened race-free, when it did ([`Pin`]): the engine is given this
-    /// handle instead of `host`'s path.
+    /// The source the host opened race-free, when it did ([`Pin`]): what the engine mounted
+    /// at `inside` must be this object, or the container is refused.
     pub pin: Option<Pin>,
 }
 
@@ -83,14 +83,6 @@ impl Mount {
         }
     }
 
-    /// The source to give a local engine: the pinned handle's `/proc/<pid>/fd/<n>` when there
-    /// is one, else `host`.
-    pub fn engine_source(&self) -> PathBuf {
-        self.pin
-            .as_ref()
-            .map_or_else(|| self.host.clone(), Pin::source)
-    }
-
     /// The agent sees another host directory here than the one at this path.
     pub fn is_shadow(&self) -> bool {
         self.host != self.inside
@@ -103,15 +95,15 @@ impl Mount {
 /// any check the host made: a process that can write the directory above it (a worker's
 /// background process, a finished worker's leftovers, an unscoped worker) could swap a
 /// component for a symlink in between and have a read-write mount land outside the workspace,
-/// or on its `.git`. Checking again just before handing the path over only moves the window.
-/// So the host opens the source itself, race-free beneath the workspace (`openat2` with no
-/// symlink and nothing above the anchor, [`crate::fsroot::Tree::pin`]), keeps the handle open
-/// until the container is gone, and gives the engine `/proc/<flowerbox's pid>/fd/<n>`: the
-/// kernel follows that magic link to the very object the host opened, never re-reading a path
-/// component, so what gets mounted read-write is decided once, by the host, when it opened it.
-/// (The engine must share the host's PID namespace, as a local dockerd or Podman does; one that
-/// does not finds no such file, or another process's, and the worker is refused or sees the
-/// wrong directory, never one it could have chosen.)
+/// or on its `.git`. Checking again just before handing the path over only moves the window,
+/// and the engine cannot be handed the handle itself (runc refuses to bind
+/// `/proc/<pid>/fd/<n>`: a mount of another mount namespace). So the host opens the source
+/// race-free beneath the workspace (`openat2` with no symlink and nothing above the anchor,
+/// [`crate::fsroot::Tree::pin`]) before the container exists, and once the engine has mounted
+/// it, before anything runs in the container, checks that what the container has at that path
+/// is this very object (`docker::verify`): verify-after-act of an immutable fact (a mount's
+/// root), never check-then-act. The handle lives in the box the container keeps, so a
+/// re-created container is checked against the same object.
 #[derive(Debug, Clone)]
 pub struct Pin(Arc<std::os::fd::OwnedFd>);
 
@@ -119,16 +111,6 @@ impl Pin {
     /// Holds `fd` (an `O_PATH` handle is enough).
     pub fn new(fd: std::os::fd::OwnedFd) -> Pin {
         Pin(Arc::new(fd))
-    }
-
-    /// `/proc/<pid>/fd/<n>` of this process.
-    pub fn source(&self) -> PathBuf {
-        use std::os::fd::AsRawFd;
-        PathBuf::from(format!(
-            "/proc/{}/fd/{}",
-            std::process::id(),
-            self.0.as_raw_fd()
-        ))
     }
 
     /// `(st_dev, st_ino)` of the object held.

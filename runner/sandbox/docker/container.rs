@@ -354,9 +354,8 @@ impl RunSpec {
             .iter()
             .map(|m| DockerMount {
                 target: Some(m.inside.to_string_lossy().into_owned()),
-                // A pinned source is the host's open handle (`/proc/<pid>/fd/<n>`, see
-                // `sandbox::Pin`): the engine binds exactly what the host opened.
-                source: Some(m.engine_source().to_string_lossy().into_owned()),
+                // A pinned source is checked once mounted (`super::verify`).
+                source: Some(m.host.to_string_lossy().into_owned()),
                 typ: Some(MountType::BIND),
                 read_only: Some(m.read_only),
                 ..Default::default()
@@ -654,10 +653,10 @@ mod tests {
         ));
     }
 
-    /// A pinned scope mount is handed to the engine as the host's handle, and a box whose
-    /// scope path is no longer the pinned object (swapped since) is refused.
+    /// A pinned scope mount keeps its pin through canonicalisation, and a box whose scope path
+    /// is no longer the pinned object (swapped since) is refused.
     #[test]
-    fn a_pinned_scope_goes_to_the_engine_as_its_handle() {
+    fn a_pinned_scope_keeps_its_pin_and_a_swapped_path_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let root = std::fs::canonicalize(dir.path()).unwrap();
         let ws = root.join("ws");
@@ -682,8 +681,7 @@ mod tests {
             workdir: ws.clone(),
         };
         let c = canonical_box(&spec(pin())).unwrap();
-        let source = c.mounts[1].engine_source();
-        assert!(source.starts_with(format!("/proc/{}/fd/", std::process::id())));
+        assert!(c.mounts[1].pin.is_some(), "the pin goes with the box");
         // Swapped: the pinned directory moved away, another one (or a link) in its place.
         let held = pin();
         std::fs::rename(ws.join("src"), ws.join("moved")).unwrap();
