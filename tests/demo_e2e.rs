@@ -288,16 +288,33 @@ async fn check_demo(isolate: bool, weak: bool) {
         assert!(by.contains(&serde_json::json!("item-5")), "{probe}");
         assert!(d.out.contains("✓ 探针:"), "{}", d.out);
     }
-    // Probing wrote nothing: the workspace is the candidate round 2's checks ran on.
-    let exclude = Exclusions {
-        dirs: vec![d.ws.join(".flower"), d.ws.join("runs")],
-        files: Vec::new(),
-    };
-    assert_eq!(
-        c2["identity"].as_str().unwrap(),
-        identity(&d.ws, &exclude).unwrap().digest(),
-        "{c2}"
-    );
+    // Probing wrote nothing: the workspace is the candidate round 2's checks ran on (with
+    // `--isolate` the run's end removes the merged branches, which the identity counts: there
+    // the tree must still be exactly the integrated commit), and no probe copy is left.
+    if isolate {
+        let st = Command::new("git")
+            .args(["status", "--porcelain", "--untracked-files=no"])
+            .current_dir(&d.ws)
+            .output()
+            .unwrap();
+        assert!(st.status.success() && st.stdout.is_empty(), "{st:?}");
+    } else {
+        let exclude = Exclusions {
+            dirs: vec![d.ws.join(".flower"), d.ws.join("runs")],
+            files: Vec::new(),
+        };
+        assert_eq!(
+            c2["identity"].as_str().unwrap(),
+            identity(&d.ws, &exclude).unwrap().digest(),
+            "{c2}"
+        );
+    }
+    let copies: Vec<_> = std::fs::read_dir(d.ws.join("runs"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("probe-"))
+        .collect();
+    assert!(copies.is_empty(), "probe copies left: {copies:?}");
 
     // What the judges really saw, from their sessions.
     let db = Connection::open(d.ws.join("runs/sessions.db")).unwrap();

@@ -326,13 +326,18 @@ async fn a_racing_symlink_swap_never_moves_a_scope_mount_out_of_the_scope() {
                     {
                         swaps.fetch_add(1, Ordering::Relaxed);
                     }
-                    // Each state held a moment: the host's look and the engine's mount, far
-                    // apart in time, each see either.
-                    std::thread::sleep(std::time::Duration::from_micros(300));
+                    // Each state held a moment, the directory longer than the link: the
+                    // host's look mostly passes, the engine's mount (later) often meets the link.
+                    let held = if swaps.load(Ordering::Relaxed) % 2 == 0 {
+                        1500
+                    } else {
+                        400
+                    };
+                    std::thread::sleep(std::time::Duration::from_micros(held));
                 }
             })
         };
-        for _ in 0..15 {
+        for _ in 0..25 {
             n += 1;
             let agent = format!("worker-{n}");
             let mut mounts = vec![Mount::same(ws.clone(), false)];
