@@ -8,12 +8,15 @@
 #    nothing else is — every command the agents run really runs in their containers;
 # 4. lays out a small C HTTP server that does not build (scripts/demo/project: two source files,
 #    each with its own defect, plus one that only shows at run time) in a fresh git repository;
-# 5. runs `flowerbox --isolate --judge-can-run --timeout 0 "…"` in it: clarify (nobody answers,
-#    so the assumption lands in 未知与假设) → goal (4 checks) → the coordinator dispatches two
+# 5. runs `flowerbox --isolate --probe-checks --judge-can-run --timeout 0 "…"` in it: clarify
+#    (nobody answers, so the assumption lands in 未知与假设) → goal (5 items, 4 with a check,
+#    one of them the project's own test of http_serve) → the coordinator dispatches two
 #    workers in parallel, one file each, each in its own container and worktree → both branches
-#    are integrated → a worker builds httpd and starts it in the background → the judge, in its
-#    own read-only container in the run's pod, runs file, lsof and curl → NOT_YET (the response
-#    body really is cut short) → round 2 fixes it → ACHIEVED;
+#    are integrated → a worker builds httpd and starts it in the background → flowerbox runs
+#    the checks (two red) → the judge, in its own read-only container in the run's pod, runs
+#    file, lsof and curl → NOT_YET (the response body really is cut short) → round 2 fixes it →
+#    the checks are green, and a defect planted in a copy of a line the run wrote is caught by
+#    the self-test (the probe) → ACHIEVED;
 # 6. prints what the judge saw (its tool results, read back from runs/sessions.db; also written
 #    to notes/判定证据.md), the manifest summary, where the notes and artifacts are, and checks
 #    that no flowerbox container is left. Exit 0 only when all of that holds.
@@ -25,7 +28,13 @@
 #   FLOWERBOX_DEMO_MODEL_BIN the scripted-model binary (with FLOWERBOX_DEMO_BIN: nothing is built)
 #   FLOWERBOX_DEMO_ISOLATE   1 (default) runs with --isolate; 0 lets the workers share the workspace
 #   FLOWERBOX_DEMO_RELEASE   1 builds and runs the release binaries instead
-#   FLOWERBOX_DEMO_PROBE     1 adds --probe-checks (a planted defect after green checks)
+#   FLOWERBOX_DEMO_SCENARIO  another scenario for scripted-model (default scripts/demo/scenario.json;
+#                            the run's milliseconds are written to DIR/took.ms for comparisons)
+#   FLOWERBOX_DEMO_PROBE     1 (default) adds --probe-checks: after the green round flowerbox
+#                            plants a defect in a copy and the goal's self-test must catch it;
+#                            0 leaves it out
+#   FLOWERBOX_DEMO_PROBE_EXPECT caught (default) or missed: what that probe must report (missed:
+#                            a scenario whose checks are weak on purpose)
 # Needs: Docker (an engine this user may use) and git; scripts/install-deps.sh installs or checks
 # the rest first (Debian packages, Rust), with sudo when not root.
 set -euo pipefail
@@ -122,7 +131,7 @@ fi
 
 # -- 4. the scripted model ----------------------------------------------------------------------
 say "scripted-model(模型的话是写好的,命令都真的跑)"
-sed "s|@WB@|$wb|g" "$root/scripts/demo/scenario.json" >"$base/scenario.json"
+sed "s|@WB@|$wb|g" "${FLOWERBOX_DEMO_SCENARIO:-$root/scripts/demo/scenario.json}" >"$base/scenario.json"
 "$model_bin" --scenario "$base/scenario.json" --record "$base/requests.jsonl" >"$base/model.out" 2>"$base/model.err" &
 model_pid=$!
 watch_pid=
@@ -151,19 +160,22 @@ watch_pid=$!
 sleep 0.5
 
 probe_flag=()
-if [ "${FLOWERBOX_DEMO_PROBE:-0}" = 1 ]; then probe_flag=(--probe-checks); fi
+if [ "${FLOWERBOX_DEMO_PROBE:-1}" = 1 ]; then probe_flag=(--probe-checks); fi
 
 # -- 5. the run ---------------------------------------------------------------------------------
 ask="把这个 C 写的 HTTP 服务器修到能编译、能跑:make 出 httpd,后台起在 8080 端口,访问它返回 hello from flowerbox。"
-say "flowerbox ${iso_flag[*]} --judge-can-run --timeout 0 \"$ask\""
+say "flowerbox ${iso_flag[*]} ${probe_flag[*]} --judge-can-run --timeout 0 \"$ask\""
 echo "(在 $ws)"
-started=$(date +%s)
+started=$(date +%s%N)
 set +e
 (cd "$ws" && "${run_env[@]}" "ANTHROPIC_BASE_URL=$url" \
   "$fbx" "${iso_flag[@]}" "${probe_flag[@]}" --judge-can-run --timeout 0 "$ask" </dev/null)
 rc=$?
 set -e
-took=$(($(date +%s) - started))
+took_ms=$((($(date +%s%N) - started) / 1000000))
+took=$((took_ms / 1000)).$((took_ms % 1000 / 100))
+# The run's wall clock alone (what scripts/bench.sh-style comparisons read).
+echo "$took_ms" >"$base/took.ms"
 # The engine's last events (Podman's come later than Docker's): until every create has its
 # removal, at most 5 s.
 for _ in $(seq 50); do
@@ -176,4 +188,6 @@ watch_pid=
 [ "$rc" -eq 0 ] || fail "flowerbox 退出码 $rc(运行记录在 $ws/runs/)"
 
 # -- 6. what happened ---------------------------------------------------------------------------
-"$root/scripts/demo/report.sh" "$base" "$ws" "$wb" "$took"
+expect_probe=
+if [ ${#probe_flag[@]} -gt 0 ]; then expect_probe=${FLOWERBOX_DEMO_PROBE_EXPECT:-caught}; fi
+"$root/scripts/demo/report.sh" "$base" "$ws" "$wb" "$took" "$expect_probe"

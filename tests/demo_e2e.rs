@@ -4,7 +4,11 @@
 //! outputs in `runs/sessions.db`, in the printed report and in `notes/判定证据.md`; the goal's
 //! checks ran before each judge (red in round 1, green in round 2); the two
 //! file-fixing workers ran at the same time; with `--isolate` their branches were merged; no
-//! container of the run is left.
+//! container of the run is left. Both run with `--probe-checks` (issue 27 §4): the isolated
+//! demo's goal has its self-test (tests/http_test.c), which catches the defect planted in a
+//! line the run wrote; the shared-workspace demo runs a goal without it, on purpose, and the
+//! probe reports that no check catches the defect. Either way the workspace is the candidate
+//! the checks ran on, byte for byte.
 //!
 //! Needs Docker: fails when `CI=true` and the engine is missing, skips visibly otherwise.
 // A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
@@ -16,6 +20,7 @@
 mod docker_support;
 
 use docker_support::engine_or_skip;
+use flowerbox::flow::identity::{identity, Exclusions};
 use rusqlite::Connection;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -36,11 +41,41 @@ struct Demo {
     wb: PathBuf,
 }
 
-fn run_demo(isolate: bool) -> Demo {
+/// The demo's scenario with weak checks on purpose: the self-test item left out, and the
+/// first item's compile check too, so the two checks left ask only the workers' running server
+/// (none of them builds or runs the source the run changed).
+fn weak_scenario(dir: &Path) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("scripts/demo/scenario.json")).unwrap();
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    let goal = &mut v["agents"][1]["turns"][1]["content"][0]["text"];
+    let kept: Vec<&str> = goal
+        .as_str()
+        .unwrap()
+        .lines()
+        .filter(|l| !l.contains("tests/http_test.c"))
+        .map(|l| match l.find(" 检查: `cc -Wall -fsyntax-only") {
+            Some(at) => &l[..at],
+            None => l,
+        })
+        .collect();
+    assert_eq!(kept.len() + 1, goal.as_str().unwrap().lines().count());
+    *goal = Value::String(kept.join("\n") + "\n");
+    let path = dir.join("weak-scenario.json");
+    std::fs::write(&path, serde_json::to_string(&v).unwrap()).unwrap();
+    path
+}
+
+fn run_demo(isolate: bool, weak: bool) -> Demo {
     let tmp = tempfile::tempdir().unwrap();
     let base = tmp.path().canonicalize().unwrap().join("demo");
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut child = Command::new(root.join("scripts/demo.sh"))
+    let mut cmd = Command::new(root.join("scripts/demo.sh"));
+    if weak {
+        cmd.env("FLOWERBOX_DEMO_SCENARIO", weak_scenario(tmp.path()))
+            .env("FLOWERBOX_DEMO_PROBE_EXPECT", "missed");
+    }
+    let mut child = cmd
         .arg(&base)
         .env("FLOWERBOX_DEMO_BIN", env!("CARGO_BIN_EXE_flowerbox"))
         .env(
@@ -48,6 +83,7 @@ fn run_demo(isolate: bool) -> Demo {
             flowerbox_testkit::scripted_model_bin(),
         )
         .env("FLOWERBOX_DEMO_ISOLATE", if isolate { "1" } else { "0" })
+        .env("FLOWERBOX_DEMO_PROBE", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -168,13 +204,13 @@ fn worker_spans(db: &Connection, parent: &str) -> Vec<(String, String, String)> 
         .collect()
 }
 
-async fn check_demo(isolate: bool) {
+async fn check_demo(isolate: bool, weak: bool) {
     let Some(engine) = engine_or_skip("demo_e2e").await else {
         return;
     };
     // One demo at a time: each is a whole run with up to six containers.
     let _serial = docker_support::SERIAL.lock().await;
-    let d = tokio::task::spawn_blocking(move || run_demo(isolate))
+    let d = tokio::task::spawn_blocking(move || run_demo(isolate, weak))
         .await
         .unwrap();
     assert_eq!(d.code, Some(0), "stdout:\n{}\nstderr:\n{}", d.out, d.err);
@@ -198,24 +234,91 @@ async fn check_demo(isolate: bool) {
     let text = |step: &str| rows.iter().find(|r| r["step"] == step).unwrap()["text"].to_string();
     assert!(text("干活·判定#1").contains("NOT_YET"));
     assert!(text("干活·判定#2").contains("ACHIEVED"));
-    // The goal's three checks ran before each judge (issue 27): round 1's body check is red,
-    // round 2's are all green, each on its own candidate.
+    // The goal's four checks (two when weak) ran before each judge (issue 27): round 1's body
+    // check and self-test are red, round 2's are all green, each on its own candidate.
     let checks = |step: &str| rows.iter().find(|r| r["step"] == step).unwrap()["checks"].clone();
     let (c1, c2) = (checks("干活·判定#1"), checks("干活·判定#2"));
+    let (total, red1) = if weak {
+        (2, serde_json::json!(["item-4"]))
+    } else {
+        (4, serde_json::json!(["item-4", "item-5"]))
+    };
     assert_eq!(
         (c1["passed"].as_u64(), c1["total"].as_u64()),
-        (Some(2), Some(3)),
+        (Some(total - 1 - u64::from(!weak)), Some(total)),
         "{c1}"
     );
-    assert_eq!(c1["failed"], serde_json::json!(["item-4"]), "{c1}");
+    assert_eq!(c1["failed"], red1, "{c1}");
     assert_eq!(
         (c2["passed"].as_u64(), c2["total"].as_u64()),
-        (Some(3), Some(3)),
+        (Some(total), Some(total)),
         "{c2}"
     );
     assert_ne!(c1["identity"], c2["identity"]);
-    assert!(d.out.contains("✗ 2/3 检查 · ✗ test"), "{}", d.out);
-    assert!(d.out.contains("✓ 3/3 检查"), "{}", d.out);
+    let shown1 = format!("✗ {}/{total} 检查 · ✗ test", c1["passed"]);
+    assert!(d.out.contains(&shown1), "{}", d.out);
+    assert!(
+        d.out.contains(&format!("✓ {total}/{total} 检查")),
+        "{}",
+        d.out
+    );
+    // The probe of the green round (--probe-checks): a defect in a line the run wrote in
+    // src/http.c (the only file whose new lines have a site), caught by the self-test; with
+    // the weak goal no check catches it, and the judge is told so.
+    assert!(c1.get("probe").is_none(), "red rounds are not probed: {c1}");
+    let probe = &c2["probe"];
+    let site = probe["site"].as_str().unwrap_or_default();
+    let line: usize = site
+        .strip_prefix("src/http.c:")
+        .and_then(|l| l.parse().ok())
+        .unwrap_or_else(|| panic!("{probe}"));
+    let http_c = std::fs::read_to_string(d.ws.join("src/http.c")).unwrap();
+    let planted = http_c.lines().nth(line - 1).unwrap();
+    assert!(
+        [
+            "strlen(body));",
+            "write(fd, head, len);",
+            "write(fd, body, strlen(body));"
+        ]
+        .contains(&planted.trim()),
+        "not a line the run wrote: {planted} ({probe})"
+    );
+    if weak {
+        assert_eq!(probe["outcome"], "missed", "{probe}");
+        assert!(d.out.contains("✗ 探针:"), "{}", d.out);
+    } else {
+        assert_eq!(probe["outcome"], "caught", "{probe}");
+        let by = probe["caught_by"].as_array().unwrap();
+        assert!(by.contains(&serde_json::json!("item-5")), "{probe}");
+        assert!(d.out.contains("✓ 探针:"), "{}", d.out);
+    }
+    // Probing wrote nothing: the workspace is the candidate round 2's checks ran on (with
+    // `--isolate` the run's end removes the merged branches, which the identity counts: there
+    // the tree must still be exactly the integrated commit), and no probe copy is left.
+    if isolate {
+        let st = Command::new("git")
+            .args(["status", "--porcelain", "--untracked-files=no"])
+            .current_dir(&d.ws)
+            .output()
+            .unwrap();
+        assert!(st.status.success() && st.stdout.is_empty(), "{st:?}");
+    } else {
+        let exclude = Exclusions {
+            dirs: vec![d.ws.join(".flower"), d.ws.join("runs")],
+            files: Vec::new(),
+        };
+        assert_eq!(
+            c2["identity"].as_str().unwrap(),
+            identity(&d.ws, &exclude).unwrap().digest(),
+            "{c2}"
+        );
+    }
+    let copies: Vec<_> = std::fs::read_dir(d.ws.join("runs"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("probe-"))
+        .collect();
+    assert!(copies.is_empty(), "probe copies left: {copies:?}");
 
     // What the judges really saw, from their sessions.
     let db = Connection::open(d.ws.join("runs/sessions.db")).unwrap();
@@ -249,7 +352,10 @@ async fn check_demo(isolate: bool) {
             assert!(shown.contains(first), "{first} not shown");
         }
     }
-    assert!(evidence.contains("检查 3/3 通过"), "{evidence}");
+    assert!(
+        evidence.contains(&format!("检查 {total}/{total} 通过")),
+        "{evidence}"
+    );
     assert!(d.out.contains("演示完成:ACHIEVED"), "{}", d.out);
     let brief = std::fs::read_to_string(d.wb.join("notes/需求.md")).unwrap();
     assert!(brief.contains("无人应答:假设用请求里写的 8080"), "{brief}");
@@ -322,10 +428,10 @@ async fn check_demo(isolate: bool) {
 
 #[tokio::test]
 async fn the_shared_workspace_demo_goes_from_a_broken_build_to_achieved() {
-    check_demo(false).await;
+    check_demo(false, true).await;
 }
 
 #[tokio::test]
 async fn the_isolated_demo_merges_two_parallel_worktrees_and_ends_achieved() {
-    check_demo(true).await;
+    check_demo(true, false).await;
 }

@@ -233,3 +233,204 @@ async fn with_isolate_the_scope_applies_inside_the_worktree() {
     let agent = run.results_of("协调者", "Agent");
     assert!(!agent[0].0 && agent[0].1.contains("已合入"), "{agent:?}");
 }
+
+/// The mounts of a box that ran: `(root, mount point, read-write)` of each line of
+/// `/proc/self/mountinfo` (octal escapes such as `\040` undone).
+fn mount_table(out: &str) -> Vec<(String, String, bool)> {
+    let unescape = |s: &str| {
+        let mut out = Vec::new();
+        let b = s.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            match (b[i], b.get(i + 1..i + 4)) {
+                (b'\\', Some(o)) if o.iter().all(u8::is_ascii_digit) => {
+                    out.push(u8::from_str_radix(std::str::from_utf8(o).unwrap(), 8).unwrap());
+                    i += 4;
+                }
+                (c, _) => {
+                    out.push(c);
+                    i += 1;
+                }
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    out.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let opts = f.get(5)?;
+            Some((
+                unescape(f.get(3)?),
+                unescape(f.get(4)?),
+                opts.split(',').any(|o| o == "rw"),
+            ))
+        })
+        .collect()
+}
+
+/// Red team (issue 27 §3): while the host narrows a worker to `src/` and the engine mounts it,
+/// a racer that can write the workspace (as a worker's background process can) swaps `src`
+/// with a symlink as fast as it can (`renameat2(RENAME_EXCHANGE)`: the path is always one or
+/// the other), first a symlink to a directory outside the workspace, then one to the
+/// workspace's `.git`. Every box the engine makes is used: the container writes through every
+/// path the scope could have landed at and prints its mount table. No read-write mount of the
+/// outside directory or of `.git` ever appears, nothing is ever written there, and what the
+/// container wrote is in the scope directory. Refusals (the host saw the link) are fine.
+#[tokio::test]
+async fn a_racing_symlink_swap_never_moves_a_scope_mount_out_of_the_scope() {
+    use flowerbox::agent::scope::{narrow, WriteScope};
+    use flowerbox::model::Role;
+    use flowerbox::sandbox::{AgentBox, Mount, SandboxFactory};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    let Some(engine) = engine_or_skip("scope_workers").await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let run = docker_support::TestRun::new(&engine, "scope-race").await;
+    let ws = run.workspace.clone();
+    let tmp = ws.parent().unwrap().to_path_buf();
+    let outside = tmp.join("outside");
+    let git_dir = ws.join(".git");
+    let (src, swap) = (ws.join("src"), ws.join("src.swap"));
+    for d in [&outside, &git_dir, &src] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let scope = WriteScope::parse(&["src/".to_string()]).unwrap();
+    let (mut made, mut refused, mut n) = (0, 0, 0);
+    let mut tables = Vec::new();
+    for target in [&outside, &git_dir] {
+        // Put the directory back at `src`, the link to this round's target beside it.
+        if std::fs::symlink_metadata(&src)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+        {
+            std::fs::rename(&swap, ws.join("src.tmp")).unwrap();
+            std::fs::rename(&src, &swap).unwrap();
+            std::fs::rename(ws.join("src.tmp"), &src).unwrap();
+        }
+        let _ = std::fs::remove_file(&swap);
+        std::os::unix::fs::symlink(target, &swap).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let swaps = Arc::new(AtomicUsize::new(0));
+        let racer = {
+            let (stop, swaps, src, swap) = (stop.clone(), swaps.clone(), src.clone(), swap.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    // `EBUSY` while a container has the directory mounted: try again.
+                    if rustix::fs::renameat_with(
+                        rustix::fs::CWD,
+                        &src,
+                        rustix::fs::CWD,
+                        &swap,
+                        rustix::fs::RenameFlags::EXCHANGE,
+                    )
+                    .is_ok()
+                    {
+                        swaps.fetch_add(1, Ordering::Relaxed);
+                    }
+                    // Each state held a moment, the directory longer than the link: the
+                    // host's look mostly passes, the engine's mount (later) often meets the link.
+                    let held = if swaps.load(Ordering::Relaxed) % 2 == 0 {
+                        1500
+                    } else {
+                        400
+                    };
+                    std::thread::sleep(std::time::Duration::from_micros(held));
+                }
+            })
+        };
+        for _ in 0..25 {
+            n += 1;
+            let agent = format!("worker-{n}");
+            let mut mounts = vec![Mount::same(ws.clone(), false)];
+            if let Err(e) = narrow(&ws, &scope, &mut mounts, None) {
+                eprintln!("{agent}: refused by the host: {e}");
+                refused += 1;
+                continue;
+            }
+            let abox = AgentBox {
+                agent: agent.clone(),
+                role: Role::Worker,
+                mounts,
+                masked: Vec::new(),
+                workdir: ws.clone(),
+            };
+            let sb = match run.factory.sandbox(&abox).await {
+                Ok(sb) => sb,
+                Err(e) => {
+                    eprintln!("{agent}: no box: {e}");
+                    refused += 1;
+                    continue;
+                }
+            };
+            made += 1;
+            let paths = [&src, &swap, &outside, &git_dir]
+                .map(|p| format!("'{}'", p.display()))
+                .join(" ");
+            let script = format!(
+                "for d in {paths}; do touch \"$d/w-{n}\" 2>/dev/null; done; cat /proc/self/mountinfo"
+            );
+            let out = docker_support::exec_ok(&*sb, &script, &ws).await;
+            eprintln!(
+                "{agent}: made, exit {:?}, {}",
+                out.exit_code,
+                out.stderr.trim()
+            );
+            tables.push(mount_table(&out.stdout));
+            run.factory.release(&agent).await.unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        racer.join().unwrap();
+        eprintln!(
+            "scope race via {}: {} swaps",
+            target.display(),
+            swaps.load(Ordering::Relaxed)
+        );
+    }
+    eprintln!("scope race: {made} boxes made, {refused} refused");
+    assert!(made > 0, "no box was ever made: the test attacked nothing");
+    // The kernel's record of every mount: nothing read-write has the outside directory or
+    // `.git` as its root. (The root is the source's path on its filesystem, which may be a
+    // suffix of the host's path: compare the last components.)
+    let tail = |p: &Path| {
+        let parts: Vec<_> = p.components().rev().take(2).collect();
+        parts
+            .into_iter()
+            .rev()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    let (out_tail, git_tail) = (tail(&outside), tail(&git_dir));
+    for table in &tables {
+        assert!(
+            table.iter().any(|(root, _, rw)| *rw && (root.ends_with("/src") || root.ends_with("/src.swap"))),
+            "the scope is mounted read-write: {table:?}"
+        );
+        for (root, point, rw) in table {
+            assert!(
+                !(*rw && (root.ends_with(&out_tail) || root.ends_with(&git_tail))),
+                "read-write mount of {root} at {point}"
+            );
+        }
+    }
+    // Nothing written outside the scope; every box wrote into it.
+    let names = |d: &Path| -> Vec<String> {
+        std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("w-"))
+            .collect()
+    };
+    assert_eq!(names(&outside), Vec::<String>::new());
+    assert_eq!(names(&git_dir), Vec::<String>::new());
+    let real = if std::fs::symlink_metadata(&src).unwrap().is_dir() {
+        &src
+    } else {
+        &swap
+    };
+    assert!(!names(real).is_empty(), "{:?}", names(real));
+}

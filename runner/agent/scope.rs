@@ -15,12 +15,20 @@
 //! A scope path is made before its mount, race-free beneath the place's root (directory handles,
 //! no symlink followed): a missing path ending in `/` becomes a directory, any other missing
 //! path an empty file. A symlink anywhere on the way is refused.
+//!
+//! The read-write mount is then pinned to the object the host opened ([`crate::sandbox::Pin`]):
+//! once the engine has mounted it, before anything runs in the container, the container's mount
+//! at that path must be that very object, or the container is removed and the worker refused.
+//! So a process that can write the workspace (a worker's background process, a finished
+//! worker's leftovers) and swaps a path component for a symlink after this look can at most
+//! get the worker refused, never a read-write mount anywhere else. `tests/scope_workers.rs`
+//! runs that attack against the real engine.
 
 use rustix::fs::FileType;
 use std::path::{Component, Path, PathBuf};
 
 use crate::fsroot::{plant::is_git_name, FsError, Tree};
-use crate::sandbox::Mount;
+use crate::sandbox::{Mount, Pin};
 
 /// Most paths one dispatch may name.
 pub const MAX_PATHS: usize = 64;
@@ -155,14 +163,14 @@ pub fn overlaps(a: Option<&WriteScope>, b: Option<&WriteScope>) -> bool {
 }
 
 /// Narrows the mounts of a worker whose place is `root` to `scope`: the mounts holding `root`
-/// (the workspace, or the worktree) turn read-only, each scope path (made when missing, see the module doc) is mounted read-write
-/// on top, after it, and the workbench too when it lies inside `root` (it is shared scratch
-/// space, never a scope). Call it while the worker's claim is held: no running worker may then
-/// write where a scope path lies, so nothing can swap a component for a symlink before the
-/// engine mounts it.
+/// (the workspace, or the worktree) turn read-only, each scope path (made when missing, see the
+/// module doc) is mounted read-write on top, after it, pinned to the handle opened here, and the
+/// workbench too when it lies inside `root` (it is shared scratch space, never a scope). The
+/// handles stay open as long as the mounts (their clones) do: keep them until the worker's
+/// container is gone.
 ///
 /// # Errors
-/// A scope path could not be made, or is a symlink, FIFO or device.
+/// A scope path could not be made or opened, or is a symlink, FIFO or device.
 pub fn narrow(
     root: &Path,
     scope: &WriteScope,
@@ -186,7 +194,18 @@ pub fn narrow(
             None if p.dir => tree.create_dir_all(&abs).map_err(fs)?,
             None => drop(tree.open_rw(&abs).map_err(fs)?),
         }
-        extra.push(Mount::same(abs, false));
+        // What gets mounted is what this handle holds: its type is checked on the handle, so
+        // a swap since the look above is refused or harmless, never mounted.
+        let fd = tree.pin(&abs).map_err(fs)?;
+        let kind = rustix::fs::fstat(&fd)
+            .map(|st| FileType::from_raw_mode(st.st_mode))
+            .map_err(|e| fs(e.into()))?;
+        match kind {
+            FileType::Directory => {}
+            FileType::RegularFile if !p.dir => {}
+            _ => return Err(ScopeError::Kind(shown())),
+        }
+        extra.push(Mount::pinned(abs, Pin::new(fd), false));
     }
     for m in mounts
         .iter_mut()
@@ -194,8 +213,13 @@ pub fn narrow(
     {
         m.read_only = true;
     }
+    // The workbench inside the root is read-write too, so it is pinned like a scope path.
     if let Some(wb) = workbench.filter(|wb| wb.starts_with(root) && *wb != root) {
-        mounts.push(Mount::same(wb.to_path_buf(), false));
+        let fd = tree.pin(wb).map_err(|source| ScopeError::Fs {
+            path: wb.display().to_string(),
+            source,
+        })?;
+        mounts.push(Mount::pinned(wb.to_path_buf(), Pin::new(fd), false));
     }
     mounts.extend(extra);
     Ok(())
@@ -263,6 +287,7 @@ mod tests {
         std::fs::create_dir_all(ws.join("src")).unwrap();
         let mut mounts = vec![Mount::same(ws.clone(), false)];
         let wb = ws.join(".flower");
+        std::fs::create_dir_all(&wb).unwrap();
         narrow(
             &ws,
             &scope(&["src/", "new/deep/", "tests/t.c"]),
@@ -285,6 +310,14 @@ mod tests {
             ]
         );
         assert!(ws.join("new/deep").is_dir() && ws.join("tests/t.c").is_file());
+        // Each scope mount is pinned to the object at its path (what the container must show).
+        use std::os::unix::fs::MetadataExt;
+        for m in &mounts[1..] {
+            let st = std::fs::metadata(&m.inside).unwrap();
+            let pin = m.pin.as_ref().expect("pinned");
+            assert_eq!(pin.identity().unwrap(), (st.dev(), st.ino()), "{m:?}");
+        }
+        assert!(mounts[0].pin.is_none());
         // A link on the way, or as the path, is never followed (nor anything made through it).
         let outside = root.join("outside");
         std::fs::create_dir_all(&outside).unwrap();

@@ -71,6 +71,7 @@ pub mod verdict;
 pub mod wake;
 pub mod watch;
 pub mod workflow;
+pub mod written;
 
 #[cfg(test)]
 mod declarative_tests;

@@ -4,12 +4,19 @@
 //! round), [`Site::apply`] makes the mutated text. The original is never touched: callers
 //! write the result into a copy only.
 //!
-//! Three kinds, all found line by line in lines that are not comments:
+//! Three kinds, all found line by line in the code of a line, never in a comment: a line
+//! comment (`//`, `#`, `--`, `;` at the start of a line; `//` and ` #` after code), a block
+//! comment (`/* … */`, over as many lines as it takes) and a docstring (`"""…"""`, `'''…'''`)
+//! are left out, so a defect is always planted in something that runs:
 //!
 //! - flip a comparison written with spaces around it: `==`↔`!=`, `<`↔`>=`, `>`↔`<=` (and
 //!   the shell's `-eq`↔`-ne`, `-lt`↔`-ge`, `-gt`↔`-le`);
 //! - change an integer constant (`n` → `n + 1`);
 //! - drop a statement line (not a block's opening or closing line, not a continuation).
+//!
+//! Which lines: [`super::probe`] keeps the sites on lines this run wrote (what the checks are
+//! there to verify) and falls back to the rest of the files it changed only when those lines
+//! have none.
 
 use sha2::{Digest, Sha256};
 
@@ -72,11 +79,85 @@ const BLOCK_WORDS: &[&str] = &[
     "else", "fi", "done", "then", "do", "esac", "end", "begin", "try", "finally", ";;",
 ];
 
-/// A comment line (or a preprocessor / shebang line): never mutated.
+/// A comment line (or a preprocessor / shebang line): never mutated. (A line inside a block
+/// comment is found by [`Comments`], so a C statement starting with `*p` still counts.)
 fn is_comment(t: &str) -> bool {
-    ["//", "#", "/*", "*", "--", "<!--", ";"]
+    ["//", "#", "--", "<!--", ";"]
         .iter()
         .any(|p| t.starts_with(p))
+}
+
+/// Where the comments of a file are, carried from line to line: inside a block comment, or
+/// inside a docstring (its closing quotes).
+#[derive(Default)]
+struct Comments {
+    block: bool,
+    doc: Option<&'static str>,
+}
+
+impl Comments {
+    /// The code of `line`: the line with every byte of a comment turned into a space (byte
+    /// offsets kept, so a site found in it is a site of the line).
+    fn code(&mut self, line: &str) -> String {
+        let mut out = line.as_bytes().to_vec();
+        let blank = |out: &mut Vec<u8>, from: usize, to: usize| {
+            out[from..to].iter_mut().for_each(|b| *b = b' ');
+        };
+        if let Some(delim) = self.doc {
+            if line.contains(delim) {
+                self.doc = None;
+            }
+            return " ".repeat(line.len());
+        }
+        let trimmed = line.trim_start();
+        if let Some(delim) = ["\"\"\"", "'''"]
+            .into_iter()
+            .find(|d| trimmed.starts_with(d))
+        {
+            if !trimmed[3..].contains(delim) {
+                self.doc = Some(delim);
+            }
+            return " ".repeat(line.len());
+        }
+        let bytes = line.as_bytes();
+        let mut quote: Option<u8> = None;
+        let mut i = 0;
+        while i < bytes.len() {
+            if self.block {
+                if let Some(k) = line[i..].find("*/") {
+                    blank(&mut out, i, i + k + 2);
+                    self.block = false;
+                    i += k + 2;
+                    continue;
+                }
+                blank(&mut out, i, bytes.len());
+                break;
+            }
+            let b = bytes[i];
+            match quote {
+                Some(_) if b == b'\\' => i += 1,
+                Some(q) if b == q => quote = None,
+                Some(_) => {}
+                None if b == b'"' || b == b'\'' => quote = Some(b),
+                None if line[i..].starts_with("/*") => {
+                    self.block = true;
+                    blank(&mut out, i, i + 2);
+                    i += 2;
+                    continue;
+                }
+                None if line[i..].starts_with("//")
+                    || (b == b'#' && i > 0 && bytes[i - 1].is_ascii_whitespace()) =>
+                {
+                    blank(&mut out, i, bytes.len());
+                    break;
+                }
+                None => {}
+            }
+            i += 1;
+        }
+        // Only ASCII delimiters start or end a blanked range: the rest is still UTF-8.
+        String::from_utf8(out).unwrap_or_else(|_| " ".repeat(line.len()))
+    }
 }
 
 /// A line that can be left out without touching the block structure around it.
@@ -92,9 +173,11 @@ fn droppable(t: &str) -> bool {
 /// Every mutation site of the file `path` with content `text`, in order of appearance.
 pub fn sites(path: &str, text: &str) -> Vec<Site> {
     let mut out = Vec::new();
+    let mut comments = Comments::default();
     for (i, line) in text.split('\n').enumerate() {
+        let code = comments.code(line);
         let trimmed = line.trim();
-        if trimmed.is_empty() || is_comment(trimmed) {
+        if code.trim().is_empty() || is_comment(trimmed) {
             continue;
         }
         let site = |start, end, kind| Site {
@@ -107,10 +190,10 @@ pub fn sites(path: &str, text: &str) -> Vec<Site> {
         };
         // Comparisons: a token with whitespace on both sides.
         let mut at = 0;
-        for tok in line.split(' ') {
+        for tok in code.split(' ') {
             let start = at;
             at += tok.len() + 1;
-            if start == 0 || at > line.len() || tok.is_empty() {
+            if start == 0 || at > code.len() || tok.is_empty() {
                 continue;
             }
             if let Some((from, to)) = FLIPS.iter().find(|(f, _)| *f == tok) {
@@ -118,7 +201,7 @@ pub fn sites(path: &str, text: &str) -> Vec<Site> {
             }
         }
         // Integer constants: digits not part of a word, a float or a version.
-        let bytes = line.as_bytes();
+        let bytes = code.as_bytes();
         let mut j = 0;
         while j < bytes.len() {
             if !bytes[j].is_ascii_digit() {
@@ -132,7 +215,7 @@ pub fn sites(path: &str, text: &str) -> Vec<Site> {
             let word = |b: u8| b.is_ascii_alphanumeric() || b == b'_' || b == b'.';
             let alone = (s == 0 || !word(bytes[s - 1])) && (j == bytes.len() || !word(bytes[j]));
             if alone && j - s <= 9 {
-                let from = &line[s..j];
+                let from = &code[s..j];
                 if let Ok(n) = from.parse::<u64>() {
                     let kind = Kind::Constant {
                         from: from.to_string(),
@@ -142,7 +225,7 @@ pub fn sites(path: &str, text: &str) -> Vec<Site> {
                 }
             }
         }
-        if droppable(trimmed) {
+        if droppable(code.trim()) {
             out.push(site(0, line.len(), Kind::Drop));
         }
     }
@@ -277,6 +360,39 @@ mod tests {
                 to: "-ge"
             }
         )));
+    }
+
+    #[test]
+    fn comments_and_docstrings_are_never_sites() {
+        let text = "/* a block comment\n   x == 1; y = 2;\n   return early;\n*/\nint a = 3; /* 4 */ // 5\n\
+                    *p = 6;\n\"\"\"doc\nsay(7)\n\"\"\"\nz = 8  # 9\nw = \"// 10\";\n/* one */ q();\n";
+        let k = kinds(text);
+        let consts: Vec<(usize, String)> = k
+            .iter()
+            .filter_map(|(l, k)| match k {
+                Kind::Constant { from, .. } => Some((*l, from.clone())),
+                _ => None,
+            })
+            .collect();
+        // The code's constants, never the comment's or the docstring's (a string is code).
+        assert_eq!(
+            consts,
+            [
+                (5, "3".to_string()),
+                (6, "6".into()),
+                (10, "8".into()),
+                (11, "10".into())
+            ]
+        );
+        assert!(
+            !k.iter().any(|(l, _)| [1, 2, 3, 4, 7, 8, 9].contains(l)),
+            "{k:?}"
+        );
+        // A C statement that starts with `*`, and code after a closed block comment, are code.
+        assert!(
+            k.contains(&(6, Kind::Drop)) && k.contains(&(12, Kind::Drop)),
+            "{k:?}"
+        );
     }
 
     #[test]

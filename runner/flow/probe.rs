@@ -10,7 +10,8 @@
 //!   links, and the copy's identity must equal the candidate's (minus `.git`, which is not
 //!   copied) before the defect is planted; otherwise the probe is inconclusive.
 //! - "Files this run changed" are the candidate's files modified since the judging loop was
-//!   built (the run's start); text files only, prose (`.md`, `.txt`…) left out.
+//!   built (the run's start); text files only, prose (`.md`, `.txt`…) left out. Within them the
+//!   defect goes on a line the run wrote ([`super::written`]) when one has a site.
 //! - Caught means a check exited with a status other than its expected one. A timeout, a cut
 //!   output, a signal or a container error is inconclusive, never caught.
 
@@ -23,6 +24,7 @@ use super::checks::Check;
 use super::gates::{run_checks_on, CheckStatus, GateReport, Target};
 use super::identity::{identity, Exclusions, WorkspaceIdentity};
 use super::mutate::{choose, seed, sites, Site};
+use super::written::Baseline;
 use crate::agent::Runtime;
 use crate::fsroot::walk::{walk, Rules};
 use crate::fsroot::{View, ViewMount};
@@ -156,11 +158,7 @@ async fn probe(
             .into_iter()
             .filter(|p| !p.starts_with(".git:"))
             .collect();
-        let mut all = Vec::new();
-        for (path, text) in &changed {
-            all.extend(sites(path, text));
-        }
-        let site = choose(all, seed);
+        let site = choose(candidate_sites(&ws, since, &changed), seed);
         if let (Some(s), true) = (&site, differs.is_empty()) {
             let text = &changed.iter().find(|(p, _)| *p == s.path).expect("found").1;
             if let Some(mutated) = s.apply(text) {
@@ -196,6 +194,28 @@ async fn probe(
     // The copy goes now; a removal that fails leaves it in the run directory, nowhere else.
     let _ = tokio::task::spawn_blocking(move || dir.close()).await;
     (Some(site), outcome)
+}
+
+/// The sites a defect may be planted at, among the `changed` files (path, text) of the
+/// candidate at `ws`: those on lines this run wrote ([`super::written`]), or, when those lines
+/// have none (an `#include` added, a comment fixed), every site of those files.
+fn candidate_sites(ws: &Path, since: SystemTime, changed: &[(String, String)]) -> Vec<Site> {
+    let base = Baseline::at(ws, since);
+    let mut own = Vec::new();
+    let mut all = Vec::new();
+    for (path, text) in changed {
+        let found = sites(path, text);
+        match base.as_ref().and_then(|b| b.written(path, text)) {
+            Some(lines) => own.extend(found.iter().filter(|s| lines.contains(&s.line)).cloned()),
+            None => own.extend(found.iter().cloned()),
+        }
+        all.extend(found);
+    }
+    if own.is_empty() {
+        all
+    } else {
+        own
+    }
 }
 
 /// What the checks on the mutated copy say.
@@ -368,6 +388,36 @@ mod tests {
             std::fs::read_link(dest.path().join("src/link")).unwrap(),
             Path::new("/etc/passwd")
         );
+    }
+
+    #[test]
+    fn the_defect_goes_on_a_line_the_run_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        let repo = git2::Repository::init(&ws).unwrap();
+        let old = "/* http.c */\nint a = 1;\nint b = 2;\nif (a == b) return 3;\n";
+        std::fs::write(ws.join("http.c"), old).unwrap();
+        let mut index = repo.index().unwrap();
+        index.add_path(Path::new("http.c")).unwrap();
+        let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+        let sig = git2::Signature::now("t", "t@x").unwrap();
+        repo.commit(Some("HEAD"), &sig, &sig, "c", &tree, &[])
+            .unwrap();
+        let since = SystemTime::now();
+        // The run adds one statement and a comment, and writes a new file.
+        let new = "/* http.c */\nint a = 1;\nwrite(fd, body, len);\n/* 7 == 8 */\nint b = 2;\nif (a == b) return 3;\n";
+        let changed = vec![
+            ("http.c".to_string(), new.to_string()),
+            ("new.sh".to_string(), "echo 1\n".to_string()),
+        ];
+        let all = candidate_sites(&ws, since, &changed);
+        let places: Vec<String> = all.iter().map(Site::place).collect();
+        assert_eq!(places, ["http.c:3", "new.sh:1", "new.sh:1"], "{all:?}");
+        // Only an `#include` written: the rest of the file is fair game.
+        let include =
+            "#include <x.h>\n/* http.c */\nint a = 1;\nint b = 2;\nif (a == b) return 3;\n";
+        let only = candidate_sites(&ws, since, &[("http.c".to_string(), include.to_string())]);
+        assert!(only.iter().any(|s| s.line == 5), "{only:?}");
     }
 
     #[test]

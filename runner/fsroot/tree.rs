@@ -251,6 +251,22 @@ impl Tree {
         Ok(std::fs::File::from(fd))
     }
 
+    /// An `O_PATH` handle on `path` itself, opened beneath the anchor with no symlink followed
+    /// on the way or as `path` (the handle a bind mount's source is pinned to,
+    /// [`crate::sandbox::Pin`]); its type is what `fstat` of the handle says, never a path's.
+    pub fn pin(&self, path: &Path) -> Result<OwnedFd, FsError> {
+        let rel = self.rel(path)?;
+        let anchor = self.open_anchor()?;
+        let fd = sys::open_beneath(anchor.as_fd(), rel, OFlags::PATH, 0)?;
+        // `O_PATH | O_NOFOLLOW` opens a symlink itself when it is the last component (the walk
+        // without `openat2`): never a source.
+        let st = rustix::fs::fstat(&fd)?;
+        if sys::kind(&st) == FileType::Symlink {
+            return Err(FsError::Symlink);
+        }
+        Ok(fd)
+    }
+
     /// Creates the directory `path` and its parents beneath the anchor.
     pub fn create_dir_all(&self, path: &Path) -> Result<(), FsError> {
         self.dir(path, true).map(|_| ())

@@ -47,6 +47,9 @@ pub struct Mount {
     pub inside: PathBuf,
     /// Read-only for the agent (its container and the host-side file tools).
     pub read_only: bool,
+    /// The source the host opened race-free, when it did ([`Pin`]): what the engine mounted
+    /// at `inside` must be this object, or the container is refused.
+    pub pin: Option<Pin>,
 }
 
 impl Mount {
@@ -57,6 +60,16 @@ impl Mount {
             host: path.clone(),
             inside: path,
             read_only,
+            pin: None,
+        }
+    }
+
+    /// `path` at the same path inside, its source the object `pin` holds open (a write scope
+    /// beneath a read-only workspace, issue 27 §3).
+    pub fn pinned(path: impl Into<PathBuf>, pin: Pin, read_only: bool) -> Self {
+        Mount {
+            pin: Some(pin),
+            ..Mount::same(path, read_only)
         }
     }
 
@@ -66,6 +79,7 @@ impl Mount {
             host: host.into(),
             inside: inside.into(),
             read_only,
+            pin: None,
         }
     }
 
@@ -74,6 +88,46 @@ impl Mount {
         self.host != self.inside
     }
 }
+
+/// A mount source held open by the host (issue 27 §3).
+///
+/// A bind mount's source given as a path is resolved by the engine when it mounts, later than
+/// any check the host made: a process that can write the directory above it (a worker's
+/// background process, a finished worker's leftovers, an unscoped worker) could swap a
+/// component for a symlink in between and have a read-write mount land outside the workspace,
+/// or on its `.git`. Checking again just before handing the path over only moves the window,
+/// and the engine cannot be handed the handle itself (runc refuses to bind
+/// `/proc/<pid>/fd/<n>`: a mount of another mount namespace). So the host opens the source
+/// race-free beneath the workspace (`openat2` with no symlink and nothing above the anchor,
+/// [`crate::fsroot::Tree::pin`]) before the container exists, and once the engine has mounted
+/// it, before anything runs in the container, checks that what the container has at that path
+/// is this very object (`docker::verify`): verify-after-act of an immutable fact (a mount's
+/// root), never check-then-act. The handle lives in the box the container keeps, so a
+/// re-created container is checked against the same object.
+#[derive(Debug, Clone)]
+pub struct Pin(Arc<std::os::fd::OwnedFd>);
+
+impl Pin {
+    /// Holds `fd` (an `O_PATH` handle is enough).
+    pub fn new(fd: std::os::fd::OwnedFd) -> Pin {
+        Pin(Arc::new(fd))
+    }
+
+    /// `(st_dev, st_ino)` of the object held.
+    pub fn identity(&self) -> std::io::Result<(u64, u64)> {
+        let st = rustix::fs::fstat(&*self.0)?;
+        Ok((st.st_dev, st.st_ino))
+    }
+}
+
+impl PartialEq for Pin {
+    fn eq(&self, other: &Pin) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+            || matches!((self.identity(), other.identity()), (Ok(a), Ok(b)) if a == b)
+    }
+}
+
+impl Eq for Pin {}
 
 /// What an agent's sandbox looks like: who it is and what it can see.
 #[derive(Debug, Clone)]

@@ -6,9 +6,11 @@
 # evidence to notes/判定证据.md. Exits non-zero, saying why, when anything the demo promises
 # does not hold.
 #
-# Usage: scripts/demo/report.sh BASE WORKSPACE WORKBENCH SECONDS   (called by scripts/demo.sh)
+# Usage: scripts/demo/report.sh BASE WORKSPACE WORKBENCH SECONDS [PROBE]   (called by scripts/demo.sh)
+#   PROBE caught or missed: the run had --probe-checks, and what the probe of the ACHIEVED
+#   round must report (caught: the goal's self-test runs the code the run wrote).
 set -euo pipefail
-base=$1 ws=$2 wb=$3 took=$4
+base=$1 ws=$2 wb=$3 took=$4 expect_probe=${5:-}
 db=$ws/runs/sessions.db
 manifest=$ws/runs/manifest.json
 problems=()
@@ -63,6 +65,8 @@ flowerbox 演示(scripts/demo.sh)从 runs/sessions.db 里取出的判定会话:�
 "
 last_verdict=
 n=0
+# The checks the goal gives its items (`检查: `…``): flowerbox must run every one each round.
+want_checks=$(grep -c '检查: `' "$wb/notes/目标.md" 2>/dev/null || true)
 for step in $judge_steps; do
   n=$((n + 1))
   sid=$(sql "SELECT id FROM sessions WHERE step = $(q "$step") AND run = $(q "$run_id") ORDER BY created_at DESC LIMIT 1")
@@ -73,6 +77,12 @@ for step in $judge_steps; do
     | "检查 \(.passed)/\(.total) 通过,现场 \((.identity // "读不全")[:12])"
       + (if (.failed | length) > 0 then ",没过:\(.failed | join("、"))" else "" end)
       + (if .overruled then ",判定者原话 \(.overruled) 被否决" else "" end)' <<<"$rows")
+  # The probe of a green round (--probe-checks): the defect planted in a copy, and who caught it.
+  probe=$(jq -r --arg s "$step" 'map(select(.step == $s)) | last | .checks.probe // empty
+    | "探针 \(.outcome):\(.mutation // "没下手")"
+      + (if (.caught_by | length) > 0 then ",被 \(.caught_by | join("、")) 抓到" else "" end)
+      + "(\(.millis) ms)"' <<<"$rows")
+  [ -n "$probe" ] && gates+=" · $probe"
   printf '\n[%s] 结论 %s · %s\n%s\n' "$step" "${verdict:-?}" "${gates:-没有检查}" "$seen"
   evidence_md+="
 ## $step:$verdict
@@ -85,11 +95,15 @@ $seen
 "
   passed=$(jq -r --arg s "$step" 'map(select(.step == $s)) | last | .checks | "\(.passed // 0) \(.total // 0)"' <<<"$rows")
   read -r ok total <<<"$passed"
-  [ "$total" -ge 3 ] || problem "$step:flowerbox 只跑了 $total 条检查(目标里有 3 条)"
+  [ "$total" -ge "${want_checks:-0}" ] || problem "$step:flowerbox 只跑了 $total 条检查(目标里有 $want_checks 条)"
   case "$verdict" in
-    NOT_YET) [ "$ok" -lt "$total" ] || problem "$step 判 NOT_YET,可检查全过了($ok/$total)" ;;
+    NOT_YET) [ "$total" -eq 0 ] || [ "$ok" -lt "$total" ] || problem "$step 判 NOT_YET,可检查全过了($ok/$total)" ;;
     ACHIEVED) [ "$ok" -eq "$total" ] || problem "$step 判 ACHIEVED,可检查只过了 $ok/$total" ;;
   esac
+  # Probed: what the green round's probe must say (caught with the demo's goal).
+  if [ -n "$expect_probe" ] && [ "$verdict" = ACHIEVED ]; then
+    grep -q "^探针 $expect_probe:" <<<"${probe:-}" || problem "$step:加了 --probe-checks,探针应当是 $expect_probe,实际:${probe:-没有探针}"
+  fi
   # What the verdict says must be what the commands showed (the model's words are scripted;
   # this checks them against the real outputs).
   grep -q 'ELF 64-bit' <<<"$seen" || problem "$step:file 没看到 ELF 64-bit 可执行文件"

@@ -359,6 +359,7 @@ impl RunSpec {
             .iter()
             .map(|m| DockerMount {
                 target: Some(m.inside.to_string_lossy().into_owned()),
+                // A pinned source is checked once mounted (`super::verify`).
                 source: Some(m.host.to_string_lossy().into_owned()),
                 typ: Some(MountType::BIND),
                 read_only: Some(m.read_only),
@@ -432,6 +433,20 @@ pub(crate) fn canonical_box(spec: &AgentBox) -> Result<AgentBox, SandboxError> {
                 }
             }
         }
+        // A pinned source is mounted whatever its path has become; the container still shows
+        // it at its path only while that path is the object pinned (a path swapped since the
+        // host opened it refuses the box rather than show the scope somewhere else).
+        if let Some(pin) = &m.pin {
+            let here = std::fs::metadata(&inside).map(|st| {
+                (
+                    std::os::unix::fs::MetadataExt::dev(&st),
+                    std::os::unix::fs::MetadataExt::ino(&st),
+                )
+            });
+            if here.ok() != pin.identity().ok() {
+                return Err(SandboxError::OutsideMounts(inside));
+            }
+        }
         let host = if m.is_shadow() {
             canonical(&m.host)?
         } else {
@@ -443,11 +458,15 @@ pub(crate) fn canonical_box(spec: &AgentBox) -> Result<AgentBox, SandboxError> {
                 if !existing.is_shadow() {
                     existing.host = host;
                 }
+                if existing.pin.is_none() {
+                    existing.pin.clone_from(&m.pin);
+                }
             }
             None => mounts.push(crate::sandbox::Mount {
                 host,
                 inside,
                 read_only: m.read_only,
+                pin: m.pin.clone(),
             }),
         }
     }
@@ -636,6 +655,45 @@ mod tests {
         assert!(matches!(
             canonical_box(&scoped("http")),
             Err(SandboxError::OutsideMounts(p)) if p == secret
+        ));
+    }
+
+    /// A pinned scope mount keeps its pin through canonicalisation, and a box whose scope path
+    /// is no longer the pinned object (swapped since) is refused.
+    #[test]
+    fn a_pinned_scope_keeps_its_pin_and_a_swapped_path_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let ws = root.join("ws");
+        std::fs::create_dir_all(ws.join("src")).unwrap();
+        let pin = || {
+            let fd = rustix::fs::open(
+                ws.join("src"),
+                rustix::fs::OFlags::PATH | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .unwrap();
+            crate::sandbox::Pin::new(fd)
+        };
+        let spec = |p: crate::sandbox::Pin| AgentBox {
+            agent: "worker-1".into(),
+            role: Role::Worker,
+            mounts: vec![
+                Mount::same(ws.clone(), true),
+                Mount::pinned(ws.join("src"), p, false),
+            ],
+            masked: Vec::new(),
+            workdir: ws.clone(),
+        };
+        let c = canonical_box(&spec(pin())).unwrap();
+        assert!(c.mounts[1].pin.is_some(), "the pin goes with the box");
+        // Swapped: the pinned directory moved away, another one (or a link) in its place.
+        let held = pin();
+        std::fs::rename(ws.join("src"), ws.join("moved")).unwrap();
+        std::fs::create_dir(ws.join("src")).unwrap();
+        assert!(matches!(
+            canonical_box(&spec(held)),
+            Err(SandboxError::OutsideMounts(_))
         ));
     }
 

@@ -30,6 +30,7 @@ mod sentinel;
 pub mod service;
 mod teardown;
 pub mod usage;
+mod verify;
 
 pub use agent::DockerSandbox;
 pub use backend::DockerBackend;
@@ -404,6 +405,26 @@ impl Inner {
         self.new_container(spec).await
     }
 
+    /// [`verify::verify`] of the started container `id`'s pinned mounts.
+    async fn verify_mounts(&self, id: &str, spec: &AgentBox) -> Result<(), SandboxError> {
+        let state = self
+            .docker()
+            .inspect_container(id, None)
+            .await
+            .map_err(|e| SandboxError::Container(format!("inspecting {id}: {e}")))?
+            .state;
+        let pid = state
+            .and_then(|s| s.pid)
+            .filter(|p| *p > 0)
+            .ok_or_else(|| {
+                SandboxError::Container(format!("{id}: 引擎没报容器的进程号,没法核对挂载"))
+            })?;
+        let mounts = spec.mounts.clone();
+        tokio::task::spawn_blocking(move || verify::verify(pid, &mounts))
+            .await
+            .map_err(|e| SandboxError::Container(e.to_string()))?
+    }
+
     /// Creates and starts a container for `spec` in the pod.
     async fn new_container(&self, spec: &AgentBox) -> Result<Arc<Container>, SandboxError> {
         let spec = canonical_box(spec)?;
@@ -503,6 +524,14 @@ impl Inner {
             .start_container(&id, None)
             .await
             .map_err(|e| SandboxError::Container(format!("starting {name}: {e}")))?;
+        // What the engine mounted for a pinned source (a write scope) is what the host opened,
+        // before anything runs in the container; else it goes (`verify`).
+        if spec.mounts.iter().any(|m| m.pin.is_some()) {
+            if let Err(e) = self.verify_mounts(&id, &spec).await {
+                self.remove(&id).await;
+                return Err(e);
+            }
+        }
         // Watched from its start; one that went at once (its pod went meanwhile) is gone for
         // its first command, which makes it again.
         let life = self.watch.member(&id, &spec.agent, &pod.life);

@@ -1,0 +1,201 @@
+//! Verify-after-act of pinned mounts (issue 27 §3, [`crate::sandbox::Pin`]).
+//!
+//! A bind mount's source is a path the engine resolves when it mounts: later than any check
+//! the host made, and a process that can write the workspace could have swapped a component for
+//! a symlink in between (or the target's, so the mount lands elsewhere in the container). The
+//! engine cannot be handed the host's open handle instead (`/proc/<pid>/fd/<n>`: runc's bind
+//! from another mount namespace's mount fails with `EINVAL`), so the host checks what was
+//! mounted, after the fact, before anything runs in the container:
+//!
+//! - the container's mount table (`/proc/<pid>/mountinfo`, read once; nothing runs in the
+//!   container yet, so it no longer changes) must have a mount at exactly the pinned mount's
+//!   path, with its rights; the topmost one there is the candidate `M`;
+//! - the host opens that path through the container's root (`/proc/<pid>/root/…`), and the
+//!   handle must be on `M` (its `mnt_id` in `/proc/self/fdinfo`) and at `M`'s root (`..` of a
+//!   directory is on another mount): then `fstat` of the handle is `M`'s root object, a fact
+//!   no later rename can change;
+//! - that object must be the one the host pinned (device and inode).
+//!
+//! Every pinned mount yields exactly one mount in the container; when each is found at its own
+//! path with its own pinned object, none of them landed anywhere else. Anything else (a path
+//! swapped, a mount elsewhere, the container's `/proc` out of reach) refuses the box: the
+//! container is removed and the worker never runs.
+
+use rustix::fs::{openat, Mode, OFlags, CWD};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::PathBuf;
+
+use crate::sandbox::{Mount, SandboxError};
+
+/// One line of a mount table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entry {
+    id: u64,
+    point: PathBuf,
+    rw: bool,
+}
+
+/// Checks every pinned mount of `mounts` in the container whose first process is `pid`.
+///
+/// # Errors
+/// [`SandboxError::OutsideMounts`] naming the first mount that is not what the host pinned;
+/// [`SandboxError::Container`] when the container's view cannot be read.
+pub(crate) fn verify(pid: i64, mounts: &[Mount]) -> Result<(), SandboxError> {
+    let pinned: Vec<&Mount> = mounts.iter().filter(|m| m.pin.is_some()).collect();
+    if pinned.is_empty() {
+        return Ok(());
+    }
+    let unreadable = |what: &str, e: &dyn std::fmt::Display| {
+        SandboxError::Container(format!("核对写权限范围的挂载:读不到容器的 {what}:{e}"))
+    };
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    let table = std::fs::read_to_string(proc_dir.join("mountinfo"))
+        .map_err(|e| unreadable("mountinfo", &e))?;
+    let entries = parse(&table);
+    for m in pinned {
+        let pin = m.pin.as_ref().expect("pinned");
+        let wrong = || SandboxError::OutsideMounts(m.inside.clone());
+        let Some(top) = entries.iter().rev().find(|e| e.point == m.inside) else {
+            return Err(wrong());
+        };
+        if top.rw == m.read_only {
+            return Err(wrong());
+        }
+        let rel = m.inside.strip_prefix("/").unwrap_or(&m.inside);
+        let fd = openat(
+            CWD,
+            proc_dir.join("root").join(rel),
+            OFlags::PATH | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| unreadable(&m.inside.display().to_string(), &e))?;
+        if mnt_id(&fd)? != top.id {
+            return Err(wrong());
+        }
+        let st = rustix::fs::fstat(&fd).map_err(|e| unreadable("fstat", &e))?;
+        if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
+            let up = openat(&fd, "..", OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
+                .map_err(|e| unreadable("..", &e))?;
+            if mnt_id(&up)? == top.id {
+                return Err(wrong());
+            }
+        }
+        let found = (st.st_dev, st.st_ino);
+        if pin.identity().ok() != Some(found) {
+            return Err(wrong());
+        }
+    }
+    Ok(())
+}
+
+/// The mount id of the mount `fd` is on (`mnt_id:` of `/proc/self/fdinfo/<fd>`).
+fn mnt_id(fd: &OwnedFd) -> Result<u64, SandboxError> {
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", fd.as_fd().as_raw_fd()))
+        .map_err(|e| SandboxError::Container(format!("fdinfo:{e}")))?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| SandboxError::Container("fdinfo 里没有 mnt_id".into()))
+}
+
+/// The entries of a `mountinfo` text (octal escapes such as `\040` undone).
+fn parse(table: &str) -> Vec<Entry> {
+    table
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            Some(Entry {
+                id: f.first()?.parse().ok()?,
+                point: PathBuf::from(unescape(f.get(4)?)),
+                rw: f.get(5)?.split(',').any(|o| o == "rw"),
+            })
+        })
+        .collect()
+}
+
+fn unescape(s: &str) -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStringExt;
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let code = b
+            .get(i + 1..i + 4)
+            .filter(|o| b[i] == b'\\' && o.iter().all(|c| (b'0'..=b'7').contains(c)))
+            .map(|o| o.iter().fold(0u32, |n, c| n * 8 + u32::from(c - b'0')));
+        match code.and_then(|n| u8::try_from(n).ok()) {
+            Some(c) => {
+                out.push(c);
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    std::ffi::OsString::from_vec(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn mountinfo_lines_are_parsed_with_escapes() {
+        let t = "36 35 98:0 /mnt1 /a\\040b/src rw,noatime master:1 - ext3 /dev/root rw\n\
+                 37 36 98:0 / /x ro,relatime - ext4 /dev/vda ro\n";
+        let e = parse(t);
+        assert_eq!(
+            e,
+            [
+                Entry {
+                    id: 36,
+                    point: PathBuf::from("/a b/src"),
+                    rw: true
+                },
+                Entry {
+                    id: 37,
+                    point: PathBuf::from("/x"),
+                    rw: false
+                }
+            ]
+        );
+        assert_eq!(unescape("wö\\040rk"), std::ffi::OsString::from("wö rk"));
+        assert_eq!(Path::new(&unescape("a\\9")), Path::new("a\\9"));
+    }
+
+    /// Against this process's own mount table: `/proc` is a mount whose root is what the path
+    /// shows; a pin of another object at its path is refused.
+    #[test]
+    fn a_mount_is_checked_against_its_pin() {
+        let pin = |p: &str| {
+            crate::sandbox::Pin::new(
+                rustix::fs::open(p, OFlags::PATH | OFlags::CLOEXEC, Mode::empty()).unwrap(),
+            )
+        };
+        let me = i64::from(std::process::id());
+        let proc_mount = |p| Mount::pinned("/proc", p, false);
+        // `/proc` is not necessarily a mount in a build sandbox; only then is this meaningful.
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        if !parse(&table)
+            .iter()
+            .any(|e| e.point == Path::new("/proc") && e.rw)
+        {
+            return;
+        }
+        verify(me, &[proc_mount(pin("/proc"))]).unwrap();
+        assert!(matches!(
+            verify(me, &[proc_mount(pin("/"))]),
+            Err(SandboxError::OutsideMounts(_))
+        ));
+        // A path that is no mount at all.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().to_str().unwrap().to_string();
+        assert!(matches!(
+            verify(me, &[Mount::pinned(dir.path(), pin(&p), false)]),
+            Err(SandboxError::OutsideMounts(_))
+        ));
+    }
+}
