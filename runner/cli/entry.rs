@@ -18,13 +18,13 @@
 use std::io::Write;
 
 use super::error::{CliError, ExitStatus};
-use super::options::{DoctorOptions, GcOptions, GlobalOptions, GoOptions, OnceOptions, RunOptions};
-use super::services::{frontend, go_settings, once_settings, run_settings, sandbox_backend};
+use super::options::{DoctorOptions, GcOptions, GlobalOptions, RunOptions};
+use super::services::{frontend, run_settings, sandbox_backend};
 use super::target::TargetError;
 use crate::creds::Credentials;
-use crate::flow::runfile::RunFileSettings;
+use crate::flow::once::OnceSettings;
 use crate::flow::wake::WakeState;
-use crate::flow::{FlowError, RunEnd};
+use crate::flow::{FlowError, GoSettings, RunEnd};
 use crate::term::PlainFrontend;
 
 /// How a run ended, as the process ends.
@@ -42,18 +42,17 @@ fn status(end: RunEnd) -> ExitStatus {
 /// `notes/archive/<YYYYmmdd-HHMMSS>/`) before starting. `wake` is the directory's wake probe,
 /// the one the start prompt was decided by.
 pub async fn go(
-    opts: GoOptions,
+    opts: GoSettings,
     globals: GlobalOptions,
     creds: Credentials,
     wake: WakeState,
 ) -> Result<ExitStatus, CliError> {
     let settings = run_settings(&globals, &creds)?;
-    let end =
-        crate::flow::starter::go(&settings, go_settings(opts), wake, frontend(&globals)).await?;
+    let end = crate::flow::starter::go(&settings, &opts, wake, frontend(&globals)).await?;
     Ok(status(end))
 }
 
-/// `flowerbox run TARGET`: run the workflow `opts.target.workflow` (the named table of the
+/// `flowerbox run TARGET`: run the workflow `opts.settings.table` (the named table of the
 /// workflow file) with default go-switch values. A table that does not declare a workflow is
 /// flower's import failure, `导入 '<FILE>' 失败:<what, naming the step and field>` (exit 1).
 pub async fn run(
@@ -65,18 +64,8 @@ pub async fn run(
     settings
         .watched
         .push(super::services::watched_workflow(&opts.target.file));
-    let RunOptions {
-        target,
-        workbench,
-        trim,
-    } = opts;
-    let run = RunFileSettings {
-        name: target.name.clone(),
-        table: target.workflow.clone(),
-        workbench,
-        trim,
-    };
-    match crate::flow::runfile::run(&settings, run, frontend(&globals)).await {
+    let RunOptions { target, settings: run } = opts;
+    match crate::flow::runfile::run(&settings, &run, frontend(&globals)).await {
         Ok(end) => Ok(status(end)),
         Err(FlowError::Declared(e)) => Err(TargetError::declared(&target, e).into()),
         Err(e) => Err(e.into()),
@@ -86,14 +75,14 @@ pub async fn run(
 /// `flowerbox once PROMPT`: one agent named `ad-hoc`, no workflow, no verdict, no human
 /// (questions time out at once). Plain output, also on a terminal.
 pub async fn once(
-    opts: OnceOptions,
+    opts: OnceSettings,
     globals: GlobalOptions,
     creds: Credentials,
 ) -> Result<ExitStatus, CliError> {
     let settings = run_settings(&globals, &creds)?;
     super::services::check_mcp_entries(&opts.tools, &settings.mcp_servers)?;
     let plain = std::sync::Arc::new(PlainFrontend::stdout(globals.verbose));
-    let end = crate::flow::once::once(&settings, once_settings(opts), plain).await?;
+    let end = crate::flow::once::once(&settings, &opts, plain).await?;
     Ok(status(end))
 }
 

@@ -29,8 +29,7 @@ pub use app::{Exit, Hooks, Io};
 pub use error::{CliError, ExitStatus};
 pub use host::Host;
 pub use options::{
-    CommandOptions, DoctorOptions, GcOptions, GlobalOptions, GoOptions, OnceOptions, Options,
-    RunOptions,
+    CommandOptions, DoctorOptions, GcOptions, GlobalOptions, Options, RunOptions,
 };
 
 /// The binary's whole life: reads the real process (argv, environment, cwd, stdin), runs one

@@ -57,7 +57,7 @@ async fn unsaved(ctx: &RunContext) -> FlowError {
 /// ends as [`FlowError::Unsaved`].
 pub async fn once(
     settings: &RunSettings,
-    opts: OnceSettings,
+    opts: &OnceSettings,
     frontend: Arc<dyn Frontend>,
 ) -> Result<RunEnd, FlowError> {
     let ctx = RunContext::build(
@@ -82,7 +82,7 @@ pub async fn once(
             return Err(e);
         }
     }
-    let mut spec = roles::once(&opts.instructions, once_tools(&opts), opts.budget_usd);
+    let mut spec = roles::once(&opts.instructions, once_tools(opts), opts.budget_usd);
     // Changing nothing: of the project's MCP tools only the read-only ones.
     spec.mcp_read_only = opts.change_nothing;
     // Listening before anything starts: a signal from here on tears down what was started.

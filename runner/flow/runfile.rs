@@ -36,7 +36,7 @@ pub struct RunFileSettings {
 /// step and field, before anything runs.
 pub async fn run(
     settings: &RunSettings,
-    opts: RunFileSettings,
+    opts: &RunFileSettings,
     frontend: Arc<dyn Frontend>,
 ) -> Result<RunEnd, FlowError> {
     let declared = declarative::load(&opts.table, &settings.workspace, opts.workbench.clone())?;
