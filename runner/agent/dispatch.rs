@@ -230,7 +230,7 @@ impl Dispatcher for SubDispatch {
             .rt
             .store
             .create(&meta)
-            .map_err(|e| ToolError::Failed(StepError::Store(e.to_string()).to_string()))?;
+            .map_err(|e| ToolError::Failed(StepError::from(e).to_string()))?;
         let abox = AgentBox {
             agent: agent.clone(),
             role: def.spec.role,

@@ -671,7 +671,7 @@ impl Runtime {
                         Ok(id) => id,
                         Err(e) => {
                             self.not_saved("会话", &e);
-                            result.error = Some(StepError::Store(e.to_string()));
+                            result.error = Some(StepError::from(e));
                             break;
                         }
                     };
@@ -725,7 +725,7 @@ impl Runtime {
                         Ok(id) => id,
                         Err(e) => {
                             self.not_saved("会话", &e);
-                            result.error = Some(StepError::Store(e.to_string()));
+                            result.error = Some(StepError::from(e));
                             break;
                         }
                     };
@@ -811,7 +811,7 @@ impl Runtime {
     ) -> Result<(String, Vec<crate::model::Message>), StepError> {
         let store_err = |e: crate::session::SessionError| {
             self.not_saved("会话", &e);
-            StepError::Store(e.to_string())
+            StepError::from(e)
         };
         if let Some(id) = resume {
             if self.store.meta(id).map_err(store_err)?.is_some() {

@@ -346,7 +346,9 @@ mod tests {
             outcome_of(&r),
             AsideOutcome::Failed(f) if f.kind() == "ModelError" && f.message() == "连不上 api"
         ));
-        r.error = Some(StepError::Store("disk I/O error".into()));
+        r.error = Some(StepError::from(crate::session::SessionError::Io(
+            std::io::Error::other("disk I/O error"),
+        )));
         assert!(matches!(
             outcome_of(&r),
             AsideOutcome::Failed(f) if f.kind() == "SessionError"

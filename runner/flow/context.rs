@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::error::FlowError;
-use super::frontend::Notice;
+use super::frontend::{Notice, NoticeSink};
 use super::watch::{ConfigWatch, Watched};
 use crate::agent::human::Human;
 use crate::agent::{EventSink, Placement, Runtime, RuntimeConfig, Workbench};
@@ -69,6 +69,8 @@ pub struct RunSetup {
     pub human: Arc<dyn Human>,
     /// The first event outlet (more can subscribe later).
     pub events: EventSink,
+    /// Where the run's own moments go (the frontend's notices): the library prints nothing.
+    pub notices: NoticeSink,
     /// How workers are placed; the shared workspace when `None`.
     pub placement: Option<Arc<dyn Placement>>,
     /// Sandboxes to use instead of opening the settings' backend (tests inject their own).
@@ -94,6 +96,8 @@ pub struct RunContext {
     /// The run's disk use as last measured ([`super::disk::DiskWatch`]), for every manifest
     /// row.
     pub disk: Arc<crate::record::manifest::DiskGauge>,
+    /// Where the run's own moments go.
+    notices: NoticeSink,
 }
 
 impl RunContext {
@@ -120,10 +124,10 @@ impl RunContext {
             Err(e) => {
                 // The run cannot start, but what a crashed run left (its containers) goes.
                 match settings.sandbox.gc(Some(&settings.workspace)).await {
-                    Ok(report) => report
-                        .removed
-                        .iter()
-                        .for_each(|l| say(format_args!("- {l}"))),
+                    Ok(report) if !report.removed.is_empty() => {
+                        (setup.notices)(&Notice::Sandbox(report.removed))
+                    }
+                    Ok(_) => {}
                     Err(err) => tracing::warn!(error = %err, "orphan sweep failed"),
                 }
                 return Err(FlowError::Store(e));
@@ -148,8 +152,8 @@ impl RunContext {
                     .sandbox
                     .open_run(&run_id, &settings.workspace)
                     .await?;
-                for l in ready.notes {
-                    say(format_args!("- {l}"));
+                if !ready.notes.is_empty() {
+                    (setup.notices)(&Notice::Sandbox(ready.notes));
                 }
                 ready.factory
             }
@@ -253,6 +257,7 @@ impl RunContext {
             workbench,
             config_watch,
             disk,
+            notices: setup.notices,
         })
     }
 
@@ -276,18 +281,9 @@ impl RunContext {
         }
         if let Err(e) = self.sandboxes.teardown().await {
             tracing::error!(error = %e, "sandbox teardown failed");
-            say(format_args!(
-                "x 清理容器失败:{e}(`flowerbox gc` 可以收拾残留)"
-            ));
+            (self.notices)(&Notice::TeardownFailed(e.to_string()));
         }
         // Every container of the run is gone: no agent can plant again behind this sweep.
         self.runtime.sweep_plants(&[]).await;
     }
-}
-
-/// One line on stderr, through the output boundary ([`crate::shown`]): what the sandbox backend
-/// says while the run is set up or torn down, outside the frontend's screen.
-fn say(line: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let _ = writeln!(crate::shown::stderr(), "{line}");
 }

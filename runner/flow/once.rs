@@ -69,6 +69,7 @@ pub async fn once(
             handoff: true,
             human: Arc::new(Absent),
             events: frontend.events(),
+            notices: super::frontend::notice_sink(&frontend),
             placement: None,
             sandboxes: None,
         },
@@ -135,7 +136,7 @@ pub async fn once(
             run.abort();
             return Err(unsaved(&ctx).await);
         }
-        r = &mut run => Ok(r.map_err(|e| FlowError::Internal(e.to_string()))?),
+        r = &mut run => Ok(r.map_err(FlowError::Internal)?),
         sig = stop => Err(sig),
     };
     if outcome.is_ok() && ctx.runtime.unsaved().is_tripped() {
@@ -151,11 +152,7 @@ pub async fn once(
             if result.ok {
                 Ok(RunEnd::Finished)
             } else {
-                Err(FlowError::AgentFailed(
-                    result
-                        .error
-                        .map_or_else(|| "没做完".into(), |e| e.to_string()),
-                ))
+                Err(FlowError::AgentFailed(result.error))
             }
         }
         Err(sig) => {

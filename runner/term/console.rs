@@ -30,7 +30,7 @@
 //!     events: console.event_sink(), // every event is rendered by the console
 //!     human: Arc::new(channel.clone()),
 //! #   workbench: None, trim_large: true, window: None, handoff: true, placement: None,
-//! #   sandboxes: None,
+//! #   sandboxes: None, notices: Arc::new(|_: &flowerbox::flow::frontend::Notice| {}),
 //! }).await.expect("context"); // the image spinner (stderr) runs here, before start()
 //! // cbreak (before the input thread), input thread, resident prompt, signal listener.
 //! console.start(channel.clone()).expect("console");

@@ -33,6 +33,10 @@ pub fn notice_lines(notice: &Notice, opts: &RenderOptions) -> Vec<Line> {
             "- 需求已经确认过(notes/需求.md 四段齐全):--clarify-only 不改它,这句话没记进确认书。要按它重新确认就加 --new"
                 .into(),
         ],
+        Notice::Sandbox(lines) => lines.iter().map(|l| Line::plain(format!("- {l}"))).collect(),
+        Notice::TeardownFailed(why) => vec![Line::plain(format!(
+            "x 清理容器失败:{why}(`flowerbox gc` 可以收拾残留)"
+        ))],
         Notice::Recovered(text) => vec![Line::plain(format!("! {text}"))],
         Notice::ConfigChanged(changes) => config_changed_lines(changes, opts),
         Notice::Closing(c) => vec![
