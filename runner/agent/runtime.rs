@@ -114,7 +114,7 @@ impl RuntimeConfig {
             ),
             workspace,
             model,
-            max_tokens: 16_384,
+            max_tokens: crate::model::config::DEFAULT_MAX_TOKENS,
             max_tokens_ceiling: 64_000,
             run_id,
             tool_limits: ToolLimits::default(),
@@ -455,7 +455,7 @@ impl Runtime {
                 row.disk_bytes = Some(bytes);
             }
             if let Err(e) = m.record(row) {
-                self.not_saved("manifest.json", &e);
+                self.not_saved(crate::record::layout::MANIFEST, &e);
             }
         }
     }
@@ -469,7 +469,7 @@ impl Runtime {
             row.error = Some(why.to_string());
         });
         if let Err(e) = amended {
-            self.not_saved("manifest.json", &e);
+            self.not_saved(crate::record::layout::MANIFEST, &e);
         }
     }
 
@@ -509,7 +509,7 @@ impl Runtime {
                 },
             ),
             Ok(None) => {}
-            Err(e) => self.not_saved("manifest.json", &e),
+            Err(e) => self.not_saved(crate::record::layout::MANIFEST, &e),
         }
     }
 
@@ -517,7 +517,7 @@ impl Runtime {
     pub fn trim_policy(&self) -> TrimPolicy {
         let spill = match &self.workbench {
             Some(w) => w.spill(),
-            None => self.config.workspace.join(".flower").join("spill"),
+            None => self.config.workspace.join(crate::record::layout::WORKBENCH).join("spill"),
         };
         TrimPolicy::new(spill, self.config.trim_large)
     }

@@ -64,7 +64,10 @@ pub async fn run(
     settings
         .watched
         .push(super::services::watched_workflow(&opts.target.file));
-    let RunOptions { target, settings: run } = opts;
+    let RunOptions {
+        target,
+        settings: run,
+    } = opts;
     match crate::flow::runfile::run(&settings, &run, frontend(&globals)).await {
         Ok(end) => Ok(status(end)),
         Err(FlowError::Declared(e)) => Err(TargetError::declared(&target, e).into()),

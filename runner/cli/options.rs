@@ -204,7 +204,7 @@ impl GlobalOptions {
             Some(dir) => {
                 crate::fsroot::own::trusted_dir(&normalize(&host.cwd.join(dir)), &workspace)
             }
-            None => workspace.join("runs"),
+            None => crate::record::layout::default_run_dir(&workspace),
         };
         if image.as_deref().is_some_and(|i| i.trim().is_empty()) {
             return Err(CliError::Usage(
@@ -275,86 +275,84 @@ impl GlobalOptions {
 
 /// `go`'s switches, validated, as the workflow's settings (the one copy of them).
 fn go_settings(args: GoArgs, global: &GlobalOptions) -> Result<GoSettings, CliError> {
-        let GoArgs {
-            ask,
-            asks,
-            rounds,
-            no_goal,
-            judge_can_run,
-            timeout,
-            isolate,
-            window,
-            no_handoff,
-            new,
-            clarify_only,
-            no_trim,
-            checks,
-            probe_checks,
-        } = args;
-        if global.trim && no_trim {
-            return Err(CliError::Usage(
-                "-T/--trim 和 --no-trim 矛盾:go 上裁剪默认就开,要关只写 --no-trim。".into(),
-            ));
-        }
-        if rounds < 0 {
-            return Err(CliError::Usage(format!(
-                "--rounds {rounds} 不行:轮数要是不小于 0 的整数(0 和 1 一样,都跑 1 轮)。"
-            )));
-        }
-        let window = match window {
-            None => None,
-            Some(w) if w > 0 => Some(w as u64),
-            Some(w) => {
-                return Err(CliError::Usage(format!(
-                "--window {w} 不行:上下文窗口要是正整数(token 数)。想用模型自己的窗口就别写 --window。"
-            )))
-            }
-        };
-        // Like `git rev-parse`: a directory inside a repository's work tree is in a repository
-        // (the isolation maps it into each worktree). Other refusals (bare, unborn, an unknown
-        // extension) come later with their own message.
-        if isolate
-            && matches!(git2::Repository::discover(&global.workspace),
+    let GoArgs {
+        ask,
+        asks,
+        rounds,
+        no_goal,
+        judge_can_run,
+        timeout,
+        isolate,
+        window,
+        no_handoff,
+        new,
+        clarify_only,
+        no_trim,
+        checks,
+        probe_checks,
+    } = args;
+    if global.trim && no_trim {
+        return Err(CliError::Usage(
+            "-T/--trim 和 --no-trim 矛盾:go 上裁剪默认就开,要关只写 --no-trim。".into(),
+        ));
+    }
+    if rounds < 0 {
+        return Err(CliError::Usage(format!(
+            "--rounds {rounds} 不行:轮数要是不小于 0 的整数(0 和 1 一样,都跑 1 轮)。"
+        )));
+    }
+    let window = match window {
+        None => None,
+        Some(w) if w > 0 => Some(w as u64),
+        Some(w) => return Err(CliError::Usage(format!(
+            "--window {w} 不行:上下文窗口要是正整数(token 数)。想用模型自己的窗口就别写 --window。"
+        ))),
+    };
+    // Like `git rev-parse`: a directory inside a repository's work tree is in a repository
+    // (the isolation maps it into each worktree). Other refusals (bare, unborn, an unknown
+    // extension) come later with their own message.
+    if isolate
+        && matches!(git2::Repository::discover(&global.workspace),
                         Err(ref e) if e.code() == git2::ErrorCode::NotFound)
-        {
-            return Err(CliError::Isolate(IsolateError::NotARepository(
-                global.workspace.clone(),
-            )));
-        }
-        if !checks.is_empty() && no_goal {
-            return Err(CliError::Usage(
-                "--check 和 --no-goal 矛盾:检查在每轮判定前跑,没有目标就没有判定。".into(),
-            ));
-        }
-        if probe_checks && no_goal {
-            return Err(CliError::Usage(
-                "--probe-checks 和 --no-goal 矛盾:探针跟在每轮判定前的检查后面,没有目标就没有判定。"
-                    .into(),
-            ));
-        }
-        if let Some(blank) = checks.iter().position(|c| c.trim().is_empty()) {
-            return Err(CliError::Usage(format!(
-                "第 {} 个 --check 是空的:要写一条命令,例如 --check 'make test'。",
-                blank + 1
-            )));
-        }
-        Ok(GoSettings {
-            ask: ask.filter(|a| !a.trim().is_empty()),
-            asks: u64::try_from(asks).ok(),
-            rounds: u32::try_from(rounds.max(1)).unwrap_or(u32::MAX),
-            goal: !no_goal,
-            judge_can_run,
-            timeout: seconds(timeout, "--timeout")?,
-            isolate,
-            window,
-            handoff: !no_handoff,
-            new,
-            clarify_only,
-            checks,
-            probe_checks,
-            trim: !no_trim,
-            workbench: go_workbench(&global.workspace, isolate),
-        })
+    {
+        return Err(CliError::Isolate(IsolateError::NotARepository(
+            global.workspace.clone(),
+        )));
+    }
+    if !checks.is_empty() && no_goal {
+        return Err(CliError::Usage(
+            "--check 和 --no-goal 矛盾:检查在每轮判定前跑,没有目标就没有判定。".into(),
+        ));
+    }
+    if probe_checks && no_goal {
+        return Err(CliError::Usage(
+            "--probe-checks 和 --no-goal 矛盾:探针跟在每轮判定前的检查后面,没有目标就没有判定。"
+                .into(),
+        ));
+    }
+    if let Some(blank) = checks.iter().position(|c| c.trim().is_empty()) {
+        return Err(CliError::Usage(format!(
+            "第 {} 个 --check 是空的:要写一条命令,例如 --check 'make test'。",
+            blank + 1
+        )));
+    }
+    Ok(GoSettings {
+        ask: ask.filter(|a| !a.trim().is_empty()),
+        asks: u64::try_from(asks).ok(),
+        rounds: u32::try_from(rounds.max(1)).unwrap_or(u32::MAX),
+        goal: !no_goal,
+        judge_can_run,
+        timeout: seconds(timeout, "--timeout")?,
+        isolate,
+        window,
+        handoff: !no_handoff,
+        new,
+        clarify_only,
+        checks,
+        probe_checks,
+        trim: !no_trim,
+        workbench: crate::agent::Workbench::locate(&global.workspace, isolate),
+    })
 }
 
 impl RunOptions {
@@ -388,48 +386,48 @@ impl RunOptions {
 /// flowerbox (every tool is whitelisted and sandboxed), so `default`, `acceptEdits` and
 /// `bypassPermissions` run the `-t` tools as given; `plan` means "change nothing".
 fn once_settings(args: OnceArgs, global: &GlobalOptions) -> Result<OnceSettings, CliError> {
-        let OnceArgs {
-            prompt,
-            instructions,
-            tools,
-            permission_mode,
-            budget,
-            resume,
-            fork,
-        } = args;
-        let budget_usd = match budget {
-            Some(b) if b.is_nan() || b < 0.0 => {
-                return Err(CliError::Usage(format!(
-                    "-b/--budget {b} 不行:预算要是不小于 0 的美元数。"
-                )))
-            }
-            other => other,
-        };
-        let permission_mode = PermissionMode::from_name(&permission_mode)
-            .ok_or_else(|| CliError::Usage(format!("-p {permission_mode} 不认识")))?;
-        if prompt.trim().is_empty() {
-            return Err(CliError::EmptyOncePrompt);
+    let OnceArgs {
+        prompt,
+        instructions,
+        tools,
+        permission_mode,
+        budget,
+        resume,
+        fork,
+    } = args;
+    let budget_usd = match budget {
+        Some(b) if b.is_nan() || b < 0.0 => {
+            return Err(CliError::Usage(format!(
+                "-b/--budget {b} 不行:预算要是不小于 0 的美元数。"
+            )))
         }
-        let change_nothing = match permission_mode {
-            PermissionMode::Plan => true,
-            PermissionMode::Default
-            | PermissionMode::AcceptEdits
-            | PermissionMode::BypassPermissions => false,
-        };
-        Ok(OnceSettings {
-            prompt,
-            instructions,
-            tools: match tools {
-                Some(list) => parse_tools(&list)?,
-                None => ONCE_DEFAULT_TOOLS.map(String::from).to_vec(),
-            },
-            change_nothing,
-            budget_usd,
-            resume,
-            fork,
-            workbench: global.workbench.then(|| global.run_dir.join("workbench")),
-            trim: global.trim,
-        })
+        other => other,
+    };
+    let permission_mode = PermissionMode::from_name(&permission_mode)
+        .ok_or_else(|| CliError::Usage(format!("-p {permission_mode} 不认识")))?;
+    if prompt.trim().is_empty() {
+        return Err(CliError::EmptyOncePrompt);
+    }
+    let change_nothing = match permission_mode {
+        PermissionMode::Plan => true,
+        PermissionMode::Default
+        | PermissionMode::AcceptEdits
+        | PermissionMode::BypassPermissions => false,
+    };
+    Ok(OnceSettings {
+        prompt,
+        instructions,
+        tools: match tools {
+            Some(list) => parse_tools(&list)?,
+            None => ONCE_DEFAULT_TOOLS.map(String::from).to_vec(),
+        },
+        change_nothing,
+        budget_usd,
+        resume,
+        fork,
+        workbench: global.workbench.then(|| global.run_dir.join("workbench")),
+        trim: global.trim,
+    })
 }
 
 /// `-t`'s comma list: trimmed, empties dropped, duplicates dropped, names checked.
@@ -461,17 +459,6 @@ fn seconds(value: f64, switch: &str) -> Result<Duration, CliError> {
         return Err(CliError::Usage(format!("{switch} 要是秒数,不能是 NaN。")));
     }
     Ok(Duration::try_from_secs_f64(value.max(0.0)).unwrap_or(Duration::MAX))
-}
-
-/// `go`'s workbench (seed 000, "`.flower/`"): inside the workspace, or next to it with
-/// `--isolate` (a worktree is private; the workbench is shared).
-pub fn go_workbench(workspace: &Path, isolate: bool) -> PathBuf {
-    match (isolate, workspace.parent(), workspace.file_name()) {
-        (true, Some(parent), Some(name)) => {
-            parent.join(format!(".flower-{}", name.to_string_lossy()))
-        }
-        _ => workspace.join(".flower"),
-    }
 }
 
 /// Removes `.` and resolves `..` lexically (the path may not exist yet).
@@ -856,7 +843,11 @@ mod tests {
         assert!(once.fork);
         assert_eq!(once.instructions, "be brief");
         assert_eq!(once.workbench, None);
-        for (mode, change_nothing) in [("default", false), ("plan", true), ("bypassPermissions", false)] {
+        for (mode, change_nothing) in [
+            ("default", false),
+            ("plan", true),
+            ("bypassPermissions", false),
+        ] {
             let CommandOptions::Once(once) = resolve(&e.host, &["once", "hi", "-p", mode])
                 .unwrap()
                 .command

@@ -119,7 +119,7 @@ impl RunContext {
             source: e,
         })?;
         let run_id = new_run_marker();
-        let store = match SqliteSessionStore::open(settings.run_dir.join("sessions.db")) {
+        let store = match SqliteSessionStore::open(crate::record::layout::sessions_db(&settings.run_dir)) {
             Ok(s) => s,
             Err(e) => {
                 // The run cannot start, but what a crashed run left (its containers) goes.
@@ -207,7 +207,7 @@ impl RunContext {
             }
         }
         let manifest = Arc::new(Manifest::new(
-            settings.run_dir.join("manifest.json"),
+            crate::record::layout::manifest(&settings.run_dir),
             run_id.clone(),
         ));
         let mut runtime = Runtime::new(

@@ -174,7 +174,7 @@ fn known_session(ctx: &RunContext, id: &str, settings: &RunSettings) -> Result<(
         Ok(Some(_)) => Ok(()),
         Ok(None) => Err(FlowError::UnknownSession {
             id: id.to_string(),
-            db: settings.run_dir.join("sessions.db"),
+            db: crate::record::layout::sessions_db(&settings.run_dir),
         }),
         Err(e) => Err(FlowError::Session(e)),
     }

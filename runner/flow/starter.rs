@@ -26,7 +26,7 @@ use super::error::{FlowError, RunEnd};
 use super::frontend::{Frontend, Notice, WakeInfo};
 use super::guard::{GoalGuard, GoalSetting, GOAL_STEP};
 use super::step::{Prompt, Step};
-use super::wake::{archive_previous, notes_paths, WakeState, LINEAGE_FILE};
+use super::wake::{archive_previous, notes_paths, WakeState};
 use super::workflow::Workflow;
 use crate::agent::{roles, AgentSpec};
 use crate::record::lock::{FileLock, Held};
@@ -110,7 +110,12 @@ pub struct Starter<'a> {
 
 impl<'a> Starter<'a> {
     /// `go` with `settings` for a workbench at `workbench`, asked `ask`.
-    pub fn new(settings: &'a GoSettings, ask: Option<String>, waking: bool, workbench: &Path) -> Self {
+    pub fn new(
+        settings: &'a GoSettings,
+        ask: Option<String>,
+        waking: bool,
+        workbench: &Path,
+    ) -> Self {
         let (brief_path, goal_path, _) = notes_paths(workbench);
         Starter {
             settings,
@@ -307,7 +312,7 @@ pub async fn go(
     } else {
         None
     };
-    let lineage = LineageFile::new(settings.run_dir.join(LINEAGE_FILE), &ws);
+    let lineage = LineageFile::new(crate::record::layout::lineage(&settings.run_dir), &ws);
     // The archive moved brief, goal and lineage away: what is left is a fresh directory.
     // Otherwise the lineage is checked against the store: a damaged file is rebuilt (and the
     // probe asked again), sessions the store lacks are named.

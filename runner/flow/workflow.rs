@@ -158,7 +158,7 @@ impl Workflow {
         ctx.woke = match lf.wake() {
             Ok(n) => n,
             Err(e) => {
-                rt.not_saved("lineage.json", &e);
+                rt.not_saved(crate::record::layout::LINEAGE, &e);
                 previous.map_or(1, |l| l.woke + 1)
             }
         };
@@ -308,7 +308,7 @@ impl Workflow {
             let unsaved = rt.unsaved().clone();
             opts.on_session = Some(Arc::new(move |sid: &str| {
                 if let Err(e) = lf.remember(&name, sid) {
-                    unsaved.report("lineage.json", &e);
+                    unsaved.report(crate::record::layout::LINEAGE, &e);
                 }
             }));
         }
@@ -320,7 +320,7 @@ impl Workflow {
     fn remember(&self, rt: &Runtime, step: &str, sid: &str) {
         if let Some(lf) = &self.lineage {
             if let Err(e) = lf.remember(step, sid) {
-                rt.not_saved("lineage.json", &e);
+                rt.not_saved(crate::record::layout::LINEAGE, &e);
             }
         }
     }

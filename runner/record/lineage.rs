@@ -206,7 +206,7 @@ impl LineageFile {
         let dest = into_dir.join(
             self.path
                 .file_name()
-                .unwrap_or_else(|| "lineage.json".as_ref()),
+                .unwrap_or_else(|| super::layout::LINEAGE.as_ref()),
         );
         own::rename(&self.path, &dest, true).map_err(|e| RecordError::io(&self.path, e))?;
         Ok(Some(dest))

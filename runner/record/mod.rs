@@ -12,6 +12,7 @@ use thiserror::Error;
 
 pub mod cost;
 pub mod handoff;
+pub mod layout;
 pub mod lineage;
 pub mod lock;
 pub mod manifest;

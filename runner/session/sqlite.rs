@@ -283,9 +283,7 @@ fn set_wal(conn: &Connection, timeout: Duration) -> Result<(), SessionError> {
             conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0));
         match res {
             Ok(mode) if mode.eq_ignore_ascii_case("wal") => return Ok(()),
-            Ok(mode) if start.elapsed() >= timeout => {
-                return Err(SessionError::NotWal { mode })
-            }
+            Ok(mode) if start.elapsed() >= timeout => return Err(SessionError::NotWal { mode }),
             Err(e) if start.elapsed() >= timeout || !is_busy(&e) => return Err(e.into()),
             _ => std::thread::sleep(Duration::from_millis(20)),
         }
