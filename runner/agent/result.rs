@@ -203,6 +203,27 @@ pub fn manifest_row(r: &StepResult, run: &str) -> ManifestEntry {
 }
 
 impl StepResult {
+    /// The books of step `step` starting now: nothing spent, not done yet, one attempt.
+    pub fn new(step: String, resumed: bool) -> StepResult {
+        let started_at = Utc::now();
+        StepResult {
+            step,
+            session_id: None,
+            ok: false,
+            spend: Cost::default(),
+            num_turns: 0,
+            text: String::new(),
+            error: None,
+            started_at,
+            ended_at: started_at,
+            attempts: 1,
+            errors: Vec::new(),
+            resumed,
+            retired: Vec::new(),
+            context: 0,
+        }
+    }
+
     /// Seconds between start and end.
     pub fn duration_s(&self) -> f64 {
         ((self.ended_at - self.started_at).num_milliseconds() as f64 / 1000.0 * 100.0).round()

@@ -417,11 +417,6 @@ impl Console {
         lock(&self.shared.cbreak).as_ref().map(|g| g.restorer())
     }
 
-    /// Whether keys are read in cbreak mode (the resident prompt is shown).
-    pub fn is_cbreak(&self) -> bool {
-        lock(&self.shared.cbreak).is_some()
-    }
-
     /// Whether this console handles Ctrl-C itself (stdin is a terminal): the first press
     /// interrupts, the second is [`ConsoleSignal::Quit`].
     pub fn owns_interrupt(&self) -> bool {
