@@ -304,9 +304,11 @@ fn go_settings(args: GoArgs, global: &GlobalOptions) -> Result<GoSettings, CliEr
     let window = match window {
         None => None,
         Some(w) if w > 0 => Some(w as u64),
-        Some(w) => return Err(CliError::Usage(format!(
+        Some(w) => {
+            return Err(CliError::Usage(format!(
             "--window {w} 不行:上下文窗口要是正整数(token 数)。想用模型自己的窗口就别写 --window。"
-        ))),
+        )))
+        }
     };
     // Like `git rev-parse`: a directory inside a repository's work tree is in a repository
     // (the isolation maps it into each worktree). Other refusals (bare, unborn, an unknown
