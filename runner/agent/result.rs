@@ -236,6 +236,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_store_failure_keeps_the_store_error_as_its_cause() {
+        let e = StepError::from(SessionError::Io(std::io::Error::other("disk I/O error")));
+        assert_eq!(e.to_string(), "sessions.db: disk I/O error");
+        let StepError::Store(failure) = &e else {
+            panic!("{e:?}")
+        };
+        assert!(matches!(failure.error(), SessionError::Io(_)));
+        let cause = std::error::Error::source(&e).map(ToString::to_string);
+        assert_eq!(cause.as_deref(), Some("disk I/O error"));
+        // A clone is the same failure; another with the same text is not.
+        assert_eq!(e.clone(), e);
+        let other = StepError::from(SessionError::Io(std::io::Error::other("disk I/O error")));
+        assert_ne!(other, e);
+    }
+
+    #[test]
     fn a_meter_before_its_first_answer_reads_unknown_not_zero() {
         let m = Meter::default();
         assert_eq!(m.read().0.exact(), None);

@@ -268,6 +268,15 @@ mod tests {
     use VerdictState::*;
 
     #[test]
+    fn verdict_names_parse_back_from_their_one_spelling() {
+        for state in VerdictState::ALL {
+            assert_eq!(VerdictState::from_name(state.as_str()), Some(state));
+        }
+        assert_eq!(VerdictState::from_name("achieved"), None);
+        assert_eq!(VerdictState::names("、"), "ACHIEVED、NOT_YET、UNREACHABLE");
+    }
+
+    #[test]
     fn three_sections_parse() {
         let v = Verdict::parse(
             "我去现场看了。\n## 结论\n未达成\n## 理由\n列表没转成 ul\n## 未通过\n- 列表被转成 `<ul><li>`\n- 输出里含 `<h1>`\n",

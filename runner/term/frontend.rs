@@ -131,6 +131,27 @@ mod tests {
     use std::path::PathBuf;
 
     #[test]
+    fn what_the_sandbox_says_at_setup_and_teardown_is_a_notice_of_the_frontend() {
+        // These were lines on stderr from the library, drawn over a spinner (issue 31 §2).
+        let opts = RenderOptions::default();
+        let lines = notice_lines(
+            &Notice::Sandbox(vec![
+                "删掉了残留的容器 a".into(),
+                "删掉了残留的网络 b".into(),
+            ]),
+            &opts,
+        );
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].starts_with("- 删掉了残留的容器 a"), "{lines:?}");
+        let lines = notice_lines(&Notice::TeardownFailed("engine gone".into()), &opts);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("x 清理容器失败:engine gone(`flowerbox gc` 可以收拾残留)"),
+            "{lines:?}"
+        );
+    }
+
+    #[test]
     fn changed_configuration_is_named_with_its_keys_and_nothing_raw() {
         let change =
             |path: &str, change: Change, items, added: &[&str], changed: &[&str]| ConfigChange {
