@@ -195,6 +195,7 @@ impl Sandbox for HostSandbox {
         {
             return Err(SandboxError::OutsideMounts(req.cwd));
         }
+        let cwd = req.cwd.clone();
         let shell = if std::path::Path::new("/bin/bash").exists() {
             "/bin/bash"
         } else {
@@ -327,9 +328,17 @@ impl Sandbox for HostSandbox {
                 );
             }
         }
-        if out.exit_code == Some(127) && captured.stderr.contains("not found") {
-            out.notes
-                .push("程序不存在:这台机器上找不到它(命令在宿主机上执行)".into());
+        if out.exit_code == Some(127) {
+            for program in super::programs_not_found(&captured.stderr) {
+                // A path that is there was found: it could not start (dash says "not found"
+                // for a `#!` line ending in `\r`, a missing interpreter).
+                if program.contains('/') && cwd.join(&program).exists() {
+                    continue;
+                }
+                out.notes.push(format!(
+                    "程序不存在:这台机器上找不到 {program}(命令在宿主机上执行)"
+                ));
+            }
         }
         out.stdout = captured.stdout;
         out.stderr = captured.stderr;

@@ -109,6 +109,22 @@ pub(crate) fn sourcing_command(path: &str) -> String {
     format!(". {}", shell_quote(path))
 }
 
+/// bash: `bash: line 1: foo: command not found`; dash: `sh: 1: foo: not found`.
+static NOT_FOUND: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+    regex::Regex::new(r"(?m)^[^:\n]*: (?:line )?\d+: ([^:\n]+): (?:command )?not found\s*$")
+        .expect("valid regex")
+});
+
+/// The programs a shell said it could not find, in the order of its lines (for the note of an
+/// exit status of 127; bash's `cannot execute: required file not found` for a file that is
+/// there but cannot start is not one).
+pub(crate) fn programs_not_found(stderr: &str) -> Vec<String> {
+    NOT_FOUND
+        .captures_iter(stderr)
+        .map(|c| c[1].to_string())
+        .collect()
+}
+
 /// Single-quotes `s` for POSIX shells.
 pub(crate) fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))

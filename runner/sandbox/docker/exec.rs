@@ -27,8 +27,7 @@ use bollard::models::ExecConfig;
 use bollard::query_parameters::{RestartContainerOptions, UploadToContainerOptions};
 use bollard::Docker;
 use futures::StreamExt;
-use regex::Regex;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -109,12 +108,6 @@ for e in /proc/[0-9]*/environ; do
   p=${e#/proc/}; p=${p%/environ}
   printf '%s %s\n' "$p" "$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-80)"
 done"#;
-
-/// bash: `bash: line 1: foo: command not found`; dash: `sh: 1: foo: not found`.
-static NOT_FOUND: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?m)^[^:\n]*: (?:line )?\d+: ([^:\n]+): (?:command )?not found\s*$")
-        .expect("valid regex")
-});
 
 /// One agent container: one incarnation of an agent's sandbox.
 pub(crate) struct Container {
@@ -677,10 +670,10 @@ impl Container {
     ) -> ExecOutput {
         let captured = collector.finish();
         if result.exit_code == Some(127) {
-            for cap in NOT_FOUND.captures_iter(&captured.stderr) {
+            for program in crate::sandbox::programs_not_found(&captured.stderr) {
                 notes.push(format!(
-                    "`{}`: not found in the image ({})",
-                    &cap[1], self.image
+                    "`{program}`: not found in the image ({})",
+                    self.image
                 ));
             }
         }
@@ -705,15 +698,16 @@ impl Container {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[test]
     fn not_found_matches_bash_and_dash() {
         let bash = "bash: line 1: frobnicate: command not found\n";
         let dash = "sh: 1: zap: not found\n";
         let other = "bash: line 1: ./x: No such file or directory\n";
-        assert_eq!(&NOT_FOUND.captures(bash).unwrap()[1], "frobnicate");
-        assert_eq!(&NOT_FOUND.captures(dash).unwrap()[1], "zap");
-        assert!(NOT_FOUND.captures(other).is_none());
+        use crate::sandbox::programs_not_found as nf;
+        assert_eq!(nf(bash), ["frobnicate"]);
+        assert_eq!(nf(dash), ["zap"]);
+        assert!(nf(other).is_empty());
+        let crlf = "bash: line 1: ./run.sh: cannot execute: required file not found\n";
+        assert!(nf(crlf).is_empty());
     }
 }
