@@ -126,15 +126,10 @@ pub fn on_continue() -> std::io::Result<tokio::signal::unix::Signal> {
 }
 
 /// Resolves with the signal number on SIGHUP or SIGTERM, and on SIGINT when `int` (nobody else
-/// handles Ctrl-C): how a driver without a terminal learns it must stop. Installing the
-/// handlers replaces the signals' default actions, so await it.
-pub async fn wait_for_stop(int: bool) -> i32 {
-    stop_signals(int).await
-}
-
-/// [`wait_for_stop`] with the handlers installed now, before the future is first polled: a
-/// signal that comes after this call is caught (what starts containers early needs that).
-/// Must be called inside a Tokio runtime.
+/// handles Ctrl-C): how a driver without a terminal learns it must stop. The handlers are
+/// installed now, before the future is first polled: a signal that comes after this call is
+/// caught (what starts containers early needs that); they replace the signals' default
+/// actions, so await it. Must be called inside a Tokio runtime.
 pub fn stop_signals(int: bool) -> impl std::future::Future<Output = i32> + Send {
     let mut hup = signal(SignalKind::hangup()).ok();
     let mut term = signal(SignalKind::terminate()).ok();

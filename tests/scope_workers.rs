@@ -279,7 +279,7 @@ fn mount_table(out: &str) -> Vec<(String, String, bool)> {
 #[tokio::test]
 async fn a_racing_symlink_swap_never_moves_a_scope_mount_out_of_the_scope() {
     use flowerbox::agent::scope::{narrow, WriteScope};
-    use flowerbox::model::Role;
+    use flowerbox::role::Role;
     use flowerbox::sandbox::{AgentBox, Mount, SandboxFactory};
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 

@@ -5,7 +5,8 @@ use async_trait::async_trait;
 use std::sync::{Arc, Mutex};
 
 use super::event::EventKind;
-use super::place::WorkerSandbox;
+use super::fanout::{ScopeClaim, Slot};
+use super::place::{WorkerPlace, WorkerSandbox};
 use super::result::{Meter, StepError};
 use super::roles;
 use super::runtime::Runtime;
@@ -101,14 +102,10 @@ fn scope_note(scope: &WriteScope) -> String {
     )
 }
 
-#[async_trait]
-impl Dispatcher for SubDispatch {
-    async fn dispatch(
-        &self,
-        _parent: &ToolContext,
-        req: DispatchRequest,
-    ) -> Result<String, ToolError> {
-        let def = match &req.subagent_type {
+impl SubDispatch {
+    /// The worker type `req` names (the first one when it names none).
+    fn worker_def(&self, req: &DispatchRequest) -> Result<&WorkerDef, ToolError> {
+        match &req.subagent_type {
             Some(k) => self.workers.iter().find(|w| &w.kind == k).ok_or_else(|| {
                 ToolError::Failed(format!(
                     "没有叫 {k} 的执行者;可用:{}",
@@ -118,109 +115,120 @@ impl Dispatcher for SubDispatch {
                         .collect::<Vec<_>>()
                         .join(", ")
                 ))
-            })?,
-            None => &self.workers[0],
-        };
-        let agent = self.rt.instance_name(def.spec.role);
-        let scope = match &req.writes {
-            Some(w) => {
-                Some(WriteScope::parse(w).map_err(|e| ToolError::InvalidInput(e.to_string()))?)
-            }
-            None => None,
-        };
-        // Workers whose write scopes overlap never run at once (`scope`): the later one waits,
-        // before it takes a slot, so no worker holding a slot waits for a scope.
-        let claim = match self.parent_depth {
-            0 => Some(
-                self.rt
-                    .workers
-                    .claim(scope.clone(), || {
-                        self.rt.emit(
-                            &self.parent_agent,
-                            self.parent_role,
-                            self.parent_depth,
-                            EventKind::Warning {
-                                text: format!(
-                                    "{agent} 的写权限范围和正在跑的执行者重叠,先等它们结束再开工;\
-                                     之后再等不另说"
-                                ),
-                            },
-                        )
-                    })
-                    .await,
-            ),
-            _ => None,
-        };
-        let scope_waited = claim.as_ref().and_then(|c| c.waited).map(|w| {
+            }),
+            None => Ok(&self.workers[0]),
+        }
+    }
+
+    /// A warning line of the dispatching agent.
+    fn warn(&self, text: String) {
+        self.rt.emit(
+            &self.parent_agent,
+            self.parent_role,
+            self.parent_depth,
+            EventKind::Warning { text },
+        );
+    }
+
+    /// Workers whose write scopes overlap never run at once (`scope`): the later one waits,
+    /// before it takes a slot, so no worker holding a slot waits for a scope. Only depth 0
+    /// claims. The claim, and what the coordinator is told when it waited.
+    async fn claim_scope(
+        &self,
+        agent: &str,
+        scope: Option<WriteScope>,
+    ) -> (Option<ScopeClaim>, String) {
+        if self.parent_depth != 0 {
+            return (None, String::new());
+        }
+        let claim = self
+            .rt
+            .workers
+            .claim(scope, || {
+                self.warn(format!(
+                    "{agent} 的写权限范围和正在跑的执行者重叠,先等它们结束再开工;\
+                     之后再等不另说"
+                ))
+            })
+            .await;
+        let waited = claim.waited.map(|w| {
             format!(
                 "\n\n(执行者 {agent} 先等了 {} 秒才开工:它的写权限范围和正在跑的执行者重叠,\
                  重叠的执行者不同时跑;不写 writes 的执行者和任何有范围的都算重叠。)",
                 w.as_secs()
             )
         });
-        // Past the run's limit, a worker waits for a slot before anything is made for it
-        // (`fanout`); only depth 0 takes slots, so no dispatch waits on its own parent.
+        (Some(claim), waited.unwrap_or_default())
+    }
+
+    /// Past the run's limit, a worker waits for a slot before anything is made for it
+    /// (`fanout`); only depth 0 takes slots, so no dispatch waits on its own parent. The slot,
+    /// and what the coordinator is told when it queued.
+    async fn take_slot(&self, agent: &str) -> (Option<Slot>, String) {
+        if self.parent_depth != 0 {
+            return (None, String::new());
+        }
         let limit = self.rt.workers.limit();
-        let slot = match self.parent_depth {
-            0 => Some(
-                self.rt
-                    .workers
-                    .acquire(|| {
-                        self.rt.emit(
-                            &self.parent_agent,
-                            self.parent_role,
-                            self.parent_depth,
-                            EventKind::Warning {
-                                text: format!(
-                                    "同时最多跑 {limit} 个执行者(--max-workers),\
-                                     {agent} 先排队,有空位再开工;之后再排队不另说"
-                                ),
-                            },
-                        )
-                    })
-                    .await,
-            ),
-            _ => None,
-        };
-        let queued = slot.as_ref().and_then(|s| s.waited).map(|w| {
+        let slot = self
+            .rt
+            .workers
+            .acquire(|| {
+                self.warn(format!(
+                    "同时最多跑 {limit} 个执行者(--max-workers),\
+                     {agent} 先排队,有空位再开工;之后再排队不另说"
+                ))
+            })
+            .await;
+        let queued = slot.waited.map(|w| {
             format!(
                 "\n\n(执行者 {agent} 先排队等了 {} 秒才开工:同时最多跑 {limit} 个执行者,\
                  多派的按顺序等空位。)",
                 w.as_secs()
             )
         });
+        (Some(slot), queued.unwrap_or_default())
+    }
+
+    /// The worker's place, narrowed to its write scope.
+    async fn place(
+        &self,
+        agent: &str,
+        scope: Option<&WriteScope>,
+    ) -> Result<WorkerPlace, ToolError> {
         let mut place = self
             .rt
             .placement
-            .prepare(&agent)
+            .prepare(agent)
             .await
             .map_err(|e| ToolError::Failed(e.to_string()))?;
-        if let Some(scope) = &scope {
-            let workbench = self.rt.workbench.as_ref().map(|w| w.root().to_path_buf());
-            let root = place.workdir.clone();
-            if let Err(e) =
-                super::scope::narrow(&root, scope, &mut place.mounts, workbench.as_deref())
-            {
-                // The place goes back as a worker that never ran (its worktree, if any).
-                let _ = self.rt.placement.finish(&agent, &place, false, None).await;
-                return Err(ToolError::InvalidInput(e.to_string()));
-            }
-            place.note = Some(match place.note.take() {
-                Some(n) => format!("{n}\n- {}", scope_note(scope)),
-                None => scope_note(scope),
-            });
+        let Some(scope) = scope else {
+            return Ok(place);
+        };
+        let workbench = self.rt.workbench.as_ref().map(|w| w.root().to_path_buf());
+        let root = place.workdir.clone();
+        if let Err(e) = super::scope::narrow(&root, scope, &mut place.mounts, workbench.as_deref())
+        {
+            // The place goes back as a worker that never ran (its worktree, if any).
+            let _ = self.rt.placement.finish(agent, &place, false, None).await;
+            return Err(ToolError::InvalidInput(e.to_string()));
         }
-        self.rt.emit(
-            &self.parent_agent,
-            self.parent_role,
-            self.parent_depth,
-            EventKind::Dispatch {
-                child: agent.clone(),
-                description: req.description.clone(),
-            },
-        );
+        place.note = Some(match place.note.take() {
+            Some(n) => format!("{n}\n- {}", scope_note(scope)),
+            None => scope_note(scope),
+        });
+        Ok(place)
+    }
+
+    /// The worker's run in a new session of its own, in its place, and its sandbox's spec.
+    fn worker_run(
+        &self,
+        def: &WorkerDef,
+        agent: &str,
+        place: &WorkerPlace,
+        scope: Option<&WriteScope>,
+    ) -> Result<(AgentRun, AgentBox), ToolError> {
         let meta = SessionMeta {
-            agent: agent.clone(),
+            agent: agent.to_string(),
             role: def.spec.role,
             step: None,
             parent: Some(self.parent_session.clone()),
@@ -230,26 +238,92 @@ impl Dispatcher for SubDispatch {
             .rt
             .store
             .create(&meta)
-            .map_err(|e| ToolError::Failed(StepError::Store(e.to_string()).to_string()))?;
+            .map_err(|e| ToolError::Failed(StepError::from(e).to_string()))?;
         let abox = AgentBox {
-            agent: agent.clone(),
+            agent: agent.to_string(),
             role: def.spec.role,
             mounts: place.mounts.clone(),
             masked: self.rt.config.masked.clone(),
             workdir: place.workdir.clone(),
         };
-        self.rt.note_agent(&agent);
-        let mut run = AgentRun::new(
+        self.rt.note_agent(agent);
+        let run = AgentRun::new(
             self.rt.clone(),
             def.spec.clone(),
-            agent.clone(),
+            agent.to_string(),
             self.parent_depth + 1,
             session,
             Vec::new(),
             abox.clone(),
         )
         .with_meter(self.meter.clone())
-        .with_write_scope(scope.as_ref().map(WriteScope::describe));
+        .with_write_scope(scope.map(WriteScope::describe));
+        Ok((run, abox))
+    }
+}
+
+/// What the coordinator is told of a worker that ended with `end` (before the integration's
+/// report); `Err` when it failed in a way that leaves nothing to report.
+fn worker_report(
+    agent: &str,
+    end: &LoopEnd,
+    run: &AgentRun,
+    integration: Option<&str>,
+) -> Result<String, ToolError> {
+    Ok(match end {
+        LoopEnd::Done => run.final_text(),
+        LoopEnd::Interrupted => {
+            // Where its half-done work went (its branch, the worktree kept) is said too.
+            let kept = integration.map(|i| format!("\n\n{i}")).unwrap_or_default();
+            return Err(ToolError::Failed(format!(
+                "执行者 {agent} 被打断了,半成品没有回报{kept}"
+            )));
+        }
+        LoopEnd::HandoffDue { .. } | LoopEnd::CompactDue => {
+            return Err(ToolError::Failed(format!(
+                "执行者 {agent} 的上下文满了,没做完:{}",
+                run.final_text()
+            )))
+        }
+        LoopEnd::Failed(error) => format!(
+            "执行者 {agent} 没做完:{error}\n它最后说:{}",
+            run.final_text()
+        ),
+        LoopEnd::Stopped(error) => format!(
+            "执行者 {agent} 没做完:{error}\n它最后说:{}",
+            run.final_text()
+        ),
+    })
+}
+
+#[async_trait]
+impl Dispatcher for SubDispatch {
+    async fn dispatch(
+        &self,
+        _parent: &ToolContext,
+        req: DispatchRequest,
+    ) -> Result<String, ToolError> {
+        let def = self.worker_def(&req)?;
+        let agent = self.rt.instance_name(def.spec.role);
+        let scope = match &req.writes {
+            Some(w) => {
+                Some(WriteScope::parse(w).map_err(|e| ToolError::InvalidInput(e.to_string()))?)
+            }
+            None => None,
+        };
+        let (claim, scope_waited) = self.claim_scope(&agent, scope.clone()).await;
+        let (slot, queued) = self.take_slot(&agent).await;
+        let place = self.place(&agent, scope.as_ref()).await?;
+        self.rt.emit(
+            &self.parent_agent,
+            self.parent_role,
+            self.parent_depth,
+            EventKind::Dispatch {
+                child: agent.clone(),
+                description: req.description.clone(),
+            },
+        );
+        let (mut run, abox) = self.worker_run(def, &agent, &place, scope.as_ref())?;
         let prompt = format!("{}\n\n---\n\n{}", self.place_note(&place), req.prompt);
         let end = run.turn(&prompt).await;
         *self.children.lock().unwrap_or_else(|e| e.into_inner()) += run.spend();
@@ -271,36 +345,13 @@ impl Dispatcher for SubDispatch {
                 EventKind::Warning { text },
             );
         }
-        let mut text = match &end {
-            LoopEnd::Done => run.final_text(),
-            LoopEnd::Interrupted => {
-                // Where its half-done work went (its branch, the worktree kept) is said too.
-                let kept = integration.map(|i| format!("\n\n{i}")).unwrap_or_default();
-                return Err(ToolError::Failed(format!(
-                    "执行者 {agent} 被打断了,半成品没有回报{kept}"
-                )));
-            }
-            LoopEnd::HandoffDue { .. } | LoopEnd::CompactDue => {
-                return Err(ToolError::Failed(format!(
-                    "执行者 {agent} 的上下文满了,没做完:{}",
-                    run.final_text()
-                )))
-            }
-            LoopEnd::Failed(error) => format!(
-                "执行者 {agent} 没做完:{error}\n它最后说:{}",
-                run.final_text()
-            ),
-            LoopEnd::Stopped(error) => format!(
-                "执行者 {agent} 没做完:{error}\n它最后说:{}",
-                run.final_text()
-            ),
-        };
+        let mut text = worker_report(&agent, &end, &run, integration.as_deref())?;
         if let Some(i) = integration {
             text.push_str("\n\n");
             text.push_str(&i);
         }
-        text.push_str(scope_waited.as_deref().unwrap_or_default());
-        text.push_str(queued.as_deref().unwrap_or_default());
+        text.push_str(&scope_waited);
+        text.push_str(&queued);
         drop(slot);
         drop(claim);
         if ok {

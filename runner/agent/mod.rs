@@ -19,6 +19,7 @@ pub mod scope;
 mod session_loop;
 pub mod spec;
 pub mod spill;
+mod step_run;
 pub mod tools;
 pub mod workbench;
 

@@ -2,19 +2,20 @@
 //! "runs/manifest.json" fields); [`StepError`]: why a step did not succeed.
 
 use chrono::Utc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::model::price::Cost;
 use crate::model::ModelError;
 use crate::record::manifest::ManifestEntry;
+use crate::session::SessionError;
 
 /// Why a step did not succeed. The display text is what the manifest's `error` and the screen
 /// say; callers decide by the variant, never by the text.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum StepError {
-    /// The session store failed (its message).
+    /// The session store failed.
     #[error("sessions.db: {0}")]
-    Store(String),
+    Store(#[source] StoreFailure),
     /// A model call failed for good (after every attempt of the provider's retry policy).
     #[error("{0}")]
     Model(ModelError),
@@ -72,6 +73,42 @@ pub enum StepError {
     /// A plugin's `UserPromptSubmit` hook blocked the prompt (exit 2; its reason).
     #[error("插件的 UserPromptSubmit 钩子拦下了给 agent 的提示:{0}")]
     PromptBlocked(String),
+}
+
+impl From<SessionError> for StepError {
+    fn from(e: SessionError) -> Self {
+        StepError::Store(StoreFailure(Arc::new(e)))
+    }
+}
+
+/// A session-store failure kept in a step's result. The store's error is not `Clone` and a
+/// result is, so it is shared; two are equal when they are the same failure.
+#[derive(Debug, Clone)]
+pub struct StoreFailure(Arc<SessionError>);
+
+impl StoreFailure {
+    /// The store's error.
+    pub fn error(&self) -> &SessionError {
+        &self.0
+    }
+}
+
+impl PartialEq for StoreFailure {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl std::fmt::Display for StoreFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for StoreFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
 }
 
 impl StepError {
@@ -166,6 +203,27 @@ pub fn manifest_row(r: &StepResult, run: &str) -> ManifestEntry {
 }
 
 impl StepResult {
+    /// The books of step `step` starting now: nothing spent, not done yet, one attempt.
+    pub fn new(step: String, resumed: bool) -> StepResult {
+        let started_at = Utc::now();
+        StepResult {
+            step,
+            session_id: None,
+            ok: false,
+            spend: Cost::default(),
+            num_turns: 0,
+            text: String::new(),
+            error: None,
+            started_at,
+            ended_at: started_at,
+            attempts: 1,
+            errors: Vec::new(),
+            resumed,
+            retired: Vec::new(),
+            context: 0,
+        }
+    }
+
     /// Seconds between start and end.
     pub fn duration_s(&self) -> f64 {
         ((self.ended_at - self.started_at).num_milliseconds() as f64 / 1000.0 * 100.0).round()
@@ -176,6 +234,22 @@ impl StepResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_store_failure_keeps_the_store_error_as_its_cause() {
+        let e = StepError::from(SessionError::Io(std::io::Error::other("disk I/O error")));
+        assert_eq!(e.to_string(), "sessions.db: disk I/O error");
+        let StepError::Store(failure) = &e else {
+            panic!("{e:?}")
+        };
+        assert!(matches!(failure.error(), SessionError::Io(_)));
+        let cause = std::error::Error::source(&e).map(ToString::to_string);
+        assert_eq!(cause.as_deref(), Some("disk I/O error"));
+        // A clone is the same failure; another with the same text is not.
+        assert_eq!(e.clone(), e);
+        let other = StepError::from(SessionError::Io(std::io::Error::other("disk I/O error")));
+        assert_ne!(other, e);
+    }
 
     #[test]
     fn a_meter_before_its_first_answer_reads_unknown_not_zero() {

@@ -13,13 +13,14 @@ use super::event::{Event, EventKind, EventSink};
 use super::human::Human;
 use super::place::{role_mounts, workspace_git, Placement, SharedPlacement};
 use super::plant::{Moved, PlantGuard};
-use super::session_loop::{AgentRun, LoopEnd};
+use super::session_loop::AgentRun;
 use super::spec::AgentSpec;
+use super::step_run::StepRun;
 use super::tools::{ToolLimits, ToolRegistry};
 use super::workbench::Workbench;
 use crate::model::price::Cost;
 use crate::model::Provider;
-use crate::record::handoff::{context_window, MAX_GENERATIONS};
+use crate::record::handoff::context_window;
 use crate::record::manifest::{epoch_now, DiskGauge, Manifest, ManifestEntry};
 use crate::record::Unsaved;
 use crate::role::Role;
@@ -115,7 +116,7 @@ impl RuntimeConfig {
             ),
             workspace,
             model,
-            max_tokens: 16_384,
+            max_tokens: crate::model::config::DEFAULT_MAX_TOKENS,
             max_tokens_ceiling: 64_000,
             run_id,
             tool_limits: ToolLimits::default(),
@@ -303,7 +304,7 @@ impl Runtime {
     }
 
     /// Waits while a [`Runtime::pause`] holds the run.
-    async fn held(&self) {
+    pub(super) async fn held(&self) {
         let mut rx = self.hold.subscribe();
         // The sender lives as long as `self`: the wait cannot fail.
         let _ = rx.wait_for(|held| !*held).await;
@@ -318,7 +319,7 @@ impl Runtime {
     }
 
     /// Takes the pending interrupt message and arms a fresh token.
-    fn take_interrupt(&self) -> Option<String> {
+    pub(super) fn take_interrupt(&self) -> Option<String> {
         let mut g = self.interrupt.lock().unwrap_or_else(|e| e.into_inner());
         if g.0.is_cancelled() {
             g.0 = CancellationToken::new();
@@ -456,7 +457,7 @@ impl Runtime {
                 row.disk_bytes = Some(bytes);
             }
             if let Err(e) = m.record(row) {
-                self.not_saved("manifest.json", &e);
+                self.not_saved(crate::record::layout::MANIFEST, &e);
             }
         }
     }
@@ -470,11 +471,11 @@ impl Runtime {
             row.error = Some(why.to_string());
         });
         if let Err(e) = amended {
-            self.not_saved("manifest.json", &e);
+            self.not_saved(crate::record::layout::MANIFEST, &e);
         }
     }
 
-    fn track(&self, result: &StepResult, done: bool) {
+    pub(super) fn track(&self, result: &StepResult, done: bool) {
         let Some(m) = &self.manifest else { return };
         if self.rescued.load(std::sync::atomic::Ordering::SeqCst) {
             return;
@@ -510,7 +511,7 @@ impl Runtime {
                 },
             ),
             Ok(None) => {}
-            Err(e) => self.not_saved("manifest.json", &e),
+            Err(e) => self.not_saved(crate::record::layout::MANIFEST, &e),
         }
     }
 
@@ -518,7 +519,11 @@ impl Runtime {
     pub fn trim_policy(&self) -> TrimPolicy {
         let spill = match &self.workbench {
             Some(w) => w.spill(),
-            None => self.config.workspace.join(".flower").join("spill"),
+            None => self
+                .config
+                .workspace
+                .join(crate::record::layout::WORKBENCH)
+                .join("spill"),
         };
         TrimPolicy::new(spill, self.config.trim_large)
     }
@@ -549,27 +554,11 @@ impl Runtime {
         opts: RunOptions,
     ) -> StepResult {
         let step = opts.step.clone().unwrap_or_else(|| spec.name.clone());
-        let started_at = Utc::now();
         let agent = match spec.role {
             Role::Once | Role::Coordinator | Role::Clarifier => spec.name.clone(),
             _ => self.instance_name(spec.role),
         };
-        let mut result = StepResult {
-            step: step.clone(),
-            session_id: None,
-            ok: false,
-            spend: Cost::default(),
-            num_turns: 0,
-            text: String::new(),
-            error: None,
-            started_at,
-            ended_at: started_at,
-            attempts: 1,
-            errors: Vec::new(),
-            resumed: opts.resume.is_some(),
-            retired: Vec::new(),
-            context: 0,
-        };
+        let mut result = StepResult::new(step.clone(), opts.resume.is_some());
         self.emit(
             &agent,
             spec.role,
@@ -607,7 +596,7 @@ impl Runtime {
             .insert(step.clone(), meter.clone());
         self.track(&result, false);
         let abox = self.main_box(&agent, spec.role);
-        let mut run = AgentRun::new(
+        let run = AgentRun::new(
             self.clone(),
             spec.clone(),
             agent.clone(),
@@ -617,152 +606,19 @@ impl Runtime {
             abox.clone(),
         )
         .with_meter(Some(meter.clone()));
-        // Cost and turns of sessions retired by handoffs and compactions.
-        let mut retired_spend = Cost::default();
-        let mut retired_turns = 0;
-        let mut compactions = 0;
-        let mut next_prompt = prompt.to_string();
-        loop {
-            let end = run.turn(&next_prompt).await;
-            result.spend = retired_spend + run.spend();
-            result.num_turns = retired_turns + run.turns;
-            result.context = run.context_tokens;
-            result.errors.extend(run.take_errors());
-            result.session_id = Some(run.session_id().to_string());
-            match end {
-                LoopEnd::Done => {
-                    result.ok = true;
-                    result.text = run.final_text();
-                    break;
-                }
-                LoopEnd::Interrupted => {
-                    // Not a failed attempt: resume the same session with the human's words
-                    // (after they have been said, when the interrupt holds the run).
-                    self.held().await;
-                    let said = self.take_interrupt().unwrap_or_default();
-                    next_prompt = if said.trim().is_empty() {
-                        format!("继续。{INTERRUPT_NOTE}")
-                    } else {
-                        format!("{said}\n\n{INTERRUPT_NOTE}")
-                    };
-                    result.resumed = true;
-                }
-                LoopEnd::HandoffDue { prompt_too_long } => {
-                    let Some(window) = self.config.handoff_window else {
-                        result.error = Some(StepError::HandoffOff);
-                        break;
-                    };
-                    if result.retired.len() as u32 >= MAX_GENERATIONS {
-                        result.text = run.final_text();
-                        result.error = Some(StepError::Generations(MAX_GENERATIONS));
-                        break;
-                    }
-                    let doc = self
-                        .write_handoff(&mut run, &step, prompt, window, prompt_too_long)
-                        .await;
-                    result.errors.extend(run.take_errors());
-                    retired_spend += run.spend();
-                    retired_turns += run.turns;
-                    let old = run.session_id().to_string();
-                    let meta = SessionMeta {
-                        parent: Some(old.clone()),
-                        ..meta.clone()
-                    };
-                    let new_session = match self.store.create(&meta) {
-                        Ok(id) => id,
-                        Err(e) => {
-                            self.not_saved("会话", &e);
-                            result.error = Some(StepError::Store(e.to_string()));
-                            break;
-                        }
-                    };
-                    result.retired.push(old);
-                    run = AgentRun::new(
-                        self.clone(),
-                        spec.clone(),
-                        agent.clone(),
-                        0,
-                        new_session,
-                        Vec::new(),
-                        abox.clone(),
-                    )
-                    .with_meter(Some(meter.clone()));
-                    next_prompt = doc.successor_prompt();
-                    result.session_id = Some(run.session_id().to_string());
-                    if let Some(hook) = &opts.on_session {
-                        hook(run.session_id());
-                    }
-                    self.track(&result, false);
-                }
-                LoopEnd::CompactDue => {
-                    let window = self.config.compact_window.unwrap_or_default();
-                    compactions += 1;
-                    if compactions > crate::agent::compact::MAX_COMPACTIONS {
-                        result.text = run.final_text();
-                        result.error = Some(StepError::Compactions {
-                            count: crate::agent::compact::MAX_COMPACTIONS,
-                            window,
-                        });
-                        break;
-                    }
-                    let history = match self.compact(&mut run, window).await {
-                        Ok(h) => h,
-                        Err(e) => {
-                            result.text = run.final_text();
-                            result.error = Some(e);
-                            break;
-                        }
-                    };
-                    retired_spend += run.spend();
-                    retired_turns += run.turns;
-                    let old = run.session_id().to_string();
-                    let new_session = match self.seed_session(
-                        &SessionMeta {
-                            parent: Some(old.clone()),
-                            ..meta.clone()
-                        },
-                        &history,
-                    ) {
-                        Ok(id) => id,
-                        Err(e) => {
-                            self.not_saved("会话", &e);
-                            result.error = Some(StepError::Store(e.to_string()));
-                            break;
-                        }
-                    };
-                    result.retired.push(old);
-                    run = AgentRun::new(
-                        self.clone(),
-                        spec.clone(),
-                        agent.clone(),
-                        0,
-                        new_session,
-                        history,
-                        abox.clone(),
-                    )
-                    .with_meter(Some(meter.clone()));
-                    next_prompt = crate::agent::compact::CONTINUE_NOTE.to_string();
-                    result.session_id = Some(run.session_id().to_string());
-                    if let Some(hook) = &opts.on_session {
-                        hook(run.session_id());
-                    }
-                    self.track(&result, false);
-                }
-                LoopEnd::Failed(error) => {
-                    // The provider's retry policy already made every attempt it allows
-                    // (issue 26 §4: one owner of the count); trying the turn again here would
-                    // multiply them.
-                    result.text = run.final_text();
-                    result.error = Some(StepError::Model(error));
-                    break;
-                }
-                LoopEnd::Stopped(reason) => {
-                    result.text = run.final_text();
-                    result.error = Some(reason);
-                    break;
-                }
-            }
-        }
+        let mut step_run = StepRun {
+            rt: self,
+            spec,
+            agent: agent.clone(),
+            meta,
+            abox,
+            meter,
+            opts: &opts,
+            run,
+            retired_spend: Cost::default(),
+            retired_turns: 0,
+        };
+        step_run.drive(prompt, &mut result).await;
         self.finish(result, spec, &agent)
     }
 
@@ -791,7 +647,7 @@ impl Runtime {
     }
 
     /// A new session holding `history` (a compacted conversation), so a resume continues it.
-    fn seed_session(
+    pub(super) fn seed_session(
         &self,
         meta: &SessionMeta,
         history: &[crate::model::Message],
@@ -812,7 +668,7 @@ impl Runtime {
     ) -> Result<(String, Vec<crate::model::Message>), StepError> {
         let store_err = |e: crate::session::SessionError| {
             self.not_saved("会话", &e);
-            StepError::Store(e.to_string())
+            StepError::from(e)
         };
         if let Some(id) = resume {
             if self.store.meta(id).map_err(store_err)?.is_some() {

@@ -443,25 +443,8 @@ impl AgentRun {
             if ctx.cancel.is_cancelled() {
                 return LoopEnd::Interrupted;
             }
-            if let Some(max) = self.spec.max_turns {
-                if self.turns >= max {
-                    return LoopEnd::Stopped(StepError::TurnLimit(max));
-                }
-            }
-            if let Some(limit) = self.spec.max_budget_usd {
-                let spent = self.spend();
-                if spent.known_usd >= limit {
-                    return LoopEnd::Stopped(StepError::Budget { spent, limit });
-                }
-                if spent.unknown && !self.budget_warned {
-                    self.budget_warned = true;
-                    self.emit(EventKind::Warning {
-                        text: format!(
-                            "模型 {} 的价格未知,预算上限 ${limit} 只按已知花费执行",
-                            self.model()
-                        ),
-                    });
-                }
+            if let Some(limit) = self.limit_reached() {
+                return LoopEnd::Stopped(limit);
             }
             let turn = match self.call_model(ctx).await {
                 Ok(t) => t,
@@ -497,39 +480,8 @@ impl AgentRun {
                 self.repeats.observe(&[], &[]);
             }
             if calls.is_empty() && notes.is_empty() {
-                if self.spec.report_format && !self.report_retry_used {
-                    if let Err(problem) = check_report(&self.last_text) {
-                        self.report_retry_used = true;
-                        // Said on screen: the extra turn it costs is not a mystery (a
-                        // scripted worker without that turn fails on it).
-                        self.emit(EventKind::Warning {
-                            text: format!(
-                                "{} 的回话不是四段报告({problem}),让它按 结论 / 依据 / 产出 / 未验证 重写一次",
-                                self.agent
-                            ),
-                        });
-                        self.say(format!(
-                            "回话格式不对({problem})。按四段重写,总共不超过 {} 行:结论 / 依据 / 产出 / 未验证。只回这份报告。",
-                            guard::REPORT_MAX_LINES
-                        ));
-                        continue;
-                    }
-                }
-                // The plugins' Stop / SubagentStop hooks may keep it going (exit 2: their
-                // reason is its next message), a few times at most.
-                if stop_blocks < MAX_STOP_BLOCKS {
-                    let event = if self.depth == 0 {
-                        HookEvent::Stop
-                    } else {
-                        HookEvent::SubagentStop
-                    };
-                    let mut input = serde_json::Map::new();
-                    input.insert("stop_hook_active".into(), Value::Bool(stop_blocks > 0));
-                    if let (_, Some(reason)) = self.event_hooks(event, input, ctx).await {
-                        stop_blocks += 1;
-                        self.say(format!("[{} 钩子:{reason}]", event.as_str()));
-                        continue;
-                    }
+                if self.rewrite_report() || self.stop_hooked(ctx, &mut stop_blocks).await {
+                    continue;
                 }
                 return LoopEnd::Done;
             }
@@ -578,6 +530,77 @@ impl AgentRun {
                 return LoopEnd::CompactDue;
             }
         }
+    }
+
+    /// The agent's turn limit or budget, when reached (an unknown price is said once: the
+    /// budget then counts only what is known).
+    fn limit_reached(&mut self) -> Option<StepError> {
+        if let Some(max) = self.spec.max_turns {
+            if self.turns >= max {
+                return Some(StepError::TurnLimit(max));
+            }
+        }
+        let limit = self.spec.max_budget_usd?;
+        let spent = self.spend();
+        if spent.known_usd >= limit {
+            return Some(StepError::Budget { spent, limit });
+        }
+        if spent.unknown && !self.budget_warned {
+            self.budget_warned = true;
+            self.emit(EventKind::Warning {
+                text: format!(
+                    "模型 {} 的价格未知,预算上限 ${limit} 只按已知花费执行",
+                    self.model()
+                ),
+            });
+        }
+        None
+    }
+
+    /// A worker's answer that is not the four-part report is sent back once to be rewritten;
+    /// true when it was.
+    fn rewrite_report(&mut self) -> bool {
+        if !self.spec.report_format || self.report_retry_used {
+            return false;
+        }
+        let Err(problem) = check_report(&self.last_text) else {
+            return false;
+        };
+        self.report_retry_used = true;
+        // Said on screen: the extra turn it costs is not a mystery (a scripted worker without
+        // that turn fails on it).
+        self.emit(EventKind::Warning {
+            text: format!(
+                "{} 的回话不是四段报告({problem}),让它按 结论 / 依据 / 产出 / 未验证 重写一次",
+                self.agent
+            ),
+        });
+        self.say(format!(
+            "回话格式不对({problem})。按四段重写,总共不超过 {} 行:结论 / 依据 / 产出 / 未验证。只回这份报告。",
+            guard::REPORT_MAX_LINES
+        ));
+        true
+    }
+
+    /// The plugins' Stop / SubagentStop hooks may keep the agent going (exit 2: their reason
+    /// is its next message), a few times at most; true when one did.
+    async fn stop_hooked(&mut self, ctx: &ToolContext, blocks: &mut u32) -> bool {
+        if *blocks >= MAX_STOP_BLOCKS {
+            return false;
+        }
+        let event = if self.depth == 0 {
+            HookEvent::Stop
+        } else {
+            HookEvent::SubagentStop
+        };
+        let mut input = serde_json::Map::new();
+        input.insert("stop_hook_active".into(), Value::Bool(*blocks > 0));
+        let (_, Some(reason)) = self.event_hooks(event, input, ctx).await else {
+            return false;
+        };
+        *blocks += 1;
+        self.say(format!("[{} 钩子:{reason}]", event.as_str()));
+        true
     }
 
     /// Handoffs off, main thread at `window − 33000` (flower's fallback: the SDK's

@@ -87,14 +87,4 @@ impl AgentSpec {
     pub fn needs_sandbox(&self) -> bool {
         self.has(ToolName::Bash) || self.wants_mcp()
     }
-
-    /// Builder-style: replace the tool list.
-    pub fn with_tools<I, S>(mut self, tools: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.tools = tools.into_iter().map(Into::into).collect();
-        self
-    }
 }

@@ -28,17 +28,12 @@ impl Workbench {
     /// Where the workbench of `workspace` lives: `<ws>/.flower`, or with `isolate`
     /// `<ws parent>/.flower-<ws name>` (outside the repository, seed 000).
     pub fn locate(workspace: &Path, isolate: bool) -> PathBuf {
-        if isolate {
-            let name = workspace
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            workspace
-                .parent()
-                .unwrap_or(workspace)
-                .join(format!(".flower-{name}"))
-        } else {
-            workspace.join(".flower")
+        use crate::record::layout::WORKBENCH;
+        match (isolate, workspace.parent(), workspace.file_name()) {
+            (true, Some(parent), Some(name)) => {
+                parent.join(format!("{WORKBENCH}-{}", name.to_string_lossy()))
+            }
+            _ => workspace.join(WORKBENCH),
         }
     }
 

@@ -205,9 +205,10 @@ fn reconfigure_after_refusal(
     interactive: bool,
     io: &mut Io<'_>,
 ) -> Result<ExitStatus, CliError> {
-    let Err(CliError::Flow(FlowError::CredentialsRefused { step, message })) = result else {
+    let Err(CliError::Flow(FlowError::CredentialsRefused { step, refusal })) = result else {
         return result;
     };
+    let message = refusal.to_string();
     tracing::warn!(%step, %message, "credentials refused during the run");
     if !interactive {
         return Err(CliError::Creds(creds::CredsError::Refused {

@@ -18,13 +18,13 @@
 use std::io::Write;
 
 use super::error::{CliError, ExitStatus};
-use super::options::{DoctorOptions, GcOptions, GlobalOptions, GoOptions, OnceOptions, RunOptions};
-use super::services::{frontend, go_settings, once_settings, run_settings, sandbox_backend};
+use super::options::{DoctorOptions, GcOptions, GlobalOptions, RunOptions};
+use super::services::{frontend, run_settings, sandbox_backend};
 use super::target::TargetError;
 use crate::creds::Credentials;
-use crate::flow::runfile::RunFileSettings;
+use crate::flow::once::OnceSettings;
 use crate::flow::wake::WakeState;
-use crate::flow::{FlowError, RunEnd};
+use crate::flow::{FlowError, GoSettings, RunEnd};
 use crate::term::PlainFrontend;
 
 /// How a run ended, as the process ends.
@@ -63,20 +63,19 @@ pub async fn open(
 /// `notes/archive/<YYYYmmdd-HHMMSS>/`) before starting. `wake` is the directory's wake probe,
 /// the one the start prompt was decided by. `settings` come from [`open`].
 pub async fn go(
-    opts: GoOptions,
+    opts: GoSettings,
     globals: GlobalOptions,
     settings: crate::flow::RunSettings,
     wake: WakeState,
 ) -> Result<ExitStatus, CliError> {
-    let end =
-        crate::flow::starter::go(&settings, go_settings(opts), wake, frontend(&globals)).await?;
+    let end = crate::flow::starter::go(&settings, &opts, wake, frontend(&globals)).await?;
     Ok(status(end))
 }
 
 /// `flowerbox run TARGET`, loaded: the target and what its table declares.
 pub struct LoadedRun {
     target: super::target::RunTarget,
-    run: RunFileSettings,
+    run: crate::flow::runfile::RunFileSettings,
     declared: crate::flow::declarative::Declared,
 }
 
@@ -89,15 +88,8 @@ pub fn load_run(
 ) -> Result<LoadedRun, CliError> {
     let RunOptions {
         target,
-        workbench,
-        trim,
+        settings: run,
     } = opts;
-    let run = RunFileSettings {
-        name: target.name.clone(),
-        table: target.workflow.clone(),
-        workbench,
-        trim,
-    };
     match crate::flow::runfile::load(settings, &run) {
         Ok(declared) => Ok(LoadedRun {
             target,
@@ -124,7 +116,7 @@ pub async fn run(
     settings
         .watched
         .push(super::services::watched_workflow(&target.file));
-    let end = crate::flow::runfile::run(&settings, run, declared, frontend(&globals)).await?;
+    let end = crate::flow::runfile::run(&settings, &run, declared, frontend(&globals)).await?;
     Ok(status(end))
 }
 
@@ -132,19 +124,22 @@ pub async fn run(
 /// (questions time out at once). Plain output, also on a terminal. `settings` come from
 /// [`open`], checked by [`check_once`] before.
 pub async fn once(
-    opts: OnceOptions,
+    opts: OnceSettings,
     globals: GlobalOptions,
     settings: crate::flow::RunSettings,
 ) -> Result<ExitStatus, CliError> {
     let plain = std::sync::Arc::new(PlainFrontend::stdout(globals.verbose));
-    let end = crate::flow::once::once(&settings, once_settings(opts), plain).await?;
+    let end = crate::flow::once::once(&settings, &opts, plain).await?;
     Ok(status(end))
 }
 
 /// What `once` checks before anything opens: every `-t mcp__…` entry names a configured server.
 ///
 /// Errors: [`CliError::Usage`] naming the entry.
-pub fn check_once(opts: &OnceOptions, settings: &crate::flow::RunSettings) -> Result<(), CliError> {
+pub fn check_once(
+    opts: &OnceSettings,
+    settings: &crate::flow::RunSettings,
+) -> Result<(), CliError> {
     super::services::check_mcp_entries(&opts.tools, &settings.mcp_servers)
 }
 

@@ -28,10 +28,7 @@ use std::path::PathBuf;
 pub use app::{Exit, Hooks, Io};
 pub use error::{CliError, ExitStatus};
 pub use host::Host;
-pub use options::{
-    CommandOptions, DoctorOptions, GcOptions, GlobalOptions, GoOptions, OnceOptions, Options,
-    RunOptions,
-};
+pub use options::{CommandOptions, DoctorOptions, GcOptions, GlobalOptions, Options, RunOptions};
 
 /// The binary's whole life: reads the real process (argv, environment, cwd, stdin), runs one
 /// invocation on a tokio runtime and returns the exit code. Dies by the signal instead when the

@@ -1,5 +1,8 @@
 //! Validated options: the clap types of [`super::args`] become these in ONE place
 //! ([`Options::resolve`]), with every field destructured so a new switch cannot be forgotten.
+//! A command's switches resolve straight into the settings type of the layer that runs it
+//! ([`GoSettings`], [`OnceSettings`], [`RunFileSettings`]), which borrows them: a new switch
+//! is its clap field and its settings field, nothing copies it in between.
 //!
 //! Edge semantics (seed 000, "`go` 的 11 个开关", and DESIGN.md's deliberate differences):
 //! `--rounds 0` ≡ 1, a negative `--rounds` is exit 2; `--image ''` is exit 2; `once ''` is
@@ -19,6 +22,9 @@ use super::egress::egress_policy;
 use super::error::CliError;
 use super::host::Host;
 use super::target::{self, RunTarget, TargetError};
+use crate::flow::once::OnceSettings;
+use crate::flow::runfile::RunFileSettings;
+use crate::flow::GoSettings;
 use crate::isolate::IsolateError;
 use crate::model::ToolName;
 #[cfg(test)]
@@ -54,7 +60,7 @@ pub struct GlobalOptions {
     pub cwd: PathBuf,
     /// `-v`.
     pub verbose: bool,
-    /// `-W` as given (see [`GoOptions::workbench`], [`RunOptions::workbench`]).
+    /// `-W` as given (see [`GoSettings::workbench`], [`RunFileSettings::workbench`]).
     pub workbench: bool,
     /// `-T` as given (see the per-command `trim`).
     pub trim: bool,
@@ -83,79 +89,14 @@ pub struct GlobalOptions {
     pub bounds: super::bounds::Bounds,
 }
 
-/// `go`, resolved.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GoOptions {
-    /// The request. Filled by the start prompt when not given; `None` when it reaches
-    /// [`super::entry::go`] means "continue last time" (only possible on a woken directory).
-    pub ask: Option<String>,
-    /// `--asks`: `None` = unlimited (any negative), `Some(0)` = no questions allowed.
-    pub asks: Option<u64>,
-    /// `--rounds`: total work rounds, at least 1 (`0` ≡ `1`). Retries = rounds − 1.
-    pub rounds: u32,
-    /// Not `--no-goal`: write `目标.md` and judge every round.
-    pub goal: bool,
-    /// `--judge-can-run`.
-    pub judge_can_run: bool,
-    /// `--timeout`: how long a question waits. `ZERO` = fully automatic (also for any negative
-    /// value); `Duration::MAX` for an infinite value.
-    pub timeout: Duration,
-    /// `--isolate` (the workspace was checked to be a git repository).
-    pub isolate: bool,
-    /// `--window`: `None` = the model's ([`crate::record::handoff::context_window`]); always
-    /// positive.
-    pub window: Option<u64>,
-    /// Not `--no-handoff`.
-    pub handoff: bool,
-    /// `--new` (or `/new` typed at the start prompt): archive the previous run first.
-    pub new: bool,
-    /// `--clarify-only`.
-    pub clarify_only: bool,
-    /// `--check` (repeatable): commands run before every judge round besides the goal's.
-    pub checks: Vec<String>,
-    /// `--probe-checks`: after green checks, plant a defect in a copy and run them again.
-    pub probe_checks: bool,
-    /// Trim on resume: on unless `--no-trim` (`-T` agrees with the default).
-    pub trim: bool,
-    /// The workbench go always carries: `<workspace>/.flower/`, or with `--isolate`
-    /// `<workspace parent>/.flower-<workspace name>/`.
-    pub workbench: PathBuf,
-}
-
-/// `run`, resolved.
+/// `run`, resolved: the loaded target (named in errors, its file watched) and the workflow's
+/// settings.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunOptions {
     /// The loaded target (file, name, table).
     pub target: RunTarget,
-    /// With `-W`: `<run_dir>/workbench/`, used when the workflow carries no workbench itself.
-    pub workbench: Option<PathBuf>,
-    /// `-T`.
-    pub trim: bool,
-}
-
-/// `once`, resolved.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OnceOptions {
-    /// The prompt.
-    pub prompt: String,
-    /// `-i`: appended after the system prompt; empty = none.
-    pub instructions: String,
-    /// `-t`: the tool allowlist, names from [`ONCE_TOOLS`] and MCP entries (`mcp__*`,
-    /// `mcp__<server>`, `mcp__<server>__<tool>`), in order, without duplicates. Without `-t`:
-    /// [`ONCE_DEFAULT_TOOLS`].
-    pub tools: Vec<String>,
-    /// `-p`.
-    pub permission_mode: PermissionMode,
-    /// `-b`: dollar budget; `None` = no limit. Never negative.
-    pub budget_usd: Option<f64>,
-    /// `--resume SESSION_ID`.
-    pub resume: Option<String>,
-    /// `--fork` (only with `--resume`; clap enforces it).
-    pub fork: bool,
-    /// With `-W`: `<run_dir>/workbench/`.
-    pub workbench: Option<PathBuf>,
-    /// `-T`.
-    pub trim: bool,
+    /// What the workflow layer runs (`-W`, `-T` resolved into it).
+    pub settings: RunFileSettings,
 }
 
 /// `doctor`, resolved (no switches yet).
@@ -173,12 +114,12 @@ pub struct GcOptions {
 /// One subcommand's options.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CommandOptions {
-    /// `go`.
-    Go(GoOptions),
+    /// `go`: resolved straight into the workflow's settings.
+    Go(GoSettings),
     /// `run`.
     Run(RunOptions),
-    /// `once`.
-    Once(OnceOptions),
+    /// `once`: resolved straight into the agent's settings.
+    Once(OnceSettings),
     /// `setup` (no options).
     Setup,
     /// `doctor`.
@@ -212,9 +153,9 @@ impl Options {
         );
         let global = GlobalOptions::resolve(global, host, create)?;
         let command = match command {
-            CommandArgs::Go(args) => CommandOptions::Go(GoOptions::resolve(args, &global)?),
+            CommandArgs::Go(args) => CommandOptions::Go(go_settings(args, &global)?),
             CommandArgs::Run(args) => CommandOptions::Run(RunOptions::resolve(args, &global)?),
-            CommandArgs::Once(args) => CommandOptions::Once(OnceOptions::resolve(args, &global)?),
+            CommandArgs::Once(args) => CommandOptions::Once(once_settings(args, &global)?),
             CommandArgs::Setup => CommandOptions::Setup,
             CommandArgs::Doctor(DoctorArgs {}) => CommandOptions::Doctor(DoctorOptions {}),
             CommandArgs::Gc(GcArgs {}) => CommandOptions::Gc(GcOptions {
@@ -263,7 +204,7 @@ impl GlobalOptions {
             Some(dir) => {
                 crate::fsroot::own::trusted_dir(&normalize(&host.cwd.join(dir)), &workspace)
             }
-            None => workspace.join("runs"),
+            None => crate::record::layout::default_run_dir(&workspace),
         };
         if image.as_deref().is_some_and(|i| i.trim().is_empty()) {
             return Err(CliError::Usage(
@@ -332,99 +273,88 @@ impl GlobalOptions {
     }
 }
 
-impl GoOptions {
-    fn resolve(args: GoArgs, global: &GlobalOptions) -> Result<Self, CliError> {
-        let GoArgs {
-            ask,
-            asks,
-            rounds,
-            no_goal,
-            judge_can_run,
-            timeout,
-            isolate,
-            window,
-            no_handoff,
-            new,
-            clarify_only,
-            no_trim,
-            checks,
-            probe_checks,
-        } = args;
-        if global.trim && no_trim {
-            return Err(CliError::Usage(
-                "-T/--trim 和 --no-trim 矛盾:go 上裁剪默认就开,要关只写 --no-trim。".into(),
-            ));
-        }
-        if rounds < 0 {
+/// `go`'s switches, validated, as the workflow's settings (the one copy of them).
+fn go_settings(args: GoArgs, global: &GlobalOptions) -> Result<GoSettings, CliError> {
+    let GoArgs {
+        ask,
+        asks,
+        rounds,
+        no_goal,
+        judge_can_run,
+        timeout,
+        isolate,
+        window,
+        no_handoff,
+        new,
+        clarify_only,
+        no_trim,
+        checks,
+        probe_checks,
+    } = args;
+    if global.trim && no_trim {
+        return Err(CliError::Usage(
+            "-T/--trim 和 --no-trim 矛盾:go 上裁剪默认就开,要关只写 --no-trim。".into(),
+        ));
+    }
+    if rounds < 0 {
+        return Err(CliError::Usage(format!(
+            "--rounds {rounds} 不行:轮数要是不小于 0 的整数(0 和 1 一样,都跑 1 轮)。"
+        )));
+    }
+    let window = match window {
+        None => None,
+        Some(w) if w > 0 => Some(w as u64),
+        Some(w) => {
             return Err(CliError::Usage(format!(
-                "--rounds {rounds} 不行:轮数要是不小于 0 的整数(0 和 1 一样,都跑 1 轮)。"
-            )));
+            "--window {w} 不行:上下文窗口要是正整数(token 数)。想用模型自己的窗口就别写 --window。"
+        )))
         }
-        let window = match window {
-            None => None,
-            Some(w) if w > 0 => Some(w as u64),
-            Some(w) => {
-                return Err(CliError::Usage(format!(
-                "--window {w} 不行:上下文窗口要是正整数(token 数)。想用模型自己的窗口就别写 --window。"
-            )))
-            }
-        };
-        // Like `git rev-parse`: a directory inside a repository's work tree is in a repository
-        // (the isolation maps it into each worktree). Other refusals (bare, unborn, an unknown
-        // extension) come later with their own message.
-        if isolate
-            && matches!(git2::Repository::discover(&global.workspace),
+    };
+    // Like `git rev-parse`: a directory inside a repository's work tree is in a repository
+    // (the isolation maps it into each worktree). Other refusals (bare, unborn, an unknown
+    // extension) come later with their own message.
+    if isolate
+        && matches!(git2::Repository::discover(&global.workspace),
                         Err(ref e) if e.code() == git2::ErrorCode::NotFound)
-        {
-            return Err(CliError::Isolate(IsolateError::NotARepository(
-                global.workspace.clone(),
-            )));
-        }
-        if !checks.is_empty() && no_goal {
-            return Err(CliError::Usage(
-                "--check 和 --no-goal 矛盾:检查在每轮判定前跑,没有目标就没有判定。".into(),
-            ));
-        }
-        if probe_checks && no_goal {
-            return Err(CliError::Usage(
-                "--probe-checks 和 --no-goal 矛盾:探针跟在每轮判定前的检查后面,没有目标就没有判定。"
-                    .into(),
-            ));
-        }
-        if let Some(blank) = checks.iter().position(|c| c.trim().is_empty()) {
-            return Err(CliError::Usage(format!(
-                "第 {} 个 --check 是空的:要写一条命令,例如 --check 'make test'。",
-                blank + 1
-            )));
-        }
-        Ok(Self {
-            ask: ask.filter(|a| !a.trim().is_empty()),
-            asks: u64::try_from(asks).ok(),
-            rounds: u32::try_from(rounds.max(1)).unwrap_or(u32::MAX),
-            goal: !no_goal,
-            judge_can_run,
-            timeout: seconds(timeout, "--timeout")?,
-            isolate,
-            window,
-            handoff: !no_handoff,
-            new,
-            clarify_only,
-            checks,
-            probe_checks,
-            trim: !no_trim,
-            workbench: go_workbench(&global.workspace, isolate),
-        })
+    {
+        return Err(CliError::Isolate(IsolateError::NotARepository(
+            global.workspace.clone(),
+        )));
     }
-
-    /// Retries after the first round (`rounds − 1`).
-    pub fn retries(&self) -> u32 {
-        self.rounds - 1
+    if !checks.is_empty() && no_goal {
+        return Err(CliError::Usage(
+            "--check 和 --no-goal 矛盾:检查在每轮判定前跑,没有目标就没有判定。".into(),
+        ));
     }
-
-    /// True when questions settle as `timeout` at once (`--timeout` ≤ 0).
-    pub fn fully_automatic(&self) -> bool {
-        self.timeout.is_zero()
+    if probe_checks && no_goal {
+        return Err(CliError::Usage(
+            "--probe-checks 和 --no-goal 矛盾:探针跟在每轮判定前的检查后面,没有目标就没有判定。"
+                .into(),
+        ));
     }
+    if let Some(blank) = checks.iter().position(|c| c.trim().is_empty()) {
+        return Err(CliError::Usage(format!(
+            "第 {} 个 --check 是空的:要写一条命令,例如 --check 'make test'。",
+            blank + 1
+        )));
+    }
+    Ok(GoSettings {
+        ask: ask.filter(|a| !a.trim().is_empty()),
+        asks: u64::try_from(asks).ok(),
+        rounds: u32::try_from(rounds.max(1)).unwrap_or(u32::MAX),
+        goal: !no_goal,
+        judge_can_run,
+        timeout: seconds(timeout, "--timeout")?,
+        isolate,
+        window,
+        handoff: !no_handoff,
+        new,
+        clarify_only,
+        checks,
+        probe_checks,
+        trim: !no_trim,
+        workbench: crate::agent::Workbench::locate(&global.workspace, isolate),
+    })
 }
 
 impl RunOptions {
@@ -444,53 +374,62 @@ impl RunOptions {
         {
             return Err(TargetError::declared(&target, e).into());
         }
-        Ok(Self {
-            target,
+        let settings = RunFileSettings {
+            name: target.name.clone(),
+            table: target.workflow.clone(),
             workbench,
             trim: global.trim,
-        })
+        };
+        Ok(Self { target, settings })
     }
 }
 
-impl OnceOptions {
-    fn resolve(args: OnceArgs, global: &GlobalOptions) -> Result<Self, CliError> {
-        let OnceArgs {
-            prompt,
-            instructions,
-            tools,
-            permission_mode,
-            budget,
-            resume,
-            fork,
-        } = args;
-        let budget_usd = match budget {
-            Some(b) if b.is_nan() || b < 0.0 => {
-                return Err(CliError::Usage(format!(
-                    "-b/--budget {b} 不行:预算要是不小于 0 的美元数。"
-                )))
-            }
-            other => other,
-        };
-        let permission_mode = PermissionMode::from_name(&permission_mode)
-            .ok_or_else(|| CliError::Usage(format!("-p {permission_mode} 不认识")))?;
-        if prompt.trim().is_empty() {
-            return Err(CliError::EmptyOncePrompt);
+/// `once`'s switches, validated, as the agent's settings. There is no interactive approval in
+/// flowerbox (every tool is whitelisted and sandboxed), so `default`, `acceptEdits` and
+/// `bypassPermissions` run the `-t` tools as given; `plan` means "change nothing".
+fn once_settings(args: OnceArgs, global: &GlobalOptions) -> Result<OnceSettings, CliError> {
+    let OnceArgs {
+        prompt,
+        instructions,
+        tools,
+        permission_mode,
+        budget,
+        resume,
+        fork,
+    } = args;
+    let budget_usd = match budget {
+        Some(b) if b.is_nan() || b < 0.0 => {
+            return Err(CliError::Usage(format!(
+                "-b/--budget {b} 不行:预算要是不小于 0 的美元数。"
+            )))
         }
-        Ok(Self {
-            prompt,
-            instructions,
-            tools: match tools {
-                Some(list) => parse_tools(&list)?,
-                None => ONCE_DEFAULT_TOOLS.map(String::from).to_vec(),
-            },
-            permission_mode,
-            budget_usd,
-            resume,
-            fork,
-            workbench: global.workbench.then(|| global.run_dir.join("workbench")),
-            trim: global.trim,
-        })
+        other => other,
+    };
+    let permission_mode = PermissionMode::from_name(&permission_mode)
+        .ok_or_else(|| CliError::Usage(format!("-p {permission_mode} 不认识")))?;
+    if prompt.trim().is_empty() {
+        return Err(CliError::EmptyOncePrompt);
     }
+    let change_nothing = match permission_mode {
+        PermissionMode::Plan => true,
+        PermissionMode::Default
+        | PermissionMode::AcceptEdits
+        | PermissionMode::BypassPermissions => false,
+    };
+    Ok(OnceSettings {
+        prompt,
+        instructions,
+        tools: match tools {
+            Some(list) => parse_tools(&list)?,
+            None => ONCE_DEFAULT_TOOLS.map(String::from).to_vec(),
+        },
+        change_nothing,
+        budget_usd,
+        resume,
+        fork,
+        workbench: global.workbench.then(|| global.run_dir.join("workbench")),
+        trim: global.trim,
+    })
 }
 
 /// `-t`'s comma list: trimmed, empties dropped, duplicates dropped, names checked.
@@ -522,17 +461,6 @@ fn seconds(value: f64, switch: &str) -> Result<Duration, CliError> {
         return Err(CliError::Usage(format!("{switch} 要是秒数,不能是 NaN。")));
     }
     Ok(Duration::try_from_secs_f64(value.max(0.0)).unwrap_or(Duration::MAX))
-}
-
-/// `go`'s workbench (seed 000, "`.flower/`"): inside the workspace, or next to it with
-/// `--isolate` (a worktree is private; the workbench is shared).
-pub fn go_workbench(workspace: &Path, isolate: bool) -> PathBuf {
-    match (isolate, workspace.parent(), workspace.file_name()) {
-        (true, Some(parent), Some(name)) => {
-            parent.join(format!(".flower-{}", name.to_string_lossy()))
-        }
-        _ => workspace.join(".flower"),
-    }
 }
 
 /// Removes `.` and resolves `..` lexically (the path may not exist yet).
@@ -579,7 +507,7 @@ mod tests {
         Options::resolve(cli, host)
     }
 
-    fn go(host: &Host, args: &[&str]) -> GoOptions {
+    fn go(host: &Host, args: &[&str]) -> GoSettings {
         match resolve(host, args).unwrap().command {
             CommandOptions::Go(g) => g,
             other => panic!("{other:?}"),
@@ -625,7 +553,6 @@ mod tests {
         assert_eq!(g.ask, None);
         assert_eq!(g.asks, None);
         assert_eq!(g.rounds, 3);
-        assert_eq!(g.retries(), 2);
         assert!(g.goal && g.handoff && g.trim);
         assert!(!g.judge_can_run && !g.isolate && !g.new && !g.clarify_only);
         assert_eq!(g.timeout, Duration::from_secs(1800));
@@ -885,7 +812,7 @@ mod tests {
         };
         // flower's three, and the project's MCP tools (sandboxed like Bash).
         assert_eq!(once.tools, ["Read", "Glob", "Grep", "mcp__*"]);
-        assert_eq!(once.permission_mode, PermissionMode::Default);
+        assert!(!once.change_nothing);
         assert_eq!(once.budget_usd, None);
         assert_eq!(once.instructions, "");
         assert_eq!(once.workbench, Some(e.host.cwd.join("runs/workbench")));
@@ -912,14 +839,24 @@ mod tests {
             panic!()
         };
         assert_eq!(once.tools, ["Bash", "Read"]);
-        assert_eq!(once.permission_mode, PermissionMode::AcceptEdits);
+        assert!(!once.change_nothing);
         assert_eq!(once.budget_usd, Some(0.5));
         assert_eq!(once.resume.as_deref(), Some("s1"));
         assert!(once.fork);
         assert_eq!(once.instructions, "be brief");
         assert_eq!(once.workbench, None);
-        for mode in ["default", "plan", "bypassPermissions"] {
-            assert!(resolve(&e.host, &["once", "hi", "-p", mode]).is_ok());
+        for (mode, change_nothing) in [
+            ("default", false),
+            ("plan", true),
+            ("bypassPermissions", false),
+        ] {
+            let CommandOptions::Once(once) = resolve(&e.host, &["once", "hi", "-p", mode])
+                .unwrap()
+                .command
+            else {
+                panic!()
+            };
+            assert_eq!(once.change_nothing, change_nothing, "{mode}");
         }
         // An explicitly empty list is an empty whitelist (flower's `-t ''` too: nothing is
         // pre-approved), not the default three: the agent only answers.
@@ -1014,7 +951,10 @@ mod tests {
             panic!()
         };
         assert_eq!(run.target.file, e.host.cwd.join("flows.toml"));
-        assert_eq!(run.workbench, Some(e.host.cwd.join("runs/workbench")));
+        assert_eq!(
+            run.settings.workbench,
+            Some(e.host.cwd.join("runs/workbench"))
+        );
         let err = resolve(&e.host, &["run", "flows"]).unwrap_err();
         assert_eq!(err.exit_code(), 1);
         // The declaration is checked here, before any credential is looked up.

@@ -7,14 +7,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::args::{PermissionMode, SandboxKind};
+use super::args::SandboxKind;
 use super::error::CliError;
-use super::options::{GlobalOptions, GoOptions, OnceOptions};
+use super::options::GlobalOptions;
 use crate::creds::Credentials;
 use crate::flow::frontend::Frontend;
-use crate::flow::once::OnceSettings;
 use crate::flow::watch::Watched;
-use crate::flow::{GoSettings, RunSettings};
+use crate::flow::RunSettings;
 use crate::mcp::{names, ServerConfig};
 use crate::sandbox::docker::DockerBackend;
 use crate::sandbox::host::HostBackend;
@@ -216,78 +215,6 @@ pub fn frontend(globals: &GlobalOptions) -> Arc<dyn Frontend> {
         }
     }
     Arc::new(PlainFrontend::stdout(globals.verbose))
-}
-
-/// `go`'s resolved switches as the workflow's settings.
-pub fn go_settings(opts: GoOptions) -> GoSettings {
-    let GoOptions {
-        ask,
-        asks,
-        rounds,
-        goal,
-        judge_can_run,
-        timeout,
-        isolate,
-        window,
-        handoff,
-        new,
-        clarify_only,
-        checks,
-        probe_checks,
-        trim,
-        workbench,
-    } = opts;
-    GoSettings {
-        ask,
-        asks,
-        rounds,
-        goal,
-        judge_can_run,
-        timeout,
-        isolate,
-        window,
-        handoff,
-        new,
-        clarify_only,
-        checks,
-        probe_checks,
-        trim,
-        workbench,
-    }
-}
-
-/// `once`'s resolved switches as the agent's settings. There is no interactive approval in
-/// flowerbox (every tool is whitelisted and sandboxed), so `default`, `acceptEdits` and
-/// `bypassPermissions` run the `-t` tools as given; `plan` means "change nothing".
-pub fn once_settings(opts: OnceOptions) -> OnceSettings {
-    let OnceOptions {
-        prompt,
-        instructions,
-        tools,
-        permission_mode,
-        budget_usd,
-        resume,
-        fork,
-        workbench,
-        trim,
-    } = opts;
-    let change_nothing = match permission_mode {
-        PermissionMode::Plan => true,
-        PermissionMode::Default
-        | PermissionMode::AcceptEdits
-        | PermissionMode::BypassPermissions => false,
-    };
-    OnceSettings {
-        prompt,
-        instructions,
-        tools,
-        change_nothing,
-        budget_usd,
-        resume,
-        fork,
-        workbench,
-        trim,
-    }
 }
 
 /// Claude Code's model aliases in agent types (`sonnet`, `opus`, `haiku`) as Claude Code

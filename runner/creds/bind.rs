@@ -25,7 +25,7 @@ use super::warning::{DotenvSkip, DotenvWarning};
 use crate::model::config::{credential_variable, endpoint_variable, ProviderKind};
 
 /// The key that picks the provider.
-const PROVIDER_KEY: &str = "FLOWERBOX_PROVIDER";
+const PROVIDER_KEY: &str = super::var::FLOWERBOX_PROVIDER;
 
 /// One endpoint choice the binding refuses: the layer and key of the choice, the credential
 /// that would have been sent and the layer it comes from.

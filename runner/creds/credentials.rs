@@ -242,7 +242,7 @@ impl Credentials {
     ///
     /// Errors: [`CredsError::UnknownProvider`] for any other value (never a silent default).
     pub fn provider(&self) -> Result<ProviderKind, CredsError> {
-        match self.get("FLOWERBOX_PROVIDER") {
+        match self.get(super::var::FLOWERBOX_PROVIDER) {
             None => Ok(ProviderKind::Anthropic),
             Some(v) => {
                 ProviderKind::parse(v).ok_or_else(|| CredsError::UnknownProvider(v.to_string()))

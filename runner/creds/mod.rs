@@ -28,34 +28,33 @@ pub use error::{CredsError, Refusal};
 pub use probe::{ProbeSettings, Verdict};
 pub use warning::{DotenvSkip, DotenvWarning};
 
-/// The official Anthropic key (sent as `x-api-key`).
-pub const ANTHROPIC_API_KEY: &str = "ANTHROPIC_API_KEY";
-/// A gateway token (sent as `authorization: Bearer`, used when there is no API key).
-pub const ANTHROPIC_AUTH_TOKEN: &str = "ANTHROPIC_AUTH_TOKEN";
+/// The variables' names (the model layer's, their one home).
+pub use crate::model::config::var;
+pub use crate::model::config::var::{ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN};
 
 /// flower's 9 credential keys: the only keys borrowed from `~/.claude/settings*.json`.
 pub const CREDENTIAL_KEYS: [&str; 9] = [
     ANTHROPIC_API_KEY,
     ANTHROPIC_AUTH_TOKEN,
-    "ANTHROPIC_BASE_URL",
-    "ANTHROPIC_MODEL",
-    "ANTHROPIC_DEFAULT_OPUS_MODEL",
-    "ANTHROPIC_DEFAULT_SONNET_MODEL",
-    "ANTHROPIC_DEFAULT_HAIKU_MODEL",
-    "CLAUDE_CODE_SUBAGENT_MODEL",
-    "CLAUDE_CODE_EFFORT_LEVEL",
+    var::ANTHROPIC_BASE_URL,
+    var::ANTHROPIC_MODEL,
+    var::ANTHROPIC_DEFAULT_OPUS_MODEL,
+    var::ANTHROPIC_DEFAULT_SONNET_MODEL,
+    var::ANTHROPIC_DEFAULT_HAIKU_MODEL,
+    var::CLAUDE_CODE_SUBAGENT_MODEL,
+    var::CLAUDE_CODE_EFFORT_LEVEL,
 ];
 
 /// flowerbox's own keys, looked up through the environment and `.env` files (not through
 /// Claude Code's settings): `FLOWERBOX_PROVIDER` (`anthropic` | `openai`), the
 /// OpenAI-compatible endpoint, and the model-call knobs (`model::config`).
 pub const FLOWERBOX_KEYS: [&str; 6] = [
-    "FLOWERBOX_PROVIDER",
-    "OPENAI_BASE_URL",
-    "OPENAI_API_KEY",
-    "OPENAI_MODEL",
-    "FLOWERBOX_OPENAI_STREAM",
-    "FLOWERBOX_MAX_TOKENS",
+    var::FLOWERBOX_PROVIDER,
+    var::OPENAI_BASE_URL,
+    var::OPENAI_API_KEY,
+    var::OPENAI_MODEL,
+    var::FLOWERBOX_OPENAI_STREAM,
+    var::FLOWERBOX_MAX_TOKENS,
 ];
 
 /// Every key a lookup resolves, in display order.

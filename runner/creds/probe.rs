@@ -56,8 +56,8 @@ pub enum Verdict {
 /// [`FALLBACK_MODEL`].
 pub fn probe_model(creds: &Credentials) -> &str {
     creds
-        .get("ANTHROPIC_DEFAULT_HAIKU_MODEL")
-        .or_else(|| creds.get("ANTHROPIC_MODEL"))
+        .get(super::var::ANTHROPIC_DEFAULT_HAIKU_MODEL)
+        .or_else(|| creds.get(super::var::ANTHROPIC_MODEL))
         .unwrap_or(FALLBACK_MODEL)
 }
 

@@ -58,13 +58,13 @@ impl Answers {
             pairs.push((key, self.token.clone()));
         }
         if !self.base_url.is_empty() {
-            pairs.push(("ANTHROPIC_BASE_URL", self.base_url.clone()));
+            pairs.push((super::var::ANTHROPIC_BASE_URL, self.base_url.clone()));
         }
         if !self.model.is_empty() {
             for key in [
-                "ANTHROPIC_MODEL",
-                "ANTHROPIC_DEFAULT_OPUS_MODEL",
-                "ANTHROPIC_DEFAULT_SONNET_MODEL",
+                super::var::ANTHROPIC_MODEL,
+                super::var::ANTHROPIC_DEFAULT_OPUS_MODEL,
+                super::var::ANTHROPIC_DEFAULT_SONNET_MODEL,
             ] {
                 pairs.push((key, self.model.clone()));
             }

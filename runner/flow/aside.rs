@@ -72,10 +72,13 @@ impl AsideSetup {
     pub fn open(run_dir: &Path, run_id: &str) -> Result<AsideSetup, SessionError> {
         let dir = Self::dir(run_dir);
         crate::fsroot::own::create_dir_all(&dir)?;
-        let store = SqliteSessionStore::open(dir.join("sessions.db"))?;
+        let store = SqliteSessionStore::open(crate::record::layout::sessions_db(&dir))?;
         Ok(AsideSetup {
             store: Arc::new(store),
-            manifest: Some(Arc::new(Manifest::new(dir.join("manifest.json"), run_id))),
+            manifest: Some(Arc::new(Manifest::new(
+                crate::record::layout::manifest(&dir),
+                run_id,
+            ))),
         })
     }
 }
@@ -346,7 +349,9 @@ mod tests {
             outcome_of(&r),
             AsideOutcome::Failed(f) if f.kind() == "ModelError" && f.message() == "连不上 api"
         ));
-        r.error = Some(StepError::Store("disk I/O error".into()));
+        r.error = Some(StepError::from(crate::session::SessionError::Io(
+            std::io::Error::other("disk I/O error"),
+        )));
         assert!(matches!(
             outcome_of(&r),
             AsideOutcome::Failed(f) if f.kind() == "SessionError"

@@ -69,7 +69,7 @@ pub enum WhenProblem {
     #[error("outcome 不认识 \"{0}\";可用 ok、failed、skipped")]
     Outcome(String),
     /// An unknown verdict.
-    #[error("verdict 不认识 \"{0}\";可用 ACHIEVED、NOT_YET、UNREACHABLE")]
+    #[error("verdict 不认识 \"{0}\";可用 {names}", names = VerdictState::names("、"))]
     Verdict(String),
 }
 
@@ -94,11 +94,9 @@ impl Condition {
             }),
             (None, Some(v)) => Ok(Condition::Verdict {
                 step: d.step,
-                state: match v.as_str() {
-                    "ACHIEVED" => VerdictState::Achieved,
-                    "NOT_YET" => VerdictState::NotYet,
-                    "UNREACHABLE" => VerdictState::Unreachable,
-                    _ => return Err(WhenProblem::Verdict(v)),
+                state: match VerdictState::from_name(&v) {
+                    Some(state) => state,
+                    None => return Err(WhenProblem::Verdict(v)),
                 },
             }),
             _ => Err(WhenProblem::OneOf),

@@ -3,11 +3,11 @@
 //! sandboxes of the chosen backend, the workbench, `runs/manifest.json` and the [`Runtime`] over
 //! them.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::error::FlowError;
-use super::frontend::Notice;
+use super::frontend::{Notice, NoticeSink};
 use super::watch::{ConfigWatch, Watched};
 use crate::agent::human::Human;
 use crate::agent::{EventSink, Placement, Runtime, RuntimeConfig, Workbench};
@@ -115,6 +115,8 @@ pub struct RunSetup {
     pub human: Arc<dyn Human>,
     /// The first event outlet (more can subscribe later).
     pub events: EventSink,
+    /// Where the run's own moments go (the frontend's notices): the library prints nothing.
+    pub notices: NoticeSink,
     /// How workers are placed; the shared workspace when `None`.
     pub placement: Option<Arc<dyn Placement>>,
     /// Sandboxes to use instead of opening the settings' backend (tests inject their own).
@@ -140,6 +142,8 @@ pub struct RunContext {
     /// The run's disk use as last measured ([`super::disk::DiskWatch`]), for every manifest
     /// row.
     pub disk: Arc<crate::record::manifest::DiskGauge>,
+    /// Where the run's own moments go.
+    notices: NoticeSink,
 }
 
 impl RunContext {
@@ -165,103 +169,25 @@ impl RunContext {
             Some((id, ready)) => (id, Some(ready)),
             None => (new_run_marker(), None),
         };
-        let store = match SqliteSessionStore::open(settings.run_dir.join("sessions.db")) {
-            Ok(s) => s,
-            Err(e) => {
-                // The run cannot start, but what a crashed run left (its containers) goes.
-                match settings.sandbox.gc(Some(&settings.workspace)).await {
-                    Ok(report) => report
-                        .removed
-                        .iter()
-                        .for_each(|l| say(format_args!("- {l}"))),
-                    Err(err) => tracing::warn!(error = %err, "orphan sweep failed"),
-                }
-                return Err(FlowError::Store(e));
-            }
-        };
-        let workbench = match setup.workbench {
-            Some(root) => Some({
-                let root = crate::fsroot::own::trusted_dir(&root, &settings.workspace);
-                Workbench::at(root.clone())
-                    .ensure()
-                    .map_err(|e| FlowError::Io {
-                        what: format!("建不出工作台 {}", root.display()),
-                        source: e,
-                    })?
-            }),
+        let store = open_store(settings, &setup.notices).await?;
+        let workbench = match &setup.workbench {
+            Some(root) => Some(open_workbench(settings, root)?),
             None => None,
         };
-        let sandboxes: Arc<dyn SandboxFactory> = match setup.sandboxes {
+        let sandboxes = match setup.sandboxes.clone() {
             Some(s) => s,
-            None => {
-                let ready = match opened {
-                    Some(ready) => ready,
-                    None => {
-                        settings
-                            .sandbox
-                            .open_run(&run_id, &settings.workspace)
-                            .await?
-                    }
-                };
-                for l in ready.notes {
-                    say(format_args!("- {l}"));
-                }
-                ready.factory
-            }
+            None => open_sandboxes(settings, &run_id, opened, &setup.notices).await?,
         };
-        let model = provider.default_model().to_string();
-        let mut config =
-            RuntimeConfig::new(settings.workspace.clone(), model.clone(), run_id.clone());
+        let mut config = runtime_config(settings, provider.default_model(), &run_id);
         config.trim_large = setup.trim_large;
-        config.tool_limits.egress = settings.egress.clone();
-        if let Some(n) = settings.max_workers {
-            config.max_workers = n;
-        }
-        // Every agent's container and file tools hide the run directory (DESIGN.md "Threat
-        // model" 1): the records flowerbox trusts are not theirs to read or plant links in.
-        config.masked = vec![settings.run_dir.clone()];
-        config.masked_ids = crate::fsroot::own::identity(&settings.run_dir)
-            .into_iter()
-            .collect();
-        // What agents plant as `.git` where the user looks is moved here (issue 25 §2).
-        config.quarantine = Some(settings.run_dir.join("quarantine").join(&run_id));
-        config.base_system =
-            crate::agent::roles::base_system(&settings.workspace, settings.sandbox.commands_run());
         let disk = Arc::new(crate::record::manifest::DiskGauge::default());
         config.disk = Some(disk.clone());
-        // A model outside the catalogue: what its server says about its context sizes the
-        // output cap and the handoff window.
-        let catalogued = crate::model::catalog::lookup(&model).is_some();
-        let server_window = if catalogued {
-            None
-        } else {
-            provider.server_context_window().await
-        };
-        let window = context_window(&model, setup.window, server_window);
-        // Near the window a step hands off, or with `--no-handoff` compacts (flower's
-        // fallback): never both, so every drop of the context has one cause.
-        config.handoff_window = setup.handoff.then_some(window);
-        config.compact_window = (!setup.handoff).then_some(window);
-        config.max_tokens =
-            crate::model::config::max_tokens_for(max_tokens_setting, &model, server_window);
-        match crate::model::catalog::max_output_tokens(&model) {
-            Some(cap) => {
-                config.max_tokens_ceiling = cap;
-                config.max_tokens = config.max_tokens.min(cap);
-            }
-            None => {
-                // Doubling after a cut-off stays within what the server can hold.
-                config.max_tokens_ceiling = match server_window {
-                    Some(w) => (w / 2).max(u64::from(config.max_tokens)) as u32,
-                    None => config.max_tokens.max(config.max_tokens_ceiling),
-                };
-            }
-        }
+        size_windows(&mut config, provider.as_ref(), &setup, max_tokens_setting).await;
         let manifest = Arc::new(Manifest::new(
-            settings.run_dir.join("manifest.json"),
+            crate::record::layout::manifest(&settings.run_dir),
             run_id.clone(),
         ));
-        let mut runtime = Runtime::new(
+        let runtime = Runtime::new(
             config,
             provider.clone(),
             Arc::new(store),
@@ -271,34 +197,8 @@ impl RunContext {
             setup.events,
         )
         .with_manifest(manifest.clone());
-        if let Some(p) = setup.placement {
-            runtime = runtime.with_placement(p);
-        }
-        if !settings.mcp_servers.is_empty() {
-            let cap = crate::agent::tools::ToolLimits::default().bash_output_cap;
-            runtime = runtime.with_mcp(Arc::new(McpHub::new(
-                settings.mcp_servers.clone(),
-                settings.mcp.clone(),
-                settings.egress.clone(),
-                cap,
-            )));
-        }
-        let runtime = Arc::new(runtime.with_plugins(settings.plugins.clone()));
-        // What the sandboxes notice (a container or the pod gone, the engine away, a slower
-        // exec) is the human's: a warning line, wherever the run's events go.
-        let weak = Arc::downgrade(&runtime);
-        sandboxes.on_notice(Arc::new(move |notice| {
-            if let Some(rt) = weak.upgrade() {
-                rt.emit(
-                    "runner",
-                    crate::role::Role::Coordinator,
-                    0,
-                    crate::agent::EventKind::Warning {
-                        text: notice.to_string(),
-                    },
-                );
-            }
-        }));
+        let runtime = with_services(runtime, settings, setup.placement);
+        warn_of_sandbox_notices(&runtime, sandboxes.as_ref());
         Ok(RunContext {
             run_id,
             runtime,
@@ -308,6 +208,7 @@ impl RunContext {
             workbench,
             config_watch,
             disk,
+            notices: setup.notices,
         })
     }
 
@@ -331,18 +232,163 @@ impl RunContext {
         }
         if let Err(e) = self.sandboxes.teardown().await {
             tracing::error!(error = %e, "sandbox teardown failed");
-            say(format_args!(
-                "x 清理容器失败:{e}(`flowerbox gc` 可以收拾残留)"
-            ));
+            (self.notices)(&Notice::TeardownFailed(e.to_string()));
         }
         // Every container of the run is gone: no agent can plant again behind this sweep.
         self.runtime.sweep_plants(&[]).await;
     }
 }
 
-/// One line on stderr, through the output boundary ([`crate::shown`]): what the sandbox backend
-/// says while the run is set up or torn down, outside the frontend's screen.
-fn say(line: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let _ = writeln!(crate::shown::stderr(), "{line}");
+/// `<run_dir>/sessions.db`. When it cannot be opened the run cannot start, but what a crashed
+/// run left (its containers) goes first.
+async fn open_store(
+    settings: &RunSettings,
+    notices: &NoticeSink,
+) -> Result<SqliteSessionStore, FlowError> {
+    let e = match SqliteSessionStore::open(crate::record::layout::sessions_db(&settings.run_dir)) {
+        Ok(s) => return Ok(s),
+        Err(e) => e,
+    };
+    match settings.sandbox.gc(Some(&settings.workspace)).await {
+        Ok(report) if !report.removed.is_empty() => notices(&Notice::Sandbox(report.removed)),
+        Ok(_) => {}
+        Err(err) => tracing::warn!(error = %err, "orphan sweep failed"),
+    }
+    Err(FlowError::Store(e))
+}
+
+/// The workbench at `root` (a path of the user's, never followed through a link an agent
+/// planted beneath the workspace), created.
+fn open_workbench(settings: &RunSettings, root: &Path) -> Result<Workbench, FlowError> {
+    let root = crate::fsroot::own::trusted_dir(root, &settings.workspace);
+    Workbench::at(root.clone())
+        .ensure()
+        .map_err(|e| FlowError::Io {
+            what: format!("建不出工作台 {}", root.display()),
+            source: e,
+        })
+}
+
+/// The sandboxes of the settings' backend for run `run_id`: the run `opened` ahead of the
+/// run's files, else opened now (its preflight's lines are said).
+async fn open_sandboxes(
+    settings: &RunSettings,
+    run_id: &str,
+    opened: Option<Preflight>,
+    notices: &NoticeSink,
+) -> Result<Arc<dyn SandboxFactory>, FlowError> {
+    let ready = match opened {
+        Some(ready) => ready,
+        None => {
+            settings
+                .sandbox
+                .open_run(run_id, &settings.workspace)
+                .await?
+        }
+    };
+    if !ready.notes.is_empty() {
+        notices(&Notice::Sandbox(ready.notes));
+    }
+    Ok(ready.factory)
+}
+
+/// The runtime's configuration from the run's settings (windows and output caps come after,
+/// from the model: [`size_windows`]).
+fn runtime_config(settings: &RunSettings, model: &str, run_id: &str) -> RuntimeConfig {
+    let mut config = RuntimeConfig::new(
+        settings.workspace.clone(),
+        model.to_string(),
+        run_id.to_string(),
+    );
+    config.tool_limits.egress = settings.egress.clone();
+    if let Some(n) = settings.max_workers {
+        config.max_workers = n;
+    }
+    // Every agent's container and file tools hide the run directory (DESIGN.md "Threat
+    // model" 1): the records flowerbox trusts are not theirs to read or plant links in.
+    config.masked = vec![settings.run_dir.clone()];
+    config.masked_ids = crate::fsroot::own::identity(&settings.run_dir)
+        .into_iter()
+        .collect();
+    // What agents plant as `.git` where the user looks is moved here (issue 25 §2).
+    config.quarantine = Some(settings.run_dir.join("quarantine").join(run_id));
+    config.base_system =
+        crate::agent::roles::base_system(&settings.workspace, settings.sandbox.commands_run());
+    config
+}
+
+/// The handoff (or compaction) window and the output cap of `config.model`: a model outside
+/// the catalogue is sized by what its server says about its context.
+async fn size_windows(
+    config: &mut RuntimeConfig,
+    provider: &dyn Provider,
+    setup: &RunSetup,
+    max_tokens_setting: Option<u32>,
+) {
+    let model = config.model.clone();
+    let catalogued = crate::model::catalog::lookup(&model).is_some();
+    let server_window = if catalogued {
+        None
+    } else {
+        provider.server_context_window().await
+    };
+    let window = context_window(&model, setup.window, server_window);
+    // Near the window a step hands off, or with `--no-handoff` compacts (flower's
+    // fallback): never both, so every drop of the context has one cause.
+    config.handoff_window = setup.handoff.then_some(window);
+    config.compact_window = (!setup.handoff).then_some(window);
+    config.max_tokens =
+        crate::model::config::max_tokens_for(max_tokens_setting, &model, server_window);
+    match crate::model::catalog::max_output_tokens(&model) {
+        Some(cap) => {
+            config.max_tokens_ceiling = cap;
+            config.max_tokens = config.max_tokens.min(cap);
+        }
+        None => {
+            // Doubling after a cut-off stays within what the server can hold.
+            config.max_tokens_ceiling = match server_window {
+                Some(w) => (w / 2).max(u64::from(config.max_tokens)) as u32,
+                None => config.max_tokens.max(config.max_tokens_ceiling),
+            };
+        }
+    }
+}
+
+/// The runtime with the run's placement, MCP servers and plugins.
+fn with_services(
+    mut runtime: Runtime,
+    settings: &RunSettings,
+    placement: Option<Arc<dyn Placement>>,
+) -> Arc<Runtime> {
+    if let Some(p) = placement {
+        runtime = runtime.with_placement(p);
+    }
+    if !settings.mcp_servers.is_empty() {
+        let cap = crate::agent::tools::ToolLimits::default().bash_output_cap;
+        runtime = runtime.with_mcp(Arc::new(McpHub::new(
+            settings.mcp_servers.clone(),
+            settings.mcp.clone(),
+            settings.egress.clone(),
+            cap,
+        )));
+    }
+    Arc::new(runtime.with_plugins(settings.plugins.clone()))
+}
+
+/// What the sandboxes notice (a container or the pod gone, the engine away, a slower exec) is
+/// the human's: a warning line, wherever the run's events go.
+fn warn_of_sandbox_notices(runtime: &Arc<Runtime>, sandboxes: &dyn SandboxFactory) {
+    let weak = Arc::downgrade(runtime);
+    sandboxes.on_notice(Arc::new(move |notice| {
+        if let Some(rt) = weak.upgrade() {
+            rt.emit(
+                "runner",
+                crate::role::Role::Coordinator,
+                0,
+                crate::agent::EventKind::Warning {
+                    text: notice.to_string(),
+                },
+            );
+        }
+    }));
 }

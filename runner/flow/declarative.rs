@@ -69,7 +69,7 @@ use super::step::{OnFail, Prompt, Step};
 use super::template::{fill, placeholders};
 use super::wake::notes_paths;
 use crate::agent::roles;
-use crate::agent::{AgentSpec, Workbench};
+use crate::agent::{AgentSpec, Workbench, WorkerDef};
 
 /// A workflow file problem: which step (1-based, with its name when known), which field, what.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -452,27 +452,7 @@ impl Builder {
         let retries = d.retries.unwrap_or(0);
         let instructions = d.instructions.clone().unwrap_or_default();
         let step = match kind {
-            "clarify" => {
-                let template = d.prompt.clone().unwrap_or_else(|| "{{ask}}".to_string());
-                self.check_template(&template)
-                    .map_err(|m| field("prompt", m.to_string()))?;
-                if template.contains("{{ask}}") && self.ask.is_none() {
-                    return Err(field("prompt", "用了 {{ask}},可流程里没写 ask".into()));
-                }
-                Clarify {
-                    name: name.clone(),
-                    instructions,
-                    always_ask: d.always.unwrap_or(false),
-                    can_read: d.can_read.unwrap_or(true),
-                    retries,
-                    on_fail,
-                    ..Clarify::new(
-                        self.brief_path.clone().unwrap_or_default(),
-                        self.render(template),
-                    )
-                }
-                .step()
-            }
+            "clarify" => self.clarify_step(&name, &d, instructions, retries, on_fail, &field)?,
             "goal" => {
                 let brief = d.brief.clone().unwrap_or_else(|| CLARIFY_STEP.to_string());
                 if d.brief.is_some() && !self.names.contains(&brief) {
@@ -504,6 +484,37 @@ impl Builder {
         };
         self.names.push(name);
         Ok(step)
+    }
+
+    /// A `kind = "clarify"` step: its prompt defaults to `{{ask}}`.
+    fn clarify_step(
+        &self,
+        name: &str,
+        d: &StepDecl,
+        instructions: String,
+        retries: u32,
+        on_fail: OnFail,
+        field: &dyn Fn(&str, String) -> DeclError,
+    ) -> Result<Step, DeclError> {
+        let template = d.prompt.clone().unwrap_or_else(|| "{{ask}}".to_string());
+        self.check_template(&template)
+            .map_err(|m| field("prompt", m.to_string()))?;
+        if template.contains("{{ask}}") && self.ask.is_none() {
+            return Err(field("prompt", "用了 {{ask}},可流程里没写 ask".into()));
+        }
+        Ok(Clarify {
+            name: name.to_string(),
+            instructions,
+            always_ask: d.always.unwrap_or(false),
+            can_read: d.can_read.unwrap_or(true),
+            retries,
+            on_fail,
+            ..Clarify::new(
+                self.brief_path.clone().unwrap_or_default(),
+                self.render(template),
+            )
+        }
+        .step())
     }
 
     /// Adds a `when` ([`Condition`]) to `step`: it runs only when the condition holds (and its
@@ -557,35 +568,7 @@ impl Builder {
             return Err(field("workers", "只有 coordinator 能派执行者".into()));
         }
         let mut spec = match role.as_str() {
-            "coordinator" => {
-                let workers = match &d.workers {
-                    None => vec![roles::worker(
-                        "coder",
-                        "写代码与测试。要动手实现的活派给它。",
-                        WORKER_PROMPT,
-                    )],
-                    Some(ws) if ws.is_empty() => {
-                        return Err(field("workers", "至少要有一个执行者".into()))
-                    }
-                    Some(ws) => ws
-                        .iter()
-                        .map(|w| {
-                            let mut def = roles::worker(
-                                &w.kind,
-                                &w.description,
-                                w.prompt.as_deref().unwrap_or(WORKER_PROMPT),
-                            );
-                            if let Some(tools) = &w.tools {
-                                check_tools(tools, role_ceiling("worker").unwrap_or_default())
-                                    .map_err(|m| field("workers.tools", m.to_string()))?;
-                                def.spec.tools = tools.clone();
-                            }
-                            Ok(def)
-                        })
-                        .collect::<Result<Vec<_>, DeclError>>()?,
-                };
-                roles::coordinator("coordinator", &instructions, workers)
-            }
+            "coordinator" => roles::coordinator("coordinator", &instructions, workers(&d, field)?),
             "worker" => roles::worker("worker", name, &instructions).spec,
             "judge" => roles::judge("judge", &instructions, false),
             _ => roles::clarifier("clarifier", &instructions, true),
@@ -619,56 +602,52 @@ impl Builder {
             (None, Some(_)) => return Err(field("fork", "只和 resume_from 一起用".into())),
             (None, None) => {}
         }
-        let guard = match &d.goal {
-            None | Some(toml::Value::Boolean(false)) => None,
-            Some(toml::Value::Boolean(true)) => Some(GoalDecl::default()),
-            Some(v @ toml::Value::Table(_)) => Some(
-                v.clone()
-                    .try_into::<GoalDecl>()
-                    .map_err(|e| field("goal", clean(&e)))?,
-            ),
-            Some(_) => {
-                return Err(field(
-                    "goal",
-                    "要写 true 或 { rounds, can_run, instructions, checks, probe_checks }".into(),
-                ))
-            }
-        };
-        if let Some(g) = guard {
-            if !self.has_goal_step {
-                return Err(field(
-                    "goal",
-                    "要判定就得先有一个 kind = \"goal\" 的步骤".into(),
-                ));
-            }
-            if d.retries.is_some() {
-                return Err(field(
-                    "retries",
-                    "带 goal 的步骤用 goal.rounds 定轮数".into(),
-                ));
-            }
-            let checks = g.checks.unwrap_or_default();
-            if let Some(blank) = checks.iter().position(|c| c.trim().is_empty()) {
-                return Err(field(
-                    "goal",
-                    format!("checks 的第 {} 条是空的:要写一条命令", blank + 1),
-                ));
-            }
-            step = GoalGuard {
-                rounds: g.rounds.unwrap_or(3),
-                can_run: g.can_run.unwrap_or(false),
-                instructions: g.instructions.unwrap_or_default(),
-                checks: checks
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, c)| Check::new(CheckSource::Workflow(i + 1), c))
-                    .collect(),
-                probe: g.probe_checks.unwrap_or(false),
-                ..GoalGuard::new(self.goal_path.clone().unwrap_or_default())
-            }
-            .wrap(step);
+        match goal_decl(&d, field)? {
+            Some(g) => self.guarded(step, g, &d, field),
+            None => Ok(step),
         }
-        Ok(step)
+    }
+
+    /// `step` wrapped in the goal guard `g` declares.
+    fn guarded(
+        &self,
+        step: Step,
+        g: GoalDecl,
+        d: &StepDecl,
+        field: &dyn Fn(&str, String) -> DeclError,
+    ) -> Result<Step, DeclError> {
+        if !self.has_goal_step {
+            return Err(field(
+                "goal",
+                "要判定就得先有一个 kind = \"goal\" 的步骤".into(),
+            ));
+        }
+        if d.retries.is_some() {
+            return Err(field(
+                "retries",
+                "带 goal 的步骤用 goal.rounds 定轮数".into(),
+            ));
+        }
+        let checks = g.checks.unwrap_or_default();
+        if let Some(blank) = checks.iter().position(|c| c.trim().is_empty()) {
+            return Err(field(
+                "goal",
+                format!("checks 的第 {} 条是空的:要写一条命令", blank + 1),
+            ));
+        }
+        Ok(GoalGuard {
+            rounds: g.rounds.unwrap_or(3),
+            can_run: g.can_run.unwrap_or(false),
+            instructions: g.instructions.unwrap_or_default(),
+            checks: checks
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| Check::new(CheckSource::Workflow(i + 1), c))
+                .collect(),
+            probe: g.probe_checks.unwrap_or(false),
+            ..GoalGuard::new(self.goal_path.clone().unwrap_or_default())
+        }
+        .wrap(step))
     }
 
     /// Every `{{name}}` names `ask`, `brief`, `goal` or an earlier step.
@@ -745,4 +724,57 @@ fn check_tools(tools: &[String], ceiling: &[&'static str]) -> Result<(), Problem
 /// A serde message on one line.
 fn clean(e: &toml::de::Error) -> String {
     e.message().split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A coordinator's workers: `coder` by default, else the declared ones (their tools within a
+/// worker's ceiling).
+fn workers(
+    d: &StepDecl,
+    field: &dyn Fn(&str, String) -> DeclError,
+) -> Result<Vec<WorkerDef>, DeclError> {
+    let Some(ws) = &d.workers else {
+        return Ok(vec![roles::worker(
+            "coder",
+            "写代码与测试。要动手实现的活派给它。",
+            WORKER_PROMPT,
+        )]);
+    };
+    if ws.is_empty() {
+        return Err(field("workers", "至少要有一个执行者".into()));
+    }
+    ws.iter()
+        .map(|w| {
+            let mut def = roles::worker(
+                &w.kind,
+                &w.description,
+                w.prompt.as_deref().unwrap_or(WORKER_PROMPT),
+            );
+            if let Some(tools) = &w.tools {
+                check_tools(tools, role_ceiling("worker").unwrap_or_default())
+                    .map_err(|m| field("workers.tools", m.to_string()))?;
+                def.spec.tools = tools.clone();
+            }
+            Ok(def)
+        })
+        .collect()
+}
+
+/// The step's `goal`: `true`, or a table of the guard's settings; `None` without one.
+fn goal_decl(
+    d: &StepDecl,
+    field: &dyn Fn(&str, String) -> DeclError,
+) -> Result<Option<GoalDecl>, DeclError> {
+    match &d.goal {
+        None | Some(toml::Value::Boolean(false)) => Ok(None),
+        Some(toml::Value::Boolean(true)) => Ok(Some(GoalDecl::default())),
+        Some(v @ toml::Value::Table(_)) => v
+            .clone()
+            .try_into::<GoalDecl>()
+            .map(Some)
+            .map_err(|e| field("goal", clean(&e))),
+        Some(_) => Err(field(
+            "goal",
+            "要写 true 或 { rounds, can_run, instructions, checks, probe_checks }".into(),
+        )),
+    }
 }

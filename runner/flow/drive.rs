@@ -118,6 +118,7 @@ impl Session {
                 handoff: setup.handoff,
                 human: Arc::new(channel.clone()),
                 events: frontend.events(),
+                notices: super::frontend::notice_sink(&frontend),
                 // ISOLATION: `--isolate`'s worktree placement.
                 placement: isolation
                     .clone()
@@ -278,11 +279,11 @@ impl Session {
                 self.finish().await;
                 // Typed: the step's own error is the provider's refusal (HTTP 401/403).
                 let refused = ctx.results.get(&step).and_then(|r| match &r.error {
-                    Some(StepError::Model(e)) if e.is_auth() => Some(e.to_string()),
+                    Some(StepError::Model(e)) if e.is_auth() => Some(e.clone()),
                     _ => None,
                 });
                 match refused {
-                    Some(message) => Err(FlowError::CredentialsRefused { step, message }),
+                    Some(refusal) => Err(FlowError::CredentialsRefused { step, refusal }),
                     None => Err(FlowError::StepAborted(step)),
                 }
             }

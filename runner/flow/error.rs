@@ -49,8 +49,9 @@ pub enum FlowError {
     CredentialsRefused {
         /// The step.
         step: String,
-        /// The provider's refusal, as the model layer put it.
-        message: String,
+        /// The provider's refusal.
+        #[source]
+        refusal: ModelError,
     },
     /// Another `go` holds the run directory.
     #[error(
@@ -77,10 +78,10 @@ pub enum FlowError {
     },
     /// `sessions.db` could not be opened (a damaged one says how to start over).
     #[error("打不开 sessions.db:{err}{hint}", err = .0, hint = damaged_hint(.0))]
-    Store(SessionError),
+    Store(#[source] SessionError),
     /// The session store failed while the run was being set up.
     #[error("sessions.db: {0}")]
-    Session(SessionError),
+    Session(#[source] SessionError),
     /// `once --resume ID` names no session of this run directory.
     #[error(
         "--resume {id}:{} 里没有这条会话。会话 id 要从同一个 run 目录里找(-r 指对了吗?)",
@@ -114,16 +115,17 @@ pub enum FlowError {
     /// step and field.
     #[error("{0}")]
     Declared(#[from] super::declarative::DeclError),
-    /// The single agent of `once` did not finish; its error.
-    #[error("x {0}")]
-    AgentFailed(String),
+    /// The single agent of `once` did not finish; its error (none: it did not finish its
+    /// turn).
+    #[error("x {}", .0.as_ref().map_or_else(|| "没做完".to_string(), ToString::to_string))]
+    AgentFailed(#[source] Option<crate::agent::StepError>),
     /// A record the run needs to continue (sessions, manifest, lineage, a note) could not be
     /// saved: the run stopped there (issue 26 §3). The message names what and why.
     #[error("{0}")]
     Unsaved(String),
     /// The agent's task died.
     #[error("内部错误:{0}")]
-    Internal(String),
+    Internal(#[source] tokio::task::JoinError),
 }
 
 /// What to do about a damaged `sessions.db`: `go --new` moves it aside.

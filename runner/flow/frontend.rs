@@ -21,6 +21,15 @@ use async_trait::async_trait;
 use crate::agent::{EventSink, Runtime};
 use crate::channel::HumanChannel;
 
+/// Where a run's services tell their [`Notice`]s (the frontend's [`Frontend::notice`]).
+pub type NoticeSink = Arc<dyn Fn(&Notice) + Send + Sync>;
+
+/// `frontend`'s [`Frontend::notice`] as a [`NoticeSink`].
+pub fn notice_sink(frontend: &Arc<dyn Frontend>) -> NoticeSink {
+    let frontend = frontend.clone();
+    Arc::new(move |n: &Notice| frontend.notice(n))
+}
+
 /// Events the frontend keeps for the aside oracle's context (the newest ones).
 pub const ASIDE_WINDOW: usize = 60;
 /// Characters kept of each event in that window.
@@ -65,6 +74,11 @@ pub enum Notice {
     /// `--clarify-only` on a directory whose brief is complete, with a request: the brief is
     /// left as it is (flower: a no-op; re-clarifying takes `--new`).
     AlreadyClarified,
+    /// What the sandbox backend did while the run was set up that the human should know
+    /// (containers of dead runs removed), one line each.
+    Sandbox(Vec<String>),
+    /// Removing the run's containers at its end failed (why).
+    TeardownFailed(String),
     /// A record was damaged and what was done about it (moved aside, rebuilt), or a record
     /// that does not match the others; shown as a warning before the run goes on.
     Recovered(String),

@@ -316,38 +316,11 @@ impl Gate for JudgeGate {
         // The gates first: flowerbox runs every check itself, on this round's candidate.
         let mut checks = goal.gate_checks();
         checks.extend(self.checks.iter().cloned());
-        let gates = if checks.is_empty() {
-            None
-        } else {
-            let report = run_checks(rt, &checks, round).await;
-            emit(
-                rt,
-                EventKind::Checks {
-                    passed: report.passed(),
-                    total: report.total(),
-                    line: report.screen_line(),
-                },
-            );
-            Some(report)
-        };
+        let gates = gate_round(rt, &checks, round).await;
         // Green checks may still be worthless: probe them with a planted defect.
         let probe = match &gates {
             Some(g) if self.probe && g.green() => {
-                let p = run_probe(rt, &checks, round, self.since, g.identity.as_ref()).await;
-                emit(
-                    rt,
-                    match p.outcome {
-                        Outcome::Caught(_) => EventKind::Checks {
-                            passed: 1,
-                            total: 1,
-                            line: p.screen_line(),
-                        },
-                        _ => EventKind::Warning {
-                            text: format!("{label}:{}", p.screen_line()),
-                        },
-                    },
-                );
-                Some(p)
+                Some(probe_round(rt, &checks, round, self.since, g, &label).await)
             }
             _ => None,
         };
@@ -375,46 +348,7 @@ impl Gate for JudgeGate {
             )
             .await;
         let after = scene(rt).await;
-        let mut v = Verdict::parse(&judged.text);
-        if !judged.ok {
-            v = not_yet(
-                format!(
-                    "判定者没跑完({}),按未达成处理",
-                    judged
-                        .error
-                        .as_ref()
-                        .map_or_else(|| "原因不明".to_string(), ToString::to_string)
-                ),
-                v,
-            );
-        }
-        // A red check makes ACHIEVED impossible; the judge's own answer stays for audit.
-        let mut overruled = None;
-        if v.achieved() {
-            if let Some(why) = gates.as_ref().and_then(|g| gate_blocks(g, &before)) {
-                emit(
-                    rt,
-                    EventKind::Warning {
-                        text: format!("{label}:{why}"),
-                    },
-                );
-                overruled = Some(v.state.as_str().to_string());
-                v = not_yet(why, v);
-            }
-        }
-        if v.achieved() {
-            if let Some(why) = binding_broken(&before, &after) {
-                // Said at once, right after the verdict it voids: the next round must not start
-                // unexplained.
-                emit(
-                    rt,
-                    EventKind::Warning {
-                        text: format!("{label}:{why}"),
-                    },
-                );
-                v = not_yet(why, v);
-            }
-        }
+        let (v, overruled) = binding_verdict(rt, &judged, gates.as_ref(), &before, &after, &label);
         record_verdict(
             rt,
             &label,
@@ -485,6 +419,99 @@ impl JudgeGate {
             _ => Err(StepAbort(format!("目标被判为无法达成,没人应答:{reason}"))),
         }
     }
+}
+
+/// This round's gate checks, run by flowerbox on the candidate and shown; `None` without any.
+async fn gate_round(rt: &Arc<Runtime>, checks: &[Check], round: u32) -> Option<GateReport> {
+    if checks.is_empty() {
+        return None;
+    }
+    let report = run_checks(rt, checks, round).await;
+    emit(
+        rt,
+        EventKind::Checks {
+            passed: report.passed(),
+            total: report.total(),
+            line: report.screen_line(),
+        },
+    );
+    Some(report)
+}
+
+/// Green checks probed with a planted defect (in a copy), and what that showed.
+async fn probe_round(
+    rt: &Arc<Runtime>,
+    checks: &[Check],
+    round: u32,
+    since: std::time::SystemTime,
+    gates: &GateReport,
+    label: &str,
+) -> ProbeReport {
+    let p = run_probe(rt, checks, round, since, gates.identity.as_ref()).await;
+    emit(
+        rt,
+        match p.outcome {
+            Outcome::Caught(_) => EventKind::Checks {
+                passed: 1,
+                total: 1,
+                line: p.screen_line(),
+            },
+            _ => EventKind::Warning {
+                text: format!("{label}:{}", p.screen_line()),
+            },
+        },
+    );
+    p
+}
+
+/// The verdict that stands: the judge's, NOT_YET when the judge did not finish, and an
+/// ACHIEVED voided by a red check (the judge's own answer is returned for audit) or by a scene
+/// that changed under the judge (said at once, right after the verdict it voids: the next
+/// round must not start unexplained).
+fn binding_verdict(
+    rt: &Arc<Runtime>,
+    judged: &StepResult,
+    gates: Option<&GateReport>,
+    before: &Option<WorkspaceIdentity>,
+    after: &Option<WorkspaceIdentity>,
+    label: &str,
+) -> (Verdict, Option<String>) {
+    let mut v = Verdict::parse(&judged.text);
+    if !judged.ok {
+        v = not_yet(
+            format!(
+                "判定者没跑完({}),按未达成处理",
+                judged
+                    .error
+                    .as_ref()
+                    .map_or_else(|| "原因不明".to_string(), ToString::to_string)
+            ),
+            v,
+        );
+    }
+    let warn = |why: &str| {
+        emit(
+            rt,
+            EventKind::Warning {
+                text: format!("{label}:{why}"),
+            },
+        )
+    };
+    let mut overruled = None;
+    if v.achieved() {
+        if let Some(why) = gates.and_then(|g| gate_blocks(g, before)) {
+            warn(&why);
+            overruled = Some(v.state.as_str().to_string());
+            v = not_yet(why, v);
+        }
+    }
+    if v.achieved() {
+        if let Some(why) = binding_broken(before, after) {
+            warn(&why);
+            v = not_yet(why, v);
+        }
+    }
+    (v, overruled)
 }
 
 /// Why the gates forbid an ACHIEVED: a red check, or a candidate the judge looked at that is

@@ -57,7 +57,7 @@ async fn unsaved(ctx: &RunContext) -> FlowError {
 /// ends as [`FlowError::Unsaved`].
 pub async fn once(
     settings: &RunSettings,
-    opts: OnceSettings,
+    opts: &OnceSettings,
     frontend: Arc<dyn Frontend>,
 ) -> Result<RunEnd, FlowError> {
     let ctx = RunContext::build(
@@ -69,6 +69,7 @@ pub async fn once(
             handoff: true,
             human: Arc::new(Absent),
             events: frontend.events(),
+            notices: super::frontend::notice_sink(&frontend),
             placement: None,
             sandboxes: None,
         },
@@ -82,7 +83,7 @@ pub async fn once(
             return Err(e);
         }
     }
-    let mut spec = roles::once(&opts.instructions, once_tools(&opts), opts.budget_usd);
+    let mut spec = roles::once(&opts.instructions, once_tools(opts), opts.budget_usd);
     // Changing nothing: of the project's MCP tools only the read-only ones.
     spec.mcp_read_only = opts.change_nothing;
     // Listening before anything starts: a signal from here on tears down what was started.
@@ -135,7 +136,7 @@ pub async fn once(
             run.abort();
             return Err(unsaved(&ctx).await);
         }
-        r = &mut run => Ok(r.map_err(|e| FlowError::Internal(e.to_string()))?),
+        r = &mut run => Ok(r.map_err(FlowError::Internal)?),
         sig = stop => Err(sig),
     };
     if outcome.is_ok() && ctx.runtime.unsaved().is_tripped() {
@@ -151,11 +152,7 @@ pub async fn once(
             if result.ok {
                 Ok(RunEnd::Finished)
             } else {
-                Err(FlowError::AgentFailed(
-                    result
-                        .error
-                        .map_or_else(|| "没做完".into(), |e| e.to_string()),
-                ))
+                Err(FlowError::AgentFailed(result.error))
             }
         }
         Err(sig) => {
@@ -177,7 +174,7 @@ fn known_session(ctx: &RunContext, id: &str, settings: &RunSettings) -> Result<(
         Ok(Some(_)) => Ok(()),
         Ok(None) => Err(FlowError::UnknownSession {
             id: id.to_string(),
-            db: settings.run_dir.join("sessions.db"),
+            db: crate::record::layout::sessions_db(&settings.run_dir),
         }),
         Err(e) => Err(FlowError::Session(e)),
     }

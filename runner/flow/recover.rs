@@ -28,7 +28,7 @@ use crate::session::{SessionError, SessionStore};
 /// # Errors
 /// [`FlowError::Store`] when it cannot be opened for another reason or cannot be moved.
 pub fn set_aside_damaged_store(run_dir: &Path) -> Result<Option<String>, FlowError> {
-    let db = run_dir.join("sessions.db");
+    let db = crate::record::layout::sessions_db(run_dir);
     if !db.exists() {
         return Ok(None);
     }

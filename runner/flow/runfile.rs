@@ -13,7 +13,6 @@ use super::declarative;
 use super::drive::{Session, SessionSetup};
 use super::error::{FlowError, RunEnd};
 use super::frontend::Frontend;
-use super::wake::LINEAGE_FILE;
 use super::workflow::Workflow;
 use crate::channel::human::Amend;
 use crate::channel::HumanConfig;
@@ -48,7 +47,7 @@ pub fn load(
 /// Runs `run`: `declared` is what [`load`] made of `opts`.
 pub async fn run(
     settings: &RunSettings,
-    opts: RunFileSettings,
+    opts: &RunFileSettings,
     declared: declarative::Declared,
     frontend: Arc<dyn Frontend>,
 ) -> Result<RunEnd, FlowError> {
@@ -76,7 +75,10 @@ pub async fn run(
     let mut wf = Workflow::new(opts.name.clone(), declared.steps.clone())
         .with_channel(session.channel.clone());
     if declared.continuous {
-        let lineage = LineageFile::new(settings.run_dir.join(LINEAGE_FILE), &settings.workspace);
+        let lineage = LineageFile::new(
+            crate::record::layout::lineage(&settings.run_dir),
+            &settings.workspace,
+        );
         let store = session.runtime().store().clone();
         for text in super::recover::check_lineage(&lineage, store.as_ref(), CLARIFY_STEP) {
             session

@@ -26,7 +26,7 @@ use super::error::{FlowError, RunEnd};
 use super::frontend::{Frontend, Notice, WakeInfo};
 use super::guard::{GoalGuard, GoalSetting, GOAL_STEP};
 use super::step::{Prompt, Step};
-use super::wake::{archive_previous, notes_paths, WakeState, LINEAGE_FILE};
+use super::wake::{archive_previous, notes_paths, WakeState};
 use super::workflow::Workflow;
 use crate::agent::{roles, AgentSpec};
 use crate::record::lock::{FileLock, Held};
@@ -78,9 +78,19 @@ pub struct GoSettings {
     pub workbench: PathBuf,
 }
 
-/// The `go` workflow's settings (flower's `starter_flow` parameters).
+impl GoSettings {
+    /// True when questions settle as `timeout` at once (`--timeout` ≤ 0).
+    pub fn fully_automatic(&self) -> bool {
+        self.timeout.is_zero()
+    }
+}
+
+/// The `go` workflow (flower's `starter_flow` parameters): the switches borrowed from
+/// [`GoSettings`], and what this run adds to them.
 #[derive(Debug, Clone)]
-pub struct Starter {
+pub struct Starter<'a> {
+    /// `go`'s switches (clarify only, goal, rounds, judges may run, checks, probe).
+    pub settings: &'a GoSettings,
     /// The request; on a wake, what the human said (`None` = nothing new).
     pub ask: Option<String>,
     /// This run continues a directory with a complete brief.
@@ -89,14 +99,6 @@ pub struct Starter {
     pub brief_path: PathBuf,
     /// `notes/目标.md`.
     pub goal_path: PathBuf,
-    /// Only the clarify step.
-    pub clarify_only: bool,
-    /// Set a goal and judge every round.
-    pub goal: bool,
-    /// Total work rounds.
-    pub rounds: u32,
-    /// Judges may run commands.
-    pub judge_can_run: bool,
     /// Extra instructions for the clarifier.
     pub instructions: String,
     /// The `coder` worker's system prompt.
@@ -104,36 +106,35 @@ pub struct Starter {
     /// What workers of a killed run left, handed back to their branches (`--isolate`): told
     /// to the coordinator with the work prompt, so it integrates or redoes it.
     pub handed_back: Vec<String>,
-    /// The user's checks (`--check`), run before every judge round.
-    pub checks: Vec<Check>,
-    /// Probe green checks with a planted defect (`--probe-checks`).
-    pub probe: bool,
 }
 
-impl Starter {
-    /// The settings of `go`'s switches for a workbench at `workbench`.
-    pub fn from_settings(opts: &GoSettings, waking: bool, workbench: &Path) -> Self {
+impl<'a> Starter<'a> {
+    /// `go` with `settings` for a workbench at `workbench`, asked `ask`.
+    pub fn new(
+        settings: &'a GoSettings,
+        ask: Option<String>,
+        waking: bool,
+        workbench: &Path,
+    ) -> Self {
         let (brief_path, goal_path, _) = notes_paths(workbench);
         Starter {
-            ask: opts.ask.clone(),
+            settings,
+            ask,
             waking,
             brief_path,
             goal_path,
-            clarify_only: opts.clarify_only,
-            goal: opts.goal,
-            rounds: opts.rounds,
-            judge_can_run: opts.judge_can_run,
             instructions: String::new(),
             worker_prompt: WORKER_PROMPT.to_string(),
             handed_back: Vec::new(),
-            checks: opts
-                .checks
-                .iter()
-                .enumerate()
-                .map(|(i, c)| Check::new(CheckSource::User(i + 1), c.clone()))
-                .collect(),
-            probe: opts.probe_checks,
         }
+    }
+
+    /// The user's checks (`--check`), run before every judge round.
+    fn checks(&self) -> Vec<Check> {
+        let checks = self.settings.checks.iter().enumerate();
+        checks
+            .map(|(i, c)| Check::new(CheckSource::User(i + 1), c.clone()))
+            .collect()
     }
 
     /// What the human said on a wake (the request of a woken directory).
@@ -162,25 +163,26 @@ impl Starter {
             ..Clarify::new(&self.brief_path, self.ask.clone().unwrap_or_default())
         }
         .step()];
-        if !self.clarify_only {
-            if self.goal {
+        let go = self.settings;
+        if !go.clarify_only {
+            if go.goal {
                 steps.push(
                     GoalSetting {
                         // The human said something new: the judge must not read the old list.
                         always_set: self.said().is_some(),
-                        can_run: self.judge_can_run,
+                        can_run: go.judge_can_run,
                         ..GoalSetting::new(&self.goal_path)
                     }
                     .step(),
                 );
             }
             let work = self.work_step();
-            steps.push(if self.goal {
+            steps.push(if go.goal {
                 GoalGuard {
-                    rounds: self.rounds,
-                    can_run: self.judge_can_run,
-                    checks: self.checks.clone(),
-                    probe: self.probe,
+                    rounds: go.rounds,
+                    can_run: go.judge_can_run,
+                    checks: self.checks(),
+                    probe: go.probe_checks,
                     ..GoalGuard::new(&self.goal_path)
                 }
                 .wrap(work)
@@ -267,7 +269,7 @@ fn work_prompt(ctx: &Ctx, brief_path: &Path, goal_path: &Path) -> String {
 /// amending; whatever building the run's services refuses.
 pub async fn go(
     settings: &RunSettings,
-    opts: GoSettings,
+    opts: &GoSettings,
     wake: WakeState,
     frontend: Arc<dyn Frontend>,
 ) -> Result<RunEnd, FlowError> {
@@ -310,7 +312,7 @@ pub async fn go(
     } else {
         None
     };
-    let lineage = LineageFile::new(settings.run_dir.join(LINEAGE_FILE), &ws);
+    let lineage = LineageFile::new(crate::record::layout::lineage(&settings.run_dir), &ws);
     // The archive moved brief, goal and lineage away: what is left is a fresh directory.
     // Otherwise the lineage is checked against the store: a damaged file is rebuilt (and the
     // probe asked again), sessions the store lacks are named.
@@ -331,22 +333,18 @@ pub async fn go(
             }
         }
     };
-    let mut opts = opts;
     // The same command line again after a crash (up-arrow, Enter) is a wake, not a new request:
     // appending it would re-derive the goal and tell the coordinator what it already knows.
-    if wake.waking
-        && wake.request.is_some()
-        && opts.ask.as_deref().map(str::trim) == wake.request.as_deref()
-    {
-        opts.ask = None;
-    }
-    if let (false, Some(ask)) = (wake.waking, &opts.ask) {
+    let ask = opts.ask.clone().filter(|ask| {
+        !(wake.waking && wake.request.is_some() && Some(ask.trim()) == wake.request.as_deref())
+    });
+    if let (false, Some(ask)) = (wake.waking, &ask) {
         // The request this run starts from, for the next process to recognise.
         if let Err(e) = lineage.update(|l| l.request = Some(ask.trim().to_string())) {
             tracing::warn!(error = %e, "lineage: the request is not recorded");
         }
     }
-    let mut starter = Starter::from_settings(&opts, wake.waking, &wake.workbench);
+    let mut starter = Starter::new(opts, ask, wake.waking, &wake.workbench);
     starter.handed_back = session.handed_back.clone();
     if let Some(dir) = archived {
         session.frontend.notice(&Notice::Archived(dir));
@@ -366,7 +364,7 @@ pub async fn go(
     match starter.said() {
         // Only the clarify step runs, and it is skipped on a complete brief: appending the
         // request would change the brief behind the human's back and re-derive no goal.
-        Some(_) if starter.clarify_only => session.frontend.notice(&Notice::AlreadyClarified),
+        Some(_) if opts.clarify_only => session.frontend.notice(&Notice::AlreadyClarified),
         Some(said) => {
             amend_brief(&starter.brief_path, said).map_err(|e| FlowError::Io {
                 what: format!("追加进 {} 失败", starter.brief_path.display()),
@@ -380,7 +378,7 @@ pub async fn go(
         .workflow(lineage)
         .with_channel(session.channel.clone());
     let mut ctx = Ctx::default();
-    if let Some(ask) = &opts.ask {
+    if let Some(ask) = &starter.ask {
         ctx.vars.insert("ask".into(), ask.clone());
     }
     tracing::info!(waking = wake.waking, steps = ?wf.steps.iter().map(|s| &s.name).collect::<Vec<_>>(), "go");
@@ -418,22 +416,29 @@ pub const STEPS: [&str; 3] = [CLARIFY_STEP, GOAL_STEP, WORK_STEP];
 mod tests {
     use super::*;
 
-    fn starter(ask: Option<&str>, waking: bool) -> Starter {
-        Starter {
-            ask: ask.map(String::from),
-            waking,
-            brief_path: "/ws/.flower/notes/需求.md".into(),
-            goal_path: "/ws/.flower/notes/目标.md".into(),
-            clarify_only: false,
-            goal: true,
+    /// `go`'s defaults.
+    fn go() -> GoSettings {
+        GoSettings {
+            ask: None,
+            asks: None,
             rounds: 3,
+            goal: true,
             judge_can_run: false,
-            instructions: String::new(),
-            worker_prompt: WORKER_PROMPT.into(),
-            handed_back: Vec::new(),
+            timeout: Duration::from_secs(1800),
+            isolate: false,
+            window: None,
+            handoff: true,
+            new: false,
+            clarify_only: false,
             checks: Vec::new(),
-            probe: false,
+            probe_checks: false,
+            trim: true,
+            workbench: "/ws/.flower".into(),
         }
+    }
+
+    fn starter<'a>(go: &'a GoSettings, ask: Option<&str>, waking: bool) -> Starter<'a> {
+        Starter::new(go, ask.map(String::from), waking, &go.workbench)
     }
 
     fn lineage() -> LineageFile {
@@ -446,7 +451,8 @@ mod tests {
 
     #[test]
     fn the_three_shapes_of_go() {
-        let s = starter(Some("做 X"), false);
+        let go = go();
+        let s = starter(&go, Some("做 X"), false);
         let wf = s.workflow(lineage());
         assert_eq!(names(&wf), STEPS);
         assert!(wf.lineage.is_some(), "go is continuous");
@@ -460,26 +466,27 @@ mod tests {
             "ASCII agent names for headers"
         );
 
-        let no_goal = Starter {
+        let no_goal = GoSettings {
             goal: false,
-            ..s.clone()
-        }
-        .workflow(lineage());
+            ..go.clone()
+        };
+        let no_goal = starter(&no_goal, Some("做 X"), false).workflow(lineage());
         assert_eq!(names(&no_goal), [CLARIFY_STEP, WORK_STEP]);
         assert!(no_goal.steps[1].gate.is_none());
         assert_eq!(no_goal.steps[1].retries, 0);
 
-        let only = Starter {
+        let only = GoSettings {
             clarify_only: true,
-            ..s
-        }
-        .workflow(lineage());
+            ..go.clone()
+        };
+        let only = starter(&only, Some("做 X"), false).workflow(lineage());
         assert_eq!(names(&only), [CLARIFY_STEP]);
     }
 
     #[test]
     fn what_is_said_on_a_wake_reaches_the_coordinator() {
-        let wf = starter(Some("顺便支持 Y"), true).workflow(lineage());
+        let go = go();
+        let wf = starter(&go, Some("顺便支持 Y"), true).workflow(lineage());
         let mut ctx = Ctx {
             goal: Some(crate::flow::goal::Goal {
                 statement: "做 X 和 Y".into(),
@@ -494,7 +501,7 @@ mod tests {
             "{told}"
         );
         // Nothing said: carry on, no brief resent.
-        let quiet = starter(None, true).workflow(lineage());
+        let quiet = starter(&go, None, true).workflow(lineage());
         assert_eq!(quiet.steps[2].render(&ctx, true), WORK_RESUME);
         // A fresh work session gets the brief and the goal.
         ctx.outputs
@@ -505,6 +512,6 @@ mod tests {
             "{fresh}"
         );
         // The request of a fresh directory is not "said on a wake".
-        assert_eq!(starter(Some("做 X"), false).said(), None);
+        assert_eq!(starter(&go, Some("做 X"), false).said(), None);
     }
 }

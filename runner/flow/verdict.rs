@@ -47,6 +47,24 @@ pub enum VerdictState {
 }
 
 impl VerdictState {
+    /// Every state, in the order they are listed.
+    pub const ALL: [VerdictState; 3] = [
+        VerdictState::Achieved,
+        VerdictState::NotYet,
+        VerdictState::Unreachable,
+    ];
+
+    /// The state named `name` as [`VerdictState::as_str`] spells it (a workflow file's
+    /// `when = { verdict = "NOT_YET" }`).
+    pub fn from_name(name: &str) -> Option<VerdictState> {
+        Self::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+
+    /// The names, joined by `sep`.
+    pub fn names(sep: &str) -> String {
+        Self::ALL.map(VerdictState::as_str).join(sep)
+    }
+
     /// `ACHIEVED`, `NOT_YET`, `UNREACHABLE` (manifest, logs).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -248,6 +266,15 @@ fn isolated_digit(text: &str) -> Option<VerdictState> {
 mod tests {
     use super::*;
     use VerdictState::*;
+
+    #[test]
+    fn verdict_names_parse_back_from_their_one_spelling() {
+        for state in VerdictState::ALL {
+            assert_eq!(VerdictState::from_name(state.as_str()), Some(state));
+        }
+        assert_eq!(VerdictState::from_name("achieved"), None);
+        assert_eq!(VerdictState::names("、"), "ACHIEVED、NOT_YET、UNREACHABLE");
+    }
 
     #[test]
     fn three_sections_parse() {

@@ -25,8 +25,6 @@ pub const BRIEF_FILE: &str = "需求.md";
 pub const GOAL_FILE: &str = "目标.md";
 /// The question-and-answer log's file name under `notes/`.
 pub const QA_LOG_FILE: &str = "问答记录.md";
-/// The lineage file's name under the run directory.
-pub const LINEAGE_FILE: &str = "lineage.json";
 
 /// What the probe saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,7 +82,7 @@ pub fn wake_state(workspace: &Path, run_dir: &Path, isolate: bool) -> WakeState 
         Ok(Some(g)) => g.checks.len(),
         _ => 0,
     };
-    let lineage = LineageFile::new(run_dir.join(LINEAGE_FILE), workspace).load();
+    let lineage = LineageFile::new(crate::record::layout::lineage(run_dir), workspace).load();
     let (woke, steps, request) =
         lineage.map_or((0, BTreeMap::new(), None), |l| (l.woke, l.steps, l.request));
     WakeState {
@@ -114,7 +112,7 @@ pub fn archive_previous(
     run_dir: &Path,
     workbench: &Path,
 ) -> Result<Option<PathBuf>, RecordError> {
-    let lineage = LineageFile::new(run_dir.join(LINEAGE_FILE), workspace);
+    let lineage = LineageFile::new(crate::record::layout::lineage(run_dir), workspace);
     let (brief, goal, _) = notes_paths(workbench);
     let present: Vec<&PathBuf> = [&brief, &goal]
         .into_iter()
@@ -214,7 +212,7 @@ mod tests {
         );
         std::fs::write(&brief, BRIEF).unwrap();
         std::fs::write(&goal, "# 目标\n做 X\n# 判定清单\n- 跑 a\n- 看到 b\n").unwrap();
-        let lf = LineageFile::new(d.runs.join(LINEAGE_FILE), &d.ws);
+        let lf = LineageFile::new(crate::record::layout::lineage(&d.runs), &d.ws);
         lf.wake().unwrap();
         lf.remember("干活", "sid-1").unwrap();
         let before = tree(&d.ws);
@@ -243,7 +241,7 @@ mod tests {
         std::fs::write(&brief, BRIEF).unwrap();
         std::fs::write(&goal, "# 目标\nx\n").unwrap();
         std::fs::write(&log, "q").unwrap();
-        LineageFile::new(d.runs.join(LINEAGE_FILE), &d.ws)
+        LineageFile::new(crate::record::layout::lineage(&d.runs), &d.ws)
             .remember("干活", "s")
             .unwrap();
         let into = archive_previous(&d.ws, &d.runs, &wb).unwrap().unwrap();
@@ -253,10 +251,12 @@ mod tests {
             crate::record::steps::is_run_marker(&format!("{name}-abcdef")),
             "{name}"
         );
-        for f in [BRIEF_FILE, GOAL_FILE, LINEAGE_FILE] {
+        for f in [BRIEF_FILE, GOAL_FILE, crate::record::layout::LINEAGE] {
             assert!(into.join(f).exists(), "{f}");
         }
-        assert!(!brief.exists() && !goal.exists() && !d.runs.join(LINEAGE_FILE).exists());
+        assert!(
+            !brief.exists() && !goal.exists() && !crate::record::layout::lineage(&d.runs).exists()
+        );
         assert!(log.exists(), "the Q&A log stays");
         let st = wake_state(&d.ws, &d.runs, false);
         assert!(!st.waking && st.woke == 0 && st.steps.is_empty());
@@ -273,7 +273,7 @@ mod tests {
         let (brief, _, _) = notes_paths(&d.ws.join(".flower"));
         std::fs::create_dir_all(brief.parent().unwrap()).unwrap();
         std::fs::write(&brief, BRIEF).unwrap();
-        let lf = LineageFile::new(d.runs.join(LINEAGE_FILE), &d.ws);
+        let lf = LineageFile::new(crate::record::layout::lineage(&d.runs), &d.ws);
         lf.update(|l| l.request = Some("做 X".into())).unwrap();
         lf.wake().unwrap();
         let st = wake_state(&d.ws, &d.runs, false);

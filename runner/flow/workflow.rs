@@ -158,7 +158,7 @@ impl Workflow {
         ctx.woke = match lf.wake() {
             Ok(n) => n,
             Err(e) => {
-                rt.not_saved("lineage.json", &e);
+                rt.not_saved(crate::record::layout::LINEAGE, &e);
                 previous.map_or(1, |l| l.woke + 1)
             }
         };
@@ -174,22 +174,7 @@ impl Workflow {
         ctx: &mut Ctx,
         step: &Step,
     ) -> Result<Result<(), StepFailure>, FlowError> {
-        let (first_resume, continuing) = match &step.resume_from {
-            Some(from) => match ctx.sessions.get(from) {
-                Some(sid) => (Some(sid.clone()), false),
-                None => {
-                    return Err(FlowError::NoSession {
-                        step: step.name.clone(),
-                        from: from.clone(),
-                    })
-                }
-            },
-            None if self.lineage.is_some() => match ctx.sessions.get(&step.name) {
-                Some(sid) => (Some(sid.clone()), true),
-                None => (None, false),
-            },
-            None => (None, false),
-        };
+        let (first_resume, continuing) = self.first_session(ctx, step)?;
         let first_fork = step.fork && step.resume_from.is_some();
         let mut prompt = step.render(ctx, continuing);
         let (mut resume, mut fork) = (first_resume.clone(), first_fork);
@@ -214,27 +199,7 @@ impl Workflow {
                 ctx.sessions.insert(step.name.clone(), sid.clone());
                 self.remember(rt, &step.name, sid);
             }
-            let mut passed = result.ok;
-            let mut aborted = false;
-            ctx.rejected = None;
-            if passed {
-                if let Some(gate) = &step.gate {
-                    let mut cx = GateCx {
-                        runtime: rt,
-                        ctx: &mut *ctx,
-                        step: &step.name,
-                        attempt,
-                    };
-                    match gate.check(&result, &mut cx).await {
-                        Ok(ok) => passed = ok,
-                        Err(abort) => {
-                            ctx.aborted = Some(abort.0);
-                            passed = false;
-                            aborted = true;
-                        }
-                    }
-                }
-            }
+            let (passed, aborted) = judge(rt, ctx, step, &result, attempt).await;
             // The attempt and its judge are done: their containers can go.
             rt.release_agents().await;
             if passed {
@@ -249,24 +214,7 @@ impl Workflow {
                 if step.on_fail == OnFail::Continue {
                     ctx.outputs.insert(step.name.clone(), result.text.clone());
                 }
-                let why = if aborted {
-                    StepFailure::Aborted(ctx.aborted.clone().unwrap_or_default())
-                } else if !result.ok {
-                    // The attempt's own failure: its step line already showed the error.
-                    return Ok(Err(match &result.error {
-                        Some(e) => StepFailure::Errored(e.clone()),
-                        None => StepFailure::Unfinished(step.name.clone()),
-                    }));
-                } else {
-                    match ctx.rejected.clone() {
-                        Some(reason) => StepFailure::Rejected(reason),
-                        None => StepFailure::NotAccepted(step.name.clone()),
-                    }
-                };
-                let text = why.to_string();
-                rt.mark_failed(&label, &text);
-                emit(rt, EventKind::Error { text });
-                return Ok(Err(why));
+                return Ok(Err(failure(rt, ctx, step, &result, aborted, &label)));
             }
             attempt += 1;
             let pushback = match (&step.on_reject, &result.session_id) {
@@ -294,6 +242,27 @@ impl Workflow {
         }
     }
 
+    /// The session a step's first attempt resumes, and whether it continues the step's own
+    /// (a continuous workflow); `FlowError::NoSession` when the step it resumes has none.
+    fn first_session(&self, ctx: &Ctx, step: &Step) -> Result<(Option<String>, bool), FlowError> {
+        Ok(match &step.resume_from {
+            Some(from) => match ctx.sessions.get(from) {
+                Some(sid) => (Some(sid.clone()), false),
+                None => {
+                    return Err(FlowError::NoSession {
+                        step: step.name.clone(),
+                        from: from.clone(),
+                    })
+                }
+            },
+            None if self.lineage.is_some() => match ctx.sessions.get(&step.name) {
+                Some(sid) => (Some(sid.clone()), true),
+                None => (None, false),
+            },
+            None => (None, false),
+        })
+    }
+
     /// One `Runtime::run`, writing the session to lineage as soon as it exists (and whenever a
     /// handoff replaces it), so a process killed mid-step resumes that session.
     async fn attempt(
@@ -308,7 +277,7 @@ impl Workflow {
             let unsaved = rt.unsaved().clone();
             opts.on_session = Some(Arc::new(move |sid: &str| {
                 if let Err(e) = lf.remember(&name, sid) {
-                    unsaved.report("lineage.json", &e);
+                    unsaved.report(crate::record::layout::LINEAGE, &e);
                 }
             }));
         }
@@ -320,7 +289,7 @@ impl Workflow {
     fn remember(&self, rt: &Runtime, step: &str, sid: &str) {
         if let Some(lf) = &self.lineage {
             if let Err(e) = lf.remember(step, sid) {
-                rt.not_saved("lineage.json", &e);
+                rt.not_saved(crate::record::layout::LINEAGE, &e);
             }
         }
     }
@@ -345,4 +314,62 @@ fn forward_to(rt: &Arc<Runtime>) -> crate::agent::EventSink {
 /// Emits an event from the workflow itself (agent `runner`).
 pub(crate) fn emit(rt: &Runtime, kind: EventKind) {
     rt.emit("runner", Role::Coordinator, 0, kind);
+}
+
+/// Whether an attempt that finished passes the step's gate, and whether the gate stopped the
+/// run (`ctx.aborted` then says why; `ctx.rejected` why it did not pass).
+async fn judge(
+    rt: &Arc<Runtime>,
+    ctx: &mut Ctx,
+    step: &Step,
+    result: &StepResult,
+    attempt: u32,
+) -> (bool, bool) {
+    ctx.rejected = None;
+    let (true, Some(gate)) = (result.ok, &step.gate) else {
+        return (result.ok, false);
+    };
+    let mut cx = GateCx {
+        runtime: rt,
+        ctx: &mut *ctx,
+        step: &step.name,
+        attempt,
+    };
+    match gate.check(result, &mut cx).await {
+        Ok(ok) => (ok, false),
+        Err(abort) => {
+            ctx.aborted = Some(abort.0);
+            (false, true)
+        }
+    }
+}
+
+/// Why a step failed for good after its last attempt (`label`). A failure the attempt's own
+/// step line did not show (a stop, a rejection) is marked in the manifest and said.
+fn failure(
+    rt: &Arc<Runtime>,
+    ctx: &Ctx,
+    step: &Step,
+    result: &StepResult,
+    aborted: bool,
+    label: &str,
+) -> StepFailure {
+    let why = if aborted {
+        StepFailure::Aborted(ctx.aborted.clone().unwrap_or_default())
+    } else if !result.ok {
+        // The attempt's own failure: its step line already showed the error.
+        return match &result.error {
+            Some(e) => StepFailure::Errored(e.clone()),
+            None => StepFailure::Unfinished(step.name.clone()),
+        };
+    } else {
+        match ctx.rejected.clone() {
+            Some(reason) => StepFailure::Rejected(reason),
+            None => StepFailure::NotAccepted(step.name.clone()),
+        }
+    };
+    let text = why.to_string();
+    rt.mark_failed(label, &text);
+    emit(rt, EventKind::Error { text });
+    why
 }

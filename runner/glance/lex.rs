@@ -161,6 +161,75 @@ fn lex_dollar(
     }
 }
 
+/// A single-quoted string starting at `chars[i]`, into `buf`; where lexing goes on.
+fn single_quoted(chars: &[char], i: usize, buf: &mut WordBuf) -> Result<usize, Refusal> {
+    buf.started = true;
+    buf.quoted = true;
+    let mut j = i + 1;
+    loop {
+        match chars.get(j) {
+            None => return refuse("unterminated single quote"),
+            Some('\'') => break,
+            Some(&q) => buf.push_quoted(q),
+        }
+        j += 1;
+    }
+    Ok(j + 1)
+}
+
+/// A double-quoted string starting at `chars[i]`, into `buf` (`$` expands, backticks are
+/// refused); where lexing goes on.
+fn double_quoted(chars: &[char], i: usize, buf: &mut WordBuf) -> Result<usize, Refusal> {
+    buf.started = true;
+    buf.quoted = true;
+    let mut j = i + 1;
+    loop {
+        match chars.get(j) {
+            None => return refuse("unterminated double quote"),
+            Some('"') => break,
+            Some('`') => return refuse("command substitution with backticks is not a glance"),
+            Some('\\') => {
+                match chars.get(j + 1) {
+                    Some('\n') => {}
+                    Some(&n) if "$`\"\\".contains(n) => buf.push_quoted(n),
+                    Some(&n) => {
+                        buf.push_quoted('\\');
+                        buf.push_quoted(n);
+                    }
+                    None => return refuse("unterminated double quote"),
+                }
+                j += 2;
+                continue;
+            }
+            Some('$') => {
+                j = lex_dollar(chars, j, buf, true)?;
+                continue;
+            }
+            Some(&q) => buf.push_quoted(q),
+        }
+        j += 1;
+    }
+    Ok(j + 1)
+}
+
+/// The operator starting with `;`, `&` or `|` at `chars[i]`, and its length.
+fn operator(chars: &[char], i: usize) -> (Tok, usize) {
+    match (chars[i], chars.get(i + 1)) {
+        (';', Some(';') | Some('&')) => (Tok::Forbidden("case terminator"), 2),
+        (';', _) => (Tok::Semi, 1),
+        ('&', Some('&')) => (Tok::AndIf, 2),
+        // `&>` / `&>>`: stdout and stderr to a file.
+        ('&', Some('>')) => (
+            Tok::Redir(RedirKind::Write),
+            if chars.get(i + 2) == Some(&'>') { 3 } else { 2 },
+        ),
+        ('&', _) => (Tok::Forbidden("background `&`"), 1),
+        ('|', Some('|')) => (Tok::OrIf, 2),
+        ('|', Some('&')) => (Tok::Forbidden("`|&`"), 2),
+        _ => (Tok::Pipe, 1),
+    }
+}
+
 /// Splits `src` into words and operators the way a POSIX shell would, refusing constructs
 /// that execute code while lexing (substitutions) or that the lexer does not model.
 pub(super) fn lex(src: &str) -> Result<Vec<Tok>, Refusal> {
@@ -195,54 +264,8 @@ pub(super) fn lex(src: &str) -> Result<Vec<Tok>, Refusal> {
                 }
                 None => return refuse("trailing backslash"),
             },
-            '\'' => {
-                buf.started = true;
-                buf.quoted = true;
-                let mut j = i + 1;
-                loop {
-                    match chars.get(j) {
-                        None => return refuse("unterminated single quote"),
-                        Some('\'') => break,
-                        Some(&q) => buf.push_quoted(q),
-                    }
-                    j += 1;
-                }
-                i = j + 1;
-            }
-            '"' => {
-                buf.started = true;
-                buf.quoted = true;
-                let mut j = i + 1;
-                loop {
-                    match chars.get(j) {
-                        None => return refuse("unterminated double quote"),
-                        Some('"') => break,
-                        Some('`') => {
-                            return refuse("command substitution with backticks is not a glance")
-                        }
-                        Some('\\') => {
-                            match chars.get(j + 1) {
-                                Some('\n') => {}
-                                Some(&n) if "$`\"\\".contains(n) => buf.push_quoted(n),
-                                Some(&n) => {
-                                    buf.push_quoted('\\');
-                                    buf.push_quoted(n);
-                                }
-                                None => return refuse("unterminated double quote"),
-                            }
-                            j += 2;
-                            continue;
-                        }
-                        Some('$') => {
-                            j = lex_dollar(&chars, j, &mut buf, true)?;
-                            continue;
-                        }
-                        Some(&q) => buf.push_quoted(q),
-                    }
-                    j += 1;
-                }
-                i = j + 1;
-            }
+            '\'' => i = single_quoted(&chars, i, &mut buf)?,
+            '"' => i = double_quoted(&chars, i, &mut buf)?,
             '`' => return refuse("command substitution with backticks is not a glance"),
             '$' => i = lex_dollar(&chars, i, &mut buf, false)?,
             '#' if !buf.started => {
@@ -251,50 +274,11 @@ pub(super) fn lex(src: &str) -> Result<Vec<Tok>, Refusal> {
                     i += 1;
                 }
             }
-            ';' => {
+            ';' | '&' | '|' => {
                 finish!();
-                if matches!(chars.get(i + 1), Some(';') | Some('&')) {
-                    toks.push(Tok::Forbidden("case terminator"));
-                    i += 2;
-                } else {
-                    toks.push(Tok::Semi);
-                    i += 1;
-                }
-            }
-            '&' => {
-                finish!();
-                match chars.get(i + 1) {
-                    Some('&') => {
-                        toks.push(Tok::AndIf);
-                        i += 2;
-                    }
-                    Some('>') => {
-                        // `&>` / `&>>`: stdout and stderr to a file.
-                        toks.push(Tok::Redir(RedirKind::Write));
-                        i += if chars.get(i + 2) == Some(&'>') { 3 } else { 2 };
-                    }
-                    _ => {
-                        toks.push(Tok::Forbidden("background `&`"));
-                        i += 1;
-                    }
-                }
-            }
-            '|' => {
-                finish!();
-                match chars.get(i + 1) {
-                    Some('|') => {
-                        toks.push(Tok::OrIf);
-                        i += 2;
-                    }
-                    Some('&') => {
-                        toks.push(Tok::Forbidden("`|&`"));
-                        i += 2;
-                    }
-                    _ => {
-                        toks.push(Tok::Pipe);
-                        i += 1;
-                    }
-                }
+                let (tok, len) = operator(&chars, i);
+                toks.push(tok);
+                i += len;
             }
             '<' | '>' => {
                 if buf.is_io_number() {

@@ -270,32 +270,10 @@ pub fn integrate_guarded(
     let result_tree = if fast_forward {
         theirs_tree.clone()
     } else {
-        let mut opts = MergeOptions::new();
-        opts.find_renames(true);
-        let mut index = repo
-            .merge_commits(&ours, &theirs, Some(&opts))
-            .map_err(IsolateError::git("三方合并失败"))?;
-        if index.has_conflicts() {
-            let mut paths = BTreeSet::new();
-            for c in index
-                .conflicts()
-                .map_err(IsolateError::git("读不出冲突"))?
-                .flatten()
-            {
-                for e in [c.ancestor, c.our, c.their].into_iter().flatten() {
-                    paths.insert(String::from_utf8_lossy(&e.path).into_owned());
-                }
-            }
-            return Ok(Integration::Conflict {
-                paths: paths.into_iter().collect(),
-                into,
-            });
+        match three_way(&repo, &ours, &theirs)? {
+            Ok(tree) => tree,
+            Err(paths) => return Ok(Integration::Conflict { paths, into }),
         }
-        let id = index
-            .write_tree_to(&repo)
-            .map_err(IsolateError::git("写不出合并的树"))?;
-        repo.find_tree(id)
-            .map_err(IsolateError::git("读不出合并的树"))?
     };
 
     let links = super::links::check(
@@ -361,6 +339,38 @@ pub fn integrate_guarded(
         files: written.into_iter().collect(),
         into,
     })
+}
+
+/// The three-way merge of `theirs` into `ours`: the merged tree, or the conflicting paths.
+fn three_way<'r>(
+    repo: &'r git2::Repository,
+    ours: &git2::Commit<'_>,
+    theirs: &git2::Commit<'_>,
+) -> Result<Result<git2::Tree<'r>, Vec<String>>, IsolateError> {
+    let mut opts = MergeOptions::new();
+    opts.find_renames(true);
+    let mut index = repo
+        .merge_commits(ours, theirs, Some(&opts))
+        .map_err(IsolateError::git("三方合并失败"))?;
+    if index.has_conflicts() {
+        let mut paths = BTreeSet::new();
+        for c in index
+            .conflicts()
+            .map_err(IsolateError::git("读不出冲突"))?
+            .flatten()
+        {
+            for e in [c.ancestor, c.our, c.their].into_iter().flatten() {
+                paths.insert(String::from_utf8_lossy(&e.path).into_owned());
+            }
+        }
+        return Ok(Err(paths.into_iter().collect()));
+    }
+    let id = index
+        .write_tree_to(repo)
+        .map_err(IsolateError::git("写不出合并的树"))?;
+    repo.find_tree(id)
+        .map(Ok)
+        .map_err(IsolateError::git("读不出合并的树"))
 }
 
 #[cfg(test)]

@@ -351,6 +351,59 @@ impl WorktreePlacement {
         lines
     }
 
+    /// What the coordinator is told of a finished worker's worktree (`outcome`: whether
+    /// anything was committed, and the integration when the worker finished); the tree's
+    /// state follows it, and a refused or oversized branch is also a notice.
+    fn finished(
+        &self,
+        agent: &str,
+        tree: &Tree,
+        outcome: Result<(Option<()>, Option<Integration>), FinishError>,
+    ) -> String {
+        match outcome {
+            Ok((committed, None)) => {
+                self.set_state(agent, State::Kept);
+                let what = if committed.is_some() {
+                    format!("它的改动已提交在分支 {}", tree.branch)
+                } else {
+                    format!("分支 {} 上没有新的改动", tree.branch)
+                };
+                format!(
+                    "[没合入] {agent} 没做完,{what};没有合入工作区。worktree {} 留着。",
+                    tree.path.display()
+                )
+            }
+            Ok((_, Some(merged))) => {
+                if let Integration::Refused { links, .. } = &merged {
+                    self.notices
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(format!(
+                        "没合入 {agent} 的分支 {}:它提交了指到仓库外(或工作台、运行目录、.git)的符号链接 {};分支留着",
+                        tree.branch,
+                        links.join("、")
+                    ));
+                }
+                let state = match merged {
+                    Integration::AlreadyMerged | Integration::Merged { .. } => State::Merged,
+                    _ => State::Kept,
+                };
+                self.set_state(agent, state);
+                report(agent, &tree.branch, &tree.path, &Ok(merged))
+            }
+            Err(e) => {
+                self.set_state(agent, State::Kept);
+                if let FinishError::Isolate(IsolateError::TooLarge { .. }) = &e {
+                    self.notices
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(format!("{agent}:{e}"));
+                }
+                report(agent, &tree.branch, &tree.path, &Err(e))
+            }
+        }
+    }
+
     fn set_state(&self, agent: &str, state: State) {
         if let Some(t) = self
             .trees
@@ -640,49 +693,8 @@ impl Placement for WorktreePlacement {
                 list(&files)
             )
         });
-        let text = match outcome {
-            Ok((committed, None)) => {
-                self.set_state(agent, State::Kept);
-                let what = if committed.is_some() {
-                    format!("它的改动已提交在分支 {}", tree.branch)
-                } else {
-                    format!("分支 {} 上没有新的改动", tree.branch)
-                };
-                Some(format!(
-                    "[没合入] {agent} 没做完,{what};没有合入工作区。worktree {} 留着。",
-                    tree.path.display()
-                ))
-            }
-            Ok((_, Some(merged))) => {
-                if let Integration::Refused { links, .. } = &merged {
-                    self.notices
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(format!(
-                            "没合入 {agent} 的分支 {}:它提交了指到仓库外(或工作台、运行目录、.git)的符号链接 {};分支留着",
-                            tree.branch,
-                            links.join("、")
-                        ));
-                }
-                let state = match merged {
-                    Integration::AlreadyMerged | Integration::Merged { .. } => State::Merged,
-                    _ => State::Kept,
-                };
-                self.set_state(agent, state);
-                Some(report(agent, &tree.branch, &tree.path, &Ok(merged)))
-            }
-            Err(e) => {
-                self.set_state(agent, State::Kept);
-                if let FinishError::Isolate(IsolateError::TooLarge { .. }) = &e {
-                    self.notices
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(format!("{agent}:{e}"));
-                }
-                Some(report(agent, &tree.branch, &tree.path, &Err(e)))
-            }
-        };
-        text.map(|t| t + left_note.as_deref().unwrap_or(""))
+        let text = self.finished(agent, &tree, outcome);
+        Some(text + left_note.as_deref().unwrap_or(""))
     }
 
     fn shares_workspace(&self) -> bool {

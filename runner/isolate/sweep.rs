@@ -162,6 +162,43 @@ fn bring_back(ws: &WorkspaceRepo, st: &WorkerState, report: &mut SweepReport) ->
     }
 }
 
+/// Whether worktree `wt` is left alone: locked by someone else, by a live run, or by an
+/// owner whose liveness is unknown (each said in `report`). A dead owner's lock is not.
+fn held(wt: &git2::Worktree, what: &str, report: &mut SweepReport) -> bool {
+    match wt.is_locked() {
+        Ok(WorktreeLockStatus::Locked(reason)) => {
+            match reason.as_deref().and_then(OwnerLock::parse) {
+                None => {
+                    report.kept.push(match reason.filter(|r| !r.is_empty()) {
+                        Some(r) => format!("留着 {what}:被别人锁着({r})"),
+                        None => format!("留着 {what}:被别人锁着"),
+                    });
+                    return true;
+                }
+                Some(lock) => match lock.owner.liveness() {
+                    Liveness::Dead(_) => {}
+                    Liveness::Alive => {
+                        report
+                            .live
+                            .push(format!("留着 {what}:运行 {} 还在跑", lock.run));
+                        return true;
+                    }
+                    Liveness::Unknown(why) => {
+                        report.kept.push(format!("留着 {what}:{why}"));
+                        return true;
+                    }
+                },
+            }
+        }
+        Ok(WorktreeLockStatus::Unlocked) => {}
+        Err(e) => {
+            report.failed.push(format!("看不出 {what} 锁没锁:{e}"));
+            return true;
+        }
+    }
+    false
+}
+
 /// Settles one registered worktree `name` (see the module rules); lines go to `report`.
 pub(super) fn sweep_one(
     ws: &WorkspaceRepo,
@@ -178,36 +215,8 @@ pub(super) fn sweep_one(
         wt.path().display(),
         branch.unwrap_or("没有分支")
     );
-    match wt.is_locked() {
-        Ok(WorktreeLockStatus::Locked(reason)) => {
-            match reason.as_deref().and_then(OwnerLock::parse) {
-                None => {
-                    report.kept.push(match reason.filter(|r| !r.is_empty()) {
-                        Some(r) => format!("留着 {what}:被别人锁着({r})"),
-                        None => format!("留着 {what}:被别人锁着"),
-                    });
-                    return;
-                }
-                Some(lock) => match lock.owner.liveness() {
-                    Liveness::Dead(_) => {}
-                    Liveness::Alive => {
-                        report
-                            .live
-                            .push(format!("留着 {what}:运行 {} 还在跑", lock.run));
-                        return;
-                    }
-                    Liveness::Unknown(why) => {
-                        report.kept.push(format!("留着 {what}:{why}"));
-                        return;
-                    }
-                },
-            }
-        }
-        Ok(WorktreeLockStatus::Unlocked) => {}
-        Err(e) => {
-            report.failed.push(format!("看不出 {what} 锁没锁:{e}"));
-            return;
-        }
+    if held(&wt, &what, report) {
+        return;
     }
     let state = WorkerState::open(&ws.commondir, name);
     if let Some(st) = &state {

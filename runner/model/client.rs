@@ -7,7 +7,7 @@
 
 use super::retry::{classify_status, one_line, parse_retry_after, AttemptError, RetryPolicy};
 use super::transport::{HttpRequest, HttpResponse, HttpTransport, TransportError};
-use super::{EventSink, ModelError, ModelEvent, Request, Turn};
+use super::{EventSink, ModelError, ModelEvent, Provider, Request, Turn};
 use eventsource_stream::{Event as SseEvent, EventStreamError, Eventsource};
 use futures::StreamExt;
 use serde_json::Value;
@@ -63,6 +63,8 @@ impl Endpoint {
 
 /// What differs between providers.
 pub(crate) trait WireProtocol: Send + Sync {
+    /// The provider's name (`anthropic`, `openai`).
+    const NAME: &'static str;
     /// Assembles one attempt's events into a turn.
     type Assembler: TurnAssembler + Send;
     /// Where requests go.
@@ -87,6 +89,14 @@ pub(crate) trait WireProtocol: Send + Sync {
     /// complete JSON answers, and the response headers may only come when the turn is done).
     fn streaming(&self) -> bool {
         true
+    }
+    /// [`super::Provider::server_context_window`], asked over `transport`; `None` by default.
+    fn server_context_window<'a>(
+        &'a self,
+        transport: &'a dyn HttpTransport,
+    ) -> impl std::future::Future<Output = Option<u64>> + Send + 'a {
+        let _ = transport;
+        std::future::ready(None)
     }
     /// Understands a complete, non-streamed JSON answer (`content-type: application/json`
     /// with status 200): a gateway that ignores `stream: true`, or a provider configured not to
@@ -135,9 +145,8 @@ pub(crate) fn stream_headers(req: &Request) -> Vec<(String, String)> {
     ]
 }
 
-/// A provider's [`WireProtocol`] with the transport and retry policy it streams over: the state
-/// and the [`super::Provider`] methods every provider shares. A provider wraps one and adds its
-/// name and configuration.
+/// THE [`Provider`]: a [`WireProtocol`] (anthropic's, openai's) with the transport and retry
+/// policy it streams over. What differs between providers is their protocol, nothing else.
 pub(crate) struct Driver<P> {
     /// The provider's wire format and configuration.
     pub(crate) proto: P,
@@ -174,18 +183,42 @@ impl<P: WireProtocol> Driver<P> {
         )
         .await
     }
+}
 
-    /// The transport requests go through.
-    pub(crate) fn transport(&self) -> &dyn HttpTransport {
-        self.transport.as_ref()
-    }
-
-    /// A provider's `Debug`: its type name, endpoint and default model (never credentials).
-    pub(crate) fn debug(&self, provider: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct(provider)
+impl<P: WireProtocol> fmt::Debug for Driver<P> {
+    /// The provider's name, endpoint and default model (never credentials).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Provider")
+            .field("name", &P::NAME)
             .field("endpoint", &self.proto.endpoint().url)
             .field("model", &self.proto.default_model())
             .finish_non_exhaustive()
+    }
+}
+
+#[async_trait::async_trait]
+impl<P: WireProtocol> Provider for Driver<P> {
+    fn name(&self) -> &str {
+        P::NAME
+    }
+
+    fn default_model(&self) -> &str {
+        self.proto.default_model()
+    }
+
+    async fn server_context_window(&self) -> Option<u64> {
+        self.proto
+            .server_context_window(self.transport.as_ref())
+            .await
+    }
+
+    async fn stream_turn(
+        &self,
+        req: &Request,
+        sink: EventSink<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<Turn, ModelError> {
+        Driver::stream_turn(self, req, sink, cancel).await
     }
 }
 

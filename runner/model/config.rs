@@ -17,13 +17,49 @@
 //! | `FLOWERBOX_OPENAI_STREAM` | `0`/`false`/`no`/`off` asks the `openai` endpoint for complete JSON answers instead of event streams (servers that cannot stream tool calls); default on |
 //! | `FLOWERBOX_MAX_TOKENS` | output cap of a model call, in tokens (both providers); default: the catalogue's cap up to 16,384, else a share of the context the server reports, else [`UNCATALOGUED_MAX_TOKENS`] |
 
-use super::anthropic::{AnthropicAuth, AnthropicConfig, AnthropicProvider};
-use super::openai::{OpenAiConfig, OpenAiProvider};
+use super::anthropic::{AnthropicAuth, AnthropicConfig};
+use super::openai::OpenAiConfig;
 use super::retry::RetryPolicy;
 use super::transport::{HttpTransport, ReqwestTransport};
 use super::{ModelError, Provider};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The names of the configuration variables (the table above): their one home. `creds` lists,
+/// looks up and writes them by these names; `tests/one_home.rs` keeps the literals out of the
+/// rest of the shipped code.
+pub mod var {
+    /// The official Anthropic key (sent as `x-api-key`).
+    pub const ANTHROPIC_API_KEY: &str = "ANTHROPIC_API_KEY";
+    /// A gateway token (sent as `authorization: Bearer`, used when there is no API key).
+    pub const ANTHROPIC_AUTH_TOKEN: &str = "ANTHROPIC_AUTH_TOKEN";
+    /// The anthropic endpoint root.
+    pub const ANTHROPIC_BASE_URL: &str = "ANTHROPIC_BASE_URL";
+    /// The anthropic main model.
+    pub const ANTHROPIC_MODEL: &str = "ANTHROPIC_MODEL";
+    /// The opus tier's model.
+    pub const ANTHROPIC_DEFAULT_OPUS_MODEL: &str = "ANTHROPIC_DEFAULT_OPUS_MODEL";
+    /// The sonnet tier's model.
+    pub const ANTHROPIC_DEFAULT_SONNET_MODEL: &str = "ANTHROPIC_DEFAULT_SONNET_MODEL";
+    /// The haiku tier's model.
+    pub const ANTHROPIC_DEFAULT_HAIKU_MODEL: &str = "ANTHROPIC_DEFAULT_HAIKU_MODEL";
+    /// Claude Code's subagent model (borrowed, listed).
+    pub const CLAUDE_CODE_SUBAGENT_MODEL: &str = "CLAUDE_CODE_SUBAGENT_MODEL";
+    /// Claude Code's effort level (borrowed, listed).
+    pub const CLAUDE_CODE_EFFORT_LEVEL: &str = "CLAUDE_CODE_EFFORT_LEVEL";
+    /// `anthropic` or `openai`.
+    pub const FLOWERBOX_PROVIDER: &str = "FLOWERBOX_PROVIDER";
+    /// The OpenAI-compatible API root.
+    pub const OPENAI_BASE_URL: &str = "OPENAI_BASE_URL";
+    /// The OpenAI-compatible bearer key.
+    pub const OPENAI_API_KEY: &str = "OPENAI_API_KEY";
+    /// The OpenAI-compatible model id.
+    pub const OPENAI_MODEL: &str = "OPENAI_MODEL";
+    /// Whether the `openai` endpoint is asked for event streams.
+    pub const FLOWERBOX_OPENAI_STREAM: &str = "FLOWERBOX_OPENAI_STREAM";
+    /// The output cap of a model call.
+    pub const FLOWERBOX_MAX_TOKENS: &str = "FLOWERBOX_MAX_TOKENS";
+}
 
 /// The anthropic model when neither `ANTHROPIC_MODEL` nor `ANTHROPIC_DEFAULT_OPUS_MODEL` is set.
 pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
@@ -86,9 +122,9 @@ impl ProviderKind {
 
 /// The variables whose values are secrets: masked wherever shown.
 pub const SECRET_VARIABLES: [&str; 3] = [
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_AUTH_TOKEN",
-    "OPENAI_API_KEY",
+    var::ANTHROPIC_API_KEY,
+    var::ANTHROPIC_AUTH_TOKEN,
+    var::OPENAI_API_KEY,
 ];
 
 /// Whether `name` configures a model provider (its secrets, endpoint, model or provider
@@ -97,7 +133,7 @@ pub fn is_provider_variable(name: &str) -> bool {
     name.starts_with("ANTHROPIC_")
         || name.starts_with("OPENAI_")
         || name.starts_with("CLAUDE_")
-        || name == "FLOWERBOX_PROVIDER"
+        || name == var::FLOWERBOX_PROVIDER
 }
 
 /// Claude model tiers with their `ANTHROPIC_DEFAULT_*_MODEL` mappings.
@@ -115,9 +151,9 @@ impl ModelTier {
     /// The variable that maps this tier.
     pub fn variable(self) -> &'static str {
         match self {
-            ModelTier::Opus => "ANTHROPIC_DEFAULT_OPUS_MODEL",
-            ModelTier::Sonnet => "ANTHROPIC_DEFAULT_SONNET_MODEL",
-            ModelTier::Haiku => "ANTHROPIC_DEFAULT_HAIKU_MODEL",
+            ModelTier::Opus => var::ANTHROPIC_DEFAULT_OPUS_MODEL,
+            ModelTier::Sonnet => var::ANTHROPIC_DEFAULT_SONNET_MODEL,
+            ModelTier::Haiku => var::ANTHROPIC_DEFAULT_HAIKU_MODEL,
         }
     }
 }
@@ -137,7 +173,7 @@ pub fn tier_model(get: Lookup<'_>, tier: ModelTier) -> Option<String> {
 /// The anthropic main model: `ANTHROPIC_MODEL`, else `ANTHROPIC_DEFAULT_OPUS_MODEL`, else
 /// [`DEFAULT_ANTHROPIC_MODEL`].
 pub fn anthropic_model(get: Lookup<'_>) -> String {
-    value(get, "ANTHROPIC_MODEL")
+    value(get, var::ANTHROPIC_MODEL)
         .or_else(|| tier_model(get, ModelTier::Opus))
         .unwrap_or_else(|| DEFAULT_ANTHROPIC_MODEL.to_string())
 }
@@ -145,7 +181,7 @@ pub fn anthropic_model(get: Lookup<'_>) -> String {
 /// Reads `FLOWERBOX_PROVIDER`. Unset → anthropic; an unknown name is a
 /// [`ModelError::Setup`] error, never a silent default (DESIGN.md invariant 6).
 pub fn provider_kind(get: Lookup<'_>) -> Result<ProviderKind, ModelError> {
-    match value(get, "FLOWERBOX_PROVIDER") {
+    match value(get, var::FLOWERBOX_PROVIDER) {
         None => Ok(ProviderKind::Anthropic),
         Some(name) => ProviderKind::parse(&name).ok_or_else(|| {
             ModelError::Setup(format!(
@@ -158,8 +194,8 @@ pub fn provider_kind(get: Lookup<'_>) -> Result<ProviderKind, ModelError> {
 /// The variable that names where a provider of `kind` sends its requests (its base URL).
 pub fn endpoint_variable(kind: ProviderKind) -> &'static str {
     match kind {
-        ProviderKind::Anthropic => "ANTHROPIC_BASE_URL",
-        ProviderKind::OpenAi => "OPENAI_BASE_URL",
+        ProviderKind::Anthropic => var::ANTHROPIC_BASE_URL,
+        ProviderKind::OpenAi => var::OPENAI_BASE_URL,
     }
 }
 
@@ -172,8 +208,8 @@ pub fn endpoint_variable(kind: ProviderKind) -> &'static str {
 /// source says), so the two can never disagree.
 pub fn credential_variable(kind: ProviderKind, get: Lookup<'_>) -> Option<&'static str> {
     let candidates: &[&'static str] = match kind {
-        ProviderKind::Anthropic => &["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"],
-        ProviderKind::OpenAi => &["OPENAI_API_KEY"],
+        ProviderKind::Anthropic => &[var::ANTHROPIC_API_KEY, var::ANTHROPIC_AUTH_TOKEN],
+        ProviderKind::OpenAi => &[var::OPENAI_API_KEY],
     };
     candidates
         .iter()
@@ -186,12 +222,12 @@ pub fn credential_variable(kind: ProviderKind, get: Lookup<'_>) -> Option<&'stat
 pub fn anthropic_config(get: Lookup<'_>) -> AnthropicConfig {
     let secret = |name: &str| value(get, name).unwrap_or_default();
     let auth = match credential_variable(ProviderKind::Anthropic, get) {
-        Some(name @ "ANTHROPIC_API_KEY") => AnthropicAuth::ApiKey(secret(name)),
+        Some(name @ var::ANTHROPIC_API_KEY) => AnthropicAuth::ApiKey(secret(name)),
         Some(name) => AnthropicAuth::Bearer(secret(name)),
         None => AnthropicAuth::None,
     };
     AnthropicConfig {
-        base_url: value(get, "ANTHROPIC_BASE_URL")
+        base_url: value(get, var::ANTHROPIC_BASE_URL)
             .unwrap_or_else(|| super::anthropic::DEFAULT_BASE_URL.to_string()),
         auth,
         model: anthropic_model(get),
@@ -214,7 +250,7 @@ fn switch(get: Lookup<'_>, name: &str, default: bool) -> Result<bool, ModelError
 /// `FLOWERBOX_MAX_TOKENS`, when set: a positive whole number of tokens, else a
 /// [`ModelError::Setup`] error.
 pub fn max_tokens_setting(get: Lookup<'_>) -> Result<Option<u32>, ModelError> {
-    match value(get, "FLOWERBOX_MAX_TOKENS") {
+    match value(get, var::FLOWERBOX_MAX_TOKENS) {
         None => Ok(None),
         Some(v) => match v.parse::<u32>() {
             Ok(n) if n > 0 => Ok(Some(n)),
@@ -244,17 +280,17 @@ pub fn max_tokens_for(setting: Option<u32>, model: &str, server_window: Option<u
 
 /// The openai configuration; `OPENAI_MODEL` is required.
 pub fn openai_config(get: Lookup<'_>) -> Result<OpenAiConfig, ModelError> {
-    let model = value(get, "OPENAI_MODEL").ok_or_else(|| {
+    let model = value(get, var::OPENAI_MODEL).ok_or_else(|| {
         ModelError::Setup(
             "FLOWERBOX_PROVIDER=openai needs OPENAI_MODEL (the model id to call)".into(),
         )
     })?;
     Ok(OpenAiConfig {
-        base_url: value(get, "OPENAI_BASE_URL")
+        base_url: value(get, var::OPENAI_BASE_URL)
             .unwrap_or_else(|| super::openai::DEFAULT_BASE_URL.to_string()),
         api_key: credential_variable(ProviderKind::OpenAi, get).and_then(|name| value(get, name)),
         model,
-        stream: switch(get, "FLOWERBOX_OPENAI_STREAM", true)?,
+        stream: switch(get, var::FLOWERBOX_OPENAI_STREAM, true)?,
     })
 }
 
@@ -274,12 +310,12 @@ pub fn build_provider(
         ),
     };
     Ok(match kind {
-        ProviderKind::Anthropic => Arc::new(AnthropicProvider::new(
+        ProviderKind::Anthropic => Arc::new(super::anthropic::new_provider(
             anthropic_config(get),
             opts.retry,
             transport,
         )?),
-        ProviderKind::OpenAi => Arc::new(OpenAiProvider::new(
+        ProviderKind::OpenAi => Arc::new(super::openai::new_provider(
             openai_config(get)?,
             opts.retry,
             transport,

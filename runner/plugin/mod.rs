@@ -180,117 +180,17 @@ fn read_text(path: &Path, place: &Place) -> Result<Option<String>, String> {
         .map_err(|e| e.to_string())
 }
 
+/// What is wrong with `what`, for the plugins' problems.
+fn problem(problems: &mut Vec<String>, what: &Path, why: String) {
+    problems.push(format!("{}:{why}", what.display()));
+}
+
 fn load_one(root: &Path, place: &Place, all: &mut Plugins) {
-    let mut problem = |what: &Path, why: String| {
-        all.problems.push(format!("{}:{why}", what.display()));
-    };
-    let manifest = root.join(".claude-plugin/plugin.json");
-    let mut name = root
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "plugin".into());
-    match read_text(&manifest, place) {
-        Ok(None) => {}
-        Ok(Some(text)) => match parse::manifest_name(&text) {
-            Ok(Some(n)) => name = n,
-            Ok(None) => {}
-            Err(e) => problem(&manifest, e.to_string()),
-        },
-        Err(e) => problem(&manifest, e),
-    }
-    let mut skills = Vec::new();
-    let dir = root.join("skills");
-    match config_file::list(&dir, place) {
-        Ok(None) => {}
-        Ok(Some(entries)) => {
-            for (entry, is_dir) in entries {
-                if !is_dir {
-                    continue;
-                }
-                let skill_dir = dir.join(&entry);
-                let file = skill_dir.join("SKILL.md");
-                match read_text(&file, place) {
-                    Ok(None) => problem(&file, "没有这个文件".into()),
-                    Ok(Some(text)) => match parse::front_matter(&text) {
-                        Ok(fm) => match fm.get("description") {
-                            Some(d) => skills.push(Skill {
-                                plugin: name.clone(),
-                                name: fm.get("name").unwrap_or(&entry).to_string(),
-                                description: d.to_string(),
-                                dir: skill_dir.clone(),
-                                place: place.clone(),
-                            }),
-                            None => problem(
-                                &file,
-                                parse::ParseError::Missing("description").to_string(),
-                            ),
-                        },
-                        Err(e) => problem(&file, e.to_string()),
-                    },
-                    Err(e) => problem(&file, e),
-                }
-            }
-        }
-        Err(e) => problem(&dir, e.to_string()),
-    }
-    let mut agents = Vec::new();
-    let dir = root.join("agents");
-    match config_file::list(&dir, place) {
-        Ok(None) => {}
-        Ok(Some(entries)) => {
-            for (entry, is_dir) in entries {
-                let Some(stem) = entry.strip_suffix(".md").filter(|_| !is_dir) else {
-                    continue;
-                };
-                let file = dir.join(&entry);
-                match read_text(&file, place) {
-                    Ok(None) => {}
-                    Ok(Some(text)) => match parse::front_matter(&text) {
-                        Ok(fm) => match fm.get("description") {
-                            Some(d) => {
-                                // An alias (`sonnet`) is resolved by the caller, which knows
-                                // the model configuration.
-                                let model = fm
-                                    .get("model")
-                                    .filter(|m| *m != "inherit")
-                                    .map(str::to_string);
-                                agents.push(AgentType {
-                                    plugin: name.clone(),
-                                    name: fm.get("name").unwrap_or(stem).to_string(),
-                                    description: d.to_string(),
-                                    prompt: fm.body.trim().to_string(),
-                                    tools: fm.list("tools"),
-                                    model,
-                                    file: file.clone(),
-                                })
-                            }
-                            None => problem(
-                                &file,
-                                parse::ParseError::Missing("description").to_string(),
-                            ),
-                        },
-                        Err(e) => problem(&file, e.to_string()),
-                    },
-                    Err(e) => problem(&file, e),
-                }
-            }
-        }
-        Err(e) => problem(&dir, e.to_string()),
-    }
-    let mut hooks = Vec::new();
-    let file = root.join("hooks/hooks.json");
-    match read_text(&file, place) {
-        Ok(None) => {}
-        Ok(Some(text)) => match parse::hooks_json(&text) {
-            Ok(specs) => hooks.extend(specs.into_iter().map(|spec| Hook {
-                plugin: name.clone(),
-                root: root.to_path_buf(),
-                spec,
-            })),
-            Err(e) => problem(&file, e.to_string()),
-        },
-        Err(e) => problem(&file, e),
-    }
+    let problems = &mut all.problems;
+    let name = plugin_name(root, place, problems);
+    let skills = load_skills(root, place, &name, problems);
+    let agents = load_agents(root, place, &name, problems);
+    let hooks = load_hooks(root, place, &name, problems);
     for s in skills {
         if all.skills.iter().any(|o| o.name == s.name) {
             all.problems.push(format!(
@@ -316,6 +216,151 @@ fn load_one(root: &Path, place: &Place, all: &mut Plugins) {
         name,
         root: root.to_path_buf(),
     });
+}
+
+/// The plugin's name: its manifest's, else its directory's.
+fn plugin_name(root: &Path, place: &Place, problems: &mut Vec<String>) -> String {
+    let manifest = root.join(".claude-plugin/plugin.json");
+    let mut name = root
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "plugin".into());
+    match read_text(&manifest, place) {
+        Ok(None) => {}
+        Ok(Some(text)) => match parse::manifest_name(&text) {
+            Ok(Some(n)) => name = n,
+            Ok(None) => {}
+            Err(e) => problem(problems, &manifest, e.to_string()),
+        },
+        Err(e) => problem(problems, &manifest, e),
+    }
+    name
+}
+
+/// `skills/<dir>/SKILL.md`, each with a description.
+fn load_skills(root: &Path, place: &Place, name: &str, problems: &mut Vec<String>) -> Vec<Skill> {
+    let mut skills = Vec::new();
+    let dir = root.join("skills");
+    let entries = match config_file::list(&dir, place) {
+        Ok(None) => return skills,
+        Ok(Some(entries)) => entries,
+        Err(e) => {
+            problem(problems, &dir, e.to_string());
+            return skills;
+        }
+    };
+    for (entry, is_dir) in entries {
+        if !is_dir {
+            continue;
+        }
+        let skill_dir = dir.join(&entry);
+        let file = skill_dir.join("SKILL.md");
+        match read_text(&file, place) {
+            Ok(None) => problem(problems, &file, "没有这个文件".into()),
+            Ok(Some(text)) => match parse::front_matter(&text) {
+                Ok(fm) => match fm.get("description") {
+                    Some(d) => skills.push(Skill {
+                        plugin: name.to_string(),
+                        name: fm.get("name").unwrap_or(&entry).to_string(),
+                        description: d.to_string(),
+                        dir: skill_dir.clone(),
+                        place: place.clone(),
+                    }),
+                    None => problem(
+                        problems,
+                        &file,
+                        parse::ParseError::Missing("description").to_string(),
+                    ),
+                },
+                Err(e) => problem(problems, &file, e.to_string()),
+            },
+            Err(e) => problem(problems, &file, e),
+        }
+    }
+    skills
+}
+
+/// `agents/<name>.md`, each with a description.
+fn load_agents(
+    root: &Path,
+    place: &Place,
+    name: &str,
+    problems: &mut Vec<String>,
+) -> Vec<AgentType> {
+    let mut agents = Vec::new();
+    let dir = root.join("agents");
+    let entries = match config_file::list(&dir, place) {
+        Ok(None) => return agents,
+        Ok(Some(entries)) => entries,
+        Err(e) => {
+            problem(problems, &dir, e.to_string());
+            return agents;
+        }
+    };
+    for (entry, is_dir) in entries {
+        let Some(stem) = entry.strip_suffix(".md").filter(|_| !is_dir) else {
+            continue;
+        };
+        let file = dir.join(&entry);
+        match read_text(&file, place) {
+            Ok(None) => {}
+            Ok(Some(text)) => match parse::front_matter(&text) {
+                Ok(fm) => match fm.get("description") {
+                    Some(d) => {
+                        // An alias (`sonnet`) is resolved by the caller, which knows the model
+                        // configuration.
+                        let model = fm
+                            .get("model")
+                            .filter(|m| *m != "inherit")
+                            .map(str::to_string);
+                        agents.push(AgentType {
+                            plugin: name.to_string(),
+                            name: fm.get("name").unwrap_or(stem).to_string(),
+                            description: d.to_string(),
+                            prompt: fm.body.trim().to_string(),
+                            tools: fm.list("tools"),
+                            model,
+                            file: file.clone(),
+                        })
+                    }
+                    None => problem(
+                        problems,
+                        &file,
+                        parse::ParseError::Missing("description").to_string(),
+                    ),
+                },
+                Err(e) => problem(problems, &file, e.to_string()),
+            },
+            Err(e) => problem(problems, &file, e),
+        }
+    }
+    agents
+}
+
+/// `hooks/hooks.json`.
+fn load_hooks(root: &Path, place: &Place, name: &str, problems: &mut Vec<String>) -> Vec<Hook> {
+    let file = root.join("hooks/hooks.json");
+    match read_text(&file, place) {
+        Ok(None) => Vec::new(),
+        Ok(Some(text)) => match parse::hooks_json(&text) {
+            Ok(specs) => specs
+                .into_iter()
+                .map(|spec| Hook {
+                    plugin: name.to_string(),
+                    root: root.to_path_buf(),
+                    spec,
+                })
+                .collect(),
+            Err(e) => {
+                problem(problems, &file, e.to_string());
+                Vec::new()
+            }
+        },
+        Err(e) => {
+            problem(problems, &file, e);
+            Vec::new()
+        }
+    }
 }
 
 /// Whether the `--plugin-dir` `dir` may be mounted into agents' containers: canonical, not `/`,

@@ -126,7 +126,7 @@ impl LineageFile {
         lin.workspace = self.workspace.clone();
         let mut bytes = crate::shown::json::to_vec_pretty(&lin).map_err(|e| RecordError::Json {
             path: self.path.clone(),
-            reason: e.to_string(),
+            source: e.into(),
         })?;
         bytes.push(b'\n');
         write_atomic(&self.path, &bytes)?;
@@ -164,7 +164,7 @@ impl LineageFile {
         f(&mut lin);
         let mut bytes = crate::shown::json::to_vec_pretty(&lin).map_err(|e| RecordError::Json {
             path: self.path.clone(),
-            reason: e.to_string(),
+            source: e.into(),
         })?;
         bytes.push(b'\n');
         write_atomic(&self.path, &bytes)?;
@@ -206,7 +206,7 @@ impl LineageFile {
         let dest = into_dir.join(
             self.path
                 .file_name()
-                .unwrap_or_else(|| "lineage.json".as_ref()),
+                .unwrap_or_else(|| super::layout::LINEAGE.as_ref()),
         );
         own::rename(&self.path, &dest, true).map_err(|e| RecordError::io(&self.path, e))?;
         Ok(Some(dest))

@@ -8,7 +8,7 @@
 //! reported — never silently reset.
 
 use super::lock::{move_aside, write_atomic, FileLock};
-use super::RecordError;
+use super::{JsonProblem, RecordError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
@@ -296,14 +296,14 @@ impl Manifest {
         let (existing, recovered) = match read_rows(&self.path) {
             Ok(rows) => (rows, None),
             Err(ReadError::Io(e)) => return Err(RecordError::io(&self.path, e)),
-            Err(ReadError::Unparseable(reason)) => {
+            Err(ReadError::Unparseable(problem)) => {
                 let backup = move_aside(&self.path)?;
                 (
                     Vec::new(),
                     Some(Recovered {
                         path: self.path.clone(),
                         backup,
-                        reason,
+                        reason: problem.to_string(),
                     }),
                 )
             }
@@ -334,13 +334,13 @@ enum Row<'a> {
 fn json_err(path: &Path, e: serde_json::Error) -> RecordError {
     RecordError::Json {
         path: path.to_path_buf(),
-        reason: e.to_string(),
+        source: e.into(),
     }
 }
 
 enum ReadError {
     Io(std::io::Error),
-    Unparseable(String),
+    Unparseable(JsonProblem),
 }
 
 /// The rows of the file; a missing file is empty.
@@ -352,11 +352,10 @@ fn read_rows(path: &Path) -> Result<Vec<Value>, ReadError> {
     };
     match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Array(rows)) => Ok(rows),
-        Ok(other) => Err(ReadError::Unparseable(format!(
-            "expected a JSON array, found {}",
-            kind_of(&other)
-        ))),
-        Err(e) => Err(ReadError::Unparseable(e.to_string())),
+        Ok(other) => Err(ReadError::Unparseable(JsonProblem::NotArray(kind_of(
+            &other,
+        )))),
+        Err(e) => Err(ReadError::Unparseable(e.into())),
     }
 }
 
@@ -383,9 +382,9 @@ pub fn read_manifest(path: &Path) -> Result<Vec<ManifestEntry>, RecordError> {
             .filter_map(|r| serde_json::from_value(r).ok())
             .collect()),
         Err(ReadError::Io(e)) => Err(RecordError::io(path, e)),
-        Err(ReadError::Unparseable(reason)) => Err(RecordError::Json {
+        Err(ReadError::Unparseable(source)) => Err(RecordError::Json {
             path: path.to_path_buf(),
-            reason,
+            source,
         }),
     }
 }

@@ -12,6 +12,7 @@ use thiserror::Error;
 
 pub mod cost;
 pub mod handoff;
+pub mod layout;
 pub mod lineage;
 pub mod lock;
 pub mod manifest;
@@ -42,13 +43,25 @@ pub enum RecordError {
         source: std::io::Error,
     },
     /// A record could not be serialised, or a file read for inspection does not parse.
-    #[error("{}: {reason}", path.display())]
+    #[error("{}: {source}", path.display())]
     Json {
         /// The file.
         path: PathBuf,
-        /// What serde said.
-        reason: String,
+        /// What is wrong with it.
+        #[source]
+        source: JsonProblem,
     },
+}
+
+/// What is wrong with a record's JSON.
+#[derive(Debug, thiserror::Error)]
+pub enum JsonProblem {
+    /// What serde said.
+    #[error(transparent)]
+    Serde(#[from] serde_json::Error),
+    /// The file parses, but not as the JSON array a manifest is (what it is instead).
+    #[error("expected a JSON array, found {0}")]
+    NotArray(&'static str),
 }
 
 impl RecordError {

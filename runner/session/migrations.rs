@@ -24,9 +24,9 @@ const SHAPE: &[(&str, &str)] = &[
 
 /// The error of a database whose table `table` is not flowerbox's.
 fn foreign(table: &str) -> SessionError {
-    SessionError::Damaged(format!(
-        "里面已有一张不是 flowerbox 建的 {table} 表(别的程序的数据库?)"
-    ))
+    SessionError::Damaged(super::Damage::Foreign {
+        table: table.to_string(),
+    })
 }
 
 /// One schema step. Versions only grow; a released migration is never edited.

@@ -22,11 +22,25 @@ pub enum SessionError {
     NotFound(String),
     /// SQLite failed.
     #[error("sessions.db: {0}")]
-    Db(String),
-    /// The file is not an intact SQLite database (truncated, overwritten): SQLite's own
-    /// `SQLITE_CORRUPT` / `SQLITE_NOTADB`. No later open will succeed; it has to go aside.
+    Db(#[source] rusqlite::Error),
+    /// The database stayed out of WAL mode past the busy timeout.
+    #[error("sessions.db: cannot switch to WAL (journal mode is {mode})")]
+    NotWal {
+        /// The journal mode it kept.
+        mode: String,
+    },
+    /// A message could not be serialised for storage.
+    #[error("sessions.db: cannot serialise a message of session {session}: {source}")]
+    Serialize {
+        /// Session id.
+        session: String,
+        /// Why.
+        source: serde_json::Error,
+    },
+    /// The file is not an intact database of flowerbox's. No later open will succeed; it has
+    /// to go aside.
     #[error("sessions.db 坏了:{0}")]
-    Damaged(String),
+    Damaged(#[source] Damage),
     /// A stored row could not be decoded.
     #[error("sessions.db: corrupt row in session {session}: {reason}")]
     Corrupt {
@@ -38,6 +52,21 @@ pub enum SessionError {
     /// I/O (spill files written by trim).
     #[error("{0}")]
     Io(#[from] std::io::Error),
+}
+
+/// Why `sessions.db` is damaged.
+#[derive(Debug, Error)]
+pub enum Damage {
+    /// Not an intact SQLite database (truncated, overwritten): SQLite's own `SQLITE_CORRUPT` /
+    /// `SQLITE_NOTADB`.
+    #[error("{0}")]
+    Sqlite(#[source] rusqlite::Error),
+    /// It holds a table of this name that flowerbox did not create.
+    #[error("里面已有一张不是 flowerbox 建的 {table} 表(别的程序的数据库?)")]
+    Foreign {
+        /// The table.
+        table: String,
+    },
 }
 
 /// Who a session belongs to.

@@ -9,7 +9,7 @@
 
 use super::migrations;
 use super::rewrite::{self, Entry, TrimReport};
-use super::{NoticeKind, SessionError, SessionMeta, SessionStore, TrimPolicy};
+use super::{Damage, NoticeKind, SessionError, SessionMeta, SessionStore, TrimPolicy};
 use crate::fsroot::own;
 use crate::model::Message;
 use crate::role::Role;
@@ -28,8 +28,8 @@ impl From<rusqlite::Error> for SessionError {
     fn from(e: rusqlite::Error) -> Self {
         use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
         match e.sqlite_error_code() {
-            Some(DatabaseCorrupt | NotADatabase) => SessionError::Damaged(e.to_string()),
-            _ => SessionError::Db(e.to_string()),
+            Some(DatabaseCorrupt | NotADatabase) => SessionError::Damaged(Damage::Sqlite(e)),
+            _ => SessionError::Db(e),
         }
     }
 }
@@ -284,11 +284,7 @@ fn set_wal(conn: &Connection, timeout: Duration) -> Result<(), SessionError> {
             conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0));
         match res {
             Ok(mode) if mode.eq_ignore_ascii_case("wal") => return Ok(()),
-            Ok(mode) if start.elapsed() >= timeout => {
-                return Err(SessionError::Db(format!(
-                    "cannot switch to WAL (journal mode is {mode})"
-                )))
-            }
+            Ok(mode) if start.elapsed() >= timeout => return Err(SessionError::NotWal { mode }),
             Err(e) if start.elapsed() >= timeout || !is_busy(&e) => return Err(e.into()),
             _ => std::thread::sleep(Duration::from_millis(20)),
         }
@@ -344,10 +340,9 @@ impl SessionStore for SqliteSessionStore {
         msg: &Message,
         context_tokens: Option<u64>,
     ) -> Result<(), SessionError> {
-        let json = serde_json::to_string(msg).map_err(|e| {
-            SessionError::Db(format!(
-                "cannot serialise a message of session {session}: {e}"
-            ))
+        let json = serde_json::to_string(msg).map_err(|source| SessionError::Serialize {
+            session: session.to_string(),
+            source,
         })?;
         self.append_row(session, "message", None, &json, context_tokens)
     }

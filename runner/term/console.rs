@@ -30,7 +30,7 @@
 //!     events: console.event_sink(), // every event is rendered by the console
 //!     human: Arc::new(channel.clone()),
 //! #   workbench: None, trim_large: true, window: None, handoff: true, placement: None,
-//! #   sandboxes: None,
+//! #   sandboxes: None, notices: Arc::new(|_: &flowerbox::flow::frontend::Notice| {}),
 //! }).await.expect("context"); // the image spinner (stderr) runs here, before start()
 //! // cbreak (before the input thread), input thread, resident prompt, signal listener.
 //! console.start(channel.clone()).expect("console");
@@ -415,11 +415,6 @@ impl Console {
     /// Restores the terminal from anywhere (a panic hook); `None` when cbreak is not set.
     pub fn terminal_restore(&self) -> Option<TerminalRestore> {
         lock(&self.shared.cbreak).as_ref().map(|g| g.restorer())
-    }
-
-    /// Whether keys are read in cbreak mode (the resident prompt is shown).
-    pub fn is_cbreak(&self) -> bool {
-        lock(&self.shared.cbreak).is_some()
     }
 
     /// Whether this console handles Ctrl-C itself (stdin is a terminal): the first press

@@ -33,6 +33,10 @@ pub fn notice_lines(notice: &Notice, opts: &RenderOptions) -> Vec<Line> {
             "- 需求已经确认过(notes/需求.md 四段齐全):--clarify-only 不改它,这句话没记进确认书。要按它重新确认就加 --new"
                 .into(),
         ],
+        Notice::Sandbox(lines) => lines.iter().map(|l| Line::plain(format!("- {l}"))).collect(),
+        Notice::TeardownFailed(why) => vec![Line::plain(format!(
+            "x 清理容器失败:{why}(`flowerbox gc` 可以收拾残留)"
+        ))],
         Notice::Recovered(text) => vec![Line::plain(format!("! {text}"))],
         Notice::ConfigChanged(changes) => config_changed_lines(changes, opts),
         Notice::Closing(c) => vec![
@@ -125,6 +129,27 @@ impl Frontend for Console {
 mod tests {
     use super::*;
     use std::path::PathBuf;
+
+    #[test]
+    fn what_the_sandbox_says_at_setup_and_teardown_is_a_notice_of_the_frontend() {
+        // These were lines on stderr from the library, drawn over a spinner (issue 31 §2).
+        let opts = RenderOptions::default();
+        let lines = notice_lines(
+            &Notice::Sandbox(vec![
+                "删掉了残留的容器 a".into(),
+                "删掉了残留的网络 b".into(),
+            ]),
+            &opts,
+        );
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].starts_with("- 删掉了残留的容器 a"), "{lines:?}");
+        let lines = notice_lines(&Notice::TeardownFailed("engine gone".into()), &opts);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("x 清理容器失败:engine gone(`flowerbox gc` 可以收拾残留)"),
+            "{lines:?}"
+        );
+    }
 
     #[test]
     fn changed_configuration_is_named_with_its_keys_and_nothing_raw() {

@@ -111,18 +111,6 @@ impl fmt::Debug for Spinner {
 }
 
 impl Spinner {
-    /// A spinner that shows nothing (plain output).
-    pub fn inert() -> Spinner {
-        Spinner { inner: None }
-    }
-
-    /// Changes the label.
-    pub fn set_label(&self, label: &str) {
-        if let Some(i) = &self.inner {
-            i.bar.set_message(label.to_string());
-        }
-    }
-
     /// Time since the spinner started.
     pub fn elapsed(&self) -> Duration {
         self.inner

@@ -169,41 +169,8 @@ pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<Line> {
     let named = format!("{GUTTER}{} ", one_line(&ev.agent));
     let pad = if sub { named.as_str() } else { "  " };
     match &ev.kind {
-        EventKind::StepStart { step } => {
-            let name = one_line(step);
-            let used = layout_width("== ") + layout_width(&name) + 1;
-            let bar = "=".repeat(opts.width.saturating_sub(used).max(4));
-            vec![
-                Line::new(),
-                line(Some(Style::BoldCyan), format!("== {name} {bar}"), opts),
-            ]
-        }
-        EventKind::StepEnd {
-            step,
-            ok,
-            cost_usd,
-            turns,
-            context_tokens,
-            error,
-        } => {
-            let mut detail = format!(" {} · {turns} 轮 · {}", one_line(step), dollars(*cost_usd));
-            if *context_tokens > 0 {
-                detail.push_str(&format!(" · 上下文 {}", human_tokens(*context_tokens)));
-            }
-            let (style, head) = if *ok {
-                (Style::Green, "  + 完成")
-            } else {
-                (Style::Red, "  x 失败")
-            };
-            let mut out = vec![finish(
-                vec![(Some(style), head.into()), (Some(Style::Dim), detail)],
-                opts,
-            )];
-            if let (false, Some(e)) = (*ok, error) {
-                out.extend(block(Some(Style::Red), e, "    ", "    ", opts));
-            }
-            out
-        }
+        EventKind::StepStart { step } => step_start(step, opts),
+        EventKind::StepEnd { .. } => step_end(&ev.kind, opts),
         EventKind::Prompt { text } if opts.verbose => {
             let (first, rest) = if sub {
                 (format!("{pad}> "), "  |   ")
@@ -221,35 +188,7 @@ pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<Line> {
         }
         // The Dispatch event shows an Agent call.
         EventKind::ToolCall { name, .. } if ToolName::Agent.is(name) => Vec::new(),
-        EventKind::ToolCall { name, summary, .. } => {
-            let name = one_line(name);
-            // One screen line per line of a multi-line command: flattened, `a || true` and
-            // `nohup b` would read as one command.
-            let mut lines = summary.lines().map(one_line).filter(|l| !l.is_empty());
-            let first = lines.next().unwrap_or_default();
-            let first = first
-                .strip_prefix(&format!("{name}:"))
-                .map(str::trim_start)
-                .unwrap_or(&first)
-                .to_string();
-            let head_style = if sub { Style::Dim } else { Style::Blue };
-            let head = format!("{pad}* {name}");
-            let mut segs = vec![(Some(head_style), head.clone())];
-            if !first.is_empty() {
-                segs.push((Some(Style::Dim), format!(" {first}")));
-            }
-            let mut out = vec![finish(segs, opts)];
-            let hang = if sub {
-                format!(
-                    "{GUTTER}{}",
-                    " ".repeat(layout_width(&head) + 1 - layout_width(GUTTER))
-                )
-            } else {
-                " ".repeat(layout_width(&head) + 1)
-            };
-            out.extend(lines.map(|l| line(Some(Style::Dim), format!("{hang}{l}"), opts)));
-            out
-        }
+        EventKind::ToolCall { name, summary, .. } => tool_call(name, summary, sub, pad, opts),
         EventKind::ToolResult {
             is_error: true,
             text,
@@ -286,44 +225,8 @@ pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<Line> {
             question,
             options,
             remaining,
-        } => {
-            let mut out = vec![Line::new()];
-            out.extend(block(
-                Some(Style::BoldYellow),
-                question,
-                "  ? ",
-                "    ",
-                opts,
-            ));
-            for (i, o) in options.iter().enumerate() {
-                out.extend(block(
-                    Some(Style::Yellow),
-                    o,
-                    &format!("     {}) ", i + 1),
-                    "        ",
-                    opts,
-                ));
-            }
-            if *remaining >= 0 {
-                out.push(line(
-                    Some(Style::Dim),
-                    format!("     (还能问 {remaining} 次)"),
-                    opts,
-                ));
-            }
-            out
-        }
-        EventKind::Answer { outcome, text } => match outcome.as_str() {
-            "answered" => block(Some(Style::Green), text, "  + ", "    ", opts),
-            "timeout" => vec![line(
-                Some(Style::Yellow),
-                "  ! 无人应答 —— 它会自己判断,把假设记进「未知与假设」",
-                opts,
-            )],
-            "over_budget" => vec![line(Some(Style::Yellow), "  ! 提问额度用完", opts)],
-            "skipped" | "declined" => vec![line(Some(Style::Dim), "  . 已跳过", opts)],
-            _ => Vec::new(),
-        },
+        } => question_lines(question, options, *remaining, opts),
+        EventKind::Answer { outcome, text } => answer(outcome, text, opts),
         EventKind::Retry { reason } => block(Some(Style::Yellow), reason, "  ~ ", "    ", opts),
         EventKind::Handoff {
             context_tokens,
@@ -338,28 +241,7 @@ pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<Line> {
             folded,
             kept,
             degraded,
-        } => {
-            let mut out = vec![
-                Line::new(),
-                line(
-                    Some(Style::BoldYellow),
-                    format!(
-                        "# 上下文 {}/{}K —— 换代关着,压缩:较早的 {folded} 条消息换成一段摘要,最近 {kept} 条原样留着",
-                        human_tokens(*context_tokens),
-                        window / 1000
-                    ),
-                    opts,
-                ),
-            ];
-            if *degraded {
-                out.push(line(
-                    Some(Style::Red),
-                    "  摘要没写成,用了机械整理的调用清单",
-                    opts,
-                ));
-            }
-            out
-        }
+        } => compacted(*context_tokens, *window, *folded, *kept, *degraded, opts),
         EventKind::Warning { text } => block(Some(Style::Yellow), text, "  ! ", "    ", opts),
         EventKind::Error { text } => block(Some(Style::Red), text, "  x ", "    ", opts),
         EventKind::Inbox { text } => vec![finish(
@@ -392,6 +274,160 @@ pub fn render(ev: &Event, opts: &RenderOptions) -> Vec<Line> {
         }
         _ => Vec::new(),
     }
+}
+
+/// A step's header: a blank line and `== name ====`, as wide as the screen.
+fn step_start(step: &str, opts: &RenderOptions) -> Vec<Line> {
+    let name = one_line(step);
+    let used = layout_width("== ") + layout_width(&name) + 1;
+    let bar = "=".repeat(opts.width.saturating_sub(used).max(4));
+    vec![
+        Line::new(),
+        line(Some(Style::BoldCyan), format!("== {name} {bar}"), opts),
+    ]
+}
+
+/// A step's closing line (`+ 完成` or `x 失败` with its books), and its error under it.
+fn step_end(kind: &EventKind, opts: &RenderOptions) -> Vec<Line> {
+    let EventKind::StepEnd {
+        step,
+        ok,
+        cost_usd,
+        turns,
+        context_tokens,
+        error,
+    } = kind
+    else {
+        return Vec::new();
+    };
+    let mut detail = format!(" {} · {turns} 轮 · {}", one_line(step), dollars(*cost_usd));
+    if *context_tokens > 0 {
+        detail.push_str(&format!(" · 上下文 {}", human_tokens(*context_tokens)));
+    }
+    let (style, head) = if *ok {
+        (Style::Green, "  + 完成")
+    } else {
+        (Style::Red, "  x 失败")
+    };
+    let mut out = vec![finish(
+        vec![(Some(style), head.into()), (Some(Style::Dim), detail)],
+        opts,
+    )];
+    if let (false, Some(e)) = (*ok, error) {
+        out.extend(block(Some(Style::Red), e, "    ", "    ", opts));
+    }
+    out
+}
+
+/// A tool call: `* Name summary`, a subagent's dim and named by `pad`.
+fn tool_call(name: &str, summary: &str, sub: bool, pad: &str, opts: &RenderOptions) -> Vec<Line> {
+    let name = one_line(name);
+    // One screen line per line of a multi-line command: flattened, `a || true` and
+    // `nohup b` would read as one command.
+    let mut lines = summary.lines().map(one_line).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or_default();
+    let first = first
+        .strip_prefix(&format!("{name}:"))
+        .map(str::trim_start)
+        .unwrap_or(&first)
+        .to_string();
+    let head_style = if sub { Style::Dim } else { Style::Blue };
+    let head = format!("{pad}* {name}");
+    let mut segs = vec![(Some(head_style), head.clone())];
+    if !first.is_empty() {
+        segs.push((Some(Style::Dim), format!(" {first}")));
+    }
+    let mut out = vec![finish(segs, opts)];
+    let hang = if sub {
+        format!(
+            "{GUTTER}{}",
+            " ".repeat(layout_width(&head) + 1 - layout_width(GUTTER))
+        )
+    } else {
+        " ".repeat(layout_width(&head) + 1)
+    };
+    out.extend(lines.map(|l| line(Some(Style::Dim), format!("{hang}{l}"), opts)));
+    out
+}
+
+/// A question to the human, its numbered options and the asks left.
+fn question_lines(
+    question: &str,
+    options: &[String],
+    remaining: i64,
+    opts: &RenderOptions,
+) -> Vec<Line> {
+    let mut out = vec![Line::new()];
+    out.extend(block(
+        Some(Style::BoldYellow),
+        question,
+        "  ? ",
+        "    ",
+        opts,
+    ));
+    for (i, o) in options.iter().enumerate() {
+        out.extend(block(
+            Some(Style::Yellow),
+            o,
+            &format!("     {}) ", i + 1),
+            "        ",
+            opts,
+        ));
+    }
+    if remaining >= 0 {
+        out.push(line(
+            Some(Style::Dim),
+            format!("     (还能问 {remaining} 次)"),
+            opts,
+        ));
+    }
+    out
+}
+
+/// A question's outcome.
+fn answer(outcome: &str, text: &str, opts: &RenderOptions) -> Vec<Line> {
+    match outcome {
+        "answered" => block(Some(Style::Green), text, "  + ", "    ", opts),
+        "timeout" => vec![line(
+            Some(Style::Yellow),
+            "  ! 无人应答 —— 它会自己判断,把假设记进「未知与假设」",
+            opts,
+        )],
+        "over_budget" => vec![line(Some(Style::Yellow), "  ! 提问额度用完", opts)],
+        "skipped" | "declined" => vec![line(Some(Style::Dim), "  . 已跳过", opts)],
+        _ => Vec::new(),
+    }
+}
+
+/// A compaction (handoffs off): what was folded, what was kept.
+fn compacted(
+    context_tokens: u64,
+    window: u64,
+    folded: usize,
+    kept: usize,
+    degraded: bool,
+    opts: &RenderOptions,
+) -> Vec<Line> {
+    let mut out = vec![
+        Line::new(),
+        line(
+            Some(Style::BoldYellow),
+            format!(
+                "# 上下文 {}/{}K —— 换代关着,压缩:较早的 {folded} 条消息换成一段摘要,最近 {kept} 条原样留着",
+                human_tokens(context_tokens),
+                window / 1000
+            ),
+            opts,
+        ),
+    ];
+    if degraded {
+        out.push(line(
+            Some(Style::Red),
+            "  摘要没写成,用了机械整理的调用清单",
+            opts,
+        ));
+    }
+    out
 }
 
 /// The handoff block (seed 000 "换代写完交接书时是一整块").
@@ -582,15 +618,6 @@ pub fn prompt_text(question_pending: bool) -> Line {
     };
     let body = text.trim_end_matches("> ");
     Line::styled(style, body).with(None, "> ")
-}
-
-/// The warning when stdin is not a terminal (seed 000 "管道喂 stdin").
-pub fn stdin_not_tty_warning(opts: &RenderOptions) -> Line {
-    line(
-        Some(Style::Yellow),
-        "! 标准输入不是终端,没人能回答提问。想让它自己判断就加 --timeout 0",
-        opts,
-    )
 }
 
 /// Running totals for the status line under the main thread's text.

@@ -12,11 +12,9 @@ pub mod wire;
 use super::client::{self, Driver, Endpoint, WireProtocol};
 use super::retry::{ApiError, RetryPolicy};
 use super::transport::{HttpRequest, HttpTransport};
-use super::{EventSink, ModelError, Provider, Request, Turn};
-use async_trait::async_trait;
+use super::{EventSink, ModelError, Request, Turn};
 use std::fmt;
 use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
 
 pub use wire::ANTHROPIC_VERSION;
 
@@ -55,65 +53,30 @@ pub struct AnthropicConfig {
     pub model: String,
 }
 
-/// The anthropic [`Provider`].
-pub struct AnthropicProvider {
-    driver: Driver<AnthropicProtocol>,
+/// The anthropic [`Provider`](super::Provider): the one provider over the Messages API.
+pub(crate) type AnthropicProvider = Driver<AnthropicProtocol>;
+
+/// A provider for `config`. Errors with [`ModelError::Setup`] when the base URL is not an
+/// absolute http(s) URL.
+pub(crate) fn new_provider(
+    config: AnthropicConfig,
+    policy: RetryPolicy,
+    transport: Arc<dyn HttpTransport>,
+) -> Result<AnthropicProvider, ModelError> {
+    let url = format!("{}/v1/messages", config.base_url.trim_end_matches('/'));
+    let endpoint = Endpoint::parse(&url)?;
+    let proto = AnthropicProtocol { config, endpoint };
+    Ok(Driver::new(proto, policy, transport))
 }
 
-impl fmt::Debug for AnthropicProvider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.driver.debug("AnthropicProvider", f)
-    }
-}
-
-impl AnthropicProvider {
-    /// A provider for `config`. Errors with [`ModelError::Setup`] when the base URL is not an
-    /// absolute http(s) URL.
-    pub fn new(
-        config: AnthropicConfig,
-        policy: RetryPolicy,
-        transport: Arc<dyn HttpTransport>,
-    ) -> Result<Self, ModelError> {
-        let url = format!("{}/v1/messages", config.base_url.trim_end_matches('/'));
-        let endpoint = Endpoint::parse(&url)?;
-        let proto = AnthropicProtocol { config, endpoint };
-        Ok(AnthropicProvider {
-            driver: Driver::new(proto, policy, transport),
-        })
-    }
-
-    /// The resolved configuration.
-    pub fn config(&self) -> &AnthropicConfig {
-        &self.driver.proto.config
-    }
-}
-
-#[async_trait]
-impl Provider for AnthropicProvider {
-    fn name(&self) -> &str {
-        "anthropic"
-    }
-
-    fn default_model(&self) -> &str {
-        self.driver.proto.default_model()
-    }
-
-    async fn stream_turn(
-        &self,
-        req: &Request,
-        sink: EventSink<'_>,
-        cancel: &CancellationToken,
-    ) -> Result<Turn, ModelError> {
-        self.driver.stream_turn(req, sink, cancel).await
-    }
-}
-
-struct AnthropicProtocol {
+/// The Messages API's wire format.
+pub(crate) struct AnthropicProtocol {
     config: AnthropicConfig,
     endpoint: Endpoint,
 }
 
 impl WireProtocol for AnthropicProtocol {
+    const NAME: &'static str = "anthropic";
     type Assembler = assemble::AnthropicAssembler;
 
     fn endpoint(&self) -> &Endpoint {

@@ -6,6 +6,7 @@ use crate::model::testing::{request, sse, Canned, End, Events, FakeTransport};
 use crate::model::{ContentBlock, ModelEvent, StopReason, ToolCall};
 use serde_json::{json, Value};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 fn msg_start() -> Value {
     json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
@@ -71,7 +72,7 @@ fn provider(
         auth,
         model: "claude-default".into(),
     };
-    AnthropicProvider::new(cfg, policy, fake).unwrap()
+    new_provider(cfg, policy, fake).unwrap()
 }
 
 async fn run(

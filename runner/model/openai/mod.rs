@@ -9,11 +9,9 @@ pub(crate) mod wire;
 use super::client::{self, Driver, Endpoint, WireProtocol};
 use super::retry::{ApiError, RetryPolicy};
 use super::transport::{HttpRequest, HttpTransport};
-use super::{EventSink, ModelError, Provider, Request, Turn};
-use async_trait::async_trait;
+use super::{EventSink, ModelError, Request, Turn};
 use std::fmt;
 use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
 
 /// The API root when `OPENAI_BASE_URL` is unset (with `/v1`, as OpenAI-compatible servers
 /// document their base URLs).
@@ -45,60 +43,35 @@ impl fmt::Debug for OpenAiConfig {
     }
 }
 
-/// The openai [`Provider`].
-pub struct OpenAiProvider {
-    driver: Driver<OpenAiProtocol>,
+/// The openai [`Provider`](super::Provider): the one provider over Chat Completions.
+pub(crate) type OpenAiProvider = Driver<OpenAiProtocol>;
+
+/// A provider for `config`. Errors with [`ModelError::Setup`] when the base URL is not an
+/// absolute http(s) URL.
+pub(crate) fn new_provider(
+    config: OpenAiConfig,
+    policy: RetryPolicy,
+    transport: Arc<dyn HttpTransport>,
+) -> Result<OpenAiProvider, ModelError> {
+    let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
+    let endpoint = Endpoint::parse(&url)?;
+    let proto = OpenAiProtocol { config, endpoint };
+    Ok(Driver::new(proto, policy, transport))
 }
 
-impl fmt::Debug for OpenAiProvider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.driver.debug("OpenAiProvider", f)
-    }
+/// Chat Completions' wire format.
+pub(crate) struct OpenAiProtocol {
+    config: OpenAiConfig,
+    endpoint: Endpoint,
 }
 
-impl OpenAiProvider {
-    /// A provider for `config`. Errors with [`ModelError::Setup`] when the base URL is not an
-    /// absolute http(s) URL.
-    pub fn new(
-        config: OpenAiConfig,
-        policy: RetryPolicy,
-        transport: Arc<dyn HttpTransport>,
-    ) -> Result<Self, ModelError> {
-        let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
-        let endpoint = Endpoint::parse(&url)?;
-        let proto = OpenAiProtocol { config, endpoint };
-        Ok(OpenAiProvider {
-            driver: Driver::new(proto, policy, transport),
-        })
-    }
+impl WireProtocol for OpenAiProtocol {
+    const NAME: &'static str = "openai";
+    type Assembler = assemble::OpenAiAssembler;
 
-    /// The resolved configuration.
-    pub fn config(&self) -> &OpenAiConfig {
-        &self.driver.proto.config
-    }
-}
-
-#[async_trait]
-impl Provider for OpenAiProvider {
-    fn name(&self) -> &str {
-        "openai"
-    }
-
-    fn default_model(&self) -> &str {
-        self.driver.proto.default_model()
-    }
-
-    async fn stream_turn(
-        &self,
-        req: &Request,
-        sink: EventSink<'_>,
-        cancel: &CancellationToken,
-    ) -> Result<Turn, ModelError> {
-        self.driver.stream_turn(req, sink, cancel).await
-    }
-
-    async fn server_context_window(&self) -> Option<u64> {
-        let cfg = &self.driver.proto.config;
+    /// llama.cpp's `/props`, else the `/models` listing.
+    async fn server_context_window<'a>(&'a self, t: &'a dyn HttpTransport) -> Option<u64> {
+        let cfg = &self.config;
         let mut headers = Vec::new();
         if let Some(key) = &cfg.api_key {
             headers.push(("authorization".to_string(), format!("Bearer {key}")));
@@ -106,7 +79,6 @@ impl Provider for OpenAiProvider {
         let base = cfg.base_url.trim_end_matches('/');
         let root = base.strip_suffix("/v1").unwrap_or(base);
         let wait = std::time::Duration::from_secs(5);
-        let t = self.driver.transport();
         // llama.cpp's server: the context it was started with.
         if let Ok(props) = t.get_json(&format!("{root}/props"), &headers, wait).await {
             if let Some(n) = wire::served_context(&props) {
@@ -119,15 +91,6 @@ impl Provider for OpenAiProvider {
             .ok()?;
         wire::model_context(&models, &cfg.model)
     }
-}
-
-struct OpenAiProtocol {
-    config: OpenAiConfig,
-    endpoint: Endpoint,
-}
-
-impl WireProtocol for OpenAiProtocol {
-    type Assembler = assemble::OpenAiAssembler;
 
     fn endpoint(&self) -> &Endpoint {
         &self.endpoint
@@ -185,6 +148,7 @@ mod tests {
     use crate::model::{ContentBlock, ModelEvent, StopReason};
     use serde_json::json;
     use std::time::Duration;
+    use tokio_util::sync::CancellationToken;
 
     fn provider(fake: Arc<FakeTransport>) -> OpenAiProvider {
         let cfg = OpenAiConfig {
@@ -198,7 +162,7 @@ mod tests {
             jitter: 0.0,
             ..Default::default()
         };
-        OpenAiProvider::new(cfg, policy, fake).unwrap()
+        new_provider(cfg, policy, fake).unwrap()
     }
 
     fn chunk(delta: serde_json::Value, finish: Option<&str>) -> serde_json::Value {

@@ -41,7 +41,10 @@ struct Entry {
 /// [`SandboxError::OutsideMounts`] naming the first mount that is not what the host pinned;
 /// [`SandboxError::Container`] when the container's view cannot be read.
 pub(crate) fn verify(pid: i64, mounts: &[Mount]) -> Result<(), SandboxError> {
-    let pinned: Vec<&Mount> = mounts.iter().filter(|m| m.pin.is_some()).collect();
+    let pinned: Vec<_> = mounts
+        .iter()
+        .filter_map(|m| m.pin.as_ref().map(|pin| (m, pin)))
+        .collect();
     if pinned.is_empty() {
         return Ok(());
     }
@@ -52,8 +55,7 @@ pub(crate) fn verify(pid: i64, mounts: &[Mount]) -> Result<(), SandboxError> {
     let table = std::fs::read_to_string(proc_dir.join("mountinfo"))
         .map_err(|e| unreadable("mountinfo", &e))?;
     let entries = parse(&table);
-    for m in pinned {
-        let pin = m.pin.as_ref().expect("pinned");
+    for (m, pin) in pinned {
         let wrong = || SandboxError::OutsideMounts(m.inside.clone());
         let Some(top) = entries.iter().rev().find(|e| e.point == m.inside) else {
             return Err(wrong());
