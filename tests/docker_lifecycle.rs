@@ -50,6 +50,7 @@ async fn owner_process() {
             mounts: vec![Mount::same(ws.clone(), ro)],
             masked: Vec::new(),
             workdir: ws.clone(),
+            policy: flowerbox::agent::place::role_policy(role),
         };
         let sb = factory.sandbox(&spec).await.expect("sandbox");
         let out = sb

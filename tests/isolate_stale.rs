@@ -51,6 +51,7 @@ async fn crashed_owner() {
             mounts: place.mounts.clone(),
             masked: Vec::new(),
             workdir: place.workdir.clone(),
+            policy: flowerbox::sandbox::SandboxPolicy::writer(),
         })
         .await
         .expect("sandbox");

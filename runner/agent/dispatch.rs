@@ -237,6 +237,7 @@ impl Dispatcher for SubDispatch {
             mounts: place.mounts.clone(),
             masked: self.rt.config.masked.clone(),
             workdir: place.workdir.clone(),
+            policy: super::place::role_policy(def.spec.role),
         };
         self.rt.note_agent(&agent);
         let mut run = AgentRun::new(

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::event::{Event, EventKind, EventSink};
 use super::human::Human;
-use super::place::{role_mounts, workspace_git, Placement, SharedPlacement};
+use super::place::{role_mounts, role_policy, workspace_git, Placement, SharedPlacement};
 use super::plant::{Moved, PlantGuard};
 use super::session_loop::{AgentRun, LoopEnd};
 use super::spec::AgentSpec;
@@ -535,6 +535,7 @@ impl Runtime {
             ),
             masked: self.config.masked.clone(),
             workdir: self.config.workspace.clone(),
+            policy: role_policy(role),
         }
     }
 

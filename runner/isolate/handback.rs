@@ -163,6 +163,7 @@ pub async fn hand_back(
                 mounts: mounts(&i.path, &i.git),
                 masked: masked.to_vec(),
                 workdir: i.path.clone(),
+                policy: crate::sandbox::SandboxPolicy::writer(),
             };
             let result = match factory.sandbox(&abox).await {
                 Ok(sb) => seal(sb.as_ref(), &i.path, &i.branch, &i.agent, &message)

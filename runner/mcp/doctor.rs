@@ -173,6 +173,7 @@ async fn make_sandbox(
         mounts: vec![Mount::same(ws.clone(), true)],
         masked: Vec::new(),
         workdir: ws.clone(),
+        policy: crate::sandbox::SandboxPolicy::writer(),
     };
     let factory: Arc<dyn SandboxFactory> = match sandbox {
         DoctorSandbox::Host => Arc::new(HostSandboxFactory::new()),

@@ -370,6 +370,7 @@ mod tests {
             mounts: vec![Mount::same(p.clone(), false)],
             masked: Vec::new(),
             workdir: p,
+            policy: crate::sandbox::SandboxPolicy::writer(),
         };
         (d, HostSandboxFactory::new(), b)
     }

@@ -15,11 +15,13 @@ pub mod host;
 pub mod notice;
 pub mod output;
 pub mod pinned;
+pub mod policy;
 
 pub use attach::{AttachSpec, Attached, ProcessHandle, StderrTail};
 pub use backend::{CommandsRun, Preflight, SandboxBackend};
 pub use notice::{NoticeSink, SandboxNotice};
 pub use output::{CapturedOutput, OutputCollector};
+pub use policy::{Capability, PolicyUser, SandboxPolicy, SeccompProfile, Seat};
 
 use async_trait::async_trait;
 use std::path::PathBuf;
@@ -75,12 +77,12 @@ impl Mount {
     }
 }
 
-/// What an agent's sandbox looks like: who it is and what it can see.
+/// What an agent's sandbox looks like: who it is, what it can see and what it may do.
 #[derive(Debug, Clone)]
 pub struct AgentBox {
     /// Agent instance name (`coordinator`, `worker-2`, `judge-1`), unique within the run.
     pub agent: String,
-    /// The agent's role (labels, judge ulimits).
+    /// The agent's role (labels and descriptions only: what it may do is `policy`).
     pub role: Role,
     /// Mounts, workspace (or worktree) first.
     pub mounts: Vec<Mount>,
@@ -90,6 +92,9 @@ pub struct AgentBox {
     pub masked: Vec<PathBuf>,
     /// Default working directory for commands (the workspace or the agent's worktree).
     pub workdir: PathBuf,
+    /// Who its commands run as, with which capabilities, seccomp profile and limits: decided
+    /// once by the flow's side, never again by a backend.
+    pub policy: SandboxPolicy,
 }
 
 /// Longest command passed to the shell as an argument, in bytes. Linux refuses any single

@@ -305,6 +305,7 @@ mod tests {
             mounts: vec![crate::sandbox::Mount::same(ws.clone(), false)],
             masked: Vec::new(),
             workdir: ws.clone(),
+            policy: crate::sandbox::SandboxPolicy::writer(),
         };
         let ctx = ToolContext::new(
             "worker-1".into(),

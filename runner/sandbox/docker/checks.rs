@@ -171,6 +171,7 @@ async fn exec_check(docker_host: Option<&str>, image: &str, workspace: &Path) ->
         mounts: vec![Mount::same(ws.clone(), true)],
         masked: Vec::new(),
         workdir: ws,
+        policy: crate::sandbox::SandboxPolicy::writer(),
     };
     let found = match factory.docker_sandbox(&agent).await {
         Ok(sb) => Ok(sb.exec_service().await),

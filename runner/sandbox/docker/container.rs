@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 
 use super::kind::EngineKind;
 use super::labels::{Owner, LABEL_AGENT, LABEL_POD, LABEL_ROLE, LABEL_RUN, LABEL_WORKSPACE};
-use crate::model::Role;
 use crate::sandbox::{AgentBox, SandboxError};
 
 /// The engine's own read-only paths (Docker's and runc's default set, which a
@@ -369,7 +368,7 @@ impl RunSpec {
         for m in &spec.masked {
             tmpfs.insert(m.to_string_lossy().into_owned(), self.engine.mask_tmpfs());
         }
-        let ulimits = (spec.role == Role::Judge).then(|| {
+        let ulimits = spec.policy.open_files_limit.then(|| {
             let mut ulimits = vec![ResourcesUlimits {
                 name: Some("nofile".into()),
                 soft: Some(self.limits.judge_nofile),
@@ -469,12 +468,14 @@ pub(crate) fn canonical_box(spec: &AgentBox) -> Result<AgentBox, SandboxError> {
         mounts,
         masked,
         workdir,
+        policy: spec.policy,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Role;
     use crate::sandbox::Mount;
 
     fn ident(uid: u32) -> Identity {
@@ -548,6 +549,7 @@ mod tests {
             mounts: vec![Mount::same("/w", false)],
             masked: Vec::new(),
             workdir: "/w".into(),
+            policy: crate::sandbox::SandboxPolicy::writer(),
         };
         let hc = spec.agent_body(&worker, "p", "n").host_config.unwrap();
         assert_eq!(hc.nano_cpus, Some(1_500_000_000));
@@ -591,6 +593,7 @@ mod tests {
             ],
             masked: Vec::new(),
             workdir: link,
+            policy: crate::sandbox::SandboxPolicy::writer(),
         };
         let c = canonical_box(&spec).unwrap();
         let real = std::fs::canonicalize(real).unwrap();
@@ -625,6 +628,7 @@ mod tests {
             ],
             masked: Vec::new(),
             workdir: ws.clone(),
+            policy: crate::sandbox::SandboxPolicy::writer(),
         };
         assert_eq!(canonical_box(&scoped("src")).unwrap().mounts.len(), 2);
         std::os::unix::fs::symlink(&secret, ws.join("http")).unwrap();
@@ -652,6 +656,7 @@ mod tests {
             mounts: vec![Mount::same("/w", true)],
             masked: Vec::new(),
             workdir: "/w".into(),
+            policy: crate::sandbox::SandboxPolicy::read_only(crate::sandbox::Seat::Judge),
         };
         let body = spec.agent_body(&judge, "podid", "podname");
         let hc = body.host_config.unwrap();
@@ -674,6 +679,7 @@ mod tests {
             .all(|e| !e.starts_with("ANTHROPIC") && !e.starts_with("PATH=")));
         let worker = AgentBox {
             role: Role::Worker,
+            policy: crate::sandbox::SandboxPolicy::writer(),
             ..judge
         };
         assert!(spec
@@ -697,6 +703,7 @@ mod tests {
             // The second is outside every mount: nothing to hide there.
             masked: vec![runs.clone(), dir.path().join("elsewhere")],
             workdir: ws.clone(),
+            policy: crate::sandbox::SandboxPolicy::writer(),
         };
         let c = canonical_box(&spec).unwrap();
         assert_eq!(c.masked, vec![runs.clone()]);

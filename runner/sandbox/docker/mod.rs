@@ -57,7 +57,7 @@ use readonly::ReadOnly;
 
 use super::egress::EgressPolicy;
 use super::notice::NoticeSink;
-use super::{AgentBox, Sandbox, SandboxError, SandboxFactory};
+use super::{AgentBox, Sandbox, SandboxError, SandboxFactory, SeccompProfile};
 use network::FenceFacts;
 use pod::Pod;
 pub(crate) use teardown::{Created, Tier};
@@ -418,26 +418,24 @@ impl Inner {
         let image = self.image().await?.clone();
         let mounts: Vec<PathBuf> = spec.mounts.iter().map(|m| m.inside.clone()).collect();
         let identity = self.identity(&mounts);
-        // Judges and coordinators run as a uid of their own (see `readonly`).
-        let read_only = ReadOnly::plan(spec.role, identity.ids, &mounts, &pod.facts, &image)?;
+        // A read-only policy runs as a uid of its own (see `readonly`).
+        let read_only = ReadOnly::plan(&spec.policy, identity.ids, &mounts, &pod.facts, &image)?;
         let inside = read_only.as_ref().map_or(&identity, |r| &r.shell);
         let mut run = self.run_spec(&image, inside.clone());
         run.extra_env = pod.env.clone();
         let name = container_name(&self.opts.run_id, &spec.agent);
         let mut body = run.agent_body(&spec, &pod.id, &pod.name);
         self.engine.kind().shape_member(&mut body, &pod.id);
-        // Every agent container gets a profile of flowerbox's (io_uring refused for all).
+        // Every agent container gets a profile of flowerbox's (io_uring refused for all), the
+        // one its policy names.
+        let (profile, file) = match spec.policy.seccomp {
+            SeccompProfile::ReadOnly => (seccomp::read_only_profile(), &self.seccomp_file),
+            SeccompProfile::Writer => (seccomp::writer_profile(), &self.writer_seccomp_file),
+        };
+        let seccomp = kind::seccomp_option(self.engine.kind(), profile, file)?;
         match &read_only {
-            Some(r) => {
-                let profile = seccomp::read_only_profile();
-                let seccomp =
-                    kind::seccomp_option(self.engine.kind(), profile, &self.seccomp_file)?;
-                r.harden(&mut body, seccomp);
-            }
+            Some(r) => r.harden(&mut body, seccomp),
             None => {
-                let profile = seccomp::writer_profile();
-                let file = &self.writer_seccomp_file;
-                let seccomp = kind::seccomp_option(self.engine.kind(), profile, file)?;
                 let hc = body.host_config.get_or_insert_with(Default::default);
                 hc.security_opt.get_or_insert_with(Vec::new).push(seccomp);
             }
