@@ -322,9 +322,7 @@ async fn an_engine_away_for_a_moment_is_waited_for_and_the_run_goes_on() {
     );
     proxy.restore();
     match cmd.await.unwrap() {
-        Err(SandboxError::Docker(text)) => {
-            assert!(text.contains("did not answer meanwhile"), "{text}")
-        }
+        Err(SandboxError::Unanswered { .. }) => {}
         other => panic!("{other:?}"),
     }
     notices

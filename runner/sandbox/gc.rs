@@ -101,7 +101,7 @@ pub async fn list(
         .docker()
         .list_containers(Some(options))
         .await
-        .map_err(|e| SandboxError::Docker(e.to_string()))?;
+        .map_err(SandboxError::from)?;
     Ok(found
         .into_iter()
         .map(|c| {
@@ -131,7 +131,7 @@ pub async fn list_networks(
         .docker()
         .list_networks(Some(options))
         .await
-        .map_err(|e| SandboxError::Docker(e.to_string()))?;
+        .map_err(SandboxError::from)?;
     Ok(found
         .into_iter()
         .map(|n| {
@@ -255,7 +255,7 @@ pub async fn sweep_orphans(engine: &Engine, workspace: &Path) -> Result<Vec<Stri
     )
     .await;
     if !report.failed.is_empty() {
-        return Err(SandboxError::Docker(report.failed.join("; ")));
+        return Err(SandboxError::Backend(format!("docker: {}", report.failed.join("; "))));
     }
     Ok(report.removed)
 }

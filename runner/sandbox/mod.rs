@@ -10,6 +10,7 @@ pub mod backend;
 pub mod docker;
 pub mod doctor;
 pub mod egress;
+pub mod error;
 pub mod gc;
 pub mod host;
 pub mod notice;
@@ -19,6 +20,7 @@ pub mod policy;
 
 pub use attach::{AttachSpec, Attached, ProcessHandle, StderrTail};
 pub use backend::{CommandsRun, Preflight, SandboxBackend};
+pub use error::{EngineErrorKind, EngineFault, SandboxError};
 pub use notice::{NoticeSink, SandboxNotice};
 pub use output::{CapturedOutput, OutputCollector};
 pub use policy::{Capability, PolicyUser, SandboxPolicy, SeccompProfile, Seat};
@@ -27,7 +29,6 @@ use async_trait::async_trait;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use crate::model::Role;
@@ -173,45 +174,6 @@ impl ExecOutput {
     pub fn success(&self) -> bool {
         self.exit_code == Some(0) && !self.timed_out && !self.interrupted && self.signal.is_none()
     }
-}
-
-/// Sandbox failures (infrastructure, not command failures: a command that exits 1 is an
-/// `Ok(ExecOutput)`).
-#[derive(Debug, Error)]
-pub enum SandboxError {
-    /// The Docker engine cannot be reached; the message names `DOCKER_HOST` and
-    /// `--sandbox host`.
-    #[error("{0}")]
-    EngineUnavailable(String),
-    /// The agent image is missing or could not be built.
-    #[error("{0}")]
-    Image(String),
-    /// Creating or starting a container failed.
-    #[error("container: {0}")]
-    Container(String),
-    /// A path is outside every mount.
-    #[error("{0} is outside the sandbox")]
-    OutsideMounts(PathBuf),
-    /// The sandbox was already torn down.
-    #[error("sandbox is shut down")]
-    ShutDown,
-    /// I/O on the host.
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    /// Anything else from the engine.
-    #[error("docker: {0}")]
-    Docker(String),
-    /// This sandbox cannot do what was asked (a backend without attached processes).
-    #[error("{0}")]
-    Unsupported(String),
-    /// The agent's container (or the run's pod) went while the command ran: its output and
-    /// exit code are lost; the next command gets a new container.
-    #[error("{0}")]
-    ContainerGone(String),
-    /// The run's sandboxes are gone for good (the engine unreachable past its grace, a pod
-    /// that cannot be made again): the run stops with exit 1 ([`SandboxFactory::lost`]).
-    #[error("{0}")]
-    Lost(String),
 }
 
 /// One agent's place to run commands.

@@ -335,7 +335,7 @@ impl Container {
     }
 
     fn err(e: bollard::errors::Error) -> SandboxError {
-        SandboxError::Docker(e.to_string())
+        SandboxError::from(e)
     }
 
     /// Runs a helper script (`sh -c SCRIPT flowerbox ARG`) to completion; returns its stdout and
@@ -375,7 +375,7 @@ impl Container {
                 }
             };
             tokio::time::timeout(KILL_WAIT, drain).await.map_err(|_| {
-                SandboxError::Docker(format!("helper exec in {} did not finish", self.name))
+                SandboxError::Backend(format!("helper exec in {} did not finish", self.name))
             })?;
         }
         let code = self
@@ -441,9 +441,10 @@ impl Container {
                 bollard::body_full(archive.into()),
             )
             .await
-            .map_err(|e| {
-                SandboxError::Docker(format!("writing the long command into {}: {e}", self.name))
-            })?;
+            .map_err(super::error::container(format!(
+                "writing the long command into {}",
+                self.name
+            )))?;
         Ok(crate::sandbox::sourcing_command(&path))
     }
 
@@ -521,7 +522,7 @@ impl Container {
             .await
             .map_err(Self::err)?
         else {
-            return Err(SandboxError::Docker("exec started detached".into()));
+            return Err(SandboxError::Backend("docker: exec started detached".into()));
         };
 
         let mut collector = OutputCollector::new(req.output_cap, req.spill_dir.as_deref());

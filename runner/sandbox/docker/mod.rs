@@ -17,6 +17,7 @@ mod build_progress;
 pub mod checks;
 pub mod container;
 pub mod engine;
+pub mod error;
 pub mod exec;
 pub mod image;
 pub mod kind;
@@ -181,7 +182,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn docker_err(e: bollard::errors::Error) -> SandboxError {
-    SandboxError::Docker(e.to_string())
+    SandboxError::from(e)
 }
 
 impl DockerSandboxFactory {
@@ -369,7 +370,7 @@ impl Inner {
             .docker()
             .create_container(Some(options), body)
             .await
-            .map_err(|e| SandboxError::Container(format!("creating {name}: {e}")))?
+            .map_err(error::container(format!("creating {name}")))?
             .id;
         lock(&self.created).push((id.clone(), tier));
         Ok(id)
@@ -494,13 +495,13 @@ impl Inner {
                 body_full(archive.into()),
             )
             .await
-            .map_err(|e| SandboxError::Container(format!("writing passwd into {name}: {e}")))?;
+            .map_err(error::container(format!("writing passwd into {name}")))?;
         // Never a process in the pod's namespace before its rules are in.
         pod.fenced.wait().await?;
         self.docker()
             .start_container(&id, None)
             .await
-            .map_err(|e| SandboxError::Container(format!("starting {name}: {e}")))?;
+            .map_err(error::container(format!("starting {name}")))?;
         // Watched from its start; one that went at once (its pod went meanwhile) is gone for
         // its first command, which makes it again.
         let life = self.watch.member(&id, &spec.agent, &pod.life);

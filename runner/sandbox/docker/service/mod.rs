@@ -116,7 +116,7 @@ impl ServiceBinary {
         };
         let mut src = std::fs::File::open(&from)?;
         if !src.metadata()?.is_file() {
-            return Err(SandboxError::Docker(format!(
+            return Err(SandboxError::Backend(format!(
                 "{} is not a regular file",
                 from.display()
             )));
@@ -132,7 +132,7 @@ impl ServiceBinary {
             .custom_flags(nix::libc::O_NOFOLLOW)
             .open(dir.path().join(LOCK_FILE))?;
         if !fs4::fs_std::FileExt::try_lock_exclusive(&lock)? {
-            return Err(SandboxError::Docker(format!(
+            return Err(SandboxError::Backend(format!(
                 "{} is locked by another process",
                 dir.path().display()
             )));
