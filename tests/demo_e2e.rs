@@ -306,7 +306,7 @@ async fn check_demo(isolate: bool) {
         );
     }
     // Nothing left on the engine.
-    let left = flowerbox::sandbox::gc::list(&engine, Some(&d.ws))
+    let left = flowerbox::sandbox::docker::gc::list(&engine, Some(&d.ws))
         .await
         .unwrap();
     assert!(

@@ -10,7 +10,7 @@ use child_support::{helper, spawn_lines, wait_for};
 use docker_support::*;
 use flowerbox::model::Role;
 use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory};
-use flowerbox::sandbox::gc;
+use flowerbox::sandbox::docker::gc;
 use flowerbox::sandbox::teardown_on_signal;
 use flowerbox::sandbox::{AgentBox, Mount, SandboxFactory};
 use std::path::{Path, PathBuf};

@@ -14,7 +14,7 @@ mod docker_support;
 use docker_support::proxy::EngineProxy;
 use docker_support::*;
 use flowerbox::model::Role;
-use flowerbox::sandbox::docker::service::ServiceSource;
+use flowerbox::sandbox::service::ServiceSource;
 use flowerbox::sandbox::docker::{DockerSandbox, Engine};
 use flowerbox::sandbox::notice::Gone;
 use flowerbox::sandbox::{ExecOutput, Sandbox, SandboxError, SandboxFactory, SandboxNotice};

@@ -8,8 +8,8 @@ mod docker_support;
 
 use docker_support::*;
 use flowerbox::model::Role;
-use flowerbox::sandbox::docker::service::proto::{self, Hello, Kind};
-use flowerbox::sandbox::docker::service::{ServiceSource, SERVICE_PATH};
+use flowerbox::sandbox::service::proto::{self, Hello, Kind};
+use flowerbox::sandbox::service::{ServiceSource, SERVICE_PATH};
 use flowerbox::sandbox::docker::DockerSandbox;
 use flowerbox::sandbox::{Sandbox, SandboxError, SandboxFactory};
 use std::os::unix::fs::PermissionsExt;

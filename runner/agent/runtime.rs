@@ -127,7 +127,7 @@ impl RuntimeConfig {
             quarantine: None,
             max_workers: super::fanout::default_max_workers(
                 super::fanout::Capacity::of_this_machine(),
-                crate::sandbox::docker::Limits::default().memory_bytes as u64,
+                crate::sandbox::Limits::default().memory_bytes as u64,
             ),
         }
     }

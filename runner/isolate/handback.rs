@@ -29,7 +29,7 @@ use super::state::WorkerState;
 use super::sweep::{sweep_one, SweepReport};
 use super::worktree::{checked_out_branch, is_merged, owner_lock, NAME_PREFIX};
 use crate::model::Role;
-use crate::sandbox::docker::labels::Liveness;
+use crate::record::owner::Liveness;
 use crate::sandbox::{AgentBox, Mount, SandboxError, SandboxFactory};
 
 /// Most changed paths named per worker.

@@ -94,6 +94,9 @@ pub enum SandboxError {
     /// The agent image is missing or could not be built.
     #[error("{0}")]
     Image(String),
+    /// The image is not on the engine (and was not to be built: `doctor`'s checks).
+    #[error("the image {0} is not on the engine")]
+    NoImage(String),
     /// An engine request about the image failed.
     #[error("{what}: {source}")]
     ImageRequest {

@@ -56,6 +56,14 @@ impl super::SandboxBackend for HostBackend {
         })
     }
 
+    async fn open_check(
+        &self,
+        _run_id: &str,
+        _workspace: &std::path::Path,
+    ) -> Result<Arc<dyn SandboxFactory>, SandboxError> {
+        Ok(Arc::new(HostSandboxFactory::new()))
+    }
+
     async fn checks(&self, _workspace: &std::path::Path) -> Vec<super::doctor::Check> {
         vec![super::doctor::Check {
             name: "sandbox",

@@ -17,13 +17,14 @@ pub mod notice;
 pub mod output;
 pub mod pinned;
 pub mod policy;
+pub mod service;
 
 pub use attach::{AttachSpec, Attached, ProcessHandle, StderrTail};
 pub use backend::{CommandsRun, Preflight, SandboxBackend};
 pub use error::{EngineErrorKind, EngineFault, SandboxError};
 pub use notice::{NoticeSink, SandboxNotice};
 pub use output::{CapturedOutput, OutputCollector};
-pub use policy::{Capability, PolicyUser, SandboxPolicy, SeccompProfile, Seat};
+pub use policy::{Capability, Limits, PolicyUser, SandboxPolicy, SeccompProfile, Seat};
 
 use async_trait::async_trait;
 use std::path::PathBuf;

@@ -121,6 +121,41 @@ impl SandboxPolicy {
     }
 }
 
+/// Resource limits of every container of a run (switches or configuration; sane defaults): the
+/// run's, not an agent's, given to the backend with the run's options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Memory limit in bytes (swap is not added on top). Default 4 GiB.
+    pub memory_bytes: i64,
+    /// Most processes (threads count) per container. Default 2048.
+    pub pids: i64,
+    /// `nofile` soft and hard limit for judges, which run `lsof`. Default 1024.
+    pub judge_nofile: i64,
+    /// CPU per container, in billionths of a CPU (`NanoCpus`, a CFS quota). Default: every
+    /// core but one ([`default_nano_cpus`]), so no agent alone takes the whole machine from
+    /// the runner and the other agents.
+    pub nano_cpus: i64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            memory_bytes: 4 << 30,
+            pids: 2048,
+            judge_nofile: 1024,
+            nano_cpus: default_nano_cpus(
+                std::thread::available_parallelism().map_or(1, |n| n.get()),
+            ),
+        }
+    }
+}
+
+/// One container's CPU quota on a machine of `cores`: `cores − 1`, at least one whole CPU.
+pub fn default_nano_cpus(cores: usize) -> i64 {
+    let cpus = i64::try_from(cores.saturating_sub(1).max(1)).unwrap_or(i64::MAX / 1_000_000_000);
+    cpus * 1_000_000_000
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,6 +14,8 @@ use bollard::models::{
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+pub use crate::sandbox::policy::{default_nano_cpus, Limits};
+
 use super::kind::EngineKind;
 use super::labels::{Owner, LABEL_AGENT, LABEL_POD, LABEL_ROLE, LABEL_RUN, LABEL_WORKSPACE};
 use crate::sandbox::{AgentBox, SandboxError};
@@ -35,40 +37,6 @@ pub(crate) const READONLY_PATHS: [&str; 8] = [
 
 /// Name prefix of every flowerbox container.
 pub const NAME_PREFIX: &str = "fbx";
-
-/// Resource limits applied to every container (switches or configuration; sane defaults).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Memory limit in bytes (swap is not added on top). Default 4 GiB.
-    pub memory_bytes: i64,
-    /// Most processes (threads count) per container. Default 2048.
-    pub pids: i64,
-    /// `nofile` soft and hard limit for judges, which run `lsof`. Default 1024.
-    pub judge_nofile: i64,
-    /// CPU per container, in billionths of a CPU (`NanoCpus`, a CFS quota). Default: every
-    /// core but one ([`default_nano_cpus`]), so no agent alone takes the whole machine from
-    /// the runner and the other agents.
-    pub nano_cpus: i64,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            memory_bytes: 4 << 30,
-            pids: 2048,
-            judge_nofile: 1024,
-            nano_cpus: default_nano_cpus(
-                std::thread::available_parallelism().map_or(1, |n| n.get()),
-            ),
-        }
-    }
-}
-
-/// One container's CPU quota on a machine of `cores`: `cores − 1`, at least one whole CPU.
-pub fn default_nano_cpus(cores: usize) -> i64 {
-    let cpus = i64::try_from(cores.saturating_sub(1).max(1)).unwrap_or(i64::MAX / 1_000_000_000);
-    cpus * 1_000_000_000
-}
 
 /// A numeric user and group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

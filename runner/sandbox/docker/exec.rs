@@ -42,8 +42,7 @@ use super::service::{NoService, ServiceSlot};
 use crate::sandbox::output::Stream;
 use crate::sandbox::{AgentBox, ExecOutput, ExecRequest, OutputCollector, SandboxError};
 
-/// Environment variable marking every process of one command.
-pub const MARKER_VAR: &str = "FLOWERBOX_EXEC";
+pub(crate) use crate::sandbox::service::MARKER_VAR;
 
 /// Safety net when the stream stays open after the exit is known (no relay: plain `sh`):
 /// output is still collected until the stream has been quiet this long...

@@ -3,7 +3,7 @@
 //!
 //! Life of a run: [`DockerSandboxFactory::connect`] pings the engine (before anything is
 //! created) → [`DockerSandboxFactory::ensure_image`] builds the agent image on first use →
-//! [`crate::sandbox::gc::sweep_orphans`] removes containers of dead owners of this workspace →
+//! [`gc::sweep_orphans`] removes containers of dead owners of this workspace →
 //! `sandbox(&AgentBox)` creates the pod on first use and the agent's container joining it →
 //! `release(agent)` when the step that owns it ends → `teardown()` at run end (or on a signal,
 //! see [`crate::sandbox::teardown_on_signal`]; as a last resort the factory's `Drop` removes
@@ -19,6 +19,7 @@ pub mod container;
 pub mod engine;
 pub mod error;
 pub mod exec;
+pub mod gc;
 pub mod image;
 pub mod kind;
 pub mod labels;
@@ -240,7 +241,7 @@ impl DockerSandboxFactory {
         Ok(factory)
     }
 
-    /// The engine connection (for [`crate::sandbox::gc`] and [`crate::sandbox::doctor`]).
+    /// The engine connection (for [`gc`] and the doctor's checks).
     pub fn engine(&self) -> &Engine {
         &self.inner.engine
     }
@@ -266,7 +267,7 @@ impl DockerSandboxFactory {
 
     /// Removes containers of this workspace whose owner is provably dead; one line each.
     pub async fn sweep_orphans(&self) -> Result<Vec<String>, SandboxError> {
-        super::gc::sweep_orphans(&self.inner.engine, &self.inner.opts.workspace).await
+        gc::sweep_orphans(&self.inner.engine, &self.inner.opts.workspace).await
     }
 
     /// The concrete sandbox for `spec` (same as [`SandboxFactory::sandbox`]), for callers that

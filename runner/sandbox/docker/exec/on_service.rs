@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::{Container, Stop, KILL_WAIT};
 use crate::sandbox::docker::service::client::{Event, Request, Service};
-use crate::sandbox::docker::service::proto::Run;
+use crate::sandbox::service::proto::Run;
 use crate::sandbox::{ExecOutput, ExecRequest, OutputCollector, SandboxError};
 
 /// How long the service gets to confirm it started a command.

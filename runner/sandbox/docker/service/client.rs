@@ -21,7 +21,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::proto::{
+use crate::sandbox::service::proto::{
     self, Exit, Failed, Frame, FrameReader, Hello, Killed, Kind, Opening, OpeningReader,
     ProtoError, Started,
 };
