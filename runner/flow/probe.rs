@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::checks::Check;
 use super::gates::{run_checks_on, CheckStatus, GateReport, Target};
-use super::identity::{identity, Exclusions, WorkspaceIdentity};
+use crate::sandbox::files::identity::{identity, Exclusions, WorkspaceIdentity};
 use super::mutate::{choose, seed, sites, Site};
 use crate::agent::Runtime;
 use crate::fsroot::walk::{walk, Rules};

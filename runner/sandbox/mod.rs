@@ -11,6 +11,7 @@ pub mod docker;
 pub mod doctor;
 pub mod egress;
 pub mod error;
+pub mod files;
 pub mod gc;
 pub mod host;
 pub mod notice;
@@ -22,6 +23,7 @@ pub mod service;
 pub use attach::{AttachSpec, Attached, ProcessHandle, StderrTail};
 pub use backend::{CommandsRun, Preflight, SandboxBackend};
 pub use error::{EngineErrorKind, EngineFault, SandboxError};
+pub use files::SandboxFiles;
 pub use notice::{NoticeSink, SandboxNotice};
 pub use output::{CapturedOutput, OutputCollector};
 pub use policy::{Capability, Limits, PolicyUser, SandboxPolicy, SeccompProfile, Seat};
@@ -259,6 +261,13 @@ pub struct Written {
 pub trait SandboxFactory: Send + Sync {
     /// Where its commands run (in containers, or as host processes).
     fn commands_run(&self) -> CommandsRun;
+
+    /// The run's file operations on its agents' views (the file tools, the content identity).
+    /// The default works on this machine's disk ([`files::LocalFiles`]), which the engine of a
+    /// backend that bind-mounts the caller's directories shares.
+    fn files(&self) -> Arc<dyn SandboxFiles> {
+        Arc::new(files::LocalFiles)
+    }
 
     /// Starts what every sandbox of the run shares (Docker: the pod) in the background, so
     /// the first agent that runs a command finds it ready. A start that fails is reported by
