@@ -320,6 +320,7 @@ impl Sandbox for HostSandbox {
             .take()
             .map(|c| c.finish())
             .unwrap_or_default();
+        let notes = std::mem::take(&mut out.notes);
         use std::os::unix::process::ExitStatusExt;
         out.exit_code = if out.timed_out || out.interrupted {
             None
@@ -335,17 +336,12 @@ impl Sandbox for HostSandbox {
                 );
             }
         }
-        if out.exit_code == Some(127) && captured.stderr.contains("not found") {
-            out.notes
-                .push("程序不存在:这台机器上找不到它(命令在宿主机上执行)".into());
-        }
-        out.stdout = captured.stdout;
-        out.stderr = captured.stderr;
-        out.truncated = captured.truncated;
-        out.total_bytes = captured.total_bytes;
-        out.full_output = captured.full_output;
-        out.full_output_omitted = captured.full_output_omitted;
-        Ok(out)
+        Ok(super::finish::finish(
+            out,
+            captured,
+            notes,
+            super::finish::RanIn::Host,
+        ))
     }
 
     fn describe(&self) -> String {

@@ -12,6 +12,7 @@ pub mod doctor;
 pub mod egress;
 pub mod error;
 pub mod files;
+pub mod finish;
 pub mod gc;
 pub mod host;
 pub mod notice;

@@ -27,8 +27,7 @@ use bollard::models::ExecConfig;
 use bollard::query_parameters::{RestartContainerOptions, UploadToContainerOptions};
 use bollard::Docker;
 use futures::StreamExt;
-use regex::Regex;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -108,12 +107,6 @@ for e in /proc/[0-9]*/environ; do
   p=${e#/proc/}; p=${p%/environ}
   printf '%s %s\n' "$p" "$(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-80)"
 done"#;
-
-/// bash: `bash: line 1: foo: command not found`; dash: `sh: 1: foo: not found`.
-static NOT_FOUND: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?m)^[^:\n]*: (?:line )?\d+: ([^:\n]+): (?:command )?not found\s*$")
-        .expect("valid regex")
-});
 
 /// One agent container: one incarnation of an agent's sandbox.
 pub(crate) struct Container {
@@ -667,53 +660,13 @@ impl Container {
     }
 
     /// The result of a command that ended (or was stopped) as `result` says, with the output
-    /// `collector` holds and `notes`: the notes on a program not found (exit 127) and on an
-    /// exit code that says a signal killed it are added.
-    fn finish(
-        &self,
-        mut result: ExecOutput,
-        collector: OutputCollector,
-        mut notes: Vec<String>,
-    ) -> ExecOutput {
-        let captured = collector.finish();
-        if result.exit_code == Some(127) {
-            for cap in NOT_FOUND.captures_iter(&captured.stderr) {
-                notes.push(format!(
-                    "`{}`: not found in the image ({})",
-                    &cap[1], self.image
-                ));
-            }
-        }
-        if let Some(code) = result.exit_code.filter(|c| (129..=159).contains(c)) {
-            if let Ok(sig) = nix::sys::signal::Signal::try_from((code - 128) as i32) {
-                notes.push(format!(
-                    "exit code {code}: probably killed by {}",
-                    sig.as_str()
-                ));
-            }
-        }
-        result.stdout = captured.stdout;
-        result.stderr = captured.stderr;
-        result.truncated = captured.truncated;
-        result.total_bytes = captured.total_bytes;
-        result.full_output = captured.full_output;
-        result.full_output_omitted = captured.full_output_omitted;
-        result.notes = notes;
-        result
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn not_found_matches_bash_and_dash() {
-        let bash = "bash: line 1: frobnicate: command not found\n";
-        let dash = "sh: 1: zap: not found\n";
-        let other = "bash: line 1: ./x: No such file or directory\n";
-        assert_eq!(&NOT_FOUND.captures(bash).unwrap()[1], "frobnicate");
-        assert_eq!(&NOT_FOUND.captures(dash).unwrap()[1], "zap");
-        assert!(NOT_FOUND.captures(other).is_none());
+    /// `collector` holds and `notes` ([`crate::sandbox::finish::finish`], as every backend).
+    fn finish(&self, result: ExecOutput, collector: OutputCollector, notes: Vec<String>) -> ExecOutput {
+        crate::sandbox::finish::finish(
+            result,
+            collector.finish(),
+            notes,
+            crate::sandbox::finish::RanIn::Image(&self.image),
+        )
     }
 }
