@@ -33,9 +33,14 @@ async fn missing_socket_is_reported_before_anything_is_created() {
     };
     // The typed cause crosses the seam: its kind for any caller, the engine's own error for
     // the backend.
-    assert_eq!(fault.kind(), flowerbox::sandbox::EngineErrorKind::Unavailable);
+    assert_eq!(
+        fault.kind(),
+        flowerbox::sandbox::EngineErrorKind::Unavailable
+    );
     assert!(matches!(
-        fault.inner().downcast_ref::<flowerbox::sandbox::docker::EngineError>(),
+        fault
+            .inner()
+            .downcast_ref::<flowerbox::sandbox::docker::EngineError>(),
         Some(flowerbox::sandbox::docker::EngineError::SocketNotFound { .. })
     ));
     assert_clear(&err.to_string(), "找不到 socket /nonexistent/docker.sock");

@@ -615,7 +615,9 @@ async fn a_read_only_roles_server_runs_under_its_uid_and_writes_nothing_even_whe
             .unwrap(),
     )
     .unwrap();
-    let judge_uid = ReadOnlyIds::of(flowerbox::sandbox::Seat::Judge, UserIds::current()).shell.uid;
+    let judge_uid = ReadOnlyIds::of(flowerbox::sandbox::Seat::Judge, UserIds::current())
+        .shell
+        .uid;
     assert_eq!(probe["uid"], judge_uid, "{probe}");
     assert_eq!(probe["exec_marker"], true);
     let target = ws.join("written-by-a-judge");

@@ -621,9 +621,7 @@ fn shipped_texts() -> Vec<(PathBuf, String)> {
 /// (line numbers).
 fn names_docker(text: &str) -> Vec<usize> {
     let line_of = |at: usize| text[..at].matches('\n').count() + 1;
-    let word_start = |at: usize| {
-        !text[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_')
-    };
+    let word_start = |at: usize| !text[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_');
     let mut lines: Vec<usize> = text
         .match_indices("docker::")
         .filter(|(at, _)| word_start(*at))

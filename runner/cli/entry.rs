@@ -186,11 +186,10 @@ pub async fn gc(opts: GcOptions, globals: GlobalOptions) -> Result<ExitStatus, C
             });
     report.absorb(trees);
     // What killed runs left in the temporary directory: their copies of the exec service.
-    let copies = tokio::task::spawn_blocking(|| {
-        crate::sandbox::service::sweep_stale(&std::env::temp_dir())
-    })
-    .await
-    .unwrap_or(0);
+    let copies =
+        tokio::task::spawn_blocking(|| crate::sandbox::service::sweep_stale(&std::env::temp_dir()))
+            .await
+            .unwrap_or(0);
     if copies > 0 {
         report
             .removed

@@ -17,9 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::checks::Check;
-use crate::sandbox::files::WorkspaceIdentity;
 use crate::agent::Runtime;
 use crate::model::Role;
+use crate::sandbox::files::WorkspaceIdentity;
 use crate::sandbox::{AgentBox, ExecOutput, ExecRequest, Mount, Sandbox};
 
 /// How long one check may run.

@@ -22,7 +22,6 @@ use super::checks::Check;
 use super::ctx::Ctx;
 use super::gates::{run_checks, GateReport};
 use super::goal::Goal;
-use crate::sandbox::files::{Exclusions, WorkspaceIdentity};
 use super::probe::{run_probe, Outcome, ProbeReport};
 use super::step::{Gate, GateCx, OnFail, Prompt, Step, StepAbort};
 use super::verdict::{Verdict, VerdictState};
@@ -30,6 +29,7 @@ use super::workflow::emit;
 use crate::agent::human::{AskOutcome, Asker};
 use crate::agent::{roles, AgentSpec, EventKind, RunOptions, Runtime, StepResult};
 use crate::record::steps::judge_name;
+use crate::sandbox::files::{Exclusions, WorkspaceIdentity};
 
 /// The goal-setting step's default name.
 pub const GOAL_STEP: &str = "设定目标";

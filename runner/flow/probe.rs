@@ -21,11 +21,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::checks::Check;
 use super::gates::{run_checks_on, CheckStatus, GateReport, Target};
-use crate::sandbox::files::identity::{identity, Exclusions, WorkspaceIdentity};
 use super::mutate::{choose, seed, sites, Site};
 use crate::agent::Runtime;
 use crate::fsroot::walk::{walk, Rules};
 use crate::fsroot::{View, ViewMount};
+use crate::sandbox::files::identity::{identity, Exclusions, WorkspaceIdentity};
 
 /// Largest file read for mutation sites.
 const TEXT_CAP: u64 = 1024 * 1024;

@@ -196,7 +196,11 @@ mod tests {
         );
         let src = std::error::Error::source(&e).unwrap();
         assert_eq!(src.to_string(), "no such container: fbx-1");
-        let plain = SandboxError::from(EngineFault::new("docker", EngineErrorKind::Conflict, Missing));
+        let plain = SandboxError::from(EngineFault::new(
+            "docker",
+            EngineErrorKind::Conflict,
+            Missing,
+        ));
         assert_eq!(plain.to_string(), "docker: no such container: fbx-1");
         assert_eq!(SandboxError::ShutDown.engine_kind(), None);
     }

@@ -129,7 +129,12 @@ mod tests {
             exit_code: Some(127),
             ..Default::default()
         };
-        let image = finish(result.clone(), captured.clone(), Vec::new(), RanIn::Image("img"));
+        let image = finish(
+            result.clone(),
+            captured.clone(),
+            Vec::new(),
+            RanIn::Image("img"),
+        );
         assert_eq!(image.notes, ["`frobnicate`: not found in the image (img)"]);
         let host = finish(result, captured, Vec::new(), RanIn::Host);
         assert_eq!(host.notes.len(), 1);
@@ -140,7 +145,10 @@ mod tests {
         };
         let k = finish(killed, CapturedOutput::default(), Vec::new(), RanIn::Host);
         assert_eq!(k.notes, ["exit code 137: probably killed by SIGKILL"]);
-        assert_eq!(ended(Some(137), None, "x", RanIn::Host), "退出码 137(多半是被 SIGKILL 杀掉的)");
+        assert_eq!(
+            ended(Some(137), None, "x", RanIn::Host),
+            "退出码 137(多半是被 SIGKILL 杀掉的)"
+        );
         assert_eq!(ended(None, Some(9), "x", RanIn::Host), "被 SIGKILL 杀掉了");
         assert!(ended(Some(127), None, "srv", RanIn::Image("img")).contains("镜像 img"));
     }

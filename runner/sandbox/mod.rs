@@ -27,7 +27,7 @@ pub use error::{EngineErrorKind, EngineFault, SandboxError};
 pub use files::SandboxFiles;
 pub use notice::{NoticeSink, SandboxNotice};
 pub use output::{CapturedOutput, OutputCollector};
-pub use policy::{Capability, Limits, PolicyUser, SandboxPolicy, SeccompProfile, Seat};
+pub use policy::{Capability, Limits, PolicyUser, SandboxPolicy, Seat, SeccompProfile};
 
 use async_trait::async_trait;
 use std::path::PathBuf;

@@ -6,8 +6,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{parse_input, Tool, ToolContext, ToolError};
-use crate::sandbox::files::{Edit, EditRefused};
 use crate::model::ToolName;
+use crate::sandbox::files::{Edit, EditRefused};
 
 pub(super) struct EditTool;
 

@@ -7,8 +7,8 @@ use serde_json::{json, Value};
 
 use super::{parse_input, Tool, ToolContext, ToolError};
 use crate::agent::confine::Access;
-use crate::sandbox::files::Contents;
 use crate::model::ToolName;
+use crate::sandbox::files::Contents;
 
 /// Lines returned when no limit is given.
 const DEFAULT_LIMIT: usize = 2000;

@@ -10,10 +10,10 @@ use futures::StreamExt;
 use std::path::Path;
 use std::time::Duration;
 
+use super::gc;
 use super::image::{base_image, default_image, image_exists, SLIM_BASE};
 use super::{Engine, EngineKind, UserIds};
 use crate::sandbox::doctor::{Check, CheckStatus, AGENT_TOOLS};
-use super::gc;
 
 fn check(name: &'static str, status: CheckStatus, detail: impl Into<String>) -> Check {
     Check::new(name, status, detail)

@@ -65,16 +65,14 @@ impl From<bollard::errors::Error> for SandboxError {
 
 impl From<EngineError> for SandboxError {
     fn from(e: EngineError) -> Self {
-        SandboxError::EngineUnavailable(EngineFault::new(
-            BACKEND,
-            EngineErrorKind::Unavailable,
-            e,
-        ))
+        SandboxError::EngineUnavailable(EngineFault::new(BACKEND, EngineErrorKind::Unavailable, e))
     }
 }
 
 /// A failed request about container `what`.
-pub(crate) fn container(what: impl Into<String>) -> impl FnOnce(bollard::errors::Error) -> SandboxError {
+pub(crate) fn container(
+    what: impl Into<String>,
+) -> impl FnOnce(bollard::errors::Error) -> SandboxError {
     let what = what.into();
     move |e| SandboxError::ContainerRequest {
         what,
@@ -83,7 +81,9 @@ pub(crate) fn container(what: impl Into<String>) -> impl FnOnce(bollard::errors:
 }
 
 /// A failed request about image `what`.
-pub(crate) fn image(what: impl Into<String>) -> impl FnOnce(bollard::errors::Error) -> SandboxError {
+pub(crate) fn image(
+    what: impl Into<String>,
+) -> impl FnOnce(bollard::errors::Error) -> SandboxError {
     let what = what.into();
     move |e| SandboxError::ImageRequest {
         what,

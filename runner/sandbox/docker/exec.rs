@@ -514,7 +514,9 @@ impl Container {
             .await
             .map_err(Self::err)?
         else {
-            return Err(SandboxError::Backend("docker: exec started detached".into()));
+            return Err(SandboxError::Backend(
+                "docker: exec started detached".into(),
+            ));
         };
 
         let mut collector = OutputCollector::new(req.output_cap, req.spill_dir.as_deref());
@@ -661,7 +663,12 @@ impl Container {
 
     /// The result of a command that ended (or was stopped) as `result` says, with the output
     /// `collector` holds and `notes` ([`crate::sandbox::finish::finish`], as every backend).
-    fn finish(&self, result: ExecOutput, collector: OutputCollector, notes: Vec<String>) -> ExecOutput {
+    fn finish(
+        &self,
+        result: ExecOutput,
+        collector: OutputCollector,
+        notes: Vec<String>,
+    ) -> ExecOutput {
         crate::sandbox::finish::finish(
             result,
             collector.finish(),

@@ -220,7 +220,10 @@ pub async fn sweep_orphans(engine: &Engine, workspace: &Path) -> Result<Vec<Stri
     )
     .await;
     if !report.failed.is_empty() {
-        return Err(SandboxError::Backend(format!("docker: {}", report.failed.join("; "))));
+        return Err(SandboxError::Backend(format!(
+            "docker: {}",
+            report.failed.join("; ")
+        )));
     }
     Ok(report.removed)
 }

@@ -539,10 +539,7 @@ pub(crate) async fn still_running(
     id: &str,
     what: &str,
 ) -> Result<(), SandboxError> {
-    let info = docker
-        .inspect_container(id, None)
-        .await
-        ?;
+    let info = docker.inspect_container(id, None).await?;
     if info.state.and_then(|s| s.running) == Some(true) {
         return Ok(());
     }

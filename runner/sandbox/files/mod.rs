@@ -150,8 +150,12 @@ pub trait SandboxFiles: Send + Sync {
     ) -> Result<(PathBuf, Contents), FilesError>;
 
     /// The first `n` bytes (at most) of the regular file at `path`.
-    async fn head(&self, view: &View, path: &Path, n: usize)
-        -> Result<(PathBuf, Vec<u8>), FilesError>;
+    async fn head(
+        &self,
+        view: &View,
+        path: &Path,
+        n: usize,
+    ) -> Result<(PathBuf, Vec<u8>), FilesError>;
 
     /// Replaces the file at `path` with `bytes` (created, with its directories, when missing)
     /// by renaming a new file over it; returns whether it existed.

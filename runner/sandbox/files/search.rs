@@ -52,7 +52,10 @@ pub struct GrepQuery {
 }
 
 /// A glob as an override set rooted at `base`.
-pub(crate) fn overrides(base: &Path, glob: &str) -> Result<ignore::overrides::Override, FilesError> {
+pub(crate) fn overrides(
+    base: &Path,
+    glob: &str,
+) -> Result<ignore::overrides::Override, FilesError> {
     let mut ob = ignore::overrides::OverrideBuilder::new(base);
     ob.add(glob)
         .map_err(|e| FilesError::Query(format!("glob: {e}")))?;

@@ -62,7 +62,9 @@ impl Container {
             .await
             .map_err(Self::err)?
         else {
-            return Err(SandboxError::Backend("docker: exec started detached".into()));
+            return Err(SandboxError::Backend(
+                "docker: exec started detached".into(),
+            ));
         };
         let (reader, mut writer) = tokio::io::duplex(PIPE_BYTES);
         let stderr = StderrTail::default();
