@@ -5,6 +5,7 @@
 //! signal killed the command (above 128).
 
 use regex::Regex;
+use std::path::Path;
 use std::sync::LazyLock;
 
 use super::output::CapturedOutput;
@@ -13,8 +14,8 @@ use super::ExecOutput;
 /// Where a command ran, for the words of its notes.
 #[derive(Debug, Clone, Copy)]
 pub enum RanIn<'a> {
-    /// As a host process (`--sandbox host`).
-    Host,
+    /// As a host process (`--sandbox host`) in this directory.
+    Host(&'a Path),
     /// In a container of this image.
     Image(&'a str),
 }
@@ -25,7 +26,9 @@ static NOT_FOUND: LazyLock<Regex> = LazyLock::new(|| {
         .expect("valid regex")
 });
 
-/// The programs a shell's `stderr` says it could not find, in order (bash and dash wording).
+/// The programs a shell's `stderr` says it could not find, in the order of its lines (bash and
+/// dash wording; bash's `cannot execute: required file not found` for a file that is there but
+/// cannot start is not one).
 pub fn not_found_programs(stderr: &str) -> Vec<String> {
     NOT_FOUND
         .captures_iter(stderr)
@@ -58,10 +61,18 @@ pub fn finish(
                     .iter()
                     .map(|p| format!("`{p}`: not found in the image ({image})")),
             ),
-            RanIn::Host if !missing.is_empty() => {
-                notes.push("程序不存在:这台机器上找不到它(命令在宿主机上执行)".into())
+            RanIn::Host(cwd) => {
+                for p in missing {
+                    // A path that is there was found: it could not start (dash says "not
+                    // found" for a `#!` line ending in `\r`, a missing interpreter).
+                    if p.contains('/') && cwd.join(&p).exists() {
+                        continue;
+                    }
+                    notes.push(format!(
+                        "程序不存在:这台机器上找不到 {p}(命令在宿主机上执行)"
+                    ));
+                }
             }
-            RanIn::Host => {}
         }
     }
     if let Some(code) = result.exit_code {
@@ -92,7 +103,7 @@ pub fn ended(code: Option<i64>, signal: Option<i32>, program: &str, ran_in: RanI
             (None, 126 | 127, RanIn::Image(image)) => format!(
                 "退出码 {c}:{program} 在容器里找不到或不能执行(镜像 {image} 的 PATH 里有它吗?)"
             ),
-            (None, 126 | 127, RanIn::Host) => {
+            (None, 126 | 127, RanIn::Host(_)) => {
                 format!("退出码 {c}:{program} 在这台机器上找不到或不能执行")
             }
             _ => format!("退出码 {c}"),
@@ -117,6 +128,8 @@ mod tests {
         assert_eq!(not_found_programs(bash), ["frobnicate"]);
         assert_eq!(not_found_programs(dash), ["zap"]);
         assert!(not_found_programs(other).is_empty());
+        let crlf = "bash: line 1: ./run.sh: cannot execute: required file not found\n";
+        assert!(not_found_programs(crlf).is_empty());
     }
 
     #[test]
@@ -136,20 +149,31 @@ mod tests {
             RanIn::Image("img"),
         );
         assert_eq!(image.notes, ["`frobnicate`: not found in the image (img)"]);
-        let host = finish(result, captured, Vec::new(), RanIn::Host);
-        assert_eq!(host.notes.len(), 1);
-        assert!(host.notes[0].contains("宿主机"));
+        let here = Path::new("/");
+        let host = finish(result, captured, Vec::new(), RanIn::Host(here));
+        assert_eq!(
+            host.notes,
+            ["程序不存在:这台机器上找不到 frobnicate(命令在宿主机上执行)"]
+        );
         let killed = ExecOutput {
             exit_code: Some(137),
             ..Default::default()
         };
-        let k = finish(killed, CapturedOutput::default(), Vec::new(), RanIn::Host);
+        let k = finish(
+            killed,
+            CapturedOutput::default(),
+            Vec::new(),
+            RanIn::Host(here),
+        );
         assert_eq!(k.notes, ["exit code 137: probably killed by SIGKILL"]);
         assert_eq!(
-            ended(Some(137), None, "x", RanIn::Host),
+            ended(Some(137), None, "x", RanIn::Host(here)),
             "退出码 137(多半是被 SIGKILL 杀掉的)"
         );
-        assert_eq!(ended(None, Some(9), "x", RanIn::Host), "被 SIGKILL 杀掉了");
+        assert_eq!(
+            ended(None, Some(9), "x", RanIn::Host(here)),
+            "被 SIGKILL 杀掉了"
+        );
         assert!(ended(Some(127), None, "srv", RanIn::Image("img")).contains("镜像 img"));
     }
 }

@@ -203,6 +203,7 @@ impl Sandbox for HostSandbox {
         {
             return Err(SandboxError::OutsideMounts(req.cwd));
         }
+        let cwd = req.cwd.clone();
         let shell = if std::path::Path::new("/bin/bash").exists() {
             "/bin/bash"
         } else {
@@ -340,7 +341,7 @@ impl Sandbox for HostSandbox {
             out,
             captured,
             notes,
-            super::finish::RanIn::Host,
+            super::finish::RanIn::Host(&cwd),
         ))
     }
 

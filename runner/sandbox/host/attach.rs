@@ -85,6 +85,7 @@ impl HostSandbox {
                 child: Mutex::new(child),
                 pgid,
                 program: program.clone(),
+                cwd: spec.cwd.clone(),
             }),
         })
     }
@@ -95,6 +96,8 @@ struct HostProcess {
     child: Mutex<Child>,
     pgid: i32,
     program: String,
+    /// Where it started.
+    cwd: std::path::PathBuf,
 }
 
 #[async_trait]
@@ -120,7 +123,7 @@ impl ProcessHandle for HostProcess {
             status.code().map(i64::from),
             status.signal(),
             &self.program,
-            crate::sandbox::finish::RanIn::Host,
+            crate::sandbox::finish::RanIn::Host(&self.cwd),
         ))
     }
 
