@@ -49,6 +49,7 @@ async fn doctor_checks_engine_image_tools_git_and_credentials_by_name() {
         "engine",
         "image",
         "tools",
+        "init",
         "exec",
         "egress",
         "git",

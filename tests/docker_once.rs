@@ -245,3 +245,44 @@ async fn a_background_command_in_the_container_is_read_and_stopped() {
     assert!(result(6).starts_with("已停下 bash_2"), "{}", result(6));
     assert_eq!(result(7), "0", "the long one is stopped");
 }
+
+/// An image the engine does not have (`--image`, never pulled) stops `once` and `go` before
+/// anything of the run is written: no `runs/`, no workbench (issue 29 §2.9).
+#[tokio::test]
+async fn a_missing_image_stops_the_start_before_anything_is_written() {
+    let Some(_engine) = engine_or_skip("missing_image").await else {
+        return;
+    };
+    let model = ScriptedModel::start(&json!({"agents": []}));
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = ws.path().canonicalize().unwrap();
+    for args in [
+        &[
+            "--image",
+            "flowerbox-test-missing:none",
+            "once",
+            "-W",
+            "看一眼",
+        ][..],
+        &[
+            "--image",
+            "flowerbox-test-missing:none",
+            "做 X",
+            "--timeout",
+            "0",
+        ][..],
+    ] {
+        let out = flowerbox(&model, home.path(), &ws_path)
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("flowerbox-test-missing:none"), "{err}");
+        for left in ["runs", ".flower"] {
+            assert!(!ws_path.join(left).exists(), "{args:?} left {left}");
+        }
+    }
+    assert!(model.recorded().is_empty(), "no model call");
+}

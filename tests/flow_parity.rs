@@ -274,3 +274,58 @@ fn clarify_only_on_a_clarified_directory_leaves_the_brief_alone() {
         "asked nothing again"
     );
 }
+
+/// The workbench index is in the coordinator's system prompt, as in flower, and rebuilt when it
+/// is woken: a script written between two runs is in the woken coordinator's index (issue 29
+/// §2.2: it sat in the first user message, so a resumed session kept its first start's index).
+/// Its workers have WebFetch, so it has WebFetch too (flower merges their web tools, §2.3).
+#[test]
+fn a_woken_coordinator_sees_the_current_workbench_index() {
+    let p = Project::new();
+    let model = ScriptedModel::start(&scenario("flow_go"));
+    assert_eq!(
+        p.run(&model, &["--timeout", "0", "写个 hello.sh"]).code(),
+        0
+    );
+    let first = &requests_with(&model, "你是协调者")[0];
+    assert!(
+        first["system"].to_string().contains("# 工作台索引"),
+        "{}",
+        first["system"]
+    );
+    assert!(!first["messages"].to_string().contains("工作台索引"));
+    assert!(!first["system"].to_string().contains("check-hello.sh"));
+    let tools: Vec<&str> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(tools.contains(&"WebFetch"), "{tools:?}");
+    drop(model);
+
+    std::fs::write(
+        p.ws.join(".flower/scripts/check-hello.sh"),
+        "#!/bin/sh\n# desc: 检查 hello 和 bye\n./hello.sh\n",
+    )
+    .unwrap();
+    let model = ScriptedModel::start(&scenario("flow_wake"));
+    let r = p.run(&model, &["--timeout", "0", "顺便让它再打印 bye"]);
+    assert_eq!(r.code(), 0, "{r:?}");
+    let woken = &requests_with(&model, "你是协调者")[0];
+    assert!(
+        woken["messages"]
+            .to_string()
+            .contains("人在唤醒时补充了一句"),
+        "the resumed session: {}",
+        woken["messages"]
+    );
+    let system = woken["system"].to_string();
+    assert!(
+        system.contains("scripts/check-hello.sh — 检查 hello 和 bye"),
+        "{system}"
+    );
+    // Once: the block replaced the first start's, it is not in the history either.
+    assert_eq!(system.matches("# 工作台索引").count(), 1, "{system}");
+    assert!(!woken["messages"].to_string().contains("工作台索引"));
+}

@@ -253,3 +253,69 @@ async fn same_line_edits_conflict_and_the_coordinator_hears_the_paths() {
     );
     git(&run.ws, &["fsck", "--strict"]);
 }
+
+/// A repository with `extensions.relativeWorktrees` (git ≥ 2.48): the container's git 2.39
+/// cannot open it, so the worker's git fails and its work cannot be committed in its
+/// container. The work is committed on the host (libgit2) once the container is gone, and
+/// merged; nobody is told the worker switched branches (issue 29 §2.7).
+#[tokio::test]
+async fn relative_worktrees_are_sealed_on_the_host_and_merged() {
+    let Some(engine) = engine_or_skip("isolate_relative").await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = repo(dir.path());
+    git(&ws, &["config", "core.repositoryformatversion", "1"]);
+    git(&ws, &["config", "extensions.relativeWorktrees", "true"]);
+    let script = "echo rel > rel.txt; git status --short; echo \"git=$?\"";
+    let run = IsoRun::in_repo(&engine, "iso-relative", dir, ws, |_, _| {
+        json!({"agents": [
+            {"role": "coordinator", "turns": [
+                {"content": [tool("Agent", json!({"description": "甲", "prompt": "写 rel.txt"}))]},
+                {"content": [text("合入了")]}]},
+            {"role": "worker", "turns": [
+                {"content": [tool("Bash", json!({"command": script}))]},
+                {"content": [text(REPORT)]}]}]})
+    })
+    .await;
+    let r = run
+        .rt
+        .run(
+            &roles::coordinator("协调者", "", vec![]),
+            "派一个人",
+            RunOptions::default(),
+        )
+        .await;
+    assert!(r.ok, "{:?}", r.error);
+    // The container's git could not open the repository (what this test is about).
+    let bash = run.results_of("worker-1", "Bash");
+    assert!(!bash[0].1.contains("git=0"), "{bash:?}");
+    let results = run.results_of("协调者", "Agent");
+    assert_eq!(results.len(), 1, "{results:?}");
+    let told = &results[0].1;
+    assert!(told.contains("已合入 main"), "{told}");
+    assert!(!told.contains("切了分支"), "{told}");
+    assert_eq!(
+        std::fs::read_to_string(run.ws.join("rel.txt")).unwrap(),
+        "rel\n"
+    );
+    // The commit is the worker's, made by flowerbox (libgit2 reads the repository).
+    let repo = git2::Repository::open(&run.ws).unwrap();
+    let head = repo.head().unwrap().peel_to_commit().unwrap();
+    let mut subjects = Vec::new();
+    let mut c = Some(head);
+    while let Some(commit) = c {
+        subjects.push(String::from_utf8_lossy(commit.message_bytes()).into_owned());
+        c = commit.parents().next();
+    }
+    assert!(
+        subjects
+            .iter()
+            .any(|s| s.starts_with("flowerbox worker-1:")),
+        "{subjects:?}"
+    );
+    run.rt.release_agents().await;
+    let left = run.placement.close();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -231,10 +231,11 @@ async fn coordinator_dispatches_a_worker_whose_report_returns() {
     assert!(seen.iter().any(|q| q.caller.agent == "worker-1"
         && q.messages.last().unwrap().text().contains("回话格式不对")));
     assert_eq!(std::fs::read_to_string(s.ws.join("out.txt")).unwrap(), "ok");
-    // The coordinator's first message carries the workbench index, not its system prompt.
+    // The coordinator's system prompt carries the workbench index (as flower's), its first
+    // message does not.
     let first = &seen[0];
-    assert!(first.messages[0].text().contains("工作台索引"));
-    assert!(!first.system.join("").contains("工作台索引"));
+    assert!(!first.messages[0].text().contains("工作台索引"));
+    assert!(first.system.join("").contains("工作台索引"));
     let ev = s.events.lock().unwrap();
     assert!(ev
         .iter()

@@ -175,8 +175,9 @@ pub fn names(tools: &[ToolName]) -> Vec<String> {
 }
 
 /// The coordinator (main thread of `go`): `Agent`, `TodoWrite`, `Read`, glance `Bash`, the
-/// human tools and the project's read-only MCP tools. `workers` are the definitions it may
-/// dispatch.
+/// human tools and the project's read-only MCP tools, plus `WebFetch` when one of its workers
+/// has it (flower merges its workers' web tools into the coordinator's, seed 001 "协调者").
+/// `workers` are the definitions it may dispatch.
 pub fn coordinator(name: &str, instructions: &str, workers: Vec<WorkerDef>) -> AgentSpec {
     let mut spec = AgentSpec::new(
         name,
@@ -191,6 +192,9 @@ pub fn coordinator(name: &str, instructions: &str, workers: Vec<WorkerDef>) -> A
         ToolName::Ask,
         ToolName::Inbox,
     ]);
+    if workers.iter().any(|w| w.spec.has(ToolName::WebFetch)) {
+        spec.tools.push(ToolName::WebFetch.as_str().into());
+    }
     spec.tools.push(MCP_TOOLS.into());
     spec.glance_only = true;
     spec.mcp_read_only = true;
@@ -331,6 +335,22 @@ mod tests {
         assert!(c.glance_only && c.allows("Bash") && c.allows("Agent"));
         assert_eq!(c.workers.len(), 1);
         assert!(c.workers[0].spec.report_format);
+    }
+
+    /// flower merges its workers' web tools into the coordinator's (issue 29 §2.3): WebFetch
+    /// when a worker has it, not otherwise.
+    #[test]
+    fn coordinator_inherits_webfetch_from_its_workers() {
+        let c = coordinator(
+            "协调者",
+            "",
+            vec![worker("coder", "写代码", "你负责实现。")],
+        );
+        assert!(c.allows("WebFetch") && !c.allows("WebSearch"));
+        let mut offline = worker("coder", "写代码", "你负责实现。");
+        offline.spec.tools.retain(|t| t != "WebFetch");
+        assert!(!coordinator("协调者", "", vec![offline]).allows("WebFetch"));
+        assert!(!coordinator("协调者", "", vec![]).allows("WebFetch"));
     }
 
     #[test]

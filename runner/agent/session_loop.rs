@@ -78,6 +78,8 @@ pub(crate) struct AgentRun {
     messages: Vec<Message>,
     agent_box: AgentBox,
     system: Vec<String>,
+    /// Whether `system`'s last block is the workbench block (replaced at every prompt).
+    index_in_system: bool,
     tools: Vec<ToolDef>,
     todos: Vec<Value>,
     /// Its background commands, kept across turns.
@@ -149,6 +151,7 @@ impl AgentRun {
             messages: history,
             agent_box,
             system,
+            index_in_system: false,
             tools,
             todos: Vec::new(),
             background: Default::default(),
@@ -331,11 +334,7 @@ impl AgentRun {
     /// Says `prompt` and runs until the agent ends its turn or something stops it.
     pub(crate) async fn turn(&mut self, prompt: &str) -> LoopEnd {
         let mut text = prompt.to_string();
-        if self.messages.is_empty() && self.spec.workbench_index {
-            if let Some(wb) = &self.rt.workbench {
-                text = format!("{}\n\n---\n\n{}", wb.prompt_block(), prompt);
-            }
-        }
+        self.refresh_index();
         self.emit(EventKind::Prompt {
             text: prompt.to_string(),
         });
@@ -374,6 +373,25 @@ impl AgentRun {
         let end = self.run_loop(&ctx).await;
         self.todos = std::mem::take(&mut *ctx.todos.lock().unwrap_or_else(|e| e.into_inner()));
         end
+    }
+
+    /// Puts the workbench block with the current index at the end of the system prompt, as
+    /// flower does (its `prompt_block()` goes into `system_prompt.append` at every step start):
+    /// a resumed session sees today's index, not its first start's. Refreshed once per prompt,
+    /// so every request of one turn shares the cached prefix.
+    fn refresh_index(&mut self) {
+        if !self.spec.workbench_index {
+            return;
+        }
+        let Some(wb) = &self.rt.workbench else {
+            return;
+        };
+        let block = wb.prompt_block();
+        if self.index_in_system {
+            self.system.pop();
+        }
+        self.system.push(block);
+        self.index_in_system = true;
     }
 
     /// Appends a user text, merging into a trailing user message (the API wants alternation).

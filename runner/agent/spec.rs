@@ -24,7 +24,7 @@ pub struct AgentSpec {
     pub max_budget_usd: Option<f64>,
     /// Bash is restricted to glance (ephemeral, read-only) commands: the delegate guard.
     pub glance_only: bool,
-    /// Show the workbench index to this agent in its first message.
+    /// Show the workbench and its current index to this agent at the end of its system prompt.
     pub workbench_index: bool,
     /// Worker definitions this agent may dispatch with the `Agent` tool.
     pub workers: Vec<WorkerDef>,

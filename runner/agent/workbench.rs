@@ -123,8 +123,8 @@ impl Workbench {
     }
 
     /// The block that tells an agent where the workbench is and how to use it, followed by the
-    /// current index. Goes into the first user message of a new session (not the system prompt,
-    /// so the cached prefix stays stable).
+    /// current index. Goes at the end of the system prompt of the agents that get the index
+    /// (the coordinator, the aside oracle), rebuilt at every prompt they are given.
     pub fn prompt_block(&self) -> String {
         let index = self.refresh().unwrap_or_default();
         format!(

@@ -150,22 +150,29 @@ async fn dispatch(
                 writeln!(io.stderr, "{}", prompt::NOT_A_TERMINAL_WARNING)
                     .map_err(CliError::terminal)?;
             }
+            let settings = entry::open(entry::settings(&global, &creds)?).await?;
             start_log(logger.map(|l| l.open(&global.run_dir)).transpose()?);
             let interactive = global.interactive;
-            let result = entry::go(opts, global, creds, wake).await;
+            let result = entry::go(opts, global, settings, wake).await;
             reconfigure_after_refusal(result, &lookup, interactive, io)
         }
         CommandOptions::Run(opts) => {
             let creds = gates(&lookup, discovered, &global, io, hooks).await?;
+            let settings = entry::settings(&global, &creds)?;
+            let loaded = entry::load_run(opts, &settings)?;
+            let settings = entry::open(settings).await?;
             start_log(logger.map(|l| l.open(&global.run_dir)).transpose()?);
             let interactive = global.interactive;
-            let result = entry::run(opts, global, creds).await;
+            let result = entry::run(loaded, global, settings).await;
             reconfigure_after_refusal(result, &lookup, interactive, io)
         }
         CommandOptions::Once(opts) => {
             let creds = gates(&lookup, discovered, &global, io, hooks).await?;
+            let settings = entry::settings(&global, &creds)?;
+            entry::check_once(&opts, &settings)?;
+            let settings = entry::open(settings).await?;
             start_log(logger.map(|l| l.open(&global.run_dir)).transpose()?);
-            entry::once(opts, global, creds).await
+            entry::once(opts, global, settings).await
         }
         CommandOptions::Doctor(opts) => {
             start_log(logger.and_then(|l| l.open_existing(&global.run_dir)));

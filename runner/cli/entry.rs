@@ -36,35 +36,57 @@ fn status(end: RunEnd) -> ExitStatus {
     }
 }
 
+/// The settings of a `go`, `run` or `once` (nothing opened yet).
+///
+/// Errors: a setting the run cannot use (an MCP configuration that does not load).
+pub fn settings(
+    globals: &GlobalOptions,
+    creds: &Credentials,
+) -> Result<crate::flow::RunSettings, CliError> {
+    run_settings(globals, creds)
+}
+
+/// Opens the sandbox backend's run: called before the log opens, so a start the engine cannot
+/// serve (Docker down, no image, a bad `DOCKER_HOST`) writes nothing — no `runs/`, no workbench
+/// (issue 29 §2.9).
+///
+/// Errors: the backend cannot serve the run.
+pub async fn open(
+    settings: crate::flow::RunSettings,
+) -> Result<crate::flow::RunSettings, CliError> {
+    Ok(settings.open_sandboxes().await?)
+}
+
 /// `flowerbox go`: build the clarify → goal → work (+ judge per round) workflow and run it.
 /// `opts.ask` is the request, or `None` to continue a woken directory; `opts.new` asks to
 /// archive the previous run (`lineage.json`, `需求.md`, `目标.md` into
 /// `notes/archive/<YYYYmmdd-HHMMSS>/`) before starting. `wake` is the directory's wake probe,
-/// the one the start prompt was decided by.
+/// the one the start prompt was decided by. `settings` come from [`open`].
 pub async fn go(
     opts: GoOptions,
     globals: GlobalOptions,
-    creds: Credentials,
+    settings: crate::flow::RunSettings,
     wake: WakeState,
 ) -> Result<ExitStatus, CliError> {
-    let settings = run_settings(&globals, &creds)?;
     let end =
         crate::flow::starter::go(&settings, go_settings(opts), wake, frontend(&globals)).await?;
     Ok(status(end))
 }
 
-/// `flowerbox run TARGET`: run the workflow `opts.target.workflow` (the named table of the
-/// workflow file) with default go-switch values. A table that does not declare a workflow is
-/// flower's import failure, `导入 '<FILE>' 失败:<what, naming the step and field>` (exit 1).
-pub async fn run(
+/// `flowerbox run TARGET`, loaded: the target and what its table declares.
+pub struct LoadedRun {
+    target: super::target::RunTarget,
+    run: RunFileSettings,
+    declared: crate::flow::declarative::Declared,
+}
+
+/// Loads `run`'s workflow (the named table of the workflow file) before anything opens. A table
+/// that does not declare a workflow is flower's import failure, `导入 '<FILE>' 失败:<what,
+/// naming the step and field>` (exit 1).
+pub fn load_run(
     opts: RunOptions,
-    globals: GlobalOptions,
-    creds: Credentials,
-) -> Result<ExitStatus, CliError> {
-    let mut settings = run_settings(&globals, &creds)?;
-    settings
-        .watched
-        .push(super::services::watched_workflow(&opts.target.file));
+    settings: &crate::flow::RunSettings,
+) -> Result<LoadedRun, CliError> {
     let RunOptions {
         target,
         workbench,
@@ -76,25 +98,54 @@ pub async fn run(
         workbench,
         trim,
     };
-    match crate::flow::runfile::run(&settings, run, frontend(&globals)).await {
-        Ok(end) => Ok(status(end)),
+    match crate::flow::runfile::load(settings, &run) {
+        Ok(declared) => Ok(LoadedRun {
+            target,
+            run,
+            declared,
+        }),
         Err(FlowError::Declared(e)) => Err(TargetError::declared(&target, e).into()),
         Err(e) => Err(e.into()),
     }
 }
 
+/// `flowerbox run TARGET`: run the workflow [`load_run`] loaded with default go-switch values.
+/// `settings` come from [`open`].
+pub async fn run(
+    loaded: LoadedRun,
+    globals: GlobalOptions,
+    mut settings: crate::flow::RunSettings,
+) -> Result<ExitStatus, CliError> {
+    let LoadedRun {
+        target,
+        run,
+        declared,
+    } = loaded;
+    settings
+        .watched
+        .push(super::services::watched_workflow(&target.file));
+    let end = crate::flow::runfile::run(&settings, run, declared, frontend(&globals)).await?;
+    Ok(status(end))
+}
+
 /// `flowerbox once PROMPT`: one agent named `ad-hoc`, no workflow, no verdict, no human
-/// (questions time out at once). Plain output, also on a terminal.
+/// (questions time out at once). Plain output, also on a terminal. `settings` come from
+/// [`open`], checked by [`check_once`] before.
 pub async fn once(
     opts: OnceOptions,
     globals: GlobalOptions,
-    creds: Credentials,
+    settings: crate::flow::RunSettings,
 ) -> Result<ExitStatus, CliError> {
-    let settings = run_settings(&globals, &creds)?;
-    super::services::check_mcp_entries(&opts.tools, &settings.mcp_servers)?;
     let plain = std::sync::Arc::new(PlainFrontend::stdout(globals.verbose));
     let end = crate::flow::once::once(&settings, once_settings(opts), plain).await?;
     Ok(status(end))
+}
+
+/// What `once` checks before anything opens: every `-t mcp__…` entry names a configured server.
+///
+/// Errors: [`CliError::Usage`] naming the entry.
+pub fn check_once(opts: &OnceOptions, settings: &crate::flow::RunSettings) -> Result<(), CliError> {
+    super::services::check_mcp_entries(&opts.tools, &settings.mcp_servers)
 }
 
 /// `flowerbox doctor`: check the sandbox backend (`--sandbox`; Docker: the engine, the agent

@@ -4,7 +4,7 @@
 //! On a terminal it prints one of two headers, then `> `. Bare Enter continues a woken directory
 //! and is [`CliError::EmptyRequest`] on a fresh one; `/new` means `--new` and asks again;
 //! Ctrl-C/Ctrl-D is [`CliError::Cancelled`]. When stdin is not a terminal it reads one line
-//! without the header; nothing (or an empty line) on a fresh directory is
+//! after `> ` without the header and without echoing it (flower's `input("> ")`); nothing (or an empty line) on a fresh directory is
 //! [`CliError::NeedRequest`].
 
 use std::io::Write;
@@ -65,8 +65,9 @@ pub fn ask_for_request(
             }
         };
         if !interactive {
-            // No terminal echoed it: show what was read, so logs of piped runs are complete.
-            writeln!(out, "{text}").map_err(CliError::terminal)?;
+            // No terminal ended the prompt's line with the human's Enter: end it, without
+            // echoing what was read (flower's `input("> ")` echoes nothing either).
+            writeln!(out).map_err(CliError::terminal)?;
         }
         if text == "/new" {
             new = true;
@@ -184,7 +185,8 @@ mod tests {
     fn piped_stdin_reads_one_line_without_header() {
         let (r, out) = run(false, false, false, vec![line("做 X"), line("ignored")]);
         assert_eq!(r.unwrap().ask.as_deref(), Some("做 X"));
-        assert_eq!(out, "> 做 X\n");
+        // As flower's `input("> ")`: the prompt, no echo of the line read (issue 29 §2.6).
+        assert_eq!(out, "> \n");
         let (r, _) = run(false, false, false, vec![]);
         assert!(matches!(r.unwrap_err(), CliError::NeedRequest));
         let (r, _) = run(true, false, false, vec![]);

@@ -99,6 +99,7 @@ pub fn run_settings(globals: &GlobalOptions, creds: &Credentials) -> Result<RunS
         watched,
         objects: globals.bounds.objects,
         disk: globals.bounds.disk,
+        opened: None,
     })
 }
 

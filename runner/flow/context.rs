@@ -17,7 +17,7 @@ use crate::record::handoff::context_window;
 use crate::record::manifest::Manifest;
 use crate::record::steps::new_run_marker;
 use crate::sandbox::egress::EgressPolicy;
-use crate::sandbox::{SandboxBackend, SandboxFactory};
+use crate::sandbox::{Preflight, SandboxBackend, SandboxFactory};
 use crate::session::SqliteSessionStore;
 
 /// The configuration values a model provider is built from (credentials, endpoint, model and
@@ -53,6 +53,52 @@ pub struct RunSettings {
     pub objects: crate::isolate::ObjectLimits,
     /// What the run's agents may add to the disk.
     pub disk: super::disk::DiskBudget,
+    /// The backend's run, opened by [`RunSettings::open_sandboxes`] before anything of the run
+    /// was written; the first [`RunContext::build`] takes it.
+    pub opened: Option<Arc<OpenedSandboxes>>,
+}
+
+/// A backend's run opened ahead of the run's files: its run marker and what the backend has
+/// ready, taken once.
+pub struct OpenedSandboxes {
+    run_id: String,
+    ready: std::sync::Mutex<Option<Preflight>>,
+}
+
+impl OpenedSandboxes {
+    fn take(&self) -> Option<(String, Preflight)> {
+        let ready = self
+            .ready
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        Some((self.run_id.clone(), ready))
+    }
+}
+
+impl RunSettings {
+    /// Opens the backend's run now (for Docker: the engine pinged, dead runs' containers
+    /// swept, the image there or built), before the run writes anything: a start the engine
+    /// cannot serve (Docker down, no image, a bad `DOCKER_HOST`) leaves no `runs/` and no
+    /// workbench behind (issue 29 §2.9). What a later failure of the start leaves open goes
+    /// with the factory's drop.
+    ///
+    /// Errors: the model provider's configuration is unusable; [`FlowError::Sandbox`] when the
+    /// backend cannot serve the run.
+    pub async fn open_sandboxes(mut self) -> Result<RunSettings, FlowError> {
+        // A configuration the run cannot use is said first: it costs no engine round (and no
+        // image build).
+        let get = |k: &str| (self.model)(k);
+        build_provider(&get, ProviderOptions::default())?;
+        crate::model::config::max_tokens_setting(&get)?;
+        let run_id = new_run_marker();
+        let ready = self.sandbox.open_run(&run_id, &self.workspace).await?;
+        self.opened = Some(Arc::new(OpenedSandboxes {
+            run_id,
+            ready: std::sync::Mutex::new(Some(ready)),
+        }));
+        Ok(self)
+    }
 }
 
 /// What differs between the drivers (`go`, `run`, `once`, the aside oracle).
@@ -114,7 +160,11 @@ impl RunContext {
             what: format!("建不出 {}", settings.run_dir.display()),
             source: e,
         })?;
-        let run_id = new_run_marker();
+        let opened = settings.opened.as_ref().and_then(|o| o.take());
+        let (run_id, opened) = match opened {
+            Some((id, ready)) => (id, Some(ready)),
+            None => (new_run_marker(), None),
+        };
         let store = match SqliteSessionStore::open(settings.run_dir.join("sessions.db")) {
             Ok(s) => s,
             Err(e) => {
@@ -144,10 +194,15 @@ impl RunContext {
         let sandboxes: Arc<dyn SandboxFactory> = match setup.sandboxes {
             Some(s) => s,
             None => {
-                let ready = settings
-                    .sandbox
-                    .open_run(&run_id, &settings.workspace)
-                    .await?;
+                let ready = match opened {
+                    Some(ready) => ready,
+                    None => {
+                        settings
+                            .sandbox
+                            .open_run(&run_id, &settings.workspace)
+                            .await?
+                    }
+                };
                 for l in ready.notes {
                     say(format_args!("- {l}"));
                 }

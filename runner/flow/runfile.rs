@@ -32,14 +32,26 @@ pub struct RunFileSettings {
     pub trim: bool,
 }
 
-/// Runs `run`. A table that does not declare a workflow is [`FlowError::Declared`], naming the
-/// step and field, before anything runs.
+/// Loads what `run` is asked to run: a table that does not declare a workflow is
+/// [`FlowError::Declared`], naming the step and field, before anything opens or runs.
+pub fn load(
+    settings: &RunSettings,
+    opts: &RunFileSettings,
+) -> Result<declarative::Declared, FlowError> {
+    Ok(declarative::load(
+        &opts.table,
+        &settings.workspace,
+        opts.workbench.clone(),
+    )?)
+}
+
+/// Runs `run`: `declared` is what [`load`] made of `opts`.
 pub async fn run(
     settings: &RunSettings,
     opts: RunFileSettings,
+    declared: declarative::Declared,
     frontend: Arc<dyn Frontend>,
 ) -> Result<RunEnd, FlowError> {
-    let declared = declarative::load(&opts.table, &settings.workspace, opts.workbench.clone())?;
     let session = Session::open(
         settings,
         SessionSetup {

@@ -144,18 +144,7 @@ pub async fn hand_back(
             ));
         }
         let sealed = if factory.commands_run() != crate::sandbox::CommandsRun::InContainer {
-            let (path, branch, agent, msg) =
-                (i.path.clone(), i.branch.clone(), i.agent.clone(), message);
-            tokio::task::spawn_blocking(move || {
-                super::integrate::commit_worktree(&path, &branch, &agent, &msg)
-                    .map(|c| Sealed {
-                        committed: c.is_some(),
-                        ..Sealed::default()
-                    })
-                    .map_err(NotSealed::Host)
-            })
-            .await
-            .unwrap_or_else(|e| Err(NotSealed::Task(e)))
+            host_seal(&i, message).await
         } else {
             let abox = AgentBox {
                 agent: format!("{}-handback", i.agent),
@@ -171,10 +160,19 @@ pub async fn hand_back(
                     .map_err(NotSealed::Seal),
                 Err(e) => Err(NotSealed::NoContainer(e)),
             };
-            if let Err(e) = factory.release(&abox.agent).await {
+            let released = factory.release(&abox.agent).await;
+            if let Err(e) = &released {
                 tracing::warn!(agent = %abox.agent, error = %e, "hand-back container not removed");
             }
-            result
+            match result {
+                // The container's git cannot open the repository (`extensions.relativeWorktrees`
+                // and a git older than 2.48): with the hand-back container gone (the killed
+                // run's went at this start's sweep), libgit2 commits on the host.
+                Err(NotSealed::Seal(SealError::Unreadable(_))) if released.is_ok() => {
+                    host_seal(&i, message).await
+                }
+                other => other,
+            }
         };
         let (r, item) = (repo.clone(), i.clone());
         let settled = tokio::task::spawn_blocking(move || settle(&r, &item))
@@ -184,6 +182,22 @@ pub async fn hand_back(
         describe(&i, sealed, settled, &mut out);
     }
     out
+}
+
+/// Commits what interrupted worker `i` left with libgit2 on the host: only where no process
+/// of it can be left (no containers, or its containers removed).
+async fn host_seal(i: &Interrupted, message: String) -> Result<Sealed, NotSealed> {
+    let (path, branch, agent) = (i.path.clone(), i.branch.clone(), i.agent.clone());
+    tokio::task::spawn_blocking(move || {
+        super::integrate::commit_worktree(&path, &branch, &agent, &message)
+            .map(|c| Sealed {
+                committed: c.is_some(),
+                ..Sealed::default()
+            })
+            .map_err(NotSealed::Host)
+    })
+    .await
+    .unwrap_or_else(|e| Err(NotSealed::Task(e)))
 }
 
 /// The lock files a git of the worker leaves when it dies mid-`add`, mid-`commit` or mid-ref

@@ -560,15 +560,32 @@ impl Placement for WorktreePlacement {
         // (`--sandbox host`: no containment by choice) does libgit2 commit on the host.
         let sealed = match sandbox {
             Some(s) if s.factory.commands_run() == CommandsRun::InContainer => {
-                Some(match s.get().await {
-                    Ok(sb) => seal(sb.as_ref(), &tree.path, &tree.branch, agent, &message)
-                        .await
-                        .map_err(FinishError::from),
-                    Err(source) => Err(FinishError::NoSandbox {
+                match s.get().await {
+                    Ok(sb) => {
+                        match seal(sb.as_ref(), &tree.path, &tree.branch, agent, &message).await {
+                            // The container's git cannot open the repository (a git older than
+                            // 2.48 on `extensions.relativeWorktrees`): the worker's container goes
+                            // first, so no process of it is left to change the worktree, and
+                            // libgit2 commits on the host (issue 29 §2.7).
+                            Err(SealError::Unreadable(why)) => {
+                                tracing::info!(agent, %why, "sealing on the host");
+                                drop(sb);
+                                match s.factory.release(agent).await {
+                                    Ok(()) => None,
+                                    Err(source) => Some(Err(FinishError::NoSandbox {
+                                        agent: agent.to_string(),
+                                        source,
+                                    })),
+                                }
+                            }
+                            r => Some(r.map_err(FinishError::from)),
+                        }
+                    }
+                    Err(source) => Some(Err(FinishError::NoSandbox {
                         agent: agent.to_string(),
                         source,
-                    }),
-                })
+                    })),
+                }
             }
             _ => None,
         };

@@ -137,8 +137,8 @@ impl WorkspaceRepo {
         if self.relative_worktrees {
             out.push(
                 "仓库开了 extensions.relativeWorktrees:容器里的 git 要 ≥ 2.48 才认它(默认镜像是 2.39):\
-                 执行者在容器里跑 git 会失败,它的工作在容器里封存不成提交,合不回来。\
-                 用 git ≥ 2.48 的镜像(--image),或关掉这个扩展再用 --isolate"
+                 执行者在容器里跑的 git 命令都会失败;它们的改动在它们的容器删掉之后由 flowerbox 在宿主上提交、合入。\
+                 要让执行者用 git,换 git ≥ 2.48 的镜像(--image),或关掉这个扩展"
                     .into(),
             );
         }

@@ -30,6 +30,9 @@ pub struct Sealed {
 /// Exit codes of [`script`] that mean a refusal with a reason on stderr.
 const NOT_ON_BRANCH: i64 = 3;
 const CONFLICTS: i64 = 4;
+/// The container's git cannot open the worktree at all (an `extensions.*` it does not know,
+/// `relativeWorktrees` above all): not the worker's doing.
+const UNREADABLE: i64 = 5;
 
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
@@ -44,7 +47,7 @@ pub fn script(branch: &str, agent: &str, message: &str) -> String {
     format!(
         r#"g() {{ git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c commit.gpgSign=false "$@"; }}
 head=$(git symbolic-ref -q HEAD); rc=$?
-if [ $rc -gt 1 ]; then echo "容器里的 git 读不了这个 worktree(退出码 $rc;仓库开了 extensions.relativeWorktrees 时,容器里的 git 要 ≥ 2.48),没有提交" >&2; exit {NOT_ON_BRANCH}; fi
+if [ $rc -gt 1 ]; then echo "容器里的 git 读不了这个 worktree(退出码 $rc;仓库开了 extensions.relativeWorktrees 时,容器里的 git 要 ≥ 2.48)" >&2; exit {UNREADABLE}; fi
 if [ "$head" != {want} ]; then echo "worktree 的 HEAD 在 ${{head:-分离的提交}} 上,不在分支 {branch_q} 上(执行者切了分支?),没有提交" >&2; exit {NOT_ON_BRANCH}; fi
 if [ -n "$(git ls-files -u)" ]; then echo "worktree 里有没解决的冲突,没有提交" >&2; exit {CONFLICTS}; fi
 left() {{ s=$(g -c core.quotePath=false status --porcelain 2>/dev/null); if [ -n "$s" ]; then echo left; printf '%s\n' "$s" | sed 's/^...//; s/^/left: /'; fi; }}
@@ -76,6 +79,10 @@ pub enum SealError {
     /// The worker switched branches or left conflicts: the script's own explanation.
     #[error("{0}")]
     Refused(String),
+    /// The container's git cannot open the repository (what it said): the commit is the
+    /// host's to make, once no process of the worker is left.
+    #[error("{0}")]
+    Unreadable(String),
     /// The commit did not finish in time.
     #[error("在容器里提交超时({0} 秒)")]
     Timeout(u64),
@@ -119,6 +126,7 @@ pub async fn seal(
     let why = out.stderr.trim().to_string();
     Err(match out.exit_code {
         Some(NOT_ON_BRANCH | CONFLICTS) => SealError::Refused(why),
+        Some(UNREADABLE) => SealError::Unreadable(why),
         _ if out.timed_out => SealError::Timeout(SEAL_TIMEOUT.as_secs()),
         code => SealError::Failed { code, stderr: why },
     })
@@ -199,17 +207,44 @@ mod tests {
 
     #[test]
     fn a_worktree_git_cannot_read_is_named_so_not_blamed_on_the_worker() {
-        // What the container's git 2.39 meets on a relativeWorktrees link: a worktree it cannot
-        // open. Not "执行者切了分支?".
+        // What a git older than 2.48 (the image's 2.39, this machine's) meets in a repository
+        // with `extensions.relativeWorktrees`: a repository it refuses to open. Its own exit
+        // code, and not "执行者切了分支?" (issue 29 §2.7).
         let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join(".git"), "gitdir: /nonexistent/wt\n").unwrap();
-        let o = sh(d.path(), &script("flower/r/w-1", "w-1", "m"));
-        assert_eq!(o.status.code(), Some(NOT_ON_BRANCH as i32), "{o:?}");
+        let ws = d.path();
+        git(ws, &["init", "-q", "-b", "flower/r/w-1"]);
+        std::fs::write(ws.join("a"), "a\n").unwrap();
+        git(ws, &["add", "a"]);
+        git(ws, &["commit", "-qm", "a"]);
+        git(ws, &["config", "core.repositoryformatversion", "1"]);
+        // A git that knows the extension opens it; any git refuses one it does not know.
+        let version = git(ws, &["--version"]);
+        let knows = version
+            .split_whitespace()
+            .nth(2)
+            .and_then(|v| {
+                let mut n = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+                Some((n.next()?, n.next()?))
+            })
+            .is_some_and(|v| v >= (2, 48));
+        let extension = match knows {
+            false => "extensions.relativeWorktrees",
+            true => "extensions.flowerboxUnknown",
+        };
+        git(ws, &["config", extension, "true"]);
+        std::fs::write(ws.join("b"), "b\n").unwrap();
+        let o = sh(ws, &script("flower/r/w-1", "w-1", "m"));
+        assert_eq!(o.status.code(), Some(UNREADABLE as i32), "{o:?}");
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(
             err.contains("读不了这个 worktree") && !err.contains("切了分支"),
             "{err}"
         );
+        // A gitdir link that leads nowhere is the same case.
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join(".git"), "gitdir: /nonexistent/wt\n").unwrap();
+        let o = sh(d.path(), &script("flower/r/w-1", "w-1", "m"));
+        assert_eq!(o.status.code(), Some(UNREADABLE as i32), "{o:?}");
     }
 
     #[test]

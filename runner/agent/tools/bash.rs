@@ -99,66 +99,6 @@ fn spilled_output(text: &str, total_bytes: u64, file: &std::path::Path) -> Strin
     )
 }
 
-/// Most words of a failed command looked at for a CRLF script.
-const CRLF_CANDIDATES: usize = 16;
-
-/// For a command that exited 126 or 127: a hint for every file it names (through the agent's
-/// own view, as the file tools read) whose first line ends in `\r`. A script saved with
-/// Windows line endings fails with "bad interpreter" or "required file not found" for its
-/// `#!…\r` line, and every line of it run by a shell ends in a stray `\r`; the messages never
-/// say so. Decided on the file's bytes, never on the error text.
-async fn crlf_hints(ctx: &ToolContext, command: &str) -> Vec<String> {
-    let words = command
-        .split(|c: char| c.is_whitespace() || ";|&()<>`".contains(c))
-        .map(|w| w.trim_matches(['"', '\'']))
-        .filter(|w| !w.is_empty() && !w.starts_with('-') && !w.contains(['=', '$', '*', '?']));
-    let mut hints = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    for word in words.take(CRLF_CANDIDATES) {
-        if !seen.insert(word.to_string()) {
-            continue;
-        }
-        let Ok(abs) = ctx.confine.absolute(word) else {
-            continue;
-        };
-        let head = ctx.files.head(ctx.confine.view(), &abs, 512).await;
-        let Ok((path, head)) = head else { continue };
-        // `crlf.sh` and `./crlf.sh` are one file: one hint.
-        if !seen.insert(path.display().to_string()) {
-            continue;
-        }
-        if let Some(hint) = crlf_hint(&path, &head) {
-            hints.push(hint);
-        }
-    }
-    hints
-}
-
-/// The hint for a file starting with `head`, when its first line ends in `\r`.
-fn crlf_hint(path: &std::path::Path, head: &[u8]) -> Option<String> {
-    let first = &head[..head.iter().position(|&b| b == b'\n')?];
-    if first.last() != Some(&b'\r') {
-        return None;
-    }
-    let fix = format!(
-        "sed -i 's/\\r$//' {}",
-        crate::sandbox::shell_quote(&path.display().to_string())
-    );
-    Some(if first.starts_with(b"#!") {
-        let interpreter = String::from_utf8_lossy(&first[2..first.len() - 1]);
-        format!(
-            "[{} 的行尾是 CRLF(Windows 换行):#! 那一行末尾多了一个 \\r,系统去找名叫 \"{}\\r\" 的解释器,所以找不到。改成 LF 再跑:{fix}(或 dos2unix)]",
-            path.display(),
-            interpreter.trim()
-        )
-    } else {
-        format!(
-            "[{} 的行尾是 CRLF(Windows 换行):shell 把每行末尾的 \\r 当成命令的一部分。改成 LF 再跑:{fix}(或 dos2unix)]",
-            path.display()
-        )
-    })
-}
-
 #[async_trait]
 impl Tool for BashTool {
     fn name(&self) -> &'static str {
@@ -218,11 +158,10 @@ impl Tool for BashTool {
             return Err(ToolError::Interrupted);
         }
         let (mut text, ok) = format_output(&out);
-        if matches!(out.exit_code, Some(126 | 127)) {
-            for hint in crlf_hints(ctx, &command).await {
-                text.push('\n');
-                text.push_str(&hint);
-            }
+        let cannot_start = matches!(out.exit_code, Some(126 | 127));
+        for hint in super::crlf::hints(ctx, &command, cannot_start).await {
+            text.push('\n');
+            text.push_str(&hint);
         }
         if ok {
             Ok(text)
@@ -267,88 +206,6 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(format_output(&o).0, "(没有输出)");
-    }
-
-    #[test]
-    fn crlf_hints_name_the_file_and_the_fix() {
-        let p = std::path::Path::new("/ws/run.sh");
-        let hint = crlf_hint(p, b"#!/bin/bash\r\necho hi\r\n").unwrap();
-        assert!(hint.contains("/ws/run.sh 的行尾是 CRLF"), "{hint}");
-        assert!(hint.contains("\"/bin/bash\\r\""), "{hint}");
-        assert!(hint.contains("sed -i 's/\\r$//' '/ws/run.sh'"), "{hint}");
-        let plain = crlf_hint(p, b"echo hi\r\n").unwrap();
-        assert!(plain.contains("shell 把每行末尾的 \\r"), "{plain}");
-        assert_eq!(crlf_hint(p, b"#!/bin/bash\necho hi\r\n"), None);
-        assert_eq!(crlf_hint(p, b"#!/bin/bash"), None, "no complete first line");
-    }
-
-    #[tokio::test]
-    async fn a_crlf_script_that_cannot_start_gets_the_hint() {
-        let dir = tempfile::tempdir().unwrap();
-        let ws = dir.path().canonicalize().unwrap();
-        std::fs::write(ws.join("run.sh"), "#!/bin/sh\r\necho hi\r\n").unwrap();
-        std::fs::write(ws.join("ok.sh"), "#!/bin/sh\necho fine\n").unwrap();
-        for f in ["run.sh", "ok.sh"] {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(ws.join(f), std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
-        let abox = crate::sandbox::AgentBox {
-            agent: "worker-1".into(),
-            role: crate::model::Role::Worker,
-            mounts: vec![crate::sandbox::Mount::same(ws.clone(), false)],
-            masked: Vec::new(),
-            workdir: ws.clone(),
-            policy: crate::sandbox::SandboxPolicy::writer(),
-        };
-        let ctx = ToolContext::new(
-            "worker-1".into(),
-            crate::model::Role::Worker,
-            0,
-            abox,
-            Some(std::sync::Arc::new(
-                crate::sandbox::host::HostSandboxFactory::new(),
-            )),
-            None,
-            std::sync::Arc::new(crate::channel::Absent),
-            tokio_util::sync::CancellationToken::new(),
-            None,
-            super::super::ToolLimits::default(),
-        );
-        let err = BashTool
-            .call(&json!({"command": "./ok.sh && ./run.sh"}), &ctx)
-            .await
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("[退出码 12"), "{err}");
-        assert!(
-            err.contains(&format!("[{} 的行尾是 CRLF", ws.join("run.sh").display())),
-            "{err}"
-        );
-        assert!(!err.contains("ok.sh 的行尾"), "{err}");
-        // One hint per file however it is spelled; the fix is shell-quoted.
-        let err = BashTool
-            .call(
-                &json!({"command": "bash run.sh >/dev/null; ./run.sh"}),
-                &ctx,
-            )
-            .await
-            .unwrap_err()
-            .to_string();
-        assert_eq!(err.matches("的行尾是 CRLF").count(), 1, "{err}");
-        assert!(
-            err.contains(&format!(
-                "sed -i 's/\\r$//' '{}'",
-                ws.join("run.sh").display()
-            )),
-            "{err}"
-        );
-        // Another failure gets no hint.
-        let err = BashTool
-            .call(&json!({"command": "./ok.sh; exit 127"}), &ctx)
-            .await
-            .unwrap_err()
-            .to_string();
-        assert!(!err.contains("CRLF"), "{err}");
     }
 
     #[test]

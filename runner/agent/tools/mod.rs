@@ -5,6 +5,7 @@
 mod agent_tool;
 pub(crate) mod background;
 mod bash;
+mod crlf;
 mod edit;
 mod fsio;
 mod human;

@@ -55,7 +55,11 @@ pub async fn checks(
             checks.push(image_check);
             if let Some(image) = present {
                 let (tools, missing) = tools_check(engine, &image).await;
+                // The tools container has no init: it started when it passed or named what
+                // the image lacks.
+                let plain_started = tools.status == Pass || !missing.is_empty();
                 checks.push(tools);
+                checks.push(init_check(engine, &image, plain_started).await);
                 checks.push(judge_check(&missing));
                 checks.push(exec_check(docker_host, &image, workspace).await);
             }
@@ -196,10 +200,111 @@ async fn exec_check(docker_host: Option<&str>, image: &str, workspace: &Path) ->
     }
 }
 
+/// Where root's programs are: the image build runs `debootstrap` as root (`sudo` resets `PATH`
+/// to these), so it is there even when the invoking user's `PATH` lacks them.
+const ROOT_BIN_DIRS: [&str; 3] = ["/usr/local/sbin", "/usr/sbin", "/sbin"];
+
 fn which(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
-        .unwrap_or(false)
+    find_program(
+        program,
+        std::env::var_os("PATH").as_deref(),
+        &ROOT_BIN_DIRS.map(Path::new),
+    )
+    .is_some()
+}
+
+/// The first executable regular file `program` in `path`'s directories, then in `extra`.
+fn find_program(
+    program: &str,
+    path: Option<&std::ffi::OsStr>,
+    extra: &[&Path],
+) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let dirs: Vec<std::path::PathBuf> = path
+        .map(|p| std::env::split_paths(p).collect())
+        .unwrap_or_default();
+    dirs.iter()
+        .map(|d| d.join(program))
+        .chain(extra.iter().map(|d| d.join(program)))
+        .find(|f| {
+            std::fs::metadata(f).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
+/// Every agent container runs with the engine's init (`init: true`: it reaps what commands
+/// leave). Podman's is `catatonit`, a package of its own: without it every container start
+/// fails. Found out by starting one, as a run does; `plain_started`: a container without init
+/// started (then the init is what failed, and the line says how to get it).
+async fn init_check(engine: &Engine, image: &str, plain_started: bool) -> Check {
+    let ids = UserIds::current();
+    let body = ContainerCreateBody {
+        image: Some(image.into()),
+        entrypoint: Some(vec!["true".into()]),
+        cmd: Some(vec![]),
+        user: Some(format!("{}:{}", ids.uid, ids.gid)),
+        host_config: Some(HostConfig {
+            init: Some(true),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            network_mode: Some("none".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let docker = engine.docker();
+    let started = match docker.create_container(None, body).await {
+        Ok(r) => {
+            let run = async {
+                docker.start_container(&r.id, None).await?;
+                let mut wait = docker.wait_container(&r.id, None);
+                while let Some(w) = wait.next().await {
+                    if let Err(e) = w {
+                        if !matches!(e, bollard::errors::Error::DockerContainerWaitError { .. }) {
+                            return Err(e);
+                        }
+                    }
+                }
+                Ok(())
+            };
+            let result = tokio::time::timeout(Duration::from_secs(30), run).await;
+            let rm = RemoveContainerOptions {
+                force: true,
+                ..Default::default()
+            };
+            let _ = docker.remove_container(&r.id, Some(rm)).await;
+            match result {
+                Ok(r) => r.map_err(|e| e.to_string()),
+                Err(_) => Err("30 秒内没结束".to_string()),
+            }
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    match started {
+        Ok(()) => check("init", CheckStatus::Pass, "带 init 的容器起得来"),
+        Err(e) => check(
+            "init",
+            CheckStatus::Fail,
+            init_failure(engine.kind(), plain_started, &e),
+        ),
+    }
+}
+
+/// The line for an agent container that did not start with the engine's init: with the fix
+/// when a container without init started (so the init is what is missing).
+fn init_failure(kind: &EngineKind, plain_started: bool, error: &str) -> String {
+    let error = crate::sandbox::notice::clip(error, crate::sandbox::notice::REASON_MAX);
+    match (plain_started, kind.is_podman()) {
+        (true, true) => format!(
+            "带 init 的容器起不来(不带 init 的起得来),每个 agent 的容器都带 init:Podman 缺 catatonit。\
+             装上它(apt-get install catatonit),或在 containers.conf 的 [containers] 里用 init_path 指向一个 init;\
+             引擎说:{error}"
+        ),
+        (true, false) => format!(
+            "带 init 的容器起不来(不带 init 的起得来),每个 agent 的容器都带 init:引擎的 docker-init 缺了或坏了,\
+             重装 Docker 引擎;引擎说:{error}"
+        ),
+        (false, _) => format!("容器起不来,agent 都起不来:{error}"),
+    }
 }
 
 /// Who the read-only roles run as, with which capabilities (one line); fails when the image
@@ -339,6 +444,50 @@ mod tests {
         let bad = judge_check(&["setpriv".to_string()]);
         assert_eq!(bad.status, CheckStatus::Fail);
         assert!(bad.detail.starts_with("镜像里没有 setpriv"), "{bad}");
+    }
+
+    /// Issue 29 §2.10: `sudo` builds the image with root's `PATH`; a user's `PATH` without
+    /// `/usr/sbin` must not make doctor say debootstrap is missing.
+    #[test]
+    fn a_program_outside_the_users_path_is_found_in_roots_directories() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let (user_bin, sbin) = (d.path().join("bin"), d.path().join("sbin"));
+        std::fs::create_dir_all(&user_bin).unwrap();
+        std::fs::create_dir_all(&sbin).unwrap();
+        let tool = sbin.join("debootstrap");
+        std::fs::write(&tool, "#!/bin/sh\n").unwrap();
+        let path = std::ffi::OsString::from(user_bin.as_os_str());
+        assert_eq!(find_program("debootstrap", Some(&path), &[]), None);
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(
+            find_program("debootstrap", Some(&path), &[sbin.as_path()]),
+            Some(tool.clone())
+        );
+        assert_eq!(
+            find_program("debootstrap", None, &[sbin.as_path()]),
+            Some(tool)
+        );
+        // Not executable: not a program.
+        std::fs::write(user_bin.join("x"), "").unwrap();
+        assert_eq!(find_program("x", Some(&path), &[]), None);
+        assert!(ROOT_BIN_DIRS.contains(&"/usr/sbin") && ROOT_BIN_DIRS.contains(&"/sbin"));
+    }
+
+    #[test]
+    fn an_init_failure_names_catatonit_on_podman_only_when_init_is_the_cause() {
+        let podman = EngineKind::Podman {
+            version: "4.3.1".into(),
+            rootless: false,
+            cgroup_v1: false,
+        };
+        let line = init_failure(&podman, true, "boom");
+        assert!(
+            line.contains("catatonit") && line.contains("boom"),
+            "{line}"
+        );
+        assert!(!init_failure(&EngineKind::Docker, true, "x").contains("catatonit"));
+        assert!(!init_failure(&podman, false, "x").contains("catatonit"));
     }
 
     #[test]
