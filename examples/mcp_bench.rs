@@ -96,6 +96,7 @@ async fn main() {
         mounts: vec![Mount::same(ws.clone(), false)],
         masked: Vec::new(),
         workdir: ws.clone(),
+        policy: flowerbox::sandbox::SandboxPolicy::writer(),
     };
     let sandbox = factory.sandbox(&agent).await.expect("sandbox");
     // Warm up the container.

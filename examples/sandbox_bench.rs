@@ -59,6 +59,7 @@ fn agent(name: &str, ws: &Path) -> AgentBox {
         mounts: vec![Mount::same(ws.to_path_buf(), false)],
         masked: Vec::new(),
         workdir: ws.to_path_buf(),
+        policy: flowerbox::sandbox::SandboxPolicy::writer(),
     }
 }
 
@@ -264,6 +265,7 @@ async fn main() {
     let judge_box = AgentBox {
         role: Role::Judge,
         mounts: vec![Mount::same(ws.to_path_buf(), true)],
+        policy: flowerbox::agent::place::role_policy(Role::Judge),
         ..agent("judge-1", &ws)
     };
     let (mut judge, mut worker, mut lsof_judge, mut lsof_worker) =

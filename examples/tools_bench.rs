@@ -33,6 +33,7 @@ fn context(ws: &Path) -> ToolContext {
         mounts: vec![Mount::same(ws.to_path_buf(), false)],
         masked: Vec::new(),
         workdir: ws.to_path_buf(),
+        policy: flowerbox::sandbox::SandboxPolicy::writer(),
     };
     ToolContext::new(
         "worker-1".into(),

@@ -20,7 +20,7 @@
 mod docker_support;
 
 use docker_support::engine_or_skip;
-use flowerbox::flow::identity::{identity, Exclusions};
+use flowerbox::sandbox::files::identity::{identity, Exclusions};
 use rusqlite::Connection;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -416,7 +416,7 @@ async fn check_demo(isolate: bool, weak: bool) {
         );
     }
     // Nothing left on the engine.
-    let left = flowerbox::sandbox::gc::list(&engine, Some(&d.ws))
+    let left = flowerbox::sandbox::docker::gc::list(&engine, Some(&d.ws))
         .await
         .unwrap();
     assert!(

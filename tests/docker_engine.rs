@@ -32,10 +32,22 @@ async fn missing_socket_is_reported_before_anything_is_created() {
         .await
         .expect_err("must fail");
     assert!(started.elapsed() < Duration::from_secs(10));
-    let SandboxError::EngineUnavailable(msg) = err else {
+    let SandboxError::EngineUnavailable(fault) = &err else {
         panic!("wrong error: {err:?}")
     };
-    assert_clear(&msg, "找不到 socket /nonexistent/docker.sock");
+    // The typed cause crosses the seam: its kind for any caller, the engine's own error for
+    // the backend.
+    assert_eq!(
+        fault.kind(),
+        flowerbox::sandbox::EngineErrorKind::Unavailable
+    );
+    assert!(matches!(
+        fault
+            .inner()
+            .downcast_ref::<flowerbox::sandbox::docker::EngineError>(),
+        Some(flowerbox::sandbox::docker::EngineError::SocketNotFound { .. })
+    ));
+    assert_clear(&err.to_string(), "找不到 socket /nonexistent/docker.sock");
 }
 
 #[tokio::test]

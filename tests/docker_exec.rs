@@ -134,6 +134,7 @@ async fn another_uid_gets_a_passwd_entry_home_and_git_safe_directory() {
         mounts: vec![Mount::same(ws.clone(), false)],
         masked: Vec::new(),
         workdir: ws.clone(),
+        policy: flowerbox::sandbox::SandboxPolicy::writer(),
     };
     let sb = factory.sandbox(&spec).await.unwrap();
     let out = exec_ok(

@@ -13,8 +13,8 @@ mod docker_support;
 use child_support::{helper, spawn_lines, wait_for};
 use docker_support::*;
 use flowerbox::role::Role;
+use flowerbox::sandbox::docker::gc;
 use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory};
-use flowerbox::sandbox::gc;
 use flowerbox::sandbox::teardown_on_signal;
 use flowerbox::sandbox::{AgentBox, Mount, SandboxFactory};
 use std::path::{Path, PathBuf};
@@ -54,6 +54,7 @@ async fn owner_process() {
             mounts: vec![Mount::same(ws.clone(), ro)],
             masked: Vec::new(),
             workdir: ws.clone(),
+            policy: flowerbox::agent::place::role_policy(role),
         };
         let sb = factory.sandbox(&spec).await.expect("sandbox");
         let out = sb

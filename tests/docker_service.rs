@@ -12,9 +12,9 @@ mod docker_support;
 
 use docker_support::*;
 use flowerbox::role::Role;
-use flowerbox::sandbox::docker::service::proto::{self, Hello, Kind};
-use flowerbox::sandbox::docker::service::{ServiceSource, SERVICE_PATH};
 use flowerbox::sandbox::docker::DockerSandbox;
+use flowerbox::sandbox::service::proto::{self, Hello, Kind};
+use flowerbox::sandbox::service::{ServiceSource, SERVICE_PATH};
 use flowerbox::sandbox::{Sandbox, SandboxError, SandboxFactory};
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
@@ -131,7 +131,10 @@ async fn a_service_the_agent_kills_or_stops_is_an_error_and_the_next_command_wor
             Duration::from_secs(60),
         ))
         .await;
-    assert!(matches!(killed, Err(SandboxError::Docker(_))), "{killed:?}");
+    assert!(
+        matches!(killed, Err(SandboxError::Backend(_))),
+        "{killed:?}"
+    );
     let out = exec_ok(&*sb, "echo again", &run.workspace).await;
     assert_eq!(out.stdout, "again\n", "{out:?}");
     let second = service_pid(&sb).await;

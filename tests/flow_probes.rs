@@ -16,7 +16,7 @@ use docker_support::{engine_or_skip, SERIAL};
 use flow_support::*;
 use serde_json::{json, Value};
 
-use flowerbox::flow::identity::{identity, Exclusions};
+use flowerbox::sandbox::files::identity::{identity, Exclusions};
 
 const ASK: &str = "写个 hello.sh";
 

@@ -12,7 +12,7 @@ mod isolate_support;
 
 use flowerbox::agent::{roles, RunOptions};
 use flowerbox::role::Role;
-use flowerbox::sandbox::docker::service::SERVICE_PATH;
+use flowerbox::sandbox::service::SERVICE_PATH;
 use flowerbox::sandbox::SandboxFactory;
 use isolate_support::docker_support::{engine_or_skip, SERIAL};
 use isolate_support::*;

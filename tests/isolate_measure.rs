@@ -138,6 +138,7 @@ async fn container_and_finish_timings() {
                 mounts,
                 masked: Vec::new(),
                 workdir: place.workdir.clone(),
+                policy: flowerbox::sandbox::SandboxPolicy::writer(),
             };
             let t = Instant::now();
             let sb = factory.sandbox(&spec).await.unwrap();

@@ -55,6 +55,7 @@ async fn crashed_owner() {
             mounts: place.mounts.clone(),
             masked: Vec::new(),
             workdir: place.workdir.clone(),
+            policy: flowerbox::sandbox::SandboxPolicy::writer(),
         })
         .await
         .expect("sandbox");

@@ -619,7 +619,9 @@ async fn a_read_only_roles_server_runs_under_its_uid_and_writes_nothing_even_whe
             .unwrap(),
     )
     .unwrap();
-    let judge_uid = ReadOnlyIds::of(Role::Judge, UserIds::current()).shell.uid;
+    let judge_uid = ReadOnlyIds::of(flowerbox::sandbox::Seat::Judge, UserIds::current())
+        .shell
+        .uid;
     assert_eq!(probe["uid"], judge_uid, "{probe}");
     assert_eq!(probe["exec_marker"], true);
     let target = ws.join("written-by-a-judge");
@@ -867,6 +869,7 @@ async fn an_interrupt_ends_a_call_and_release_stops_the_server() {
         mounts: vec![Mount::same(ws.clone(), false)],
         masked: Vec::new(),
         workdir: ws.clone(),
+        policy: flowerbox::sandbox::SandboxPolicy::writer(),
     };
     let sandbox = factory.sandbox(&agent).await.unwrap();
     let mcp = hub
@@ -996,7 +999,7 @@ fn in_go_each_role_gets_the_servers_tools_its_container_allows() {
     let r = results(&model);
     let probe: Value = serde_json::from_str(&r["mcp__fx__probe"][0].0).unwrap();
     let judge_uid = flowerbox::sandbox::docker::ReadOnlyIds::of(
-        flowerbox::role::Role::Judge,
+        flowerbox::sandbox::Seat::Judge,
         flowerbox::sandbox::docker::UserIds::current(),
     )
     .shell

@@ -648,3 +648,97 @@ fn not_a_root() { my_flowerbox::shown::x(); }
             .collect();
     assert_eq!(cycle(&table).unwrap(), ["a", "b", "c", "a"]);
 }
+
+/// The files of `runner/` that may name the Docker backend (`docker::…` paths, `bollard`):
+/// the backend itself and the command line's backend selection (issue 30 §1).
+const DOCKER_ALLOWED: [&str; 2] = ["sandbox/docker/", "cli/services.rs"];
+
+/// The shipped source files of `runner/` with their text blanked (comments, strings) and
+/// their test items removed; files declared only for tests left out.
+fn shipped_texts() -> Vec<(PathBuf, String)> {
+    let root = Path::new(ROOT);
+    let mut files = Vec::new();
+    rust_files(root, &mut files);
+    files.sort();
+    let mut texts = Vec::new();
+    let mut test_only: HashSet<PathBuf> = HashSet::new();
+    for f in &files {
+        let raw = std::fs::read_to_string(f).unwrap();
+        let (text, declared) = strip_tests(&blank(&raw), &raw);
+        for (name, path) in declared {
+            for c in child_file(f, &name, path.as_deref()) {
+                test_only.insert(c);
+            }
+        }
+        texts.push((f.clone(), text));
+    }
+    texts.retain(|(f, _)| {
+        !test_only.iter().any(|t| {
+            f == t
+                || (t.file_name().is_some_and(|n| n == "mod.rs")
+                    && t.parent().is_some_and(|d| f.starts_with(d)))
+        })
+    });
+    texts
+}
+
+/// Where `text` names the Docker backend: a `docker::` path segment or the `bollard` crate
+/// (line numbers).
+fn names_docker(text: &str) -> Vec<usize> {
+    let line_of = |at: usize| text[..at].matches('\n').count() + 1;
+    let word_start = |at: usize| !text[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_');
+    let mut lines: Vec<usize> = text
+        .match_indices("docker::")
+        .filter(|(at, _)| word_start(*at))
+        .map(|(at, _)| line_of(at))
+        .chain(
+            text.match_indices("bollard")
+                .filter(|(at, _)| {
+                    word_start(*at)
+                        && !text[at + "bollard".len()..]
+                            .starts_with(|c: char| c.is_alphanumeric() || c == '_')
+                })
+                .map(|(at, _)| line_of(at)),
+        )
+        .collect();
+    lines.sort_unstable();
+    lines.dedup();
+    lines
+}
+
+#[test]
+fn no_module_but_the_docker_backend_and_the_backend_selection_names_docker() {
+    let root = Path::new(ROOT);
+    let mut found = Vec::new();
+    for (f, text) in shipped_texts() {
+        let rel = f.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+        if DOCKER_ALLOWED.iter().any(|a| rel.starts_with(a)) {
+            continue;
+        }
+        for line in names_docker(&text) {
+            found.push(format!("  runner/{rel}:{line}"));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "only runner/sandbox/docker/ and the command line's backend selection \
+         (runner/cli/services.rs) may name the Docker backend (`docker::…`, `bollard`); the \
+         rest goes through the seam (sandbox::SandboxBackend, SandboxFactory, Sandbox):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_docker_reader_sees_paths_and_the_crate_but_not_words() {
+    let src = r#"
+use crate::sandbox::docker::DockerBackend;
+use bollard::Docker;
+let d = super::docker::x();
+// crate::sandbox::docker::in_a_comment
+let s = "bollard::in_a_string";
+fn dockerish() { my_docker::f(); bollard_like(); }
+pub mod docker;
+"#;
+    let text = blank(src);
+    assert_eq!(names_docker(&text), [2, 3, 4]);
+}

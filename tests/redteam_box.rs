@@ -338,7 +338,7 @@ async fn a_busy_worker_gets_its_cpu_quota_and_no_more() {
     tokio::time::timeout(BOUND, async {
         let r = TestRun::new(&engine, "rt-cpu").await;
         let worker = r.sandbox("worker-1", Role::Worker).await;
-        let limits = flowerbox::sandbox::docker::Limits::default();
+        let limits = flowerbox::sandbox::Limits::default();
         let quota = limits.nano_cpus as f64 / 1e9;
         let ids = run_containers(&engine, &r.run_id).await;
         let mut seen = false;

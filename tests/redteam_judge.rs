@@ -597,6 +597,7 @@ async fn a_judge_and_a_coordinator_cannot_write_by_any_route() {
             mounts: vec![Mount::same(run.wb.clone(), false)],
             masked: Vec::new(),
             workdir: run.wb.clone(),
+            policy: flowerbox::sandbox::SandboxPolicy::writer(),
         })
         .await
         .unwrap();
@@ -647,6 +648,7 @@ async fn read_only_containers_hold_against_non_root_workers() {
         mounts: vec![Mount::same(ws.clone(), read_only)],
         masked: Vec::new(),
         workdir: wt.clone(),
+        policy: flowerbox::agent::place::role_policy(role),
     };
     let worker = run
         .factory

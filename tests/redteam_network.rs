@@ -425,6 +425,7 @@ fn fetch_ctx(egress: EgressPolicy, ws: &std::path::Path) -> ToolContext {
         role: Role::Worker,
         mounts: vec![Mount::same(ws.to_path_buf(), false)],
         workdir: ws.to_path_buf(),
+        policy: flowerbox::sandbox::SandboxPolicy::writer(),
         masked: Vec::new(),
     };
     let limits = ToolLimits {

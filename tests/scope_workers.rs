@@ -356,6 +356,7 @@ async fn a_racing_symlink_swap_never_moves_a_scope_mount_out_of_the_scope() {
                 mounts,
                 masked: Vec::new(),
                 workdir: ws.clone(),
+                policy: flowerbox::sandbox::SandboxPolicy::writer(),
             };
             let sb = match run.factory.sandbox(&abox).await {
                 Ok(sb) => sb,

@@ -167,7 +167,7 @@ async fn the_demo_runs_through_the_wrapper_to_achieved() {
         assert_eq!(std::fs::metadata(ws.join(f)).unwrap().uid(), me, "{f}");
     }
     // Nothing left on the engine.
-    let left = flowerbox::sandbox::gc::list(&engine, Some(&ws))
+    let left = flowerbox::sandbox::docker::gc::list(&engine, Some(&ws))
         .await
         .unwrap();
     assert!(

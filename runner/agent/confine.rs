@@ -11,14 +11,7 @@ use super::tools::ToolError;
 use crate::fsroot::{View, ViewError, ViewMount};
 use crate::sandbox::Mount;
 
-/// What the tool wants to do with a path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Access {
-    /// Read or list.
-    Read,
-    /// Create or modify.
-    Write,
-}
+pub use crate::sandbox::files::Access;
 
 /// The mounts an agent may touch and the directory relative paths start from.
 #[derive(Debug, Clone)]

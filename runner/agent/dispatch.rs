@@ -245,6 +245,7 @@ impl SubDispatch {
             mounts: place.mounts.clone(),
             masked: self.rt.config.masked.clone(),
             workdir: place.workdir.clone(),
+            policy: super::place::role_policy(def.spec.role),
         };
         self.rt.note_agent(agent);
         let run = AgentRun::new(

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::role::Role;
-use crate::sandbox::{AgentBox, Mount, Sandbox, SandboxError, SandboxFactory};
+use crate::sandbox::{AgentBox, Mount, Sandbox, SandboxError, SandboxFactory, SandboxPolicy, Seat};
 
 /// A worker's place: its working directory and mounts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,6 +150,19 @@ pub fn workspace_git(workspace: &std::path::Path) -> Option<PathBuf> {
     (meta.is_dir() || meta.is_file()).then_some(git)
 }
 
+/// The sandbox policy of a role, decided here once for every backend (issue 30 §1): workers
+/// and `once` write as the run's user; every other role is read-only, under a uid of its own
+/// (judges and gate checks in the judge's seat, the rest in the coordinator's).
+pub fn role_policy(role: Role) -> SandboxPolicy {
+    match role {
+        Role::Worker | Role::Once => SandboxPolicy::writer(),
+        Role::Judge => SandboxPolicy::read_only(Seat::Judge),
+        Role::Coordinator | Role::Clarifier | Role::Oracle => {
+            SandboxPolicy::read_only(Seat::Coordinator)
+        }
+    }
+}
+
 /// The mounts of a role over the shared workspace: workers and `once` write; everyone else
 /// reads. A writing role gets the repository's `git` ([`workspace_git`], when it has one)
 /// read-only on top (DESIGN.md threat model 2: no agent plants a hook, `core.fsmonitor` or a
@@ -161,7 +174,7 @@ pub fn role_mounts(
     git: Option<&std::path::Path>,
     workbench: Option<&std::path::Path>,
 ) -> Vec<Mount> {
-    let read_only = !matches!(role, Role::Worker | Role::Once);
+    let read_only = role_policy(role).is_read_only();
     let mut v = vec![Mount::same(workspace.to_path_buf(), read_only)];
     if let (false, Some(git)) = (read_only, git) {
         v.push(Mount::same(git.to_path_buf(), true));

@@ -112,6 +112,7 @@ fn prefix(
         role: spec.role,
         mounts: vec![],
         workdir: workdir.to_path_buf(),
+        policy: crate::agent::place::role_policy(spec.role),
         masked: vec![],
     };
     let run = AgentRun::new(

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::event::{Event, EventKind, EventSink};
 use super::human::Human;
-use super::place::{role_mounts, workspace_git, Placement, SharedPlacement};
+use super::place::{role_mounts, role_policy, workspace_git, Placement, SharedPlacement};
 use super::plant::{Moved, PlantGuard};
 use super::session_loop::AgentRun;
 use super::spec::AgentSpec;
@@ -129,7 +129,7 @@ impl RuntimeConfig {
             quarantine: None,
             max_workers: super::fanout::default_max_workers(
                 super::fanout::Capacity::of_this_machine(),
-                crate::sandbox::docker::Limits::default().memory_bytes as u64,
+                crate::sandbox::Limits::default().memory_bytes as u64,
             ),
         }
     }
@@ -541,6 +541,7 @@ impl Runtime {
             ),
             masked: self.config.masked.clone(),
             workdir: self.config.workspace.clone(),
+            policy: role_policy(role),
         }
     }
 

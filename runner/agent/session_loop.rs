@@ -434,6 +434,8 @@ impl AgentRun {
             .hiding_ids(self.rt.config.masked_ids.clone())
             .with_scope(self.write_scope.clone());
         ctx.write_scope = self.write_scope.clone();
+        // Every agent's file operations go through the run's backend, commands or not.
+        ctx.files = self.rt.sandboxes.files();
         ctx
     }
 

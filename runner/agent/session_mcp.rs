@@ -46,8 +46,7 @@ impl AgentRun {
             .for_agent(crate::mcp::AgentAsk {
                 agent: self.agent.clone(),
                 whitelist: self.spec.tools.clone(),
-                read_only: self.spec.mcp_read_only
-                    || crate::sandbox::docker::readonly::is_read_only(self.spec.role),
+                read_only: self.spec.mcp_read_only || self.agent_box.policy.is_read_only(),
                 taken,
                 sandbox,
                 cwd: self.agent_box.workdir.clone(),

@@ -159,15 +159,14 @@ pub async fn doctor(
     };
     let backend = sandbox_backend(&globals);
     let mut checks = crate::sandbox::doctor::doctor(backend.as_ref(), &input).await;
-    let sandbox = match globals.sandbox {
-        crate::cli::args::SandboxKind::Docker => crate::mcp::doctor::DoctorSandbox::Docker {
-            image: globals.image.clone(),
-        },
-        crate::cli::args::SandboxKind::Host => crate::mcp::doctor::DoctorSandbox::Host,
-    };
     checks.extend(
-        crate::mcp::doctor::checks(&globals.workspace, &globals.mcp, &globals.egress, sandbox)
-            .await,
+        crate::mcp::doctor::checks(
+            &globals.workspace,
+            &globals.mcp,
+            &globals.egress,
+            backend.as_ref(),
+        )
+        .await,
     );
     checks.extend(plugin_checks(&crate::plugin::load(
         &globals.workspace,
@@ -233,11 +232,10 @@ pub async fn gc(opts: GcOptions, globals: GlobalOptions) -> Result<ExitStatus, C
             });
     report.absorb(trees);
     // What killed runs left in the temporary directory: their copies of the exec service.
-    let copies = tokio::task::spawn_blocking(|| {
-        crate::sandbox::docker::service::sweep_stale(&std::env::temp_dir())
-    })
-    .await
-    .unwrap_or(0);
+    let copies =
+        tokio::task::spawn_blocking(|| crate::sandbox::service::sweep_stale(&std::env::temp_dir()))
+            .await
+            .unwrap_or(0);
     if copies > 0 {
         report
             .removed

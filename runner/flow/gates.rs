@@ -7,8 +7,8 @@
 //! A check passes only when its exit status is the expected one, it did not time out, was not
 //! killed by a signal or interrupted, its output was not cut, no sandbox error happened while
 //! starting, running or removing its container, and the candidate's content identity
-//! ([`super::identity`]) is the same before and after it. An identity that cannot be read
-//! before means the check never starts; after, it fails. A red check makes ACHIEVED impossible
+//! ([`crate::sandbox::SandboxFiles::identity`]) is the same before and after it. An identity
+//! that cannot be read before means the check never starts; after, it fails. A red check makes ACHIEVED impossible
 //! for the round ([`super::guard`]).
 
 use std::fmt::Write as _;
@@ -17,9 +17,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::checks::Check;
-use super::identity::WorkspaceIdentity;
 use crate::agent::Runtime;
 use crate::role::Role;
+use crate::sandbox::files::WorkspaceIdentity;
 use crate::sandbox::{AgentBox, ExecOutput, ExecRequest, Mount, Sandbox};
 
 /// How long one check may run.
@@ -297,11 +297,12 @@ impl Target {
     async fn identity(&self, rt: &Arc<Runtime>) -> Option<WorkspaceIdentity> {
         match self {
             Target::Candidate => super::guard::scene(rt).await,
-            Target::Copy(dir) => {
-                let dir = dir.clone();
-                let id = move || super::identity::identity(&dir, &Default::default());
-                tokio::task::spawn_blocking(id).await.ok()?.ok()
-            }
+            Target::Copy(dir) => rt
+                .sandboxes()
+                .files()
+                .identity(dir, &Default::default())
+                .await
+                .ok(),
         }
     }
 }
@@ -481,7 +482,7 @@ mod tests {
         for (p, c) in files {
             std::fs::write(dir.path().join(p), c).unwrap();
         }
-        crate::flow::identity::identity(dir.path(), &Default::default()).unwrap()
+        crate::sandbox::files::identity::identity(dir.path(), &Default::default()).unwrap()
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! (`<step>·判定#N`) sees only the goal and the scene and returns a [`Verdict`].
 //!
 //! - ACHIEVED → the step passes, but only if the workspace's content identity did not change
-//!   while the judge looked ([`super::identity()`], DESIGN.md invariant 8); a change voids it
+//!   while the judge looked ([`crate::sandbox::SandboxFiles::identity`], DESIGN.md invariant 8); a change voids it
 //!   into NOT_YET with the changed files named.
 //! - NOT_YET (and anything ambiguous) → the work step resumes its own session
 //!   (`<step>#round<N>`) told [`Verdict::feedback`]: what is missing, never how.
@@ -22,7 +22,6 @@ use super::checks::Check;
 use super::ctx::Ctx;
 use super::gates::{run_checks, GateReport};
 use super::goal::Goal;
-use super::identity::{identity, Exclusions, WorkspaceIdentity};
 use super::probe::{run_probe, Outcome, ProbeReport};
 use super::step::{Gate, GateCx, OnFail, Prompt, Step, StepAbort};
 use super::verdict::{Verdict, VerdictState};
@@ -30,6 +29,7 @@ use super::workflow::emit;
 use crate::agent::human::{AskOutcome, Asker};
 use crate::agent::{roles, AgentSpec, EventKind, RunOptions, Runtime, StepResult};
 use crate::record::steps::judge_name;
+use crate::sandbox::files::{Exclusions, WorkspaceIdentity};
 
 /// The goal-setting step's default name.
 pub const GOAL_STEP: &str = "设定目标";
@@ -609,15 +609,10 @@ fn record_verdict(
 /// bound to it).
 pub(super) async fn scene(rt: &Arc<Runtime>) -> Option<WorkspaceIdentity> {
     let (ws, exclude) = scene_scope(rt);
-    let scene = move || identity(&ws, &exclude);
-    match tokio::task::spawn_blocking(scene).await {
-        Ok(Ok(id)) => Some(id),
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "workspace identity failed");
-            None
-        }
+    match rt.sandboxes().files().identity(&ws, &exclude).await {
+        Ok(id) => Some(id),
         Err(e) => {
-            tracing::warn!(error = %e, "workspace identity task failed");
+            tracing::warn!(error = %e, "workspace identity failed");
             None
         }
     }

@@ -30,8 +30,8 @@
 //!
 //! Modules: [`workflow`] (the engine: attempts, gates, lineage), [`step`] ([`Step`] and its
 //! callbacks), [`ctx`] ([`Ctx`]), [`clarify`] and [`guard`] (the two mechanisms),
-//! [`identity`](mod@identity) (the workspace content identity verdicts are bound to) and
-//! [`outputs`] (the runner's own output files it leaves out), [`wake`] (the
+//! the workspace content identity verdicts are bound to
+//! ([`crate::sandbox::files::identity`], through the run's backend) and [`outputs`] (the runner's own output files it leaves out), [`wake`] (the
 //! read-only wake probe and `--new`'s archive), [`starter`] (`go`), [`declarative`],
 //! [`template`] and [`runfile`] (`run`), [`once`] (one agent), [`drive`] (the driver),
 //! [`frontend`] (the UI seam a frontend implements) and [`aside`] (the aside oracle behind it),
@@ -57,7 +57,6 @@ pub mod frontend;
 pub mod gates;
 pub mod goal;
 pub mod guard;
-pub mod identity;
 pub mod mutate;
 pub mod once;
 pub mod outputs;
@@ -80,13 +79,13 @@ mod testkit;
 #[cfg(test)]
 mod workflow_tests;
 
+pub use crate::sandbox::files::{Exclusions, WorkspaceIdentity};
 pub use clarify::{clarify_step, Clarify, CLARIFY_RESUME, CLARIFY_STEP};
 pub use context::{RunContext, RunSettings, RunSetup};
 pub use ctx::Ctx;
 pub use error::{FlowError, RunEnd};
 pub use frontend::{Frontend, Notice};
 pub use guard::{goal_step, with_goal, GoalGuard, GoalSetting, GOAL_STEP};
-pub use identity::{identity, Exclusions, WorkspaceIdentity};
 pub use starter::{GoSettings, Starter, WORK_STEP};
 pub use step::{Gate, GateCx, OnFail, Prompt, Step, StepAbort};
 pub use wake::{wake_state, WakeState};

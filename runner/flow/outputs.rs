@@ -17,24 +17,7 @@ use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
-/// A file on disk by identity: its device and inode numbers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct FileKey {
-    /// `st_dev`.
-    pub dev: u64,
-    /// `st_ino`.
-    pub ino: u64,
-}
-
-impl FileKey {
-    /// The key of `meta`.
-    pub fn of(meta: &fs::Metadata) -> Self {
-        FileKey {
-            dev: meta.dev(),
-            ino: meta.ino(),
-        }
-    }
-}
+pub use crate::sandbox::files::FileKey;
 
 /// The regular files this process's stdout (fd 1) and stderr (fd 2) are written into, directly
 /// or through a pipe's reader. Never fails: what cannot be inspected is left out.

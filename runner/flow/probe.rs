@@ -22,12 +22,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::checks::Check;
 use super::gates::{run_checks_on, CheckStatus, GateReport, Target};
-use super::identity::{identity, Exclusions, WorkspaceIdentity};
 use super::mutate::{choose, seed, sites, Site};
 use super::written::Baseline;
 use crate::agent::Runtime;
 use crate::fsroot::walk::{walk, Rules};
 use crate::fsroot::{View, ViewMount};
+use crate::sandbox::files::identity::{identity, Exclusions, WorkspaceIdentity};
 
 /// Largest file read for mutation sites.
 const TEXT_CAP: u64 = 1024 * 1024;

@@ -29,7 +29,7 @@ use super::state::WorkerState;
 use super::sweep::{sweep_one, SweepReport};
 use super::worktree::{checked_out_branch, is_merged, owner_lock, NAME_PREFIX};
 use crate::role::Role;
-use crate::sandbox::docker::labels::Liveness;
+use crate::record::owner::Liveness;
 use crate::sandbox::{AgentBox, Mount, SandboxError, SandboxFactory};
 
 /// Most changed paths named per worker.
@@ -152,6 +152,7 @@ pub async fn hand_back(
                 mounts: mounts(&i.path, &i.git),
                 masked: masked.to_vec(),
                 workdir: i.path.clone(),
+                policy: crate::sandbox::SandboxPolicy::writer(),
             };
             let result = match factory.sandbox(&abox).await {
                 Ok(sb) => seal(sb.as_ref(), &i.path, &i.branch, &i.agent, &message)

@@ -41,7 +41,7 @@ pub const PROJECT_FILE: &str = ".mcp.json";
 /// Largest config file read.
 const FILE_CAP: u64 = crate::fsroot::config::CONFIG_CAP;
 /// Environment variables a server never gets from a config (flowerbox's exec marker).
-const OWN_VARS: &[&str] = &[crate::sandbox::docker::exec::MARKER_VAR];
+const OWN_VARS: &[&str] = &[crate::sandbox::service::MARKER_VAR];
 
 /// How a server is reached.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,23 +11,11 @@ use std::sync::Arc;
 use super::config::{load_with_settings, McpSettings, ServerConfig, Transport};
 use super::server::{Launch, Server};
 use crate::role::Role;
-use crate::sandbox::docker::{DockerOptions, DockerSandboxFactory};
 use crate::sandbox::doctor::{Check, CheckStatus};
 use crate::sandbox::egress::EgressPolicy;
-use crate::sandbox::host::HostSandboxFactory;
-use crate::sandbox::{AgentBox, Mount, Sandbox, SandboxError, SandboxFactory};
-
-/// Where `doctor` starts stdio servers.
-#[derive(Debug, Clone)]
-pub enum DoctorSandbox {
-    /// In a container of flowerbox's (or `--image`'s) image.
-    Docker {
-        /// `--image`.
-        image: Option<String>,
-    },
-    /// As host processes (`--sandbox host`).
-    Host,
-}
+use crate::sandbox::{
+    AgentBox, CommandsRun, Mount, Sandbox, SandboxBackend, SandboxError, SandboxFactory,
+};
 
 /// The check's sandbox factory (to tear down) and its sandbox, or why there is none.
 type Boxed = (
@@ -43,7 +31,7 @@ enum NoSandbox {
     Workspace(std::io::Error),
     /// The engine or the sandbox failed.
     #[error(transparent)]
-    Sandbox(#[from] SandboxError),
+    Sandbox(SandboxError),
     /// The image is not built yet (doctor never builds it).
     #[error("引擎上还没有 {0}(第一次运行时会建),stdio 服务器这次没查")]
     NoImage(String),
@@ -57,12 +45,22 @@ fn line(status: CheckStatus, detail: String) -> Check {
     }
 }
 
-/// One line per configuration problem and per server.
+impl From<SandboxError> for NoSandbox {
+    fn from(e: SandboxError) -> Self {
+        match e {
+            SandboxError::NoImage(image) => NoSandbox::NoImage(image),
+            e => NoSandbox::Sandbox(e),
+        }
+    }
+}
+
+/// One line per configuration problem and per server; stdio servers start in a sandbox of
+/// `backend` (the one the command line chose).
 pub async fn checks(
     workspace: &Path,
     settings: &McpSettings,
     egress: &EgressPolicy,
-    sandbox: DoctorSandbox,
+    backend: &dyn SandboxBackend,
 ) -> Vec<Check> {
     let config = match load_with_settings(workspace, settings) {
         Ok(c) => c,
@@ -85,16 +83,16 @@ pub async fn checks(
         .iter()
         .any(|s| matches!(s.transport, Transport::Stdio { .. }));
     let (factory, boxed): Boxed = if needs_box {
-        match make_sandbox(workspace, egress, &sandbox).await {
+        match make_sandbox(workspace, backend).await {
             Ok((f, s)) => (Some(f), Ok(Some(s))),
             Err(e) => (None, Err(e)),
         }
     } else {
         (None, Ok(None))
     };
-    let where_ = match sandbox {
-        DoctorSandbox::Docker { .. } => "在 agent 容器里",
-        DoctorSandbox::Host => "在本机(--sandbox host,没有沙箱)",
+    let where_ = match backend.commands_run() {
+        CommandsRun::InContainer => "在 agent 容器里",
+        CommandsRun::OnHost => "在本机(--sandbox host,没有沙箱)",
     };
     for s in &config.servers {
         out.push(server_line(s, &boxed, workspace, egress, settings, where_).await);
@@ -163,8 +161,7 @@ async fn server_line(
 /// A worker box over the workspace, mounted read-only, in a sandbox of its own.
 async fn make_sandbox(
     workspace: &Path,
-    egress: &EgressPolicy,
-    sandbox: &DoctorSandbox,
+    backend: &dyn SandboxBackend,
 ) -> Result<(Arc<dyn SandboxFactory>, Arc<dyn Sandbox>), NoSandbox> {
     let ws = std::fs::canonicalize(workspace).map_err(NoSandbox::Workspace)?;
     let agent = AgentBox {
@@ -173,26 +170,11 @@ async fn make_sandbox(
         mounts: vec![Mount::same(ws.clone(), true)],
         masked: Vec::new(),
         workdir: ws.clone(),
+        policy: crate::sandbox::SandboxPolicy::writer(),
     };
-    let factory: Arc<dyn SandboxFactory> = match sandbox {
-        DoctorSandbox::Host => Arc::new(HostSandboxFactory::new()),
-        DoctorSandbox::Docker { image } => {
-            let run_id = format!("doctor-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
-            let mut opts = DockerOptions::new(run_id, &ws);
-            opts.image = image.clone();
-            opts.egress = egress.clone();
-            opts.show_progress = false;
-            let f = DockerSandboxFactory::connect(opts).await?;
-            // Never a build of minutes inside doctor: the image line already says it is missing.
-            let name = image
-                .clone()
-                .unwrap_or_else(crate::sandbox::docker::default_image);
-            if !crate::sandbox::docker::image::image_exists(f.engine(), &name).await? {
-                return Err(NoSandbox::NoImage(name));
-            }
-            Arc::new(f)
-        }
-    };
+    let run_id = format!("doctor-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
+    // Never a build of minutes inside doctor: the image line already says it is missing.
+    let factory = backend.open_check(&run_id, &ws).await?;
     match factory.sandbox(&agent).await {
         Ok(s) => Ok((factory, s)),
         Err(e) => {

@@ -187,6 +187,7 @@ mod tests {
             mounts,
             masked: Vec::new(),
             workdir: workdir.to_path_buf(),
+            policy: crate::sandbox::SandboxPolicy::writer(),
         };
         let root = ws.join(".flowerbox/plugins/p");
         // Mounted at its own path (the coordinator, `once`): as it is.

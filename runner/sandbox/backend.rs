@@ -45,6 +45,19 @@ pub trait SandboxBackend: Send + Sync {
     /// The backend cannot serve the run.
     async fn open_run(&self, run_id: &str, workspace: &Path) -> Result<Preflight, SandboxError>;
 
+    /// A factory for one of `flowerbox doctor`'s checks (run `run_id` in `workspace`: the MCP
+    /// check starts stdio servers in it). Reaches the engine as a run does but never builds
+    /// the image (a missing one is [`SandboxError::NoImage`]) and sweeps nothing; the caller
+    /// tears it down.
+    ///
+    /// # Errors
+    /// The backend cannot serve the check.
+    async fn open_check(
+        &self,
+        run_id: &str,
+        workspace: &Path,
+    ) -> Result<Arc<dyn SandboxFactory>, SandboxError>;
+
     /// `flowerbox doctor`'s checks of this backend: can it run agents in `workspace` (for
     /// Docker: the engine, the image, its tools, the read-only roles' users, the exec service)?
     async fn checks(&self, workspace: &Path) -> Vec<Check>;

@@ -56,6 +56,14 @@ impl super::SandboxBackend for HostBackend {
         })
     }
 
+    async fn open_check(
+        &self,
+        _run_id: &str,
+        _workspace: &std::path::Path,
+    ) -> Result<Arc<dyn SandboxFactory>, SandboxError> {
+        Ok(Arc::new(HostSandboxFactory::new()))
+    }
+
     async fn checks(&self, _workspace: &std::path::Path) -> Vec<super::doctor::Check> {
         vec![super::doctor::Check {
             name: "sandbox",
@@ -314,6 +322,7 @@ impl Sandbox for HostSandbox {
             .take()
             .map(|c| c.finish())
             .unwrap_or_default();
+        let notes = std::mem::take(&mut out.notes);
         use std::os::unix::process::ExitStatusExt;
         out.exit_code = if out.timed_out || out.interrupted {
             None
@@ -329,25 +338,12 @@ impl Sandbox for HostSandbox {
                 );
             }
         }
-        if out.exit_code == Some(127) {
-            for program in super::programs_not_found(&captured.stderr) {
-                // A path that is there was found: it could not start (dash says "not found"
-                // for a `#!` line ending in `\r`, a missing interpreter).
-                if program.contains('/') && cwd.join(&program).exists() {
-                    continue;
-                }
-                out.notes.push(format!(
-                    "程序不存在:这台机器上找不到 {program}(命令在宿主机上执行)"
-                ));
-            }
-        }
-        out.stdout = captured.stdout;
-        out.stderr = captured.stderr;
-        out.truncated = captured.truncated;
-        out.total_bytes = captured.total_bytes;
-        out.full_output = captured.full_output;
-        out.full_output_omitted = captured.full_output_omitted;
-        Ok(out)
+        Ok(super::finish::finish(
+            out,
+            captured,
+            notes,
+            super::finish::RanIn::Host(&cwd),
+        ))
     }
 
     fn describe(&self) -> String {
@@ -380,6 +376,7 @@ mod tests {
             mounts: vec![Mount::same(p.clone(), false)],
             masked: Vec::new(),
             workdir: p,
+            policy: crate::sandbox::SandboxPolicy::writer(),
         };
         (d, HostSandboxFactory::new(), b)
     }

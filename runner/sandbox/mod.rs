@@ -10,22 +10,29 @@ pub mod backend;
 pub mod docker;
 pub mod doctor;
 pub mod egress;
+pub mod error;
+pub mod files;
+pub mod finish;
 pub mod gc;
 pub mod host;
 pub mod notice;
 pub mod output;
 pub mod pinned;
+pub mod policy;
+pub mod service;
 
 pub use attach::{AttachSpec, Attached, ProcessHandle, StderrTail};
 pub use backend::{CommandsRun, Preflight, SandboxBackend};
+pub use error::{EngineErrorKind, EngineFault, SandboxError};
+pub use files::SandboxFiles;
 pub use notice::{NoticeSink, SandboxNotice};
 pub use output::{CapturedOutput, OutputCollector};
+pub use policy::{Capability, Limits, PolicyUser, SandboxPolicy, Seat, SeccompProfile};
 
 use async_trait::async_trait;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use crate::role::Role;
@@ -129,12 +136,12 @@ impl PartialEq for Pin {
 
 impl Eq for Pin {}
 
-/// What an agent's sandbox looks like: who it is and what it can see.
+/// What an agent's sandbox looks like: who it is, what it can see and what it may do.
 #[derive(Debug, Clone)]
 pub struct AgentBox {
     /// Agent instance name (`coordinator`, `worker-2`, `judge-1`), unique within the run.
     pub agent: String,
-    /// The agent's role (labels, judge ulimits).
+    /// The agent's role (labels and descriptions only: what it may do is `policy`).
     pub role: Role,
     /// Mounts, workspace (or worktree) first.
     pub mounts: Vec<Mount>,
@@ -144,6 +151,9 @@ pub struct AgentBox {
     pub masked: Vec<PathBuf>,
     /// Default working directory for commands (the workspace or the agent's worktree).
     pub workdir: PathBuf,
+    /// Who its commands run as, with which capabilities, seccomp profile and limits: decided
+    /// once by the flow's side, never again by a backend.
+    pub policy: SandboxPolicy,
 }
 
 /// Longest command passed to the shell as an argument, in bytes. Linux refuses any single
@@ -161,23 +171,6 @@ pub(crate) fn sourcing_script(path: &str, command: &str) -> String {
 /// The short command that sources `path`.
 pub(crate) fn sourcing_command(path: &str) -> String {
     format!(". {}", shell_quote(path))
-}
-
-/// bash: `bash: line 1: foo: command not found`; dash: `sh: 1: foo: not found`.
-#[allow(clippy::expect_used, reason = "a literal regex, compiled by the tests")]
-static NOT_FOUND: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
-    regex::Regex::new(r"(?m)^[^:\n]*: (?:line )?\d+: ([^:\n]+): (?:command )?not found\s*$")
-        .expect("valid regex")
-});
-
-/// The programs a shell said it could not find, in the order of its lines (for the note of an
-/// exit status of 127; bash's `cannot execute: required file not found` for a file that is
-/// there but cannot start is not one).
-pub(crate) fn programs_not_found(stderr: &str) -> Vec<String> {
-    NOT_FOUND
-        .captures_iter(stderr)
-        .map(|c| c[1].to_string())
-        .collect()
 }
 
 /// Single-quotes `s` for POSIX shells.
@@ -239,45 +232,6 @@ impl ExecOutput {
     pub fn success(&self) -> bool {
         self.exit_code == Some(0) && !self.timed_out && !self.interrupted && self.signal.is_none()
     }
-}
-
-/// Sandbox failures (infrastructure, not command failures: a command that exits 1 is an
-/// `Ok(ExecOutput)`).
-#[derive(Debug, Error)]
-pub enum SandboxError {
-    /// The Docker engine cannot be reached; the message names `DOCKER_HOST` and
-    /// `--sandbox host`.
-    #[error("{0}")]
-    EngineUnavailable(String),
-    /// The agent image is missing or could not be built.
-    #[error("{0}")]
-    Image(String),
-    /// Creating or starting a container failed.
-    #[error("container: {0}")]
-    Container(String),
-    /// A path is outside every mount.
-    #[error("{0} is outside the sandbox")]
-    OutsideMounts(PathBuf),
-    /// The sandbox was already torn down.
-    #[error("sandbox is shut down")]
-    ShutDown,
-    /// I/O on the host.
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
-    /// Anything else from the engine.
-    #[error("docker: {0}")]
-    Docker(String),
-    /// This sandbox cannot do what was asked (a backend without attached processes).
-    #[error("{0}")]
-    Unsupported(String),
-    /// The agent's container (or the run's pod) went while the command ran: its output and
-    /// exit code are lost; the next command gets a new container.
-    #[error("{0}")]
-    ContainerGone(String),
-    /// The run's sandboxes are gone for good (the engine unreachable past its grace, a pod
-    /// that cannot be made again): the run stops with exit 1 ([`SandboxFactory::lost`]).
-    #[error("{0}")]
-    Lost(String),
 }
 
 /// One agent's place to run commands.
@@ -362,6 +316,13 @@ pub struct Written {
 pub trait SandboxFactory: Send + Sync {
     /// Where its commands run (in containers, or as host processes).
     fn commands_run(&self) -> CommandsRun;
+
+    /// The run's file operations on its agents' views (the file tools, the content identity).
+    /// The default works on this machine's disk ([`files::LocalFiles`]), which the engine of a
+    /// backend that bind-mounts the caller's directories shares.
+    fn files(&self) -> Arc<dyn SandboxFiles> {
+        Arc::new(files::LocalFiles)
+    }
 
     /// Starts what every sandbox of the run shares (Docker: the pod) in the background, so
     /// the first agent that runs a command finds it ready. A start that fails is reported by

@@ -109,6 +109,7 @@ impl TestRun {
             mounts: vec![Mount::same(self.workspace.clone(), read_only)],
             masked: Vec::new(),
             workdir: self.workspace.clone(),
+            policy: flowerbox::agent::place::role_policy(role),
         }
     }
 

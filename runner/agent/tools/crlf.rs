@@ -37,17 +37,10 @@ pub(super) async fn hints(ctx: &ToolContext, command: &str, cannot_start: bool) 
         if !seen.insert(word.to_string()) {
             continue;
         }
-        let head = super::fsio::with(ctx, word, crate::agent::confine::Access::Read, false, |r| {
-            use std::io::Read as _;
-            let mut buf = vec![0u8; 512];
-            let n = r
-                .open_file()?
-                .read(&mut buf)
-                .map_err(crate::fsroot::FsError::Io)?;
-            buf.truncate(n);
-            Ok(buf)
-        })
-        .await;
+        let Ok(abs) = ctx.confine.absolute(word) else {
+            continue;
+        };
+        let head = ctx.files.head(ctx.confine.view(), &abs, 512).await;
         let Ok((path, head)) = head else { continue };
         // `crlf.sh` and `./crlf.sh` are one file: one hint.
         if !seen.insert(path.display().to_string()) {
@@ -192,6 +185,7 @@ mod tests {
             mounts: vec![crate::sandbox::Mount::same(ws.to_path_buf(), false)],
             masked: Vec::new(),
             workdir: ws.to_path_buf(),
+            policy: crate::sandbox::SandboxPolicy::writer(),
         };
         ToolContext::new(
             "worker-1".into(),

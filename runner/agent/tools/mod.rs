@@ -31,7 +31,7 @@ use super::workbench::Workbench;
 use crate::agent::human::Human;
 use crate::model::ToolDef;
 use crate::role::Role;
-use crate::sandbox::{AgentBox, Sandbox, SandboxError, SandboxFactory};
+use crate::sandbox::{AgentBox, Sandbox, SandboxError, SandboxFactory, SandboxFiles};
 
 pub use agent_tool::{DispatchRequest, Dispatcher};
 pub use bash::format_output as format_bash_output;
@@ -126,6 +126,8 @@ pub struct ToolContext {
     pub depth: u32,
     /// Paths the file tools may touch.
     pub confine: Confinement,
+    /// The run's file operations (through its backend), on [`ToolContext::confine`]'s view.
+    pub files: Arc<dyn SandboxFiles>,
     /// The agent's box, for its sandbox.
     pub agent_box: AgentBox,
     /// Hands out the agent's sandbox (container) on first use; `None` when the agent may not
@@ -181,11 +183,18 @@ impl ToolContext {
             agent_box.masked.clone(),
             agent_box.workdir.clone(),
         );
+        // The run's backend does the file operations; an agent without commands takes them
+        // from the run's factory too once it has one ([`ToolContext::files`] is public).
+        let files = sandboxes.as_ref().map_or_else(
+            || Arc::new(crate::sandbox::files::LocalFiles) as Arc<dyn SandboxFiles>,
+            |f| f.files(),
+        );
         ToolContext {
             agent,
             role,
             depth,
             confine,
+            files,
             agent_box,
             sandboxes,
             workbench,

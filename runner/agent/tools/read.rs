@@ -7,8 +7,8 @@ use serde_json::{json, Value};
 
 use super::{parse_input, Tool, ToolContext, ToolError};
 use crate::agent::confine::Access;
-use crate::fsroot::FsError;
 use crate::model::ToolName;
+use crate::sandbox::files::Contents;
 
 /// Lines returned when no limit is given.
 const DEFAULT_LIMIT: usize = 2000;
@@ -26,16 +26,7 @@ struct Args {
     limit: Option<usize>,
 }
 
-/// True when the bytes look binary: a NUL byte, or mostly invalid UTF-8, in the first 8 KiB.
-pub(crate) fn looks_binary(bytes: &[u8]) -> bool {
-    let head = &bytes[..bytes.len().min(8192)];
-    if head.contains(&0) {
-        return true;
-    }
-    let lossy = String::from_utf8_lossy(head);
-    let bad = lossy.chars().filter(|&c| c == '\u{FFFD}').count();
-    bad > 8 && bad * 10 > lossy.chars().count()
-}
+use crate::sandbox::files::looks_binary;
 
 #[async_trait]
 impl Tool for ReadTool {
@@ -60,14 +51,13 @@ impl Tool for ReadTool {
 
     async fn call(&self, input: &Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let a: Args = parse_input(input)?;
-        let (_, bytes) = super::fsio::with(ctx, &a.file_path, Access::Read, false, |r| {
-            match r.read(super::fsio::MAX_FILE_BYTES) {
-                Err(FsError::IsDir) => Ok(None),
-                other => other.map(Some),
-            }
-        })
-        .await?;
-        let Some(bytes) = bytes else {
+        let abs = super::fsio::absolute(ctx, &a.file_path)?;
+        let (_, contents) = ctx
+            .files
+            .read(ctx.confine.view(), &abs, Access::Read)
+            .await
+            .map_err(|e| super::fsio::tool_error(ctx, &a.file_path, e))?;
+        let Contents::File(bytes) = contents else {
             return Err(ToolError::Failed(format!(
                 "{} 是目录,不是文件;列目录用 Glob 或 Bash ls",
                 a.file_path
@@ -109,18 +99,5 @@ impl Tool for ReadTool {
             ));
         }
         Ok(out)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn binary_detection() {
-        assert!(looks_binary(b"\x7fELF\x02\x01\x01\x00\x00"));
-        assert!(!looks_binary("普通文本\nline two".as_bytes()));
-        let junk: Vec<u8> = (0..200).map(|i| 0x80 + (i % 60) as u8).collect();
-        assert!(looks_binary(&junk));
     }
 }

@@ -17,6 +17,7 @@ fn ctx() -> (tempfile::TempDir, ToolContext, PathBuf) {
         mounts: vec![Mount::same(ws.clone(), false)],
         masked: Vec::new(),
         workdir: ws.clone(),
+        policy: crate::sandbox::SandboxPolicy::writer(),
     };
     let c = ToolContext::new(
         "worker-1".into(),

@@ -35,8 +35,12 @@ impl Tool for WriteTool {
 
     async fn call(&self, input: &Value, ctx: &ToolContext) -> Result<String, ToolError> {
         let a: Args = parse_input(input)?;
-        let (path, existed) =
-            super::fsio::write(ctx, &a.file_path, a.content.as_bytes().to_vec()).await?;
+        let abs = super::fsio::absolute(ctx, &a.file_path)?;
+        let (path, existed) = ctx
+            .files
+            .write(ctx.confine.view(), &abs, a.content.as_bytes().to_vec())
+            .await
+            .map_err(|e| super::fsio::tool_error(ctx, &a.file_path, e))?;
         if let Some(wb) = &ctx.workbench {
             if path.starts_with(wb.root()) {
                 let _ = wb.refresh();

@@ -153,11 +153,10 @@ impl DockerSandbox {
         }
         // What it started may still run: killed now that the engine answers.
         let note = c.kill_marked(marker).await;
-        SandboxError::Docker(format!(
-            "{e}; the Docker engine did not answer meanwhile, so the command's result is \
-             unknown; its processes were killed{}",
-            note.map(|n| format!(" ({n})")).unwrap_or_default()
-        ))
+        SandboxError::Unanswered {
+            source: Box::new(e),
+            killed: note,
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use super::{DockerOptions, DockerSandboxFactory, Engine, DEFAULT_PING_TIMEOUT};
 use crate::sandbox::doctor::Check;
 use crate::sandbox::egress::EgressPolicy;
 use crate::sandbox::gc::GcReport;
-use crate::sandbox::{CommandsRun, Preflight, SandboxBackend, SandboxError};
+use crate::sandbox::{CommandsRun, Preflight, SandboxBackend, SandboxError, SandboxFactory};
 
 /// What the command line chose for the Docker backend; nothing is connected until a run opens.
 #[derive(Debug, Clone)]
@@ -72,6 +72,27 @@ impl SandboxBackend for DockerBackend {
         })
     }
 
+    /// Connects without the image-build spinner; an image not on the engine is
+    /// [`SandboxError::NoImage`], never built here.
+    async fn open_check(
+        &self,
+        run_id: &str,
+        workspace: &Path,
+    ) -> Result<Arc<dyn SandboxFactory>, SandboxError> {
+        let mut opts = DockerOptions::new(run_id, workspace);
+        opts.image = self.image.clone();
+        opts.egress = self.egress.clone();
+        opts.docker_host = self.docker_host.clone();
+        opts.ping_timeout = self.ping_timeout;
+        opts.show_progress = false;
+        let factory = DockerSandboxFactory::connect(opts).await?;
+        let name = self.image.clone().unwrap_or_else(super::default_image);
+        if !super::image::image_exists(factory.engine(), &name).await? {
+            return Err(SandboxError::NoImage(name));
+        }
+        Ok(Arc::new(factory))
+    }
+
     async fn checks(&self, workspace: &Path) -> Vec<Check> {
         super::checks::checks(
             self.docker_host.as_deref(),
@@ -90,6 +111,59 @@ impl SandboxBackend for DockerBackend {
     /// error naming `DOCKER_HOST`).
     async fn gc(&self, workspace: Option<&Path>) -> Result<GcReport, SandboxError> {
         let engine = Engine::connect(self.docker_host.as_deref(), self.ping_timeout).await?;
-        crate::sandbox::gc::gc(&engine, workspace).await
+        super::gc::gc(&engine, workspace).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::doctor::{doctor, exit_code, CheckStatus, DoctorInput};
+
+    #[tokio::test]
+    async fn dead_engine_fails_engine_check_and_shows_names_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = DockerBackend {
+            docker_host: Some("unix:///nonexistent/docker.sock".into()),
+            image: None,
+            egress: Default::default(),
+            ping_timeout: std::time::Duration::from_secs(2),
+        };
+        let input = DoctorInput {
+            workspace: dir.path().to_path_buf(),
+            credential_names: vec!["ANTHROPIC_API_KEY".into()],
+            egress: Default::default(),
+        };
+        let checks = doctor(&backend, &input).await;
+        let engine = checks.iter().find(|c| c.name == "engine").unwrap();
+        assert_eq!(engine.status, CheckStatus::Fail);
+        assert!(engine.detail.contains("--sandbox host"));
+        let creds = checks.iter().find(|c| c.name == "credentials").unwrap();
+        assert_eq!(creds.detail, "找到了 ANTHROPIC_API_KEY");
+        assert!(
+            engine
+                .to_string()
+                .starts_with("不行  engine      用不了 Docker 引擎"),
+            "{engine}"
+        );
+        let egress = checks.iter().find(|c| c.name == "egress").unwrap();
+        assert_eq!(
+            egress.to_string(),
+            "通过  egress      open:每次运行一个自己的网络,能上互联网;宿主机、内网、链路本地(云元数据)地址都不通"
+        );
+        // No engine: the image is not checked, and the line says so in Chinese.
+        let image = checks.iter().find(|c| c.name == "image").unwrap();
+        assert_eq!(image.to_string(), "注意  image       没查:没有引擎");
+        // Not a repository: the workspace line names the path and --isolate verbatim.
+        let ws = checks.iter().find(|c| c.name == "workspace").unwrap();
+        assert_eq!(ws.status, CheckStatus::Warn);
+        assert_eq!(
+            ws.detail,
+            format!(
+                "{} 不在 git 仓库里(--isolate 要有仓库)",
+                dir.path().display()
+            )
+        );
+        assert_eq!(exit_code(&checks), 1);
     }
 }

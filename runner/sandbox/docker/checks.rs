@@ -10,10 +10,10 @@ use futures::StreamExt;
 use std::path::Path;
 use std::time::Duration;
 
+use super::gc;
 use super::image::{base_image, default_image, image_exists, SLIM_BASE};
 use super::{Engine, EngineKind, UserIds};
 use crate::sandbox::doctor::{Check, CheckStatus, AGENT_TOOLS};
-use crate::sandbox::gc;
 
 fn check(name: &'static str, status: CheckStatus, detail: impl Into<String>) -> Check {
     Check::new(name, status, detail)
@@ -175,6 +175,7 @@ async fn exec_check(docker_host: Option<&str>, image: &str, workspace: &Path) ->
         mounts: vec![Mount::same(ws.clone(), true)],
         masked: Vec::new(),
         workdir: ws,
+        policy: crate::sandbox::SandboxPolicy::writer(),
     };
     let found = match factory.docker_sandbox(&agent).await {
         Ok(sb) => Ok(sb.exec_service().await),

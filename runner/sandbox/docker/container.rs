@@ -14,9 +14,10 @@ use bollard::models::{
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+pub use crate::sandbox::policy::{default_nano_cpus, Limits};
+
 use super::kind::EngineKind;
 use super::labels::{Owner, LABEL_AGENT, LABEL_POD, LABEL_ROLE, LABEL_RUN, LABEL_WORKSPACE};
-use crate::role::Role;
 use crate::sandbox::{AgentBox, SandboxError};
 
 /// The engine's own read-only paths (Docker's and runc's default set, which a
@@ -36,40 +37,6 @@ pub(crate) const READONLY_PATHS: [&str; 8] = [
 
 /// Name prefix of every flowerbox container.
 pub const NAME_PREFIX: &str = "fbx";
-
-/// Resource limits applied to every container (switches or configuration; sane defaults).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Memory limit in bytes (swap is not added on top). Default 4 GiB.
-    pub memory_bytes: i64,
-    /// Most processes (threads count) per container. Default 2048.
-    pub pids: i64,
-    /// `nofile` soft and hard limit for judges, which run `lsof`. Default 1024.
-    pub judge_nofile: i64,
-    /// CPU per container, in billionths of a CPU (`NanoCpus`, a CFS quota). Default: every
-    /// core but one ([`default_nano_cpus`]), so no agent alone takes the whole machine from
-    /// the runner and the other agents.
-    pub nano_cpus: i64,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            memory_bytes: 4 << 30,
-            pids: 2048,
-            judge_nofile: 1024,
-            nano_cpus: default_nano_cpus(
-                std::thread::available_parallelism().map_or(1, |n| n.get()),
-            ),
-        }
-    }
-}
-
-/// One container's CPU quota on a machine of `cores`: `cores − 1`, at least one whole CPU.
-pub fn default_nano_cpus(cores: usize) -> i64 {
-    let cpus = i64::try_from(cores.saturating_sub(1).max(1)).unwrap_or(i64::MAX / 1_000_000_000);
-    cpus * 1_000_000_000
-}
 
 /// A numeric user and group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -375,7 +342,7 @@ impl RunSpec {
         for m in &spec.masked {
             tmpfs.insert(m.to_string_lossy().into_owned(), self.engine.mask_tmpfs());
         }
-        let ulimits = (spec.role == Role::Judge).then(|| {
+        let ulimits = spec.policy.open_files_limit.then(|| {
             let mut ulimits = vec![ResourcesUlimits {
                 name: Some("nofile".into()),
                 soft: Some(self.limits.judge_nofile),
@@ -493,12 +460,14 @@ pub(crate) fn canonical_box(spec: &AgentBox) -> Result<AgentBox, SandboxError> {
         mounts,
         masked,
         workdir,
+        policy: spec.policy,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::role::Role;
     use crate::sandbox::Mount;
 
     fn ident(uid: u32) -> Identity {
@@ -572,6 +541,7 @@ mod tests {
             mounts: vec![Mount::same("/w", false)],
             masked: Vec::new(),
             workdir: "/w".into(),
+            policy: crate::sandbox::SandboxPolicy::writer(),
         };
         let hc = spec.agent_body(&worker, "p", "n").host_config.unwrap();
         assert_eq!(hc.nano_cpus, Some(1_500_000_000));
@@ -615,6 +585,7 @@ mod tests {
             ],
             masked: Vec::new(),
             workdir: link,
+            policy: crate::sandbox::SandboxPolicy::writer(),
         };
         let c = canonical_box(&spec).unwrap();
         let real = std::fs::canonicalize(real).unwrap();
@@ -649,6 +620,7 @@ mod tests {
             ],
             masked: Vec::new(),
             workdir: ws.clone(),
+            policy: crate::sandbox::SandboxPolicy::writer(),
         };
         assert_eq!(canonical_box(&scoped("src")).unwrap().mounts.len(), 2);
         std::os::unix::fs::symlink(&secret, ws.join("http")).unwrap();
@@ -684,6 +656,7 @@ mod tests {
             ],
             masked: Vec::new(),
             workdir: ws.clone(),
+            policy: crate::sandbox::SandboxPolicy::writer(),
         };
         let c = canonical_box(&spec(pin())).unwrap();
         assert!(c.mounts[1].pin.is_some(), "the pin goes with the box");
@@ -715,6 +688,7 @@ mod tests {
             mounts: vec![Mount::same("/w", true)],
             masked: Vec::new(),
             workdir: "/w".into(),
+            policy: crate::sandbox::SandboxPolicy::read_only(crate::sandbox::Seat::Judge),
         };
         let body = spec.agent_body(&judge, "podid", "podname");
         let hc = body.host_config.unwrap();
@@ -737,6 +711,7 @@ mod tests {
             .all(|e| !e.starts_with("ANTHROPIC") && !e.starts_with("PATH=")));
         let worker = AgentBox {
             role: Role::Worker,
+            policy: crate::sandbox::SandboxPolicy::writer(),
             ..judge
         };
         assert!(spec
@@ -760,6 +735,7 @@ mod tests {
             // The second is outside every mount: nothing to hide there.
             masked: vec![runs.clone(), dir.path().join("elsewhere")],
             workdir: ws.clone(),
+            policy: crate::sandbox::SandboxPolicy::writer(),
         };
         let c = canonical_box(&spec).unwrap();
         assert_eq!(c.masked, vec![runs.clone()]);

@@ -14,7 +14,6 @@ use std::time::Duration;
 use thiserror::Error;
 
 use super::kind::EngineKind;
-use crate::sandbox::SandboxError;
 
 /// The socket Docker uses when nothing else is configured.
 pub const DEFAULT_HOST: &str = "unix:///var/run/docker.sock";
@@ -206,12 +205,6 @@ pub enum EngineError {
         /// The underlying error.
         detail: String,
     },
-}
-
-impl From<EngineError> for SandboxError {
-    fn from(e: EngineError) -> Self {
-        SandboxError::EngineUnavailable(e.to_string())
-    }
 }
 
 /// The first `io::ErrorKind` in an error's source chain.

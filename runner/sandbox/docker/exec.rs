@@ -41,8 +41,7 @@ use super::service::{NoService, ServiceSlot};
 use crate::sandbox::output::Stream;
 use crate::sandbox::{AgentBox, ExecOutput, ExecRequest, OutputCollector, SandboxError};
 
-/// Environment variable marking every process of one command.
-pub const MARKER_VAR: &str = "FLOWERBOX_EXEC";
+pub(crate) use crate::sandbox::service::MARKER_VAR;
 
 /// Safety net when the stream stays open after the exit is known (no relay: plain `sh`):
 /// output is still collected until the stream has been quiet this long...
@@ -328,7 +327,7 @@ impl Container {
     }
 
     fn err(e: bollard::errors::Error) -> SandboxError {
-        SandboxError::Docker(e.to_string())
+        SandboxError::from(e)
     }
 
     /// Runs a helper script (`sh -c SCRIPT flowerbox ARG`) to completion; returns its stdout and
@@ -368,7 +367,7 @@ impl Container {
                 }
             };
             tokio::time::timeout(KILL_WAIT, drain).await.map_err(|_| {
-                SandboxError::Docker(format!("helper exec in {} did not finish", self.name))
+                SandboxError::Backend(format!("helper exec in {} did not finish", self.name))
             })?;
         }
         let code = self
@@ -434,9 +433,10 @@ impl Container {
                 bollard::body_full(archive.into()),
             )
             .await
-            .map_err(|e| {
-                SandboxError::Docker(format!("writing the long command into {}: {e}", self.name))
-            })?;
+            .map_err(super::error::container(format!(
+                "writing the long command into {}",
+                self.name
+            )))?;
         Ok(crate::sandbox::sourcing_command(&path))
     }
 
@@ -514,7 +514,9 @@ impl Container {
             .await
             .map_err(Self::err)?
         else {
-            return Err(SandboxError::Docker("exec started detached".into()));
+            return Err(SandboxError::Backend(
+                "docker: exec started detached".into(),
+            ));
         };
 
         let mut collector = OutputCollector::new(req.output_cap, req.spill_dir.as_deref());
@@ -660,54 +662,18 @@ impl Container {
     }
 
     /// The result of a command that ended (or was stopped) as `result` says, with the output
-    /// `collector` holds and `notes`: the notes on a program not found (exit 127) and on an
-    /// exit code that says a signal killed it are added.
+    /// `collector` holds and `notes` ([`crate::sandbox::finish::finish`], as every backend).
     fn finish(
         &self,
-        mut result: ExecOutput,
+        result: ExecOutput,
         collector: OutputCollector,
-        mut notes: Vec<String>,
+        notes: Vec<String>,
     ) -> ExecOutput {
-        let captured = collector.finish();
-        if result.exit_code == Some(127) {
-            for program in crate::sandbox::programs_not_found(&captured.stderr) {
-                notes.push(format!(
-                    "`{program}`: not found in the image ({})",
-                    self.image
-                ));
-            }
-        }
-        if let Some(code) = result.exit_code.filter(|c| (129..=159).contains(c)) {
-            if let Ok(sig) = nix::sys::signal::Signal::try_from((code - 128) as i32) {
-                notes.push(format!(
-                    "exit code {code}: probably killed by {}",
-                    sig.as_str()
-                ));
-            }
-        }
-        result.stdout = captured.stdout;
-        result.stderr = captured.stderr;
-        result.truncated = captured.truncated;
-        result.total_bytes = captured.total_bytes;
-        result.full_output = captured.full_output;
-        result.full_output_omitted = captured.full_output_omitted;
-        result.notes = notes;
-        result
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn not_found_matches_bash_and_dash() {
-        let bash = "bash: line 1: frobnicate: command not found\n";
-        let dash = "sh: 1: zap: not found\n";
-        let other = "bash: line 1: ./x: No such file or directory\n";
-        use crate::sandbox::programs_not_found as nf;
-        assert_eq!(nf(bash), ["frobnicate"]);
-        assert_eq!(nf(dash), ["zap"]);
-        assert!(nf(other).is_empty());
-        let crlf = "bash: line 1: ./run.sh: cannot execute: required file not found\n";
-        assert!(nf(crlf).is_empty());
+        crate::sandbox::finish::finish(
+            result,
+            collector.finish(),
+            notes,
+            crate::sandbox::finish::RanIn::Image(&self.image),
+        )
     }
 }

@@ -89,7 +89,7 @@ pub async fn image_exists(engine: &Engine, name: &str) -> Result<bool, SandboxEr
     match engine.docker().inspect_image(name).await {
         Ok(_) => Ok(true),
         Err(e) if status_code(&e) == Some(404) => Ok(false),
-        Err(e) => Err(SandboxError::Image(format!("inspecting image {name}: {e}"))),
+        Err(e) => Err(super::error::image(format!("inspecting image {name}"))(e)),
     }
 }
 
@@ -270,7 +270,7 @@ async fn build_base(engine: &Engine, base: &str, bar: &BuildProgress) -> Result<
         .docker()
         .create_image(Some(options), Some(body_try_stream(body)), None);
     while let Some(item) = import.next().await {
-        item.map_err(|e| SandboxError::Image(format!("importing {base}: {e}")))?;
+        item.map_err(super::error::image(format!("importing {base}")))?;
     }
     Ok(())
 }

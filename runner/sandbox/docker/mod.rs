@@ -3,7 +3,7 @@
 //!
 //! Life of a run: [`DockerSandboxFactory::connect`] pings the engine (before anything is
 //! created) → [`DockerSandboxFactory::ensure_image`] builds the agent image on first use →
-//! [`crate::sandbox::gc::sweep_orphans`] removes containers of dead owners of this workspace →
+//! [`gc::sweep_orphans`] removes containers of dead owners of this workspace →
 //! `sandbox(&AgentBox)` creates the pod on first use and the agent's container joining it →
 //! `release(agent)` when the step that owns it ends → `teardown()` at run end (or on a signal,
 //! see [`crate::sandbox::teardown_on_signal`]; as a last resort the factory's `Drop` removes
@@ -17,7 +17,9 @@ mod build_progress;
 pub mod checks;
 pub mod container;
 pub mod engine;
+pub mod error;
 pub mod exec;
+pub mod gc;
 pub mod image;
 pub mod kind;
 pub mod labels;
@@ -58,7 +60,7 @@ use readonly::ReadOnly;
 
 use super::egress::EgressPolicy;
 use super::notice::NoticeSink;
-use super::{AgentBox, Sandbox, SandboxError, SandboxFactory};
+use super::{AgentBox, Sandbox, SandboxError, SandboxFactory, SeccompProfile};
 use network::FenceFacts;
 use pod::Pod;
 pub(crate) use teardown::{Created, Tier};
@@ -182,7 +184,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn docker_err(e: bollard::errors::Error) -> SandboxError {
-    SandboxError::Docker(e.to_string())
+    SandboxError::from(e)
 }
 
 impl DockerSandboxFactory {
@@ -240,7 +242,7 @@ impl DockerSandboxFactory {
         Ok(factory)
     }
 
-    /// The engine connection (for [`crate::sandbox::gc`] and [`crate::sandbox::doctor`]).
+    /// The engine connection (for [`gc`] and the doctor's checks).
     pub fn engine(&self) -> &Engine {
         &self.inner.engine
     }
@@ -266,7 +268,7 @@ impl DockerSandboxFactory {
 
     /// Removes containers of this workspace whose owner is provably dead; one line each.
     pub async fn sweep_orphans(&self) -> Result<Vec<String>, SandboxError> {
-        super::gc::sweep_orphans(&self.inner.engine, &self.inner.opts.workspace).await
+        gc::sweep_orphans(&self.inner.engine, &self.inner.opts.workspace).await
     }
 
     /// The concrete sandbox for `spec` (same as [`SandboxFactory::sandbox`]), for callers that
@@ -370,7 +372,7 @@ impl Inner {
             .docker()
             .create_container(Some(options), body)
             .await
-            .map_err(|e| SandboxError::Container(format!("creating {name}: {e}")))?
+            .map_err(error::container(format!("creating {name}")))?
             .id;
         lock(&self.created).push((id.clone(), tier));
         Ok(id)
@@ -439,26 +441,24 @@ impl Inner {
         let image = self.image().await?.clone();
         let mounts: Vec<PathBuf> = spec.mounts.iter().map(|m| m.inside.clone()).collect();
         let identity = self.identity(&mounts);
-        // Judges and coordinators run as a uid of their own (see `readonly`).
-        let read_only = ReadOnly::plan(spec.role, identity.ids, &mounts, &pod.facts, &image)?;
+        // A read-only policy runs as a uid of its own (see `readonly`).
+        let read_only = ReadOnly::plan(&spec.policy, identity.ids, &mounts, &pod.facts, &image)?;
         let inside = read_only.as_ref().map_or(&identity, |r| &r.shell);
         let mut run = self.run_spec(&image, inside.clone());
         run.extra_env = pod.env.clone();
         let name = container_name(&self.opts.run_id, &spec.agent);
         let mut body = run.agent_body(&spec, &pod.id, &pod.name);
         self.engine.kind().shape_member(&mut body, &pod.id);
-        // Every agent container gets a profile of flowerbox's (io_uring refused for all).
+        // Every agent container gets a profile of flowerbox's (io_uring refused for all), the
+        // one its policy names.
+        let (profile, file) = match spec.policy.seccomp {
+            SeccompProfile::ReadOnly => (seccomp::read_only_profile(), &self.seccomp_file),
+            SeccompProfile::Writer => (seccomp::writer_profile(), &self.writer_seccomp_file),
+        };
+        let seccomp = kind::seccomp_option(self.engine.kind(), profile, file)?;
         match &read_only {
-            Some(r) => {
-                let profile = seccomp::read_only_profile();
-                let seccomp =
-                    kind::seccomp_option(self.engine.kind(), profile, &self.seccomp_file)?;
-                r.harden(&mut body, seccomp);
-            }
+            Some(r) => r.harden(&mut body, seccomp),
             None => {
-                let profile = seccomp::writer_profile();
-                let file = &self.writer_seccomp_file;
-                let seccomp = kind::seccomp_option(self.engine.kind(), profile, file)?;
                 let hc = body.host_config.get_or_insert_with(Default::default);
                 hc.security_opt.get_or_insert_with(Vec::new).push(seccomp);
             }
@@ -517,13 +517,13 @@ impl Inner {
                 body_full(archive.into()),
             )
             .await
-            .map_err(|e| SandboxError::Container(format!("writing passwd into {name}: {e}")))?;
+            .map_err(error::container(format!("writing passwd into {name}")))?;
         // Never a process in the pod's namespace before its rules are in.
         pod.fenced.wait().await?;
         self.docker()
             .start_container(&id, None)
             .await
-            .map_err(|e| SandboxError::Container(format!("starting {name}: {e}")))?;
+            .map_err(error::container(format!("starting {name}")))?;
         // What the engine mounted for a pinned source (a write scope) is what the host opened,
         // before anything runs in the container; else it goes (`verify`).
         if spec.mounts.iter().any(|m| m.pin.is_some()) {

@@ -82,16 +82,14 @@ pub(crate) async fn create_network(
     let id = docker
         .create_network(request)
         .await
-        .map_err(|e| {
-            SandboxError::Container(format!(
-                "建不出这次运行的网络 {name}:{e}(引擎的地址池用完时,`flowerbox gc` 清掉残留,或在 daemon.json 里加 default-address-pools)"
-            ))
-        })?
+        .map_err(super::error::container(format!(
+            "建不出这次运行的网络 {name}(引擎的地址池用完时,`flowerbox gc` 清掉残留,或在 daemon.json 里加 default-address-pools)"
+        )))?
         .id;
     let inspect = docker
         .inspect_network(&id, None)
         .await
-        .map_err(|e| SandboxError::Container(format!("读不出网络 {name}:{e}")))?;
+        .map_err(super::error::container(format!("读不出网络 {name}")))?;
     let (gateway, subnet) = ipam_v4(&inspect);
     Ok(RunNet {
         name: name.to_string(),
@@ -541,10 +539,7 @@ pub(crate) async fn still_running(
     id: &str,
     what: &str,
 ) -> Result<(), SandboxError> {
-    let info = docker
-        .inspect_container(id, None)
-        .await
-        .map_err(|e| SandboxError::Docker(e.to_string()))?;
+    let info = docker.inspect_container(id, None).await?;
     if info.state.and_then(|s| s.running) == Some(true) {
         return Ok(());
     }
@@ -562,10 +557,10 @@ pub(crate) async fn wait_exit(docker: &bollard::Docker, id: &str) -> Result<i64,
         match r {
             Ok(resp) => code = Some(resp.status_code),
             Err(bollard::errors::Error::DockerContainerWaitError { code: c, .. }) => code = Some(c),
-            Err(e) => return Err(SandboxError::Docker(e.to_string())),
+            Err(e) => return Err(e.into()),
         }
     }
-    code.ok_or_else(|| SandboxError::Docker(format!("no exit code for {id}")))
+    code.ok_or_else(|| SandboxError::Backend(format!("docker: no exit code for {id}")))
 }
 
 /// The last lines a container wrote (both streams), for an error message.

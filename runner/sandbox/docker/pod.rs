@@ -124,7 +124,7 @@ impl Inner {
             self.docker()
                 .start_container(&id, None)
                 .await
-                .map_err(|e| SandboxError::Container(format!("starting pod {name}: {e}")))?;
+                .map_err(super::error::container(format!("starting pod {name}")))?;
             Ok::<_, SandboxError>((id, name, image_facts, fence_name, fence_id))
         };
         let (proxy, (id, name, image_facts, fence_name, fence_id)) = tokio::try_join!(proxy, pod)?;
@@ -171,7 +171,7 @@ impl Inner {
         self.docker()
             .start_container(&id, None)
             .await
-            .map_err(|e| SandboxError::Container(format!("starting pod {name}: {e}")))?;
+            .map_err(super::error::container(format!("starting pod {name}")))?;
         Ok((id, name, facts))
     }
 
@@ -219,7 +219,7 @@ impl Inner {
         self.docker()
             .start_container(&id, None)
             .await
-            .map_err(|e| SandboxError::Container(format!("starting {name}: {e}")))?;
+            .map_err(super::error::container(format!("starting {name}")))?;
         let info = self
             .docker()
             .inspect_container(&id, None)

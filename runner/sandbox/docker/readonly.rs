@@ -34,8 +34,7 @@ use bollard::models::ContainerCreateBody;
 use std::path::PathBuf;
 
 use super::container::{patch_passwd, Identity, ImageFacts, UserIds};
-use crate::role::Role;
-use crate::sandbox::SandboxError;
+use crate::sandbox::{Capability, PolicyUser, SandboxError, SandboxPolicy, Seat};
 
 /// Where `setpriv` may be in an image (checked in order, before the pod starts).
 pub(crate) const SETPRIV_PATHS: &[&str] = &[
@@ -57,16 +56,9 @@ const SHIM_PATH: &str = "/usr/local/bin/lsof";
 const INSPECTOR: &str = include_str!("readonly/inspector.sh");
 const LSOF_SHIM: &str = include_str!("readonly/lsof.sh");
 
-/// The shell's one capability.
-const SHELL_CAPS: &[&str] = &["dac_read_search"];
-/// The inspector's.
-const INSPECTOR_CAPS: &[&str] = &["sys_ptrace", "dac_read_search"];
-
-/// Whether `role` gets a read-only container (everything but workers and `once`, as its
-/// mounts are read-only: see `agent::place::role_mounts`).
-pub(crate) fn is_read_only(role: Role) -> bool {
-    !matches!(role, Role::Worker | Role::Once)
-}
+/// What `setpriv` itself needs in a container that starts as root: switching uids and groups
+/// and shrinking the capability sets. Never held by an agent's process.
+const SETPRIV_CAPS: [&str; 3] = ["SETUID", "SETGID", "SETPCAP"];
 
 /// The uids (each its own gid) of one read-only container.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,7 +74,7 @@ impl ReadOnlyIds {
     /// user namespace too: judges 65531, coordinators (and any other read-only role) 65532,
     /// the inspector 65533 — or 65501..65503 when the workers' uid or gid is in 65500..=65535.
     /// Never the workers' ids, never root.
-    pub fn of(role: Role, workers: UserIds) -> ReadOnlyIds {
+    pub fn of(seat: Seat, workers: UserIds) -> ReadOnlyIds {
         let near = |id: u32| (65_500..=65_535).contains(&id);
         let base = if near(workers.uid) || near(workers.gid) {
             65_500
@@ -94,7 +86,10 @@ impl ReadOnlyIds {
             gid: base + n,
         };
         ReadOnlyIds {
-            shell: ids(if role == Role::Judge { 1 } else { 2 }),
+            shell: ids(match seat {
+                Seat::Judge => 1,
+                Seat::Coordinator => 2,
+            }),
             inspector: ids(3),
         }
     }
@@ -103,8 +98,8 @@ impl ReadOnlyIds {
 /// One line for `flowerbox doctor` (Chinese, identifiers verbatim): who the judge and the
 /// coordinator run as, with which capabilities, and what seccomp refuses.
 pub fn describe(workers: UserIds) -> String {
-    let judge = ReadOnlyIds::of(Role::Judge, workers);
-    let coordinator = ReadOnlyIds::of(Role::Coordinator, workers);
+    let judge = ReadOnlyIds::of(Seat::Judge, workers);
+    let coordinator = ReadOnlyIds::of(Seat::Coordinator, workers);
     format!(
         "判定者 uid {}、协调者 uid {}(工人 uid {}),shell 只有 CAP_DAC_READ_SEARCH;lsof 由 inspector\
          (uid {},CAP_SYS_PTRACE + CAP_DAC_READ_SEARCH)代跑;seccomp 拒 {}",
@@ -123,6 +118,10 @@ pub(crate) struct ReadOnly {
     pub shell: Identity,
     /// The inspector's ids.
     inspector: UserIds,
+    /// The shell's capabilities (the policy's).
+    shell_caps: &'static [Capability],
+    /// The inspector's (the policy's).
+    inspector_caps: &'static [Capability],
     /// `setpriv` in the image.
     setpriv: String,
     /// The image's `lsof`, when the inspector runs (the image has bash and lsof).
@@ -130,42 +129,52 @@ pub(crate) struct ReadOnly {
 }
 
 impl ReadOnly {
-    /// The plan for `role` (`None` for workers and `once`), over the workers' ids and the
-    /// container's mount paths. Errors when the image has no `setpriv`: without it nothing can
-    /// drop to another uid, and a read-only agent never runs as the workers' uid.
+    /// The plan for `policy` (`None` when it runs as the run's user), over the workers' ids and
+    /// the container's mount paths. Errors when the image has no `setpriv`: without it nothing
+    /// can drop to another uid, and a read-only agent never runs as the workers' uid; and when
+    /// the policy gives the run's user capabilities (a non-root user never holds any here).
     pub(crate) fn plan(
-        role: Role,
+        policy: &SandboxPolicy,
         workers: UserIds,
         mounts: &[PathBuf],
         facts: &ImageFacts,
         image: &str,
     ) -> Result<Option<ReadOnly>, SandboxError> {
-        if !is_read_only(role) {
-            return Ok(None);
-        }
+        let seat = match policy.user {
+            PolicyUser::Run if policy.capabilities.is_empty() && policy.inspector.is_none() => {
+                return Ok(None);
+            }
+            PolicyUser::Run => {
+                return Err(SandboxError::Unsupported(format!(
+                    "the run's user gets no capability in a container: {policy:?}"
+                )));
+            }
+            PolicyUser::Own(seat) => seat,
+        };
         let setpriv = facts.setpriv.clone().ok_or_else(|| {
             SandboxError::Container(format!(
-                "{image} has no setpriv (util-linux): a {role} runs under a uid of its own, and \
-                 only setpriv can switch to it inside the container"
+                "{image} has no setpriv (util-linux): a {} runs under a uid of its own, and \
+                 only setpriv can switch to it inside the container",
+                seat.login()
             ))
         })?;
-        let ids = ReadOnlyIds::of(role, workers);
-        let name = if role == Role::Judge {
-            "judge"
-        } else {
-            "coordinator"
-        };
+        let ids = ReadOnlyIds::of(seat, workers);
         Ok(Some(ReadOnly {
-            shell: Identity::named(ids.shell, name, mounts),
+            shell: Identity::named(ids.shell, seat.login(), mounts),
             inspector: ids.inspector,
+            shell_caps: policy.capabilities,
+            inspector_caps: policy.inspector.unwrap_or(&[]),
             setpriv,
-            lsof: facts.lsof.clone().filter(|_| facts.has_bash),
+            lsof: facts
+                .lsof
+                .clone()
+                .filter(|_| facts.has_bash && policy.inspector.is_some()),
         }))
     }
 
     /// `setpriv` switching to `ids` with `caps` (and nothing else) in every capability set.
-    fn setpriv(&self, ids: UserIds, caps: &[&str]) -> Vec<String> {
-        let add: String = caps.iter().map(|c| format!(",+{c}")).collect();
+    fn setpriv(&self, ids: UserIds, caps: &[Capability]) -> Vec<String> {
+        let add: String = caps.iter().map(|c| format!(",+{}", c.as_str())).collect();
         vec![
             self.setpriv.clone(),
             format!("--reuid={}", ids.uid),
@@ -185,7 +194,7 @@ impl ReadOnly {
 
     /// What every exec runs first: `setpriv` to the shell's ids with `CAP_DAC_READ_SEARCH`.
     pub(crate) fn exec_prefix(&self) -> Vec<String> {
-        self.setpriv(self.shell.ids, SHELL_CAPS)
+        self.setpriv(self.shell.ids, self.shell_caps)
     }
 
     /// Turns an agent container's body (built for the shell's identity) into a read-only one:
@@ -197,22 +206,26 @@ impl ReadOnly {
         body.user = Some("0:0".into());
         body.entrypoint = Some(match &self.lsof {
             Some(lsof) => {
-                let mut argv = self.setpriv(self.inspector, INSPECTOR_CAPS);
+                let mut argv = self.setpriv(self.inspector, self.inspector_caps);
                 argv.extend(["bash".into(), INSPECTOR_PATH.into(), lsof.clone()]);
                 argv
             }
             None => {
-                let mut argv = self.setpriv(self.shell.ids, SHELL_CAPS);
+                let mut argv = self.setpriv(self.shell.ids, self.shell_caps);
                 argv.extend(["sleep".into(), "infinity".into()]);
                 argv
             }
         });
         let hc = body.host_config.get_or_insert_with(Default::default);
-        let mut caps: Vec<String> = ["SETUID", "SETGID", "SETPCAP", "DAC_READ_SEARCH"]
-            .map(String::from)
-            .into();
-        if self.lsof.is_some() {
-            caps.push("SYS_PTRACE".into());
+        let mut caps: Vec<String> = SETPRIV_CAPS.map(String::from).into();
+        let inspector: &[Capability] = match self.lsof {
+            Some(_) => self.inspector_caps,
+            None => &[],
+        };
+        for c in self.shell_caps.iter().chain(inspector) {
+            if !caps.contains(&c.engine_name()) {
+                caps.push(c.engine_name());
+            }
         }
         hc.cap_drop = Some(vec!["ALL".into()]);
         hc.cap_add = Some(caps);
@@ -333,8 +346,9 @@ mod tests {
         }
     }
 
-    fn plan(role: Role, workers: UserIds) -> ReadOnly {
-        ReadOnly::plan(role, workers, &[PathBuf::from("/w")], &facts(), "img")
+    fn plan(seat: Seat, workers: UserIds) -> ReadOnly {
+        let policy = SandboxPolicy::read_only(seat);
+        ReadOnly::plan(&policy, workers, &[PathBuf::from("/w")], &facts(), "img")
             .unwrap()
             .unwrap()
     }
@@ -354,8 +368,8 @@ mod tests {
             },
         ] {
             let (j, c) = (
-                ReadOnlyIds::of(Role::Judge, workers),
-                ReadOnlyIds::of(Role::Coordinator, workers),
+                ReadOnlyIds::of(Seat::Judge, workers),
+                ReadOnlyIds::of(Seat::Coordinator, workers),
             );
             let all = [j.shell, c.shell, j.inspector];
             for ids in all {
@@ -369,26 +383,32 @@ mod tests {
             assert!(j.shell != c.shell && j.shell != j.inspector && c.shell != c.inspector);
             assert_eq!(j.inspector, c.inspector);
         }
-        assert_eq!(ReadOnlyIds::of(Role::Judge, ROOT).shell.uid, 65_531);
-        assert!(!is_read_only(Role::Worker) && !is_read_only(Role::Once));
-        assert!(is_read_only(Role::Judge) && is_read_only(Role::Coordinator));
+        assert_eq!(ReadOnlyIds::of(Seat::Judge, ROOT).shell.uid, 65_531);
     }
 
     #[test]
     fn workers_get_no_plan_and_a_missing_setpriv_is_an_error() {
-        let none = ReadOnly::plan(Role::Worker, USER, &[], &facts(), "img").unwrap();
+        let writer = SandboxPolicy::writer();
+        let none = ReadOnly::plan(&writer, USER, &[], &facts(), "img").unwrap();
         assert!(none.is_none());
+        // The run's user with a capability is a policy this backend cannot give.
+        let odd = SandboxPolicy {
+            capabilities: &[Capability::DacReadSearch],
+            ..writer
+        };
+        assert!(ReadOnly::plan(&odd, USER, &[], &facts(), "img").is_err());
         let bare = ImageFacts {
             setpriv: None,
             ..facts()
         };
-        let err = ReadOnly::plan(Role::Judge, USER, &[], &bare, "alpine").unwrap_err();
+        let judge = SandboxPolicy::read_only(Seat::Judge);
+        let err = ReadOnly::plan(&judge, USER, &[], &bare, "alpine").unwrap_err();
         assert!(err.to_string().contains("setpriv"), "{err}");
     }
 
     #[test]
     fn execs_drop_to_the_shell_with_one_capability() {
-        let p = plan(Role::Judge, ROOT);
+        let p = plan(Seat::Judge, ROOT);
         assert_eq!(p.exec_user(), "0:0");
         assert_eq!(
             p.exec_prefix(),
@@ -409,7 +429,7 @@ mod tests {
 
     #[test]
     fn harden_sets_root_start_caps_inspector_and_seccomp() {
-        let p = plan(Role::Judge, USER);
+        let p = plan(Seat::Judge, USER);
         let mut body = ContainerCreateBody {
             user: Some("65531:65531".into()),
             host_config: Some(bollard::models::HostConfig {
@@ -439,7 +459,7 @@ mod tests {
         // Without lsof (or bash) there is no inspector: the shell's own ids run `sleep`, and
         // nothing in the container holds CAP_SYS_PTRACE.
         let no_lsof = ReadOnly::plan(
-            Role::Coordinator,
+            &SandboxPolicy::read_only(Seat::Coordinator),
             USER,
             &[],
             &ImageFacts {
@@ -462,7 +482,7 @@ mod tests {
 
     #[test]
     fn archive_names_everyone_and_gives_the_inspector_its_directory() {
-        let p = plan(Role::Judge, USER);
+        let p = plan(Seat::Judge, USER);
         let workers = Identity::named(USER, "alice", &[]);
         let bytes = p.archive(&facts(), &workers).unwrap();
         let mut ar = tar::Archive::new(&bytes[..]);

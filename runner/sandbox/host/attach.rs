@@ -86,6 +86,7 @@ impl HostSandbox {
                 child: Mutex::new(child),
                 pgid,
                 program: program.clone(),
+                cwd: spec.cwd.clone(),
             }),
         })
     }
@@ -96,6 +97,8 @@ struct HostProcess {
     child: Mutex<Child>,
     pgid: i32,
     program: String,
+    /// Where it started.
+    cwd: std::path::PathBuf,
 }
 
 #[async_trait]
@@ -117,14 +120,12 @@ impl ProcessHandle for HostProcess {
             .unwrap_or_else(|e| e.into_inner())
             .try_wait()
             .ok()??;
-        Some(match (status.code(), status.signal()) {
-            (Some(c), _) => format!("退出码 {c}"),
-            (None, Some(s)) => match Signal::try_from(s) {
-                Ok(sig) => format!("被 {} 杀掉了", sig.as_str()),
-                Err(_) => format!("被信号 {s} 杀掉了"),
-            },
-            _ => "退出码未知".into(),
-        })
+        Some(crate::sandbox::finish::ended(
+            status.code().map(i64::from),
+            status.signal(),
+            &self.program,
+            crate::sandbox::finish::RanIn::Host(&self.cwd),
+        ))
     }
 
     fn describe(&self) -> String {

@@ -62,7 +62,9 @@ impl Container {
             .await
             .map_err(Self::err)?
         else {
-            return Err(SandboxError::Docker("exec started detached".into()));
+            return Err(SandboxError::Backend(
+                "docker: exec started detached".into(),
+            ));
         };
         let (reader, mut writer) = tokio::io::duplex(PIPE_BYTES);
         let stderr = StderrTail::default();
@@ -132,20 +134,12 @@ impl ProcessHandle for DockerProcess {
         if info.running != Some(false) {
             return None;
         }
-        Some(match info.exit_code {
-            Some(c) if (129..=159).contains(&c) => {
-                match nix::sys::signal::Signal::try_from((c - 128) as i32) {
-                    Ok(sig) => format!("退出码 {c}(多半是被 {} 杀掉的)", sig.as_str()),
-                    Err(_) => format!("退出码 {c}"),
-                }
-            }
-            Some(c @ (126 | 127)) => format!(
-                "退出码 {c}:{} 在容器里找不到或不能执行(镜像 {} 的 PATH 里有它吗?)",
-                self.program, self.sandbox.image
-            ),
-            Some(c) => format!("退出码 {c}"),
-            None => "退出码未知".into(),
-        })
+        Some(crate::sandbox::finish::ended(
+            info.exit_code,
+            None,
+            &self.program,
+            crate::sandbox::finish::RanIn::Image(&self.sandbox.image),
+        ))
     }
 
     fn describe(&self) -> String {

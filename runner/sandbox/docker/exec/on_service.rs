@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use super::{Container, Stop, KILL_WAIT};
 use crate::sandbox::docker::service::client::{Event, Request, Service};
-use crate::sandbox::docker::service::proto::Run;
+use crate::sandbox::service::proto::Run;
 use crate::sandbox::{ExecOutput, ExecRequest, OutputCollector, SandboxError};
 
 /// How long the service gets to confirm it started a command.
@@ -71,7 +71,7 @@ impl Container {
                     Some(Event::Exit(exit)) => break Ok(exit),
                     Some(Event::Killed(_)) => {}
                     Some(Event::Failed(message)) => {
-                        return Some(Err(SandboxError::Docker(format!(
+                        return Some(Err(SandboxError::Backend(format!(
                             "the exec service in {} could not start the command: {message}",
                             self.name
                         ))));
@@ -90,7 +90,7 @@ impl Container {
                             .await
                             .map(|n| format!(" ({n})"))
                             .unwrap_or_default();
-                        return Some(Err(SandboxError::Docker(format!(
+                        return Some(Err(SandboxError::Backend(format!(
                             "{why}, while the command ran in {}; its processes were killed{note}",
                             self.name
                         ))));

@@ -21,12 +21,12 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::proto::{
+use crate::sandbox::docker::lock;
+use crate::sandbox::output::Stream;
+use crate::sandbox::service::proto::{
     self, Exit, Failed, Frame, FrameReader, Hello, Killed, Kind, Opening, OpeningReader,
     ProtoError, Started,
 };
-use crate::sandbox::docker::lock;
-use crate::sandbox::output::Stream;
 use crate::sandbox::StderrTail;
 
 /// How long a new service gets for its preamble, and again for its hello.

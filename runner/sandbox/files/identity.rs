@@ -8,7 +8,7 @@
 //! bit, symlink target), plus the repository's `HEAD` and refs (a commit is a change too).
 //! The rest of `.git/` and the caller's exclusions never count: directories (the runner's own
 //! `runs/` and workbench, which change while any agent runs) and single files by identity (the
-//! files the runner's own stdout and stderr go to, [`super::outputs`]). Outside a git
+//! files the runner's own stdout and stderr go to, `flow::outputs`). Outside a git
 //! repository every file counts except those a `.gitignore` in the tree ignores.
 
 use sha2::{Digest, Sha256};
@@ -16,9 +16,28 @@ use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use super::outputs::FileKey;
 use crate::fsroot::walk::{walk, Rules};
 use crate::fsroot::{Tree, View, ViewMount};
+
+/// A file on disk by identity: its device and inode numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FileKey {
+    /// `st_dev`.
+    pub dev: u64,
+    /// `st_ino`.
+    pub ino: u64,
+}
+
+impl FileKey {
+    /// The key of `meta`.
+    pub fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        FileKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        }
+    }
+}
 
 /// What [`identity`] leaves out besides `.git/` and ignored files.
 #[derive(Debug, Clone, Default)]

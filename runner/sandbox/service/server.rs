@@ -27,7 +27,7 @@ use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
 use super::proto::{self, Exit, Failed, FrameReader, Hello, Kill, Killed, Kind, Run, Started};
-use crate::sandbox::docker::exec::MARKER_VAR;
+use super::MARKER_VAR;
 
 /// A line on the service's stderr (the exec's stderr stream, read by the host), through the
 /// output boundary like every other line flowerbox writes.

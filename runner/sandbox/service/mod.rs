@@ -1,0 +1,306 @@
+//! The exec service (issue 17), which is no backend's: `flowerbox __exec-service` runs inside an
+//! agent's sandbox as one long-lived process with its stdin and stdout attached, and runs the
+//! agent's commands there, one frame each way a command instead of an engine request each.
+//! A backend attaches to it (Docker: one attached exec per container, `docker/service`); a
+//! remote one can do the same over its own attach (`pods/exec`), and it is the natural home of
+//! the file operations a backend without the caller's disk runs inside the sandbox.
+//!
+//! - [`server`]: the service, inside the sandbox.
+//! - [`proto`]: the frames between it and the host.
+//!
+//! How the binary gets in: [`ServiceBinary::prepare`] copies a flowerbox binary (the running
+//! one, read through `/proc/self/exe`, or the one the backend's options name) into a private
+//! directory of the host (mode 0700, never inside a mount), and each agent container
+//! bind-mounts that copy read-only at [`SERVICE_PATH`]. The engine is given only that private
+//! path, so no container can swap what gets mounted (a link to the engine's socket, say). The
+//! directory holds a `lock` file the run keeps `flock`ed while it lives; the kernel drops the
+//! lock when the run dies, however it dies, so the next `prepare` removes the copies of runs
+//! that are gone ([`sweep_stale`]; a killed run used to leave its 66 MB copy behind for good).
+//! The service runs as the agent's engine user behind the container's exec prefix (a judge's
+//! `setpriv` to its own uid and one capability): it can do nothing the agent's commands
+//! cannot, and no credential passes through it.
+
+pub mod proto;
+pub mod server;
+
+use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+pub use server::serve;
+
+/// The variable that marks every process of one command (`FLOWERBOX_EXEC=<marker>`), so a
+/// kill finds them all, and no MCP server's environment may set it.
+pub const MARKER_VAR: &str = "FLOWERBOX_EXEC";
+
+use crate::sandbox::SandboxError;
+
+/// The hidden subcommand that runs the service (`flowerbox __exec-service`).
+pub const SUBCOMMAND: &str = "__exec-service";
+
+/// Where the binary is mounted in every agent container.
+pub const SERVICE_PATH: &str = "/usr/local/libexec/flowerbox/exec-service";
+
+/// Where the binary to copy comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServiceSource {
+    /// The running binary (`/proc/self/exe`): flowerbox itself.
+    CurrentExe,
+    /// A flowerbox binary at this host path (tests and examples, whose own binary is not).
+    Path(PathBuf),
+}
+
+impl ServiceSource {
+    /// The running binary when it is flowerbox; else a `flowerbox` beside it or one directory
+    /// up (Cargo's `target/<profile>/` for tests in `deps/` and `examples/`); else none.
+    pub fn discover() -> Option<ServiceSource> {
+        let exe = std::env::current_exe().ok()?;
+        if exe.file_name()? == "flowerbox" {
+            return Some(ServiceSource::CurrentExe);
+        }
+        let dir = exe.parent()?;
+        [dir.join("flowerbox"), dir.parent()?.join("flowerbox")]
+            .into_iter()
+            .find(|p| p.is_file())
+            .map(ServiceSource::Path)
+    }
+}
+
+/// Name prefix of every run's private directory in the temporary directory.
+const DIR_PREFIX: &str = "flowerbox-exec-";
+
+/// The file in a run's private directory that the run holds `flock`ed while it lives.
+const LOCK_FILE: &str = "lock";
+
+/// A directory younger than this is never swept: its run may be between making it and
+/// locking it.
+const SWEEP_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A directory without a lock file (made by a flowerbox from before the lock) is swept once
+/// it is this old: nothing tells whether its run still lives.
+const UNLOCKED_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// The private copy of the service binary for one run; removed when dropped, and by the next
+/// run's [`sweep_stale`] when this run dies without dropping it.
+#[derive(Debug)]
+pub struct ServiceBinary {
+    dir: tempfile::TempDir,
+    path: PathBuf,
+    /// Held `flock`ed for the life of the copy: tells sweepers the run still lives.
+    _lock: std::fs::File,
+}
+
+impl ServiceBinary {
+    /// Copies `source` into a new private directory of the temporary directory, first sweeping
+    /// the copies of runs that are gone (blocking I/O: call it off the runtime). Only a regular
+    /// file is copied.
+    pub fn prepare(source: &ServiceSource) -> Result<ServiceBinary, SandboxError> {
+        Self::prepare_in(source, &std::env::temp_dir())
+    }
+
+    /// [`ServiceBinary::prepare`] in `parent`.
+    pub fn prepare_in(
+        source: &ServiceSource,
+        parent: &Path,
+    ) -> Result<ServiceBinary, SandboxError> {
+        let swept = sweep_stale(parent);
+        if swept > 0 {
+            tracing::info!(swept, "removed exec-service copies of runs that are gone");
+        }
+        let from = match source {
+            ServiceSource::CurrentExe => PathBuf::from("/proc/self/exe"),
+            ServiceSource::Path(p) => p.clone(),
+        };
+        let mut src = std::fs::File::open(&from)?;
+        if !src.metadata()?.is_file() {
+            return Err(SandboxError::Backend(format!(
+                "{} is not a regular file",
+                from.display()
+            )));
+        }
+        let dir = tempfile::Builder::new()
+            .prefix(DIR_PREFIX)
+            .tempdir_in(parent)?;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
+        let lock = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(dir.path().join(LOCK_FILE))?;
+        if !fs4::fs_std::FileExt::try_lock_exclusive(&lock)? {
+            return Err(SandboxError::Backend(format!(
+                "{} is locked by another process",
+                dir.path().display()
+            )));
+        }
+        let path = dir.path().join("exec-service");
+        let mut dst = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o755)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&path)?;
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = src.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            dst.write_all(&buf[..n])?;
+        }
+        dst.sync_data()?;
+        Ok(ServiceBinary {
+            dir,
+            path,
+            _lock: lock,
+        })
+    }
+
+    /// The copy's host path (to bind-mount).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the copy lies inside `mount` (then it is not mounted: an agent could change it).
+    pub fn inside(&self, mount: &Path) -> bool {
+        self.dir.path().starts_with(mount)
+    }
+}
+
+/// Removes the private directories in `parent` of runs that are gone: ours (same owner), older
+/// than [`SWEEP_GRACE`], whose lock file nobody holds (or, without one, older than
+/// [`UNLOCKED_AGE`]). Returns how many went. Never fails: what cannot be read is left.
+pub fn sweep_stale(parent: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return 0;
+    };
+    let me = nix::unistd::geteuid().as_raw();
+    let mut swept = 0;
+    for entry in entries.flatten() {
+        if !entry
+            .file_name()
+            .as_encoded_bytes()
+            .starts_with(DIR_PREFIX.as_bytes())
+        {
+            continue;
+        }
+        let dir = entry.path();
+        if is_stale(&dir, me) && std::fs::remove_dir_all(&dir).is_ok() {
+            swept += 1;
+        }
+    }
+    swept
+}
+
+/// Whether `dir` is the private directory of a run of user `uid` that is gone.
+fn is_stale(dir: &Path, uid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // Not followed: a link or another user's directory is never ours to remove.
+    let Ok(meta) = std::fs::symlink_metadata(dir) else {
+        return false;
+    };
+    if !meta.is_dir() || meta.uid() != uid {
+        return false;
+    }
+    let age = meta
+        .modified()
+        .ok()
+        .and_then(|m| m.elapsed().ok())
+        .unwrap_or_default();
+    if age < SWEEP_GRACE {
+        return false;
+    }
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(dir.join(LOCK_FILE));
+    match lock {
+        // Taken: nobody holds it, the run is gone (the lock drops when this file closes).
+        Ok(f) => fs4::fs_std::FileExt::try_lock_exclusive(&f).unwrap_or(false),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => age >= UNLOCKED_AGE,
+        Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_copy_is_private_and_refuses_what_is_not_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("flowerbox");
+        std::fs::write(&src, b"\x7fELF binary").unwrap();
+        let copy = ServiceBinary::prepare(&ServiceSource::Path(src.clone())).unwrap();
+        assert_eq!(std::fs::read(copy.path()).unwrap(), b"\x7fELF binary");
+        let mode = std::fs::metadata(copy.path().parent().unwrap())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        assert!(!copy.inside(dir.path()));
+        assert!(copy.inside(Path::new("/")));
+        assert!(ServiceBinary::prepare(&ServiceSource::Path(dir.path().to_path_buf())).is_err());
+        let gone = copy.path().parent().unwrap().to_path_buf();
+        drop(copy);
+        assert!(!gone.exists());
+    }
+
+    /// Moves `dir`'s modification time back by `by` (what a run started that long ago shows).
+    fn age(dir: &Path, by: std::time::Duration) {
+        let f = std::fs::File::open(dir).unwrap();
+        f.set_modified(std::time::SystemTime::now() - by).unwrap();
+    }
+
+    /// Issue 26: a killed run left its 66 MB copy in /tmp for good. Its lock file stays, but
+    /// the kernel dropped its `flock`: the next prepare removes it, and keeps a live run's.
+    #[test]
+    fn the_next_prepare_removes_the_copies_of_dead_runs_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("flowerbox");
+        std::fs::write(&src, b"\x7fELF binary").unwrap();
+        let parent = tmp.path().join("tmp");
+        std::fs::create_dir(&parent).unwrap();
+        let source = ServiceSource::Path(src);
+        let minutes = std::time::Duration::from_secs(120);
+
+        // A run killed with -9: nothing removed its directory, its lock fd closed with it.
+        let ServiceBinary { dir, _lock, .. } = ServiceBinary::prepare_in(&source, &parent).unwrap();
+        let dead = dir.keep();
+        drop(_lock);
+        age(&dead, minutes);
+        // A run that lives (its copy held), as old.
+        let live = ServiceBinary::prepare_in(&source, &parent).unwrap();
+        let live_dir = live.path().parent().unwrap().to_path_buf();
+        age(&live_dir, minutes);
+        // A run killed a moment ago (maybe still between making and locking): left for later.
+        let ServiceBinary { dir, _lock, .. } = ServiceBinary::prepare_in(&source, &parent).unwrap();
+        let young = dir.keep();
+        drop(_lock);
+        // A directory of an older flowerbox (no lock file), younger than a day: left.
+        let legacy = parent.join("flowerbox-exec-legacy");
+        std::fs::create_dir(&legacy).unwrap();
+        age(&legacy, minutes);
+        // Not ours: a link named like a copy.
+        let link = parent.join("flowerbox-exec-link");
+        std::os::unix::fs::symlink(&live_dir, &link).unwrap();
+
+        let next = ServiceBinary::prepare_in(&source, &parent).unwrap();
+        assert!(!dead.exists(), "the dead run's copy is swept");
+        assert!(live.path().is_file(), "the live run's copy stays");
+        assert!(young.exists(), "a copy younger than the grace stays");
+        assert!(legacy.exists());
+        assert!(link.symlink_metadata().is_ok());
+
+        age(&legacy, std::time::Duration::from_secs(25 * 3600));
+        drop(next);
+        assert_eq!(
+            sweep_stale(&parent),
+            1,
+            "the day-old unlocked directory goes"
+        );
+        assert!(!legacy.exists());
+        assert!(live.path().is_file());
+    }
+}
