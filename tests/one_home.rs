@@ -3,6 +3,10 @@
 //! once, and the rest of the shipped code uses the definition. This test reads the shipped code
 //! of `runner/` (test modules and test files left out) and fails on a literal written anywhere
 //! but its home, naming the file and line.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::path::{Path, PathBuf};
 

@@ -28,8 +28,8 @@ use super::seal::{seal, SealError, Sealed};
 use super::state::WorkerState;
 use super::sweep::{sweep_one, SweepReport};
 use super::worktree::{checked_out_branch, is_merged, owner_lock, NAME_PREFIX};
-use crate::role::Role;
 use crate::record::owner::Liveness;
+use crate::role::Role;
 use crate::sandbox::{AgentBox, Mount, SandboxError, SandboxFactory};
 
 /// Most changed paths named per worker.

@@ -21,6 +21,7 @@ pub enum RanIn<'a> {
 }
 
 /// bash: `bash: line 1: foo: command not found`; dash: `sh: 1: foo: not found`.
+#[allow(clippy::expect_used, reason = "a literal regex, compiled by the tests")]
 static NOT_FOUND: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"(?m)^[^:\n]*: (?:line )?\d+: ([^:\n]+): (?:command )?not found\s*$")
         .expect("valid regex")
