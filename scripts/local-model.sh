@@ -234,7 +234,7 @@ run() { # WIRE WHAT ARGS...
   local ws="$logs/$wire-$what"
   flowerbox_in "$ws" "$wire" "$@"
   local line
-  line=$(printf '%-12s %-5s exit %-3s %4s s  %s model calls  %s tool calls  %s' "$wire" "$what" \
+  line=$(printf '%-12s %-5s exit %-3s %4s s  %s model calls  %s  %s' "$wire" "$what" \
     "$rc" "$secs" "$(summarize calls "$ws/runs")" "$(summarize tools "$ws/runs")" \
     "$(summarize problems "$ws")")
   echo "  $line"
@@ -259,7 +259,7 @@ check_run() { # WIRE
   local mark=ok
   [ "$verdict" = ok ] || { mark=FAIL; failed=1; }
   local line
-  line=$(printf '%-4s %-10s %4s s  %s model calls  %s tool calls  %s' "$mark" "$wire" "$secs" \
+  line=$(printf '%-4s %-10s %4s s  %s model calls  %s  %s' "$mark" "$wire" "$secs" \
     "$(summarize calls "$ws/runs")" "$(summarize tools "$ws/runs")" "$verdict")
   echo "  $line"
   results+=("$line")

@@ -2,7 +2,8 @@
 """One run of scripts/local-model.sh, summarised from what flowerbox left.
 
 summarize.py calls RUNS_DIR   model calls (the manifest's turns, plus failed attempts)
-summarize.py tools RUNS_DIR   tool calls the sessions hold (sessions.db), by name: "2 (Bash 2)"
+summarize.py tools RUNS_DIR   tool calls the sessions hold (sessions.db), by name:
+                              "3 tool calls (Bash 2, Read 1)"
 summarize.py problems WS      "ok", or the first error the run recorded (manifest, stderr), or
                               "no tool called" when the sessions hold no tool call
                               (what flowerbox printed on stderr counts: it prints only errors there)
@@ -67,7 +68,7 @@ def tools(runs):
     for u in uses:
         names[u.get("name")] = names.get(u.get("name"), 0) + 1
     by_name = ", ".join(f"{n} {c}" for n, c in sorted(names.items()))
-    return f"{len(uses)}" + (f" ({by_name})" if uses else "")
+    return f"{len(uses)} tool call{'' if len(uses) == 1 else 's'}" + (f" ({by_name})" if uses else "")
 
 
 def problems(ws):
