@@ -134,8 +134,11 @@ impl Tool for BashTool {
         if a.run_in_background {
             return super::background::start(ctx, &a.command).await;
         }
+        // A timeout of 0 ms cannot be meant (the command would be killed as it starts; a small
+        // local model sends it): it is taken as no timeout given, the default.
         let timeout = a
             .timeout
+            .filter(|&ms| ms > 0)
             .map(Duration::from_millis)
             .unwrap_or(ctx.limits.bash_default_timeout)
             .min(ctx.limits.bash_max_timeout);
@@ -206,6 +209,43 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(format_output(&o).0, "(没有输出)");
+    }
+
+    /// Issue 29: Qwen2.5-Coder-1.5B sent `"timeout": 0`; the command was killed at once and the
+    /// call reported as timed out although it had nothing to wait for.
+    #[tokio::test]
+    async fn a_zero_timeout_is_the_default_not_an_instant_kill() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        let abox = crate::sandbox::AgentBox {
+            agent: "once".into(),
+            role: crate::role::Role::Once,
+            mounts: vec![crate::sandbox::Mount::same(ws.clone(), false)],
+            masked: Vec::new(),
+            workdir: ws.clone(),
+            policy: crate::sandbox::SandboxPolicy::writer(),
+        };
+        let ctx = ToolContext::new(
+            "once".into(),
+            crate::role::Role::Once,
+            0,
+            abox,
+            Some(std::sync::Arc::new(
+                crate::sandbox::host::HostSandboxFactory::new(),
+            )),
+            None,
+            std::sync::Arc::new(crate::channel::Absent),
+            tokio_util::sync::CancellationToken::new(),
+            None,
+            super::super::ToolLimits::default(),
+        );
+        let out = BashTool
+            .call(
+                &json!({"command": "echo fbx > check.txt && cat check.txt", "timeout": 0}),
+                &ctx,
+            )
+            .await;
+        assert_eq!(out, Ok("fbx".to_string()));
     }
 
     #[test]
