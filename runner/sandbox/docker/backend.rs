@@ -65,7 +65,9 @@ impl SandboxBackend for DockerBackend {
                 Vec::new()
             }
         };
-        factory.ensure_image().await?;
+        let image = factory.ensure_image().await?;
+        // Before any agent starts: the engine must see the workspace (refused otherwise).
+        super::shared_disk::probe(factory.engine(), &image, factory.workspace()).await?;
         Ok(Preflight {
             factory: Arc::new(factory),
             notes,

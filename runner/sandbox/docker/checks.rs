@@ -61,6 +61,7 @@ pub async fn checks(
                 checks.push(tools);
                 checks.push(init_check(engine, &image, plain_started).await);
                 checks.push(judge_check(&missing));
+                checks.push(super::shared_disk::check(engine, &image, workspace).await);
                 checks.push(exec_check(docker_host, &image, workspace).await);
             }
         }

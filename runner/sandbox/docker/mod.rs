@@ -28,6 +28,7 @@ pub mod readonly;
 pub mod seccomp;
 mod sentinel;
 pub mod service;
+pub mod shared_disk;
 mod teardown;
 pub mod usage;
 
