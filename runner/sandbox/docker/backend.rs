@@ -58,16 +58,25 @@ impl SandboxBackend for DockerBackend {
         opts.docker_host = self.docker_host.clone();
         opts.ping_timeout = self.ping_timeout;
         let factory = DockerSandboxFactory::connect(opts).await?;
-        let notes = match factory.sweep_orphans().await {
-            Ok(lines) => lines,
-            Err(e) => {
-                tracing::warn!(error = %e, "orphan sweep failed");
-                Vec::new()
+        // Before any agent starts, the engine must see the workspace (refused otherwise); the
+        // probe runs while orphans are swept.
+        let sweep = async {
+            match factory.sweep_orphans().await {
+                Ok(lines) => lines,
+                Err(e) => {
+                    tracing::warn!(error = %e, "orphan sweep failed");
+                    Vec::new()
+                }
             }
         };
-        let image = factory.ensure_image().await?;
-        // Before any agent starts: the engine must see the workspace (refused otherwise).
-        super::shared_disk::probe(factory.engine(), &image, factory.workspace()).await?;
+        let probed = async {
+            let image = factory.ensure_image().await?;
+            super::shared_disk::probe(factory.engine(), &image, factory.workspace())
+                .await
+                .map_err(SandboxError::from)
+        };
+        let (notes, probed) = tokio::join!(sweep, probed);
+        probed?;
         Ok(Preflight {
             factory: Arc::new(factory),
             notes,

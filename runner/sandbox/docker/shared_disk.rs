@@ -100,8 +100,14 @@ pub async fn probe(engine: &Engine, image: &str, workspace: &Path) -> Result<(),
         .map_err(io)?;
     let marker = uuid::Uuid::new_v4().simple().to_string();
     std::fs::write(dir.path().join(MARKER), &marker).map_err(io)?;
+    let started = std::time::Instant::now();
     let seen = seen_by_engine(engine, image, dir.path(), marker.as_bytes()).await?;
     dir.close().map_err(io)?;
+    tracing::info!(
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        shared = seen.is_none(),
+        "disk probe"
+    );
     match seen {
         None => Ok(()),
         Some(seen) => Err(DiskProbeError::NotShared {
@@ -126,6 +132,10 @@ async fn seen_by_engine(
         entrypoint: Some(vec!["true".into()]),
         cmd: Some(vec![]),
         network_disabled: Some(true),
+        labels: Some(std::collections::HashMap::from([(
+            "flowerbox.disk-probe".to_string(),
+            workspace_label(dir),
+        )])),
         host_config: Some(HostConfig {
             mounts: Some(vec![Mount {
                 target: Some(TARGET.into()),
@@ -146,18 +156,38 @@ async fn seen_by_engine(
         Err(e) if status_code(&e) == Some(400) => return Ok(Some(Seen::NoDirectory)),
         Err(e) => return Err(e.into()),
     };
-    let read = read_marker(engine, &id).await;
+    let seen = match read_marker(engine, &id).await {
+        Ok(None) => Some(Seen::NoMarker),
+        Ok(Some(bytes)) if bytes == marker => None,
+        Ok(Some(_)) => Some(Seen::OtherContent),
+        Err(e) => {
+            remove(docker.clone(), id).await;
+            return Err(e);
+        }
+    };
+    if seen.is_none() {
+        // The run goes on for seconds at least: the removal is off its start's path.
+        tokio::spawn(remove(docker.clone(), id));
+    } else {
+        remove(docker.clone(), id).await;
+    }
+    Ok(seen)
+}
+
+async fn remove(docker: bollard::Docker, id: String) {
     let rm = RemoveContainerOptions {
         force: true,
         v: true,
         ..Default::default()
     };
-    let _ = docker.remove_container(&id, Some(rm)).await;
-    Ok(match read? {
-        None => Some(Seen::NoMarker),
-        Some(bytes) if bytes == marker => None,
-        Some(_) => Some(Seen::OtherContent),
-    })
+    if let Err(e) = docker.remove_container(&id, Some(rm)).await {
+        tracing::warn!(error = %e, id, "removing the disk probe's container");
+    }
+}
+
+/// The workspace the probe's directory is in (its parent), for the probe container's label.
+fn workspace_label(dir: &Path) -> String {
+    dir.parent().unwrap_or(dir).to_string_lossy().into_owned()
 }
 
 /// The marker's bytes as the engine sees them; `None` when it has no such file (404).
