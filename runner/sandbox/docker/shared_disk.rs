@@ -87,8 +87,18 @@ impl From<DiskProbeError> for SandboxError {
 }
 
 /// Proves `engine` sees `workspace` (canonical) as this machine does, using `image` (present on
-/// the engine) for a container that is created and removed, never started.
+/// the engine) for a container that is created and removed, never started. When it does, the
+/// container is removed in the background (a run's start does not wait for it).
 pub async fn probe(engine: &Engine, image: &str, workspace: &Path) -> Result<(), DiskProbeError> {
+    probe_with(engine, image, workspace, true).await
+}
+
+async fn probe_with(
+    engine: &Engine,
+    image: &str,
+    workspace: &Path,
+    detach_removal: bool,
+) -> Result<(), DiskProbeError> {
     let io = |source| DiskProbeError::Io {
         workspace: workspace.to_path_buf(),
         source,
@@ -101,7 +111,7 @@ pub async fn probe(engine: &Engine, image: &str, workspace: &Path) -> Result<(),
     let marker = uuid::Uuid::new_v4().simple().to_string();
     std::fs::write(dir.path().join(MARKER), &marker).map_err(io)?;
     let started = std::time::Instant::now();
-    let seen = seen_by_engine(engine, image, dir.path(), marker.as_bytes()).await?;
+    let seen = seen_by_engine(engine, image, dir.path(), marker.as_bytes(), detach_removal).await?;
     dir.close().map_err(io)?;
     tracing::info!(
         elapsed_ms = started.elapsed().as_millis() as u64,
@@ -125,6 +135,7 @@ async fn seen_by_engine(
     image: &str,
     dir: &Path,
     marker: &[u8],
+    detach_removal: bool,
 ) -> Result<Option<Seen>, DiskProbeError> {
     let docker = engine.docker();
     let body = ContainerCreateBody {
@@ -165,7 +176,7 @@ async fn seen_by_engine(
             return Err(e);
         }
     };
-    if seen.is_none() {
+    if seen.is_none() && detach_removal {
         // The run goes on for seconds at least: the removal is off its start's path.
         tokio::spawn(remove(docker.clone(), id));
     } else {
@@ -229,7 +240,7 @@ pub async fn check(
 ) -> crate::sandbox::doctor::Check {
     use crate::sandbox::doctor::{Check, CheckStatus};
     let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
-    match probe(engine, image, &workspace).await {
+    match probe_with(engine, image, &workspace, false).await {
         Ok(()) => Check::new(
             "shared",
             CheckStatus::Pass,
