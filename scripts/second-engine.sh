@@ -174,7 +174,14 @@ case $1 in
   stop)
     keep=no
     [ "${2:-}" = --keep-image ] && keep=yes
+    # A graceful stop lets the inner dockerd stop its containers (their cgroups go with them).
+    docker stop -t 20 "$NAME" >/dev/null 2>&1 || true
     docker rm -f -v "$NAME" "$NAME-build" >/dev/null 2>&1 || true
+    # Without --privileged the inner containers' cgroup parent was made in the host's tree;
+    # the empty directories left are removed where this user may (root).
+    for d in /sys/fs/cgroup/*/"$NAME"; do
+      [ -d "$d" ] && rmdir "$d" 2>/dev/null || true
+    done
     docker volume rm "$NAME-data" >/dev/null 2>&1 || true
     docker network rm "$NAME-net" >/dev/null 2>&1 || true
     if [ "$keep" = no ]; then
