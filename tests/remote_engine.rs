@@ -122,7 +122,8 @@ async fn the_probe_refuses_the_second_engine() {
     };
     let ws = tempfile::tempdir().unwrap();
     let ws_path = ws.path().canonicalize().unwrap();
-    match probe(&engine, &image, &ws_path).await {
+    // The probe's own image (one empty file), imported on first use: no agent image needed.
+    match probe(&engine, &ws_path).await {
         Err(e @ DiskProbeError::NotShared { .. }) => {
             let DiskProbeError::NotShared { seen, .. } = &e else {
                 unreachable!()
@@ -205,8 +206,7 @@ async fn the_probe_passes_on_the_local_engine() {
     let Some(engine) = docker_support::engine_or_skip("local_probe").await else {
         return;
     };
-    let image = docker_support::agent_image(&engine).await;
     let (_dir, ws) = docker_support::odd_workspace();
-    probe(&engine, &image, &ws).await.unwrap();
+    probe(&engine, &ws).await.unwrap();
     assert_eq!(std::fs::read_dir(&ws).unwrap().count(), 0);
 }

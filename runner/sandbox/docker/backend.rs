@@ -58,8 +58,9 @@ impl SandboxBackend for DockerBackend {
         opts.docker_host = self.docker_host.clone();
         opts.ping_timeout = self.ping_timeout;
         let factory = DockerSandboxFactory::connect(opts).await?;
-        // Before any agent starts, the engine must see the workspace (refused otherwise); the
-        // probe runs while orphans are swept.
+        // Before any agent starts (and before an image build, which may take minutes), the
+        // engine must see the workspace (refused otherwise); the probe runs while orphans are
+        // swept.
         let sweep = async {
             match factory.sweep_orphans().await {
                 Ok(lines) => lines,
@@ -69,14 +70,10 @@ impl SandboxBackend for DockerBackend {
                 }
             }
         };
-        let probed = async {
-            let image = factory.ensure_image().await?;
-            super::shared_disk::probe(factory.engine(), &image, factory.workspace())
-                .await
-                .map_err(SandboxError::from)
-        };
+        let probed = super::shared_disk::probe(factory.engine(), factory.workspace());
         let (notes, probed) = tokio::join!(sweep, probed);
         probed?;
+        factory.ensure_image().await?;
         Ok(Preflight {
             factory: Arc::new(factory),
             notes,

@@ -5,13 +5,17 @@
 //! directory the engine made earlier) lets the agent work on the wrong files while the run
 //! reports success. So a run's first step, before any agent starts, proves the workspace is
 //! shared by construction: the host writes a random marker into a fresh directory inside the
-//! workspace, a container of the run's image bind-mounts that directory (created, never
-//! started), and the marker is read back through the engine's archive API, which resolves the
-//! mount on the engine's side. Same bytes, or the run is refused. The remote-engine backend
-//! (files through the engine's archive API instead of bind mounts) does not exist yet.
+//! workspace, a container bind-mounts that directory (created, never started; its image is one
+//! empty file, so the probe comes before any image build), and the marker is read back through
+//! the engine's archive API, which resolves the mount on the engine's side. Same bytes, or the
+//! run is refused. The remote-engine backend (files through the engine's archive API instead
+//! of bind mounts) does not exist yet.
 
+use bollard::body_full;
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
-use bollard::query_parameters::{DownloadFromContainerOptions, RemoveContainerOptions};
+use bollard::query_parameters::{
+    CreateImageOptions, DownloadFromContainerOptions, RemoveContainerOptions,
+};
 use futures::StreamExt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -86,16 +90,57 @@ impl From<DiskProbeError> for SandboxError {
     }
 }
 
-/// Proves `engine` sees `workspace` (canonical) as this machine does, using `image` (present on
-/// the engine) for a container that is created and removed, never started. When it does, the
-/// container is removed in the background (a run's start does not wait for it).
-pub async fn probe(engine: &Engine, image: &str, workspace: &Path) -> Result<(), DiskProbeError> {
-    probe_with(engine, image, workspace, true).await
+/// The probe's image: one empty file, imported through the API on first use (a few hundred
+/// bytes; no registry, no build), so the probe needs neither the agent image nor its build.
+pub const PROBE_IMAGE: &str = "flowerbox-disk-probe:empty-1";
+
+/// Proves `engine` sees `workspace` (canonical) as this machine does, with a container of
+/// [`PROBE_IMAGE`] that is created and removed, never started. When it does, the container is
+/// removed in the background (a run's start does not wait for it).
+pub async fn probe(engine: &Engine, workspace: &Path) -> Result<(), DiskProbeError> {
+    probe_with(engine, workspace, true).await
+}
+
+/// Imports [`PROBE_IMAGE`] unless the engine has it.
+async fn probe_image(engine: &Engine) -> Result<&'static str, DiskProbeError> {
+    match engine.docker().inspect_image(PROBE_IMAGE).await {
+        Ok(_) => return Ok(PROBE_IMAGE),
+        Err(e) if status_code(&e) == Some(404) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_size(0);
+    header.set_mode(0o644);
+    header.set_cksum();
+    tar.append_data(&mut header, ".flowerbox-disk-probe", std::io::empty())
+        .and_then(|_| tar.finish())
+        .map_err(|source| DiskProbeError::Io {
+            workspace: PathBuf::from(PROBE_IMAGE),
+            source,
+        })?;
+    let bytes = tar.into_inner().map_err(|source| DiskProbeError::Io {
+        workspace: PathBuf::from(PROBE_IMAGE),
+        source,
+    })?;
+    // The whole reference as `repo` (Podman's compat API ignores a separate `tag`).
+    let options = CreateImageOptions {
+        from_src: Some("-".into()),
+        repo: Some(PROBE_IMAGE.into()),
+        ..Default::default()
+    };
+    let mut import =
+        engine
+            .docker()
+            .create_image(Some(options), Some(body_full(bytes.into())), None);
+    while let Some(item) = import.next().await {
+        item?;
+    }
+    Ok(PROBE_IMAGE)
 }
 
 async fn probe_with(
     engine: &Engine,
-    image: &str,
     workspace: &Path,
     detach_removal: bool,
 ) -> Result<(), DiskProbeError> {
@@ -111,6 +156,7 @@ async fn probe_with(
     let marker = uuid::Uuid::new_v4().simple().to_string();
     std::fs::write(dir.path().join(MARKER), &marker).map_err(io)?;
     let started = std::time::Instant::now();
+    let image = probe_image(engine).await?;
     let seen = seen_by_engine(engine, image, dir.path(), marker.as_bytes(), detach_removal).await?;
     dir.close().map_err(io)?;
     tracing::info!(
@@ -140,7 +186,8 @@ async fn seen_by_engine(
     let docker = engine.docker();
     let body = ContainerCreateBody {
         image: Some(image.into()),
-        entrypoint: Some(vec!["true".into()]),
+        // Never started: the image has no program at all.
+        entrypoint: Some(vec!["/.flowerbox-disk-probe".into()]),
         cmd: Some(vec![]),
         network_disabled: Some(true),
         labels: Some(std::collections::HashMap::from([(
@@ -233,14 +280,10 @@ async fn read_marker(engine: &Engine, id: &str) -> Result<Option<Vec<u8>>, DiskP
 }
 
 /// `flowerbox doctor`'s line: whether the engine sees `workspace` (the same probe a run makes).
-pub async fn check(
-    engine: &Engine,
-    image: &str,
-    workspace: &Path,
-) -> crate::sandbox::doctor::Check {
+pub async fn check(engine: &Engine, workspace: &Path) -> crate::sandbox::doctor::Check {
     use crate::sandbox::doctor::{Check, CheckStatus};
     let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
-    match probe_with(engine, image, &workspace, false).await {
+    match probe_with(engine, &workspace, false).await {
         Ok(()) => Check::new(
             "shared",
             CheckStatus::Pass,
