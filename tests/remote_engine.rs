@@ -200,7 +200,8 @@ async fn once_refuses_the_second_engine_before_any_agent_runs() {
     assert_eq!(names, ["existing.txt"], "{stderr}");
 }
 
-/// The local engine sees the workspace: the probe passes (the same one every run makes).
+/// The local engine sees the workspace: the probe passes (the same one every run makes) and
+/// leaves nothing behind.
 #[tokio::test]
 async fn the_probe_passes_on_the_local_engine() {
     let Some(engine) = docker_support::engine_or_skip("local_probe").await else {
@@ -209,4 +210,8 @@ async fn the_probe_passes_on_the_local_engine() {
     let (_dir, ws) = docker_support::odd_workspace();
     probe(&engine, &ws).await.unwrap();
     assert_eq!(std::fs::read_dir(&ws).unwrap().count(), 0);
+    // Its container is gone when it returns (found by its label: the workspace).
+    let label = format!("flowerbox.disk-probe={}", ws.display());
+    let left = docker_support::containers_where(&engine, "label", label).await;
+    assert!(left.is_empty(), "{left:?}");
 }

@@ -95,55 +95,47 @@ impl From<DiskProbeError> for SandboxError {
 pub const PROBE_IMAGE: &str = "flowerbox-disk-probe:empty-1";
 
 /// Proves `engine` sees `workspace` (canonical) as this machine does, with a container of
-/// [`PROBE_IMAGE`] that is created and removed, never started. When it does, the container is
-/// removed in the background (a run's start does not wait for it).
+/// [`PROBE_IMAGE`] that is created and removed, never started. The removal is waited for: a
+/// process that ends right after (a test, a run failing next) would leave it behind otherwise.
 pub async fn probe(engine: &Engine, workspace: &Path) -> Result<(), DiskProbeError> {
-    probe_with(engine, workspace, true).await
-}
-
-/// Imports [`PROBE_IMAGE`] unless the engine has it.
-async fn probe_image(engine: &Engine) -> Result<&'static str, DiskProbeError> {
-    match engine.docker().inspect_image(PROBE_IMAGE).await {
-        Ok(_) => return Ok(PROBE_IMAGE),
-        Err(e) if status_code(&e) == Some(404) => {}
-        Err(e) => return Err(e.into()),
-    }
-    let mut tar = tar::Builder::new(Vec::new());
-    let mut header = tar::Header::new_gnu();
-    header.set_size(0);
-    header.set_mode(0o644);
-    header.set_cksum();
-    tar.append_data(&mut header, ".flowerbox-disk-probe", std::io::empty())
-        .and_then(|_| tar.finish())
-        .map_err(|source| DiskProbeError::Io {
+    /// Imports [`PROBE_IMAGE`] unless the engine has it.
+    async fn probe_image(engine: &Engine) -> Result<&'static str, DiskProbeError> {
+        match engine.docker().inspect_image(PROBE_IMAGE).await {
+            Ok(_) => return Ok(PROBE_IMAGE),
+            Err(e) if status_code(&e) == Some(404) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let mut tar = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(0);
+        header.set_mode(0o644);
+        header.set_cksum();
+        tar.append_data(&mut header, ".flowerbox-disk-probe", std::io::empty())
+            .and_then(|_| tar.finish())
+            .map_err(|source| DiskProbeError::Io {
+                workspace: PathBuf::from(PROBE_IMAGE),
+                source,
+            })?;
+        let bytes = tar.into_inner().map_err(|source| DiskProbeError::Io {
             workspace: PathBuf::from(PROBE_IMAGE),
             source,
         })?;
-    let bytes = tar.into_inner().map_err(|source| DiskProbeError::Io {
-        workspace: PathBuf::from(PROBE_IMAGE),
-        source,
-    })?;
-    // The whole reference as `repo` (Podman's compat API ignores a separate `tag`).
-    let options = CreateImageOptions {
-        from_src: Some("-".into()),
-        repo: Some(PROBE_IMAGE.into()),
-        ..Default::default()
-    };
-    let mut import =
-        engine
-            .docker()
-            .create_image(Some(options), Some(body_full(bytes.into())), None);
-    while let Some(item) = import.next().await {
-        item?;
+        // The whole reference as `repo` (Podman's compat API ignores a separate `tag`).
+        let options = CreateImageOptions {
+            from_src: Some("-".into()),
+            repo: Some(PROBE_IMAGE.into()),
+            ..Default::default()
+        };
+        let mut import =
+            engine
+                .docker()
+                .create_image(Some(options), Some(body_full(bytes.into())), None);
+        while let Some(item) = import.next().await {
+            item?;
+        }
+        Ok(PROBE_IMAGE)
     }
-    Ok(PROBE_IMAGE)
-}
 
-async fn probe_with(
-    engine: &Engine,
-    workspace: &Path,
-    detach_removal: bool,
-) -> Result<(), DiskProbeError> {
     let io = |source| DiskProbeError::Io {
         workspace: workspace.to_path_buf(),
         source,
@@ -157,7 +149,7 @@ async fn probe_with(
     std::fs::write(dir.path().join(MARKER), &marker).map_err(io)?;
     let started = std::time::Instant::now();
     let image = probe_image(engine).await?;
-    let seen = seen_by_engine(engine, image, dir.path(), marker.as_bytes(), detach_removal).await?;
+    let seen = seen_by_engine(engine, image, dir.path(), marker.as_bytes()).await?;
     dir.close().map_err(io)?;
     tracing::info!(
         elapsed_ms = started.elapsed().as_millis() as u64,
@@ -181,7 +173,6 @@ async fn seen_by_engine(
     image: &str,
     dir: &Path,
     marker: &[u8],
-    detach_removal: bool,
 ) -> Result<Option<Seen>, DiskProbeError> {
     let docker = engine.docker();
     let body = ContainerCreateBody {
@@ -223,12 +214,7 @@ async fn seen_by_engine(
             return Err(e);
         }
     };
-    if seen.is_none() && detach_removal {
-        // The run goes on for seconds at least: the removal is off its start's path.
-        tokio::spawn(remove(docker.clone(), id));
-    } else {
-        remove(docker.clone(), id).await;
-    }
+    remove(docker.clone(), id).await;
     Ok(seen)
 }
 
@@ -283,7 +269,7 @@ async fn read_marker(engine: &Engine, id: &str) -> Result<Option<Vec<u8>>, DiskP
 pub async fn check(engine: &Engine, workspace: &Path) -> crate::sandbox::doctor::Check {
     use crate::sandbox::doctor::{Check, CheckStatus};
     let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
-    match probe_with(engine, &workspace, false).await {
+    match probe(engine, &workspace).await {
         Ok(()) => Check::new(
             "shared",
             CheckStatus::Pass,
