@@ -54,6 +54,7 @@ async fn doctor_checks_engine_image_tools_git_and_credentials_by_name() {
         "image",
         "tools",
         "init",
+        "shared",
         "exec",
         "egress",
         "git",

@@ -58,13 +58,21 @@ impl SandboxBackend for DockerBackend {
         opts.docker_host = self.docker_host.clone();
         opts.ping_timeout = self.ping_timeout;
         let factory = DockerSandboxFactory::connect(opts).await?;
-        let notes = match factory.sweep_orphans().await {
-            Ok(lines) => lines,
-            Err(e) => {
-                tracing::warn!(error = %e, "orphan sweep failed");
-                Vec::new()
+        // Before any agent starts (and before an image build, which may take minutes), the
+        // engine must see the workspace (refused otherwise); the probe runs while orphans are
+        // swept.
+        let sweep = async {
+            match factory.sweep_orphans().await {
+                Ok(lines) => lines,
+                Err(e) => {
+                    tracing::warn!(error = %e, "orphan sweep failed");
+                    Vec::new()
+                }
             }
         };
+        let probed = super::shared_disk::probe(factory.engine(), factory.workspace());
+        let (notes, probed) = tokio::join!(sweep, probed);
+        probed?;
         factory.ensure_image().await?;
         Ok(Preflight {
             factory: Arc::new(factory),

@@ -53,6 +53,8 @@ pub async fn checks(
         Ok(engine) => {
             let (image_check, present) = image_check(engine, image).await;
             checks.push(image_check);
+            // Needs no agent image: its own (one empty file) is imported on first use.
+            checks.push(super::shared_disk::check(engine, workspace).await);
             if let Some(image) = present {
                 let (tools, missing) = tools_check(engine, &image).await;
                 // The tools container has no init: it started when it passed or named what

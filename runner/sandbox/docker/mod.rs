@@ -30,6 +30,7 @@ pub mod readonly;
 pub mod seccomp;
 mod sentinel;
 pub mod service;
+pub mod shared_disk;
 mod teardown;
 pub mod usage;
 mod verify;
