@@ -5,6 +5,10 @@
 //! Proves the second engine is such an engine (a bind mount of a host directory shows none of
 //! its files, and what a container writes there never reaches the host), and that flowerbox
 //! refuses it at start, `once` and `doctor` alike, naming `DOCKER_HOST`, before any agent runs.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "model_support/mod.rs"]
 mod model_support;

@@ -85,7 +85,7 @@ impl From<DiskProbeError> for SandboxError {
         match e {
             DiskProbeError::NotShared { .. } => SandboxError::Unsupported(e.to_string()),
             DiskProbeError::Io { source, .. } => SandboxError::Io(source),
-            DiskProbeError::Engine(_) => SandboxError::Docker(e.to_string()),
+            DiskProbeError::Engine(b) => SandboxError::Engine(b.into()),
         }
     }
 }
