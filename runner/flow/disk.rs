@@ -245,8 +245,7 @@ impl Meter {
     /// time by enough to reach the budget (not sooner than [`FULL_MIN`] after it), or it is
     /// [`WALK_EVERY`] old.
     fn due(&self, budget: u64) -> bool {
-        let age = self.measured_at.elapsed();
-        if age >= WALK_EVERY {
+        if self.measured_at.elapsed() >= WALK_EVERY {
             return true;
         }
         let grown: u64 = fs_used(&self.watched)
@@ -256,6 +255,16 @@ impl Meter {
                 Some(now.saturating_sub(then))
             })
             .sum();
+        self.due_after(budget, grown)
+    }
+
+    /// [`Meter::due`] once the file systems' growth since the last full measurement is known
+    /// (`grown` bytes; what others freed meanwhile can hide growth until [`WALK_EVERY`]).
+    fn due_after(&self, budget: u64, grown: u64) -> bool {
+        let age = self.measured_at.elapsed();
+        if age >= WALK_EVERY {
+            return true;
+        }
         let known = self
             .containers
             .iter()
