@@ -32,6 +32,31 @@ fn flowerbox(model: &ScriptedModel, home: &std::path::Path, ws: &std::path::Path
     c
 }
 
+/// `flowerbox once -t TOOLS PROMPT` on `image` in a fresh workspace (returned with its canonical
+/// path); it must exit 0.
+fn once_ok(
+    model: &ScriptedModel,
+    image: &str,
+    tools: &str,
+    prompt: &str,
+) -> (tempfile::TempDir, std::path::PathBuf) {
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = ws.path().canonicalize().unwrap();
+    let out = flowerbox(model, home.path(), &ws_path)
+        .env("FLOWERBOX_IMAGE", image)
+        .args(["once", "-t", tools, prompt])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (ws, ws_path)
+}
+
 /// A script saved with Windows line endings fails in the container with "required file not
 /// found" (exit 127) or "bad interpreter" (126); the tool result names the CRLF cause and the
 /// fix, read from the file's bytes.
@@ -47,20 +72,7 @@ async fn a_crlf_script_in_the_container_gets_the_line_ending_hint() {
         {"content": [{"type": "tool_use", "name": "Bash",
                       "input": {"command": "chmod +x run.sh\n./run.sh"}}]},
         {"content": [{"type": "text", "text": "看到了"}]}]}]}));
-    let home = tempfile::tempdir().unwrap();
-    let ws = tempfile::tempdir().unwrap();
-    let ws_path = ws.path().canonicalize().unwrap();
-    let out = flowerbox(&model, home.path(), &ws_path)
-        .env("FLOWERBOX_IMAGE", &image)
-        .args(["once", "-t", "Write,Bash", "跑脚本"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (_ws, ws_path) = once_ok(&model, &image, "Write,Bash", "跑脚本");
     let result = model.recorded()[2]["messages"][4]["content"][0].clone();
     let text = result["content"].as_str().unwrap_or_default().to_string();
     assert_eq!(result["is_error"], true, "{result}");
@@ -215,20 +227,7 @@ async fn a_background_command_in_the_container_is_read_and_stopped() {
         tool("TaskStop", json!({"task_id": "bash_2"})),
         tool("Bash", json!({"command": count})),
         {"content": [{"type": "text", "text": "好了"}]}]}]}));
-    let home = tempfile::tempdir().unwrap();
-    let ws = tempfile::tempdir().unwrap();
-    let ws_path = ws.path().canonicalize().unwrap();
-    let out = flowerbox(&model, home.path(), &ws_path)
-        .env("FLOWERBOX_IMAGE", &image)
-        .args(["once", "-t", "Bash", "后台跑"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let _ws = once_ok(&model, &image, "Bash", "后台跑");
     let result = |i: usize| {
         let msgs = model.recorded()[i]["messages"].clone();
         let last = msgs.as_array().unwrap().last().unwrap().clone();

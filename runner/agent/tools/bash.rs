@@ -217,28 +217,7 @@ mod tests {
     async fn a_zero_timeout_is_the_default_not_an_instant_kill() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().canonicalize().unwrap();
-        let abox = crate::sandbox::AgentBox {
-            agent: "once".into(),
-            role: crate::role::Role::Once,
-            mounts: vec![crate::sandbox::Mount::same(ws.clone(), false)],
-            masked: Vec::new(),
-            workdir: ws.clone(),
-            policy: crate::sandbox::SandboxPolicy::writer(),
-        };
-        let ctx = ToolContext::new(
-            "once".into(),
-            crate::role::Role::Once,
-            0,
-            abox,
-            Some(std::sync::Arc::new(
-                crate::sandbox::host::HostSandboxFactory::new(),
-            )),
-            None,
-            std::sync::Arc::new(crate::channel::Absent),
-            tokio_util::sync::CancellationToken::new(),
-            None,
-            super::super::ToolLimits::default(),
-        );
+        let ctx = super::super::crlf::tests::ctx(&ws);
         let out = BashTool
             .call(
                 &json!({"command": "echo fbx > check.txt && cat check.txt", "timeout": 0}),

@@ -139,7 +139,7 @@ fn hint(path: &Path, head: &[u8]) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::bash::BashTool;
     use super::super::Tool;
     use super::*;
@@ -178,7 +178,8 @@ mod tests {
         assert_eq!(run_words("source ./env.sh"), ["./env.sh"]);
     }
 
-    fn ctx(ws: &Path) -> ToolContext {
+    /// A worker's tool context on the host sandbox over workspace `ws` (also bash.rs's tests).
+    pub(in crate::agent::tools) fn ctx(ws: &Path) -> ToolContext {
         let abox = crate::sandbox::AgentBox {
             agent: "worker-1".into(),
             role: crate::role::Role::Worker,
