@@ -161,10 +161,13 @@ fn read_script(t: &Task, chunk: u64) -> String {
         quote(&t.out.to_string_lossy()),
         quote(&t.exit.to_string_lossy()),
     );
+    // The state is read before the size, and no more than `size` bytes are printed: a command
+    // that ends between the two reads has all its output counted, and the next read starts
+    // exactly after what this one returned.
     format!(
-        "size=$(wc -c < {out} 2>/dev/null || echo 0)\n\
-         if [ \"$size\" -gt {n} ]; then tail -c +{from} {out} | head -c {chunk}; fi\n\
-         state=$(cat {exit} 2>/dev/null | grep . || {{ kill -0 -- -{pgid} 2>/dev/null && echo running; }} || cat {exit} 2>/dev/null || echo gone)\n\
+        "state=$(cat {exit} 2>/dev/null | grep . || {{ kill -0 -- -{pgid} 2>/dev/null && echo running; }} || cat {exit} 2>/dev/null || echo gone)\n\
+         size=$(wc -c < {out} 2>/dev/null || echo 0)\n\
+         if [ \"$size\" -gt {n} ]; then n=$((size - {n})); [ \"$n\" -gt {chunk} ] && n={chunk}; tail -c +{from} {out} | head -c \"$n\"; fi\n\
          printf '\\n@@flowerbox-bg %s %s\\n' \"$size\" \"$state\"",
         n = t.offset,
         from = t.offset + 1,
@@ -367,6 +370,40 @@ impl Tool for TaskStopTool {
 mod tests {
     use super::*;
 
+    /// The race CI hit: the command wrote its last line and ended between the size and the
+    /// state read, so a read said "ended, no new output" while output was left. Run against
+    /// a real shell: a task that already ended, read from an offset, returns every byte after
+    /// it and the exit code; and the state is read before the size.
+    #[test]
+    fn a_read_of_an_ended_command_returns_all_its_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let (out, exit) = (dir.path().join("bg.log"), dir.path().join("bg.exit"));
+        std::fs::write(&out, "start\nend\n").unwrap();
+        std::fs::write(&exit, "0\n").unwrap();
+        let t = Task {
+            pid: 1,
+            pgid: 999_999,
+            out,
+            exit,
+            offset: 6,
+            stopped: false,
+        };
+        let script = read_script(&t, 3);
+        assert!(script.find("state=").unwrap() < script.find("size=").unwrap());
+        let run = |script: String| {
+            let o = std::process::Command::new("bash")
+                .arg("-c")
+                .arg(script)
+                .output()
+                .unwrap();
+            parse_status(&String::from_utf8(o.stdout).unwrap()).unwrap()
+        };
+        let s = run(script);
+        assert_eq!((s.new_output.as_str(), s.size, s.state.as_str()), ("end", 10, "0"));
+        let s = run(read_script(&t, 100));
+        assert_eq!(s.new_output, "end\n");
+    }
+
     #[test]
     fn quotes_any_command_as_one_word() {
         assert_eq!(quote("echo 'a b'"), r#"'echo '\''a b'\'''"#);
@@ -393,9 +430,10 @@ mod tests {
         };
         let s = read_script(&t, 100);
         assert!(
-            s.contains("tail -c +4 '/wb/spill/bg-b1.log' | head -c 100"),
+            s.contains("tail -c +4 '/wb/spill/bg-b1.log' | head -c \"$n\""),
             "{s}"
         );
+        assert!(s.contains("-gt 100 ] && n=100"), "{s}");
         assert!(s.contains("kill -0 -- -5"), "{s}");
         assert!(s.contains("printf '\\n@@flowerbox-bg %s %s\\n'"), "{s}");
     }

@@ -1,6 +1,7 @@
 //! Removing what a run made: every container it created, in the order the engine allows
 //! (agents, the pod's helpers, the pod), then its networks. Teardown waits for the starts in
-//! flight; the factory's `Drop` is the last resort.
+//! flight; the factory's `Drop` is the last resort. On the way out it sweeps the workspace's
+//! orphans once more (containers a killed run's engine finished creating after the startup sweep).
 
 use bollard::query_parameters::RemoveContainerOptions;
 use std::sync::atomic::Ordering;
@@ -81,6 +82,13 @@ impl Inner {
                     lock(&self.networks).push(id);
                 }
             }
+        }
+        // A run killed while the engine was creating one of its containers leaves that
+        // container to appear after this run's startup sweep: sweep once more on the way out
+        // (only provably dead owners' containers go; a failure is not this run's).
+        match super::gc::sweep_orphans(&self.engine, &self.opts.workspace).await {
+            Ok(lines) => lines.iter().for_each(|l| tracing::info!("{l}")),
+            Err(e) => tracing::warn!(error = %e, "orphan sweep at teardown failed"),
         }
         first_err.map_or(Ok(()), Err)
     }
