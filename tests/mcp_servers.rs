@@ -14,6 +14,7 @@ mod docker_support;
 #[path = "model_support/mod.rs"]
 mod model_support;
 
+use docker_support::{engine_ready as engine, Sweep};
 use model_support::ScriptedModel;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -25,22 +26,6 @@ const FIXTURE: &str = include_str!("fixtures/mcp/server.py");
 const HTTP_FIXTURE: &str = include_str!("fixtures/mcp/http_server.py");
 /// Each run ends well within this.
 const BOUND: Duration = Duration::from_secs(120);
-
-fn engine(test: &str) -> bool {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        match docker_support::engine_or_skip(test).await {
-            Some(e) => {
-                docker_support::agent_image(&e).await;
-                true
-            }
-            None => false,
-        }
-    })
-}
 
 /// A workspace with the fixture server in it and a `.mcp.json` naming `servers`
 /// (name → mode, or a full entry).
@@ -87,18 +72,6 @@ fn fixture_entry(ws: &Path, mode: &str) -> Value {
         "args": [ws.join("tools/mcp_fixture.py").display().to_string(), "--mode", mode],
         "env": {"FIXTURE_VALUE": "from-config", "ANTHROPIC_API_KEY": "sk-ant-planted"}
     })
-}
-
-/// Removes whatever the runs of `ws` left on the engine (only this workspace's).
-struct Sweep(PathBuf);
-
-impl Drop for Sweep {
-    fn drop(&mut self) {
-        let _ = docker_support::gc_command(&self.0)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
 }
 
 /// `flowerbox ARGS` in the project against `model`; (exit code, stdout + stderr).

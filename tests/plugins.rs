@@ -14,38 +14,10 @@
 mod docker_support;
 mod flow_support;
 
+use docker_support::{engine_ready as engine, Sweep};
 use flow_support::{requests_with, Project, Ran, ScriptedModel};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-
-fn engine(test: &str) -> bool {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        match docker_support::engine_or_skip(test).await {
-            Some(e) => {
-                docker_support::agent_image(&e).await;
-                true
-            }
-            None => false,
-        }
-    })
-}
-
-/// Removes whatever the runs of `ws` left on the engine (only this workspace's).
-struct Sweep(PathBuf);
-
-impl Drop for Sweep {
-    fn drop(&mut self) {
-        let _ = docker_support::gc_command(&self.0)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
-}
 
 /// Writes the plugin into `ws`; returns the host path its hook would touch if it ran on the
 /// host.
@@ -142,6 +114,25 @@ fn tool_names(req: &Value) -> Vec<String> {
         .flatten()
         .map(|t| t["name"].as_str().unwrap().to_string())
         .collect()
+}
+
+/// A `go --no-goal` scenario whose coordinator dispatches the plugin's agent type `cleaner`,
+/// which tries `rm -rf victim`.
+fn cleaner_scenario() -> Value {
+    let brief =
+        "## 目标\n清理\n\n## 验收标准\n- victim 不见了\n\n## 边界\n无\n\n## 未知与假设\n无\n";
+    json!({"agents": [
+        {"role": "clarifier", "turns": [{"content": [{"type": "text", "text": brief}]}]},
+        {"role": "coordinator", "turns": [
+            {"content": [tool("Agent", json!({"description": "清理", "prompt": "删掉 victim", "subagent_type": "cleaner"}))]},
+            {"content": [{"type": "text", "text": "cleaner 被拦下了。"}]},
+            {"content": [{"type": "text", "text": "总结:cleaner 被拦下了。"}]}
+        ]},
+        {"role": "worker", "prompt": "PLUGIN-CLEANER-PROMPT", "turns": [
+            {"content": [tool("Bash", json!({"command": "rm -rf victim"}))]},
+            {"content": [{"type": "text", "text": "结论:没删成\n依据:钩子拦下了 rm -rf\n产出:无\n未验证:无"}]}
+        ]}
+    ]})
 }
 
 /// The blocked Bash call's result says where the hook ran: not here, as the invoking user.
@@ -279,20 +270,7 @@ fn go_dispatches_the_plugin_agent_type_and_its_rm_rf_is_blocked_in_its_container
     let p = Project::new();
     let _sweep = Sweep(p.ws.clone());
     let marker = plant_plugin(&p.ws);
-    let brief =
-        "## 目标\n清理\n\n## 验收标准\n- victim 不见了\n\n## 边界\n无\n\n## 未知与假设\n无\n";
-    let model = ScriptedModel::start(&json!({"agents": [
-        {"role": "clarifier", "turns": [{"content": [{"type": "text", "text": brief}]}]},
-        {"role": "coordinator", "turns": [
-            {"content": [tool("Agent", json!({"description": "清理", "prompt": "删掉 victim", "subagent_type": "cleaner"}))]},
-            {"content": [{"type": "text", "text": "cleaner 被拦下了。"}]},
-            {"content": [{"type": "text", "text": "总结:cleaner 被拦下了。"}]}
-        ]},
-        {"role": "worker", "prompt": "PLUGIN-CLEANER-PROMPT", "turns": [
-            {"content": [tool("Bash", json!({"command": "rm -rf victim"}))]},
-            {"content": [{"type": "text", "text": "结论:没删成\n依据:钩子拦下了 rm -rf\n产出:无\n未验证:无"}]}
-        ]}
-    ]}));
+    let model = ScriptedModel::start(&cleaner_scenario());
     let r = p.run_in(
         "docker",
         &model,
@@ -420,20 +398,7 @@ fn with_isolate_the_workers_hook_runs_from_its_worktrees_copy_of_the_plugin() {
     std::fs::write(p.ws.join(".gitignore"), "runs/\n").unwrap();
     git(&["add", "."]);
     git(&["commit", "-q", "-m", "plugin"]);
-    let brief =
-        "## 目标\n清理\n\n## 验收标准\n- victim 不见了\n\n## 边界\n无\n\n## 未知与假设\n无\n";
-    let model = ScriptedModel::start(&json!({"agents": [
-        {"role": "clarifier", "turns": [{"content": [{"type": "text", "text": brief}]}]},
-        {"role": "coordinator", "turns": [
-            {"content": [tool("Agent", json!({"description": "清理", "prompt": "删掉 victim", "subagent_type": "cleaner"}))]},
-            {"content": [{"type": "text", "text": "cleaner 被拦下了。"}]},
-            {"content": [{"type": "text", "text": "总结:cleaner 被拦下了。"}]}
-        ]},
-        {"role": "worker", "prompt": "PLUGIN-CLEANER-PROMPT", "turns": [
-            {"content": [tool("Bash", json!({"command": "rm -rf victim"}))]},
-            {"content": [{"type": "text", "text": "结论:没删成\n依据:钩子拦下了 rm -rf\n产出:无\n未验证:无"}]}
-        ]}
-    ]}));
+    let model = ScriptedModel::start(&cleaner_scenario());
     let r = p.run_in(
         "docker",
         &model,

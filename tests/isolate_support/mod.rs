@@ -7,6 +7,8 @@
 pub mod docker_support;
 #[path = "../model_support/mod.rs"]
 pub mod model_support;
+pub mod plain;
+pub mod user_git;
 
 use docker_support::{agent_image, run_id};
 use flowerbox::agent::human::Absent;
@@ -123,11 +125,7 @@ impl IsoRun {
         let provider = model.provider(model_support::fast());
         let mut cfg = RuntimeConfig::new(ws.clone(), "claude-sonnet-4-5".into(), run_id.clone());
         if guarded {
-            cfg.masked = vec![runs.clone()];
-            cfg.masked_ids = flowerbox::fsroot::own::identity(&runs)
-                .into_iter()
-                .collect();
-            cfg.quarantine = Some(runs.join("quarantine").join(&run_id));
+            guard(&mut cfg, &runs, &run_id);
         }
         let events = Arc::new(Mutex::new(Vec::new()));
         let ev = events.clone();
@@ -160,15 +158,7 @@ impl IsoRun {
 
     /// The warning lines shown so far.
     pub fn warnings(&self) -> Vec<String> {
-        self.events
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|e| match &e.kind {
-                EventKind::Warning { text } => Some(text.clone()),
-                _ => None,
-            })
-            .collect()
+        warnings(&self.events)
     }
 
     /// The end of the run as the driver does it: the step's containers released (the step-end
@@ -204,20 +194,7 @@ impl IsoRun {
 
     /// The result `(is_error, text)` of the tool call with id `id`.
     pub fn result(&self, id: &str) -> (bool, String) {
-        self.events
-            .lock()
-            .unwrap()
-            .iter()
-            .find_map(|e| match &e.kind {
-                EventKind::ToolResult {
-                    id: i,
-                    is_error,
-                    text,
-                    ..
-                } if i == id => Some((*is_error, text.clone())),
-                _ => None,
-            })
-            .unwrap_or_else(|| panic!("no result for tool call {id}"))
+        result(&self.events, id)
     }
 
     /// Results of `tool` called by `agent`.
@@ -261,6 +238,61 @@ impl Drop for IsoRun {
     fn drop(&mut self) {
         docker_support::teardown_blocking(&self.factory);
     }
+}
+
+/// The driver's guard of a run: the run directory `runs` masked from every agent and planted
+/// repositories moved into `runs/quarantine/<run>`.
+fn guard(cfg: &mut RuntimeConfig, runs: &Path, run_id: &str) {
+    cfg.masked = vec![runs.to_path_buf()];
+    cfg.masked_ids = flowerbox::fsroot::own::identity(runs).into_iter().collect();
+    cfg.quarantine = Some(runs.join("quarantine").join(run_id));
+}
+
+/// The warning lines among `events`.
+fn warnings(events: &Mutex<Vec<Event>>) -> Vec<String> {
+    events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Warning { text } => Some(text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The result `(is_error, text)` of the tool call with id `id` among `events`.
+fn result(events: &Mutex<Vec<Event>>, id: &str) -> (bool, String) {
+    events
+        .lock()
+        .unwrap()
+        .iter()
+        .find_map(|e| match &e.kind {
+            EventKind::ToolResult {
+                id: i,
+                is_error,
+                text,
+                ..
+            } if i == id => Some((*is_error, text.clone())),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no result for tool call {id}"))
+}
+
+/// The coordinator's run of `task` on `rt`, bounded by `bound`; it must end well.
+pub async fn coordinate(rt: &Arc<Runtime>, task: &str, bound: std::time::Duration) {
+    use flowerbox::agent::{roles, RunOptions};
+    let r = tokio::time::timeout(
+        bound,
+        rt.run(
+            &roles::coordinator("协调者", "", vec![]),
+            task,
+            RunOptions::default(),
+        ),
+    )
+    .await
+    .expect("bounded");
+    assert!(r.ok, "{:?}", r.error);
 }
 
 /// A `tool_use` block.
