@@ -62,15 +62,7 @@ async fn a_judge_sees_live_artifacts_and_cannot_write() {
                 {"content": [text("## 结论\nNOT_YET\n## 理由\n跑不了命令\n## 未通过\n无")]}]}]})
     })
     .await;
-    let r = run
-        .rt
-        .run(
-            &roles::coordinator("协调者", "", vec![]),
-            "起服务",
-            RunOptions::default(),
-        )
-        .await;
-    assert!(r.ok, "{:?}", r.error);
+    coordinate(&run.rt, "起服务").await;
     let agent = run.results_of("协调者", "Agent");
     assert!(agent[0].1.contains("已合入 main"), "{agent:?}");
     assert!(run.ws.join("app").is_file());

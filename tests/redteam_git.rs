@@ -391,7 +391,9 @@ async fn a_worker_in_its_worktree_plants_nothing_the_host_runs_and_moves_no_fore
     let before = protected(&git_dir, &blob);
     let refs_before = refs(&ws);
 
-    coordinate(&run.rt, "旁观者和攻击者", BOUND).await;
+    tokio::time::timeout(BOUND, coordinate(&run.rt, "旁观者和攻击者"))
+        .await
+        .expect("bounded");
     let bash = run.results_of("worker-2", "Bash");
     let mut attempts = attempts_made(&bash[0].1, &[COMMON, WORKTREE_ONLY].concat());
     let agent_results = run.results_of("协调者", "Agent");
@@ -542,7 +544,9 @@ async fn a_worker_in_the_shared_workspace_plants_nothing_in_its_git() {
     let run = PlainRun::new(&engine, "redteam-plain", &ws, scenario).await;
     let before = protected(&git_dir, &blob);
     let refs_before = refs(&ws);
-    coordinate(&run.rt, "攻击者", BOUND).await;
+    tokio::time::timeout(BOUND, coordinate(&run.rt, "攻击者"))
+        .await
+        .expect("bounded");
     let (_, out) = run.result("attack");
     let mut attempts = attempts_made(&out, COMMON);
     assert!(!out.contains("ATTEMPT admin-"), "{out}");

@@ -474,15 +474,7 @@ async fn a_judge_and_a_coordinator_cannot_write_by_any_route() {
                 {"content": [text("## 结论\nNOT_YET\n## 理由\n只是看看\n## 未通过\n无")]}]}]})
     })
     .await;
-    let r = run
-        .rt
-        .run(
-            &roles::coordinator("协调者", "", vec![]),
-            "起服务",
-            RunOptions::default(),
-        )
-        .await;
-    assert!(r.ok, "{:?}", r.error);
+    coordinate(&run.rt, "起服务").await;
     let started = run.results_of("worker-1", "Bash");
     assert!(started[0].1.contains("canary_addr"), "{started:?}");
     let (_, wt) = run.placement.worktree_of("worker-1").unwrap();

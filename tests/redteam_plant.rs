@@ -175,7 +175,9 @@ async fn isolate_plants_in_the_workbench_and_committed_links_out_never_reach_the
         json!({"agents": agents})
     })
     .await;
-    coordinate(&run.rt, "布置", BOUND).await;
+    tokio::time::timeout(BOUND, coordinate(&run.rt, "布置"))
+        .await
+        .expect("bounded");
     let wb_out = &run.results_of("worker-1", "Bash")[0].1;
     let mut attempts = attempts_made(
         wb_out,
@@ -325,7 +327,9 @@ async fn shared_workspace_nested_repositories_never_reach_the_user() {
             {"content": [tool("Bash", json!({"command": script, "timeout": 120000}))]},
             {"content": [text(REPORT)]}]}]});
     let run = PlainRun::guarded(&engine, "redteam-plant-plain", &ws, scenario).await;
-    coordinate(&run.rt, "布置", BOUND).await;
+    tokio::time::timeout(BOUND, coordinate(&run.rt, "布置"))
+        .await
+        .expect("bounded");
     let mut attempts = attempts_made(
         &run.bash_output(),
         &[
@@ -417,7 +421,9 @@ async fn a_worktree_with_an_untracked_nested_repository_is_kept_as_said() {
                 {"content": [text(REPORT)]}]}]})
     })
     .await;
-    coordinate(&run.rt, "改", BOUND).await;
+    tokio::time::timeout(BOUND, coordinate(&run.rt, "改"))
+        .await
+        .expect("bounded");
     let agent = &run.results_of("协调者", "Agent")[0].1;
     assert!(agent.contains("已合入 main"), "{agent}");
     assert!(agent.contains("worktree 会留着"), "{agent}");

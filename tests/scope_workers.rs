@@ -16,7 +16,7 @@ use flowerbox::agent::{roles, Event, EventKind, RunOptions, Runtime, RuntimeConf
 use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory};
 use flowerbox::session::SqliteSessionStore;
 use isolate_support::docker_support::{self, agent_image, engine_or_skip, run_id, SERIAL};
-use isolate_support::{repo, text, tool, ScriptedModel, REPORT};
+use isolate_support::{coordinate, repo, text, tool, ScriptedModel, REPORT};
 use serde_json::json;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -209,15 +209,7 @@ async fn with_isolate_the_scope_applies_inside_the_worktree() {
                 json!({"content": [text(REPORT)]})])]})
     })
     .await;
-    let r = run
-        .rt
-        .run(
-            &roles::coordinator("协调者", "", vec![]),
-            "派人",
-            RunOptions::default(),
-        )
-        .await;
-    assert!(r.ok, "{:?}", r.error);
+    coordinate(&run.rt, "派人").await;
     let bash = run.results_of("worker-1", "Bash");
     assert!(
         bash[0].0
