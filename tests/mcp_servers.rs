@@ -119,35 +119,9 @@ fn tool(name: &str, input: Value) -> Value {
 
 /// Every tool result the model received, by the name of its tool: (text, is_error).
 fn results(model: &ScriptedModel) -> BTreeMap<String, Vec<(String, bool)>> {
-    let mut names = BTreeMap::new();
-    let mut seen = std::collections::BTreeSet::new();
     let mut out: BTreeMap<String, Vec<(String, bool)>> = BTreeMap::new();
-    for req in model.recorded() {
-        for m in req["messages"].as_array().into_iter().flatten() {
-            for b in m["content"].as_array().into_iter().flatten() {
-                match b["type"].as_str() {
-                    Some("tool_use") => {
-                        names.insert(
-                            b["id"].as_str().unwrap().to_string(),
-                            b["name"].as_str().unwrap().to_string(),
-                        );
-                    }
-                    Some("tool_result") => {
-                        let id = b["tool_use_id"].as_str().unwrap().to_string();
-                        if seen.insert(id.clone()) {
-                            let text = match &b["content"] {
-                                Value::String(s) => s.clone(),
-                                other => other.to_string(),
-                            };
-                            out.entry(names[&id].clone())
-                                .or_default()
-                                .push((text, b["is_error"].as_bool().unwrap_or(false)));
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
+    for (name, text, is_error) in model.tool_results() {
+        out.entry(name).or_default().push((text, is_error));
     }
     out
 }

@@ -15,6 +15,7 @@ mod docker_support;
 mod flow_support;
 
 use docker_support::{engine_ready as engine, Sweep};
+use flow_support::model_support::tool_results;
 use flow_support::{requests_with, Project, Ran, ScriptedModel};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -74,37 +75,6 @@ const STOP_HOOK: &str = "case \"$(cat)\" in *'\"stop_hook_active\":false'*) echo
 
 fn tool(name: &str, input: Value) -> Value {
     json!({"type": "tool_use", "name": name, "input": input})
-}
-
-/// Every tool result in `reqs`, by tool name: (text, is_error).
-fn results(reqs: &[Value]) -> Vec<(String, String, bool)> {
-    let mut names = std::collections::BTreeMap::new();
-    let mut seen = std::collections::BTreeSet::new();
-    let mut out = Vec::new();
-    for req in reqs {
-        for m in req["messages"].as_array().into_iter().flatten() {
-            for b in m["content"].as_array().into_iter().flatten() {
-                match b["type"].as_str() {
-                    Some("tool_use") => {
-                        names.insert(b["id"].to_string(), b["name"].as_str().unwrap().to_string());
-                    }
-                    Some("tool_result") if seen.insert(b["tool_use_id"].to_string()) => {
-                        let text = match &b["content"] {
-                            Value::String(s) => s.clone(),
-                            other => other.to_string(),
-                        };
-                        out.push((
-                            names[&b["tool_use_id"].to_string()].clone(),
-                            text,
-                            b["is_error"].as_bool().unwrap_or(false),
-                        ));
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-    out
 }
 
 fn tool_names(req: &Value) -> Vec<String> {
@@ -199,7 +169,7 @@ fn once_sees_the_skill_reads_it_and_the_hook_blocks_rm_rf_in_the_container() {
     );
     assert!(!system.contains("DEPLOY-STEPS"), "{system}");
     assert!(tool_names(&reqs[0]).contains(&"Skill".to_string()));
-    let results = results(&reqs);
+    let results = tool_results(&reqs);
     let skills: Vec<_> = results.iter().filter(|(n, _, _)| n == "Skill").collect();
     assert!(
         skills[0].1.contains("DEPLOY-STEPS") && !skills[0].2,
@@ -299,7 +269,7 @@ fn go_dispatches_the_plugin_agent_type_and_its_rm_rf_is_blocked_in_its_container
     tools.sort();
     // TaskOutput and TaskStop come with a Bash that may run in the background.
     assert_eq!(tools, ["Bash", "Read", "Skill", "TaskOutput", "TaskStop"]);
-    assert_blocked_in_container(&results(&worker), &r);
+    assert_blocked_in_container(&tool_results(&worker), &r);
     assert_eq!(
         std::fs::read_to_string(p.ws.join("victim")).unwrap(),
         "keep me"
@@ -406,7 +376,7 @@ fn with_isolate_the_workers_hook_runs_from_its_worktrees_copy_of_the_plugin() {
     );
     assert_eq!(r.code(), 0, "{r:?}");
     let worker = requests_with(&model, "PLUGIN-CLEANER-PROMPT");
-    let results = results(&worker);
+    let results = tool_results(&worker);
     assert_blocked_in_container(&results, &r);
     let (_, text, _) = results.iter().find(|(n, _, _)| n == "Bash").unwrap();
     let root = text.split("root=").nth(1).unwrap().trim();
@@ -463,7 +433,7 @@ fn a_plugin_dir_outside_the_workspace_is_mounted_read_only_so_its_hook_scripts_r
         &["--plugin-dir", &own_arg, "once", "-t", "Read,Bash", "试试"],
     );
     assert_eq!(r.code(), 0, "{r:?}");
-    let results = results(&model.recorded());
+    let results = model.tool_results();
     let (_, text, is_error) = results
         .iter()
         .find(|(n, t, _)| n == "Bash" && t.contains("outside-plugin"))
@@ -516,7 +486,7 @@ fn a_user_prompt_submit_block_stops_the_step_and_post_tool_use_tells_the_model()
     ]}]}));
     let r = p.run_in("docker", &model, &["once", "-t", "Read,Bash", "看一眼"]);
     assert_eq!(r.code(), 0, "{r:?}");
-    let results = results(&model.recorded());
+    let results = model.tool_results();
     let (_, text, is_error) = &results[0];
     assert!(
         !is_error && text.contains("seen") && text.contains("post-check: output noted"),

@@ -29,7 +29,8 @@ mod redteam_support;
 use docker_support::{engine_ready as engine, Sweep};
 use flow_support::{Project, ScriptedModel};
 use redteam_support::{
-    bash, measured, repository, text, user_command, user_file, Outcome, PLANT_X, REPORT,
+    bash, measured, repository, text, user_command, user_file, write_user_file, Outcome, PLANT_X,
+    REPORT,
 };
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -574,16 +575,13 @@ async fn the_probe_and_setup_never_send_a_secret_to_a_planted_address() {
         ),
     )
     .unwrap();
-    let user = p.home.join(".config/flower/.env");
-    std::fs::create_dir_all(user.parent().unwrap()).unwrap();
-    std::fs::write(
-        &user,
-        format!(
+    let user = write_user_file(
+        &p,
+        &format!(
             "ANTHROPIC_API_KEY={USER_KEY}\nANTHROPIC_BASE_URL={}\n",
             gateway.url
         ),
-    )
-    .unwrap();
+    );
     let l = lookup();
     let mut out = Vec::new();
     let creds = ensure_discovered(

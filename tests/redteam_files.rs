@@ -94,40 +94,6 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
     out
 }
 
-/// Every tool result the model received (in any request, each once), with its tool's name:
-/// (name, text, is_error).
-fn tool_results(model: &ScriptedModel) -> Vec<(String, String, bool)> {
-    let mut names: BTreeMap<String, String> = BTreeMap::new();
-    let mut seen = std::collections::BTreeSet::new();
-    let mut out = Vec::new();
-    for req in model.recorded() {
-        for m in req["messages"].as_array().into_iter().flatten() {
-            for b in m["content"].as_array().into_iter().flatten() {
-                match b["type"].as_str() {
-                    Some("tool_use") => {
-                        names.insert(
-                            b["id"].as_str().unwrap().to_string(),
-                            b["name"].as_str().unwrap().to_string(),
-                        );
-                    }
-                    Some("tool_result") => {
-                        let id = b["tool_use_id"].as_str().unwrap().to_string();
-                        if seen.insert(id.clone()) {
-                            out.push((
-                                names.get(&id).cloned().unwrap_or_default(),
-                                b["content"].to_string(),
-                                b["is_error"].as_bool().unwrap_or(false),
-                            ));
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-    out
-}
-
 /// How many recorded requests contain `needle` anywhere.
 fn requests_containing(model: &ScriptedModel, needle: &str) -> usize {
     model
@@ -234,7 +200,7 @@ fn a_directory_swapped_with_a_link_to_the_host_never_leaks_or_lets_a_write_out()
         ],
     );
 
-    let results = tool_results(&model);
+    let results = model.tool_results();
     let file_calls: Vec<&(String, String, bool)> =
         results.iter().filter(|(n, _, _)| n != "Bash").collect();
     let leaked: Vec<&&(String, String, bool)> = file_calls
@@ -281,7 +247,7 @@ fn go_scenario(worker_turns: Vec<Value>) -> Value {
 fn plant_counts(model: &ScriptedModel) -> (usize, usize) {
     let mut planted = 0;
     let mut refused = 0;
-    for (name, text, _) in tool_results(model) {
+    for (name, text, _) in model.tool_results() {
         if name == "Bash" {
             planted += text.matches("PLANTED").count();
             refused += text.matches("REFUSED").count();
@@ -365,7 +331,8 @@ fn workbench_files_replaced_by_links_and_fifos_are_neither_followed_nor_waited_o
     let model = ScriptedModel::start(&go_scenario(turns));
     let (code, out, took) = run(&p, &model, &["--timeout", "0", "做 X"]);
     let (planted_n, refused_n) = plant_counts(&model);
-    let file_calls: Vec<(String, String, bool)> = tool_results(&model)
+    let file_calls: Vec<(String, String, bool)> = model
+        .tool_results()
         .into_iter()
         .filter(|(n, _, _)| !matches!(n.as_str(), "Bash" | "Agent"))
         .collect();
@@ -473,10 +440,12 @@ fn a_run_directory_deep_in_the_workspace_stays_masked_when_its_parent_is_renamed
         &["-r", "deep/records", "--timeout", "0", "做 X"],
     );
     let (planted_n, refused_n) = plant_counts(&model);
-    let redirected = tool_results(&model)
+    let redirected = model
+        .tool_results()
         .iter()
         .any(|(n, t, _)| n == "Bash" && t.contains("REDIRECTED"));
-    let file_calls: Vec<(String, String, bool)> = tool_results(&model)
+    let file_calls: Vec<(String, String, bool)> = model
+        .tool_results()
         .into_iter()
         .filter(|(n, _, _)| matches!(n.as_str(), "Read" | "Grep"))
         .collect();
@@ -557,7 +526,7 @@ fn with_isolate_no_container_sees_the_run_directory() {
         ],
     );
     let (planted_n, refused_n) = plant_counts(&model);
-    let results = tool_results(&model);
+    let results = model.tool_results();
     let reads: Vec<&(String, String, bool)> =
         results.iter().filter(|(n, _, _)| n == "Read").collect();
     let listing = results

@@ -521,29 +521,20 @@ async fn a_worker_in_the_shared_workspace_plants_nothing_in_its_git() {
         return;
     };
     let _serial = SERIAL.lock().await;
-    let Target {
-        dir: _dir,
-        root,
-        ws,
-        git_dir,
-        blob,
-        mark,
-        secret,
-        word,
-    } = Target::new();
-    let tools = file_tool_attempts(&git_dir, &[]);
+    let t = Target::new();
+    let tools = file_tool_attempts(&t.git_dir, &[]);
     let scenario = json!({"agents": [
         {"role": "coordinator", "turns": [
             {"content": [tool("Agent", json!({"description": "攻击者", "prompt": "改 a.txt"}))]},
             {"content": [text("完了")]}]},
         {"role": "worker", "turns": [
             {"content": [{"type": "tool_use", "name": "Bash", "id": "attack",
-                          "input": {"command": script(&mark, &secret, "anyrun", "worker-9"), "timeout": 300000}}]},
-            {"content": writes(&tools, &mark)},
+                          "input": {"command": script(&t.mark, &t.secret, "anyrun", "worker-9"), "timeout": 300000}}]},
+            {"content": writes(&tools, &t.mark)},
             {"content": [text(REPORT)]}]}]});
-    let run = PlainRun::new(&engine, "redteam-plain", &ws, scenario).await;
-    let before = protected(&git_dir, &blob);
-    let refs_before = refs(&ws);
+    let run = PlainRun::new(&engine, "redteam-plain", &t.ws, scenario).await;
+    let before = protected(&t.git_dir, &t.blob);
+    let refs_before = refs(&t.ws);
     tokio::time::timeout(BOUND, coordinate(&run.rt, "攻击者"))
         .await
         .expect("bounded");
@@ -559,29 +550,29 @@ async fn a_worker_in_the_shared_workspace_plants_nothing_in_its_git() {
         }
     }
     run.rt.release_agents().await;
-    let after = protected(&git_dir, &blob);
+    let after = protected(&t.git_dir, &t.blob);
     breaches.extend(
         protected_breaches(&before, &after)
             .iter()
             .map(|s| s.to_string()),
     );
-    if refs(&ws) != refs_before {
-        breaches.push(format!("refs changed: {:?}", refs(&ws)));
+    if refs(&t.ws) != refs_before {
+        breaches.push(format!("refs changed: {:?}", refs(&t.ws)));
     }
-    if !git_dir.is_dir() || git_dir.join("config").metadata().is_err() {
+    if !t.git_dir.is_dir() || t.git_dir.join("config").metadata().is_err() {
         breaches.push("gitfile: .git replaced".into());
     }
     // The worker's own change is in the workspace, uncommitted; no secret in any object.
-    assert!(std::fs::read_to_string(ws.join("a.txt"))
+    assert!(std::fs::read_to_string(t.ws.join("a.txt"))
         .unwrap()
         .contains("two by attacker"));
-    if all_objects(&ws).contains(&word) {
+    if all_objects(&t.ws).contains(&t.word) {
         breaches.push("secret committed".into());
     }
-    fsck(&ws, &mut breaches);
-    positive_control(&root);
-    host_status(&ws, &root);
-    if mark.exists() {
+    fsck(&t.ws, &mut breaches);
+    positive_control(&t.root);
+    host_status(&t.ws, &t.root);
+    if t.mark.exists() {
         breaches.push("a planted command ran on the host".into());
     }
     attempts += 1;

@@ -47,16 +47,21 @@ pub fn model_command(p: &Project, model: &ScriptedModel) -> Command {
 
 /// The user's own configuration (what `flowerbox setup` writes): `key`, pointing at `model`.
 pub fn user_file(p: &Project, model: &ScriptedModel, key: &str) {
-    let path = p.home.join(".config/flower/.env");
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(
-        &path,
-        format!(
+    write_user_file(
+        p,
+        &format!(
             "ANTHROPIC_API_KEY={key}\nANTHROPIC_BASE_URL={}\nANTHROPIC_MODEL=claude-sonnet-4-5\n",
             model.url
         ),
-    )
-    .unwrap();
+    );
+}
+
+/// Writes `text` as the user's own configuration file in `p`'s HOME; returns its path.
+pub fn write_user_file(p: &Project, text: &str) -> PathBuf {
+    let path = p.home.join(".config/flower/.env");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, text).unwrap();
+    path
 }
 
 /// How one flowerbox process ended.
