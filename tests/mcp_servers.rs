@@ -48,16 +48,22 @@ impl Project {
         for (name, entry) in servers {
             entries.insert(name.to_string(), entry.clone());
         }
-        std::fs::write(
-            ws.join(".mcp.json"),
-            json!({ "mcpServers": entries }).to_string(),
-        )
-        .unwrap();
-        Project {
+        let p = Project {
             _dir: dir,
             ws,
             home,
-        }
+        };
+        p.servers(Value::Object(entries));
+        p
+    }
+
+    /// Writes the workspace's `.mcp.json` naming `servers` (name → entry).
+    fn servers(&self, servers: Value) {
+        std::fs::write(
+            self.ws.join(".mcp.json"),
+            json!({ "mcpServers": servers }).to_string(),
+        )
+        .unwrap();
     }
 
     /// A stdio entry running the fixture in `mode`.
@@ -136,6 +142,15 @@ fn tool_names(req: &Value) -> Vec<String> {
 }
 
 /// Containers (any state) of this workspace's runs.
+/// Nothing of `p`'s runs is left on the engine.
+fn nothing_left(p: &Project) {
+    assert!(
+        containers_of(&p.ws).is_empty(),
+        "{:?}",
+        containers_of(&p.ws)
+    );
+}
+
 fn containers_of(ws: &Path) -> Vec<String> {
     let out = Command::new("docker")
         .args(["ps", "-aq", "--filter"])
@@ -156,11 +171,7 @@ fn a_stdio_server_runs_in_the_agents_container_and_its_tool_reaches_the_model() 
     let p = Project::new(&[]);
     let _sweep = Sweep(p.ws.clone());
     let fixture = p.fixture("normal");
-    std::fs::write(
-        p.ws.join(".mcp.json"),
-        json!({"mcpServers": {"fixture": fixture}}).to_string(),
-    )
-    .unwrap();
+    p.servers(json!({"fixture": fixture}));
     let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
         {"content": [tool("mcp__fixture__probe", json!({})),
                      tool("mcp__fixture__touch", json!({"path": p.ws.join("made-by-mcp").display().to_string()}))]},
@@ -214,11 +225,7 @@ fn a_stdio_server_runs_in_the_agents_container_and_its_tool_reaches_the_model() 
         "the dropped credential is named: {out}"
     );
     // Stopped with its container: nothing of the run is left on the engine.
-    assert!(
-        containers_of(&p.ws).is_empty(),
-        "{:?}",
-        containers_of(&p.ws)
-    );
+    nothing_left(&p);
 }
 
 #[test]
@@ -249,11 +256,7 @@ fn hostile_and_broken_servers_are_tool_errors_never_crashes() {
         json!({"type": "http", "url": "http://127.0.0.1:9/mcp"}),
     );
     servers.insert("human".into(), json!({"command": "python3"}));
-    std::fs::write(
-        p.ws.join(".mcp.json"),
-        json!({ "mcpServers": servers }).to_string(),
-    )
-    .unwrap();
+    p.servers(json!(servers));
     let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
         {"content": [
             tool("mcp__ok__probe", json!({})),
@@ -379,11 +382,7 @@ fn hostile_and_broken_servers_are_tool_errors_never_crashes() {
     );
     // The well-behaved server kept working beside the broken ones.
     assert!(!one("mcp__ok__probe", 1).1);
-    assert!(
-        containers_of(&p.ws).is_empty(),
-        "{:?}",
-        containers_of(&p.ws)
-    );
+    nothing_left(&p);
 }
 
 #[test]
@@ -393,12 +392,7 @@ fn plan_mode_offers_only_read_only_tools_and_minus_t_picks_tools() {
     }
     let p = Project::new(&[]);
     let _sweep = Sweep(p.ws.clone());
-    std::fs::write(
-        p.ws.join(".mcp.json"),
-        json!({"mcpServers": {"fx": p.fixture("normal"), "other": p.fixture("normal")}})
-            .to_string(),
-    )
-    .unwrap();
+    p.servers(json!({"fx": p.fixture("normal"), "other": p.fixture("normal")}));
     let turns = json!({"agents": [{"role": "once", "turns": [
         {"content": [{"type": "text", "text": "看了"}]}]}]});
     let model = ScriptedModel::start(&turns);
@@ -444,16 +438,11 @@ fn doctor_lists_the_servers_and_whether_each_starts() {
     }
     let p = Project::new(&[]);
     let _sweep = Sweep(p.ws.clone());
-    std::fs::write(
-        p.ws.join(".mcp.json"),
-        json!({"mcpServers": {
-            "good": p.fixture("normal"),
-            "bad": p.fixture("failinit"),
-            "old": {"type": "sse", "url": "https://x.example/sse"}
-        }})
-        .to_string(),
-    )
-    .unwrap();
+    p.servers(json!({
+        "good": p.fixture("normal"),
+        "bad": p.fixture("failinit"),
+        "old": {"type": "sse", "url": "https://x.example/sse"}
+    }));
     let model = ScriptedModel::start(&json!({"agents": []}));
     let (_, out) = run(&p, &model, &["doctor"], &[]);
     let mcp: Vec<&str> = out.lines().filter(|l| l.contains(" mcp ")).collect();
@@ -473,21 +462,13 @@ fn doctor_lists_the_servers_and_whether_each_starts() {
             .any(|l| l.starts_with("注意") && l.contains("sse")),
         "{out}"
     );
-    assert!(
-        containers_of(&p.ws).is_empty(),
-        "{:?}",
-        containers_of(&p.ws)
-    );
+    nothing_left(&p);
 }
 
 #[test]
 fn with_sandbox_host_the_server_is_a_host_process_and_says_so() {
     let p = Project::new(&[]);
-    std::fs::write(
-        p.ws.join(".mcp.json"),
-        json!({"mcpServers": {"fx": p.fixture("normal")}}).to_string(),
-    )
-    .unwrap();
+    p.servers(json!({"fx": p.fixture("normal")}));
     let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
         {"content": [tool("mcp__fx__probe", json!({}))]},
         {"content": [{"type": "text", "text": "好"}]}]}]}));
@@ -699,16 +680,11 @@ fn an_http_server_is_reached_from_the_host_only_where_the_egress_policy_allows()
     let host = HttpHost::start(&image);
     let p = Project::new(&[]);
     let _sweep = Sweep(p.ws.clone());
-    std::fs::write(
-        p.ws.join(".mcp.json"),
-        json!({"mcpServers": {"web": {
-            "type": "http",
-            "url": format!("http://{}:8000/mcp", host.ip),
-            "headers": {"Authorization": "Bearer ${FIXTURE_TOKEN}", "X-Other": "${HOME:-none}"}
-        }}})
-        .to_string(),
-    )
-    .unwrap();
+    p.servers(json!({"web": {
+        "type": "http",
+        "url": format!("http://{}:8000/mcp", host.ip),
+        "headers": {"Authorization": "Bearer ${FIXTURE_TOKEN}", "X-Other": "${HOME:-none}"}
+    }}));
     let scenario = json!({"agents": [{"role": "once", "turns": [
         {"content": [tool("mcp__web__probe", json!({}))]},
         {"content": [{"type": "text", "text": "连上了"}]}]}]});
@@ -879,12 +855,7 @@ fn in_go_each_role_gets_the_servers_tools_its_container_allows() {
     let p = Project::new(&[]);
     let _sweep = Sweep(p.ws.clone());
     // Relative to the agent's working directory, as in Claude Code.
-    std::fs::write(
-        p.ws.join(".mcp.json"),
-        json!({"mcpServers": {"fx": {"command": "python3", "args": ["tools/mcp_fixture.py"]}}})
-            .to_string(),
-    )
-    .unwrap();
+    p.servers(json!({"fx": {"command": "python3", "args": ["tools/mcp_fixture.py"]}}));
     let done = p.ws.join("done.txt").display().to_string();
     let model = ScriptedModel::start(&json!({"agents": [
         {"role": "clarifier", "turns": [{"content": [{"type": "text", "text":
@@ -952,9 +923,5 @@ fn in_go_each_role_gets_the_servers_tools_its_container_allows() {
     .shell
     .uid;
     assert_eq!(probe["uid"], judge_uid, "{probe}");
-    assert!(
-        containers_of(&p.ws).is_empty(),
-        "{:?}",
-        containers_of(&p.ws)
-    );
+    nothing_left(&p);
 }
