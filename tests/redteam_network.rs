@@ -154,6 +154,12 @@ async fn probe(tally: &mut Tally, sb: &dyn Sandbox, ws: &Path, targets: &[(Strin
     tally.lines(&out, "CONNECTED", "REFUSED", targets.len(), "");
 }
 
+/// A name looked up from `sb` in `ws`: an attempt that got through when it resolved.
+async fn resolve(tally: &mut Tally, sb: &dyn Sandbox, ws: &Path) {
+    let out = run(sb, ws, "getent hosts pypi.org && echo RESOLVED").await;
+    tally.attempt("dns", out.contains("RESOLVED"));
+}
+
 /// Starts a server on `bind:port` in `sb`'s pod and checks from `other` (another container of
 /// the same pod) that loopback reaches it: the pod's loopback works in this mode.
 async fn loopback_works(run_: &TestRun, port: u16) {
@@ -264,13 +270,7 @@ async fn none_mode_reaches_nothing_but_loopback() {
         let worker = r.sandbox("worker-1", Role::Worker).await;
         let mut tally = Tally::default();
         probe(&mut tally, &*worker, &r.workspace, &targets).await;
-        let out = run(
-            &*worker,
-            &r.workspace,
-            "getent hosts pypi.org && echo RESOLVED",
-        )
-        .await;
-        tally.attempt("dns", out.contains("RESOLVED"));
+        resolve(&mut tally, &*worker, &r.workspace).await;
         assert_none(&tally, "none", &host);
     })
     .await
@@ -324,13 +324,7 @@ async fn proxy_mode_lets_only_listed_domains_through_the_proxy() {
         targets.push(("proxy-other-port".into(), proxy.clone(), host.port));
         targets.extend(world_targets().await);
         probe(&mut tally, &*worker, &r.workspace, &targets).await;
-        let out = run(
-            &*worker,
-            &r.workspace,
-            "getent hosts pypi.org && echo RESOLVED",
-        )
-        .await;
-        tally.attempt("dns", out.contains("RESOLVED"));
+        resolve(&mut tally, &*worker, &r.workspace).await;
 
         // Through the proxy: names it does not list, addresses, a listed name on another port.
         let denied = [
