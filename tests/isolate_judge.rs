@@ -67,18 +67,7 @@ async fn a_judge_sees_live_artifacts_and_cannot_write() {
     assert!(agent[0].1.contains("已合入 main"), "{agent:?}");
     assert!(run.ws.join("app").is_file());
 
-    let judged = run
-        .rt
-        .run(
-            &roles::judge("判定", "", true),
-            "判定这一轮",
-            RunOptions {
-                step: Some("干活·判定#1".into()),
-                ..Default::default()
-            },
-        )
-        .await;
-    assert!(judged.ok, "{:?}", judged.error);
+    judge_round(&run.rt).await;
 
     // An image without the judge's tools is reported as such, not as odd command output.
     let sb = run

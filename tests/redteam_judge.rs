@@ -23,7 +23,6 @@
 
 mod isolate_support;
 
-use flowerbox::agent::{roles, RunOptions};
 use flowerbox::role::Role;
 use flowerbox::sandbox::docker::UserIds;
 use flowerbox::sandbox::{AgentBox, Mount, Sandbox, SandboxFactory};
@@ -494,18 +493,7 @@ async fn a_judge_and_a_coordinator_cannot_write_by_any_route() {
     );
     assert_victim_untouched(&before.3);
 
-    let judged = run
-        .rt
-        .run(
-            &roles::judge("判定", "", true),
-            "判定这一轮",
-            RunOptions {
-                step: Some("干活·判定#1".into()),
-                ..Default::default()
-            },
-        )
-        .await;
-    assert!(judged.ok, "{:?}", judged.error);
+    judge_round(&run.rt).await;
     let (_, judge_out) = run.result("attack");
     let judge_tally = assert_refused("judge", &judge_out);
 

@@ -292,6 +292,22 @@ pub async fn coordinate(rt: &Arc<Runtime>, task: &str) {
     assert!(r.ok, "{:?}", r.error);
 }
 
+/// The judge's first round (`干活·判定#1`, allowed to run commands) on `rt`; it must end well.
+pub async fn judge_round(rt: &Arc<Runtime>) {
+    use flowerbox::agent::{roles, RunOptions};
+    let judged = rt
+        .run(
+            &roles::judge("判定", "", true),
+            "判定这一轮",
+            RunOptions {
+                step: Some("干活·判定#1".into()),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(judged.ok, "{:?}", judged.error);
+}
+
 /// A `tool_use` block.
 pub fn tool(name: &str, input: Value) -> Value {
     json!({"type": "tool_use", "name": name, "input": input})
