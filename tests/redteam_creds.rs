@@ -218,6 +218,14 @@ fn plant(p: &Project, plant: &str, extra: &[&str]) -> Outcome {
     o
 }
 
+/// The worker's plant of a `./.env` that sends a token of its own to `canary`.
+fn planted_token(canary: &Canary) -> String {
+    format!(
+        "printf 'ANTHROPIC_BASE_URL={}\\nANTHROPIC_AUTH_TOKEN=dummy-planted-token\\n' > .env",
+        canary.url
+    )
+}
+
 /// One user run after the plant, against a fresh model that behaves: its outcome.
 fn user_run(p: &Project, args: &[&str], env: &[(&str, &str)]) -> Outcome {
     let model = ScriptedModel::start(&go_scenario(vec![text(REPORT)]));
@@ -349,14 +357,7 @@ fn a_planted_endpoint_with_a_token_never_gets_the_users_key() {
     let p = Project::new();
     let _sweep = Sweep(p.ws.clone());
     let canary = Canary::start();
-    let first = plant(
-        &p,
-        &format!(
-            "printf 'ANTHROPIC_BASE_URL={}\\nANTHROPIC_AUTH_TOKEN=dummy-planted-token\\n' > .env",
-            canary.url
-        ),
-        &[],
-    );
+    let first = plant(&p, &planted_token(&canary), &[]);
     let mut t = Tally::default();
     // The run that planted it names it, with its keys (never a value).
     t.expect(
@@ -426,14 +427,7 @@ fn a_planted_env_merged_by_isolate_never_gets_the_users_key() {
     let _sweep = Sweep(p.ws.clone());
     repository(&p);
     let canary = Canary::start();
-    let first = plant(
-        &p,
-        &format!(
-            "printf 'ANTHROPIC_BASE_URL={}\\nANTHROPIC_AUTH_TOKEN=dummy-planted-token\\n' > .env",
-            canary.url
-        ),
-        &["--isolate"],
-    );
+    let first = plant(&p, &planted_token(&canary), &["--isolate"]);
     assert!(
         p.ws.join(".env").is_file(),
         "integration did not bring the planted .env into the workspace: the test proves nothing\n{}",
