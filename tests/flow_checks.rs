@@ -142,22 +142,14 @@ async fn a_check_that_writes_into_the_candidate_fails() {
     let Some((_serial, p)) = begin("flow_checks").await else {
         return;
     };
-    let work = HELLO;
+    // One round that writes hello.sh, judged ACHIEVED, with the user's `check`, in `sandbox`.
+    let one_round = |p: &Project, sandbox: &str, check: &str| {
+        let model = ScriptedModel::start(&scenario(&[HELLO], &[VERDICT_ACHIEVED]));
+        let args = ["--timeout", "0", "--rounds", "1", "--check", check, ASK];
+        p.run_in(sandbox, &model, &args)
+    };
     // In a gate container the workspace is read-only: the write itself fails.
-    let model = ScriptedModel::start(&scenario(&[work], &[VERDICT_ACHIEVED]));
-    let r = p.run_in(
-        "docker",
-        &model,
-        &[
-            "--timeout",
-            "0",
-            "--rounds",
-            "1",
-            "--check",
-            "touch stamp.txt",
-            ASK,
-        ],
-    );
+    let r = one_round(&p, "docker", "touch stamp.txt");
     assert_eq!(r.code(), 1, "{r:?}");
     assert!(!p.ws.join("stamp.txt").exists());
     shows(&r, "✗ 1/2 检查 · ✗ touch stamp.txt (exit 1");
@@ -171,20 +163,7 @@ async fn a_check_that_writes_into_the_candidate_fails() {
     // Where commands run on the host nothing refuses the write: the identity rule fails it,
     // whatever its exit status.
     let p = Project::new();
-    let model = ScriptedModel::start(&scenario(&[work], &[VERDICT_ACHIEVED]));
-    let r = p.run_in(
-        "host",
-        &model,
-        &[
-            "--timeout",
-            "0",
-            "--rounds",
-            "1",
-            "--check",
-            "date > stamp.txt; exit 0",
-            ASK,
-        ],
-    );
+    let r = one_round(&p, "host", "date > stamp.txt; exit 0");
     assert_eq!(r.code(), 1, "{r:?}");
     shows(
         &r,
