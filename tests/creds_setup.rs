@@ -320,42 +320,30 @@ async fn refused_twice_exits() {
 #[tokio::test]
 async fn non_interactive_refusals_use_the_seed_messages() {
     let s = Scene::new();
-    let (base, _) = gatekeeper("never", 401).await;
-    let err = gate(
-        &s,
-        &[
-            ("ANTHROPIC_BASE_URL", &base),
+    // Each refusal's message, and what the screen says before it (`None`: not checked).
+    for (status, says, screen) in [
+        (
+            401,
+            "凭证被拒,且无法交互配置。跑 `flowerbox setup` 重配。",
+            None,
+        ),
+        (
+            404,
+            "网关地址或模型名不对,且无法交互配置。跑 `flowerbox setup` 重配。",
+            Some("! 网关地址或模型名不对:"),
+        ),
+    ] {
+        let (base, _) = gatekeeper("never", status).await;
+        let vars = [
+            ("ANTHROPIC_BASE_URL", base.as_str()),
             ("ANTHROPIC_API_KEY", "sk-ant-x"),
-        ],
-        false,
-        true,
-        None,
-    )
-    .await
-    .0
-    .unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "凭证被拒,且无法交互配置。跑 `flowerbox setup` 重配。"
-    );
-    let (base, _) = gatekeeper("never", 404).await;
-    let (err, out) = gate(
-        &s,
-        &[
-            ("ANTHROPIC_BASE_URL", &base),
-            ("ANTHROPIC_API_KEY", "sk-ant-x"),
-        ],
-        false,
-        true,
-        None,
-    )
-    .await;
-    let err = err.unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "网关地址或模型名不对,且无法交互配置。跑 `flowerbox setup` 重配。"
-    );
-    assert!(out.contains("! 网关地址或模型名不对:"), "{out}");
+        ];
+        let (err, out) = gate(&s, &vars, false, true, None).await;
+        assert_eq!(err.unwrap_err().to_string(), says, "HTTP {status}");
+        if let Some(screen) = screen {
+            assert!(out.contains(screen), "HTTP {status}: {out}");
+        }
+    }
 }
 
 #[tokio::test]

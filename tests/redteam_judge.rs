@@ -493,7 +493,7 @@ async fn a_judge_and_a_coordinator_cannot_write_by_any_route() {
     );
     assert_victim_untouched(&before.3);
 
-    judge_round(&run.rt).await;
+    judge_round(&run.rt, 1, true).await;
     let (_, judge_out) = run.result("attack");
     let judge_tally = assert_refused("judge", &judge_out);
 

@@ -176,20 +176,7 @@ impl IsoRun {
 
     /// Tool results `(agent, tool, is_error, text)` in event order.
     pub fn results(&self) -> Vec<(String, String, bool, String)> {
-        self.events
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|e| match &e.kind {
-                EventKind::ToolResult {
-                    name,
-                    is_error,
-                    text,
-                    ..
-                } => Some((e.agent.clone(), name.clone(), *is_error, text.clone())),
-                _ => None,
-            })
-            .collect()
+        tool_results(&self.events.lock().unwrap())
     }
 
     /// The result `(is_error, text)` of the tool call with id `id`.
@@ -199,11 +186,7 @@ impl IsoRun {
 
     /// Results of `tool` called by `agent`.
     pub fn results_of(&self, agent: &str, tool: &str) -> Vec<(bool, String)> {
-        self.results()
-            .into_iter()
-            .filter(|(a, t, _, _)| a == agent && t == tool)
-            .map(|(_, _, e, t)| (e, t))
-            .collect()
+        results_of(&self.events.lock().unwrap(), agent, tool)
     }
 
     /// `(agent label, mounts as (path, read-write))` of every agent container of the run.
@@ -238,6 +221,31 @@ impl Drop for IsoRun {
     fn drop(&mut self) {
         docker_support::teardown_blocking(&self.factory);
     }
+}
+
+/// Tool results `(agent, tool, is_error, text)` among `events`, in order.
+pub fn tool_results(events: &[Event]) -> Vec<(String, String, bool, String)> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolResult {
+                name,
+                is_error,
+                text,
+                ..
+            } => Some((e.agent.clone(), name.clone(), *is_error, text.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Results `(is_error, text)` of `tool` called by `agent` among `events`.
+pub fn results_of(events: &[Event], agent: &str, tool: &str) -> Vec<(bool, String)> {
+    tool_results(events)
+        .into_iter()
+        .filter(|(a, t, _, _)| a == agent && t == tool)
+        .map(|(_, _, e, t)| (e, t))
+        .collect()
 }
 
 /// The driver's guard of a run: the run directory `runs` masked from every agent and planted
@@ -292,15 +300,16 @@ pub async fn coordinate(rt: &Arc<Runtime>, task: &str) {
     assert!(r.ok, "{:?}", r.error);
 }
 
-/// The judge's first round (`干活·判定#1`, allowed to run commands) on `rt`; it must end well.
-pub async fn judge_round(rt: &Arc<Runtime>) {
+/// Judge round `n` of the step `干活` (`干活·判定#n`) on `rt`, the judge allowed to run
+/// commands when `can_run`; it must end well.
+pub async fn judge_round(rt: &Arc<Runtime>, n: u32, can_run: bool) {
     use flowerbox::agent::{roles, RunOptions};
     let judged = rt
         .run(
-            &roles::judge("判定", "", true),
+            &roles::judge("判定", "", can_run),
             "判定这一轮",
             RunOptions {
-                step: Some("干活·判定#1".into()),
+                step: Some(format!("干活·判定#{n}")),
                 ..Default::default()
             },
         )
