@@ -9,8 +9,10 @@
 
 use std::path::PathBuf;
 
+use assert_cmd::assert::IntoOutputPredicate;
 use assert_cmd::Command;
 use predicates::prelude::*;
+use predicates::BoxPredicate;
 
 mod cli_support;
 use cli_support::{write, Scene};
@@ -27,6 +29,19 @@ fn cmd_with_key(s: &Scene) -> Command {
 
 /// What a command that reached its run context prints with [`cmd_with_key`].
 const REACHED_RUN: &str = "bad endpoint URL notaurl";
+
+/// [`cmd_with_key`] with `args` exits `code`, its stderr as `stderr` says (a string: exactly).
+fn exits<I, P>(s: &Scene, args: &[&str], code: i32, stderr: I)
+where
+    I: IntoOutputPredicate<P>,
+    P: Predicate<[u8]>,
+{
+    cmd_with_key(s)
+        .args(args)
+        .assert()
+        .code(code)
+        .stderr(stderr);
+}
 
 /// No panic text, no backtrace, ever.
 fn clean() -> impl Predicate<str> {
@@ -142,11 +157,7 @@ fn argument_errors_exit_2() {
         vec!["--sandbox", "vm", "做 X"],
         vec!["-w"],
     ] {
-        cmd_with_key(&s)
-            .args(&args)
-            .assert()
-            .code(2)
-            .stderr(predicate::str::is_empty().not().and(clean()));
+        exits(&s, &args, 2, predicate::str::is_empty().not().and(clean()));
     }
 }
 
@@ -171,34 +182,30 @@ fn a_repeated_switch_keeps_its_last_value() {
         .stderr(predicate::str::contains(REACHED_RUN).and(clean()));
 }
 
+/// Switch values that cannot work together or at all: exit 2, saying which. A failed case is
+/// named by its command line in the assertion's message.
 #[test]
-fn window_zero_is_exit_2_with_a_message() {
+fn contradictory_switches_exit_2_and_say_why() {
     let s = Scene::new();
-    cmd_with_key(&s)
-        .args(["做 X", "--window", "0"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::starts_with("--window 0 不行").and(clean()));
-}
-
-#[test]
-fn trim_contradiction_is_exit_2() {
-    let s = Scene::new();
-    cmd_with_key(&s)
-        .args(["-T", "做 X", "--no-trim"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("--no-trim"));
-}
-
-#[test]
-fn websearch_in_once_tools_is_exit_2() {
-    let s = Scene::new();
-    cmd_with_key(&s)
-        .args(["once", "hi", "-t", "Read,WebSearch"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::contains("WebSearch 不可用"));
+    let cases: [(&[&str], BoxPredicate<str>); 3] = [
+        (
+            &["做 X", "--window", "0"],
+            predicate::str::starts_with("--window 0 不行")
+                .and(clean())
+                .boxed(),
+        ),
+        (
+            &["-T", "做 X", "--no-trim"],
+            predicate::str::contains("--no-trim").boxed(),
+        ),
+        (
+            &["once", "hi", "-t", "Read,WebSearch"],
+            predicate::str::contains("WebSearch 不可用").boxed(),
+        ),
+    ];
+    for (args, says) in cases {
+        exits(&s, args, 2, says);
+    }
 }
 
 #[test]
@@ -246,11 +253,12 @@ fn run_checks_its_workflow_before_the_credentials() {
 #[test]
 fn empty_piped_request_on_a_fresh_directory() {
     let s = Scene::new();
-    cmd_with_key(&s)
-        .args(["--timeout", "0"])
-        .assert()
-        .code(1)
-        .stderr("要给一句诉求,例如 flowerbox '帮我做一个 X'\n");
+    exits(
+        &s,
+        &["--timeout", "0"],
+        1,
+        "要给一句诉求,例如 flowerbox '帮我做一个 X'\n",
+    );
 }
 
 #[test]
@@ -284,28 +292,26 @@ fn woken_directory_continues_on_empty_piped_input() {
         &s.cwd.join(".flower/notes/需求.md"),
         "## 目标\n做 X\n## 验收标准\n跑得起来\n## 边界\n不做 Y\n## 未知与假设\n无\n",
     );
-    cmd_with_key(&s)
-        .args(["--timeout", "0"])
-        .assert()
-        .code(1)
-        .stderr(predicate::str::contains(REACHED_RUN));
+    exits(
+        &s,
+        &["--timeout", "0"],
+        1,
+        predicate::str::contains(REACHED_RUN),
+    );
     // A brief without its four sections does not wake the directory.
     write(&s.cwd.join(".flower/notes/需求.md"), "## 目标\n做 X\n");
-    cmd_with_key(&s)
-        .args(["--timeout", "0"])
-        .assert()
-        .code(1)
-        .stderr("要给一句诉求,例如 flowerbox '帮我做一个 X'\n");
+    exits(
+        &s,
+        &["--timeout", "0"],
+        1,
+        "要给一句诉求,例如 flowerbox '帮我做一个 X'\n",
+    );
 }
 
 #[test]
 fn isolate_outside_git_is_exit_1() {
     let s = Scene::new();
-    cmd_with_key(&s)
-        .args(["做 X", "--isolate"])
-        .assert()
-        .code(1)
-        .stderr(format!(
+    exits(&s, &["做 X", "--isolate"], 1, format!(
             "--isolate 要求 {} 是 git 仓库(每个 subagent 要分一份 worktree)。先 git init,或者去掉 --isolate。\n",
             s.cwd.display()
         ));
@@ -316,35 +322,30 @@ fn run_target_errors() {
     let s = Scene::new();
     write(&s.cwd.join("flows.toml"), "[main]\nsteps = []\n");
     write(&s.cwd.join("broken.toml"), "[main\n");
-    cmd_with_key(&s)
-        .args(["run", "flows"])
-        .assert()
-        .code(1)
-        .stderr("需要模块:属性形式,例如 flows:main\n");
-    cmd_with_key(&s)
-        .args(["run", "missing.toml:main"])
-        .assert()
-        .code(1)
-        .stderr(format!(
+    exits(
+        &s,
+        &["run", "flows"],
+        1,
+        "需要模块:属性形式,例如 flows:main\n",
+    );
+    exits(&s, &["run", "missing.toml:main"], 1, format!(
             "找不到 missing.toml(当前目录 {})。给的是文件路径就要能对上;要按模块名导入就别带 .toml\n",
             s.cwd.display()
         ));
-    cmd_with_key(&s)
-        .args(["run", "broken.toml:main"])
-        .assert()
-        .code(1)
-        .stderr(predicate::str::starts_with("导入 'broken.toml' 失败:").and(clean()));
-    cmd_with_key(&s)
-        .args(["run", "flows:nope"])
-        .assert()
-        .code(1)
-        .stderr("'flows' 里没有 'nope'\n");
+    exits(
+        &s,
+        &["run", "broken.toml:main"],
+        1,
+        predicate::str::starts_with("导入 'broken.toml' 失败:").and(clean()),
+    );
+    exits(&s, &["run", "flows:nope"], 1, "'flows' 里没有 'nope'\n");
     // A workflow without steps is refused before anything runs, naming the field.
-    cmd_with_key(&s)
-        .args(["run", "flows.toml:main"])
-        .assert()
-        .code(1)
-        .stderr(predicate::str::starts_with("导入 'flows.toml' 失败:'main' steps:").and(clean()));
+    exits(
+        &s,
+        &["run", "flows.toml:main"],
+        1,
+        predicate::str::starts_with("导入 'flows.toml' 失败:'main' steps:").and(clean()),
+    );
 }
 
 #[test]
@@ -473,14 +474,15 @@ fn runs_and_log_live_in_the_workspace() {
 #[test]
 fn workbench_switch_on_go_is_not_silent() {
     let s = Scene::new();
-    cmd_with_key(&s)
-        .args(["-W", "做 X", "--timeout", "0"])
-        .assert()
-        .code(1)
-        .stderr(predicate::str::contains(format!(
+    exits(
+        &s,
+        &["-W", "做 X", "--timeout", "0"],
+        1,
+        predicate::str::contains(format!(
             "- go 恒带工作台:{}",
             s.cwd.join(".flower").display()
-        )));
+        )),
+    );
 }
 
 #[test]
@@ -591,24 +593,27 @@ fn panic_hook_prints_one_clean_line() {
 #[test]
 fn negative_rounds_empty_image_and_empty_once_are_refused() {
     let s = Scene::new();
-    cmd_with_key(&s)
-        .args(["go", "做 X", "--rounds", "-1"])
-        .assert()
-        .code(2)
-        .stderr(predicate::str::starts_with("--rounds -1 不行").and(clean()));
+    exits(
+        &s,
+        &["go", "做 X", "--rounds", "-1"],
+        2,
+        predicate::str::starts_with("--rounds -1 不行").and(clean()),
+    );
     for args in [vec!["--image", "", "做 X"], vec!["once", "hi", "--image="]] {
-        cmd_with_key(&s)
-            .args(&args)
-            .assert()
-            .code(2)
-            .stderr(predicate::str::starts_with("--image 是空的").and(clean()));
+        exits(
+            &s,
+            &args,
+            2,
+            predicate::str::starts_with("--image 是空的").and(clean()),
+        );
     }
     for prompt in ["", "  "] {
-        cmd_with_key(&s)
-            .args(["once", prompt])
-            .assert()
-            .code(1)
-            .stderr("once 要给一句话,例如 flowerbox once '这个仓库是做什么的?'\n");
+        exits(
+            &s,
+            &["once", prompt],
+            1,
+            "once 要给一句话,例如 flowerbox once '这个仓库是做什么的?'\n",
+        );
     }
     assert!(!s.cwd.join("runs").exists());
 }

@@ -20,7 +20,8 @@ use axum::Router;
 use flowerbox::creds::input::{LineRead, ReaderLines};
 use flowerbox::creds::setup::{configure, setup_command, HEADER_COMMENT};
 use flowerbox::creds::{
-    ensure_credentials, CredsError, EnsurePolicy, Lookup, ProbeSettings, Refusal, Source,
+    ensure_credentials, Credentials, CredsError, EnsurePolicy, Lookup, ProbeSettings, Refusal,
+    Source,
 };
 use flowerbox_testkit::ScriptedLines;
 
@@ -214,18 +215,31 @@ fn policy(interactive: bool, probe: bool) -> EnsurePolicy {
     }
 }
 
+/// The credential gate as `s`'s user with `vars` in the environment, under
+/// `policy(interactive, probe)`, the user typing `typed` (no input at all: `None`): its outcome
+/// and what it printed.
+async fn gate(
+    s: &Scene,
+    vars: &[(&str, &str)],
+    interactive: bool,
+    probe: bool,
+    typed: Option<&str>,
+) -> (Result<Credentials, CredsError>, String) {
+    let mut out = Vec::new();
+    let lookup = lookup_in(s, vars);
+    let policy = policy(interactive, probe);
+    let r = match typed {
+        Some(text) => ensure_credentials(&lookup, &policy, &mut input(text), &mut out).await,
+        None => ensure_credentials(&lookup, &policy, &mut ScriptedLines::default(), &mut out).await,
+    };
+    (r, String::from_utf8(out).unwrap())
+}
+
 #[tokio::test]
 async fn non_interactive_without_token_is_missing() {
     let s = Scene::new();
-    let mut out = Vec::new();
-    let err = ensure_credentials(
-        &lookup_in(&s, &[]),
-        &policy(false, false),
-        &mut ScriptedLines::default(),
-        &mut out,
-    )
-    .await
-    .unwrap_err();
+    let (err, out) = gate(&s, &[], false, false, None).await;
+    let err = err.unwrap_err();
     let text = err.to_string();
     assert_eq!(text.lines().count(), 4, "{text}");
     assert!(text.contains(&user_file(&s).display().to_string()));
@@ -238,16 +252,15 @@ async fn non_interactive_without_token_is_missing() {
 async fn interactive_without_token_configures_then_probes() {
     let s = Scene::new();
     let (base, hits) = gatekeeper("sk-ant-fresh-0001", 401).await;
-    let mut out = Vec::new();
-    let creds = ensure_credentials(
-        &lookup_in(&s, &[("ANTHROPIC_BASE_URL", &base)]),
-        &policy(true, true),
-        &mut input("sk-ant-fresh-0001\n\n\n"),
-        &mut out,
+    let (creds, screen) = gate(
+        &s,
+        &[("ANTHROPIC_BASE_URL", &base)],
+        true,
+        true,
+        Some("sk-ant-fresh-0001\n\n\n"),
     )
-    .await
-    .unwrap();
-    let screen = String::from_utf8(out).unwrap();
+    .await;
+    let creds = creds.unwrap();
     assert!(screen.contains("还没配过凭证。"), "{screen}");
     assert!(screen.ends_with("- 验一下凭证…\n"), "{screen}");
     assert_eq!(creds.get("ANTHROPIC_API_KEY"), Some("sk-ant-fresh-0001"));
@@ -258,22 +271,18 @@ async fn interactive_without_token_configures_then_probes() {
 async fn refused_token_gets_one_reconfiguration() {
     let s = Scene::new();
     let (base, hits) = gatekeeper("good-token-999", 401).await;
-    let mut out = Vec::new();
-    let creds = ensure_credentials(
-        &lookup_in(
-            &s,
-            &[
-                ("ANTHROPIC_BASE_URL", &base),
-                ("ANTHROPIC_AUTH_TOKEN", "bad"),
-            ],
-        ),
-        &policy(true, true),
-        &mut input("good-token-999\n\n\n"),
-        &mut out,
+    let (creds, screen) = gate(
+        &s,
+        &[
+            ("ANTHROPIC_BASE_URL", &base),
+            ("ANTHROPIC_AUTH_TOKEN", "bad"),
+        ],
+        true,
+        true,
+        Some("good-token-999\n\n\n"),
     )
-    .await
-    .unwrap();
-    let screen = String::from_utf8(out).unwrap();
+    .await;
+    let creds = creds.unwrap();
     assert!(screen.contains("! 凭证被拒:{\"error\""), "{screen}");
     assert!(screen.contains("凭证被拒了,重新配一次。"), "{screen}");
     // The value just written beats the process environment's bad token.
@@ -285,19 +294,18 @@ async fn refused_token_gets_one_reconfiguration() {
 async fn refused_twice_exits() {
     let s = Scene::new();
     let (base, hits) = gatekeeper("never", 403).await;
-    let err = ensure_credentials(
-        &lookup_in(
-            &s,
-            &[
-                ("ANTHROPIC_BASE_URL", &base),
-                ("ANTHROPIC_AUTH_TOKEN", "bad"),
-            ],
-        ),
-        &policy(true, true),
-        &mut input("still-bad-token\n\n\n"),
-        &mut Vec::new(),
+    let err = gate(
+        &s,
+        &[
+            ("ANTHROPIC_BASE_URL", &base),
+            ("ANTHROPIC_AUTH_TOKEN", "bad"),
+        ],
+        true,
+        true,
+        Some("still-bad-token\n\n\n"),
     )
     .await
+    .0
     .unwrap_err();
     assert!(matches!(
         err,
@@ -312,68 +320,46 @@ async fn refused_twice_exits() {
 #[tokio::test]
 async fn non_interactive_refusals_use_the_seed_messages() {
     let s = Scene::new();
-    let (base, _) = gatekeeper("never", 401).await;
-    let err = ensure_credentials(
-        &lookup_in(
-            &s,
-            &[
-                ("ANTHROPIC_BASE_URL", &base),
-                ("ANTHROPIC_API_KEY", "sk-ant-x"),
-            ],
+    // Each refusal's message, and what the screen says before it (`None`: not checked).
+    for (status, says, screen) in [
+        (
+            401,
+            "凭证被拒,且无法交互配置。跑 `flowerbox setup` 重配。",
+            None,
         ),
-        &policy(false, true),
-        &mut ScriptedLines::default(),
-        &mut Vec::new(),
-    )
-    .await
-    .unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "凭证被拒,且无法交互配置。跑 `flowerbox setup` 重配。"
-    );
-    let (base, _) = gatekeeper("never", 404).await;
-    let mut out = Vec::new();
-    let err = ensure_credentials(
-        &lookup_in(
-            &s,
-            &[
-                ("ANTHROPIC_BASE_URL", &base),
-                ("ANTHROPIC_API_KEY", "sk-ant-x"),
-            ],
+        (
+            404,
+            "网关地址或模型名不对,且无法交互配置。跑 `flowerbox setup` 重配。",
+            Some("! 网关地址或模型名不对:"),
         ),
-        &policy(false, true),
-        &mut ScriptedLines::default(),
-        &mut out,
-    )
-    .await
-    .unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "网关地址或模型名不对,且无法交互配置。跑 `flowerbox setup` 重配。"
-    );
-    assert!(String::from_utf8(out)
-        .unwrap()
-        .contains("! 网关地址或模型名不对:"));
+    ] {
+        let (base, _) = gatekeeper("never", status).await;
+        let vars = [
+            ("ANTHROPIC_BASE_URL", base.as_str()),
+            ("ANTHROPIC_API_KEY", "sk-ant-x"),
+        ];
+        let (err, out) = gate(&s, &vars, false, true, None).await;
+        assert_eq!(err.unwrap_err().to_string(), says, "HTTP {status}");
+        if let Some(screen) = screen {
+            assert!(out.contains(screen), "HTTP {status}: {out}");
+        }
+    }
 }
 
 #[tokio::test]
 async fn network_trouble_is_reported_and_let_through() {
     let s = Scene::new();
     let (base, _) = gatekeeper("never", 503).await;
-    let mut out = Vec::new();
-    let creds = ensure_credentials(
-        &lookup_in(
-            &s,
-            &[("ANTHROPIC_BASE_URL", &base), ("ANTHROPIC_AUTH_TOKEN", "t")],
-        ),
-        &policy(true, true),
-        &mut ScriptedLines::default(),
-        &mut out,
+    let (creds, screen) = gate(
+        &s,
+        &[("ANTHROPIC_BASE_URL", &base), ("ANTHROPIC_AUTH_TOKEN", "t")],
+        true,
+        true,
+        None,
     )
-    .await
-    .unwrap();
+    .await;
+    let creds = creds.unwrap();
     assert!(creds.has_token());
-    let screen = String::from_utf8(out).unwrap();
     assert!(
         screen.contains("  (探针没打通:HTTP 503: ")
             && screen.contains(" —— 当作网络问题,照常开跑)"),
@@ -411,28 +397,23 @@ async fn no_probe_policy_sends_nothing() {
 #[tokio::test]
 async fn openai_provider_skips_the_gates() {
     let s = Scene::new();
-    let creds = ensure_credentials(
-        &lookup_in(
-            &s,
-            &[
-                ("FLOWERBOX_PROVIDER", "openai"),
-                ("OPENAI_BASE_URL", "http://127.0.0.1:1"),
-            ],
-        ),
-        &policy(false, true),
-        &mut ScriptedLines::default(),
-        &mut Vec::new(),
+    let creds = gate(
+        &s,
+        &[
+            ("FLOWERBOX_PROVIDER", "openai"),
+            ("OPENAI_BASE_URL", "http://127.0.0.1:1"),
+        ],
+        false,
+        true,
+        None,
     )
     .await
+    .0
     .unwrap();
     assert_eq!(creds.get("OPENAI_BASE_URL"), Some("http://127.0.0.1:1"));
-    let err = ensure_credentials(
-        &lookup_in(&s, &[("FLOWERBOX_PROVIDER", "bard")]),
-        &policy(false, false),
-        &mut ScriptedLines::default(),
-        &mut Vec::new(),
-    )
-    .await
-    .unwrap_err();
+    let err = gate(&s, &[("FLOWERBOX_PROVIDER", "bard")], false, false, None)
+        .await
+        .0
+        .unwrap_err();
     assert!(matches!(err, CredsError::UnknownProvider(_)));
 }

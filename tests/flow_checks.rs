@@ -12,89 +12,39 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod checks_support;
 mod docker_support;
 mod flow_support;
 
-use docker_support::{engine_or_skip, SERIAL};
+use checks_support::*;
 use flow_support::*;
 use serde_json::{json, Value};
-
-const ASK: &str = "写个 hello.sh";
-
-fn text(t: &str) -> Value {
-    json!({"content": [{"type": "text", "text": t}]})
-}
-
-fn tool(name: &str, input: Value) -> Value {
-    json!({"content": [{"type": "tool_use", "name": name, "input": input}]})
-}
-
-const BRIEF: &str = "## 目标\n写一个 hello.sh,运行它打印 hello\n\n## 验收标准\n- 跑 `./hello.sh` 输出 hello\n\n## 边界\n不做别的\n\n## 未知与假设\n无\n";
 
 /// The goal the goal setter writes: one item decided by a command, one by reading.
 const GOAL: &str = "## 目标\n工作区里有一个能直接运行的 hello.sh\n\n## 判定清单\n- 跑起来打印 hello 检查: `./hello.sh | grep -qx hello && test -x hello.sh`\n- 脚本写得干净(只有一行)\n";
 
-const VERDICT_ACHIEVED: &str = "## 结论\nACHIEVED\n\n## 理由\n都看到了\n\n## 未通过\n无\n";
-
 /// A scenario: clarify, the goal above, then `rounds` coordinator rounds (each dispatching one
 /// worker with `commands[i]`) and one judge per round saying `verdicts[i]`.
 fn scenario(commands: &[&str], verdicts: &[&str]) -> Value {
-    let mut agents = vec![
-        json!({"role": "clarifier", "turns": [text(BRIEF)]}),
-        json!({"role": "judge", "prompt": "变成可判定的目标", "turns": [text(GOAL)]}),
-    ];
+    let mut agents = opening(GOAL);
     let mut coordinator = Vec::new();
     for (i, cmd) in commands.iter().enumerate() {
-        let task = format!("第{}件活", i + 1);
-        coordinator.push(tool(
-            "Agent",
-            json!({"description": task, "prompt": format!("{task}:{cmd}"), "subagent_type": "coder"}),
-        ));
+        let (dispatch, worker) = round(i + 1, cmd);
+        coordinator.push(dispatch);
         coordinator.push(text(&format!("第 {} 轮做完了", i + 1)));
-        agents.push(json!({"role": "worker", "prompt": task, "turns": [
-            tool("Bash", json!({"command": cmd})),
-            text("结论:做了\n依据:跑了命令\n产出:hello.sh\n未验证:无")]}));
+        agents.push(worker);
     }
     agents.push(json!({"role": "coordinator", "turns": coordinator}));
-    for (i, v) in verdicts.iter().enumerate() {
-        agents.push(json!({"role": "judge", "agent": format!("judge-{}", i + 2),
-                           "prompt": "判定这一轮", "turns": [text(v)]}));
-    }
+    agents.extend(judges(verdicts));
     json!({ "agents": agents })
-}
-
-/// The judge row of round `n` in the manifest.
-fn judge_row(p: &Project, n: u32) -> Value {
-    p.manifest()
-        .into_iter()
-        .find(|r| r["step"] == format!("干活·判定#{n}"))
-        .unwrap_or_else(|| panic!("no row 干活·判定#{n}: {:?}", p.manifest()))
-}
-
-/// No container of this test's runs is left (every run's teardown and every gate's release).
-fn no_containers_left(p: &Project) {
-    let out = std::process::Command::new("docker")
-        .args(["ps", "-aq", "--filter", "label=flowerbox.run"])
-        .args([
-            "--filter",
-            &format!("label=flowerbox.workspace={}", p.ws.display()),
-        ])
-        .output()
-        .unwrap();
-    assert!(out.stdout.is_empty(), "containers left: {:?}", out);
 }
 
 #[tokio::test]
 async fn green_checks_let_achieved_stand() {
-    let Some(_engine) = engine_or_skip("flow_checks").await else {
+    let Some((_serial, p)) = begin("flow_checks").await else {
         return;
     };
-    let _serial = SERIAL.lock().await;
-    let p = Project::new();
-    let model = ScriptedModel::start(&scenario(
-        &["printf 'echo hello\\n' > hello.sh && chmod +x hello.sh"],
-        &[VERDICT_ACHIEVED],
-    ));
+    let model = ScriptedModel::start(&scenario(&[HELLO], &[VERDICT_ACHIEVED]));
     let r = p.run_in(
         "docker",
         &model,
@@ -108,7 +58,7 @@ async fn green_checks_let_achieved_stand() {
     );
     assert_eq!(r.code(), 0, "{r:?}");
     // The goal's check and the user's, both green, before the judge decided.
-    assert!(r.out.contains("✓ 2/2 检查"), "{}", r.out);
+    shows(&r, "✓ 2/2 检查");
     let row = judge_row(&p, 1);
     assert_eq!(row["checks"]["passed"], 2, "{row}");
     assert_eq!(row["checks"]["total"], 2, "{row}");
@@ -119,11 +69,7 @@ async fn green_checks_let_achieved_stand() {
         "{row}"
     );
     // The judge read every check's result.
-    let judge = requests_with(&model, "")
-        .into_iter()
-        .map(|b| b["messages"].to_string())
-        .find(|m| m.contains("判定这一轮"))
-        .unwrap();
+    let judge = judge_prompt(&model);
     assert!(judge.contains("2/2 通过"), "{judge}");
     assert!(judge.contains("item-1 `./hello.sh | grep -qx hello && test -x hello.sh`"));
     assert!(judge.contains("user-1"), "{judge}");
@@ -135,11 +81,9 @@ async fn green_checks_let_achieved_stand() {
 
 #[tokio::test]
 async fn a_red_check_overrules_achieved_and_its_output_reaches_the_next_round() {
-    let Some(_engine) = engine_or_skip("flow_checks").await else {
+    let Some((_serial, p)) = begin("flow_checks").await else {
         return;
     };
-    let _serial = SERIAL.lock().await;
-    let p = Project::new();
     // Round 1 forgets the executable bit; the judge claims ACHIEVED anyway.
     let model = ScriptedModel::start(&scenario(
         &["printf 'echo hello\\n' > hello.sh", "chmod +x hello.sh"],
@@ -147,8 +91,8 @@ async fn a_red_check_overrules_achieved_and_its_output_reaches_the_next_round() 
     ));
     let r = p.run_in("docker", &model, &["--timeout", "0", ASK]);
     assert_eq!(r.code(), 0, "{r:?}");
-    assert!(r.out.contains("✗ 0/1 检查 · ✗ ./hello.sh"), "{}", r.out);
-    assert!(r.out.contains("✓ 1/1 检查"), "{}", r.out);
+    shows(&r, "✗ 0/1 检查 · ✗ ./hello.sh");
+    shows(&r, "✓ 1/1 检查");
 
     // Round 1: NOT_YET with the check as reason; the judge's ACHIEVED kept for audit.
     let one = judge_row(&p, 1);
@@ -181,11 +125,7 @@ async fn a_red_check_overrules_achieved_and_its_output_reaches_the_next_round() 
     );
 
     // The judge saw the red check before deciding; the coordinator's round 2 got its output.
-    let judged = requests_with(&model, "")
-        .into_iter()
-        .map(|b| b["messages"].to_string())
-        .find(|m| m.contains("判定这一轮"))
-        .unwrap();
+    let judged = judge_prompt(&model);
     assert!(judged.contains("0/1 通过") && judged.contains("不能判 ACHIEVED"));
     let round2 = requests_with(&model, "你是协调者")
         .into_iter()
@@ -199,34 +139,20 @@ async fn a_red_check_overrules_achieved_and_its_output_reaches_the_next_round() 
 
 #[tokio::test]
 async fn a_check_that_writes_into_the_candidate_fails() {
-    let Some(_engine) = engine_or_skip("flow_checks").await else {
+    let Some((_serial, p)) = begin("flow_checks").await else {
         return;
     };
-    let _serial = SERIAL.lock().await;
-    let work = "printf 'echo hello\\n' > hello.sh && chmod +x hello.sh";
+    // One round that writes hello.sh, judged ACHIEVED, with the user's `check`, in `sandbox`.
+    let one_round = |p: &Project, sandbox: &str, check: &str| {
+        let model = ScriptedModel::start(&scenario(&[HELLO], &[VERDICT_ACHIEVED]));
+        let args = ["--timeout", "0", "--rounds", "1", "--check", check, ASK];
+        p.run_in(sandbox, &model, &args)
+    };
     // In a gate container the workspace is read-only: the write itself fails.
-    let p = Project::new();
-    let model = ScriptedModel::start(&scenario(&[work], &[VERDICT_ACHIEVED]));
-    let r = p.run_in(
-        "docker",
-        &model,
-        &[
-            "--timeout",
-            "0",
-            "--rounds",
-            "1",
-            "--check",
-            "touch stamp.txt",
-            ASK,
-        ],
-    );
+    let r = one_round(&p, "docker", "touch stamp.txt");
     assert_eq!(r.code(), 1, "{r:?}");
     assert!(!p.ws.join("stamp.txt").exists());
-    assert!(
-        r.out.contains("✗ 1/2 检查 · ✗ touch stamp.txt (exit 1"),
-        "{}",
-        r.out
-    );
+    shows(&r, "✗ 1/2 检查 · ✗ touch stamp.txt (exit 1");
     let row = judge_row(&p, 1);
     assert_eq!(row["checks"]["failed"], json!(["user-1"]), "{row}");
     assert_eq!(row["checks"]["overruled"], "ACHIEVED", "{row}");
@@ -237,26 +163,11 @@ async fn a_check_that_writes_into_the_candidate_fails() {
     // Where commands run on the host nothing refuses the write: the identity rule fails it,
     // whatever its exit status.
     let p = Project::new();
-    let model = ScriptedModel::start(&scenario(&[work], &[VERDICT_ACHIEVED]));
-    let r = p.run_in(
-        "host",
-        &model,
-        &[
-            "--timeout",
-            "0",
-            "--rounds",
-            "1",
-            "--check",
-            "date > stamp.txt; exit 0",
-            ASK,
-        ],
-    );
+    let r = one_round(&p, "host", "date > stamp.txt; exit 0");
     assert_eq!(r.code(), 1, "{r:?}");
-    assert!(
-        r.out
-            .contains("✗ date > stamp.txt; exit 0 (跑的时候现场变了(stamp.txt)"),
-        "{}",
-        r.out
+    shows(
+        &r,
+        "✗ date > stamp.txt; exit 0 (跑的时候现场变了(stamp.txt)",
     );
     let row = judge_row(&p, 1);
     assert_eq!(row["checks"]["overruled"], "ACHIEVED", "{row}");
@@ -264,11 +175,9 @@ async fn a_check_that_writes_into_the_candidate_fails() {
 
 #[tokio::test]
 async fn a_workflow_files_checks_run_before_its_judge() {
-    let Some(_engine) = engine_or_skip("flow_checks").await else {
+    let Some((_serial, p)) = begin("flow_checks").await else {
         return;
     };
-    let _serial = SERIAL.lock().await;
-    let p = Project::new();
     std::fs::write(
         p.ws.join("flows.toml"),
         "[main]\nask = \"写个 hello.sh\"\ntimeout = 0\n\
@@ -277,18 +186,10 @@ async fn a_workflow_files_checks_run_before_its_judge() {
          goal = { rounds = 1, checks = [\"test -x hello.sh\", \"grep -q bye hello.sh\"] }\n",
     )
     .unwrap();
-    let model = ScriptedModel::start(&scenario(
-        &["printf 'echo hello\\n' > hello.sh && chmod +x hello.sh"],
-        &[VERDICT_ACHIEVED],
-    ));
+    let model = ScriptedModel::start(&scenario(&[HELLO], &[VERDICT_ACHIEVED]));
     let r = p.run_in("docker", &model, &["run", "flows:main"]);
     assert_eq!(r.code(), 1, "{r:?}");
-    assert!(
-        r.out
-            .contains("✗ 2/3 检查 · ✗ grep -q bye hello.sh (exit 1"),
-        "{}",
-        r.out
-    );
+    shows(&r, "✗ 2/3 检查 · ✗ grep -q bye hello.sh (exit 1");
     let row = judge_row(&p, 1);
     assert_eq!(row["checks"]["failed"], json!(["flow-2"]), "{row}");
     assert_eq!(row["checks"]["overruled"], "ACHIEVED", "{row}");
@@ -297,11 +198,9 @@ async fn a_workflow_files_checks_run_before_its_judge() {
 
 #[tokio::test]
 async fn a_woken_run_runs_the_checks_again_on_what_is_there_now() {
-    let Some(_engine) = engine_or_skip("flow_checks").await else {
+    let Some((_serial, p)) = begin("flow_checks").await else {
         return;
     };
-    let _serial = SERIAL.lock().await;
-    let p = Project::new();
     let mut s = scenario(&["printf 'echo hello\\n' > hello.sh"], &[VERDICT_ACHIEVED]);
     let agents = s["agents"].as_array_mut().unwrap();
     // The woken run: the coordinator carries on in its session, a new judge (judge-1 of the
@@ -345,7 +244,7 @@ async fn a_woken_run_runs_the_checks_again_on_what_is_there_now() {
     .unwrap();
     let r = p.run_in("docker", &model, &args);
     assert_eq!(r.code(), 0, "{r:?}");
-    assert!(r.out.contains("✓ 2/2 检查"), "{}", r.out);
+    shows(&r, "✓ 2/2 检查");
     let runs = p.runs_in_manifest();
     assert_eq!(runs.len(), 2);
     let again = p

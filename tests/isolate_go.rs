@@ -10,45 +10,24 @@
 
 mod docker_support;
 mod flow_support;
+mod isogo_support;
 
 use docker_support::{engine_or_skip, SERIAL};
 use flow_support::{finish, scenario, Project, Ran, ScriptedModel, HANG};
 use flowerbox_testkit::git;
-use std::process::{Command, Stdio};
+use isogo_support::repo_project;
 use std::time::Instant;
-
-/// A project whose workspace is a repository with one commit and its own identity.
-fn repo_project() -> Project {
-    let p = Project::new();
-    git(&p.ws, &["init", "-q", "-b", "main"]);
-    git(&p.ws, &["config", "user.name", "Test User"]);
-    git(&p.ws, &["config", "user.email", "test@example.invalid"]);
-    std::fs::write(p.ws.join("README.md"), "proj\n").unwrap();
-    git(&p.ws, &["add", "."]);
-    git(&p.ws, &["commit", "-q", "-m", "init"]);
-    p
-}
 
 /// `flowerbox --sandbox docker go --isolate --judge-can-run --timeout 0 ARGS… 写个 hello.sh`.
 fn go(p: &Project, model: &ScriptedModel, extra: &[&str]) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_flowerbox"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &p.home)
-        .env("FLOWER_NO_PROBE", "1")
-        .env("ANTHROPIC_BASE_URL", &model.url)
-        .env("ANTHROPIC_API_KEY", "sk-ant-test")
-        .env("ANTHROPIC_MODEL", "claude-sonnet-4-5")
-        .current_dir(&p.ws)
-        .args(["--sandbox", "docker", "go", "--isolate", "--judge-can-run"])
-        .args(["--timeout", "0"])
-        .args(extra)
-        .arg("写个 hello.sh")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn flowerbox")
+    let switches = ["go", "--isolate", "--judge-can-run", "--timeout", "0"];
+    p.command_in(
+        "docker",
+        model,
+        &[&switches[..], extra, &["写个 hello.sh"]].concat(),
+    )
+    .spawn()
+    .expect("spawn flowerbox")
 }
 
 fn workbench(p: &Project) -> std::path::PathBuf {
@@ -179,23 +158,8 @@ async fn a_workflow_file_with_isolate_works_in_worktrees() {
                 "printf 'echo hello\\n' > hello.sh && git rev-parse --abbrev-ref HEAD"}}]},
             {"content": [{"type": "text", "text": "结论:写好了\n依据:无\n产出:hello.sh\n未验证:无"}]}]}]}));
     let flows = p.ws.parent().unwrap().join("flows.toml");
-    let child = Command::new(env!("CARGO_BIN_EXE_flowerbox"))
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &p.home)
-        .env("FLOWER_NO_PROBE", "1")
-        .env("ANTHROPIC_BASE_URL", &model.url)
-        .env("ANTHROPIC_API_KEY", "sk-ant-test")
-        .env("ANTHROPIC_MODEL", "claude-sonnet-4-5")
-        .current_dir(&p.ws)
-        .args(["--sandbox", "docker", "run"])
-        .arg(format!("{}:main", flows.display()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let r = finish(child);
+    let target = format!("{}:main", flows.display());
+    let r = p.run_in("docker", &model, &["run", &target]);
     assert_eq!(r.code(), 0, "{r:?}");
     assert_eq!(
         std::fs::read_to_string(p.ws.join("hello.sh")).unwrap(),

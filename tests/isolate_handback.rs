@@ -10,66 +10,13 @@
 
 mod docker_support;
 mod flow_support;
+mod isogo_support;
 
 use docker_support::{engine_or_skip, SERIAL};
-use flow_support::{finish, requests_with, wait_until, Project, ScriptedModel};
-use flowerbox_testkit::git;
+use flow_support::{finish, requests_with, wait_until, ScriptedModel};
+use isogo_support::{branches, go, repo_project, Killed, BRIEF};
 use serde_json::json;
-use std::process::{Command, Stdio};
-
-/// A project whose workspace is a repository with one commit and its own identity.
-fn repo_project() -> Project {
-    let p = Project::new();
-    git(&p.ws, &["init", "-q", "-b", "main"]);
-    git(&p.ws, &["config", "user.name", "Test User"]);
-    git(&p.ws, &["config", "user.email", "test@example.invalid"]);
-    std::fs::write(p.ws.join("README.md"), "proj\n").unwrap();
-    git(&p.ws, &["add", "."]);
-    git(&p.ws, &["commit", "-q", "-m", "init"]);
-    p
-}
-
-fn go(p: &Project, model: &ScriptedModel) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_flowerbox"));
-    c.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &p.home)
-        .env("FLOWER_NO_PROBE", "1")
-        .env("ANTHROPIC_BASE_URL", &model.url)
-        .env("ANTHROPIC_API_KEY", "sk-ant-test")
-        .env("ANTHROPIC_MODEL", "claude-sonnet-4-5")
-        .current_dir(&p.ws)
-        .args(["--sandbox", "docker", "go", "--isolate", "--no-goal"])
-        .args(["--timeout", "0", "写个 hello.sh"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
-}
-
-const BRIEF: &str = "## 目标\n写一个 hello.sh\n\n## 验收标准\n- 跑 `./hello.sh` 输出 hello\n\n## 边界\n不做别的\n\n## 未知与假设\n无\n";
-
-/// Kills the child when the test ends early.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn branches(p: &Project) -> Vec<String> {
-    let out = Command::new("git")
-        .args(["branch", "--list", "flower/*", "--format=%(refname:short)"])
-        .current_dir(&p.ws)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
+use std::process::Command;
 
 #[tokio::test]
 async fn a_killed_workers_files_come_back_on_its_branch_and_the_coordinator_is_told() {

@@ -10,7 +10,6 @@
 
 mod isolate_support;
 
-use flowerbox::agent::{roles, RunOptions};
 use flowerbox::role::Role;
 use flowerbox::sandbox::service::SERVICE_PATH;
 use flowerbox::sandbox::SandboxFactory;
@@ -62,31 +61,12 @@ async fn a_judge_sees_live_artifacts_and_cannot_write() {
                 {"content": [text("## 结论\nNOT_YET\n## 理由\n跑不了命令\n## 未通过\n无")]}]}]})
     })
     .await;
-    let r = run
-        .rt
-        .run(
-            &roles::coordinator("协调者", "", vec![]),
-            "起服务",
-            RunOptions::default(),
-        )
-        .await;
-    assert!(r.ok, "{:?}", r.error);
+    coordinate(&run.rt, "起服务").await;
     let agent = run.results_of("协调者", "Agent");
     assert!(agent[0].1.contains("已合入 main"), "{agent:?}");
     assert!(run.ws.join("app").is_file());
 
-    let judged = run
-        .rt
-        .run(
-            &roles::judge("判定", "", true),
-            "判定这一轮",
-            RunOptions {
-                step: Some("干活·判定#1".into()),
-                ..Default::default()
-            },
-        )
-        .await;
-    assert!(judged.ok, "{:?}", judged.error);
+    judge_round(&run.rt, 1, true).await;
 
     // An image without the judge's tools is reported as such, not as odd command output.
     let sb = run
@@ -143,18 +123,7 @@ async fn a_judge_sees_live_artifacts_and_cannot_write() {
     assert!(judge.iter().all(|(_, rw)| !rw), "{judge:?}");
 
     // A judge without can_run: Bash refused, and no container made for it.
-    let plain = run
-        .rt
-        .run(
-            &roles::judge("判定", "", false),
-            "判定这一轮",
-            RunOptions {
-                step: Some("干活·判定#2".into()),
-                ..Default::default()
-            },
-        )
-        .await;
-    assert!(plain.ok, "{:?}", plain.error);
+    judge_round(&run.rt, 2, false).await;
     assert!(run.result("denied").0);
     let agents: Vec<String> = run
         .container_mounts(&engine)

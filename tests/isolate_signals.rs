@@ -15,56 +15,32 @@
 
 mod docker_support;
 mod flow_support;
+mod isogo_support;
 
 use docker_support::{engine_or_skip, SERIAL};
 use flow_support::{finish, requests_with, wait_until, Project, Ran, ScriptedModel};
 use flowerbox_testkit::git;
+use isogo_support::{branches, go, repo_project_with, Killed, BRIEF};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// A project whose workspace is a repository with `files` files in one commit and its own
 /// identity.
 fn repo_project(files: usize) -> Project {
-    let p = Project::new();
-    git(&p.ws, &["init", "-q", "-b", "main"]);
-    git(&p.ws, &["config", "user.name", "Test User"]);
-    git(&p.ws, &["config", "user.email", "test@example.invalid"]);
-    std::fs::write(p.ws.join("README.md"), "proj\n").unwrap();
-    std::fs::write(p.ws.join(".gitignore"), "runs/\n").unwrap();
-    for n in 0..files {
-        let d = p.ws.join(format!("many/{:03}", n / 200));
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join(format!("f{n}.txt")), format!("{n}\n")).unwrap();
-    }
-    git(&p.ws, &["add", "."]);
-    git(&p.ws, &["commit", "-q", "-m", "init"]);
-    p
+    repo_project_with(|ws| {
+        std::fs::write(ws.join(".gitignore"), "runs/\n").unwrap();
+        for n in 0..files {
+            let d = ws.join(format!("many/{:03}", n / 200));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join(format!("f{n}.txt")), format!("{n}\n")).unwrap();
+        }
+    })
 }
-
-fn go(p: &Project, model: &ScriptedModel) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_flowerbox"));
-    c.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &p.home)
-        .env("FLOWER_NO_PROBE", "1")
-        .env("ANTHROPIC_BASE_URL", &model.url)
-        .env("ANTHROPIC_API_KEY", "sk-ant-test")
-        .env("ANTHROPIC_MODEL", "claude-sonnet-4-5")
-        .current_dir(&p.ws)
-        .args(["--sandbox", "docker", "go", "--isolate", "--no-goal"])
-        .args(["--timeout", "0", "写个 hello.sh"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
-}
-
-const BRIEF: &str = "## 目标\n写一个 hello.sh\n\n## 验收标准\n- 跑 `./hello.sh` 输出 hello\n\n## 边界\n不做别的\n\n## 未知与假设\n无\n";
 
 /// Run 1: the coordinator dispatches one worker; the worker runs `command`, then its model
 /// call hangs.
@@ -86,26 +62,6 @@ fn second_run() -> ScriptedModel {
         {"role": "coordinator", "turns": [
             {"content": [{"type": "text", "text": "unused"}]},
             {"content": [{"type": "text", "text": "看到了交还的活。"}]}]}]}))
-}
-
-/// Kills the child when the test ends early.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn branches(p: &Project) -> Vec<String> {
-    git(
-        &p.ws,
-        &["branch", "--list", "flower/*", "--format=%(refname:short)"],
-    )
-    .lines()
-    .map(str::to_string)
-    .collect()
 }
 
 /// `git show <what>` in the workspace.

@@ -12,7 +12,7 @@ mod child_support;
 mod isolate_support;
 
 use child_support::{helper, spawn_lines, wait_for};
-use flowerbox::agent::{roles, Placement, RunOptions};
+use flowerbox::agent::Placement;
 use flowerbox::isolate::{IsolateOptions, WorktreePlacement};
 use flowerbox::role::Role;
 use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory};
@@ -148,15 +148,7 @@ async fn a_crashed_runs_deleted_worktree_does_not_block_the_next_run() {
     assert!(!listed(&ws));
     assert!(git(&ws, &["show", &format!("{crashed_branch}:crash.txt")]).contains("crash"));
 
-    let r = run
-        .rt
-        .run(
-            &roles::coordinator("协调者", "", vec![]),
-            "接着干",
-            RunOptions::default(),
-        )
-        .await;
-    assert!(r.ok, "{:?}", r.error);
+    coordinate(&run.rt, "接着干").await;
     let bash = run.results_of("worker-1", "Bash");
     assert!(!bash[0].0, "{:?}", bash);
     assert!(

@@ -184,15 +184,7 @@ async fn same_line_edits_conflict_and_the_coordinator_hears_the_paths() {
                 {"content": [text(REPORT)]}]}]})
     })
     .await;
-    let r = run
-        .rt
-        .run(
-            &roles::coordinator("协调者", "", vec![]),
-            "派两个人改同一行",
-            RunOptions::default(),
-        )
-        .await;
-    assert!(r.ok, "{:?}", r.error);
+    coordinate(&run.rt, "派两个人改同一行").await;
     let results = run.results_of("协调者", "Agent");
     assert_eq!(results.len(), 2, "{results:?}");
     let merged: Vec<&String> = results
@@ -283,15 +275,7 @@ async fn relative_worktrees_are_sealed_on_the_host_and_merged() {
                 {"content": [text(REPORT)]}]}]})
     })
     .await;
-    let r = run
-        .rt
-        .run(
-            &roles::coordinator("协调者", "", vec![]),
-            "派一个人",
-            RunOptions::default(),
-        )
-        .await;
-    assert!(r.ok, "{:?}", r.error);
+    coordinate(&run.rt, "派一个人").await;
     // The container's git could not open the repository (what this test is about).
     let bash = run.results_of("worker-1", "Bash");
     assert!(!bash[0].1.contains("git=0"), "{bash:?}");

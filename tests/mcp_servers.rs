@@ -14,6 +14,7 @@ mod docker_support;
 #[path = "model_support/mod.rs"]
 mod model_support;
 
+use docker_support::{engine_ready as engine, Sweep};
 use model_support::ScriptedModel;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -25,22 +26,6 @@ const FIXTURE: &str = include_str!("fixtures/mcp/server.py");
 const HTTP_FIXTURE: &str = include_str!("fixtures/mcp/http_server.py");
 /// Each run ends well within this.
 const BOUND: Duration = Duration::from_secs(120);
-
-fn engine(test: &str) -> bool {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        match docker_support::engine_or_skip(test).await {
-            Some(e) => {
-                docker_support::agent_image(&e).await;
-                true
-            }
-            None => false,
-        }
-    })
-}
 
 /// A workspace with the fixture server in it and a `.mcp.json` naming `servers`
 /// (name → mode, or a full entry).
@@ -63,16 +48,22 @@ impl Project {
         for (name, entry) in servers {
             entries.insert(name.to_string(), entry.clone());
         }
-        std::fs::write(
-            ws.join(".mcp.json"),
-            json!({ "mcpServers": entries }).to_string(),
-        )
-        .unwrap();
-        Project {
+        let p = Project {
             _dir: dir,
             ws,
             home,
-        }
+        };
+        p.servers(Value::Object(entries));
+        p
+    }
+
+    /// Writes the workspace's `.mcp.json` naming `servers` (name → entry).
+    fn servers(&self, servers: Value) {
+        std::fs::write(
+            self.ws.join(".mcp.json"),
+            json!({ "mcpServers": servers }).to_string(),
+        )
+        .unwrap();
     }
 
     /// A stdio entry running the fixture in `mode`.
@@ -87,18 +78,6 @@ fn fixture_entry(ws: &Path, mode: &str) -> Value {
         "args": [ws.join("tools/mcp_fixture.py").display().to_string(), "--mode", mode],
         "env": {"FIXTURE_VALUE": "from-config", "ANTHROPIC_API_KEY": "sk-ant-planted"}
     })
-}
-
-/// Removes whatever the runs of `ws` left on the engine (only this workspace's).
-struct Sweep(PathBuf);
-
-impl Drop for Sweep {
-    fn drop(&mut self) {
-        let _ = docker_support::gc_command(&self.0)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
 }
 
 /// `flowerbox ARGS` in the project against `model`; (exit code, stdout + stderr).
@@ -146,35 +125,9 @@ fn tool(name: &str, input: Value) -> Value {
 
 /// Every tool result the model received, by the name of its tool: (text, is_error).
 fn results(model: &ScriptedModel) -> BTreeMap<String, Vec<(String, bool)>> {
-    let mut names = BTreeMap::new();
-    let mut seen = std::collections::BTreeSet::new();
     let mut out: BTreeMap<String, Vec<(String, bool)>> = BTreeMap::new();
-    for req in model.recorded() {
-        for m in req["messages"].as_array().into_iter().flatten() {
-            for b in m["content"].as_array().into_iter().flatten() {
-                match b["type"].as_str() {
-                    Some("tool_use") => {
-                        names.insert(
-                            b["id"].as_str().unwrap().to_string(),
-                            b["name"].as_str().unwrap().to_string(),
-                        );
-                    }
-                    Some("tool_result") => {
-                        let id = b["tool_use_id"].as_str().unwrap().to_string();
-                        if seen.insert(id.clone()) {
-                            let text = match &b["content"] {
-                                Value::String(s) => s.clone(),
-                                other => other.to_string(),
-                            };
-                            out.entry(names[&id].clone())
-                                .or_default()
-                                .push((text, b["is_error"].as_bool().unwrap_or(false)));
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
+    for (name, text, is_error) in model.tool_results() {
+        out.entry(name).or_default().push((text, is_error));
     }
     out
 }
@@ -189,6 +142,15 @@ fn tool_names(req: &Value) -> Vec<String> {
 }
 
 /// Containers (any state) of this workspace's runs.
+/// Nothing of `p`'s runs is left on the engine.
+fn nothing_left(p: &Project) {
+    assert!(
+        containers_of(&p.ws).is_empty(),
+        "{:?}",
+        containers_of(&p.ws)
+    );
+}
+
 fn containers_of(ws: &Path) -> Vec<String> {
     let out = Command::new("docker")
         .args(["ps", "-aq", "--filter"])
@@ -209,11 +171,7 @@ fn a_stdio_server_runs_in_the_agents_container_and_its_tool_reaches_the_model() 
     let p = Project::new(&[]);
     let _sweep = Sweep(p.ws.clone());
     let fixture = p.fixture("normal");
-    std::fs::write(
-        p.ws.join(".mcp.json"),
-        json!({"mcpServers": {"fixture": fixture}}).to_string(),
-    )
-    .unwrap();
+    p.servers(json!({"fixture": fixture}));
     let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
         {"content": [tool("mcp__fixture__probe", json!({})),
                      tool("mcp__fixture__touch", json!({"path": p.ws.join("made-by-mcp").display().to_string()}))]},
@@ -267,11 +225,7 @@ fn a_stdio_server_runs_in_the_agents_container_and_its_tool_reaches_the_model() 
         "the dropped credential is named: {out}"
     );
     // Stopped with its container: nothing of the run is left on the engine.
-    assert!(
-        containers_of(&p.ws).is_empty(),
-        "{:?}",
-        containers_of(&p.ws)
-    );
+    nothing_left(&p);
 }
 
 #[test]
@@ -302,11 +256,7 @@ fn hostile_and_broken_servers_are_tool_errors_never_crashes() {
         json!({"type": "http", "url": "http://127.0.0.1:9/mcp"}),
     );
     servers.insert("human".into(), json!({"command": "python3"}));
-    std::fs::write(
-        p.ws.join(".mcp.json"),
-        json!({ "mcpServers": servers }).to_string(),
-    )
-    .unwrap();
+    p.servers(json!(servers));
     let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
         {"content": [
             tool("mcp__ok__probe", json!({})),
@@ -432,11 +382,7 @@ fn hostile_and_broken_servers_are_tool_errors_never_crashes() {
     );
     // The well-behaved server kept working beside the broken ones.
     assert!(!one("mcp__ok__probe", 1).1);
-    assert!(
-        containers_of(&p.ws).is_empty(),
-        "{:?}",
-        containers_of(&p.ws)
-    );
+    nothing_left(&p);
 }
 
 #[test]
@@ -446,12 +392,7 @@ fn plan_mode_offers_only_read_only_tools_and_minus_t_picks_tools() {
     }
     let p = Project::new(&[]);
     let _sweep = Sweep(p.ws.clone());
-    std::fs::write(
-        p.ws.join(".mcp.json"),
-        json!({"mcpServers": {"fx": p.fixture("normal"), "other": p.fixture("normal")}})
-            .to_string(),
-    )
-    .unwrap();
+    p.servers(json!({"fx": p.fixture("normal"), "other": p.fixture("normal")}));
     let turns = json!({"agents": [{"role": "once", "turns": [
         {"content": [{"type": "text", "text": "看了"}]}]}]});
     let model = ScriptedModel::start(&turns);
@@ -497,16 +438,11 @@ fn doctor_lists_the_servers_and_whether_each_starts() {
     }
     let p = Project::new(&[]);
     let _sweep = Sweep(p.ws.clone());
-    std::fs::write(
-        p.ws.join(".mcp.json"),
-        json!({"mcpServers": {
-            "good": p.fixture("normal"),
-            "bad": p.fixture("failinit"),
-            "old": {"type": "sse", "url": "https://x.example/sse"}
-        }})
-        .to_string(),
-    )
-    .unwrap();
+    p.servers(json!({
+        "good": p.fixture("normal"),
+        "bad": p.fixture("failinit"),
+        "old": {"type": "sse", "url": "https://x.example/sse"}
+    }));
     let model = ScriptedModel::start(&json!({"agents": []}));
     let (_, out) = run(&p, &model, &["doctor"], &[]);
     let mcp: Vec<&str> = out.lines().filter(|l| l.contains(" mcp ")).collect();
@@ -526,21 +462,13 @@ fn doctor_lists_the_servers_and_whether_each_starts() {
             .any(|l| l.starts_with("注意") && l.contains("sse")),
         "{out}"
     );
-    assert!(
-        containers_of(&p.ws).is_empty(),
-        "{:?}",
-        containers_of(&p.ws)
-    );
+    nothing_left(&p);
 }
 
 #[test]
 fn with_sandbox_host_the_server_is_a_host_process_and_says_so() {
     let p = Project::new(&[]);
-    std::fs::write(
-        p.ws.join(".mcp.json"),
-        json!({"mcpServers": {"fx": p.fixture("normal")}}).to_string(),
-    )
-    .unwrap();
+    p.servers(json!({"fx": p.fixture("normal")}));
     let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
         {"content": [tool("mcp__fx__probe", json!({}))]},
         {"content": [{"type": "text", "text": "好"}]}]}]}));
@@ -752,16 +680,11 @@ fn an_http_server_is_reached_from_the_host_only_where_the_egress_policy_allows()
     let host = HttpHost::start(&image);
     let p = Project::new(&[]);
     let _sweep = Sweep(p.ws.clone());
-    std::fs::write(
-        p.ws.join(".mcp.json"),
-        json!({"mcpServers": {"web": {
-            "type": "http",
-            "url": format!("http://{}:8000/mcp", host.ip),
-            "headers": {"Authorization": "Bearer ${FIXTURE_TOKEN}", "X-Other": "${HOME:-none}"}
-        }}})
-        .to_string(),
-    )
-    .unwrap();
+    p.servers(json!({"web": {
+        "type": "http",
+        "url": format!("http://{}:8000/mcp", host.ip),
+        "headers": {"Authorization": "Bearer ${FIXTURE_TOKEN}", "X-Other": "${HOME:-none}"}
+    }}));
     let scenario = json!({"agents": [{"role": "once", "turns": [
         {"content": [tool("mcp__web__probe", json!({}))]},
         {"content": [{"type": "text", "text": "连上了"}]}]}]});
@@ -932,12 +855,7 @@ fn in_go_each_role_gets_the_servers_tools_its_container_allows() {
     let p = Project::new(&[]);
     let _sweep = Sweep(p.ws.clone());
     // Relative to the agent's working directory, as in Claude Code.
-    std::fs::write(
-        p.ws.join(".mcp.json"),
-        json!({"mcpServers": {"fx": {"command": "python3", "args": ["tools/mcp_fixture.py"]}}})
-            .to_string(),
-    )
-    .unwrap();
+    p.servers(json!({"fx": {"command": "python3", "args": ["tools/mcp_fixture.py"]}}));
     let done = p.ws.join("done.txt").display().to_string();
     let model = ScriptedModel::start(&json!({"agents": [
         {"role": "clarifier", "turns": [{"content": [{"type": "text", "text":
@@ -1005,9 +923,5 @@ fn in_go_each_role_gets_the_servers_tools_its_container_allows() {
     .shell
     .uid;
     assert_eq!(probe["uid"], judge_uid, "{probe}");
-    assert!(
-        containers_of(&p.ws).is_empty(),
-        "{:?}",
-        containers_of(&p.ws)
-    );
+    nothing_left(&p);
 }

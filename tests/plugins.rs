@@ -14,38 +14,11 @@
 mod docker_support;
 mod flow_support;
 
+use docker_support::{engine_ready as engine, Sweep};
+use flow_support::model_support::tool_results;
 use flow_support::{requests_with, Project, Ran, ScriptedModel};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-
-fn engine(test: &str) -> bool {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        match docker_support::engine_or_skip(test).await {
-            Some(e) => {
-                docker_support::agent_image(&e).await;
-                true
-            }
-            None => false,
-        }
-    })
-}
-
-/// Removes whatever the runs of `ws` left on the engine (only this workspace's).
-struct Sweep(PathBuf);
-
-impl Drop for Sweep {
-    fn drop(&mut self) {
-        let _ = docker_support::gc_command(&self.0)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
-}
 
 /// Writes the plugin into `ws`; returns the host path its hook would touch if it ran on the
 /// host.
@@ -104,37 +77,6 @@ fn tool(name: &str, input: Value) -> Value {
     json!({"type": "tool_use", "name": name, "input": input})
 }
 
-/// Every tool result in `reqs`, by tool name: (text, is_error).
-fn results(reqs: &[Value]) -> Vec<(String, String, bool)> {
-    let mut names = std::collections::BTreeMap::new();
-    let mut seen = std::collections::BTreeSet::new();
-    let mut out = Vec::new();
-    for req in reqs {
-        for m in req["messages"].as_array().into_iter().flatten() {
-            for b in m["content"].as_array().into_iter().flatten() {
-                match b["type"].as_str() {
-                    Some("tool_use") => {
-                        names.insert(b["id"].to_string(), b["name"].as_str().unwrap().to_string());
-                    }
-                    Some("tool_result") if seen.insert(b["tool_use_id"].to_string()) => {
-                        let text = match &b["content"] {
-                            Value::String(s) => s.clone(),
-                            other => other.to_string(),
-                        };
-                        out.push((
-                            names[&b["tool_use_id"].to_string()].clone(),
-                            text,
-                            b["is_error"].as_bool().unwrap_or(false),
-                        ));
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-    out
-}
-
 fn tool_names(req: &Value) -> Vec<String> {
     req["tools"]
         .as_array()
@@ -142,6 +84,25 @@ fn tool_names(req: &Value) -> Vec<String> {
         .flatten()
         .map(|t| t["name"].as_str().unwrap().to_string())
         .collect()
+}
+
+/// A `go --no-goal` scenario whose coordinator dispatches the plugin's agent type `cleaner`,
+/// which tries `rm -rf victim`.
+fn cleaner_scenario() -> Value {
+    let brief =
+        "## 目标\n清理\n\n## 验收标准\n- victim 不见了\n\n## 边界\n无\n\n## 未知与假设\n无\n";
+    json!({"agents": [
+        {"role": "clarifier", "turns": [{"content": [{"type": "text", "text": brief}]}]},
+        {"role": "coordinator", "turns": [
+            {"content": [tool("Agent", json!({"description": "清理", "prompt": "删掉 victim", "subagent_type": "cleaner"}))]},
+            {"content": [{"type": "text", "text": "cleaner 被拦下了。"}]},
+            {"content": [{"type": "text", "text": "总结:cleaner 被拦下了。"}]}
+        ]},
+        {"role": "worker", "prompt": "PLUGIN-CLEANER-PROMPT", "turns": [
+            {"content": [tool("Bash", json!({"command": "rm -rf victim"}))]},
+            {"content": [{"type": "text", "text": "结论:没删成\n依据:钩子拦下了 rm -rf\n产出:无\n未验证:无"}]}
+        ]}
+    ]})
 }
 
 /// The blocked Bash call's result says where the hook ran: not here, as the invoking user.
@@ -208,7 +169,7 @@ fn once_sees_the_skill_reads_it_and_the_hook_blocks_rm_rf_in_the_container() {
     );
     assert!(!system.contains("DEPLOY-STEPS"), "{system}");
     assert!(tool_names(&reqs[0]).contains(&"Skill".to_string()));
-    let results = results(&reqs);
+    let results = tool_results(&reqs);
     let skills: Vec<_> = results.iter().filter(|(n, _, _)| n == "Skill").collect();
     assert!(
         skills[0].1.contains("DEPLOY-STEPS") && !skills[0].2,
@@ -279,20 +240,7 @@ fn go_dispatches_the_plugin_agent_type_and_its_rm_rf_is_blocked_in_its_container
     let p = Project::new();
     let _sweep = Sweep(p.ws.clone());
     let marker = plant_plugin(&p.ws);
-    let brief =
-        "## 目标\n清理\n\n## 验收标准\n- victim 不见了\n\n## 边界\n无\n\n## 未知与假设\n无\n";
-    let model = ScriptedModel::start(&json!({"agents": [
-        {"role": "clarifier", "turns": [{"content": [{"type": "text", "text": brief}]}]},
-        {"role": "coordinator", "turns": [
-            {"content": [tool("Agent", json!({"description": "清理", "prompt": "删掉 victim", "subagent_type": "cleaner"}))]},
-            {"content": [{"type": "text", "text": "cleaner 被拦下了。"}]},
-            {"content": [{"type": "text", "text": "总结:cleaner 被拦下了。"}]}
-        ]},
-        {"role": "worker", "prompt": "PLUGIN-CLEANER-PROMPT", "turns": [
-            {"content": [tool("Bash", json!({"command": "rm -rf victim"}))]},
-            {"content": [{"type": "text", "text": "结论:没删成\n依据:钩子拦下了 rm -rf\n产出:无\n未验证:无"}]}
-        ]}
-    ]}));
+    let model = ScriptedModel::start(&cleaner_scenario());
     let r = p.run_in(
         "docker",
         &model,
@@ -321,7 +269,7 @@ fn go_dispatches_the_plugin_agent_type_and_its_rm_rf_is_blocked_in_its_container
     tools.sort();
     // TaskOutput and TaskStop come with a Bash that may run in the background.
     assert_eq!(tools, ["Bash", "Read", "Skill", "TaskOutput", "TaskStop"]);
-    assert_blocked_in_container(&results(&worker), &r);
+    assert_blocked_in_container(&tool_results(&worker), &r);
     assert_eq!(
         std::fs::read_to_string(p.ws.join("victim")).unwrap(),
         "keep me"
@@ -420,20 +368,7 @@ fn with_isolate_the_workers_hook_runs_from_its_worktrees_copy_of_the_plugin() {
     std::fs::write(p.ws.join(".gitignore"), "runs/\n").unwrap();
     git(&["add", "."]);
     git(&["commit", "-q", "-m", "plugin"]);
-    let brief =
-        "## 目标\n清理\n\n## 验收标准\n- victim 不见了\n\n## 边界\n无\n\n## 未知与假设\n无\n";
-    let model = ScriptedModel::start(&json!({"agents": [
-        {"role": "clarifier", "turns": [{"content": [{"type": "text", "text": brief}]}]},
-        {"role": "coordinator", "turns": [
-            {"content": [tool("Agent", json!({"description": "清理", "prompt": "删掉 victim", "subagent_type": "cleaner"}))]},
-            {"content": [{"type": "text", "text": "cleaner 被拦下了。"}]},
-            {"content": [{"type": "text", "text": "总结:cleaner 被拦下了。"}]}
-        ]},
-        {"role": "worker", "prompt": "PLUGIN-CLEANER-PROMPT", "turns": [
-            {"content": [tool("Bash", json!({"command": "rm -rf victim"}))]},
-            {"content": [{"type": "text", "text": "结论:没删成\n依据:钩子拦下了 rm -rf\n产出:无\n未验证:无"}]}
-        ]}
-    ]}));
+    let model = ScriptedModel::start(&cleaner_scenario());
     let r = p.run_in(
         "docker",
         &model,
@@ -441,7 +376,7 @@ fn with_isolate_the_workers_hook_runs_from_its_worktrees_copy_of_the_plugin() {
     );
     assert_eq!(r.code(), 0, "{r:?}");
     let worker = requests_with(&model, "PLUGIN-CLEANER-PROMPT");
-    let results = results(&worker);
+    let results = tool_results(&worker);
     assert_blocked_in_container(&results, &r);
     let (_, text, _) = results.iter().find(|(n, _, _)| n == "Bash").unwrap();
     let root = text.split("root=").nth(1).unwrap().trim();
@@ -498,7 +433,7 @@ fn a_plugin_dir_outside_the_workspace_is_mounted_read_only_so_its_hook_scripts_r
         &["--plugin-dir", &own_arg, "once", "-t", "Read,Bash", "试试"],
     );
     assert_eq!(r.code(), 0, "{r:?}");
-    let results = results(&model.recorded());
+    let results = model.tool_results();
     let (_, text, is_error) = results
         .iter()
         .find(|(n, t, _)| n == "Bash" && t.contains("outside-plugin"))
@@ -551,7 +486,7 @@ fn a_user_prompt_submit_block_stops_the_step_and_post_tool_use_tells_the_model()
     ]}]}));
     let r = p.run_in("docker", &model, &["once", "-t", "Read,Bash", "看一眼"]);
     assert_eq!(r.code(), 0, "{r:?}");
-    let results = results(&model.recorded());
+    let results = model.tool_results();
     let (_, text, is_error) = &results[0];
     assert!(
         !is_error && text.contains("seen") && text.contains("post-check: output noted"),

@@ -11,13 +11,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod box_support;
 mod docker_support;
 
+use box_support::{run, Tally};
 use docker_support::*;
 use flowerbox::role::Role;
 use flowerbox::sandbox::docker::UserIds;
 use flowerbox::sandbox::egress::{EgressMode, EgressPolicy};
-use flowerbox::sandbox::{Sandbox, SandboxFactory};
+use flowerbox::sandbox::SandboxFactory;
 use std::time::Duration;
 
 /// A whole test may take this long.
@@ -40,60 +42,6 @@ for name, args in (("io_uring_setup", (425, 8, params)), ("io_uring_enter", (426
     print(("REFUSED %s %d" % (name, e)) if r < 0 and e in (errno.EPERM, errno.ENOSYS) else ("OPEN %s" % name))
 sys.stdout.flush()
 "#;
-
-/// Attempts and the ones that got through.
-#[derive(Debug, Default)]
-struct Tally {
-    attempts: usize,
-    succeeded: Vec<String>,
-}
-
-impl Tally {
-    fn attempt(&mut self, label: &str, got_through: bool) {
-        self.attempts += 1;
-        if got_through {
-            self.succeeded.push(label.to_string());
-        }
-    }
-
-    fn assert_none(&self, what: &str) {
-        eprintln!(
-            "redteam box, {what}: {} attempts, {} succeeded",
-            self.attempts,
-            self.succeeded.len()
-        );
-        assert!(self.attempts > 0);
-        assert!(
-            self.succeeded.is_empty(),
-            "{what}: got through: {:?}",
-            self.succeeded
-        );
-    }
-}
-
-async fn run(sb: &dyn Sandbox, ws: &std::path::Path, script: &str) -> String {
-    let out = sb
-        .exec(req(script, ws, Duration::from_secs(120)))
-        .await
-        .expect("exec");
-    format!("{}{}", out.stdout, out.stderr)
-}
-
-/// Counts the `OPEN`/`REFUSED` lines of the io_uring probe run by `who`.
-fn count_io_uring(tally: &mut Tally, who: &str, out: &str) {
-    let lines: Vec<&str> = out
-        .lines()
-        .filter(|l| l.starts_with("OPEN ") || l.starts_with("REFUSED "))
-        .collect();
-    assert_eq!(
-        lines.len(),
-        3,
-        "{who}: the probe did not run through:\n{out}"
-    );
-    for l in lines {
-        tally.attempt(&format!("{who}: {l}"), l.starts_with("OPEN "));
-    }
-}
 
 #[tokio::test]
 async fn io_uring_is_refused_in_every_role() {
@@ -135,9 +83,9 @@ async fn io_uring_is_refused_in_every_role() {
                 .await
                 .expect("sandbox");
             let out = run(&*sb, &r.workspace, &script).await;
-            count_io_uring(&mut tally, agent, &out);
+            tally.lines(&out, "OPEN", "REFUSED", 3, &format!("{agent}: "));
         }
-        tally.assert_none("io_uring");
+        tally.assert_none("redteam box", "io_uring", "");
     })
     .await
     .expect("bounded");
@@ -187,14 +135,7 @@ async fn a_root_worker_cannot_rewrite_the_pods_network_files() {
         );
         let out = run(&*worker, &r.workspace, NET_FILES).await;
         let mut tally = Tally::default();
-        let lines: Vec<&str> = out
-            .lines()
-            .filter(|l| l.starts_with("WROTE ") || l.starts_with("REFUSED "))
-            .collect();
-        assert_eq!(lines.len(), 18, "the attack did not run through:\n{out}");
-        for l in lines {
-            tally.attempt(l, l.starts_with("WROTE "));
-        }
+        tally.lines(&out, "WROTE", "REFUSED", 18, "");
         for l in out
             .lines()
             .filter(|l| l.starts_with("SAME ") || l.starts_with("CHANGED "))
@@ -210,7 +151,7 @@ async fn a_root_worker_cannot_rewrite_the_pods_network_files() {
         )
         .await;
         tally.attempt("seen from worker-2", after != before);
-        tally.assert_none("network files");
+        tally.assert_none("redteam box", "network files", "");
     })
     .await
     .expect("bounded");
@@ -299,7 +240,7 @@ async fn the_proxy_lets_listed_names_through_on_80_and_443_only() {
                 "the proxy refused a listed name on its port: {label} {s}\n{out}"
             );
         }
-        tally.assert_none("proxy ports");
+        tally.assert_none("redteam box", "proxy ports", "");
         // The refusal says why.
         assert!(
             out.contains("EXPLAINED http-8080"),
@@ -368,7 +309,7 @@ async fn a_busy_worker_gets_its_cpu_quota_and_no_more() {
             &format!("spin took {cpu:.2} s > {allowed:.2} s"),
             cpu > allowed,
         );
-        tally.assert_none("cpu");
+        tally.assert_none("redteam box", "cpu", "");
     })
     .await
     .expect("bounded");

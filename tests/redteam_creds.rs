@@ -24,15 +24,20 @@ mod docker_support;
 #[path = "flow_support/mod.rs"]
 mod flow_support;
 
+mod redteam_support;
+
+use docker_support::{engine_ready as engine, Sweep};
 use flow_support::{Project, ScriptedModel};
+use redteam_support::{
+    bash, measured, repository, text, user_command, user_file, write_user_file, Outcome, PLANT_X,
+    REPORT,
+};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Each run must end well within this (a FIFO that hangs the host shows up here).
 const BOUND: Duration = Duration::from_secs(90);
@@ -45,29 +50,6 @@ const AS_LIMIT: u64 = 3 << 30;
 const USER_KEY: &str = "sk-ant-USER-REAL-KEY-5b0c1d2e3f";
 const USER_OPENAI_KEY: &str = "sk-openai-USER-REAL-KEY-77aa88";
 const TYPED_KEY: &str = "sk-ant-TYPED-IN-SETUP-9f9f9f9f";
-
-/// The engine is there (and the agent image built), or the test is skipped (`CI=true`: fails).
-fn engine(test: &str) -> bool {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        match docker_support::engine_or_skip(test).await {
-            Some(e) => {
-                docker_support::agent_image(&e).await;
-                true
-            }
-            None => false,
-        }
-    })
-}
-
-fn bin() -> PathBuf {
-    std::env::var_os("FLOWERBOX_REDTEAM_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_flowerbox")))
-}
 
 /// One request the canary received.
 #[derive(Debug, Clone)]
@@ -181,34 +163,14 @@ fn serve(conn: TcpStream, seen: &Mutex<Vec<Seen>>, status: u16, body: &str) {
     );
 }
 
-/// How one flowerbox process ended.
-#[derive(Debug)]
-struct Outcome {
-    code: Option<i32>,
-    text: String,
-    hung: bool,
-    max_rss_kb: i64,
-}
-
 /// `flowerbox --sandbox docker ARGS` in the workspace as the user: HOME is the project's (the
 /// user's configuration is in it), `env` on top of PATH, bounded by [`BOUND`] and an address
 /// space of [`AS_LIMIT`]; its peak resident memory measured.
 fn flowerbox(p: &Project, args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Outcome {
-    let mut c = Command::new(bin());
-    c.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &p.home)
-        .env("FLOWER_NO_PROBE", "1")
-        .current_dir(&p.ws)
+    let mut c = user_command(p);
+    c.env("FLOWER_NO_PROBE", "1")
         .args(["--sandbox", "docker"])
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .args(args);
     for (k, v) in env {
         c.env(k, v);
     }
@@ -223,128 +185,20 @@ fn flowerbox(p: &Project, args: &[&str], env: &[(&str, &str)], stdin: Option<&st
             Ok(())
         });
     }
-    let mut child = c.spawn().expect("spawn flowerbox");
-    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        let _ = pipe.write_all(text.as_bytes());
-    }
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    let out = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let err = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let deadline = Instant::now() + BOUND;
-    let mut hung = false;
-    // The process's own high-water mark (`VmHWM`, which starts afresh at exec; a wait's
-    // `ru_maxrss` would start at this test process's size), polled until it exits.
-    let status_file = format!("/proc/{}/status", child.id());
-    let mut rss = 0i64;
-    let status = loop {
-        if let Some(kb) = std::fs::read_to_string(&status_file).ok().and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
-        }) {
-            rss = rss.max(kb);
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline && !hung {
-            hung = true;
-            let _ = child.kill();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let code = status.code();
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.join().unwrap_or_default()),
-        String::from_utf8_lossy(&err.join().unwrap_or_default())
-    );
-    Outcome {
-        code,
-        text,
-        hung,
-        max_rss_kb: rss,
-    }
+    measured(c, BOUND, stdin)
 }
 
-/// Removes whatever the runs of `ws` left on the engine (only this workspace's).
-struct Sweep(PathBuf);
-
-impl Drop for Sweep {
-    fn drop(&mut self) {
-        let _ = docker_support::gc_command(&self.0)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
-/// The user's own configuration (what `flowerbox setup` writes), pointing at `model`.
-fn user_file(p: &Project, model: &ScriptedModel) {
-    let path = p.home.join(".config/flower/.env");
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(
-        &path,
-        format!(
-            "ANTHROPIC_API_KEY={USER_KEY}\nANTHROPIC_BASE_URL={}\nANTHROPIC_MODEL=claude-sonnet-4-5\n",
-            model.url
-        ),
-    )
-    .unwrap();
-}
-
-fn tool(name: &str, input: Value) -> Value {
-    json!({"type": "tool_use", "name": name, "input": input})
-}
-
-fn bash(command: &str) -> Value {
-    tool("Bash", json!({"command": command}))
-}
-
-fn text(t: &str) -> Value {
-    json!({"content": [{"type": "text", "text": t}]})
-}
-
-const REPORT: &str = "结论:好\n依据:无\n产出:无\n未验证:无";
-
-/// A `go` scenario: the brief, the goal, a coordinator that dispatches one worker with
-/// `worker_turns`, judges that pass. Text agents answer the same whatever turn they are asked
-/// for (a wake resumes them).
+/// A `go` scenario whose worker runs `worker_turns` to plant; the other workers report, and
+/// `once` answers.
 fn go_scenario(worker_turns: Vec<Value>) -> Value {
-    let many = |t: &str| vec![text(t); 4];
-    json!({"agents": [
-        {"role": "clarifier", "turns": many(
-            "## 目标\n做 X\n\n## 验收标准\n- 有 x.txt\n\n## 边界\n无\n\n## 未知与假设\n- 无\n")},
-        {"role": "judge", "prompt": "变成可判定的目标", "turns": many(
-            "## 目标\n工作区有 x.txt\n\n## 判定清单\n- `test -e x.txt` 成功\n")},
-        {"role": "judge", "prompt": "判定这一轮", "turns": many(
-            "## 结论\nACHIEVED\n\n## 理由\n看到了\n\n## 未通过\n无\n")},
-        {"role": "coordinator", "turns": [
-            {"content": [tool("Agent", json!({
-                "description": "埋雷", "prompt": "埋雷", "subagent_type": "coder"}))]},
-            text("完成"), text("完成"), text("完成")]},
-        {"role": "worker", "prompt": "埋雷", "turns": worker_turns},
-        {"role": "worker", "turns": vec![text(REPORT); 4]},
-        {"role": "once", "turns": vec![text("好"); 4]},
-    ]})
+    redteam_support::go_scenario(
+        &PLANT_X,
+        worker_turns,
+        vec![
+            json!({"role": "worker", "turns": vec![text(REPORT); 4]}),
+            json!({"role": "once", "turns": vec![text("好"); 4]}),
+        ],
+    )
 }
 
 /// The first run: a hostile worker runs `plant` (in its container, in the workspace or its
@@ -354,7 +208,7 @@ fn plant(p: &Project, plant: &str, extra: &[&str]) -> Outcome {
         json!({"content": [bash(&format!("{plant}; touch x.txt; ls -la"))]}),
         text(REPORT),
     ]));
-    user_file(p, &model);
+    user_file(p, &model, USER_KEY);
     let mut args = vec!["go"];
     args.extend_from_slice(extra);
     args.extend_from_slice(&["--timeout", "0", "做 X"]);
@@ -364,10 +218,18 @@ fn plant(p: &Project, plant: &str, extra: &[&str]) -> Outcome {
     o
 }
 
+/// The worker's plant of a `./.env` that sends a token of its own to `canary`.
+fn planted_token(canary: &Canary) -> String {
+    format!(
+        "printf 'ANTHROPIC_BASE_URL={}\\nANTHROPIC_AUTH_TOKEN=dummy-planted-token\\n' > .env",
+        canary.url
+    )
+}
+
 /// One user run after the plant, against a fresh model that behaves: its outcome.
 fn user_run(p: &Project, args: &[&str], env: &[(&str, &str)]) -> Outcome {
     let model = ScriptedModel::start(&go_scenario(vec![text(REPORT)]));
-    user_file(p, &model);
+    user_file(p, &model, USER_KEY);
     let o = flowerbox(p, args, env, None);
     eprintln!(
         "user run {args:?}: exit {:?}{} in ≤{} KiB\n{}",
@@ -397,10 +259,22 @@ const SECRETS: [&str; 3] = [USER_KEY, USER_OPENAI_KEY, TYPED_KEY];
 /// (exit 0, the lines that name the planted file) is checked apart, as unmet expectations.
 #[derive(Default)]
 struct Tally {
-    attempts: usize,
+    base: redteam_support::Tally,
+    /// The user runs in which the canary got a user's secret.
     leaks: usize,
-    successes: Vec<String>,
-    unmet: Vec<String>,
+}
+
+impl std::ops::Deref for Tally {
+    type Target = redteam_support::Tally;
+    fn deref(&self) -> &Self::Target {
+        &self.base
+    }
+}
+
+impl std::ops::DerefMut for Tally {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.base
+    }
 }
 
 impl Tally {
@@ -445,23 +319,27 @@ impl Tally {
         o
     }
 
-    /// Something a run must do besides resisting.
-    fn expect(&mut self, what: &str, ok: bool, detail: impl FnOnce() -> String) {
-        if !ok {
-            self.unmet.push(format!("{what}: {}", detail()));
-        }
+    /// [`Tally::user_run`], which must also do what `ok` says (an unmet expectation named
+    /// `what` otherwise).
+    fn checked_run(
+        &mut self,
+        what: &str,
+        p: &Project,
+        canary: &Canary,
+        args: &[&str],
+        env: &[(&str, &str)],
+        ok: impl FnOnce(&Outcome) -> bool,
+    ) -> Outcome {
+        let o = self.user_run(p, canary, args, env);
+        let met = ok(&o);
+        self.expect(what, met, || format!("{o:?}"));
+        o
     }
 
     fn report(self, variant: &str) {
-        eprintln!(
-            "creds red team, {variant}: {} attempts, {} succeeded ({} sent a user's secret to the canary); {} other expectations unmet",
-            self.attempts,
-            self.successes.len(),
-            self.leaks,
-            self.unmet.len()
-        );
-        assert!(self.successes.is_empty(), "{:#?}", self.successes);
-        assert!(self.unmet.is_empty(), "{:#?}", self.unmet);
+        let leaks = format!(" ({} sent a user's secret to the canary)", self.leaks);
+        eprintln!("creds red team, {variant}: {}", self.line(&leaks));
+        self.base.assert_clean();
     }
 }
 
@@ -479,14 +357,7 @@ fn a_planted_endpoint_with_a_token_never_gets_the_users_key() {
     let p = Project::new();
     let _sweep = Sweep(p.ws.clone());
     let canary = Canary::start();
-    let first = plant(
-        &p,
-        &format!(
-            "printf 'ANTHROPIC_BASE_URL={}\\nANTHROPIC_AUTH_TOKEN=dummy-planted-token\\n' > .env",
-            canary.url
-        ),
-        &[],
-    );
+    let first = plant(&p, &planted_token(&canary), &[]);
     let mut t = Tally::default();
     // The run that planted it names it, with its keys (never a value).
     t.expect(
@@ -510,14 +381,11 @@ fn a_planted_endpoint_with_a_token_never_gets_the_users_key() {
         // The user's key in the environment instead of their file: the same.
         (&["once", "hi"], &key_in_env),
     ] {
-        let o = t.user_run(&p, &canary, args, env);
-        t.expect(
-            &format!("{args:?}"),
-            (sound(&o) || args[0] == "doctor")
+        t.checked_run(&format!("{args:?}"), &p, &canary, args, env, |o| {
+            (sound(o) || args[0] == "doctor")
                 && o.text.contains("设了 ANTHROPIC_BASE_URL")
-                && o.text.contains("ANTHROPIC_API_KEY 来自"),
-            || format!("{o:?}"),
-        );
+                && o.text.contains("ANTHROPIC_API_KEY 来自")
+        });
     }
     t.report("ANTHROPIC_BASE_URL + ANTHROPIC_AUTH_TOKEN planted, the user's API key elsewhere");
 }
@@ -541,12 +409,10 @@ fn a_planted_openai_switch_never_gets_the_users_openai_key() {
     );
     let mut t = Tally::default();
     for args in [&["once", "hi"][..], &["go", "--timeout", "0", "再做一次 X"]] {
-        let o = t.user_run(&p, &canary, args, &[("OPENAI_API_KEY", USER_OPENAI_KEY)]);
-        t.expect(
-            &format!("{args:?}"),
-            sound(&o) && o.text.contains("OPENAI_API_KEY 来自 进程环境"),
-            || format!("{o:?}"),
-        );
+        let env = [("OPENAI_API_KEY", USER_OPENAI_KEY)];
+        t.checked_run(&format!("{args:?}"), &p, &canary, args, &env, |o| {
+            sound(o) && o.text.contains("OPENAI_API_KEY 来自 进程环境")
+        });
     }
     t.report("FLOWERBOX_PROVIDER=openai + OPENAI_BASE_URL planted, the user's OPENAI_API_KEY in the environment");
 }
@@ -559,25 +425,9 @@ fn a_planted_env_merged_by_isolate_never_gets_the_users_key() {
     let _serial = docker_support::SERIAL.blocking_lock();
     let p = Project::new();
     let _sweep = Sweep(p.ws.clone());
-    for args in [
-        &["init", "-q", "-b", "main"][..],
-        &["config", "user.name", "Test User"],
-        &["config", "user.email", "test@example.invalid"],
-    ] {
-        flowerbox_testkit::git(&p.ws, args);
-    }
-    std::fs::write(p.ws.join(".gitignore"), "runs/\n").unwrap();
-    flowerbox_testkit::git(&p.ws, &["add", "."]);
-    flowerbox_testkit::git(&p.ws, &["commit", "-q", "-m", "init"]);
+    repository(&p);
     let canary = Canary::start();
-    let first = plant(
-        &p,
-        &format!(
-            "printf 'ANTHROPIC_BASE_URL={}\\nANTHROPIC_AUTH_TOKEN=dummy-planted-token\\n' > .env",
-            canary.url
-        ),
-        &["--isolate"],
-    );
+    let first = plant(&p, &planted_token(&canary), &["--isolate"]);
     assert!(
         p.ws.join(".env").is_file(),
         "integration did not bring the planted .env into the workspace: the test proves nothing\n{}",
@@ -595,12 +445,9 @@ fn a_planted_env_merged_by_isolate_never_gets_the_users_key() {
         &["once", "hi"][..],
         &["go", "--isolate", "--timeout", "0", "再做一次 X"],
     ] {
-        let o = t.user_run(&p, &canary, args, &[]);
-        t.expect(
-            &format!("{args:?}"),
-            sound(&o) && o.text.contains("设了 ANTHROPIC_BASE_URL"),
-            || format!("{o:?}"),
-        );
+        t.checked_run(&format!("{args:?}"), &p, &canary, args, &[], |o| {
+            sound(o) && o.text.contains("设了 ANTHROPIC_BASE_URL")
+        });
     }
     t.report(".env planted by an --isolate worker and merged into the workspace");
 }
@@ -670,15 +517,10 @@ fn planted_fifos_devices_links_and_huge_files_neither_hang_nor_balloon_nor_lead_
             || first.text.clone(),
         );
         for args in [&["once", "hi"][..], &["go", "--timeout", "0", "再做一次 X"]] {
-            let o = t.user_run(&p, &canary, args, &[]);
-            t.expect(
-                &format!("{name} {args:?}"),
-                sound(&o)
-                    && o.text
-                        .contains(&format!("{} 读不了", p.ws.join(file).display()))
-                    && o.text.contains(why),
-                || format!("{o:?}"),
-            );
+            let unreadable = format!("{} 读不了", p.ws.join(file).display());
+            let o = t.checked_run(&format!("{name} {args:?}"), &p, &canary, args, &[], |o| {
+                sound(o) && o.text.contains(&unreadable) && o.text.contains(why)
+            });
             summary.push(format!(
                 "{name} {}: {} KiB ({:.2}× a clean run), exit {:?}{}",
                 args[0],
@@ -688,14 +530,9 @@ fn planted_fifos_devices_links_and_huge_files_neither_hang_nor_balloon_nor_lead_
                 if o.hung { ", hung" } else { "" }
             ));
         }
-        eprintln!(
-            "creds red team, {name}: {} attempts, {} succeeded; {} other expectations unmet",
-            t.attempts,
-            t.successes.len(),
-            t.unmet.len()
-        );
-        failed.extend(t.successes);
-        failed.extend(t.unmet);
+        eprintln!("creds red team, {name}: {}", t.line(""));
+        failed.extend(t.base.successes);
+        failed.extend(t.base.unmet);
     }
     eprintln!("clean run: {} KiB\n{}", base.max_rss_kb, summary.join("\n"));
     assert!(failed.is_empty(), "{failed:#?}");
@@ -732,16 +569,13 @@ async fn the_probe_and_setup_never_send_a_secret_to_a_planted_address() {
         ),
     )
     .unwrap();
-    let user = p.home.join(".config/flower/.env");
-    std::fs::create_dir_all(user.parent().unwrap()).unwrap();
-    std::fs::write(
-        &user,
-        format!(
+    let user = write_user_file(
+        &p,
+        &format!(
             "ANTHROPIC_API_KEY={USER_KEY}\nANTHROPIC_BASE_URL={}\n",
             gateway.url
         ),
-    )
-    .unwrap();
+    );
     let l = lookup();
     let mut out = Vec::new();
     let creds = ensure_discovered(

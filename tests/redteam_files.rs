@@ -26,51 +26,24 @@ mod docker_support;
 #[path = "flow_support/mod.rs"]
 mod flow_support;
 
+mod redteam_support;
+
+use docker_support::{engine_ready as engine, Sweep};
 use flow_support::{Project, ScriptedModel};
+use redteam_support::{bash, model_command, repository, text, tool, PLANT_X};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// Each run must end well within this (a FIFO that hangs the host shows up here).
 const BOUND: Duration = Duration::from_secs(90);
 
-/// The engine is there (and the agent image built), or the test is skipped (`CI=true`: fails).
-fn engine(test: &str) -> bool {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        match docker_support::engine_or_skip(test).await {
-            Some(e) => {
-                docker_support::agent_image(&e).await;
-                true
-            }
-            None => false,
-        }
-    })
-}
-
-fn bin() -> PathBuf {
-    std::env::var_os("FLOWERBOX_REDTEAM_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_flowerbox")))
-}
-
 /// `flowerbox --sandbox docker ARGS` in the project against `model`, bounded by [`BOUND`].
 fn run(p: &Project, model: &ScriptedModel, args: &[&str]) -> (Option<i32>, String, Duration) {
-    let mut c = Command::new(bin());
-    c.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &p.home)
-        .env("FLOWER_NO_PROBE", "1")
-        .env("ANTHROPIC_BASE_URL", &model.url)
-        .env("ANTHROPIC_API_KEY", "sk-ant-test")
-        .env("ANTHROPIC_MODEL", "claude-sonnet-4-5")
-        .current_dir(&p.ws)
-        .args(["--sandbox", "docker"])
+    let mut c = model_command(p, model);
+    c.args(["--sandbox", "docker"])
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -91,18 +64,6 @@ fn run(p: &Project, model: &ScriptedModel, args: &[&str]) -> (Option<i32>, Strin
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         ),
-    }
-}
-
-/// Removes whatever the runs of `ws` left on the engine (only this workspace's).
-struct Sweep(PathBuf);
-
-impl Drop for Sweep {
-    fn drop(&mut self) {
-        let _ = docker_support::gc_command(&self.0)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
     }
 }
 
@@ -133,40 +94,6 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
     out
 }
 
-/// Every tool result the model received (in any request, each once), with its tool's name:
-/// (name, text, is_error).
-fn tool_results(model: &ScriptedModel) -> Vec<(String, String, bool)> {
-    let mut names: BTreeMap<String, String> = BTreeMap::new();
-    let mut seen = std::collections::BTreeSet::new();
-    let mut out = Vec::new();
-    for req in model.recorded() {
-        for m in req["messages"].as_array().into_iter().flatten() {
-            for b in m["content"].as_array().into_iter().flatten() {
-                match b["type"].as_str() {
-                    Some("tool_use") => {
-                        names.insert(
-                            b["id"].as_str().unwrap().to_string(),
-                            b["name"].as_str().unwrap().to_string(),
-                        );
-                    }
-                    Some("tool_result") => {
-                        let id = b["tool_use_id"].as_str().unwrap().to_string();
-                        if seen.insert(id.clone()) {
-                            out.push((
-                                names.get(&id).cloned().unwrap_or_default(),
-                                b["content"].to_string(),
-                                b["is_error"].as_bool().unwrap_or(false),
-                            ));
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-    out
-}
-
 /// How many recorded requests contain `needle` anywhere.
 fn requests_containing(model: &ScriptedModel, needle: &str) -> usize {
     model
@@ -174,14 +101,6 @@ fn requests_containing(model: &ScriptedModel, needle: &str) -> usize {
         .iter()
         .filter(|r| r.to_string().contains(needle))
         .count()
-}
-
-fn tool(name: &str, input: Value) -> Value {
-    json!({"type": "tool_use", "name": name, "input": input})
-}
-
-fn bash(command: &str) -> Value {
-    tool("Bash", json!({"command": command}))
 }
 
 /// The swap loop, run in the worker's container: exchanges `d` and `dl` until `stop` exists
@@ -281,7 +200,7 @@ fn a_directory_swapped_with_a_link_to_the_host_never_leaks_or_lets_a_write_out()
         ],
     );
 
-    let results = tool_results(&model);
+    let results = model.tool_results();
     let file_calls: Vec<&(String, String, bool)> =
         results.iter().filter(|(n, _, _)| n != "Bash").collect();
     let leaked: Vec<&&(String, String, bool)> = file_calls
@@ -319,31 +238,16 @@ fn a_directory_swapped_with_a_link_to_the_host_never_leaks_or_lets_a_write_out()
     assert!(errors < file_calls.len(), "every call failed");
 }
 
-/// A `go` scenario: the brief, the goal, a coordinator that dispatches one worker with
-/// `worker_turns`, and judges that pass.
+/// A `go` scenario whose worker runs `worker_turns` to plant.
 fn go_scenario(worker_turns: Vec<Value>) -> Value {
-    // Text agents answer the same whatever turn they are asked for (a wake resumes them).
-    let text = |t: &str| vec![json!({"content": [{"type": "text", "text": t}]}); 4];
-    json!({"agents": [
-        {"role": "clarifier", "turns": text(
-            "## 目标\n做 X\n\n## 验收标准\n- 有 x.txt\n\n## 边界\n无\n\n## 未知与假设\n- 无\n")},
-        {"role": "judge", "prompt": "变成可判定的目标", "turns": text(
-            "## 目标\n工作区有 x.txt\n\n## 判定清单\n- `test -e x.txt` 成功\n")},
-        {"role": "judge", "prompt": "判定这一轮", "turns": text(
-            "## 结论\nACHIEVED\n\n## 理由\n看到了\n\n## 未通过\n无\n")},
-        {"role": "coordinator", "turns": [
-            {"content": [tool("Agent", json!({
-                "description": "埋雷", "prompt": "埋雷", "subagent_type": "coder"}))]},
-            text("完成")[0], text("完成")[0], text("完成")[0]]},
-        {"role": "worker", "prompt": "埋雷", "turns": worker_turns},
-    ]})
+    redteam_support::go_scenario(&PLANT_X, worker_turns, vec![])
 }
 
 /// The count of `PLANTED`/`REFUSED` lines in the Bash results the model received.
 fn plant_counts(model: &ScriptedModel) -> (usize, usize) {
     let mut planted = 0;
     let mut refused = 0;
-    for (name, text, _) in tool_results(model) {
+    for (name, text, _) in model.tool_results() {
         if name == "Bash" {
             planted += text.matches("PLANTED").count();
             refused += text.matches("REFUSED").count();
@@ -427,7 +331,8 @@ fn workbench_files_replaced_by_links_and_fifos_are_neither_followed_nor_waited_o
     let model = ScriptedModel::start(&go_scenario(turns));
     let (code, out, took) = run(&p, &model, &["--timeout", "0", "做 X"]);
     let (planted_n, refused_n) = plant_counts(&model);
-    let file_calls: Vec<(String, String, bool)> = tool_results(&model)
+    let file_calls: Vec<(String, String, bool)> = model
+        .tool_results()
         .into_iter()
         .filter(|(n, _, _)| !matches!(n.as_str(), "Bash" | "Agent"))
         .collect();
@@ -535,10 +440,12 @@ fn a_run_directory_deep_in_the_workspace_stays_masked_when_its_parent_is_renamed
         &["-r", "deep/records", "--timeout", "0", "做 X"],
     );
     let (planted_n, refused_n) = plant_counts(&model);
-    let redirected = tool_results(&model)
+    let redirected = model
+        .tool_results()
         .iter()
         .any(|(n, t, _)| n == "Bash" && t.contains("REDIRECTED"));
-    let file_calls: Vec<(String, String, bool)> = tool_results(&model)
+    let file_calls: Vec<(String, String, bool)> = model
+        .tool_results()
         .into_iter()
         .filter(|(n, _, _)| matches!(n.as_str(), "Read" | "Grep"))
         .collect();
@@ -575,16 +482,7 @@ fn with_isolate_no_container_sees_the_run_directory() {
     let _serial = docker_support::SERIAL.blocking_lock();
     let p = Project::new();
     let _sweep = Sweep(p.ws.clone());
-    for args in [
-        &["init", "-q", "-b", "main"][..],
-        &["config", "user.name", "Test User"],
-        &["config", "user.email", "test@example.invalid"],
-    ] {
-        flowerbox_testkit::git(&p.ws, args);
-    }
-    std::fs::write(p.ws.join(".gitignore"), "runs/\n").unwrap();
-    flowerbox_testkit::git(&p.ws, &["add", "."]);
-    flowerbox_testkit::git(&p.ws, &["commit", "-q", "-m", "init"]);
+    repository(&p);
     let runs = p.ws.join("runs");
     let look = format!(
         "for f in manifest.json lineage.json sessions.db flowerbox.log; do \
@@ -595,7 +493,6 @@ fn with_isolate_no_container_sees_the_run_directory() {
         runs = runs.display()
     );
     let coordinator_look = format!("ls -A '{}'", runs.display());
-    let text = |t: &str| json!({"content": [{"type": "text", "text": t}]});
     let scenario = json!({"agents": [
         {"role": "clarifier", "turns": [text(
             "## 目标\n做 X\n\n## 验收标准\n- 有 x.txt\n\n## 边界\n无\n\n## 未知与假设\n- 无\n")]},
@@ -629,7 +526,7 @@ fn with_isolate_no_container_sees_the_run_directory() {
         ],
     );
     let (planted_n, refused_n) = plant_counts(&model);
-    let results = tool_results(&model);
+    let results = model.tool_results();
     let reads: Vec<&(String, String, bool)> =
         results.iter().filter(|(n, _, _)| n == "Read").collect();
     let listing = results

@@ -17,17 +17,13 @@
 
 mod isolate_support;
 
-use flowerbox::agent::human::Absent;
-use flowerbox::agent::{roles, RunOptions, Runtime, RuntimeConfig, Workbench};
-use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory};
-use flowerbox::session::SqliteSessionStore;
-use isolate_support::docker_support::{self, agent_image, engine_or_skip, SERIAL};
-use isolate_support::model_support::{self, ScriptedModel};
+use isolate_support::docker_support::{engine_or_skip, SERIAL};
+use isolate_support::plain::PlainRun;
+use isolate_support::user_git::{attempts_made, conclude, host_status, positive_control};
 use isolate_support::*;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Whole-test bound.
@@ -286,72 +282,45 @@ fn refs(ws: &Path) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// A repository with a tag in `packed-refs`, a branch of an earlier run and the sample hooks.
-fn target_repo(dir: &Path) -> (PathBuf, String) {
-    let ws = repo(dir);
-    git(&ws, &["tag", "v1"]);
-    git(&ws, &["pack-refs"]);
-    git(&ws, &["branch", "flower/oldrun/worker-1"]);
-    let blob = git(&ws, &["rev-parse", "HEAD:a.txt"]).trim().to_string();
-    (ws, blob)
+/// What an attack is aimed at, in a temporary directory `root` (owned by `dir`): the repository
+/// `ws` with a tag in `packed-refs`, a branch of an earlier run and the sample hooks (its git
+/// dir `git_dir`, the blob of `a.txt`); the marker path a planted command would create; a
+/// secret directory holding the word `word`.
+struct Target {
+    dir: tempfile::TempDir,
+    root: PathBuf,
+    ws: PathBuf,
+    git_dir: PathBuf,
+    blob: String,
+    mark: PathBuf,
+    secret: PathBuf,
+    word: String,
 }
 
-/// A plain `git status` on the host, as the user would run it (no global or system config).
-fn host_status(dir: &Path, home: &Path) -> std::process::Output {
-    std::process::Command::new("git")
-        .arg("status")
-        .current_dir(dir)
-        .env("HOME", home)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_WORK_TREE")
-        .output()
-        .unwrap()
-}
-
-/// The detection works: the same `git status` does run a planted fsmonitor.
-fn positive_control(dir: &Path) {
-    let ws = dir.join("control");
-    std::fs::create_dir(&ws).unwrap();
-    git(&ws, &["init", "-q"]);
-    let mark = dir.join("CONTROL-MARK");
-    git(
-        &ws,
-        &[
-            "config",
-            "core.fsmonitor",
-            &format!("touch '{}'; false", mark.display()),
-        ],
-    );
-    host_status(&ws, dir);
-    assert!(
-        mark.exists(),
-        "the control fsmonitor did not run: the check would prove nothing"
-    );
-}
-
-/// Counts the attempts the worker's Bash reported, each once, and checks it ran to the end.
-fn attempts_made(out: &str, expected: &[&str]) -> usize {
-    assert!(
-        out.contains("DONE"),
-        "the attack script did not finish: {out}"
-    );
-    for name in expected {
-        assert_eq!(
-            out.matches(&format!("ATTEMPT {name}\n")).count(),
-            1,
-            "{name} not attempted: {out}"
-        );
+impl Target {
+    fn new() -> Target {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let ws = repo(&root);
+        git(&ws, &["tag", "v1"]);
+        git(&ws, &["pack-refs"]);
+        git(&ws, &["branch", "flower/oldrun/worker-1"]);
+        let blob = git(&ws, &["rev-parse", "HEAD:a.txt"]).trim().to_string();
+        let secret = root.join("secret");
+        std::fs::create_dir(&secret).unwrap();
+        let word = format!("TOPSECRET-{}", uuid::Uuid::new_v4().simple());
+        std::fs::write(secret.join("f"), &word).unwrap();
+        Target {
+            dir,
+            mark: root.join("MARK-planted"),
+            git_dir: ws.join(".git"),
+            root,
+            ws,
+            blob,
+            secret,
+            word,
+        }
     }
-    expected.len()
-}
-
-fn secret_dir(dir: &Path) -> (PathBuf, String) {
-    let secret = dir.join("secret");
-    std::fs::create_dir(&secret).unwrap();
-    let word = format!("TOPSECRET-{}", uuid::Uuid::new_v4().simple());
-    std::fs::write(secret.join("f"), &word).unwrap();
-    (secret, word)
 }
 
 /// Every object of the repository, printed; the secret must be in none.
@@ -366,25 +335,22 @@ fn fsck(ws: &Path, breaches: &mut Vec<String>) {
     }
 }
 
-fn report(mode: &str, attempts: usize, breaches: &[String]) {
-    eprintln!(
-        "redteam_git {mode}: {attempts} attempts, {} succeeded {breaches:?}",
-        breaches.len()
-    );
-}
-
 #[tokio::test]
 async fn a_worker_in_its_worktree_plants_nothing_the_host_runs_and_moves_no_foreign_ref() {
     let Some(engine) = engine_or_skip("redteam_git_isolate").await else {
         return;
     };
     let _serial = SERIAL.lock().await;
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    let (ws, blob) = target_repo(&root);
-    let mark = root.join("MARK-planted");
-    let (secret, word) = secret_dir(&root);
-    let git_dir = ws.join(".git");
+    let Target {
+        dir,
+        root,
+        ws,
+        git_dir,
+        blob,
+        mark,
+        secret,
+        word,
+    } = Target::new();
     let mut tools = Vec::new();
     let run = IsoRun::in_repo_with_run(&engine, "redteam-git", dir, ws.clone(), |ws, _, run| {
         let wt = ws
@@ -425,17 +391,9 @@ async fn a_worker_in_its_worktree_plants_nothing_the_host_runs_and_moves_no_fore
     let before = protected(&git_dir, &blob);
     let refs_before = refs(&ws);
 
-    let r = tokio::time::timeout(
-        BOUND,
-        run.rt.run(
-            &roles::coordinator("协调者", "", vec![]),
-            "旁观者和攻击者",
-            RunOptions::default(),
-        ),
-    )
-    .await
-    .expect("bounded");
-    assert!(r.ok, "{:?}", r.error);
+    tokio::time::timeout(BOUND, coordinate(&run.rt, "旁观者和攻击者"))
+        .await
+        .expect("bounded");
     let bash = run.results_of("worker-2", "Bash");
     let mut attempts = attempts_made(&bash[0].1, &[COMMON, WORKTREE_ONLY].concat());
     let agent_results = run.results_of("协调者", "Agent");
@@ -554,77 +512,7 @@ async fn a_worker_in_its_worktree_plants_nothing_the_host_runs_and_moves_no_fore
         breaches.push("a planted command ran on the host".into());
     }
     attempts += 2;
-    report("--isolate", attempts, &breaches);
-    assert!(
-        breaches.is_empty(),
-        "{attempts} attempts, succeeded: {breaches:?}"
-    );
-}
-
-/// A run in the shared workspace (no `--isolate`): the workspace is the repository root.
-struct PlainRun {
-    rt: Arc<Runtime>,
-    factory: Arc<DockerSandboxFactory>,
-    events: Arc<Mutex<Vec<flowerbox::agent::Event>>>,
-    _model: ScriptedModel,
-}
-
-impl PlainRun {
-    async fn new(engine: &flowerbox::sandbox::docker::Engine, ws: &Path, scenario: Value) -> Self {
-        let image = agent_image(engine).await;
-        let wb = Workbench::at(Workbench::locate(ws, false))
-            .ensure()
-            .unwrap();
-        let runs = ws.join("runs");
-        std::fs::create_dir_all(&runs).unwrap();
-        let run_id = docker_support::run_id("redteam-plain");
-        let mut opts = DockerOptions::new(run_id.clone(), ws);
-        opts.image = Some(image);
-        opts.show_progress = false;
-        let factory = Arc::new(DockerSandboxFactory::connect(opts).await.expect("connect"));
-        let model = ScriptedModel::start(&scenario);
-        let cfg = RuntimeConfig::new(ws.to_path_buf(), "claude-sonnet-4-5".into(), run_id);
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let ev = events.clone();
-        let rt = Runtime::new(
-            cfg,
-            model.provider(model_support::fast()),
-            Arc::new(SqliteSessionStore::open(runs.join("sessions.db")).unwrap()),
-            factory.clone(),
-            Some(wb),
-            Arc::new(Absent),
-            Arc::new(move |e| ev.lock().unwrap().push(e)),
-        );
-        PlainRun {
-            rt: Arc::new(rt),
-            factory,
-            events,
-            _model: model,
-        }
-    }
-
-    fn result(&self, id: &str) -> (bool, String) {
-        self.events
-            .lock()
-            .unwrap()
-            .iter()
-            .find_map(|e| match &e.kind {
-                flowerbox::agent::EventKind::ToolResult {
-                    id: i,
-                    is_error,
-                    text,
-                    ..
-                } if i == id => Some((*is_error, text.clone())),
-                _ => None,
-            })
-            .unwrap_or_else(|| panic!("no result for {id}"))
-    }
-}
-
-impl Drop for PlainRun {
-    fn drop(&mut self) {
-        docker_support::teardown_blocking(&self.factory);
-    }
+    conclude("redteam_git", "--isolate", attempts, &breaches);
 }
 
 #[tokio::test]
@@ -633,36 +521,23 @@ async fn a_worker_in_the_shared_workspace_plants_nothing_in_its_git() {
         return;
     };
     let _serial = SERIAL.lock().await;
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    let (ws, blob) = target_repo(&root);
-    let mark = root.join("MARK-planted");
-    let (secret, word) = secret_dir(&root);
-    let git_dir = ws.join(".git");
-    let tools = file_tool_attempts(&git_dir, &[]);
+    let t = Target::new();
+    let tools = file_tool_attempts(&t.git_dir, &[]);
     let scenario = json!({"agents": [
         {"role": "coordinator", "turns": [
             {"content": [tool("Agent", json!({"description": "攻击者", "prompt": "改 a.txt"}))]},
             {"content": [text("完了")]}]},
         {"role": "worker", "turns": [
             {"content": [{"type": "tool_use", "name": "Bash", "id": "attack",
-                          "input": {"command": script(&mark, &secret, "anyrun", "worker-9"), "timeout": 300000}}]},
-            {"content": writes(&tools, &mark)},
+                          "input": {"command": script(&t.mark, &t.secret, "anyrun", "worker-9"), "timeout": 300000}}]},
+            {"content": writes(&tools, &t.mark)},
             {"content": [text(REPORT)]}]}]});
-    let run = PlainRun::new(&engine, &ws, scenario).await;
-    let before = protected(&git_dir, &blob);
-    let refs_before = refs(&ws);
-    let r = tokio::time::timeout(
-        BOUND,
-        run.rt.run(
-            &roles::coordinator("协调者", "", vec![]),
-            "攻击者",
-            RunOptions::default(),
-        ),
-    )
-    .await
-    .expect("bounded");
-    assert!(r.ok, "{:?}", r.error);
+    let run = PlainRun::new(&engine, "redteam-plain", &t.ws, scenario).await;
+    let before = protected(&t.git_dir, &t.blob);
+    let refs_before = refs(&t.ws);
+    tokio::time::timeout(BOUND, coordinate(&run.rt, "攻击者"))
+        .await
+        .expect("bounded");
     let (_, out) = run.result("attack");
     let mut attempts = attempts_made(&out, COMMON);
     assert!(!out.contains("ATTEMPT admin-"), "{out}");
@@ -675,35 +550,31 @@ async fn a_worker_in_the_shared_workspace_plants_nothing_in_its_git() {
         }
     }
     run.rt.release_agents().await;
-    let after = protected(&git_dir, &blob);
+    let after = protected(&t.git_dir, &t.blob);
     breaches.extend(
         protected_breaches(&before, &after)
             .iter()
             .map(|s| s.to_string()),
     );
-    if refs(&ws) != refs_before {
-        breaches.push(format!("refs changed: {:?}", refs(&ws)));
+    if refs(&t.ws) != refs_before {
+        breaches.push(format!("refs changed: {:?}", refs(&t.ws)));
     }
-    if !git_dir.is_dir() || git_dir.join("config").metadata().is_err() {
+    if !t.git_dir.is_dir() || t.git_dir.join("config").metadata().is_err() {
         breaches.push("gitfile: .git replaced".into());
     }
     // The worker's own change is in the workspace, uncommitted; no secret in any object.
-    assert!(std::fs::read_to_string(ws.join("a.txt"))
+    assert!(std::fs::read_to_string(t.ws.join("a.txt"))
         .unwrap()
         .contains("two by attacker"));
-    if all_objects(&ws).contains(&word) {
+    if all_objects(&t.ws).contains(&t.word) {
         breaches.push("secret committed".into());
     }
-    fsck(&ws, &mut breaches);
-    positive_control(&root);
-    host_status(&ws, &root);
-    if mark.exists() {
+    fsck(&t.ws, &mut breaches);
+    positive_control(&t.root);
+    host_status(&t.ws, &t.root);
+    if t.mark.exists() {
         breaches.push("a planted command ran on the host".into());
     }
     attempts += 1;
-    report("shared workspace", attempts, &breaches);
-    assert!(
-        breaches.is_empty(),
-        "{attempts} attempts, succeeded: {breaches:?}"
-    );
+    conclude("redteam_git", "shared workspace", attempts, &breaches);
 }

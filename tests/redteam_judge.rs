@@ -23,7 +23,6 @@
 
 mod isolate_support;
 
-use flowerbox::agent::{roles, RunOptions};
 use flowerbox::role::Role;
 use flowerbox::sandbox::docker::UserIds;
 use flowerbox::sandbox::{AgentBox, Mount, Sandbox, SandboxFactory};
@@ -474,15 +473,7 @@ async fn a_judge_and_a_coordinator_cannot_write_by_any_route() {
                 {"content": [text("## 结论\nNOT_YET\n## 理由\n只是看看\n## 未通过\n无")]}]}]})
     })
     .await;
-    let r = run
-        .rt
-        .run(
-            &roles::coordinator("协调者", "", vec![]),
-            "起服务",
-            RunOptions::default(),
-        )
-        .await;
-    assert!(r.ok, "{:?}", r.error);
+    coordinate(&run.rt, "起服务").await;
     let started = run.results_of("worker-1", "Bash");
     assert!(started[0].1.contains("canary_addr"), "{started:?}");
     let (_, wt) = run.placement.worktree_of("worker-1").unwrap();
@@ -502,18 +493,7 @@ async fn a_judge_and_a_coordinator_cannot_write_by_any_route() {
     );
     assert_victim_untouched(&before.3);
 
-    let judged = run
-        .rt
-        .run(
-            &roles::judge("判定", "", true),
-            "判定这一轮",
-            RunOptions {
-                step: Some("干活·判定#1".into()),
-                ..Default::default()
-            },
-        )
-        .await;
-    assert!(judged.ok, "{:?}", judged.error);
+    judge_round(&run.rt, 1, true).await;
     let (_, judge_out) = run.result("attack");
     let judge_tally = assert_refused("judge", &judge_out);
 

@@ -13,8 +13,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+mod box_support;
 mod docker_support;
 
+use box_support::{run, Tally};
 use docker_support::*;
 use flowerbox::agent::human::Absent;
 use flowerbox::agent::tools::{ToolContext, ToolError, ToolLimits, ToolRegistry};
@@ -24,6 +26,7 @@ use flowerbox::sandbox::egress::{parse_net, EgressMode, EgressPolicy, HostAddrs}
 use flowerbox::sandbox::{AgentBox, Mount, Sandbox};
 use std::io::{Read, Write};
 use std::net::{IpAddr, TcpListener};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,52 +42,13 @@ const PROBE: &str = r#"try() { if timeout 3 bash -c "exec 3<>/dev/tcp/$2/$3" 2>/
 via() { echo "PROXY $1 $(curl -s -m 10 -o /dev/null -w '%{http_code}/%{http_connect}' --noproxy '' -x "$https_proxy" "$2")"; }
 "#;
 
-/// Attempts and the ones that got through.
-#[derive(Debug, Default)]
-struct Tally {
-    attempts: usize,
-    succeeded: Vec<String>,
-}
-
-impl Tally {
-    /// Counts the `CONNECTED`/`REFUSED` lines of a probe run; expects `expected` of them.
-    fn connects(&mut self, out: &str, expected: usize) {
-        let lines: Vec<&str> = out
-            .lines()
-            .filter(|l| l.starts_with("CONNECTED ") || l.starts_with("REFUSED "))
-            .collect();
-        assert_eq!(lines.len(), expected, "probe did not run through:\n{out}");
-        self.attempts += lines.len();
-        self.succeeded.extend(
-            lines
-                .iter()
-                .filter(|l| l.starts_with("CONNECTED "))
-                .map(|l| l.to_string()),
-        );
-    }
-
-    fn attempt(&mut self, label: &str, got_through: bool) {
-        self.attempts += 1;
-        if got_through {
-            self.succeeded.push(label.to_string());
-        }
-    }
-
-    fn assert_none(&self, what: &str, host: &HostService) {
-        let accepted = host.accepted.load(Ordering::SeqCst);
-        eprintln!(
-            "redteam network, {what}: {} attempts, {} succeeded, host service accepted {accepted}",
-            self.attempts,
-            self.succeeded.len()
-        );
-        assert!(self.attempts > 0);
-        assert!(
-            self.succeeded.is_empty(),
-            "{what}: got through: {:?}",
-            self.succeeded
-        );
-        assert_eq!(accepted, 0, "{what}: the host service was reached");
-    }
+/// Says how the attacks on `what` went, then fails when one got through or `host` was
+/// reached.
+fn assert_none(tally: &Tally, what: &str, host: &HostService) {
+    let accepted = host.accepted.load(Ordering::SeqCst);
+    let extra = format!(", host service accepted {accepted}");
+    tally.assert_none("redteam network", what, &extra);
+    assert_eq!(accepted, 0, "{what}: the host service was reached");
 }
 
 /// A TCP service on every host address (dual-stack `[::]`, else `0.0.0.0`) that answers one
@@ -184,12 +148,16 @@ fn probe_script(targets: &[(String, String, u16)]) -> String {
     s
 }
 
-async fn run(sb: &dyn Sandbox, ws: &std::path::Path, script: &str) -> String {
-    let out = sb
-        .exec(req(script, ws, Duration::from_secs(120)))
-        .await
-        .expect("exec");
-    format!("{}{}", out.stdout, out.stderr)
+/// `targets` tried from `sb` in `ws`: each an attempt, every one must be tried.
+async fn probe(tally: &mut Tally, sb: &dyn Sandbox, ws: &Path, targets: &[(String, String, u16)]) {
+    let out = run(sb, ws, &probe_script(targets)).await;
+    tally.lines(&out, "CONNECTED", "REFUSED", targets.len(), "");
+}
+
+/// A name looked up from `sb` in `ws`: an attempt that got through when it resolved.
+async fn resolve(tally: &mut Tally, sb: &dyn Sandbox, ws: &Path) {
+    let out = run(sb, ws, "getent hosts pypi.org && echo RESOLVED").await;
+    tally.attempt("dns", out.contains("RESOLVED"));
 }
 
 /// Starts a server on `bind:port` in `sb`'s pod and checks from `other` (another container of
@@ -260,8 +228,7 @@ async fn open_mode_reaches_neither_another_run_nor_the_host_nor_metadata() {
         ];
         targets.extend(host_targets(host.port));
         let mut tally = Tally::default();
-        let out = run(&*b_worker, &b.workspace, &probe_script(&targets)).await;
-        tally.connects(&out, targets.len());
+        probe(&mut tally, &*b_worker, &b.workspace, &targets).await;
 
         // Drop the rules, then try again: no capability, so nothing changes.
         let out = run(
@@ -273,13 +240,11 @@ async fn open_mode_reaches_neither_another_run_nor_the_host_nor_metadata() {
         for word in ["DROPPED-POLICY", "FLUSHED", "FLUSHED6"] {
             tally.attempt(word, out.lines().any(|l| l == word));
         }
-        let out = run(&*b_worker, &b.workspace, &probe_script(&targets)).await;
-        tally.connects(&out, targets.len());
+        probe(&mut tally, &*b_worker, &b.workspace, &targets).await;
         // The judge of A tries the host too (same pod, another container).
         let a_judge = a.sandbox("judge-1", Role::Judge).await;
-        let out = run(&*a_judge, &a.workspace, &probe_script(&targets[2..])).await;
-        tally.connects(&out, targets.len() - 2);
-        tally.assert_none("open", &host);
+        probe(&mut tally, &*a_judge, &a.workspace, &targets[2..]).await;
+        assert_none(&tally, "open", &host);
     })
     .await
     .expect("bounded");
@@ -304,16 +269,9 @@ async fn none_mode_reaches_nothing_but_loopback() {
         targets.extend(world_targets().await);
         let worker = r.sandbox("worker-1", Role::Worker).await;
         let mut tally = Tally::default();
-        let out = run(&*worker, &r.workspace, &probe_script(&targets)).await;
-        tally.connects(&out, targets.len());
-        let out = run(
-            &*worker,
-            &r.workspace,
-            "getent hosts pypi.org && echo RESOLVED",
-        )
-        .await;
-        tally.attempt("dns", out.contains("RESOLVED"));
-        tally.assert_none("none", &host);
+        probe(&mut tally, &*worker, &r.workspace, &targets).await;
+        resolve(&mut tally, &*worker, &r.workspace).await;
+        assert_none(&tally, "none", &host);
     })
     .await
     .expect("bounded");
@@ -365,15 +323,8 @@ async fn proxy_mode_lets_only_listed_domains_through_the_proxy() {
         targets.push(("proxy-ssh".into(), proxy.clone(), 22));
         targets.push(("proxy-other-port".into(), proxy.clone(), host.port));
         targets.extend(world_targets().await);
-        let out = run(&*worker, &r.workspace, &probe_script(&targets)).await;
-        tally.connects(&out, targets.len());
-        let out = run(
-            &*worker,
-            &r.workspace,
-            "getent hosts pypi.org && echo RESOLVED",
-        )
-        .await;
-        tally.attempt("dns", out.contains("RESOLVED"));
+        probe(&mut tally, &*worker, &r.workspace, &targets).await;
+        resolve(&mut tally, &*worker, &r.workspace).await;
 
         // Through the proxy: names it does not list, addresses, a listed name on another port.
         let denied = [
@@ -412,7 +363,7 @@ async fn proxy_mode_lets_only_listed_domains_through_the_proxy() {
             listed != "403" && listed != "000",
             "the proxy refused or did not answer a listed domain: {listed}\n{out}"
         );
-        tally.assert_none("proxy", &host);
+        assert_none(&tally, "proxy", &host);
     })
     .await
     .expect("bounded");
@@ -620,7 +571,7 @@ async fn webfetch_refuses_the_host_directly_and_through_redirects() {
                 "{target}: {got:?}"
             );
         }
-        tally.assert_none("webfetch", &host);
+        assert_none(&tally, "webfetch", &host);
     })
     .await
     .expect("bounded");

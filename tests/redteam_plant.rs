@@ -19,17 +19,13 @@
 
 mod isolate_support;
 
-use flowerbox::agent::human::Absent;
-use flowerbox::agent::{roles, RunOptions, Runtime, RuntimeConfig, Workbench};
-use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory};
 use flowerbox::sandbox::SandboxFactory;
-use flowerbox::session::SqliteSessionStore;
-use isolate_support::docker_support::{self, agent_image, engine_or_skip, SERIAL};
-use isolate_support::model_support::{self, ScriptedModel};
+use isolate_support::docker_support::{engine_or_skip, SERIAL};
+use isolate_support::plain::PlainRun;
+use isolate_support::user_git::{attempts_made, conclude, host_status, positive_control};
 use isolate_support::*;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Whole-test bound.
@@ -70,36 +66,6 @@ fn commit(links: &str) -> String {
     format!(
         "{PRELUDE}{links}\ngit add -A && git -c user.name=E -c user.email=e@e commit -qm links; echo DONE\n"
     )
-}
-
-/// A plain `git status` on the host, as the user would run it (no global or system config).
-fn host_status(dir: &Path, home: &Path) {
-    let _ = std::process::Command::new("git")
-        .arg("status")
-        .current_dir(dir)
-        .env("HOME", home)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_WORK_TREE")
-        .output();
-}
-
-/// The detection works: the same `git status` does run a planted fsmonitor.
-fn positive_control(dir: &Path) {
-    let ws = dir.join("control");
-    std::fs::create_dir(&ws).unwrap();
-    git(&ws, &["init", "-q"]);
-    let mark = dir.join("CONTROL-MARK");
-    git(
-        &ws,
-        &[
-            "config",
-            "core.fsmonitor",
-            &format!("touch '{}'; false", mark.display()),
-        ],
-    );
-    host_status(&ws, dir);
-    assert!(mark.exists(), "the control fsmonitor did not run");
 }
 
 /// Every entry under `root` (symlinks not followed) that git would take for a repository: a
@@ -162,24 +128,6 @@ fn kept_for_inspection(entries: &[PathBuf]) -> usize {
         .count()
 }
 
-fn attempts_made(out: &str, names: &[&str]) -> usize {
-    assert!(out.contains("DONE"), "the attack did not finish: {out}");
-    for n in names {
-        assert!(
-            out.contains(&format!("ATTEMPT {n}\n")),
-            "{n} not tried: {out}"
-        );
-    }
-    names.len()
-}
-
-fn report(mode: &str, attempts: usize, breaches: &[String]) {
-    eprintln!(
-        "redteam_plant {mode}: {attempts} attempts, {} findings of success {breaches:?}",
-        breaches.len()
-    );
-}
-
 #[tokio::test]
 async fn isolate_plants_in_the_workbench_and_committed_links_out_never_reach_the_user() {
     let Some(engine) = engine_or_skip("redteam_plant_isolate").await else {
@@ -227,17 +175,9 @@ async fn isolate_plants_in_the_workbench_and_committed_links_out_never_reach_the
         json!({"agents": agents})
     })
     .await;
-    let r = tokio::time::timeout(
-        BOUND,
-        run.rt.run(
-            &roles::coordinator("协调者", "", vec![]),
-            "布置",
-            RunOptions::default(),
-        ),
-    )
-    .await
-    .expect("bounded");
-    assert!(r.ok, "{:?}", r.error);
+    tokio::time::timeout(BOUND, coordinate(&run.rt, "布置"))
+        .await
+        .expect("bounded");
     let wb_out = &run.results_of("worker-1", "Bash")[0].1;
     let mut attempts = attempts_made(
         wb_out,
@@ -340,98 +280,11 @@ async fn isolate_plants_in_the_workbench_and_committed_links_out_never_reach_the
         breaches.push("a planted command ran on the host".into());
     }
     attempts += 1;
-    report("--isolate", attempts, &breaches);
     // Each planted entry's content is in the quarantine, with one line on screen.
     assert!(q.len() >= 7, "{q:?} {warnings:?}");
     assert_eq!(lines, q.len(), "{warnings:?}");
     assert!(kept_for_inspection(&q) >= 5, "{q:?}");
-    assert!(
-        breaches.is_empty(),
-        "{attempts} attempts, succeeded: {breaches:?}"
-    );
-}
-
-/// A run in the shared workspace (no `--isolate`), set up as the driver does.
-struct PlainRun {
-    rt: Arc<Runtime>,
-    factory: Arc<DockerSandboxFactory>,
-    events: Arc<Mutex<Vec<flowerbox::agent::Event>>>,
-    run_id: String,
-    _model: ScriptedModel,
-}
-
-impl PlainRun {
-    async fn new(engine: &flowerbox::sandbox::docker::Engine, ws: &Path, scenario: Value) -> Self {
-        let image = agent_image(engine).await;
-        let wb = Workbench::at(Workbench::locate(ws, false))
-            .ensure()
-            .unwrap();
-        let runs = ws.join("runs");
-        std::fs::create_dir_all(&runs).unwrap();
-        let run_id = docker_support::run_id("redteam-plant-plain");
-        let mut opts = DockerOptions::new(run_id.clone(), ws);
-        opts.image = Some(image);
-        opts.show_progress = false;
-        let factory = Arc::new(DockerSandboxFactory::connect(opts).await.expect("connect"));
-        let model = ScriptedModel::start(&scenario);
-        let mut cfg =
-            RuntimeConfig::new(ws.to_path_buf(), "claude-sonnet-4-5".into(), run_id.clone());
-        cfg.masked = vec![runs.clone()];
-        cfg.masked_ids = flowerbox::fsroot::own::identity(&runs)
-            .into_iter()
-            .collect();
-        cfg.quarantine = Some(runs.join("quarantine").join(&run_id));
-        let events = Arc::new(Mutex::new(Vec::new()));
-        let ev = events.clone();
-        let rt = Runtime::new(
-            cfg,
-            model.provider(model_support::fast()),
-            Arc::new(SqliteSessionStore::open(runs.join("sessions.db")).unwrap()),
-            factory.clone(),
-            Some(wb),
-            Arc::new(Absent),
-            Arc::new(move |e| ev.lock().unwrap().push(e)),
-        );
-        PlainRun {
-            rt: Arc::new(rt),
-            factory,
-            events,
-            run_id,
-            _model: model,
-        }
-    }
-
-    fn warnings(&self) -> Vec<String> {
-        self.events
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|e| match &e.kind {
-                flowerbox::agent::EventKind::Warning { text } => Some(text.clone()),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn bash_output(&self) -> String {
-        self.events
-            .lock()
-            .unwrap()
-            .iter()
-            .find_map(|e| match &e.kind {
-                flowerbox::agent::EventKind::ToolResult { name, text, .. } if name == "Bash" => {
-                    Some(text.clone())
-                }
-                _ => None,
-            })
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for PlainRun {
-    fn drop(&mut self) {
-        docker_support::teardown_blocking(&self.factory);
-    }
+    conclude("redteam_plant", "--isolate", attempts, &breaches);
 }
 
 /// Plants in the shared workspace and its workbench (`.flower` inside it).
@@ -473,18 +326,10 @@ async fn shared_workspace_nested_repositories_never_reach_the_user() {
         {"role": "worker", "turns": [
             {"content": [tool("Bash", json!({"command": script, "timeout": 120000}))]},
             {"content": [text(REPORT)]}]}]});
-    let run = PlainRun::new(&engine, &ws, scenario).await;
-    let r = tokio::time::timeout(
-        BOUND,
-        run.rt.run(
-            &roles::coordinator("协调者", "", vec![]),
-            "布置",
-            RunOptions::default(),
-        ),
-    )
-    .await
-    .expect("bounded");
-    assert!(r.ok, "{:?}", r.error);
+    let run = PlainRun::guarded(&engine, "redteam-plant-plain", &ws, scenario).await;
+    tokio::time::timeout(BOUND, coordinate(&run.rt, "布置"))
+        .await
+        .expect("bounded");
     let mut attempts = attempts_made(
         &run.bash_output(),
         &[
@@ -541,7 +386,6 @@ async fn shared_workspace_nested_repositories_never_reach_the_user() {
         breaches.push("a planted command ran on the host".into());
     }
     attempts += 1;
-    report("shared workspace", attempts, &breaches);
     assert!(q.len() >= 7, "{q:?} {warnings:?}");
     assert!(kept_for_inspection(&q) >= 4, "{q:?}");
     assert!(
@@ -552,10 +396,7 @@ async fn shared_workspace_nested_repositories_never_reach_the_user() {
             >= q.len(),
         "{warnings:?}"
     );
-    assert!(
-        breaches.is_empty(),
-        "{attempts} attempts, succeeded: {breaches:?}"
-    );
+    conclude("redteam_plant", "shared workspace", attempts, &breaches);
 }
 
 #[tokio::test]
@@ -580,17 +421,9 @@ async fn a_worktree_with_an_untracked_nested_repository_is_kept_as_said() {
                 {"content": [text(REPORT)]}]}]})
     })
     .await;
-    let r = tokio::time::timeout(
-        BOUND,
-        run.rt.run(
-            &roles::coordinator("协调者", "", vec![]),
-            "改",
-            RunOptions::default(),
-        ),
-    )
-    .await
-    .expect("bounded");
-    assert!(r.ok, "{:?}", r.error);
+    tokio::time::timeout(BOUND, coordinate(&run.rt, "改"))
+        .await
+        .expect("bounded");
     let agent = &run.results_of("协调者", "Agent")[0].1;
     assert!(agent.contains("已合入 main"), "{agent}");
     assert!(agent.contains("worktree 会留着"), "{agent}");

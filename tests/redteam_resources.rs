@@ -25,11 +25,14 @@ mod docker_support;
 #[path = "flow_support/mod.rs"]
 mod flow_support;
 
+mod redteam_support;
+
+use docker_support::{engine_ready as engine, Sweep};
 use flow_support::{Project, ScriptedModel};
+use redteam_support::{measured, text, tool, user_command, user_file, Ask, Outcome, Tally, REPORT};
 use serde_json::{json, Value};
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Each run must end well within this.
@@ -40,166 +43,43 @@ const RSS_BOUND_KB: i64 = 160 * 1024;
 /// The blob the memory attack commits, MiB.
 const BLOB_MIB: u64 = 400;
 
-/// The engine is there (and the agent image built), or the test is skipped (`CI=true`: fails).
-fn engine(test: &str) -> bool {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        match docker_support::engine_or_skip(test).await {
-            Some(e) => {
-                docker_support::agent_image(&e).await;
-                true
-            }
-            None => false,
-        }
-    })
-}
-
-fn bin() -> PathBuf {
-    std::env::var_os("FLOWERBOX_REDTEAM_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_flowerbox")))
-}
-
-/// How one flowerbox process ended.
-#[derive(Debug)]
-struct Outcome {
-    code: Option<i32>,
-    text: String,
-    hung: bool,
-    max_rss_kb: i64,
-}
-
 /// `flowerbox --sandbox docker ARGS` in the workspace as the user (HOME the project's), `env`
 /// on top of PATH, bounded by [`BOUND`]; its peak resident memory (`VmHWM`) measured.
 fn flowerbox(p: &Project, args: &[&str], env: &[(&str, &str)]) -> Outcome {
-    let mut c = Command::new(bin());
-    c.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &p.home)
-        .env("FLOWER_NO_PROBE", "1")
-        .current_dir(&p.ws)
+    let mut c = user_command(p);
+    c.env("FLOWER_NO_PROBE", "1")
         .args(["--sandbox", "docker"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .args(args);
     for (k, v) in env {
         c.env(k, v);
     }
-    let mut child = c.spawn().expect("spawn flowerbox");
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    let out = drain(child.stdout.take().map(|p| Box::new(p) as _));
-    let err = drain(child.stderr.take().map(|p| Box::new(p) as _));
-    let deadline = Instant::now() + BOUND;
-    let mut hung = false;
-    let status_file = format!("/proc/{}/status", child.id());
-    let mut rss = 0i64;
-    let status = loop {
-        if let Some(kb) = std::fs::read_to_string(&status_file).ok().and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
-        }) {
-            rss = rss.max(kb);
-        }
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline && !hung {
-            hung = true;
-            let _ = child.kill();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.join().unwrap_or_default()),
-        String::from_utf8_lossy(&err.join().unwrap_or_default())
-    );
-    Outcome {
-        code: status.code(),
-        text,
-        hung,
-        max_rss_kb: rss,
-    }
+    measured(c, BOUND, None)
 }
 
-/// Removes whatever the runs of `ws` left on the engine (only this workspace's).
-struct Sweep(PathBuf);
-
-impl Drop for Sweep {
-    fn drop(&mut self) {
-        let _ = docker_support::gc_command(&self.0)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
-/// The user's own configuration, pointing at `model`.
-fn user_file(p: &Project, model: &ScriptedModel) {
-    let path = p.home.join(".config/flower/.env");
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(
-        &path,
-        format!(
-            "ANTHROPIC_API_KEY=sk-ant-test\nANTHROPIC_BASE_URL={}\nANTHROPIC_MODEL=claude-sonnet-4-5\n",
-            model.url
-        ),
-    )
-    .unwrap();
-}
-
+/// A Bash call of the worker's, allowed two minutes.
 fn bash(command: &str) -> Value {
-    json!({"type": "tool_use", "name": "Bash", "input": {"command": command, "timeout": 120000}})
+    tool("Bash", json!({"command": command, "timeout": 120000}))
 }
 
-fn text(t: &str) -> Value {
-    json!({"content": [{"type": "text", "text": t}]})
-}
-
-const REPORT: &str = "结论:好\n依据:无\n产出:无\n未验证:无";
-
-/// A `go` scenario: the brief, the goal, a coordinator that dispatches one worker with
-/// `worker_turns`, judges that pass.
+/// A `go` scenario: a coordinator that dispatches one worker with `worker_turns` to exhaust
+/// the host; another worker reports.
 fn go_scenario(worker_turns: Vec<Value>) -> Value {
-    let many = |t: &str| vec![text(t); 4];
-    json!({"agents": [
-        {"role": "clarifier", "turns": many(
-            "## 目标\n做 X\n\n## 验收标准\n- 做了\n\n## 边界\n无\n\n## 未知与假设\n- 无\n")},
-        {"role": "judge", "prompt": "变成可判定的目标", "turns": many(
-            "## 目标\n做了 X\n\n## 判定清单\n- 做了\n")},
-        {"role": "judge", "prompt": "判定这一轮", "turns": many(
-            "## 结论\nACHIEVED\n\n## 理由\n看到了\n\n## 未通过\n无\n")},
-        {"role": "coordinator", "turns": [
-            {"content": [{"type": "tool_use", "name": "Agent", "input": {
-                "description": "撑爆", "prompt": "撑爆", "subagent_type": "coder"}}]},
-            text("完成"), text("完成"), text("完成")]},
-        {"role": "worker", "prompt": "撑爆", "turns": worker_turns},
-        {"role": "worker", "turns": vec![text(REPORT); 4]},
-    ]})
+    redteam_support::go_scenario(
+        &Ask {
+            task: "撑爆",
+            criterion: "做了",
+            goal: "做了 X",
+            item: "做了",
+        },
+        worker_turns,
+        vec![json!({"role": "worker", "turns": vec![text(REPORT); 4]})],
+    )
 }
 
 fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(["-c", "user.name=U", "-c", "user.email=u@example.invalid"])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    flowerbox_testkit::git_with_identity(dir, args)
+        .trim()
+        .to_string()
 }
 
 /// A workspace that is a repository with one commit (for `--isolate`).
@@ -211,31 +91,10 @@ fn repository(p: &Project) {
     git(&p.ws, &["commit", "-q", "-m", "start"]);
 }
 
-/// What a red-team test counts.
-#[derive(Default)]
-struct Tally {
-    attempts: usize,
-    successes: Vec<String>,
-    unmet: Vec<String>,
-}
-
-impl Tally {
-    fn expect(&mut self, what: &str, ok: bool, detail: impl FnOnce() -> String) {
-        if !ok {
-            self.unmet.push(format!("{what}: {}", detail()));
-        }
-    }
-
-    fn report(self, class: &str) {
-        eprintln!(
-            "resources red team, {class}: {} attempts, {} succeeded; {} other expectations unmet",
-            self.attempts,
-            self.successes.len(),
-            self.unmet.len()
-        );
-        assert!(self.successes.is_empty(), "{:#?}", self.successes);
-        assert!(self.unmet.is_empty(), "{:#?}", self.unmet);
-    }
+/// Says how the attacks of `class` went; fails on any success or unmet expectation.
+fn report(t: Tally, class: &str) {
+    eprintln!("resources red team, {class}: {}", t.line(""));
+    t.assert_clean();
 }
 
 #[test]
@@ -253,7 +112,7 @@ fn a_huge_compressible_blob_in_a_workers_branch_is_refused_without_inflating_it(
         ))]}),
         text(REPORT),
     ]));
-    user_file(&p, &model);
+    user_file(&p, &model, "sk-ant-test");
     let mut t = Tally::default();
     let o = flowerbox(&p, &["go", "--isolate", "--timeout", "0", "做 X"], &[]);
     eprintln!(
@@ -295,7 +154,7 @@ fn a_huge_compressible_blob_in_a_workers_branch_is_refused_without_inflating_it(
         !p.ws.join("zeros.bin").exists(),
         String::new,
     );
-    t.report("memory (a huge compressible blob brought back)");
+    report(t, "memory (a huge compressible blob brought back)");
 }
 
 /// Where a worker's file in its working directory ends up: the workspace, or (with
@@ -330,7 +189,7 @@ fn disk_attack(t: &mut Tally, extra: &[&str]) {
         )]}),
         text(REPORT),
     ]));
-    user_file(&p, &model);
+    user_file(&p, &model, "sk-ant-test");
     let started = Instant::now();
     let mut args = vec!["go"];
     args.extend_from_slice(extra);
@@ -413,5 +272,8 @@ fn writing_past_the_disk_budget_stops_the_run_and_loses_nothing() {
     // In the shared workspace, then in a worker's own worktree.
     disk_attack(&mut t, &[]);
     disk_attack(&mut t, &["--isolate"]);
-    t.report("disk (past the budget, in the workspace or a worktree and the container)");
+    report(
+        t,
+        "disk (past the budget, in the workspace or a worktree and the container)",
+    );
 }

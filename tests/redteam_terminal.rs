@@ -33,54 +33,22 @@ mod docker_support;
 #[path = "flow_support/mod.rs"]
 mod flow_support;
 mod hostile_bytes;
+mod redteam_support;
 
+use docker_support::{engine_ready as engine, Sweep};
 use flow_support::{Project, ScriptedModel};
 use hostile_bytes::{find, name_payload, payload, people_files, printf_of, tool_output, Tally};
+use redteam_support::{model_command, user_command};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Each run must end well within this.
 const BOUND: Duration = Duration::from_secs(150);
-
-/// The engine is there (and the agent image built), or the test is skipped (`CI=true`: fails).
-fn engine(test: &str) -> bool {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        match docker_support::engine_or_skip(test).await {
-            Some(e) => {
-                docker_support::agent_image(&e).await;
-                true
-            }
-            None => false,
-        }
-    })
-}
-
-fn bin() -> PathBuf {
-    std::env::var_os("FLOWERBOX_REDTEAM_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_flowerbox")))
-}
-
-/// Removes whatever the runs of `ws` left on the engine (only this workspace's).
-struct Sweep(PathBuf);
-
-impl Drop for Sweep {
-    fn drop(&mut self) {
-        let _ = docker_support::gc_command(&self.0)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
-}
 
 // -- the go run ----------------------------------------------------------------------------
 
@@ -171,25 +139,17 @@ fn go_project() -> (Project, ScriptedModel) {
 
 /// `flowerbox -v --sandbox docker go …` in `p` against `model`.
 fn go_command(p: &Project, model: &ScriptedModel) -> Command {
-    let mut c = Command::new(bin());
-    c.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &p.home)
-        .env("FLOWER_NO_PROBE", "1")
-        .env("ANTHROPIC_BASE_URL", &model.url)
-        .env("ANTHROPIC_API_KEY", "sk-ant-test")
-        .env("ANTHROPIC_MODEL", "claude-sonnet-4-5")
-        .current_dir(&p.ws)
-        .args([
-            "-v",
-            "--sandbox",
-            "docker",
-            "go",
-            "--timeout",
-            "0",
-            "--judge-can-run",
-        ])
-        .arg("做一件事");
+    let mut c = model_command(p, model);
+    c.args([
+        "-v",
+        "--sandbox",
+        "docker",
+        "go",
+        "--timeout",
+        "0",
+        "--judge-can-run",
+    ])
+    .arg("做一件事");
     c
 }
 
@@ -434,12 +394,8 @@ fn doctor_shows_mcp_names_from_a_container_clean() {
         .to_string(),
     )
     .unwrap();
-    let mut c = Command::new(bin());
-    c.env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &p.home)
-        .current_dir(&p.ws)
-        .args(["--sandbox", "docker", "doctor"])
+    let mut c = user_command(&p);
+    c.args(["--sandbox", "docker", "doctor"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -518,14 +474,10 @@ fn a_workflow_file_s_errors_and_step_names_are_shown_clean() {
         ("steps.toml:main", "STEPNAME"),
         ("run.toml:main", "RUNSTEP"),
     ] {
-        let mut c = Command::new(bin());
-        c.env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &p.home)
-            .env("FLOWER_NO_PROBE", "1")
+        let mut c = user_command(&p);
+        c.env("FLOWER_NO_PROBE", "1")
             .env("ANTHROPIC_BASE_URL", &model.url)
             .env("ANTHROPIC_API_KEY", "sk-ant-test")
-            .current_dir(&p.ws)
             .args(["--sandbox", "host", "run", target])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

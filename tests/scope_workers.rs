@@ -16,7 +16,7 @@ use flowerbox::agent::{roles, Event, EventKind, RunOptions, Runtime, RuntimeConf
 use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory};
 use flowerbox::session::SqliteSessionStore;
 use isolate_support::docker_support::{self, agent_image, engine_or_skip, run_id, SERIAL};
-use isolate_support::{repo, text, tool, ScriptedModel, REPORT};
+use isolate_support::{coordinate, repo, results_of, text, tool, ScriptedModel, REPORT};
 use serde_json::json;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -118,21 +118,7 @@ async fn scoped_workers_run_in_parallel_stay_in_scope_and_overlapping_ones_seria
     assert!(r.ok, "{:?}", r.error);
 
     let events = events.lock().unwrap().clone();
-    let results = |agent: &str, name: &str| -> Vec<(bool, String)> {
-        events
-            .iter()
-            .filter(|e| e.agent == agent)
-            .filter_map(|e| match &e.kind {
-                EventKind::ToolResult {
-                    name: n,
-                    is_error,
-                    text,
-                    ..
-                } if n == name => Some((*is_error, text.clone())),
-                _ => None,
-            })
-            .collect()
-    };
+    let results = |agent: &str, name: &str| results_of(&events, agent, name);
 
     // Disjoint scopes ran at the same time: each interval contains the other's start.
     let (a0, a1) = (stamp(&ws.join("a/start")), stamp(&ws.join("a/end")));
@@ -209,15 +195,7 @@ async fn with_isolate_the_scope_applies_inside_the_worktree() {
                 json!({"content": [text(REPORT)]})])]})
     })
     .await;
-    let r = run
-        .rt
-        .run(
-            &roles::coordinator("协调者", "", vec![]),
-            "派人",
-            RunOptions::default(),
-        )
-        .await;
-    assert!(r.ok, "{:?}", r.error);
+    coordinate(&run.rt, "派人").await;
     let bash = run.results_of("worker-1", "Bash");
     assert!(
         bash[0].0

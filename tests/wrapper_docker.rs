@@ -81,6 +81,15 @@ impl Project {
         c
     }
 
+    /// [`Project::wrapped`] run to its end, which must be exit 0: the wrapper's pid and stdout.
+    fn run_ok(&self, image: &str, model: &ScriptedModel, args: &[&str]) -> (u32, String) {
+        let child = self.wrapped(image, model, args).spawn().unwrap();
+        let pid = child.id();
+        let (status, out, err) = finish(child);
+        assert_eq!(status.code(), Some(0), "{out}\n{err}");
+        (pid, out)
+    }
+
     fn manifest(&self) -> Vec<Value> {
         let text = std::fs::read_to_string(self.ws.join("runs/manifest.json")).unwrap();
         serde_json::from_str(&text).unwrap()
@@ -123,6 +132,19 @@ async fn runner_containers_left(engine: &Engine, pid: u32) -> Vec<String> {
     }
 }
 
+/// Nothing of `p`'s runs is left: no agent container of its workspace, no runner container of
+/// the wrapper `pid`.
+async fn nothing_left(engine: &Engine, p: &Project, pid: u32) {
+    let ws = p.ws.to_string_lossy().into_owned();
+    assert!(containers_labelled(engine, "flowerbox.workspace", &ws)
+        .await
+        .is_empty());
+    assert_eq!(
+        runner_containers_left(engine, pid).await,
+        Vec::<String>::new()
+    );
+}
+
 /// The tool_result text the model received in request `n`.
 fn tool_result(model: &ScriptedModel, n: usize) -> String {
     let req = &model.recorded()[n];
@@ -147,13 +169,7 @@ async fn once_with_bash_runs_through_the_wrapper_in_an_agent_container() {
     let image = runner_image(&engine).await;
     let model = ScriptedModel::start(&bash_scenario(PROBE));
     let p = Project::new();
-    let child = p
-        .wrapped(&image, &model, &["once", "-t", "Bash", "探一下"])
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let (status, out, err) = finish(child);
-    assert_eq!(status.code(), Some(0), "{out}\n{err}");
+    let (pid, out) = p.run_ok(&image, &model, &["once", "-t", "Bash", "探一下"]);
     assert!(out.contains("跑完了"), "{out}");
 
     // The Bash call ran in an agent container, at the host path, as the caller, without the key.
@@ -177,15 +193,7 @@ async fn once_with_bash_runs_through_the_wrapper_in_an_agent_container() {
     let log = std::fs::read_to_string(p.ws.join("runs/flowerbox.log")).unwrap_or_default();
     assert!(!log.contains(SECRET));
 
-    // Nothing left: no agent container of this workspace, no runner container.
-    let ws = p.ws.to_string_lossy().into_owned();
-    assert!(containers_labelled(&engine, "flowerbox.workspace", &ws)
-        .await
-        .is_empty());
-    assert_eq!(
-        runner_containers_left(&engine, pid).await,
-        Vec::<String>::new()
-    );
+    nothing_left(&engine, &p, pid).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -199,13 +207,7 @@ async fn an_unattended_go_workflow_runs_through_the_wrapper() {
     let scenario = std::fs::read_to_string(repo_file("tests/scenarios/flow_go.json")).unwrap();
     let model = ScriptedModel::start(&serde_json::from_str(&scenario).unwrap());
     let p = Project::new();
-    let child = p
-        .wrapped(&image, &model, &["--timeout", "0", "写个 hello.sh"])
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let (status, out, err) = finish(child);
-    assert_eq!(status.code(), Some(0), "{out}\n{err}");
+    let (pid, _) = p.run_ok(&image, &model, &["--timeout", "0", "写个 hello.sh"]);
     let steps: Vec<String> = p
         .manifest()
         .iter()
@@ -227,14 +229,7 @@ async fn an_unattended_go_workflow_runs_through_the_wrapper() {
     assert_eq!(std::fs::read_to_string(&hello).unwrap(), "echo hello\n");
     assert_ne!(std::fs::metadata(&hello).unwrap().mode() & 0o111, 0);
     assert!(p.ws.join(".flower/notes/目标.md").is_file());
-    let ws = p.ws.to_string_lossy().into_owned();
-    assert!(containers_labelled(&engine, "flowerbox.workspace", &ws)
-        .await
-        .is_empty());
-    assert_eq!(
-        runner_containers_left(&engine, pid).await,
-        Vec::<String>::new()
-    );
+    nothing_left(&engine, &p, pid).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -258,10 +253,7 @@ async fn go_isolate_works_in_worktrees_through_the_wrapper() {
         "0",
         "写个 hello.sh",
     ];
-    let child = p.wrapped(&image, &model, &args).spawn().unwrap();
-    let pid = child.id();
-    let (status, out, err) = finish(child);
-    assert_eq!(status.code(), Some(0), "{out}\n{err}");
+    let (pid, _) = p.run_ok(&image, &model, &args);
 
     // The worker wrote in its worktree (outside the project, mounted by the wrapper at its own
     // path); its branch was integrated with a commit; the judge ran the result.
@@ -285,14 +277,7 @@ async fn go_isolate_works_in_worktrees_through_the_wrapper() {
     assert!(parent.join(".flower-pro ject-worktrees").is_dir());
     let me = nix::unistd::getuid().as_raw();
     assert_eq!(std::fs::metadata(&hello).unwrap().uid(), me);
-    let ws = p.ws.to_string_lossy().into_owned();
-    assert!(containers_labelled(&engine, "flowerbox.workspace", &ws)
-        .await
-        .is_empty());
-    assert_eq!(
-        runner_containers_left(&engine, pid).await,
-        Vec::<String>::new()
-    );
+    nothing_left(&engine, &p, pid).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -371,13 +356,7 @@ async fn sigterm_reaches_flowerbox_and_the_exit_code_passes_through() {
     let row = rows.iter().find(|r| r["step"] == "ad-hoc").unwrap();
     assert_eq!(row["ok"], false);
     assert_eq!(row["error"], "killed-by-signal");
-    assert!(containers_labelled(&engine, "flowerbox.workspace", &ws)
-        .await
-        .is_empty());
-    assert_eq!(
-        runner_containers_left(&engine, pid).await,
-        Vec::<String>::new()
-    );
+    nothing_left(&engine, &p, pid).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

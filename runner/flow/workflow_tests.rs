@@ -61,6 +61,27 @@ fn row_session(rt: &crate::agent::Runtime, step: &str) -> Option<String> {
         .and_then(|r| r.session_id)
 }
 
+/// The step `干活` (`做 X`) guarded by the goal in `目标.md`: `rounds` rounds, the judge
+/// allowed to run commands when `can_run`.
+fn guarded(b: &Bench, rounds: u32, can_run: bool) -> Step {
+    with_goal(
+        Step::new("干活", agent(), "做 X"),
+        b.note("目标.md"),
+        rounds,
+        can_run,
+    )
+}
+
+/// `step` alone as workflow `t` on `rt`: how it ended and its context.
+async fn run_alone(rt: &Arc<crate::agent::Runtime>, step: Step) -> (Completion, Ctx) {
+    let mut ctx = Ctx::default();
+    let end = Workflow::new("t", vec![step])
+        .run(rt, &mut ctx)
+        .await
+        .unwrap();
+    (end, ctx)
+}
+
 #[tokio::test]
 async fn a_rejected_attempt_is_sent_back_into_its_session_as_a_round() {
     let b = Bench::new(vec![work(vec![say("第一遍"), say("第二遍")])]);
@@ -69,11 +90,7 @@ async fn a_rejected_attempt_is_sent_back_into_its_session_as_a_round() {
         .retries(2)
         .gate(|r: &StepResult, _: &mut Ctx| Ok(r.text == "第二遍"))
         .on_reject(|_r: &StepResult, _: &Ctx| "补上 c".to_string());
-    let mut ctx = Ctx::default();
-    let end = Workflow::new("t", vec![step])
-        .run(&rt, &mut ctx)
-        .await
-        .unwrap();
+    let (end, ctx) = run_alone(&rt, step).await;
     assert_eq!(end, Completion::Finished);
     assert_eq!(Bench::steps(&rt), ["干活", "干活#round2"]);
     assert_eq!(row_session(&rt, "干活"), row_session(&rt, "干活#round2"));
@@ -178,11 +195,7 @@ async fn step_abort_stops_at_once_without_spending_retries() {
         .retries(3)
         .gate(|_r: &StepResult, _: &mut Ctx| Err(StepAbort("环境缺依赖,再跑几轮也一样".into())))
         .on_reject(|_r: &StepResult, _: &Ctx| "再来".to_string());
-    let mut ctx = Ctx::default();
-    let end = Workflow::new("t", vec![step])
-        .run(&rt, &mut ctx)
-        .await
-        .unwrap();
+    let (end, ctx) = run_alone(&rt, step).await;
     assert_eq!(
         end,
         Completion::Stopped {
@@ -279,12 +292,7 @@ async fn goal_guard_sends_back_until_achieved_and_judges_stay_out_of_lineage() {
     ]);
     write_goal(&b);
     let rt = b.runtime(Arc::new(Absent));
-    let step = with_goal(
-        Step::new("干活", agent(), "做 X"),
-        b.note("目标.md"),
-        3,
-        false,
-    );
+    let step = guarded(&b, 3, false);
     let mut ctx = Ctx::default();
     let end = Workflow::new("t", vec![step])
         .continuous(b.lineage())
@@ -321,17 +329,8 @@ async fn not_yet_on_the_last_round_stops_the_step() {
     ]);
     write_goal(&b);
     let rt = b.runtime(Arc::new(Absent));
-    let step = with_goal(
-        Step::new("干活", agent(), "做 X"),
-        b.note("目标.md"),
-        2,
-        false,
-    );
-    let mut ctx = Ctx::default();
-    let end = Workflow::new("t", vec![step])
-        .run(&rt, &mut ctx)
-        .await
-        .unwrap();
+    let step = guarded(&b, 2, false);
+    let (end, _) = run_alone(&rt, step).await;
     let Completion::Stopped { step, why } = end else {
         panic!("{end:?}")
     };
@@ -345,17 +344,8 @@ async fn unreachable_without_a_human_aborts_and_keeps_the_goal() {
     let b = Bench::new(vec![work(vec![say("一")]), judge("judge", UNREACHABLE)]);
     write_goal(&b);
     let rt = b.runtime(Arc::new(Absent));
-    let step = with_goal(
-        Step::new("干活", agent(), "做 X"),
-        b.note("目标.md"),
-        3,
-        false,
-    );
-    let mut ctx = Ctx::default();
-    let end = Workflow::new("t", vec![step])
-        .run(&rt, &mut ctx)
-        .await
-        .unwrap();
+    let step = guarded(&b, 3, false);
+    let (end, _) = run_alone(&rt, step).await;
     let Completion::Stopped { step, why } = end else {
         panic!("{end:?}")
     };
@@ -414,17 +404,8 @@ async fn unreachable_asks_the_three_options() {
         Default::default(),
     ));
     let rt = b.runtime(human.clone());
-    let step = with_goal(
-        Step::new("干活", agent(), "做 X"),
-        b.note("目标.md"),
-        3,
-        false,
-    );
-    let mut ctx = Ctx::default();
-    let end = Workflow::new("t", vec![step])
-        .run(&rt, &mut ctx)
-        .await
-        .unwrap();
+    let step = guarded(&b, 3, false);
+    let (end, _) = run_alone(&rt, step).await;
     assert_eq!(end, Completion::Finished);
     let asked = human.1.lock().unwrap().clone();
     assert_eq!(asked.len(), 2);
@@ -446,20 +427,8 @@ async fn unreachable_asks_the_three_options() {
         Default::default(),
     ));
     let rt = b.runtime(human);
-    let step = with_goal(
-        Step::new("干活", agent(), "做 X"),
-        b.note("目标.md"),
-        3,
-        false,
-    );
-    let mut ctx = Ctx::default();
-    assert_eq!(
-        Workflow::new("t", vec![step])
-            .run(&rt, &mut ctx)
-            .await
-            .unwrap(),
-        Completion::Finished
-    );
+    let step = guarded(&b, 3, false);
+    assert_eq!(run_alone(&rt, step).await.0, Completion::Finished);
     let g = Goal::load(&b.note("目标.md")).unwrap().unwrap();
     assert!(
         g.statement.starts_with("做 X") && g.statement.ends_with("只验 a"),
@@ -487,17 +456,8 @@ async fn a_workspace_change_during_judging_voids_achieved() {
     ]);
     write_goal(&b);
     let rt = b.runtime(Arc::new(Absent));
-    let step = with_goal(
-        Step::new("干活", agent(), "做 X"),
-        b.note("目标.md"),
-        1,
-        true,
-    );
-    let mut ctx = Ctx::default();
-    let end = Workflow::new("t", vec![step])
-        .run(&rt, &mut ctx)
-        .await
-        .unwrap();
+    let step = guarded(&b, 1, true);
+    let (end, ctx) = run_alone(&rt, step).await;
     assert!(matches!(end, Completion::Stopped { .. }), "{end:?}");
     assert!(
         b.ws.join("quick-fix.txt").exists(),

@@ -32,6 +32,24 @@ pub async fn engine_or_skip(test: &str) -> Option<Engine> {
     }
 }
 
+/// For tests that drive the `flowerbox` binary outside any runtime: the engine is there and
+/// the agent image built, or the test is skipped (`CI=true`: fails).
+pub fn engine_ready(test: &str) -> bool {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        match engine_or_skip(test).await {
+            Some(e) => {
+                agent_image(&e).await;
+                true
+            }
+            None => false,
+        }
+    })
+}
+
 /// The shared agent image (built from nothing on first use, then reused by tag).
 pub async fn agent_image(engine: &Engine) -> String {
     let ensured = ensure_image(engine, None, true).await.expect("agent image");
@@ -235,6 +253,19 @@ pub async fn runner_image(engine: &Engine) -> String {
         })
         .await
         .clone()
+}
+
+/// Removes whatever the runs of the workspace it holds left on the engine (only that
+/// workspace's), when dropped: `flowerbox gc` scoped to it.
+pub struct Sweep(pub PathBuf);
+
+impl Drop for Sweep {
+    fn drop(&mut self) {
+        let _ = gc_command(&self.0)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
 }
 
 /// `flowerbox --sandbox docker -w WS gc`: the only way the tests run `gc`, always scoped to a

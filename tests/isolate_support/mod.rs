@@ -7,6 +7,8 @@
 pub mod docker_support;
 #[path = "../model_support/mod.rs"]
 pub mod model_support;
+pub mod plain;
+pub mod user_git;
 
 use docker_support::{agent_image, run_id};
 use flowerbox::agent::human::Absent;
@@ -123,11 +125,7 @@ impl IsoRun {
         let provider = model.provider(model_support::fast());
         let mut cfg = RuntimeConfig::new(ws.clone(), "claude-sonnet-4-5".into(), run_id.clone());
         if guarded {
-            cfg.masked = vec![runs.clone()];
-            cfg.masked_ids = flowerbox::fsroot::own::identity(&runs)
-                .into_iter()
-                .collect();
-            cfg.quarantine = Some(runs.join("quarantine").join(&run_id));
+            guard(&mut cfg, &runs, &run_id);
         }
         let events = Arc::new(Mutex::new(Vec::new()));
         let ev = events.clone();
@@ -160,15 +158,7 @@ impl IsoRun {
 
     /// The warning lines shown so far.
     pub fn warnings(&self) -> Vec<String> {
-        self.events
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|e| match &e.kind {
-                EventKind::Warning { text } => Some(text.clone()),
-                _ => None,
-            })
-            .collect()
+        warnings(&self.events)
     }
 
     /// The end of the run as the driver does it: the step's containers released (the step-end
@@ -186,47 +176,17 @@ impl IsoRun {
 
     /// Tool results `(agent, tool, is_error, text)` in event order.
     pub fn results(&self) -> Vec<(String, String, bool, String)> {
-        self.events
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|e| match &e.kind {
-                EventKind::ToolResult {
-                    name,
-                    is_error,
-                    text,
-                    ..
-                } => Some((e.agent.clone(), name.clone(), *is_error, text.clone())),
-                _ => None,
-            })
-            .collect()
+        tool_results(&self.events.lock().unwrap())
     }
 
     /// The result `(is_error, text)` of the tool call with id `id`.
     pub fn result(&self, id: &str) -> (bool, String) {
-        self.events
-            .lock()
-            .unwrap()
-            .iter()
-            .find_map(|e| match &e.kind {
-                EventKind::ToolResult {
-                    id: i,
-                    is_error,
-                    text,
-                    ..
-                } if i == id => Some((*is_error, text.clone())),
-                _ => None,
-            })
-            .unwrap_or_else(|| panic!("no result for tool call {id}"))
+        result(&self.events, id)
     }
 
     /// Results of `tool` called by `agent`.
     pub fn results_of(&self, agent: &str, tool: &str) -> Vec<(bool, String)> {
-        self.results()
-            .into_iter()
-            .filter(|(a, t, _, _)| a == agent && t == tool)
-            .map(|(_, _, e, t)| (e, t))
-            .collect()
+        results_of(&self.events.lock().unwrap(), agent, tool)
     }
 
     /// `(agent label, mounts as (path, read-write))` of every agent container of the run.
@@ -261,6 +221,100 @@ impl Drop for IsoRun {
     fn drop(&mut self) {
         docker_support::teardown_blocking(&self.factory);
     }
+}
+
+/// Tool results `(agent, tool, is_error, text)` among `events`, in order.
+pub fn tool_results(events: &[Event]) -> Vec<(String, String, bool, String)> {
+    events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::ToolResult {
+                name,
+                is_error,
+                text,
+                ..
+            } => Some((e.agent.clone(), name.clone(), *is_error, text.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Results `(is_error, text)` of `tool` called by `agent` among `events`.
+pub fn results_of(events: &[Event], agent: &str, tool: &str) -> Vec<(bool, String)> {
+    tool_results(events)
+        .into_iter()
+        .filter(|(a, t, _, _)| a == agent && t == tool)
+        .map(|(_, _, e, t)| (e, t))
+        .collect()
+}
+
+/// The driver's guard of a run: the run directory `runs` masked from every agent and planted
+/// repositories moved into `runs/quarantine/<run>`.
+fn guard(cfg: &mut RuntimeConfig, runs: &Path, run_id: &str) {
+    cfg.masked = vec![runs.to_path_buf()];
+    cfg.masked_ids = flowerbox::fsroot::own::identity(runs).into_iter().collect();
+    cfg.quarantine = Some(runs.join("quarantine").join(run_id));
+}
+
+/// The warning lines among `events`.
+fn warnings(events: &Mutex<Vec<Event>>) -> Vec<String> {
+    events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Warning { text } => Some(text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The result `(is_error, text)` of the tool call with id `id` among `events`.
+fn result(events: &Mutex<Vec<Event>>, id: &str) -> (bool, String) {
+    events
+        .lock()
+        .unwrap()
+        .iter()
+        .find_map(|e| match &e.kind {
+            EventKind::ToolResult {
+                id: i,
+                is_error,
+                text,
+                ..
+            } if i == id => Some((*is_error, text.clone())),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no result for tool call {id}"))
+}
+
+/// The coordinator's run of `task` on `rt`; it must end well.
+pub async fn coordinate(rt: &Arc<Runtime>, task: &str) {
+    use flowerbox::agent::{roles, RunOptions};
+    let r = rt
+        .run(
+            &roles::coordinator("协调者", "", vec![]),
+            task,
+            RunOptions::default(),
+        )
+        .await;
+    assert!(r.ok, "{:?}", r.error);
+}
+
+/// Judge round `n` of the step `干活` (`干活·判定#n`) on `rt`, the judge allowed to run
+/// commands when `can_run`; it must end well.
+pub async fn judge_round(rt: &Arc<Runtime>, n: u32, can_run: bool) {
+    use flowerbox::agent::{roles, RunOptions};
+    let judged = rt
+        .run(
+            &roles::judge("判定", "", can_run),
+            "判定这一轮",
+            RunOptions {
+                step: Some(format!("干活·判定#{n}")),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(judged.ok, "{:?}", judged.error);
 }
 
 /// A `tool_use` block.

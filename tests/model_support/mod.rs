@@ -87,6 +87,11 @@ impl ScriptedModel {
             .collect()
     }
 
+    /// Every tool result the model received ([`tool_results`] of [`ScriptedModel::recorded`]).
+    pub fn tool_results(&self) -> Vec<(String, String, bool)> {
+        tool_results(&self.recorded())
+    }
+
     /// An anthropic provider pointed at this server through the public constructor.
     pub fn provider(&self, policy: RetryPolicy) -> Arc<dyn Provider> {
         anthropic_at(&self.url, policy)
@@ -173,4 +178,40 @@ impl Events {
             })
             .collect()
     }
+}
+
+/// Every tool result in the request bodies `reqs`, each once (requests repeat the history), in
+/// order, with the name of its tool: `(name, text, is_error)`. A string content is its text,
+/// any other content its JSON.
+pub fn tool_results(reqs: &[Value]) -> Vec<(String, String, bool)> {
+    let mut names = std::collections::BTreeMap::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for req in reqs {
+        for m in req["messages"].as_array().into_iter().flatten() {
+            for b in m["content"].as_array().into_iter().flatten() {
+                match b["type"].as_str() {
+                    Some("tool_use") => {
+                        names.insert(b["id"].to_string(), b["name"].as_str().unwrap().to_string());
+                    }
+                    Some("tool_result") if seen.insert(b["tool_use_id"].to_string()) => {
+                        let text = match &b["content"] {
+                            Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        };
+                        out.push((
+                            names
+                                .get(&b["tool_use_id"].to_string())
+                                .cloned()
+                                .unwrap_or_default(),
+                            text,
+                            b["is_error"].as_bool().unwrap_or(false),
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    out
 }
