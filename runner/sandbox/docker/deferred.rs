@@ -210,23 +210,41 @@ impl State {
     }
 }
 
+/// True when the engine has the images a pod needs (`requested`, else flowerbox's own, and
+/// flowerbox's own for the fence): an inspect each, no build.
+async fn images_there(f: &DockerSandboxFactory, requested: Option<&str>) -> bool {
+    let own = super::default_image();
+    let agent = requested.filter(|i| !i.is_empty()).unwrap_or(&own);
+    let (a, b) = tokio::join!(
+        super::image::image_exists(f.engine(), agent),
+        super::image::image_exists(f.engine(), &own)
+    );
+    matches!((a, b), (Ok(true), Ok(true)))
+}
+
 #[async_trait]
 impl SandboxFactory for DeferredDocker {
     fn commands_run(&self) -> crate::sandbox::CommandsRun {
         crate::sandbox::CommandsRun::InContainer
     }
 
-    /// Reaches the engine (if not yet), then starts the pod in the background once the
-    /// preflight passed.
+    /// Reaches the engine (if not yet) and starts the pod in the background: at once when
+    /// its images are there (the pod is no agent: it need not wait for the disk probe), else
+    /// once the preflight passed (which builds the image after the probe).
     fn prepare(&self) {
         if self.state.torn_down.is_cancelled() {
             return;
         }
         self.state.clone().spawn(|s| async move {
-            if let Some(f) = s.checked().await {
-                if !s.torn_down.is_cancelled() {
-                    f.prepare();
-                }
+            let Some(f) = s.factory().await else {
+                return;
+            };
+            let ready = match images_there(&f, s.opts.image.as_deref()).await {
+                true => Some(f),
+                false => s.checked().await,
+            };
+            if let Some(f) = ready.filter(|_| !s.torn_down.is_cancelled()) {
+                f.prepare();
             }
         });
     }
