@@ -66,6 +66,23 @@ impl Inner {
         // From here on every container goes by our hand: nothing to notice, nothing to wait.
         self.watch.stop();
         lock(&self.agents).clear();
+        // A run killed while the engine was creating one of its containers leaves that
+        // container to appear after this run's startup sweep: sweep once more on the way out
+        // (only provably dead owners' containers go, never this run's: so beside its own
+        // removal, not after it; a failure is not this run's).
+        let sweep = async {
+            match super::gc::sweep_orphans(&self.engine, &self.opts.workspace).await {
+                Ok(lines) => lines.iter().for_each(|l| tracing::info!("{l}")),
+                Err(e) => tracing::warn!(error = %e, "orphan sweep at teardown failed"),
+            }
+        };
+        let (removed, ()) = tokio::join!(self.remove_own(), sweep);
+        removed
+    }
+
+    /// Removes what the run made: its containers (twice, around the starts in flight), then
+    /// its networks.
+    async fn remove_own(&self) -> Result<(), SandboxError> {
         // What exists now goes at once (a start in flight then fails fast: its pod is gone);
         // then, once every start in flight has ended, whatever those made and whatever the
         // first pass could not remove (the engine refuses a pod while a container that joined
@@ -82,13 +99,6 @@ impl Inner {
                     lock(&self.networks).push(id);
                 }
             }
-        }
-        // A run killed while the engine was creating one of its containers leaves that
-        // container to appear after this run's startup sweep: sweep once more on the way out
-        // (only provably dead owners' containers go; a failure is not this run's).
-        match super::gc::sweep_orphans(&self.engine, &self.opts.workspace).await {
-            Ok(lines) => lines.iter().for_each(|l| tracing::info!("{l}")),
-            Err(e) => tracing::warn!(error = %e, "orphan sweep at teardown failed"),
         }
         first_err.map_or(Ok(()), Err)
     }
