@@ -41,6 +41,15 @@ impl Inner {
         first_err
     }
 
+    /// Removes every container created so far, all at once (issue 32: a run's teardown is
+    /// part of its wall clock). Docker removes a pod whose namespaces members still join (they
+    /// die with its init, and go fast after); an engine that refuses (Podman) leaves those to
+    /// the tiered pass, [`Inner::remove_created`].
+    async fn remove_created_at_once(&self) {
+        let created: Vec<(String, Tier)> = lock(&self.created).clone();
+        futures::future::join_all(created.iter().map(|(id, _)| self.remove(id))).await;
+    }
+
     /// Force-removes a container (kills it first; 404 is fine) and forgets it.
     pub(super) async fn remove(&self, id: &str) -> Option<SandboxError> {
         let opts = RemoveContainerOptions {
@@ -86,8 +95,9 @@ impl Inner {
         // What exists now goes at once (a start in flight then fails fast: its pod is gone);
         // then, once every start in flight has ended, whatever those made and whatever the
         // first pass could not remove (the engine refuses a pod while a container that joined
-        // it a moment ago still exists). Only the second pass's errors count.
-        let _ = self.remove_created().await;
+        // it a moment ago still exists, or Podman while any does), tier by tier. Only the
+        // second pass's errors count.
+        self.remove_created_at_once().await;
         let _no_start = self.starting.write().await;
         let mut first_err = self.remove_created().await;
         // Networks last: the engine refuses to remove one that a container still uses.
