@@ -90,6 +90,52 @@ async fn a_crlf_script_in_the_container_gets_the_line_ending_hint() {
     assert!(text.contains("sed -i 's/\\r$//'"), "{text}");
 }
 
+/// A `once -t Bash` whose model thinks for ten minutes before its first reply, started in a
+/// fresh workspace: (the model, the workspace and HOME, the workspace's `flowerbox.workspace`
+/// label, the process).
+async fn thinking_once(
+    engine: &flowerbox::sandbox::docker::Engine,
+) -> (
+    ScriptedModel,
+    [tempfile::TempDir; 2],
+    String,
+    std::process::Child,
+) {
+    let image = agent_image(engine).await;
+    let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
+        {"think_ms": 600_000, "content": [{"type": "text", "text": "想完了"}]}]}]}));
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = ws.path().canonicalize().unwrap();
+    let label = format!("flowerbox.workspace={}", ws_path.display());
+    let child = flowerbox(&model, home.path(), &ws_path)
+        .env("FLOWERBOX_IMAGE", &image)
+        .args(["once", "-t", "Bash", "想一想"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    (model, [ws, home], label, child)
+}
+
+/// Stops `child` with SIGTERM; no container of `label` may be left.
+async fn stop_leaving_none(
+    engine: &flowerbox::sandbox::docker::Engine,
+    child: std::process::Child,
+    label: &str,
+) -> std::process::Output {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let left = docker_support::containers_where(engine, "label", label.to_string()).await;
+    assert!(
+        left.is_empty(),
+        "containers left: {left:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// Issue 17: `once` starts its pod and the agent's container while the model thinks. A run
 /// stopped (SIGTERM) while those starts are in flight — the pod just created, the agent's
 /// container not yet — leaves no container and no network of its workspace behind: teardown
@@ -99,22 +145,9 @@ async fn a_run_stopped_while_its_containers_start_leaves_none() {
     let Some(engine) = engine_or_skip("stopped_while_starting").await else {
         return;
     };
-    let image = agent_image(&engine).await;
     // The model never answers within the test: every container is started early, for the
     // Bash the agent may run.
-    let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
-        {"think_ms": 600_000, "content": [{"type": "text", "text": "想完了"}]}]}]}));
-    let home = tempfile::tempdir().unwrap();
-    let ws = tempfile::tempdir().unwrap();
-    let ws_path = ws.path().canonicalize().unwrap();
-    let label = format!("flowerbox.workspace={}", ws_path.display());
-    let mut child = flowerbox(&model, home.path(), &ws_path)
-        .env("FLOWERBOX_IMAGE", &image)
-        .args(["once", "-t", "Bash", "想一想"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (_model, _dirs, label, mut child) = thinking_once(&engine).await;
     // The first container of the run exists: its starts are in flight now.
     while docker_support::containers_where(&engine, "label", label.clone())
         .await
@@ -126,16 +159,8 @@ async fn a_run_stopped_while_its_containers_start_leaves_none() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = stop_leaving_none(&engine, child, &label).await;
     assert!(!out.status.success(), "{out:?}");
-    let left = docker_support::containers_where(&engine, "label", label.clone()).await;
-    assert!(
-        left.is_empty(),
-        "containers left: {left:?}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let nets = docker_support::run_networks_where(&engine, label).await;
     assert!(nets.is_empty(), "networks left: {nets:?}");
 }
@@ -405,20 +430,7 @@ async fn a_bash_agents_container_is_made_while_its_first_turn_is_awaited() {
     let Some(engine) = engine_or_skip("container_during_first_turn").await else {
         return;
     };
-    let image = agent_image(&engine).await;
-    let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
-        {"think_ms": 600_000, "content": [{"type": "text", "text": "想完了"}]}]}]}));
-    let home = tempfile::tempdir().unwrap();
-    let ws = tempfile::tempdir().unwrap();
-    let ws_path = ws.path().canonicalize().unwrap();
-    let label = format!("flowerbox.workspace={}", ws_path.display());
-    let mut child = flowerbox(&model, home.path(), &ws_path)
-        .env("FLOWERBOX_IMAGE", &image)
-        .args(["once", "-t", "Bash", "想一想"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (model, _dirs, label, mut child) = thinking_once(&engine).await;
     let labels = vec![label.clone(), "flowerbox.agent=ad-hoc".to_string()];
     while labelled(&engine, labels.clone()).await.is_empty() {
         assert!(
@@ -430,13 +442,5 @@ async fn a_bash_agents_container_is_made_while_its_first_turn_is_awaited() {
     // The one request of the first turn, still unanswered (its reply is minutes away).
     assert_eq!(model.recorded().len(), 1);
     assert!(child.try_wait().unwrap().is_none());
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let left = docker_support::containers_where(&engine, "label", label).await;
-    assert!(
-        left.is_empty(),
-        "containers left: {left:?}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    stop_leaving_none(&engine, child, &label).await;
 }
