@@ -2,19 +2,21 @@
 //! in-process scripted model, each a median over interleaved repeats with its baseline:
 //!
 //! 9. `once` with one Bash call, the model thinking `--think-ms` (1,500) per turn: wall clock
-//!    with `--sandbox docker` vs with `--sandbox host` (ratio; target ≤ 1.15);
+//!    with `--sandbox docker` vs with `--sandbox host` (ratio; target ≤ 1.05, issue 32);
 //! 10. a whole unattended `go` run, 8 workers each running `sleep 2` in parallel, vs the same
 //!     run with 1 worker (ratio; target ≤ 1.4);
 //! 11. the first `once --resume` of a 10,000-message session with trimming (`-T`, cold spill
 //!     directory: every trimmed result is written) vs a fresh `once` with the same reply
-//!     (target ≤ 300 ms).
+//!     (target ≤ 300 ms);
+//! 12. a text-only `once` (its default tools, which run no command; an instant model): wall
+//!     clock with `--sandbox docker` vs with `--sandbox host` (ratio; target ≤ 1.2, issue 32).
 //!
 //! With `--base PATH` a second binary (the build before a change) is measured in the same run,
 //! interleaved with the first, and every figure appears twice (`9` and `9 base`, ...), so the
 //! before/after ratio is read off one table.
 //!
 //! Usage: `cli_bench [--repeat N] [--flowerbox PATH] [--base PATH] [--think-ms MS]
-//! [--only 9,10,11] [--json FILE]`. `--flowerbox` defaults to the `flowerbox` next to this
+//! [--only 9,10,11,12] [--json FILE]`. `--flowerbox` defaults to the `flowerbox` next to this
 //! example's directory (`scripts/bench.sh` builds it first).
 // A benchmark or smoke example, not shipped: it unwraps like a test and reports on its own
 // streams.
@@ -104,21 +106,57 @@ fn workspace() -> (tempfile::TempDir, PathBuf) {
 /// The binaries measured: (label suffix, path).
 type Bins = Vec<(String, PathBuf)>;
 
-/// Figure 9: `once` with one Bash call, docker vs host, per binary.
-async fn once_bash(bins: &Bins, repeat: usize, think_ms: u64) -> Vec<Figure> {
+/// One `once` figure: the same run with `--sandbox docker` and `--sandbox host`, per binary.
+struct OnceFigure {
+    /// Figure id (`9`, `12`).
+    id: &'static str,
+    /// What is measured.
+    what: &'static str,
+    /// `once`'s arguments after the sandbox switch.
+    args: &'static [&'static str],
+    /// The model's turns.
+    turns: Vec<Value>,
+    /// The figure's note.
+    note: String,
+}
+
+/// Figure 9: `once` with one Bash call behind a model thinking `think_ms` a turn.
+fn once_bash(think_ms: u64) -> OnceFigure {
     let turn = |mut t: Value| {
         t["think_ms"] = json!(think_ms);
         t
     };
-    let url = serve(&json!({"agents": [{"turns": [
-        turn(bash("echo hi")), turn(text("跑完了。"))]}]}))
-    .await;
+    OnceFigure {
+        id: "9",
+        what: "once, one Bash call, --sandbox docker",
+        args: &["once", "-t", "Bash", "跑一条命令"],
+        turns: vec![turn(bash("echo hi")), turn(text("跑完了。"))],
+        note: format!("model thinks {think_ms} ms per turn (2 turns); whole process wall clock"),
+    }
+}
+
+/// Figure 12: a text-only `once` (its default tools, which run no command) with an instant
+/// model: no container should be made at all (issue 32 §1).
+fn once_text() -> OnceFigure {
+    OnceFigure {
+        id: "12",
+        what: "once, text only (default tools), --sandbox docker",
+        args: &["once", "说一句"],
+        turns: vec![text("好的。")],
+        note: "instant model, 1 turn; whole process wall clock (target ≤ 1.2)".into(),
+    }
+}
+
+/// Measures `fig` for every binary, interleaved: docker vs host.
+async fn once_figure(bins: &Bins, repeat: usize, fig: OnceFigure) -> Vec<Figure> {
+    let url = serve(&json!({"agents": [{"turns": fig.turns}]})).await;
     let mut samples = vec![(Vec::new(), Vec::new()); bins.len()];
     for _ in 0..repeat {
         for (b, (_, bin)) in bins.iter().enumerate() {
             for sandbox in ["host", "docker"] {
                 let (_dir, ws) = workspace();
-                let args = ["--sandbox", sandbox, "once", "-t", "Bash", "跑一条命令"];
+                let mut args = vec!["--sandbox", sandbox];
+                args.extend_from_slice(fig.args);
                 let t = run(bin, &url, &ws, &args).await;
                 match sandbox {
                     "host" => samples[b].0.push(t),
@@ -131,15 +169,13 @@ async fn once_bash(bins: &Bins, repeat: usize, think_ms: u64) -> Vec<Figure> {
         .zip(samples)
         .map(|((label, _), (host, docker))| {
             Figure::new(
-                &format!("9{label}"),
-                "once, one Bash call, --sandbox docker",
+                &format!("{}{label}", fig.id),
+                fig.what,
                 "ms",
                 Stats::of(&docker),
             )
             .vs("--sandbox host", Stats::of(&host))
-            .note(format!(
-                "model thinks {think_ms} ms per turn (2 turns); whole process wall clock"
-            ))
+            .note(fig.note.clone())
         })
         .collect()
 }
@@ -340,7 +376,7 @@ async fn main() {
         only.as_deref()
             .is_none_or(|o| o.split(',').any(|x| x == id))
     };
-    if wants("9") || wants("10") {
+    if wants("9") || wants("10") || wants("12") {
         // Built before the first measurement (the binaries build it on first use).
         let engine = Engine::connect(None, Duration::from_secs(5))
             .await
@@ -348,8 +384,11 @@ async fn main() {
         ensure_image(&engine, None, true).await.expect("image");
     }
     let mut figures = Vec::new();
+    if wants("12") {
+        figures.extend(once_figure(&bins, repeat, once_text()).await);
+    }
     if wants("9") {
-        figures.extend(once_bash(&bins, repeat, think_ms).await);
+        figures.extend(once_figure(&bins, repeat, once_bash(think_ms)).await);
     }
     if wants("10") {
         figures.extend(go_workers(&bins, repeat).await);

@@ -15,19 +15,20 @@
 #   9  once, one Bash call, model thinking 1.5 s a turn: --sandbox docker vs --sandbox host
 #  10  whole go run, 8 workers `sleep 2` in parallel  vs 1 worker (ratio; ideal 1.0)
 #  11  first once --resume of 10,000 messages, -T     vs a fresh once
+#  12  once, text only (default tools): --sandbox docker vs --sandbox host (no container at all)
 #
 # Usage: scripts/bench.sh [--release] [--base BIN] [--json FILE] [--repeat N] [--roundtrips N]
 #                         [--quick]
 #   --release       release builds of the examples and binaries (issue 17's figures are
 #                   release figures); default: debug builds (dependencies at opt-level 1)
-#   --base BIN      also measure figures 9-11 with another flowerbox binary (the build before
-#                   a change), interleaved in the same run: rows `9 base`, `10 base`, `11 base`
+#   --base BIN      also measure figures 9-12 with another flowerbox binary (the build before
+#                   a change), interleaved in the same run: rows `9 base`, `10 base`, ...
 #   --repeat N      repeats of the Docker and agent-run figures (default 5; RSS runs: N/2;
-#                   figures 9-11: at least 3)
+#                   figures 9-12: at least 3)
 #   --roundtrips N  Bash round trips of figure 2 (default 50)
 #   --quick         --repeat 2 --roundtrips 20, fewer microbenchmark calls (about a minute)
 # Needs the Docker engine (builds the agent image on first use), and jq + sqlite3 for the demo
-# of figure 5. About four minutes with the defaults (figures 9-11 are whole runs).
+# of figure 5. About four minutes with the defaults (figures 9-12 are whole runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -73,7 +74,7 @@ echo "== 7: file tools (race-free resolution)" >&2
 run tools_bench -- --calls "$calls" --json "$parts/4-tools.json" >&2
 echo "== 8: project MCP servers (Docker engine)" >&2
 run mcp_bench -- --repeat "$repeat" --json "$parts/5-mcp.json" >&2
-echo "== 9, 10, 11: whole runs of the flowerbox binary (issue 17)" >&2
+echo "== 9-12: whole runs of the flowerbox binary (issues 17, 32)" >&2
 run cli_bench -- --repeat "$cli_repeat" "${base[@]}" --json "$parts/6-cli.json" >&2
 report=("$parts"/1-sandbox.json "$parts"/2-runtime.json "$parts"/3-store.json "$parts"/4-tools.json
   "$parts"/5-mcp.json "$parts"/6-cli.json)

@@ -372,8 +372,9 @@ fn a_failed_or_cancelled_start_and_doctor_leave_no_run_directory() {
 }
 
 /// An engine that cannot serve the run (here a `DOCKER_HOST` with no socket) stops `go`, `run`
-/// and `once` before anything of the run is written: no `runs/`, no workbench (issue 29 §2.9:
-/// both were left behind, the log and an empty `.flower/`).
+/// and a `once` that can run commands before anything of the run is written: no `runs/`, no
+/// workbench (issue 29 §2.9: both were left behind, the log and an empty `.flower/`). A
+/// text-only `once` never needs the engine and answers (issue 32 §1, `docker_once`).
 #[test]
 fn an_engine_failure_at_start_leaves_nothing_behind() {
     let s = Scene::new();
@@ -385,7 +386,7 @@ fn an_engine_failure_at_start_leaves_nothing_behind() {
         &["做 X", "--timeout", "0"],
         &["go", "做 X", "--timeout", "0", "--new"],
         &["run", "flows.toml:main", "-W"],
-        &["once", "看一眼", "-W"],
+        &["once", "-t", "Read,Bash", "看一眼", "-W"],
     ];
     for args in runs {
         s.cmd()

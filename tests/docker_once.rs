@@ -90,6 +90,52 @@ async fn a_crlf_script_in_the_container_gets_the_line_ending_hint() {
     assert!(text.contains("sed -i 's/\\r$//'"), "{text}");
 }
 
+/// A `once -t Bash` whose model thinks for ten minutes before its first reply, started in a
+/// fresh workspace: (the model, the workspace and HOME, the workspace's `flowerbox.workspace`
+/// label, the process).
+async fn thinking_once(
+    engine: &flowerbox::sandbox::docker::Engine,
+) -> (
+    ScriptedModel,
+    [tempfile::TempDir; 2],
+    String,
+    std::process::Child,
+) {
+    let image = agent_image(engine).await;
+    let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
+        {"think_ms": 600_000, "content": [{"type": "text", "text": "想完了"}]}]}]}));
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = ws.path().canonicalize().unwrap();
+    let label = format!("flowerbox.workspace={}", ws_path.display());
+    let child = flowerbox(&model, home.path(), &ws_path)
+        .env("FLOWERBOX_IMAGE", &image)
+        .args(["once", "-t", "Bash", "想一想"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    (model, [ws, home], label, child)
+}
+
+/// Stops `child` with SIGTERM; no container of `label` may be left.
+async fn stop_leaving_none(
+    engine: &flowerbox::sandbox::docker::Engine,
+    child: std::process::Child,
+    label: &str,
+) -> std::process::Output {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let left = docker_support::containers_where(engine, "label", label.to_string()).await;
+    assert!(
+        left.is_empty(),
+        "containers left: {left:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// Issue 17: `once` starts its pod and the agent's container while the model thinks. A run
 /// stopped (SIGTERM) while those starts are in flight — the pod just created, the agent's
 /// container not yet — leaves no container and no network of its workspace behind: teardown
@@ -99,22 +145,9 @@ async fn a_run_stopped_while_its_containers_start_leaves_none() {
     let Some(engine) = engine_or_skip("stopped_while_starting").await else {
         return;
     };
-    let image = agent_image(&engine).await;
     // The model never answers within the test: every container is started early, for the
     // Bash the agent may run.
-    let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
-        {"think_ms": 600_000, "content": [{"type": "text", "text": "想完了"}]}]}]}));
-    let home = tempfile::tempdir().unwrap();
-    let ws = tempfile::tempdir().unwrap();
-    let ws_path = ws.path().canonicalize().unwrap();
-    let label = format!("flowerbox.workspace={}", ws_path.display());
-    let mut child = flowerbox(&model, home.path(), &ws_path)
-        .env("FLOWERBOX_IMAGE", &image)
-        .args(["once", "-t", "Bash", "想一想"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (_model, _dirs, label, mut child) = thinking_once(&engine).await;
     // The first container of the run exists: its starts are in flight now.
     while docker_support::containers_where(&engine, "label", label.clone())
         .await
@@ -126,16 +159,8 @@ async fn a_run_stopped_while_its_containers_start_leaves_none() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = stop_leaving_none(&engine, child, &label).await;
     assert!(!out.status.success(), "{out:?}");
-    let left = docker_support::containers_where(&engine, "label", label.clone()).await;
-    assert!(
-        left.is_empty(),
-        "containers left: {left:?}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let nets = docker_support::run_networks_where(&engine, label).await;
     assert!(nets.is_empty(), "networks left: {nets:?}");
 }
@@ -249,8 +274,9 @@ async fn a_background_command_in_the_container_is_read_and_stopped() {
     assert_eq!(result(7), "0", "the long one is stopped");
 }
 
-/// An image the engine does not have (`--image`, never pulled) stops `once` and `go` before
-/// anything of the run is written: no `runs/`, no workbench (issue 29 §2.9).
+/// An image the engine does not have (`--image`, never pulled) stops `go` and a `once` that
+/// can run commands before anything of the run is written: no `runs/`, no workbench (issue
+/// 29 §2.9). (A text-only `once` needs no image: issue 32 §1.)
 #[tokio::test]
 async fn a_missing_image_stops_the_start_before_anything_is_written() {
     let Some(_engine) = engine_or_skip("missing_image").await else {
@@ -265,6 +291,8 @@ async fn a_missing_image_stops_the_start_before_anything_is_written() {
             "--image",
             "flowerbox-test-missing:none",
             "once",
+            "-t",
+            "Bash",
             "-W",
             "看一眼",
         ][..],
@@ -288,4 +316,131 @@ async fn a_missing_image_stops_the_start_before_anything_is_written() {
         }
     }
     assert!(model.recorded().is_empty(), "no model call");
+}
+
+/// Seconds since the epoch, as the engine's event filters take them.
+fn epoch_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// Every container event the engine recorded between `since` and now (plus a second) for a
+/// container labelled `label` (`key=value`).
+async fn container_events(
+    engine: &flowerbox::sandbox::docker::Engine,
+    since: u64,
+    label: String,
+) -> Vec<String> {
+    use bollard::query_parameters::EventsOptions;
+    use futures::StreamExt;
+    let filters = std::collections::HashMap::from([
+        ("type".to_string(), vec!["container".to_string()]),
+        ("label".to_string(), vec![label]),
+    ]);
+    let opts = EventsOptions {
+        since: Some(since.to_string()),
+        until: Some((epoch_secs() + 1).to_string()),
+        filters: Some(filters),
+    };
+    let events: Vec<_> = engine.docker().events(Some(opts)).collect().await;
+    events
+        .into_iter()
+        .map(|e| format!("{:?}", e.unwrap().action))
+        .collect()
+}
+
+/// Issue 32 §1: `once` with its default tools (Read, Glob, Grep, every project MCP tool; no
+/// stdio server configured) runs no command, so it creates nothing on the engine: no pod, no
+/// fence, no agent container, not even the disk probe's. The engine's own event log says so.
+#[tokio::test]
+async fn a_text_only_once_creates_no_container() {
+    let Some(engine) = engine_or_skip("text_only_once").await else {
+        return;
+    };
+    let image = agent_image(&engine).await;
+    let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
+        {"content": [{"type": "tool_use", "name": "Read", "input": {"file_path": "a.txt"}}]},
+        {"content": [{"type": "text", "text": "读完了"}]}]}]}));
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = ws.path().canonicalize().unwrap();
+    std::fs::write(ws_path.join("a.txt"), "文件内容\n").unwrap();
+    let since = epoch_secs();
+    let out = flowerbox(&model, home.path(), &ws_path)
+        .env("FLOWERBOX_IMAGE", &image)
+        .args(["once", "读 a.txt"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("读完了"));
+    // The file tool read the file on the host.
+    let result = &model.recorded()[1]["messages"][2]["content"][0];
+    assert!(
+        result["content"].to_string().contains("文件内容"),
+        "{result}"
+    );
+    for label in ["flowerbox.workspace", "flowerbox.disk-probe"] {
+        let events =
+            container_events(&engine, since, format!("{label}={}", ws_path.display())).await;
+        assert!(events.is_empty(), "{label}: {events:?}\n{stderr}");
+    }
+}
+
+/// Issue 32 §1: a text-only `once` never needs the engine, so one that is down (a
+/// `DOCKER_HOST` with no socket) does not stop it: it answers. (A `once` that can run a
+/// command still stops at start, see `cli_exit`.)
+#[test]
+fn a_text_only_once_answers_with_the_engine_down() {
+    let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
+        {"content": [{"type": "text", "text": "不用容器也答得了"}]}]}]}));
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let out = flowerbox(&model, home.path(), ws.path())
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .args(["--sandbox", "docker", "once", "你好"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("不用容器也答得了"));
+    assert!(!stderr.contains("docker.sock"), "{stderr}");
+}
+
+/// Containers (any state) carrying every one of `labels` (`key=value`).
+async fn labelled(engine: &flowerbox::sandbox::docker::Engine, labels: Vec<String>) -> Vec<String> {
+    use bollard::query_parameters::ListContainersOptions;
+    let filters = std::collections::HashMap::from([("label".to_string(), labels)]);
+    let opts = ListContainersOptions {
+        all: true,
+        filters: Some(filters),
+        ..Default::default()
+    };
+    let listed = engine.docker().list_containers(Some(opts)).await.unwrap();
+    listed.into_iter().filter_map(|c| c.id).collect()
+}
+
+/// Issue 32 §1: an agent that can run a command gets its container while the model produces
+/// its first turn, not after: with the first reply held back (the model "thinks" for ten
+/// minutes), the agent's own container appears while that one request is still unanswered.
+#[tokio::test]
+async fn a_bash_agents_container_is_made_while_its_first_turn_is_awaited() {
+    let Some(engine) = engine_or_skip("container_during_first_turn").await else {
+        return;
+    };
+    let (model, _dirs, label, mut child) = thinking_once(&engine).await;
+    let labels = vec![label.clone(), "flowerbox.agent=ad-hoc".to_string()];
+    while labelled(&engine, labels.clone()).await.is_empty() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "once ended before its agent's container was made"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // The one request of the first turn, still unanswered (its reply is minutes away).
+    assert_eq!(model.recorded().len(), 1);
+    assert!(child.try_wait().unwrap().is_none());
+    stop_leaving_none(&engine, child, &label).await;
 }

@@ -156,9 +156,11 @@ async fn the_probe_refuses_the_second_engine() {
     assert!(shared.detail.contains("DOCKER_HOST"), "{shared}");
 }
 
-/// `once` against the second engine stops before any agent runs: exit 1 (the engine is
-/// unusable, as for an engine that is down), the message names `DOCKER_HOST`, the model is
-/// never asked, and the workspace keeps exactly its files (no `runs/`, no probe directory).
+/// `once` against the second engine stops before any agent runs a command: exit 1 (the engine
+/// is unusable, as for an engine that is down), the message names `DOCKER_HOST`, no tool result
+/// reaches the model, and the workspace keeps exactly its files besides the run's records (no
+/// probe directory, nothing made). The probe runs while the model produces its first turn
+/// (issue 32 §1), so `runs/` records the failed step.
 #[tokio::test]
 async fn once_refuses_the_second_engine_before_any_agent_runs() {
     let Some((host, _, image)) = second_engine("second_engine_once").await else {
@@ -200,6 +202,7 @@ async fn once_refuses_the_second_engine_before_any_agent_runs() {
     let names: Vec<_> = std::fs::read_dir(&ws_path)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n != "runs")
         .collect();
     assert_eq!(names, ["existing.txt"], "{stderr}");
 }

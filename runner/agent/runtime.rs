@@ -260,6 +260,13 @@ impl Runtime {
         self.mcp.as_ref()
     }
 
+    /// True when `spec`'s agent can run a command in this run, so it gets a sandbox
+    /// ([`AgentSpec::runs_commands`] with the run's MCP servers and plugins).
+    pub fn runs_commands(&self, spec: &AgentSpec) -> bool {
+        let servers = self.mcp.as_ref().map_or(&[][..], |h| h.servers());
+        spec.runs_commands(servers, &self.plugins)
+    }
+
     /// The settings.
     pub fn config(&self) -> &RuntimeConfig {
         &self.config
@@ -566,7 +573,7 @@ impl Runtime {
             0,
             EventKind::StepStart { step: step.clone() },
         );
-        if spec.needs_sandbox() {
+        if self.runs_commands(spec) {
             // Its container goes with the next release_agents() (after the step's judge).
             self.note_agent(&agent);
         }

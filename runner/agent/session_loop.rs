@@ -400,7 +400,10 @@ impl AgentRun {
     }
 
     fn tool_context(&self, cancel: tokio_util::sync::CancellationToken) -> ToolContext {
-        let sandboxes = self.spec.needs_sandbox().then(|| self.rt.sandboxes.clone());
+        let sandboxes = self
+            .rt
+            .runs_commands(&self.spec)
+            .then(|| self.rt.sandboxes.clone());
         let dispatcher: Option<Arc<dyn Dispatcher>> = self.spec.has(ToolName::Agent).then(|| {
             Arc::new(SubDispatch {
                 rt: self.rt.clone(),

@@ -82,9 +82,91 @@ impl AgentSpec {
         self.tools.iter().any(|t| crate::mcp::names::is_entry(t))
     }
 
-    /// True when the agent executes commands, so it needs a sandbox (container): `Bash`, or
-    /// MCP tools (stdio servers run in its container).
-    pub fn needs_sandbox(&self) -> bool {
-        self.has(ToolName::Bash) || self.wants_mcp()
+    /// True when the agent can run a command, so it needs a sandbox (a container) — and only
+    /// then (issue 32 §1; the file tools work on the host's race-free view of its mounts):
+    /// - `Bash` (its background tasks, `TaskOutput`/`TaskStop`, are Bash's);
+    /// - a stdio server among `servers` that its whitelist admits (started in its container;
+    ///   `mcp__*` with only HTTP servers, or none, runs nothing);
+    /// - `plugins`' hooks, for the roles that run them (`once`, coordinator, worker): hooks
+    ///   run only in an agent's container, and the roles DESIGN.md runs without one
+    ///   (clarifier, oracle, a judge without `Bash`) stay without.
+    pub fn runs_commands(
+        &self,
+        servers: &[crate::mcp::ServerConfig],
+        plugins: &crate::plugin::Plugins,
+    ) -> bool {
+        let stdio = servers.iter().any(|s| {
+            matches!(s.transport, crate::mcp::Transport::Stdio { .. })
+                && crate::mcp::names::wants_server(&self.tools, &s.id)
+        });
+        let hooks = !plugins.hooks.is_empty()
+            && matches!(self.role, Role::Once | Role::Coordinator | Role::Worker);
+        self.has(ToolName::Bash) || stdio || hooks
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::mcp::{ServerConfig, Transport};
+    use crate::plugin::{Hook, HookEvent, HookSpec, Plugins};
+
+    fn server(id: &str, stdio: bool) -> ServerConfig {
+        ServerConfig {
+            name: id.into(),
+            id: id.into(),
+            origin: ".mcp.json".into(),
+            transport: match stdio {
+                true => Transport::Stdio {
+                    command: "srv".into(),
+                    args: Vec::new(),
+                    env: Vec::new(),
+                },
+                false => Transport::Http {
+                    url: "http://127.0.0.1:1/mcp".into(),
+                    headers: Vec::new(),
+                },
+            },
+        }
+    }
+
+    fn hooked() -> Plugins {
+        Plugins {
+            hooks: vec![Hook {
+                plugin: "p".into(),
+                root: "/p".into(),
+                spec: HookSpec {
+                    event: HookEvent::SessionStart,
+                    matcher: String::new(),
+                    pattern: None,
+                    command: "true".into(),
+                    timeout: std::time::Duration::from_secs(5),
+                },
+            }],
+            ..Plugins::default()
+        }
+    }
+
+    #[test]
+    fn only_an_agent_that_can_run_a_command_needs_a_sandbox() {
+        let none = Plugins::default();
+        let mut once = super::super::roles::once("", Vec::new(), None);
+        // `once`'s default tools: no command, whatever MCP servers are only HTTP.
+        once.tools = ["Read", "Glob", "Grep", "mcp__*"]
+            .map(String::from)
+            .to_vec();
+        assert!(!once.runs_commands(&[], &none));
+        assert!(!once.runs_commands(&[server("web", false)], &none));
+        // A stdio server the whitelist admits starts in the agent's container.
+        assert!(once.runs_commands(&[server("db", true)], &none));
+        once.tools = ["Read", "mcp__web"].map(String::from).to_vec();
+        assert!(!once.runs_commands(&[server("db", true), server("web", false)], &none));
+        // Plugin hooks run in `once`'s container; never in the containerless roles'.
+        assert!(once.runs_commands(&[], &hooked()));
+        let clarifier = super::super::roles::clarifier("c", "", true);
+        assert!(!clarifier.runs_commands(&[], &hooked()));
+        assert!(!super::super::roles::judge("j", "", false).runs_commands(&[], &hooked()));
+        assert!(super::super::roles::judge("j", "", true).runs_commands(&[], &none));
+        once.tools = vec!["Bash".into()];
+        assert!(once.runs_commands(&[], &none));
     }
 }

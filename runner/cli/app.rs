@@ -24,6 +24,7 @@ use crate::creds::input::LineSource;
 use crate::creds::{self, Credentials, EnsurePolicy, ProbeSettings};
 use crate::flow::wake::WakeState;
 use crate::flow::FlowError;
+use crate::sandbox::Demand;
 use crate::shown::Terminal;
 
 /// The streams of one invocation. Output goes through the output boundary ([`Terminal`]):
@@ -150,7 +151,7 @@ async fn dispatch(
                 writeln!(io.stderr, "{}", prompt::NOT_A_TERMINAL_WARNING)
                     .map_err(CliError::terminal)?;
             }
-            let settings = entry::open(entry::settings(&global, &creds)?).await?;
+            let settings = entry::open(entry::settings(&global, &creds)?, Demand::Soon).await?;
             start_log(logger.map(|l| l.open(&global.run_dir)).transpose()?);
             let interactive = global.interactive;
             let result = entry::go(opts, global, settings, wake).await;
@@ -160,7 +161,7 @@ async fn dispatch(
             let creds = gates(&lookup, discovered, &global, io, hooks).await?;
             let settings = entry::settings(&global, &creds)?;
             let loaded = entry::load_run(opts, &settings)?;
-            let settings = entry::open(settings).await?;
+            let settings = entry::open(settings, Demand::Soon).await?;
             start_log(logger.map(|l| l.open(&global.run_dir)).transpose()?);
             let interactive = global.interactive;
             let result = entry::run(loaded, global, settings).await;
@@ -170,7 +171,8 @@ async fn dispatch(
             let creds = gates(&lookup, discovered, &global, io, hooks).await?;
             let settings = entry::settings(&global, &creds)?;
             entry::check_once(&opts, &settings)?;
-            let settings = entry::open(settings).await?;
+            let demand = crate::flow::once::demand(&opts, &settings);
+            let settings = entry::open(settings, demand).await?;
             start_log(logger.map(|l| l.open(&global.run_dir)).transpose()?);
             entry::once(opts, global, settings).await
         }

@@ -47,14 +47,16 @@ pub fn settings(
 }
 
 /// Opens the sandbox backend's run: called before the log opens, so a start the engine cannot
-/// serve (Docker down, no image, a bad `DOCKER_HOST`) writes nothing — no `runs/`, no workbench
-/// (issue 29 §2.9).
+/// serve (Docker down, a bad `DOCKER_HOST`) writes nothing — no `runs/`, no workbench (issue
+/// 29 §2.9) — when the run's agents will run commands (`demand`); a run whose agents cannot
+/// does not touch the engine at all (issue 32 §1).
 ///
 /// Errors: the backend cannot serve the run.
 pub async fn open(
     settings: crate::flow::RunSettings,
+    demand: crate::sandbox::Demand,
 ) -> Result<crate::flow::RunSettings, CliError> {
-    Ok(settings.open_sandboxes().await?)
+    Ok(settings.open_sandboxes(demand).await?)
 }
 
 /// `flowerbox go`: build the clarify → goal → work (+ judge per round) workflow and run it.

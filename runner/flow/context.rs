@@ -17,7 +17,7 @@ use crate::record::handoff::context_window;
 use crate::record::manifest::Manifest;
 use crate::record::steps::new_run_marker;
 use crate::sandbox::egress::EgressPolicy;
-use crate::sandbox::{Preflight, SandboxBackend, SandboxFactory};
+use crate::sandbox::{Demand, Preflight, SandboxBackend, SandboxFactory};
 use crate::session::SqliteSessionStore;
 
 /// The configuration values a model provider is built from (credentials, endpoint, model and
@@ -77,22 +77,26 @@ impl OpenedSandboxes {
 }
 
 impl RunSettings {
-    /// Opens the backend's run now (for Docker: the engine pinged, dead runs' containers
-    /// swept, the image there or built), before the run writes anything: a start the engine
-    /// cannot serve (Docker down, no image, a bad `DOCKER_HOST`) leaves no `runs/` and no
-    /// workbench behind (issue 29 §2.9). What a later failure of the start leaves open goes
-    /// with the factory's drop.
+    /// Opens the backend's run now, before the run writes anything. With [`Demand::Soon`]
+    /// (for Docker: the engine pinged) a start the engine cannot serve (Docker down, a bad
+    /// `DOCKER_HOST`) leaves no `runs/` and no workbench behind (issue 29 §2.9); with
+    /// [`Demand::OnFirstUse`] (a run whose agents run no command) the backend is not touched
+    /// at all (issue 32 §1). What a later failure of the start leaves open goes with the
+    /// factory's drop.
     ///
     /// Errors: the model provider's configuration is unusable; [`FlowError::Sandbox`] when the
     /// backend cannot serve the run.
-    pub async fn open_sandboxes(mut self) -> Result<RunSettings, FlowError> {
+    pub async fn open_sandboxes(mut self, demand: Demand) -> Result<RunSettings, FlowError> {
         // A configuration the run cannot use is said first: it costs no engine round (and no
         // image build).
         let get = |k: &str| (self.model)(k);
         build_provider(&get, ProviderOptions::default())?;
         crate::model::config::max_tokens_setting(&get)?;
         let run_id = new_run_marker();
-        let ready = self.sandbox.open_run(&run_id, &self.workspace).await?;
+        let ready = self
+            .sandbox
+            .open_run(&run_id, &self.workspace, demand)
+            .await?;
         self.opened = Some(Arc::new(OpenedSandboxes {
             run_id,
             ready: std::sync::Mutex::new(Some(ready)),
@@ -282,7 +286,7 @@ async fn open_sandboxes(
         None => {
             settings
                 .sandbox
-                .open_run(run_id, &settings.workspace)
+                .open_run(run_id, &settings.workspace, Demand::Soon)
                 .await?
         }
     };

@@ -13,6 +13,7 @@ use crate::agent::roles;
 use crate::agent::tools::ToolRegistry;
 use crate::agent::RunOptions;
 use crate::record::manifest::KILLED_BY_SIGNAL;
+use crate::sandbox::Demand;
 
 /// Step name of `once` in the manifest (seed 000).
 pub const ONCE_STEP: &str = "ad-hoc";
@@ -83,12 +84,10 @@ pub async fn once(
             return Err(e);
         }
     }
-    let mut spec = roles::once(&opts.instructions, once_tools(opts), opts.budget_usd);
-    // Changing nothing: of the project's MCP tools only the read-only ones.
-    spec.mcp_read_only = opts.change_nothing;
+    let spec = once_spec(opts);
     // Listening before anything starts: a signal from here on tears down what was started.
     let stop = crate::signals::stop_signals(true);
-    if spec.needs_sandbox() {
+    if ctx.runtime.runs_commands(&spec) {
         // The pod starts while the session loads (issue 17); the agent's container with its
         // first model request.
         ctx.sandboxes.prepare();
@@ -165,6 +164,25 @@ pub async fn once(
             }
             Ok(RunEnd::Signalled(sig))
         }
+    }
+}
+
+/// The agent of `once` as `opts` declare it (`-t` tools, `-p plan`, instructions, budget).
+fn once_spec(opts: &OnceSettings) -> crate::agent::AgentSpec {
+    let mut spec = roles::once(&opts.instructions, once_tools(opts), opts.budget_usd);
+    // Changing nothing: of the project's MCP tools only the read-only ones.
+    spec.mcp_read_only = opts.change_nothing;
+    spec
+}
+
+/// When `once`'s agent needs a sandbox (issue 32 §1): [`Demand::Soon`] when it can run a
+/// command (`Bash`, a stdio MCP server its tools admit, plugin hooks); else
+/// [`Demand::OnFirstUse`], and a text-only `once` never touches the engine — with Docker
+/// down it still answers.
+pub fn demand(opts: &OnceSettings, settings: &RunSettings) -> Demand {
+    match once_spec(opts).runs_commands(&settings.mcp_servers, &settings.plugins) {
+        true => Demand::Soon,
+        false => Demand::OnFirstUse,
     }
 }
 

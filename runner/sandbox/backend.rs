@@ -20,6 +20,19 @@ pub enum CommandsRun {
     OnHost,
 }
 
+/// When a run's agents will need a sandbox, as far as the start can tell (issue 32 §1): it
+/// decides what a backend does before the run begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Demand {
+    /// Agents of this run will run commands (`go`, `run`, a `once` with Bash, a stdio MCP
+    /// server or plugin hooks): reach the backend now, so one that cannot serve the run stops
+    /// its start before anything of the run is written; prepare the rest in the background.
+    Soon,
+    /// No agent of this run can run a command (a text-only `once`): touch nothing until one
+    /// asks; a run that never does costs nothing and never depends on the backend.
+    OnFirstUse,
+}
+
 /// What a backend has ready for one run.
 pub struct Preflight {
     /// Hands each agent its sandbox; torn down at the end of the run.
@@ -37,13 +50,20 @@ pub trait SandboxBackend: Send + Sync {
     /// Where commands run, for the agents' system prompts.
     fn commands_run(&self) -> CommandsRun;
 
-    /// Everything before the first agent of run `run_id` in `workspace`: reach the engine (a
-    /// dead one is an error, never a fall-back to the host), remove what dead runs of this
-    /// workspace left, make sure the image exists.
+    /// Opens run `run_id` in `workspace`. With [`Demand::Soon`]: reach the engine now (a dead
+    /// one is an error, never a fall-back to the host); with [`Demand::OnFirstUse`]: nothing
+    /// yet. The rest (removing what dead runs of this workspace left, proving the engine sees
+    /// the workspace, the image) comes before the first agent's sandbox, never before the
+    /// first model turn; a failure there loses the run ([`SandboxFactory::lost`]).
     ///
     /// # Errors
     /// The backend cannot serve the run.
-    async fn open_run(&self, run_id: &str, workspace: &Path) -> Result<Preflight, SandboxError>;
+    async fn open_run(
+        &self,
+        run_id: &str,
+        workspace: &Path,
+        demand: Demand,
+    ) -> Result<Preflight, SandboxError>;
 
     /// A factory for one of `flowerbox doctor`'s checks (run `run_id` in `workspace`: the MCP
     /// check starts stdio servers in it). Reaches the engine as a run does but never builds

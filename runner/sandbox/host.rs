@@ -49,6 +49,7 @@ impl super::SandboxBackend for HostBackend {
         &self,
         _run_id: &str,
         _workspace: &std::path::Path,
+        _demand: super::Demand,
     ) -> Result<super::Preflight, SandboxError> {
         Ok(super::Preflight {
             factory: Arc::new(HostSandboxFactory::new()),

@@ -22,7 +22,7 @@ pub mod policy;
 pub mod service;
 
 pub use attach::{AttachSpec, Attached, ProcessHandle, StderrTail};
-pub use backend::{CommandsRun, Preflight, SandboxBackend};
+pub use backend::{CommandsRun, Demand, Preflight, SandboxBackend};
 pub use error::{EngineErrorKind, EngineFault, SandboxError};
 pub use files::SandboxFiles;
 pub use notice::{NoticeSink, SandboxNotice};

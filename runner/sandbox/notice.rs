@@ -95,6 +95,12 @@ pub enum SandboxNotice {
         /// Why (the engine's or the service's words, one line).
         reason: String,
     },
+    /// What a dead run of this workspace left was removed (the run's preflight sweep, which
+    /// runs in the background: issue 32 §1): one line each.
+    Swept {
+        /// What went (`removed fbx-… (run …, pid … gone)`).
+        line: String,
+    },
 }
 
 /// Processes as a clause: "`a`、`b`" (at most five, the rest counted).
@@ -150,6 +156,7 @@ impl fmt::Display for SandboxNotice {
                 "{agent} 的容器里 exec 服务用不了({reason}):命令改为每条一次 docker exec,\
                  慢一些(`flowerbox doctor` 有 exec 一行)"
             ),
+            SandboxNotice::Swept { line } => f.write_str(line),
         }
     }
 }

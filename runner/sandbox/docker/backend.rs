@@ -6,11 +6,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::deferred::DeferredDocker;
 use super::{DockerOptions, DockerSandboxFactory, Engine, DEFAULT_PING_TIMEOUT};
 use crate::sandbox::doctor::Check;
 use crate::sandbox::egress::EgressPolicy;
 use crate::sandbox::gc::GcReport;
-use crate::sandbox::{CommandsRun, Preflight, SandboxBackend, SandboxError, SandboxFactory};
+use crate::sandbox::{
+    CommandsRun, Demand, Preflight, SandboxBackend, SandboxError, SandboxFactory,
+};
 
 /// What the command line chose for the Docker backend; nothing is connected until a run opens.
 #[derive(Debug, Clone)]
@@ -38,6 +41,18 @@ impl DockerBackend {
     }
 }
 
+impl DockerBackend {
+    /// The factory's options for run `run_id` in `workspace`.
+    fn options(&self, run_id: &str, workspace: &Path) -> DockerOptions {
+        let mut opts = DockerOptions::new(run_id, workspace);
+        opts.image = self.image.clone();
+        opts.egress = self.egress.clone();
+        opts.docker_host = self.docker_host.clone();
+        opts.ping_timeout = self.ping_timeout;
+        opts
+    }
+}
+
 #[async_trait]
 impl SandboxBackend for DockerBackend {
     fn name(&self) -> &'static str {
@@ -48,35 +63,19 @@ impl SandboxBackend for DockerBackend {
         CommandsRun::InContainer
     }
 
-    /// Pings the engine before anything is created, removes containers that crashed runs of
-    /// this workspace left behind, and makes sure the image exists (built on first use, with
-    /// progress).
-    async fn open_run(&self, run_id: &str, workspace: &Path) -> Result<Preflight, SandboxError> {
-        let mut opts = DockerOptions::new(run_id, workspace);
-        opts.image = self.image.clone();
-        opts.egress = self.egress.clone();
-        opts.docker_host = self.docker_host.clone();
-        opts.ping_timeout = self.ping_timeout;
-        let factory = DockerSandboxFactory::connect(opts).await?;
-        // Before any agent starts (and before an image build, which may take minutes), the
-        // engine must see the workspace (refused otherwise); the probe runs while orphans are
-        // swept.
-        let sweep = async {
-            match factory.sweep_orphans().await {
-                Ok(lines) => lines,
-                Err(e) => {
-                    tracing::warn!(error = %e, "orphan sweep failed");
-                    Vec::new()
-                }
-            }
-        };
-        let probed = super::shared_disk::probe(factory.engine(), factory.workspace());
-        let (notes, probed) = tokio::join!(sweep, probed);
-        probed?;
-        factory.ensure_image().await?;
+    /// Nothing before an agent needs it ([`super::deferred`]): with [`Demand::Soon`] the engine
+    /// is pinged now and the orphan sweep and the shared-disk probe start in the background;
+    /// the image is made on first need (with progress).
+    async fn open_run(
+        &self,
+        run_id: &str,
+        workspace: &Path,
+        demand: Demand,
+    ) -> Result<Preflight, SandboxError> {
+        let factory = DeferredDocker::open(self.options(run_id, workspace), demand).await?;
         Ok(Preflight {
             factory: Arc::new(factory),
-            notes,
+            notes: Vec::new(),
         })
     }
 
@@ -87,11 +86,7 @@ impl SandboxBackend for DockerBackend {
         run_id: &str,
         workspace: &Path,
     ) -> Result<Arc<dyn SandboxFactory>, SandboxError> {
-        let mut opts = DockerOptions::new(run_id, workspace);
-        opts.image = self.image.clone();
-        opts.egress = self.egress.clone();
-        opts.docker_host = self.docker_host.clone();
-        opts.ping_timeout = self.ping_timeout;
+        let mut opts = self.options(run_id, workspace);
         opts.show_progress = false;
         let factory = DockerSandboxFactory::connect(opts).await?;
         let name = self.image.clone().unwrap_or_else(super::default_image);

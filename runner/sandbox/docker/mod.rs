@@ -1,9 +1,11 @@
 //! The Docker Engine backend (bollard): one pod per run, one container per agent that executes
 //! commands, exec that never hangs, nothing left behind (DESIGN.md "Pod", issue 6).
 //!
-//! Life of a run: [`DockerSandboxFactory::connect`] pings the engine (before anything is
-//! created) → [`DockerSandboxFactory::ensure_image`] builds the agent image on first use →
-//! [`gc::sweep_orphans`] removes containers of dead owners of this workspace →
+//! Life of a run (a run holds it as a [`DeferredDocker`], which does each of these only once an
+//! agent that runs commands is coming: issue 32 §1): [`DockerSandboxFactory::connect`] pings
+//! the engine (before anything is created) → [`gc::sweep_orphans`] removes containers of dead
+//! owners of this workspace while [`shared_disk::probe`] proves the engine sees it →
+//! [`DockerSandboxFactory::ensure_image`] builds the agent image on first use →
 //! `sandbox(&AgentBox)` creates the pod on first use and the agent's container joining it →
 //! `release(agent)` when the step that owns it ends → `teardown()` at run end (or on a signal,
 //! see [`crate::sandbox::teardown_on_signal`]; as a last resort the factory's `Drop` removes
@@ -16,6 +18,7 @@ pub mod backend;
 mod build_progress;
 pub mod checks;
 pub mod container;
+pub mod deferred;
 pub mod engine;
 pub mod error;
 pub mod exec;
@@ -38,6 +41,7 @@ mod verify;
 pub use agent::DockerSandbox;
 pub use backend::DockerBackend;
 pub use container::{Limits, UserIds};
+pub use deferred::DeferredDocker;
 pub use engine::{Endpoint, Engine, EngineError, HostSource, DEFAULT_PING_TIMEOUT};
 pub use image::{default_image, ensure_image, EnsuredImage};
 pub use kind::EngineKind;

@@ -116,15 +116,18 @@ impl Inner {
             let fence_name = container_name(&self.opts.run_id, "fence");
             let mut fence = network::fence_body(&infra, &id, spec.labels("fence", "fence"), &rules);
             self.engine.kind().shape_member(&mut fence, &id);
-            let (image_facts, fence_id) = tokio::join!(
-                self.image_facts(&id),
-                self.create(&fence_name, fence, Tier::Member)
-            );
+            // The image's facts are read while the fence is created and the pod starts (they
+            // are the image's files, the same before and after the start).
+            let start = async {
+                let fence_id = self.create(&fence_name, fence, Tier::Member).await?;
+                self.docker()
+                    .start_container(&id, None)
+                    .await
+                    .map_err(super::error::container(format!("starting pod {name}")))?;
+                Ok::<_, SandboxError>(fence_id)
+            };
+            let (image_facts, fence_id) = tokio::join!(self.image_facts(&id), start);
             let fence_id = fence_id?;
-            self.docker()
-                .start_container(&id, None)
-                .await
-                .map_err(super::error::container(format!("starting pod {name}")))?;
             Ok::<_, SandboxError>((id, name, image_facts, fence_name, fence_id))
         };
         let (proxy, (id, name, image_facts, fence_name, fence_id)) = tokio::try_join!(proxy, pod)?;

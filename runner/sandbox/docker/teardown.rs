@@ -41,6 +41,15 @@ impl Inner {
         first_err
     }
 
+    /// Removes every container created so far, all at once (issue 32: a run's teardown is
+    /// part of its wall clock). Docker removes a pod whose namespaces members still join (they
+    /// die with its init, and go fast after); an engine that refuses (Podman) leaves those to
+    /// the tiered pass, [`Inner::remove_created`].
+    async fn remove_created_at_once(&self) {
+        let created: Vec<(String, Tier)> = lock(&self.created).clone();
+        futures::future::join_all(created.iter().map(|(id, _)| self.remove(id))).await;
+    }
+
     /// Force-removes a container (kills it first; 404 is fine) and forgets it.
     pub(super) async fn remove(&self, id: &str) -> Option<SandboxError> {
         let opts = RemoveContainerOptions {
@@ -66,11 +75,29 @@ impl Inner {
         // From here on every container goes by our hand: nothing to notice, nothing to wait.
         self.watch.stop();
         lock(&self.agents).clear();
+        // A run killed while the engine was creating one of its containers leaves that
+        // container to appear after this run's startup sweep: sweep once more on the way out
+        // (only provably dead owners' containers go, never this run's: so beside its own
+        // removal, not after it; a failure is not this run's).
+        let sweep = async {
+            match super::gc::sweep_orphans(&self.engine, &self.opts.workspace).await {
+                Ok(lines) => lines.iter().for_each(|l| tracing::info!("{l}")),
+                Err(e) => tracing::warn!(error = %e, "orphan sweep at teardown failed"),
+            }
+        };
+        let (removed, ()) = tokio::join!(self.remove_own(), sweep);
+        removed
+    }
+
+    /// Removes what the run made: its containers (twice, around the starts in flight), then
+    /// its networks.
+    async fn remove_own(&self) -> Result<(), SandboxError> {
         // What exists now goes at once (a start in flight then fails fast: its pod is gone);
         // then, once every start in flight has ended, whatever those made and whatever the
         // first pass could not remove (the engine refuses a pod while a container that joined
-        // it a moment ago still exists). Only the second pass's errors count.
-        let _ = self.remove_created().await;
+        // it a moment ago still exists, or Podman while any does), tier by tier. Only the
+        // second pass's errors count.
+        self.remove_created_at_once().await;
         let _no_start = self.starting.write().await;
         let mut first_err = self.remove_created().await;
         // Networks last: the engine refuses to remove one that a container still uses.
@@ -82,13 +109,6 @@ impl Inner {
                     lock(&self.networks).push(id);
                 }
             }
-        }
-        // A run killed while the engine was creating one of its containers leaves that
-        // container to appear after this run's startup sweep: sweep once more on the way out
-        // (only provably dead owners' containers go; a failure is not this run's).
-        match super::gc::sweep_orphans(&self.engine, &self.opts.workspace).await {
-            Ok(lines) => lines.iter().for_each(|l| tracing::info!("{l}")),
-            Err(e) => tracing::warn!(error = %e, "orphan sweep at teardown failed"),
         }
         first_err.map_or(Ok(()), Err)
     }
