@@ -21,6 +21,10 @@ pub fn repo_project_with(extra: impl FnOnce(&Path)) -> Project {
     git(&p.ws, &["init", "-q", "-b", "main"]);
     git(&p.ws, &["config", "user.name", "Test User"]);
     git(&p.ws, &["config", "user.email", "test@example.invalid"]);
+    // A commit of many files (isolate_signals: 30,000) would start a detached `gc --auto`
+    // that repacks while the test's own `git fsck` reads: fsck then reported loose objects
+    // missing (seen once under load).
+    git(&p.ws, &["config", "gc.auto", "0"]);
     std::fs::write(p.ws.join("README.md"), "proj\n").unwrap();
     extra(&p.ws);
     git(&p.ws, &["add", "."]);
