@@ -17,12 +17,27 @@ use crate::shown::Stream;
 /// Least time between two detail lines in plain mode.
 pub(super) const DETAIL_EVERY: Duration = Duration::from_secs(5);
 
+/// How a build shows its progress on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Shown {
+    /// Nothing.
+    Hidden,
+    /// A spinner on a terminal, plain lines otherwise.
+    Live,
+    /// Only its stages and its end as plain lines, even on a terminal: the build runs in the
+    /// background beside the run's own screen (a clarifier's questions, a model's streamed
+    /// answer), which a redrawn spinner would overwrite.
+    Stages,
+}
+
 /// The progress of one build.
 pub(super) enum BuildProgress {
     /// stderr is a terminal: one spinner line, redrawn.
     Bar(ProgressBar),
     /// stderr is not a terminal: a line per stage, detail lines throttled.
     Lines(Mutex<Lines>),
+    /// [`Shown::Stages`]: a line per stage, no detail lines.
+    Stages(Mutex<Lines>),
     /// The caller asked for no progress at all.
     Hidden,
 }
@@ -35,11 +50,17 @@ pub(super) struct Lines {
 }
 
 impl BuildProgress {
-    /// Progress on stderr when `visible`: a spinner on a terminal, lines otherwise.
+    /// Progress on stderr as `shown` says.
     #[allow(clippy::expect_used, reason = "a literal template")]
-    pub(super) fn stderr(visible: bool) -> Self {
-        if !visible {
-            return BuildProgress::Hidden;
+    pub(super) fn stderr(shown: Shown) -> Self {
+        match shown {
+            Shown::Hidden => return BuildProgress::Hidden,
+            Shown::Stages => {
+                return BuildProgress::Stages(Mutex::new(Lines::new(Box::new(
+                    crate::shown::stderr(),
+                ))))
+            }
+            Shown::Live => {}
         }
         if crate::shown::is_terminal(Stream::Stderr) {
             let bar = ProgressBar::with_draw_target(None, crate::shown::bar_target(Stream::Stderr));
@@ -55,18 +76,16 @@ impl BuildProgress {
 
     /// Plain lines into `out`.
     pub(super) fn lines(out: Box<dyn Write + Send>) -> Self {
-        BuildProgress::Lines(Mutex::new(Lines {
-            out,
-            started: Instant::now(),
-            last_detail: None,
-        }))
+        BuildProgress::Lines(Mutex::new(Lines::new(out)))
     }
 
     /// A new stage ("building base image …"): always shown.
     pub(super) fn stage(&self, msg: String) {
         match self {
             BuildProgress::Bar(bar) => bar.set_message(msg),
-            BuildProgress::Lines(l) => l.lock().unwrap_or_else(|e| e.into_inner()).line(&msg),
+            BuildProgress::Lines(l) | BuildProgress::Stages(l) => {
+                l.lock().unwrap_or_else(|e| e.into_inner()).line(&msg)
+            }
             BuildProgress::Hidden => {}
         }
     }
@@ -84,7 +103,7 @@ impl BuildProgress {
                     l.line(&format!("  {msg}"));
                 }
             }
-            BuildProgress::Hidden => {}
+            BuildProgress::Stages(_) | BuildProgress::Hidden => {}
         }
     }
 
@@ -92,13 +111,23 @@ impl BuildProgress {
     pub(super) fn finish(&self, msg: String) {
         match self {
             BuildProgress::Bar(bar) => bar.finish_with_message(msg),
-            BuildProgress::Lines(l) => l.lock().unwrap_or_else(|e| e.into_inner()).line(&msg),
+            BuildProgress::Lines(l) | BuildProgress::Stages(l) => {
+                l.lock().unwrap_or_else(|e| e.into_inner()).line(&msg)
+            }
             BuildProgress::Hidden => {}
         }
     }
 }
 
 impl Lines {
+    fn new(out: Box<dyn Write + Send>) -> Self {
+        Lines {
+            out,
+            started: Instant::now(),
+            last_detail: None,
+        }
+    }
+
     fn line(&mut self, msg: &str) {
         let secs = self.started.elapsed().as_secs();
         // A log that cannot be written must not stop the build.
@@ -149,18 +178,37 @@ mod tests {
         assert!(!text.contains('\r') && !text.contains('\x1b'), "{text:?}");
     }
 
+    /// A build in the background (a deferred run's image) prints its stages and its end and
+    /// nothing in between, never a redrawn line.
+    #[test]
+    fn a_background_build_shows_its_stages_only() {
+        let sink = Sink::default();
+        let p = BuildProgress::Stages(Mutex::new(Lines::new(Box::new(sink.clone()))));
+        p.stage("building base image b:1".into());
+        for i in 0..100 {
+            p.detail(format!("base image: I: Unpacking {i}"));
+        }
+        p.finish("agent image a:1 ready (3 s)".into());
+        let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(lines[0].ends_with("building base image b:1"));
+        assert!(lines[1].ends_with("agent image a:1 ready (3 s)"));
+        assert!(!text.contains('\r') && !text.contains('\x1b'), "{text:?}");
+    }
+
     #[test]
     fn hidden_prints_nothing_and_stderr_off_a_terminal_is_lines() {
         BuildProgress::Hidden.stage("x".into());
         // The test harness's stderr is captured, not a terminal.
         if !crate::shown::is_terminal(Stream::Stderr) {
             assert!(matches!(
-                BuildProgress::stderr(true),
+                BuildProgress::stderr(Shown::Live),
                 BuildProgress::Lines(_)
             ));
         }
         assert!(matches!(
-            BuildProgress::stderr(false),
+            BuildProgress::stderr(Shown::Hidden),
             BuildProgress::Hidden
         ));
     }

@@ -68,7 +68,9 @@ impl DeferredDocker {
     ///
     /// # Errors
     /// [`Demand::Soon`]: what [`DockerSandboxFactory::connect`] returns.
-    pub async fn open(opts: DockerOptions, demand: Demand) -> Result<Self, SandboxError> {
+    pub async fn open(mut opts: DockerOptions, demand: Demand) -> Result<Self, SandboxError> {
+        // Whatever this run builds, it builds beside the run's own screen.
+        opts.background_build = true;
         let deferred = DeferredDocker {
             state: Arc::new(State {
                 opts,
@@ -379,6 +381,8 @@ mod tests {
             .unwrap();
         f.on_notice(Arc::new(|_| {}));
         assert!(!f.connected());
+        // Any image this run builds is built beside its screen: stage lines, no spinner.
+        assert!(f.state.opts.background_build);
         assert!(f.written().await.unwrap().is_empty());
         assert_eq!(f.storage().await, None);
         f.release("ad-hoc").await.unwrap();

@@ -20,7 +20,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 
-use super::build_progress::BuildProgress;
+use super::build_progress::{BuildProgress, Shown};
 use super::engine::{status_code, Engine};
 use crate::sandbox::SandboxError;
 
@@ -104,6 +104,16 @@ pub async fn ensure_image(
     requested: Option<&str>,
     progress: bool,
 ) -> Result<EnsuredImage, SandboxError> {
+    let shown = if progress { Shown::Live } else { Shown::Hidden };
+    ensure_image_shown(engine, requested, shown).await
+}
+
+/// [`ensure_image`] with the build's progress shown as `shown` says.
+pub(super) async fn ensure_image_shown(
+    engine: &Engine,
+    requested: Option<&str>,
+    shown: Shown,
+) -> Result<EnsuredImage, SandboxError> {
     let nothing = |image: String| EnsuredImage {
         image,
         built: false,
@@ -130,7 +140,7 @@ pub async fn ensure_image(
         return Ok(nothing(image)); // another process built it while we waited
     }
     let started = Instant::now();
-    let bar = BuildProgress::stderr(progress);
+    let bar = BuildProgress::stderr(shown);
     let (base, base_built) = ensure_base(engine, &bar).await?;
     build_agent(engine, &image, &base, &bar).await?;
     let elapsed = started.elapsed();

@@ -89,6 +89,9 @@ pub struct DockerOptions {
     pub user: Option<UserIds>,
     /// Show the image-build spinner on stderr.
     pub show_progress: bool,
+    /// The image is built in the background, beside the run's own screen: its progress is
+    /// stage lines only, never a spinner ([`DeferredDocker`] sets it).
+    pub background_build: bool,
     /// How long the engine gets to answer the first ping.
     pub ping_timeout: Duration,
     /// `--egress`, `--allow-net`, `--allow-domain`: the policy the pod's network enforces.
@@ -103,6 +106,16 @@ pub struct DockerOptions {
 }
 
 impl DockerOptions {
+    /// How an image build this run makes shows its progress.
+    fn build_shown(&self) -> build_progress::Shown {
+        use build_progress::Shown;
+        match (self.show_progress, self.background_build) {
+            (false, _) => Shown::Hidden,
+            (true, false) => Shown::Live,
+            (true, true) => Shown::Stages,
+        }
+    }
+
     /// Defaults for a run in `workspace`.
     pub fn new(run_id: impl Into<String>, workspace: impl Into<PathBuf>) -> Self {
         DockerOptions {
@@ -113,6 +126,7 @@ impl DockerOptions {
             limits: Limits::default(),
             user: None,
             show_progress: true,
+            background_build: false,
             ping_timeout: DEFAULT_PING_TIMEOUT,
             egress: EgressPolicy::default(),
             exec_service: service::ServiceSource::discover(),
@@ -308,10 +322,10 @@ impl Inner {
     async fn image(&self) -> Result<&String, SandboxError> {
         self.image
             .get_or_try_init(|| async {
-                let ensured = ensure_image(
+                let ensured = image::ensure_image_shown(
                     &self.engine,
                     self.opts.image.as_deref(),
-                    self.opts.show_progress,
+                    self.opts.build_shown(),
                 )
                 .await?;
                 Ok::<_, SandboxError>(ensured.image)

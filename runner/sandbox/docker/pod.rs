@@ -12,7 +12,7 @@ use super::container::{container_name, ImageFacts, RunSpec};
 use super::engine::status_code;
 use super::liveness::Life;
 use super::network::{self, FenceFacts, Fenced, RunNet};
-use super::{docker_err, ensure_image, lock, readonly, Inner, Tier};
+use super::{docker_err, lock, readonly, Inner, Tier};
 use crate::sandbox::egress::{EgressMode, HostAddrs};
 use crate::sandbox::SandboxError;
 
@@ -185,7 +185,9 @@ impl Inner {
                 if self.opts.image.is_none() {
                     return Ok(self.image().await?.clone());
                 }
-                let ensured = ensure_image(&self.engine, None, self.opts.show_progress).await?;
+                let ensured =
+                    super::image::ensure_image_shown(&self.engine, None, self.opts.build_shown())
+                        .await?;
                 Ok::<_, SandboxError>(ensured.image)
             })
             .await
