@@ -270,8 +270,10 @@ fn finish(result: Result<ExitStatus, CliError>, io: &mut Io<'_>, log: Option<&Pa
             let _ = write!(out, "{}", e.render());
         }
         other => {
-            tracing::error!(error = %other, code, "exit");
-            let _ = writeln!(io.stderr, "{other}");
+            // The error and its causes, each once (most messages already name their cause).
+            let text = crate::model::error_chain(other);
+            tracing::error!(error = %text, code, "exit");
+            let _ = writeln!(io.stderr, "{text}");
             if let (Some(log), true) = (log, points_to_log(other)) {
                 let _ = writeln!(io.stderr, "  (详情见 {})", log.display());
             }

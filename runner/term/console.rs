@@ -276,7 +276,7 @@ impl Console {
         channel.connect_events(self.event_sink());
         let mut listener = {
             let _enter = self.tokio.enter();
-            SignalListener::new().map_err(|e| TermError::Signals(e.to_string()))?
+            SignalListener::new().map_err(TermError::Signals)?
         };
         if self.keys_wanted {
             *lock(&shared.cbreak) = CbreakGuard::enter().ok();
@@ -303,7 +303,7 @@ impl Console {
                         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.on_input(ev)));
                 }),
             )
-            .map_err(|e| TermError::Input(e.to_string()))?;
+            .map_err(TermError::Input)?;
             *lock(&self.input) = Some(thread);
         }
 
