@@ -143,7 +143,8 @@ impl SqliteSessionStore {
     ///
     /// # Errors
     /// [`SessionError::Db`].
-    pub fn schema_version(&self) -> Result<i64, SessionError> {
+    #[cfg(test)]
+    pub(crate) fn schema_version(&self) -> Result<i64, SessionError> {
         Ok(migrations::current_version(&self.lock())?)
     }
 
@@ -152,7 +153,8 @@ impl SqliteSessionStore {
     ///
     /// # Errors
     /// [`SessionError::Db`].
-    pub fn has_session(&self, session: &str) -> Result<bool, SessionError> {
+    #[cfg(test)]
+    pub(crate) fn has_session(&self, session: &str) -> Result<bool, SessionError> {
         let conn = self.lock();
         Ok(exists(&conn, session)?)
     }

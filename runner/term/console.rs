@@ -97,7 +97,6 @@ use super::input::{InputEvent, InputMode, InputThread};
 use super::port::{OutputPort, PortConfig, PromptKind};
 use super::progress::{Activity, Progress, Spinner};
 use super::render::{aside_waiting, RenderOptions, Tally};
-use super::sanitize::Style;
 use super::tty::{CbreakGuard, TerminalRestore};
 use super::TermError;
 use crate::agent::{Event, EventSink};
@@ -399,11 +398,6 @@ impl Console {
     /// Prints lines built by [`super::render`] helpers.
     pub fn print_rendered<L: Clone + Into<crate::shown::Line>>(&self, lines: &[L]) {
         self.shared.port.print_rendered(lines);
-    }
-
-    /// Prints one untrusted line in a flowerbox style.
-    pub fn print_styled(&self, style: Style, text: &str) {
-        self.shared.port.print_styled(style, text);
     }
 
     /// A spinner with elapsed time above the prompt (image build, container start), removed
