@@ -178,8 +178,8 @@ impl SqliteSessionStore {
     /// Every stored row of `session` (messages and notices) in append order.
     ///
     /// # Errors
-    /// [`SessionError::NotFound`], [`SessionError::Db`], [`SessionError::Corrupt`] for a row
-    /// that does not decode.
+    /// [`SessionError::NotFound`], [`SessionError::Db`], [`SessionError::Corrupt`] or
+    /// [`SessionError::CorruptJson`] for a row that does not decode.
     pub fn entries(&self, session: &str) -> Result<Vec<Entry>, SessionError> {
         let conn = self.lock();
         if !exists(&conn, session)? {
@@ -203,10 +203,13 @@ impl SqliteSessionStore {
                 reason,
             };
             out.push(match kind.as_str() {
-                "message" => Entry::Message(
-                    serde_json::from_str(&payload)
-                        .map_err(|e| corrupt(format!("row {seq}: {e}")))?,
-                ),
+                "message" => Entry::Message(serde_json::from_str(&payload).map_err(|source| {
+                    SessionError::CorruptJson {
+                        session: session.to_string(),
+                        row: format!("row {seq}"),
+                        source,
+                    }
+                })?),
                 _ => {
                     let k = notice_kind
                         .as_deref()
@@ -363,9 +366,10 @@ impl SessionStore for SqliteSessionStore {
             .iter()
             .enumerate()
             .map(|(i, json)| {
-                serde_json::from_str(json).map_err(|e| SessionError::Corrupt {
+                serde_json::from_str(json).map_err(|source| SessionError::CorruptJson {
                     session: session.to_string(),
-                    reason: format!("message {i}: {e}"),
+                    row: format!("message {i}"),
+                    source,
                 })
             })
             .collect()
