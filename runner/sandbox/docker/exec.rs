@@ -41,6 +41,41 @@ use crate::sandbox::{AgentBox, ExecOutput, ExecRequest, OutputCollector, Sandbox
 
 pub(crate) use crate::sandbox::service::MARKER_VAR;
 
+/// A started exec's attached output.
+type Output = std::pin::Pin<
+    Box<dyn futures::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>,
+>;
+
+/// An exec [`Container::start_marked`] started.
+struct StartedExec {
+    /// The engine's id of the exec.
+    id: String,
+    /// Its stdout and stderr.
+    output: Output,
+    /// Its stdin (closed at once unless it was asked for).
+    input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+}
+
+/// Marks `result` as stopped for `why` (the command's processes were killed) and says so in
+/// `notes`.
+fn mark_stopped(why: Stop, timeout: Duration, result: &mut ExecOutput, notes: &mut Vec<String>) {
+    result.signal = Some("SIGKILL".into());
+    match why {
+        Stop::TimedOut => {
+            result.timed_out = true;
+            notes.push(format!(
+                "timed out after {} s; the command's processes were killed",
+                timeout.as_secs_f64()
+            ));
+        }
+        Stop::Interrupted => {
+            result.interrupted = true;
+            notes.push("interrupted; the command's processes were killed".into());
+        }
+        Stop::Gone => {}
+    }
+}
+
 /// Safety net when the stream stays open after the exit is known (no relay: plain `sh`):
 /// output is still collected until the stream has been quiet this long...
 const EXIT_GRACE: Duration = Duration::from_millis(300);
@@ -467,6 +502,46 @@ impl Container {
     /// The error of a command whose container went under it (the caller words it).
     fn gone_error(&self) -> SandboxError {
         SandboxError::ContainerGone(format!("{} went while the command ran", self.name))
+    }
+
+    /// Creates and starts an exec of `argv` in `cwd` as the container's engine user (behind
+    /// [`Container::argv`]'s prefix), with `env` and the command's `marker` in its environment
+    /// and its output (and, when `stdin`, its input) attached.
+    async fn start_marked(
+        &self,
+        argv: Vec<String>,
+        cwd: String,
+        env: &[(String, String)],
+        marker: &str,
+        stdin: bool,
+    ) -> Result<StartedExec, SandboxError> {
+        let mut env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        env.push(format!("{MARKER_VAR}={marker}"));
+        let config = ExecConfig {
+            attach_stdin: Some(stdin),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            tty: Some(false),
+            env: Some(env),
+            cmd: Some(self.argv(argv)),
+            user: Some(self.user.clone()),
+            working_dir: Some(cwd),
+            ..Default::default()
+        };
+        let id = self
+            .docker
+            .create_exec(&self.id, config)
+            .await
+            .map_err(Self::err)?
+            .id;
+        let StartExecResults::Attached { output, input } =
+            self.docker.start_exec(&id, None).await.map_err(Self::err)?
+        else {
+            return Err(SandboxError::Backend(
+                "docker: exec started detached".into(),
+            ));
+        };
+        Ok(StartedExec { id, output, input })
     }
 
     /// The result of a command that ended (or was stopped) as `result` says, with the output

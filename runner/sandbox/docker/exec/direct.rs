@@ -5,24 +5,17 @@
 //! ([`Container::ended_direct`]).
 
 use bollard::container::LogOutput;
-use bollard::exec::StartExecResults;
-use bollard::models::ExecConfig;
 use futures::StreamExt;
-use std::pin::Pin;
 use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{
-    Container, Stop, EXIT_GRACE, EXIT_GRACE_MAX, LIST_SCRIPT, MARKER_VAR, MAX_POLL, RELAY,
-    RELAY_ARGS,
+    mark_stopped, Container, Output, Stop, EXIT_GRACE, EXIT_GRACE_MAX, LIST_SCRIPT, MAX_POLL,
+    RELAY, RELAY_ARGS,
 };
 use crate::sandbox::docker::sentinel::EndLine;
 use crate::sandbox::output::Stream;
 use crate::sandbox::{ExecOutput, ExecRequest, OutputCollector, SandboxError};
-
-/// A started exec's attached output.
-type Output =
-    Pin<Box<dyn futures::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
 
 /// What one command's output said so far.
 struct Direct {
@@ -91,7 +84,8 @@ impl Container {
         Ok(self.finish(result, run.collector, notes))
     }
 
-    /// Creates and starts the exec of `command` (with `marker` in its environment) in `cwd`.
+    /// Starts the exec of `command` (with `marker` in its environment) in `cwd`: inside the
+    /// relay under bash, plain otherwise.
     async fn start_direct(
         &self,
         req: &ExecRequest,
@@ -99,46 +93,21 @@ impl Container {
         command: String,
         marker: &str,
     ) -> Result<(String, Output), SandboxError> {
-        let mut env: Vec<String> = req.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        env.push(format!("{MARKER_VAR}={marker}"));
-        let config = ExecConfig {
-            attach_stdin: Some(false),
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            tty: Some(false),
-            env: Some(env),
-            cmd: Some(self.argv(match self.shell {
-                "bash" => vec![
-                    "bash".into(),
-                    "-c".into(),
-                    RELAY.into(),
-                    "flowerbox".into(),
-                    command,
-                    marker.to_string(),
-                ],
-                shell => vec![shell.into(), "-c".into(), command],
-            })),
-            user: Some(self.user.clone()),
-            working_dir: Some(cwd.to_string()),
-            ..Default::default()
+        let argv = match self.shell {
+            "bash" => vec![
+                "bash".into(),
+                "-c".into(),
+                RELAY.into(),
+                "flowerbox".into(),
+                command,
+                marker.to_string(),
+            ],
+            shell => vec![shell.into(), "-c".into(), command],
         };
-        let exec_id = self
-            .docker
-            .create_exec(&self.id, config)
-            .await
-            .map_err(Self::err)?
-            .id;
-        let StartExecResults::Attached { output, .. } = self
-            .docker
-            .start_exec(&exec_id, None)
-            .await
-            .map_err(Self::err)?
-        else {
-            return Err(SandboxError::Backend(
-                "docker: exec started detached".into(),
-            ));
-        };
-        Ok((exec_id, output))
+        let started = self
+            .start_marked(argv, cwd.to_string(), &req.env, marker, false)
+            .await?;
+        Ok((started.id, started.output))
     }
 
     /// Collects the output of exec `exec_id` into `run` until the command has ended (`None`)
@@ -234,21 +203,7 @@ impl Container {
             }
         })
         .await;
-        result.signal = Some("SIGKILL".into());
-        match why {
-            Stop::TimedOut => {
-                result.timed_out = true;
-                notes.push(format!(
-                    "timed out after {} s; the command's processes were killed",
-                    req.timeout.as_secs_f64()
-                ));
-            }
-            Stop::Interrupted => {
-                result.interrupted = true;
-                notes.push("interrupted; the command's processes were killed".into());
-            }
-            Stop::Gone => {}
-        }
+        mark_stopped(why, req.timeout, result, &mut notes);
         notes
     }
 
