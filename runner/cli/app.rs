@@ -476,4 +476,36 @@ mod tests {
         assert!(d.path().join("home/.config/flower/.env").exists());
         assert!(!d.path().join("runs").exists());
     }
+
+    /// An error whose message leaves its cause out (as reqwest's does).
+    #[derive(Debug, thiserror::Error)]
+    #[error("error sending request")]
+    struct Hides(#[source] std::io::Error);
+
+    #[test]
+    fn the_edge_prints_an_error_with_each_cause_once() {
+        use crate::model::error::Shared;
+        use crate::model::transport::TransportError;
+        use crate::model::ModelError;
+        let (out, err) = (SharedBuf::default(), SharedBuf::default());
+        let mut stdin = ReaderLines(std::io::Cursor::new(String::new()));
+        let mut stdout = Terminal::new(Box::new(out.clone()));
+        let mut stderr = Terminal::new(Box::new(err.clone()));
+        let mut io = Io {
+            stdin: &mut stdin,
+            stdout: &mut stdout,
+            stderr: &mut stderr,
+        };
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let cause = TransportError::Connect(Box::new(Hides(refused)));
+        let e = CliError::Flow(FlowError::Model(ModelError::Transport(Shared::new(cause))));
+        assert_eq!(finish(Err(e), &mut io, None), Exit::Code(1));
+        drop(io);
+        drop((stdout, stderr));
+        assert_eq!(
+            err.text(),
+            "cannot connect: error sending request: refused\n",
+            "the message, then the cause it hides, each once"
+        );
+    }
 }
