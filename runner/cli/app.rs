@@ -491,16 +491,15 @@ mod tests {
         let mut stdin = ReaderLines(std::io::Cursor::new(String::new()));
         let mut stdout = Terminal::new(Box::new(out.clone()));
         let mut stderr = Terminal::new(Box::new(err.clone()));
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let cause = TransportError::Connect(Box::new(Hides(refused)));
+        let e = CliError::Flow(FlowError::Model(ModelError::Transport(Shared::new(cause))));
         let mut io = Io {
             stdin: &mut stdin,
             stdout: &mut stdout,
             stderr: &mut stderr,
         };
-        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
-        let cause = TransportError::Connect(Box::new(Hides(refused)));
-        let e = CliError::Flow(FlowError::Model(ModelError::Transport(Shared::new(cause))));
         assert_eq!(finish(Err(e), &mut io, None), Exit::Code(1));
-        drop(io);
         drop((stdout, stderr));
         assert_eq!(
             err.text(),
