@@ -829,7 +829,7 @@ async fn an_interrupt_ends_a_call_and_release_stops_the_server() {
         .call("mcp__slow__probe", &json!({}), &cancel)
         .await
         .unwrap_err();
-    assert_eq!(err, McpError::Interrupted);
+    assert!(matches!(err, McpError::Interrupted), "{err:?}");
     assert!(t.elapsed() < Duration::from_secs(5));
     hub.release("worker-1").await;
     let t = Instant::now();

@@ -108,8 +108,6 @@ pub struct Slot {
     _permit: OwnedSemaphorePermit,
     /// How long the worker waited for its slot, when it had to.
     pub waited: Option<Duration>,
-    /// This wait is the first of the run: the screen should say so (once).
-    pub first_wait: bool,
 }
 
 impl WorkerSlots {
@@ -181,12 +179,10 @@ impl WorkerSlots {
             return Slot {
                 _permit: permit,
                 waited: None,
-                first_wait: false,
             };
         }
         let start = Instant::now();
-        let first_wait = !self.told.swap(true, Ordering::SeqCst);
-        if first_wait {
+        if !self.told.swap(true, Ordering::SeqCst) {
             on_first_wait();
         }
         let permit = self
@@ -198,7 +194,6 @@ impl WorkerSlots {
         Slot {
             _permit: permit,
             waited: Some(start.elapsed()),
-            first_wait,
         }
     }
 }
@@ -241,15 +236,21 @@ mod tests {
     #[tokio::test]
     async fn workers_past_the_limit_wait_in_order_and_the_first_wait_is_told_once() {
         let slots = Arc::new(WorkerSlots::new(2));
-        let a = slots.acquire(|| ()).await;
+        let told = Arc::new(AtomicBool::new(false));
+        let tell = |told: &Arc<AtomicBool>| {
+            let told = told.clone();
+            move || told.store(true, Ordering::SeqCst)
+        };
+        let a = slots.acquire(tell(&told)).await;
         let b = slots.acquire(|| ()).await;
-        assert!(a.waited.is_none() && b.waited.is_none() && !a.first_wait);
+        assert!(a.waited.is_none() && b.waited.is_none() && !told.load(Ordering::SeqCst));
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         for i in 0..2 {
             let (slots, tx) = (slots.clone(), tx.clone());
             tokio::spawn(async move {
-                let slot = slots.acquire(|| ()).await;
-                tx.send((i, slot.waited.is_some(), slot.first_wait))
+                let told = Arc::new(AtomicBool::new(false));
+                let slot = slots.acquire(tell(&told)).await;
+                tx.send((i, slot.waited.is_some(), told.load(Ordering::SeqCst)))
                     .unwrap();
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 drop(slot);

@@ -75,5 +75,8 @@ pub(super) fn tool_error(e: crate::mcp::McpError) -> ToolError {
         McpError::Interrupted => ToolError::Interrupted,
         McpError::Denied(m) => ToolError::Denied(m),
         McpError::Start(m) | McpError::Call(m) | McpError::ToolFailed(m) => ToolError::Failed(m),
+        e @ (McpError::StartFailed { .. } | McpError::CallFailed { .. }) => {
+            ToolError::Failed(crate::model::error_chain(&e))
+        }
     }
 }

@@ -216,7 +216,8 @@ impl HumanChannel {
     /// Sets the UI callback (push mode), replacing any previous one. It receives
     /// [`EventKind::Question`], [`EventKind::Answer`] and [`EventKind::Inbox`] events; it must
     /// not block. A panic inside it is recorded in [`HumanChannel::ui_errors`].
-    pub fn set_on_event(&self, sink: EventSink) {
+    #[cfg(test)]
+    pub(crate) fn set_on_event(&self, sink: EventSink) {
         *lock(&self.inner.on_event) = Some(sink);
     }
 
@@ -229,11 +230,6 @@ impl HumanChannel {
         }
         *slot = Some(sink);
         true
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &HumanConfig {
-        &self.inner.config
     }
 
     /// Questions left: −1 when unlimited, otherwise `max_asks − asked` (never negative).
@@ -391,7 +387,8 @@ impl HumanChannel {
 
     /// Answers the oldest waiting question. `false` when none is waiting any more — the
     /// terminal then treats the line as a message ([`HumanChannel::send`]).
-    pub fn answer_oldest(&self, text: &str) -> bool {
+    #[cfg(test)]
+    pub(crate) fn answer_oldest(&self, text: &str) -> bool {
         match self.oldest_pending() {
             Some(p) => self.answer(&p.id, text),
             None => false,
@@ -399,7 +396,8 @@ impl HumanChannel {
     }
 
     /// Declines the oldest waiting question (empty line, or EOF on stdin).
-    pub fn decline_oldest(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn decline_oldest(&self) -> bool {
         match self.oldest_pending() {
             Some(p) => self.decline(&p.id),
             None => false,
@@ -448,22 +446,26 @@ impl HumanChannel {
     }
 
     /// Every settled question so far.
-    pub fn history(&self) -> Vec<Exchange> {
+    #[cfg(test)]
+    pub(crate) fn history(&self) -> Vec<Exchange> {
         lock(&self.inner.state).history.clone()
     }
 
     /// The settled questions as markdown, in the log file's format.
-    pub fn transcript(&self) -> String {
+    #[cfg(test)]
+    pub(crate) fn transcript(&self) -> String {
         self.history().iter().map(log_entry).collect()
     }
 
     /// Panics raised by the UI callback, as messages.
-    pub fn ui_errors(&self) -> Vec<String> {
+    #[cfg(test)]
+    pub(crate) fn ui_errors(&self) -> Vec<String> {
         lock(&self.inner.ui_errors).clone()
     }
 
     /// Failures writing the log or the amendment file.
-    pub fn io_errors(&self) -> Vec<String> {
+    #[cfg(test)]
+    pub(crate) fn io_errors(&self) -> Vec<String> {
         lock(&self.inner.io_errors).clone()
     }
 

@@ -272,8 +272,10 @@ fn finish(result: Result<ExitStatus, CliError>, io: &mut Io<'_>, log: Option<&Pa
             let _ = write!(out, "{}", e.render());
         }
         other => {
-            tracing::error!(error = %other, code, "exit");
-            let _ = writeln!(io.stderr, "{other}");
+            // The error and its causes, each once (most messages already name their cause).
+            let text = crate::model::error_chain(other);
+            tracing::error!(error = %text, code, "exit");
+            let _ = writeln!(io.stderr, "{text}");
             if let (Some(log), true) = (log, points_to_log(other)) {
                 let _ = writeln!(io.stderr, "  (详情见 {})", log.display());
             }
@@ -475,5 +477,36 @@ mod tests {
         assert_eq!(r.exit, Exit::Code(0), "{}", r.err);
         assert!(d.path().join("home/.config/flower/.env").exists());
         assert!(!d.path().join("runs").exists());
+    }
+
+    /// An error whose message leaves its cause out (as reqwest's does).
+    #[derive(Debug, thiserror::Error)]
+    #[error("error sending request")]
+    struct Hides(#[source] std::io::Error);
+
+    #[test]
+    fn the_edge_prints_an_error_with_each_cause_once() {
+        use crate::model::error::Shared;
+        use crate::model::transport::TransportError;
+        use crate::model::ModelError;
+        let (out, err) = (SharedBuf::default(), SharedBuf::default());
+        let mut stdin = ReaderLines(std::io::Cursor::new(String::new()));
+        let mut stdout = Terminal::new(Box::new(out.clone()));
+        let mut stderr = Terminal::new(Box::new(err.clone()));
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let cause = TransportError::Connect(Box::new(Hides(refused)));
+        let e = CliError::Flow(FlowError::Model(ModelError::Transport(Shared::new(cause))));
+        let mut io = Io {
+            stdin: &mut stdin,
+            stdout: &mut stdout,
+            stderr: &mut stderr,
+        };
+        assert_eq!(finish(Err(e), &mut io, None), Exit::Code(1));
+        drop((stdout, stderr));
+        assert_eq!(
+            err.text(),
+            "cannot connect: error sending request: refused\n",
+            "the message, then the cause it hides, each once"
+        );
     }
 }

@@ -220,10 +220,7 @@ fn bounds_checks(globals: &GlobalOptions) -> Vec<crate::sandbox::doctor::Check> 
 /// worktrees; never force-delete worktrees or branches with unmerged work.
 pub async fn gc(opts: GcOptions, globals: GlobalOptions) -> Result<ExitStatus, CliError> {
     let containers_of = (!opts.every_workspace).then_some(globals.workspace.as_path());
-    let mut report = sandbox_backend(&globals)
-        .gc(containers_of)
-        .await
-        .map_err(|e| CliError::Failed(e.to_string()))?;
+    let mut report = sandbox_backend(&globals).gc(containers_of).await?;
     let workspace = globals.workspace.clone();
     let trees =
         tokio::task::spawn_blocking(move || crate::isolate::sweep::worktree_report(&workspace))

@@ -17,6 +17,8 @@ use crate::creds::CredsError;
 use crate::flow::error::NEED_REQUEST;
 use crate::flow::FlowError;
 use crate::isolate::IsolateError;
+use crate::mcp::config::ConfigError as McpConfigError;
+use crate::sandbox::SandboxError;
 
 /// How a command that did not fail ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +78,12 @@ pub enum CliError {
     /// `run`'s target could not be found or loaded.
     #[error(transparent)]
     Target(#[from] TargetError),
+    /// The project's MCP configuration is unusable (exit 2, like any bad setting).
+    #[error(transparent)]
+    McpConfig(#[from] McpConfigError),
+    /// The sandbox backend failed outside a run (`gc`).
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
     /// A run could not start or did not finish; the message says why (exit 1).
     #[error("{0}")]
     Failed(String),
@@ -106,7 +114,7 @@ impl CliError {
     pub fn exit_code(&self) -> i32 {
         match self {
             CliError::Clap(e) => e.exit_code(),
-            CliError::Usage(_) => 2,
+            CliError::Usage(_) | CliError::McpConfig(_) => 2,
             _ => 1,
         }
     }

@@ -163,8 +163,7 @@ fn toml_tables(bytes: &[u8]) -> Option<Vec<(String, String)>> {
 
 /// The project's MCP servers, loaded and checked.
 fn mcp_servers(globals: &GlobalOptions) -> Result<Vec<ServerConfig>, CliError> {
-    let config = crate::mcp::config::load_with_settings(&globals.workspace, &globals.mcp)
-        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let config = crate::mcp::config::load_with_settings(&globals.workspace, &globals.mcp)?;
     let mut err = crate::shown::stderr();
     for w in &config.warnings {
         let _ = writeln!(err, "! {w}");

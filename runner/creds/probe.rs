@@ -7,8 +7,6 @@ use std::time::Duration;
 use super::credentials::Credentials;
 use crate::model::anthropic::AnthropicAuth;
 
-/// Anthropic's endpoint, used when `ANTHROPIC_BASE_URL` is unset.
-pub const DEFAULT_BASE_URL: &str = crate::model::anthropic::DEFAULT_BASE_URL;
 /// The probe's model when neither `ANTHROPIC_DEFAULT_HAIKU_MODEL` nor `ANTHROPIC_MODEL` is set.
 pub const FALLBACK_MODEL: &str = "claude-3-5-haiku-20241022";
 /// `max_tokens` of the probe: 16, not 1 (a forced-thinking model needs room, seed 000).

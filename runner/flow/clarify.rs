@@ -130,7 +130,8 @@ impl Clarify {
 }
 
 /// `Clarify::new(brief_path, prompt).step()`.
-pub fn clarify_step(brief_path: impl Into<PathBuf>, prompt: impl Into<Prompt>) -> Step {
+#[cfg(test)]
+pub(crate) fn clarify_step(brief_path: impl Into<PathBuf>, prompt: impl Into<Prompt>) -> Step {
     Clarify::new(brief_path, prompt).step()
 }
 

@@ -61,7 +61,8 @@ pub struct Ctx {
 
 impl Ctx {
     /// A context with one variable set (builder style).
-    pub fn with_var(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_var(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.vars.insert(key.into(), value.into());
         self
     }

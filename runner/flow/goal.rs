@@ -125,7 +125,8 @@ impl Goal {
 
     /// The seed's warning block for this goal, `None` when every check is verifiable.
     /// `shown_path` is the goal file as the human should see it (`.flower/notes/目标.md`).
-    pub fn unverifiable_warning(&self, shown_path: &str) -> Option<Vec<String>> {
+    #[cfg(test)]
+    pub(crate) fn unverifiable_warning(&self, shown_path: &str) -> Option<Vec<String>> {
         let items: Vec<String> = self.unverifiable().into_iter().map(String::from).collect();
         unverifiable_warning(self.checks.len(), &items, shown_path)
     }
@@ -210,7 +211,8 @@ impl Goal {
 
     /// Loads the goal at `path`, [`Goal::amend`]s it and writes it back. Returns the amended
     /// goal, or `Ok(None)` when there is no goal file. Errors: I/O.
-    pub fn append_amendment(path: &Path, extra: &str) -> io::Result<Option<Goal>> {
+    #[cfg(test)]
+    pub(crate) fn append_amendment(path: &Path, extra: &str) -> io::Result<Option<Goal>> {
         let Some(mut g) = Goal::load(path)? else {
             return Ok(None);
         };

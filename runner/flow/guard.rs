@@ -120,7 +120,8 @@ impl GoalSetting {
 }
 
 /// `GoalSetting::new(goal_path).step()`.
-pub fn goal_step(goal_path: impl Into<PathBuf>) -> Step {
+#[cfg(test)]
+pub(crate) fn goal_step(goal_path: impl Into<PathBuf>) -> Step {
     GoalSetting::new(goal_path).step()
 }
 
@@ -258,7 +259,13 @@ impl GoalGuard {
 
 /// Wraps `step` in the goal guard with `rounds` total rounds; `can_run` lets the judge run
 /// commands. See [`GoalGuard`] for the other settings.
-pub fn with_goal(step: Step, goal_path: impl Into<PathBuf>, rounds: u32, can_run: bool) -> Step {
+#[cfg(test)]
+pub(crate) fn with_goal(
+    step: Step,
+    goal_path: impl Into<PathBuf>,
+    rounds: u32,
+    can_run: bool,
+) -> Step {
     GoalGuard {
         rounds,
         can_run,

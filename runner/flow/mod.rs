@@ -80,12 +80,16 @@ mod testkit;
 mod workflow_tests;
 
 pub use crate::sandbox::files::{Exclusions, WorkspaceIdentity};
-pub use clarify::{clarify_step, Clarify, CLARIFY_RESUME, CLARIFY_STEP};
+#[cfg(test)]
+pub(crate) use clarify::clarify_step;
+pub use clarify::{Clarify, CLARIFY_RESUME, CLARIFY_STEP};
 pub use context::{RunContext, RunSettings, RunSetup};
 pub use ctx::Ctx;
 pub use error::{FlowError, RunEnd};
 pub use frontend::{Frontend, Notice};
-pub use guard::{goal_step, with_goal, GoalGuard, GoalSetting, GOAL_STEP};
+#[cfg(test)]
+pub(crate) use guard::{goal_step, with_goal};
+pub use guard::{GoalGuard, GoalSetting, GOAL_STEP};
 pub use starter::{GoSettings, Starter, WORK_STEP};
 pub use step::{Gate, GateCx, OnFail, Prompt, Step, StepAbort};
 pub use wake::{wake_state, WakeState};

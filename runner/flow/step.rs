@@ -247,7 +247,8 @@ impl Step {
     }
 
     /// Sends rejected attempts back with `f`'s text instead of starting over.
-    pub fn on_reject(
+    #[cfg(test)]
+    pub(crate) fn on_reject(
         mut self,
         f: impl Fn(&StepResult, &Ctx) -> String + Send + Sync + 'static,
     ) -> Self {

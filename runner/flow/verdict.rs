@@ -17,9 +17,6 @@ pub const DEFAULT_REASON: &str = "判定者没给出明确结论,按未达成处
 /// screen or in the next round's prompt.
 pub const NO_REASON: &str = "判定者没写理由(它看了什么,见 notes/判定记录.md)";
 
-/// The section names in order (seed 001).
-pub const SECTION_NAMES: [&str; 3] = ["结论", "理由", "未通过"];
-
 /// Heading spellings, each with its section index.
 const ALIASES: &[(&str, usize)] = &[
     ("结论", 0),
@@ -192,8 +189,9 @@ impl Verdict {
         out
     }
 
-    /// The three sections as markdown (records, `ctx["_verdict"]` display).
-    pub fn to_markdown(&self) -> String {
+    /// The three sections as markdown (the tests compare verdicts by it).
+    #[cfg(test)]
+    pub(crate) fn to_markdown(&self) -> String {
         let failed = if self.failed.is_empty() {
             "无".to_string()
         } else {

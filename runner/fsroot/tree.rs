@@ -45,7 +45,8 @@ impl Tree {
     /// (workers can rename any directory of the workspace, but not the workspace, which is their
     /// mount's root), else at `root` itself (a directory outside the workspace belongs to the
     /// user; agents can at most change its contents).
-    pub fn for_root(root: &Path, workspace: Option<&Path>) -> Tree {
+    #[cfg(test)]
+    pub(crate) fn for_root(root: &Path, workspace: Option<&Path>) -> Tree {
         match workspace {
             Some(ws) if root.starts_with(ws) => Tree::new(ws),
             _ => Tree::new(root),
@@ -53,7 +54,8 @@ impl Tree {
     }
 
     /// The anchor.
-    pub fn anchor(&self) -> &Path {
+    #[cfg(test)]
+    pub(crate) fn anchor(&self) -> &Path {
         &self.anchor
     }
 

@@ -108,12 +108,12 @@ pub enum IsolateError {
         source: Box<IsolateError>,
     },
     /// The blocking task doing `what` died.
-    #[error("{what}的线程崩了:{reason}")]
+    #[error("{what}的线程崩了:{source}")]
     Crashed {
         /// What it was doing.
         what: &'static str,
         /// The join error.
-        reason: String,
+        source: tokio::task::JoinError,
     },
 }
 

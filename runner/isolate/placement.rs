@@ -480,7 +480,7 @@ enum FinishError {
     Isolate(#[from] IsolateError),
     /// The integration task died.
     #[error("合入线程崩了:{0}")]
-    Crashed(String),
+    Crashed(#[source] tokio::task::JoinError),
 }
 
 /// The coordinator's report of one worker's integration.
@@ -548,10 +548,10 @@ impl Placement for WorktreePlacement {
             add(&r, &root, &run, &who, &owner)
         })
         .await
-        .map_err(|e| {
+        .map_err(|source| {
             place(IsolateError::Crashed {
                 what: "建 worktree ",
-                reason: e.to_string(),
+                source,
             })
         })?
         .map_err(|e| {
@@ -678,7 +678,7 @@ impl Placement for WorktreePlacement {
             Ok::<_, FinishError>((committed, Some(merged)))
         })
         .await
-        .unwrap_or_else(|e| Err(FinishError::Crashed(e.to_string())));
+        .unwrap_or_else(|e| Err(FinishError::Crashed(e)));
         tracing::info!(
             agent,
             seal_ms,

@@ -189,11 +189,12 @@ impl McpHub {
             .collect();
         let mut started = Vec::with_capacity(starts.len());
         for handle in starts {
-            started.push(
-                handle
-                    .await
-                    .unwrap_or_else(|e| Err(McpError::Start(format!("MCP 服务器启动时出错:{e}")))),
-            );
+            started.push(handle.await.unwrap_or_else(|e| {
+                Err(McpError::StartFailed {
+                    what: "MCP 服务器启动时出错".into(),
+                    source: e.into(),
+                })
+            }));
         }
         let mut mcp = AgentMcp {
             tools: Vec::new(),
@@ -208,8 +209,10 @@ impl McpHub {
             let (server, listed) = match outcome {
                 Ok(v) => v,
                 Err(e) => {
+                    // The causes too: the note is all the model learns of the failure.
+                    let e = crate::model::error_chain(&e);
                     mcp.notes.push(format!("{e};它的工具这次不可用"));
-                    mcp.failed.push((config.id.clone(), e.to_string()));
+                    mcp.failed.push((config.id.clone(), e));
                     continue;
                 }
             };

@@ -29,14 +29,31 @@ use thiserror::Error;
 
 /// Why an MCP step failed. Every variant becomes an error tool result (or, at start, a note)
 /// the model reads.
-#[derive(Debug, Error, PartialEq)]
+#[derive(Debug, Error)]
 pub enum McpError {
     /// The server could not be started, initialised or listed.
     #[error("{0}")]
     Start(String),
+    /// The server could not be started or initialised because of `source` (`what` names the
+    /// server and the step).
+    #[error("{what}:{source}")]
+    StartFailed {
+        /// The server and what was being done.
+        what: String,
+        /// The underlying error (the sandbox's, the URL parser's, the HTTP client's, rmcp's).
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The call did not complete: timeout, the server died, a broken answer.
     #[error("{0}")]
     Call(String),
+    /// The call's answer could not be taken because of `source`.
+    #[error("{what}:{source}")]
+    CallFailed {
+        /// The server and what was being done.
+        what: String,
+        /// The underlying error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The tool ran and reported an error (`isError`, or a JSON-RPC error answer).
     #[error("{0}")]
     ToolFailed(String),

@@ -201,7 +201,10 @@ impl Server {
         };
         match outcome {
             Ok(Ok(rmcp::model::CallToolResponse::Complete(result))) => {
-                serde_json::to_value(&result).map_err(|e| McpError::Call(e.to_string()))
+                serde_json::to_value(&result).map_err(|e| McpError::CallFailed {
+                    what: format!("MCP 服务器 {name} 的回答转不成 JSON"),
+                    source: e.into(),
+                })
             }
             Ok(Ok(_)) => Err(McpError::Call(format!(
                 "MCP 服务器 {name} 要求额外输入或转成后台任务,flowerbox 不支持这两种回答"
@@ -345,7 +348,10 @@ async fn start_live(
             let attached = sandbox
                 .attach(spec)
                 .await
-                .map_err(|e| McpError::Start(format!("MCP 服务器 {name} 启动不了:{e}")))?;
+                .map_err(|e| McpError::StartFailed {
+                    what: format!("MCP 服务器 {name} 启动不了"),
+                    source: e.into(),
+                })?;
             let stdout = LineCap::new(attached.stdout, MAX_LINE, oversized.clone());
             let process = attached.handle.clone();
             let stderr = attached.stderr.clone();
@@ -449,8 +455,11 @@ async fn connect_http(
     headers: &[(String, String)],
     launch: &Launch,
 ) -> Result<Service, McpError> {
+    let start = |what: String| {
+        move |e: Box<dyn std::error::Error + Send + Sync>| McpError::StartFailed { what, source: e }
+    };
     let parsed = reqwest::Url::parse(url)
-        .map_err(|e| McpError::Start(format!("MCP 服务器 {name} 的 url 不对:{e}")))?;
+        .map_err(|e| start(format!("MCP 服务器 {name} 的 url 不对"))(e.into()))?;
     let builder =
         crate::sandbox::pinned::pinned_builder(&parsed, &launch.egress, &HostAddrs::discover())
             .await
@@ -458,26 +467,29 @@ async fn connect_http(
                 crate::sandbox::pinned::PinError::Refused(_) => {
                     McpError::Denied(format!("MCP 服务器 {name} 连不上 {url}:{e}"))
                 }
-                other => McpError::Start(format!("MCP 服务器 {name} 连不上 {url}:{other}")),
+                other => start(format!("MCP 服务器 {name} 连不上 {url}"))(other.into()),
             })?;
     let mut custom = HashMap::new();
     for (k, v) in headers {
-        let key = reqwest::header::HeaderName::from_bytes(k.as_bytes())
-            .map_err(|e| McpError::Start(format!("MCP 服务器 {name} 的 header {k:?} 不对:{e}")))?;
+        let key = reqwest::header::HeaderName::from_bytes(k.as_bytes()).map_err(|e| {
+            start(format!("MCP 服务器 {name} 的 header {k:?} 不对"))(e.into())
+        })?;
         let value = reqwest::header::HeaderValue::from_str(v).map_err(|e| {
-            McpError::Start(format!("MCP 服务器 {name} 的 header {k} 的值不对:{e}"))
+            start(format!("MCP 服务器 {name} 的 header {k} 的值不对"))(e.into())
         })?;
         custom.insert(key, value);
     }
     let client = builder
         .connect_timeout(Duration::from_secs(10))
         .build()
-        .map_err(|e| McpError::Start(e.to_string()))?;
+        .map_err(|e| {
+            start(format!("MCP 服务器 {name} 的 HTTP 客户端建不起来"))(e.into())
+        })?;
     let mut config =
         StreamableHttpClientTransportConfig::with_uri(url.to_string()).custom_headers(custom);
     config.max_json_response_size = MAX_LINE;
     config.max_sse_event_size = MAX_LINE;
     serve_http(client, config)
         .await
-        .map_err(|e| McpError::Start(format!("MCP 服务器 {name}({url})没能完成初始化:{e}")))
+        .map_err(|e| start(format!("MCP 服务器 {name}({url})没能完成初始化"))(e.into()))
 }

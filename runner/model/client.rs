@@ -5,9 +5,10 @@
 //! module owns attempts, backoff, `retry-after`, the network-down wait and cancellation, so the
 //! rules in the issue hold for every provider alike.
 
+use super::error::Shared;
 use super::retry::{classify_status, one_line, parse_retry_after, AttemptError, RetryPolicy};
 use super::transport::{HttpRequest, HttpResponse, HttpTransport, TransportError};
-use super::{EventSink, ModelError, ModelEvent, Provider, Request, Turn};
+use super::{error_chain, EventSink, ModelError, ModelEvent, Provider, Request, Turn};
 use eventsource_stream::{Event as SseEvent, EventStreamError, Eventsource};
 use futures::StreamExt;
 use serde_json::Value;
@@ -39,8 +40,10 @@ pub(crate) struct Endpoint {
 impl Endpoint {
     /// Parses `url`; `Setup` error when it is not an absolute http(s) URL with a host.
     pub(crate) fn parse(url: &str) -> Result<Endpoint, ModelError> {
-        let parsed = reqwest::Url::parse(url)
-            .map_err(|e| ModelError::Setup(format!("bad endpoint URL {url}: {e}")))?;
+        let parsed = reqwest::Url::parse(url).map_err(|source| ModelError::BadUrl {
+            url: url.to_string(),
+            source,
+        })?;
         if !matches!(parsed.scheme(), "http" | "https") {
             return Err(ModelError::Setup(format!(
                 "endpoint URL {url} is not http(s)"
@@ -336,10 +339,14 @@ async fn one_attempt<P: WireProtocol>(
                 head_wait.as_secs_f64()
             )))
         }
-        Ok(Err(TransportError::Connect(e))) => return Err(AttemptError::Offline(e)),
-        Ok(Err(TransportError::Io(e))) => return Err(AttemptError::retry(e)),
-        Ok(Err(TransportError::Invalid(e))) => {
-            return Err(AttemptError::Fatal(ModelError::Setup(e)))
+        Ok(Err(e @ TransportError::Connect(_))) => {
+            return Err(AttemptError::Offline(error_chain(&e)))
+        }
+        Ok(Err(e @ (TransportError::Io(_) | TransportError::Status { .. }))) => {
+            return Err(AttemptError::retry(error_chain(&e)))
+        }
+        Ok(Err(e @ TransportError::Invalid(_))) => {
+            return Err(AttemptError::Fatal(ModelError::Transport(Shared::new(e))))
         }
         Ok(Ok(r)) => r,
     };
@@ -417,7 +424,10 @@ async fn answer<P: WireProtocol>(
             },
             Some(Err(EventStreamError::Transport(e))) => {
                 // Whatever arrived is void: the turn is retried from its start.
-                return Err(AttemptError::retry(format!("stream broken: {e}")));
+                return Err(AttemptError::retry(format!(
+                    "stream broken: {}",
+                    error_chain(&e)
+                )));
             }
             Some(Err(e)) => return Err(AttemptError::retry(format!("malformed SSE: {e}"))),
         }
@@ -436,13 +446,11 @@ async fn complete_answer<P: WireProtocol>(
 ) -> Result<Turn, AttemptError> {
     let status = resp.status;
     let body = read_body_limited(resp, idle, MAX_COMPLETE_BODY).await?;
-    let value: Value = serde_json::from_str(&body).map_err(|e| {
-        AttemptError::Fatal(ModelError::BadResponse {
+    let value: Value = serde_json::from_str(&body).map_err(|source| {
+        AttemptError::Fatal(ModelError::NotJson {
             status,
-            message: format!(
-                "the body says application/json but is not JSON ({e}): {}",
-                one_line(&body)
-            ),
+            body: one_line(&body),
+            source: Shared::new(source),
         })
     })?;
     proto.complete(req, &value, sink)
@@ -482,7 +490,12 @@ async fn read_body_limited(
                 )))
             }
             Ok(None) => break,
-            Ok(Some(Err(e))) => return Err(AttemptError::retry(format!("body broken: {e}"))),
+            Ok(Some(Err(e))) => {
+                return Err(AttemptError::retry(format!(
+                    "body broken: {}",
+                    error_chain(&e)
+                )))
+            }
             Ok(Some(Ok(chunk))) => {
                 body.extend_from_slice(&chunk);
                 if body.len() > limit {
@@ -537,7 +550,7 @@ async fn wait_online(
         if *waited >= policy.max_offline_wait {
             return Err(ModelError::Unreachable {
                 waited_s: waited.as_secs(),
-                last: one_line(&last.to_string()),
+                last: Shared::new(last),
             });
         }
         let step = policy.probe_interval.min(policy.max_offline_wait - *waited);

@@ -294,8 +294,9 @@ pub fn openai_config(get: Lookup<'_>) -> Result<OpenAiConfig, ModelError> {
     })
 }
 
-/// Builds the configured provider. Errors ([`ModelError::Setup`]): unknown
-/// `FLOWERBOX_PROVIDER`, missing `OPENAI_MODEL`, a base URL that is not http(s), or a TLS
+/// Builds the configured provider. Errors: [`ModelError::Setup`] for an unknown
+/// `FLOWERBOX_PROVIDER`, a missing `OPENAI_MODEL` or a base URL that is not http(s);
+/// [`ModelError::BadUrl`] for one that does not parse; [`ModelError::Transport`] for a TLS
 /// backend that fails to initialise.
 pub fn build_provider(
     get: Lookup<'_>,
@@ -306,7 +307,7 @@ pub fn build_provider(
         Some(t) => t,
         None => Arc::new(
             ReqwestTransport::new(DEFAULT_CONNECT_TIMEOUT)
-                .map_err(|e| ModelError::Setup(e.to_string()))?,
+                .map_err(|e| ModelError::Transport(super::error::Shared::new(e)))?,
         ),
     };
     Ok(match kind {

@@ -26,7 +26,7 @@ pub mod transport;
 pub mod types;
 
 pub use config::{build_provider, ProviderOptions};
-pub use error::ModelError;
+pub use error::{error_chain, ModelError};
 pub use provider::{EventSink, Provider};
 pub use retry::RetryPolicy;
 pub use tool_name::ToolName;

@@ -177,7 +177,7 @@ impl HttpTransport for FakeTransport {
         next.unwrap_or(Ok(()))
             .map_err(|reason| crate::model::transport::ProbeError::Connect {
                 addr: format!("{host}:{port}"),
-                reason,
+                source: std::io::Error::new(std::io::ErrorKind::ConnectionRefused, reason),
             })
     }
 }

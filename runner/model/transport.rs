@@ -15,19 +15,33 @@ use thiserror::Error;
 /// The response body: chunks exactly as the network delivered them.
 pub type ByteStream = BoxStream<'static, Result<Bytes, TransportError>>;
 
-/// A failure below HTTP semantics.
-#[derive(Debug, Clone, Error, PartialEq, Eq)]
+/// What went wrong underneath a [`TransportError`]: `reqwest`'s error for the real transport
+/// (its own `source()` chain holds hyper's and the OS's), any error for a fake one.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
+/// A failure below HTTP semantics. The variant decides what the client does; the cause is kept
+/// for the message (see [`super::error_chain`]).
+#[derive(Debug, Error)]
 pub enum TransportError {
     /// DNS resolution or the TCP/TLS connect failed: the endpoint is unreachable, which sends
     /// the client into its network-down wait (seed 001 "韧性").
     #[error("cannot connect: {0}")]
-    Connect(String),
+    Connect(#[source] Cause),
     /// The connection broke after it was established (reset, truncated body, read timeout).
     #[error("connection broken: {0}")]
-    Io(String),
-    /// The request could not be built (bad URL, bad header value). Never retried.
+    Io(#[source] Cause),
+    /// The request could not be built (bad URL, bad header value, a body that does not
+    /// serialise, a TLS backend that does not start). Never retried.
     #[error("invalid request: {0}")]
-    Invalid(String),
+    Invalid(#[source] Cause),
+    /// A `GET` ([`HttpTransport::get_json`]) answered with a status that is not 2xx.
+    #[error("GET {url}: HTTP {status}")]
+    Status {
+        /// The URL asked.
+        url: String,
+        /// The status it answered with.
+        status: u16,
+    },
 }
 
 /// One streaming POST with a JSON body.
@@ -129,15 +143,15 @@ pub trait HttpTransport: Send + Sync {
 }
 
 /// Why an endpoint did not answer a [`HttpTransport::probe`].
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
     /// The name did not resolve.
-    #[error("DNS {host}: {reason}")]
+    #[error("DNS {host}: {source}")]
     Dns {
         /// The host name.
         host: String,
         /// The resolver's error.
-        reason: String,
+        source: std::io::Error,
     },
     /// The name resolved to nothing.
     #[error("DNS {host}: no addresses")]
@@ -146,12 +160,12 @@ pub enum ProbeError {
         host: String,
     },
     /// No address accepted a connection (the last one's error).
-    #[error("TCP {addr}: {reason}")]
+    #[error("TCP {addr}: {source}")]
     Connect {
         /// The address tried last.
         addr: String,
         /// Its error.
-        reason: String,
+        source: std::io::Error,
     },
     /// Nothing answered within the timeout.
     #[error("{host}:{port}: no answer within {secs} s")]
@@ -170,9 +184,9 @@ pub async fn tcp_probe(host: &str, port: u16, timeout: Duration) -> Result<(), P
     let attempt = async {
         let addrs: Vec<_> = tokio::net::lookup_host((host, port))
             .await
-            .map_err(|e| ProbeError::Dns {
+            .map_err(|source| ProbeError::Dns {
                 host: host.to_string(),
-                reason: e.to_string(),
+                source,
             })?
             .collect();
         let mut last = ProbeError::NoAddress {
@@ -181,10 +195,10 @@ pub async fn tcp_probe(host: &str, port: u16, timeout: Duration) -> Result<(), P
         for addr in addrs {
             match tokio::net::TcpStream::connect(addr).await {
                 Ok(_) => return Ok(()),
-                Err(e) => {
+                Err(source) => {
                     last = ProbeError::Connect {
                         addr: addr.to_string(),
-                        reason: e.to_string(),
+                        source,
                     }
                 }
             }
@@ -214,17 +228,17 @@ impl ReqwestTransport {
         let client = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
             .build()
-            .map_err(|e| TransportError::Invalid(error_chain(&e)))?;
+            .map_err(|e| TransportError::Invalid(e.into()))?;
         Ok(ReqwestTransport { client })
     }
 
     fn map_err(e: reqwest::Error) -> TransportError {
         if e.is_builder() {
-            TransportError::Invalid(error_chain(&e))
+            TransportError::Invalid(e.into())
         } else if e.is_connect() {
-            TransportError::Connect(error_chain(&e))
+            TransportError::Connect(e.into())
         } else {
-            TransportError::Io(error_chain(&e))
+            TransportError::Io(e.into())
         }
     }
 }
@@ -236,8 +250,7 @@ impl HttpTransport for ReqwestTransport {
         for (k, v) in &req.headers {
             builder = builder.header(k.as_str(), v.as_str());
         }
-        let body =
-            serde_json::to_vec(&req.body).map_err(|e| TransportError::Invalid(e.to_string()))?;
+        let body = serde_json::to_vec(&req.body).map_err(|e| TransportError::Invalid(e.into()))?;
         let resp = builder.body(body).send().await.map_err(Self::map_err)?;
         let status = resp.status().as_u16();
         let headers = resp
@@ -268,28 +281,13 @@ impl HttpTransport for ReqwestTransport {
         }
         let resp = builder.send().await.map_err(Self::map_err)?;
         if !resp.status().is_success() {
-            return Err(TransportError::Io(format!(
-                "GET {url}: HTTP {}",
-                resp.status()
-            )));
+            return Err(TransportError::Status {
+                url: url.to_string(),
+                status: resp.status().as_u16(),
+            });
         }
         resp.json().await.map_err(Self::map_err)
     }
-}
-
-/// An error and its sources joined by `: ` (reqwest's own Display hides the cause).
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        let s_text = s.to_string();
-        if !out.contains(&s_text) {
-            out.push_str(": ");
-            out.push_str(&s_text);
-        }
-        src = s.source();
-    }
-    out
 }
 
 #[cfg(test)]

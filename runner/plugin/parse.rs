@@ -14,7 +14,7 @@ pub const HOOK_TIMEOUT: Duration = Duration::from_secs(60);
 const HOOK_TIMEOUT_MAX: Duration = Duration::from_secs(600);
 
 /// What is wrong with one plugin file.
-#[derive(Debug, Error, PartialEq, Eq)]
+#[derive(Debug, Error)]
 pub enum ParseError {
     /// A Markdown file without a `---` front matter block.
     #[error("开头没有 --- 包起来的 front matter")]
@@ -24,7 +24,7 @@ pub enum ParseError {
     Missing(&'static str),
     /// Not JSON.
     #[error("不是合法的 JSON:{0}")]
-    Json(String),
+    Json(#[source] serde_json::Error),
     /// The JSON has the wrong shape.
     #[error("{0}")]
     Shape(String),
@@ -211,7 +211,7 @@ impl HookSpec {
 /// [{"type": "command", "command": "…", "timeout": 30}]}]}}` (the outer `hooks` key may be
 /// left out, as in Claude Code's settings files).
 pub fn hooks_json(text: &str) -> Result<Vec<HookSpec>, ParseError> {
-    let root: Value = serde_json::from_str(text).map_err(|e| ParseError::Json(e.to_string()))?;
+    let root: Value = serde_json::from_str(text).map_err(ParseError::Json)?;
     let table = root.get("hooks").unwrap_or(&root);
     let table = table
         .as_object()
@@ -290,7 +290,7 @@ pub fn hooks_json(text: &str) -> Result<Vec<HookSpec>, ParseError> {
 
 /// The `name` of `.claude-plugin/plugin.json`, when it gives one.
 pub fn manifest_name(text: &str) -> Result<Option<String>, ParseError> {
-    let root: Value = serde_json::from_str(text).map_err(|e| ParseError::Json(e.to_string()))?;
+    let root: Value = serde_json::from_str(text).map_err(ParseError::Json)?;
     if !root.is_object() {
         return Err(ParseError::Shape("plugin.json 要是一个对象".into()));
     }

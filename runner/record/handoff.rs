@@ -78,7 +78,8 @@ pub fn handoff_threshold(window: u64) -> u64 {
 }
 
 /// The "approaching" notice line: 20,000 tokens before the threshold, never below 1,000.
-pub fn warn_threshold(window: u64) -> u64 {
+#[cfg(test)]
+pub(crate) fn warn_threshold(window: u64) -> u64 {
     handoff_threshold(window).saturating_sub(20_000).max(1_000)
 }
 

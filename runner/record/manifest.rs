@@ -171,7 +171,8 @@ impl ManifestEntry {
     }
 
     /// Adds one call's cost: an unknown cost makes the step's cost unknown for good.
-    pub fn add_cost(&mut self, usd: Option<f64>) {
+    #[cfg(test)]
+    pub(crate) fn add_cost(&mut self, usd: Option<f64>) {
         self.cost_usd = match (self.cost_usd, usd) {
             (Some(a), Some(b)) => Some(a + b),
             _ => None,

@@ -81,7 +81,8 @@ pub fn base_name(name: &str) -> &str {
 }
 
 /// True for `#retry`, `#round` and `·判定#` names (they never enter lineage).
-pub fn is_suffixed(name: &str) -> bool {
+#[cfg(test)]
+pub(crate) fn is_suffixed(name: &str) -> bool {
     parse_step(name).1 != StepForm::First
 }
 
@@ -99,7 +100,8 @@ pub fn run_marker_at(t: chrono::NaiveDateTime, random: u32) -> String {
 }
 
 /// True when `s` has the run-marker shape.
-pub fn is_run_marker(s: &str) -> bool {
+#[cfg(test)]
+pub(crate) fn is_run_marker(s: &str) -> bool {
     let b = s.as_bytes();
     b.len() == 22
         && b[..8].iter().all(u8::is_ascii_digit)

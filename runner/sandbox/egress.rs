@@ -142,7 +142,8 @@ impl DomainRule {
 
     /// A POSIX extended regular expression matching the same names (the proxy's filter file;
     /// names hold only `[a-z0-9.-]`, so escaping the dots is enough).
-    pub fn ere(&self) -> String {
+    #[cfg(test)]
+    pub(crate) fn ere(&self) -> String {
         format!("^{}$", self.ere_unanchored())
     }
 

@@ -163,7 +163,8 @@ pub enum SandboxError {
 
 impl SandboxError {
     /// The kind of the engine's error behind this one, when an engine's error is behind it.
-    pub fn engine_kind(&self) -> Option<EngineErrorKind> {
+    #[cfg(test)]
+    pub(crate) fn engine_kind(&self) -> Option<EngineErrorKind> {
         match self {
             SandboxError::EngineUnavailable(f)
             | SandboxError::Engine(f)

@@ -192,6 +192,139 @@ fn group_alive(pgid: i32) -> bool {
     killpg(Pid::from_raw(pgid), None).is_ok()
 }
 
+/// The host command for `req`: its shell with the command inline, or, for a command too long
+/// for one argument, sourcing a private temporary file (returned: the handle must outlive the
+/// process, and deletes the file if the command never got to). Credentials are removed from
+/// the environment; git never collects garbage or prunes worktrees on its own.
+fn host_command(req: &ExecRequest) -> Result<(Command, Option<tempfile::TempPath>), SandboxError> {
+    let shell = if std::path::Path::new("/bin/bash").exists() {
+        "/bin/bash"
+    } else {
+        "/bin/sh"
+    };
+    let mut script = None;
+    let command = if req.command.len() > super::INLINE_COMMAND_MAX {
+        let file = tempfile::Builder::new()
+            .prefix(".flowerbox-cmd-")
+            .tempfile()?
+            .into_temp_path();
+        let path = file.to_string_lossy().into_owned();
+        std::fs::write(&file, super::sourcing_script(&path, &req.command))?;
+        script = Some(file);
+        super::sourcing_command(&path)
+    } else {
+        req.command.clone()
+    };
+    let mut cmd = Command::new(shell);
+    cmd.arg("-c").arg(&command).current_dir(&req.cwd);
+    for (k, _) in std::env::vars_os() {
+        if is_secret_env(&k.to_string_lossy()) {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd.env("GIT_CONFIG_COUNT", "2")
+        .env("GIT_CONFIG_KEY_0", "gc.auto")
+        .env("GIT_CONFIG_VALUE_0", "0")
+        .env("GIT_CONFIG_KEY_1", "gc.worktreePruneExpire")
+        .env("GIT_CONFIG_VALUE_1", "never");
+    for (k, v) in &req.env {
+        cmd.env(k, v);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    Ok((cmd, script))
+}
+
+/// Sets the exit code (none after a timeout or an interrupt) and the signal that ended the
+/// shell, if one did, on `out`.
+fn set_exit(out: &mut ExecOutput, status: std::process::ExitStatus) {
+    use std::os::unix::process::ExitStatusExt;
+    let stopped = out.timed_out || out.interrupted;
+    out.exit_code = if stopped {
+        None
+    } else {
+        status.code().map(i64::from)
+    };
+    if let Some(sig) = status.signal().filter(|_| !stopped) {
+        out.signal = Some(
+            Signal::try_from(sig)
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_else(|_| sig.to_string()),
+        );
+    }
+}
+
+impl HostSandbox {
+    /// Whether teardown has happened (no command may start any more).
+    fn closed(&self) -> bool {
+        self.leftovers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .closed
+    }
+
+    /// Tracks the group `pgid` while its command runs, so a teardown on a signal kills
+    /// in-flight commands. `false` when the command raced the teardown (spawned after it
+    /// drained the groups): its group is killed here instead.
+    fn track(&self, pgid: i32) -> bool {
+        let mut g = self.leftovers.lock().unwrap_or_else(|e| e.into_inner());
+        if g.closed {
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+        } else {
+            g.live.insert(pgid);
+        }
+        !g.closed
+    }
+
+    /// Stops tracking the group `pgid` (its command was killed, or nothing of it is left).
+    fn untrack(&self, pgid: i32) {
+        self.leftovers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .live
+            .remove(&pgid);
+    }
+}
+
+/// Waits for the shell until it exits, `req`'s timeout passes or `req` is cancelled (then its
+/// whole group is killed; `out` says which), and for its output pipes a short grace after
+/// (a background child that keeps them open gets a note and keeps running).
+async fn wait_shell(
+    child: &mut tokio::process::Child,
+    pgid: i32,
+    req: &ExecRequest,
+    readers: [tokio::task::JoinHandle<()>; 2],
+    out: &mut ExecOutput,
+) -> Result<std::process::ExitStatus, SandboxError> {
+    let status = tokio::select! {
+        s = child.wait() => Some(s?),
+        _ = tokio::time::sleep(req.timeout) => { out.timed_out = true; None }
+        _ = req.cancel.cancelled() => { out.interrupted = true; None }
+    };
+    let status = match status {
+        Some(s) => s,
+        None => {
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+            child.wait().await?
+        }
+    };
+    // Dropping the handles on timeout detaches the readers; they drain until EOF.
+    let drained = tokio::time::timeout(PIPE_GRACE, async move {
+        for r in readers {
+            let _ = r.await;
+        }
+    })
+    .await
+    .is_ok();
+    if !drained {
+        out.notes
+            .push("命令的 shell 已退出,但后台进程还握着输出管道、仍在运行;输出只收到这里".into());
+    }
+    Ok(status)
+}
+
 #[async_trait]
 impl Sandbox for HostSandbox {
     #[allow(clippy::expect_used, reason = "spawned with piped stdio")]
@@ -205,68 +338,13 @@ impl Sandbox for HostSandbox {
         {
             return Err(SandboxError::OutsideMounts(req.cwd));
         }
-        let cwd = req.cwd.clone();
-        let shell = if std::path::Path::new("/bin/bash").exists() {
-            "/bin/bash"
-        } else {
-            "/bin/sh"
-        };
-        // A command too long for one argument goes through a private temporary file; the
-        // handle outlives the process (and deletes the file if the command never got to).
-        let mut _script = None;
-        let command = if req.command.len() > super::INLINE_COMMAND_MAX {
-            let file = tempfile::Builder::new()
-                .prefix(".flowerbox-cmd-")
-                .tempfile()?
-                .into_temp_path();
-            let path = file.to_string_lossy().into_owned();
-            std::fs::write(&file, super::sourcing_script(&path, &req.command))?;
-            _script = Some(file);
-            super::sourcing_command(&path)
-        } else {
-            req.command.clone()
-        };
-        let mut cmd = Command::new(shell);
-        cmd.arg("-c").arg(&command).current_dir(&req.cwd);
-        for (k, _) in std::env::vars_os() {
-            if is_secret_env(&k.to_string_lossy()) {
-                cmd.env_remove(&k);
-            }
-        }
-        cmd.env("GIT_CONFIG_COUNT", "2")
-            .env("GIT_CONFIG_KEY_0", "gc.auto")
-            .env("GIT_CONFIG_VALUE_0", "0")
-            .env("GIT_CONFIG_KEY_1", "gc.worktreePruneExpire")
-            .env("GIT_CONFIG_VALUE_1", "never");
-        for (k, v) in &req.env {
-            cmd.env(k, v);
-        }
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        if self
-            .leftovers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .closed
-        {
+        let (mut cmd, _script) = host_command(&req)?;
+        if self.closed() {
             return Err(SandboxError::ShutDown);
         }
         let mut child = cmd.spawn()?;
         let pgid = child.id().map(|p| p as i32).unwrap_or(0);
-        // Tracked while running too, so a teardown on a signal kills in-flight commands; one
-        // that raced the teardown (spawned after it drained the groups) is killed here.
-        let raced_teardown = {
-            let mut g = self.leftovers.lock().unwrap_or_else(|e| e.into_inner());
-            if g.closed {
-                let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-            } else {
-                g.live.insert(pgid);
-            }
-            g.closed
-        };
-        if raced_teardown {
+        if !self.track(pgid) {
             let _ = child.wait().await;
             return Err(SandboxError::ShutDown);
         }
@@ -274,48 +352,22 @@ impl Sandbox for HostSandbox {
             req.output_cap,
             req.spill_dir.as_deref(),
         ))));
-        let r1 = spawn_reader(
-            child.stdout.take().expect("piped"),
-            Stream::Stdout,
-            sink.clone(),
-        );
-        let r2 = spawn_reader(
-            child.stderr.take().expect("piped"),
-            Stream::Stderr,
-            sink.clone(),
-        );
-
+        let readers = [
+            spawn_reader(
+                child.stdout.take().expect("piped"),
+                Stream::Stdout,
+                sink.clone(),
+            ),
+            spawn_reader(
+                child.stderr.take().expect("piped"),
+                Stream::Stderr,
+                sink.clone(),
+            ),
+        ];
         let mut out = ExecOutput::default();
-        let status = tokio::select! {
-            s = child.wait() => Some(s?),
-            _ = tokio::time::sleep(req.timeout) => { out.timed_out = true; None }
-            _ = req.cancel.cancelled() => { out.interrupted = true; None }
-        };
-        let status = match status {
-            Some(s) => s,
-            None => {
-                let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-                child.wait().await?
-            }
-        };
-        // Dropping the handles on timeout detaches the readers; they drain until EOF.
-        let drained = tokio::time::timeout(PIPE_GRACE, async move {
-            let _ = r1.await;
-            let _ = r2.await;
-        })
-        .await
-        .is_ok();
-        if !drained {
-            out.notes.push(
-                "命令的 shell 已退出,但后台进程还握着输出管道、仍在运行;输出只收到这里".into(),
-            );
-        }
+        let status = wait_shell(&mut child, pgid, &req, readers, &mut out).await?;
         if out.timed_out || out.interrupted || !group_alive(pgid) {
-            self.leftovers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .live
-                .remove(&pgid);
+            self.untrack(pgid);
         }
         let captured = sink
             .lock()
@@ -324,26 +376,12 @@ impl Sandbox for HostSandbox {
             .map(|c| c.finish())
             .unwrap_or_default();
         let notes = std::mem::take(&mut out.notes);
-        use std::os::unix::process::ExitStatusExt;
-        out.exit_code = if out.timed_out || out.interrupted {
-            None
-        } else {
-            status.code().map(i64::from)
-        };
-        if let Some(sig) = status.signal() {
-            if !out.timed_out && !out.interrupted {
-                out.signal = Some(
-                    Signal::try_from(sig)
-                        .map(|s| s.as_str().to_string())
-                        .unwrap_or_else(|_| sig.to_string()),
-                );
-            }
-        }
+        set_exit(&mut out, status);
         Ok(super::finish::finish(
             out,
             captured,
             notes,
-            super::finish::RanIn::Host(&cwd),
+            super::finish::RanIn::Host(&req.cwd),
         ))
     }
 

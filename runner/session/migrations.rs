@@ -117,7 +117,8 @@ pub(super) fn migrate(conn: &mut Connection) -> Result<(), SessionError> {
 }
 
 /// The highest applied version.
-pub(super) fn current_version(conn: &Connection) -> rusqlite::Result<i64> {
+#[cfg(test)]
+pub(crate) fn current_version(conn: &Connection) -> rusqlite::Result<i64> {
     conn.query_row(
         "SELECT COALESCE(MAX(version), 0) FROM schema_migrations",
         [],

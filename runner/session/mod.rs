@@ -41,13 +41,23 @@ pub enum SessionError {
     /// to go aside.
     #[error("sessions.db 坏了:{0}")]
     Damaged(#[source] Damage),
-    /// A stored row could not be decoded.
+    /// A stored row holds a value flowerbox does not know (a role, a notice kind).
     #[error("sessions.db: corrupt row in session {session}: {reason}")]
     Corrupt {
         /// Session id.
         session: String,
         /// Why.
         reason: String,
+    },
+    /// A stored message is not the JSON of a message.
+    #[error("sessions.db: corrupt row in session {session}: {row}: {source}")]
+    CorruptJson {
+        /// Session id.
+        session: String,
+        /// Which row (`row 3`, `message 2`).
+        row: String,
+        /// The parser's error.
+        source: serde_json::Error,
     },
     /// I/O (spill files written by trim).
     #[error("{0}")]

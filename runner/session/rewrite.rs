@@ -13,7 +13,7 @@ use crate::glance::is_ephemeral;
 use crate::model::{ContentBlock, Message, Speaker};
 use sha2::{Digest, Sha256};
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The neutral note that replaces a tool result the interruption left behind, and answers a
 /// tool call that never got a result (crash mid-tool). flower's exact text.
@@ -90,7 +90,8 @@ pub fn spill_pointer(path: &Path, chars: usize) -> String {
 }
 
 /// The spill file for `text`: `<spill_dir>/<first 16 hex of sha256>.txt`.
-pub fn spill_path(spill_dir: &Path, text: &str) -> PathBuf {
+#[cfg(test)]
+pub(crate) fn spill_path(spill_dir: &Path, text: &str) -> std::path::PathBuf {
     spill_dir.join(spill_name(text))
 }
 
@@ -321,7 +322,8 @@ pub fn expire(
 }
 
 /// Trim (`policy.trim_large`): results of at least `min_chars` characters, except the
-/// `keep_recent` most recent, are written to [`spill_path`] and replaced by [`spill_pointer`].
+/// `keep_recent` most recent, are written to the spill directory and replaced by
+/// [`spill_pointer`].
 ///
 /// # Errors
 /// I/O errors creating the spill directory or writing a spill file.

@@ -143,7 +143,8 @@ impl SqliteSessionStore {
     ///
     /// # Errors
     /// [`SessionError::Db`].
-    pub fn schema_version(&self) -> Result<i64, SessionError> {
+    #[cfg(test)]
+    pub(crate) fn schema_version(&self) -> Result<i64, SessionError> {
         Ok(migrations::current_version(&self.lock())?)
     }
 
@@ -152,7 +153,8 @@ impl SqliteSessionStore {
     ///
     /// # Errors
     /// [`SessionError::Db`].
-    pub fn has_session(&self, session: &str) -> Result<bool, SessionError> {
+    #[cfg(test)]
+    pub(crate) fn has_session(&self, session: &str) -> Result<bool, SessionError> {
         let conn = self.lock();
         Ok(exists(&conn, session)?)
     }
@@ -176,8 +178,8 @@ impl SqliteSessionStore {
     /// Every stored row of `session` (messages and notices) in append order.
     ///
     /// # Errors
-    /// [`SessionError::NotFound`], [`SessionError::Db`], [`SessionError::Corrupt`] for a row
-    /// that does not decode.
+    /// [`SessionError::NotFound`], [`SessionError::Db`], [`SessionError::Corrupt`] or
+    /// [`SessionError::CorruptJson`] for a row that does not decode.
     pub fn entries(&self, session: &str) -> Result<Vec<Entry>, SessionError> {
         let conn = self.lock();
         if !exists(&conn, session)? {
@@ -201,10 +203,13 @@ impl SqliteSessionStore {
                 reason,
             };
             out.push(match kind.as_str() {
-                "message" => Entry::Message(
-                    serde_json::from_str(&payload)
-                        .map_err(|e| corrupt(format!("row {seq}: {e}")))?,
-                ),
+                "message" => Entry::Message(serde_json::from_str(&payload).map_err(|source| {
+                    SessionError::CorruptJson {
+                        session: session.to_string(),
+                        row: format!("row {seq}"),
+                        source,
+                    }
+                })?),
                 _ => {
                     let k = notice_kind
                         .as_deref()
@@ -361,9 +366,10 @@ impl SessionStore for SqliteSessionStore {
             .iter()
             .enumerate()
             .map(|(i, json)| {
-                serde_json::from_str(json).map_err(|e| SessionError::Corrupt {
+                serde_json::from_str(json).map_err(|source| SessionError::CorruptJson {
                     session: session.to_string(),
-                    reason: format!("message {i}: {e}"),
+                    row: format!("message {i}"),
+                    source,
                 })
             })
             .collect()

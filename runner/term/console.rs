@@ -97,7 +97,6 @@ use super::input::{InputEvent, InputMode, InputThread};
 use super::port::{OutputPort, PortConfig, PromptKind};
 use super::progress::{Activity, Progress, Spinner};
 use super::render::{aside_waiting, RenderOptions, Tally};
-use super::sanitize::Style;
 use super::tty::{CbreakGuard, TerminalRestore};
 use super::TermError;
 use crate::agent::{Event, EventSink};
@@ -276,7 +275,7 @@ impl Console {
         channel.connect_events(self.event_sink());
         let mut listener = {
             let _enter = self.tokio.enter();
-            SignalListener::new().map_err(|e| TermError::Signals(e.to_string()))?
+            SignalListener::new().map_err(TermError::Signals)?
         };
         if self.keys_wanted {
             *lock(&shared.cbreak) = CbreakGuard::enter().ok();
@@ -303,7 +302,7 @@ impl Console {
                         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.on_input(ev)));
                 }),
             )
-            .map_err(|e| TermError::Input(e.to_string()))?;
+            .map_err(TermError::Input)?;
             *lock(&self.input) = Some(thread);
         }
 
@@ -399,11 +398,6 @@ impl Console {
     /// Prints lines built by [`super::render`] helpers.
     pub fn print_rendered<L: Clone + Into<crate::shown::Line>>(&self, lines: &[L]) {
         self.shared.port.print_rendered(lines);
-    }
-
-    /// Prints one untrusted line in a flowerbox style.
-    pub fn print_styled(&self, style: Style, text: &str) {
-        self.shared.port.print_styled(style, text);
     }
 
     /// A spinner with elapsed time above the prompt (image build, container start), removed

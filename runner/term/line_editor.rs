@@ -14,8 +14,6 @@
 //! ↑/↓ do nothing (there is no history: moving would look like lost text); Enter (CR or LF;
 //! CR LF counts once) yields the line; every other control character is ignored.
 
-use unicode_width::UnicodeWidthChar;
-
 /// What one fed byte (or one feed) means for the caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EditOutcome {
@@ -192,13 +190,15 @@ impl LineEditor {
     }
 
     /// Width of the whole line in terminal columns (CJK characters 2).
-    pub fn display_width(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn display_width(&self) -> usize {
         self.buf.iter().map(|&c| char_width(c)).sum()
     }
 
     /// Column of the cursor relative to the start of the line, in terminal columns. Redraw is
     /// "erase line, print prompt + text, move left by `display_width() - cursor_column()`".
-    pub fn cursor_column(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn cursor_column(&self) -> usize {
         self.buf[..self.cursor].iter().map(|&c| char_width(c)).sum()
     }
 
@@ -349,8 +349,9 @@ impl LineEditor {
 
 /// Terminal columns of one character in the line (what the terminal renders; 0 for
 /// combining marks).
+#[cfg(test)]
 fn char_width(c: char) -> usize {
-    UnicodeWidthChar::width(c).unwrap_or(0)
+    unicode_width::UnicodeWidthChar::width(c).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -33,13 +33,13 @@ pub enum TermError {
     NotATerminal,
     /// termios failed.
     #[error("termios: {0}")]
-    Termios(String),
+    Termios(#[source] nix::Error),
     /// The signal listener could not be installed.
     #[error("signal handlers: {0}")]
-    Signals(String),
+    Signals(#[source] std::io::Error),
     /// The input thread could not be started.
     #[error("input thread: {0}")]
-    Input(String),
+    Input(#[source] std::io::Error),
     /// [`Console::start`] was called outside a tokio runtime.
     #[error("the console needs a tokio runtime")]
     NoRuntime,

@@ -205,11 +205,6 @@ impl OutputPort {
         (self.lock().config.columns)()
     }
 
-    /// Write failures so far.
-    pub fn write_errors(&self) -> u64 {
-        self.lock().write_errors
-    }
-
     /// Prints lines produced by [`super::render`] (laid out and styled by flowerbox; their
     /// text is cleaned again on the way out). Styles show only with colour in screen mode.
     pub fn print_rendered<L: Clone + Into<Line>>(&self, lines: &[L]) {
@@ -235,7 +230,8 @@ impl OutputPort {
     }
 
     /// Prints one untrusted line in a flowerbox style (sanitised first).
-    pub fn print_styled(&self, style: Style, text: &str) {
+    #[cfg(test)]
+    pub(crate) fn print_styled(&self, style: Style, text: &str) {
         let text = sanitize(text).replace(['\n', '\t'], " ");
         self.lock().output(&[Line::styled(style, text)]);
     }

@@ -291,14 +291,16 @@ impl Activity {
     }
 
     /// Agents with a model turn in flight (for tests and diagnostics).
-    pub fn model_in_flight(&self) -> Vec<String> {
+    #[cfg(test)]
+    pub(crate) fn model_in_flight(&self) -> Vec<String> {
         let mut v: Vec<String> = self.model.keys().cloned().collect();
         v.sort();
         v
     }
 
     /// Bash calls being watched.
-    pub fn bash_running(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn bash_running(&self) -> usize {
         self.bash.len()
     }
 }

@@ -61,7 +61,8 @@ fn sgr_len(s: &str) -> Option<usize> {
 
 /// Columns `text` occupies on a terminal: CJK wide characters 2, ambiguous 1, combining and
 /// control 0, SGR 0. Used for placing the cursor after "prompt + buffer".
-pub fn display_width(text: &str) -> usize {
+#[cfg(test)]
+pub(crate) fn display_width(text: &str) -> usize {
     strip_sgr(text)
         .chars()
         .map(|c| UnicodeWidthChar::width(c).unwrap_or(0))

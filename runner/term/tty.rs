@@ -53,8 +53,7 @@ impl TerminalRestore {
     /// up) are returned but there is nothing else to do about them.
     pub fn restore(&self) -> Result<(), TermError> {
         let saved = self.saved.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        termios::tcsetattr(std::io::stdin(), SetArg::TCSANOW, &saved)
-            .map_err(|e| TermError::Termios(e.to_string()))
+        termios::tcsetattr(std::io::stdin(), SetArg::TCSANOW, &saved).map_err(TermError::Termios)
     }
 }
 
@@ -72,11 +71,10 @@ impl CbreakGuard {
         if !stdin.is_terminal() {
             return Err(TermError::NotATerminal);
         }
-        let saved = termios::tcgetattr(&stdin).map_err(|e| TermError::Termios(e.to_string()))?;
+        let saved = termios::tcgetattr(&stdin).map_err(TermError::Termios)?;
         let mut t = saved.clone();
         cbreak(&mut t);
-        termios::tcsetattr(&stdin, SetArg::TCSANOW, &t)
-            .map_err(|e| TermError::Termios(e.to_string()))?;
+        termios::tcsetattr(&stdin, SetArg::TCSANOW, &t).map_err(TermError::Termios)?;
         Ok(CbreakGuard {
             restore: TerminalRestore {
                 saved: Arc::new(Mutex::new(saved)),
@@ -99,8 +97,7 @@ impl CbreakGuard {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         cbreak(&mut t);
-        termios::tcsetattr(std::io::stdin(), SetArg::TCSANOW, &t)
-            .map_err(|e| TermError::Termios(e.to_string()))
+        termios::tcsetattr(std::io::stdin(), SetArg::TCSANOW, &t).map_err(TermError::Termios)
     }
 }
 

@@ -456,6 +456,16 @@ async fn network_down_gives_up_after_the_offline_limit() {
         .await
         .unwrap_err();
     assert!(matches!(err, ModelError::Unreachable { .. }), "{err:?}");
+    // The last probe's failure is the cause, typed, down to the OS error; the message names
+    // it once.
+    let probe = std::error::Error::source(&err).expect("the probe's failure");
+    let io = probe.source().expect("its OS error");
+    assert_eq!(io.to_string(), "refused");
+    assert_eq!(
+        crate::model::error_chain(&err).matches("refused").count(),
+        1,
+        "{err}"
+    );
 }
 
 #[tokio::test]

@@ -66,11 +66,6 @@ impl DockerSandbox {
         self.current().container_id().to_string()
     }
 
-    /// The current container's name.
-    pub fn container_name(&self) -> String {
-        self.current().container_name().to_string()
-    }
-
     /// The image the containers run.
     pub fn image(&self) -> String {
         self.current().image().to_string()

@@ -29,19 +29,52 @@ use bollard::Docker;
 use futures::StreamExt;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::time::Instant;
 
 mod attach;
+mod direct;
 mod on_service;
 
 use super::liveness::{Life, Watch};
-use super::sentinel::EndLine;
 use super::service::client::Service;
 use super::service::{NoService, ServiceSlot};
-use crate::sandbox::output::Stream;
 use crate::sandbox::{AgentBox, ExecOutput, ExecRequest, OutputCollector, SandboxError};
 
 pub(crate) use crate::sandbox::service::MARKER_VAR;
+
+/// A started exec's attached output.
+type Output = std::pin::Pin<
+    Box<dyn futures::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>,
+>;
+
+/// An exec [`Container::start_marked`] started.
+struct StartedExec {
+    /// The engine's id of the exec.
+    id: String,
+    /// Its stdout and stderr.
+    output: Output,
+    /// Its stdin (closed at once unless it was asked for).
+    input: std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+}
+
+/// Marks `result` as stopped for `why` (the command's processes were killed) and says so in
+/// `notes`.
+fn mark_stopped(why: Stop, timeout: Duration, result: &mut ExecOutput, notes: &mut Vec<String>) {
+    result.signal = Some("SIGKILL".into());
+    match why {
+        Stop::TimedOut => {
+            result.timed_out = true;
+            notes.push(format!(
+                "timed out after {} s; the command's processes were killed",
+                timeout.as_secs_f64()
+            ));
+        }
+        Stop::Interrupted => {
+            result.interrupted = true;
+            notes.push("interrupted; the command's processes were killed".into());
+        }
+        Stop::Gone => {}
+    }
+}
 
 /// Safety net when the stream stays open after the exit is known (no relay: plain `sh`):
 /// output is still collected until the stream has been quiet this long...
@@ -76,9 +109,10 @@ exit 1"#;
 /// child still holds the command's output (a server under test), the `cat`s are killed after
 /// about 200 ms: the exec's pipes close, so the engine reports the end now and not 2 s later
 /// (with its pipes held it would also stall the container's next exec), while `tee` keeps the
-/// child's writes succeeding so the child lives on. Finally the end line (see [`EndLine`]) with
-/// marker `$2`, the exit code and whether the relay was cut goes to the exec's stderr.
-/// Waiting is fork-free: `read -t` on fd 9, a pipe that never delivers.
+/// child's writes succeeding so the child lives on. Finally the end line (see
+/// [`super::sentinel::EndLine`]) with marker `$2`, the exit code and whether the relay was
+/// cut goes to the exec's stderr. Waiting is fork-free: `read -t` on fd 9, a pipe that never
+/// delivers.
 const RELAY: &str = r#"exec 3>&1 4>&2 9<> <(:)
 exec 5> >(exec cat >&3 4>&- 9>&-); co=$!
 exec 6> >(exec cat >&4 3>&- 9>&-); ce=$!
@@ -470,195 +504,44 @@ impl Container {
         SandboxError::ContainerGone(format!("{} went while the command ran", self.name))
     }
 
-    /// One command as a Docker exec of its own (inside [`RELAY`]): the path without the
-    /// exec service.
-    async fn run_direct(
+    /// Creates and starts an exec of `argv` in `cwd` as the container's engine user (behind
+    /// [`Container::argv`]'s prefix), with `env` and the command's `marker` in its environment
+    /// and its output (and, when `stdin`, its input) attached.
+    async fn start_marked(
         &self,
-        req: &ExecRequest,
-        cwd: &str,
-        command: String,
-        marker: String,
-    ) -> Result<ExecOutput, SandboxError> {
-        let mut env: Vec<String> = req.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        argv: Vec<String>,
+        cwd: String,
+        env: &[(String, String)],
+        marker: &str,
+        stdin: bool,
+    ) -> Result<StartedExec, SandboxError> {
+        let mut env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         env.push(format!("{MARKER_VAR}={marker}"));
         let config = ExecConfig {
-            attach_stdin: Some(false),
+            attach_stdin: Some(stdin),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
             tty: Some(false),
             env: Some(env),
-            cmd: Some(self.argv(match self.shell {
-                "bash" => vec![
-                    "bash".into(),
-                    "-c".into(),
-                    RELAY.into(),
-                    "flowerbox".into(),
-                    command,
-                    marker.clone(),
-                ],
-                shell => vec![shell.into(), "-c".into(), command],
-            })),
+            cmd: Some(self.argv(argv)),
             user: Some(self.user.clone()),
-            working_dir: Some(cwd.to_string()),
+            working_dir: Some(cwd),
             ..Default::default()
         };
-        let exec_id = self
+        let id = self
             .docker
             .create_exec(&self.id, config)
             .await
             .map_err(Self::err)?
             .id;
-        let StartExecResults::Attached { mut output, .. } = self
-            .docker
-            .start_exec(&exec_id, None)
-            .await
-            .map_err(Self::err)?
+        let StartExecResults::Attached { output, input } =
+            self.docker.start_exec(&id, None).await.map_err(Self::err)?
         else {
             return Err(SandboxError::Backend(
                 "docker: exec started detached".into(),
             ));
         };
-
-        let mut collector = OutputCollector::new(req.output_cap, req.spill_dir.as_deref());
-        let mut end_line = EndLine::new(&marker);
-        // With the relay the end line reports the exit; polling the engine is the fallback
-        // (plain `sh`, or the wrapper died) and only once the stream has closed, because the
-        // engine answers exec inspection only after the streams are done (up to 2 s).
-        let relayed = self.shell == "bash";
-        let deadline = Instant::now() + req.timeout;
-        let mut stream_open = true;
-        let mut exit: Option<Option<i64>> = None;
-        // Quick at first (a shell that leaves a background child exits within milliseconds), then
-        // backing off for long commands.
-        let mut poll_every = Duration::from_millis(10);
-        let mut next_poll = Instant::now() + poll_every;
-        let mut last_data = Instant::now();
-        let mut exit_at = Instant::now();
-        let mut left_running = false;
-        let mut stream_error = None;
-        let stop = loop {
-            if !stream_open && exit.is_some() {
-                break None;
-            }
-            tokio::select! {
-                _ = req.cancel.cancelled() => break Some(Stop::Interrupted),
-                _ = tokio::time::sleep_until(deadline) => break Some(Stop::TimedOut),
-                _ = self.life.wait() => break Some(Stop::Gone),
-                _ = self.pod.wait() => break Some(Stop::Gone),
-                item = output.next(), if stream_open => match item {
-                    Some(Ok(LogOutput::StdOut { message })) => {
-                        collector.push(Stream::Stdout, &message);
-                        last_data = Instant::now();
-                    }
-                    Some(Ok(LogOutput::StdErr { message })) => {
-                        collector.push(Stream::Stderr, &end_line.feed(&message));
-                        if exit.is_none() && end_line.code().is_some() {
-                            exit = Some(end_line.code());
-                            exit_at = Instant::now();
-                        }
-                        last_data = Instant::now();
-                    }
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => {
-                        stream_open = false;
-                        stream_error = Some(e.to_string());
-                        next_poll = Instant::now();
-                    }
-                    None => {
-                        // Usually the process has just ended: ask at once, then briefly back off.
-                        stream_open = false;
-                        next_poll = Instant::now();
-                        poll_every = Duration::from_millis(5);
-                    }
-                },
-                _ = tokio::time::sleep_until(next_poll), if exit.is_none() && (!relayed || !stream_open) => {
-                    let info = self.docker.inspect_exec(&exec_id).await.map_err(Self::err)?;
-                    if info.running == Some(false) {
-                        exit = Some(info.exit_code);
-                        exit_at = Instant::now();
-                        last_data = exit_at;
-                    } else {
-                        poll_every = (poll_every * 2).min(MAX_POLL);
-                        next_poll = Instant::now() + poll_every;
-                    }
-                },
-                _ = tokio::time::sleep_until((last_data + EXIT_GRACE).min(exit_at + EXIT_GRACE_MAX)),
-                    if stream_open && exit.is_some() => {
-                    left_running = true;
-                    break None;
-                },
-            }
-        };
-
-        let mut notes = Vec::new();
-        let mut result = ExecOutput::default();
-        match stop {
-            // Its processes went with it; the stream would never end.
-            Some(Stop::Gone) => return Err(self.gone_error()),
-            Some(why) => {
-                let secs = req.timeout.as_secs_f64();
-                notes.extend(self.kill_marked(&marker).await);
-                // Whatever was still in flight.
-                let _ = tokio::time::timeout(Duration::from_secs(2), async {
-                    while let Some(Ok(item)) = output.next().await {
-                        match item {
-                            LogOutput::StdOut { message } => {
-                                collector.push(Stream::Stdout, &message)
-                            }
-                            LogOutput::StdErr { message } => {
-                                collector.push(Stream::Stderr, &end_line.feed(&message))
-                            }
-                            _ => {}
-                        }
-                    }
-                })
-                .await;
-                result.signal = Some("SIGKILL".into());
-                match why {
-                    Stop::TimedOut => {
-                        result.timed_out = true;
-                        notes.push(format!(
-                            "timed out after {secs} s; the command's processes were killed"
-                        ));
-                    }
-                    Stop::Interrupted => {
-                        result.interrupted = true;
-                        notes.push("interrupted; the command's processes were killed".into());
-                    }
-                    Stop::Gone => {}
-                }
-            }
-            None => {
-                result.exit_code = exit.flatten();
-                if left_running || end_line.cut() {
-                    let listed = self
-                        .helper(LIST_SCRIPT, &marker)
-                        .await
-                        .map(|(o, _)| o)
-                        .unwrap_or_default();
-                    let procs: Vec<&str> = listed
-                        .lines()
-                        .filter(|l| !l.trim().is_empty() && !l.contains(RELAY_ARGS))
-                        .take(5)
-                        .collect();
-                    if !procs.is_empty() {
-                        let procs: Vec<String> = procs.iter().map(|p| p.to_string()).collect();
-                        self.life.left_running(&procs);
-                        notes.push(format!(
-                            "the shell exited, leaving background process(es) running: {}; their output from \
-                             here on is not captured",
-                            procs.join("; ")
-                        ));
-                    }
-                }
-                if let Some(e) = stream_error {
-                    notes.push(format!("output stream ended early: {e}"));
-                }
-            }
-        }
-        let held = end_line.flush();
-        collector.push(Stream::Stderr, &held);
-        Ok(self.finish(result, collector, notes))
+        Ok(StartedExec { id, output, input })
     }
 
     /// The result of a command that ended (or was stopped) as `result` says, with the output

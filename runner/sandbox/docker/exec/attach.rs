@@ -11,13 +11,11 @@
 
 use async_trait::async_trait;
 use bollard::container::LogOutput;
-use bollard::exec::StartExecResults;
-use bollard::models::ExecConfig;
 use futures::StreamExt;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 
-use super::{Container, MARKER_VAR};
+use super::Container;
 use crate::sandbox::{AttachSpec, Attached, ProcessHandle, SandboxError, StderrTail};
 
 /// Bytes of stdout buffered between the container and the reader.
@@ -37,35 +35,16 @@ impl Container {
             return Err(SandboxError::OutsideMounts(cwd));
         }
         let marker = uuid::Uuid::new_v4().simple().to_string();
-        let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        env.push(format!("{MARKER_VAR}={marker}"));
-        let config = ExecConfig {
-            attach_stdin: Some(true),
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            tty: Some(false),
-            env: Some(env),
-            cmd: Some(self.argv(spec.argv.clone())),
-            user: Some(self.user.clone()),
-            working_dir: Some(cwd.to_string_lossy().into_owned()),
-            ..Default::default()
-        };
-        let exec_id = self
-            .docker
-            .create_exec(&self.id, config)
-            .await
-            .map_err(Self::err)?
-            .id;
-        let StartExecResults::Attached { mut output, input } = self
-            .docker
-            .start_exec(&exec_id, None)
-            .await
-            .map_err(Self::err)?
-        else {
-            return Err(SandboxError::Backend(
-                "docker: exec started detached".into(),
-            ));
-        };
+        let started = self
+            .start_marked(
+                spec.argv.clone(),
+                cwd.to_string_lossy().into_owned(),
+                &spec.env,
+                &marker,
+                true,
+            )
+            .await?;
+        let (exec_id, mut output, input) = (started.id, started.output, started.input);
         let (reader, mut writer) = tokio::io::duplex(PIPE_BYTES);
         let stderr = StderrTail::default();
         let tail = stderr.clone();

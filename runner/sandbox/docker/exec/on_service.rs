@@ -127,21 +127,7 @@ impl Container {
                 {
                     notes.extend(self.kill_marked(marker).await);
                 }
-                result.signal = Some("SIGKILL".into());
-                match why {
-                    Stop::TimedOut => {
-                        result.timed_out = true;
-                        notes.push(format!(
-                            "timed out after {} s; the command's processes were killed",
-                            req.timeout.as_secs_f64()
-                        ));
-                    }
-                    Stop::Interrupted => {
-                        result.interrupted = true;
-                        notes.push("interrupted; the command's processes were killed".into());
-                    }
-                    Stop::Gone => {}
-                }
+                super::mark_stopped(why, req.timeout, &mut result, &mut notes);
             }
         }
         Some(Ok(self.finish(result, collector, notes)))
