@@ -29,7 +29,7 @@
 #[path = "bench_common/mod.rs"]
 mod bench_common;
 
-use bench_common::{ms, print_table, wait_with_peak_rss, write_part, Figure, Stats};
+use bench_common::{ms, print_table, slope, wait_with_peak_rss, write_part, Figure, Stats};
 use flowerbox::model::{ContentBlock, Message, Speaker};
 use flowerbox::role::Role;
 use flowerbox::sandbox::docker::{ensure_image, Engine};
@@ -209,15 +209,6 @@ async fn go_workers(bins: &Bins, repeat: usize) -> Vec<Figure> {
             .note("whole unattended go run (clarify, goal, 1 round, judge), Docker sandbox")
         })
         .collect()
-}
-
-/// Least-squares slope of `y` over `x`.
-fn slope(x: &[f64], y: &[f64]) -> f64 {
-    let n = x.len() as f64;
-    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
-    let cov: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
-    let var: f64 = x.iter().map(|a| (a - mx) * (a - mx)).sum();
-    cov / var
 }
 
 /// One binary's samples of figure 12: per N, the walls (ms) and peak RSS (MiB); per repeat,

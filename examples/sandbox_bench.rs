@@ -73,7 +73,7 @@ async fn factory(image: &str, ws: &Path, tag: &str) -> DockerSandboxFactory {
 }
 
 async fn factory_with(image: &str, ws: &Path, tag: &str, mode: EgressMode) -> DockerSandboxFactory {
-    factory_opts(image, ws, tag, mode, true).await
+    factory_opts(image, ws, tag, mode, Service::Beside).await
 }
 
 async fn factory_opts(
@@ -81,7 +81,7 @@ async fn factory_opts(
     ws: &Path,
     tag: &str,
     mode: EgressMode,
-    exec_service: bool,
+    service: Service<'_>,
 ) -> DockerSandboxFactory {
     let run = format!(
         "bench-{}-{tag}-{}",
@@ -95,13 +95,13 @@ async fn factory_opts(
         mode,
         ..Default::default()
     };
-    if !exec_service {
-        opts.exec_service = None;
-    } else {
-        assert!(
+    match service {
+        Service::Beside => assert!(
             opts.exec_service.is_some(),
             "no flowerbox binary beside this example: build with --bins"
-        );
+        ),
+        Service::Of(bin) => opts.exec_service = Some(ServiceSource::Path(bin.to_path_buf())),
+        Service::None => opts.exec_service = None,
     }
     DockerSandboxFactory::connect(opts).await.expect("connect")
 }
@@ -122,24 +122,7 @@ async fn first_result_of(f: &DockerSandboxFactory, b: &AgentBox, ws: &Path) -> D
 /// this example (`Service::Beside`), another one (`Service::Of`), or none (a Docker exec per
 /// command), its service checked to run, after one warm-up command.
 async fn warm(image: &str, ws: &Path, tag: &str, service: Service<'_>) -> Warm {
-    let f = match service {
-        Service::Of(bin) => {
-            let run = format!(
-                "bench-{}-{tag}-{}",
-                std::process::id(),
-                &uuid::Uuid::new_v4().simple().to_string()[..6]
-            );
-            let mut opts = DockerOptions::new(run, ws);
-            opts.image = Some(image.into());
-            opts.show_progress = false;
-            opts.exec_service = Some(ServiceSource::Path(bin.to_path_buf()));
-            DockerSandboxFactory::connect(opts).await.expect("connect")
-        }
-        other => {
-            let on = matches!(other, Service::Beside);
-            factory_opts(image, ws, tag, EgressMode::Open, on).await
-        }
-    };
+    let f = factory_opts(image, ws, tag, EgressMode::Open, service).await;
     let sb = f
         .docker_sandbox(&agent("worker-1", ws))
         .await
@@ -228,6 +211,15 @@ async fn roundtrip_figures(
     for w in [Some(new), Some(old), before].into_iter().flatten() {
         w.f.teardown().await.expect("teardown");
     }
+    let through_service = |id: &str, vs: &str, baseline: &[f64]| {
+        Figure::new(
+            id,
+            "Bash round trip `true`, warm container, exec service",
+            "ms",
+            Stats::of(&rt),
+        )
+        .vs(vs, Stats::of(baseline))
+    };
     let mut figures = vec![
         Figure::new(
             "2",
@@ -239,26 +231,12 @@ async fn roundtrip_figures(
         .note(format!(
             "{roundtrips} round trips through the container's exec service"
         )),
-        Figure::new(
-            "2a",
-            "Bash round trip `true`, warm container, exec service",
-            "ms",
-            Stats::of(&rt),
-        )
-        .vs(
-            "a Docker exec per command (before issue 17)",
-            Stats::of(&rt_old),
-        )
-        .note("interleaved with figure 2's samples"),
-        Figure::new(
+        through_service("2a", "a Docker exec per command (before issue 17)", &rt_old)
+            .note("interleaved with figure 2's samples"),
+        through_service(
             "2c",
-            "Bash round trip `true`, warm container, exec service",
-            "ms",
-            Stats::of(&rt),
-        )
-        .vs(
             "bash -c true on the host (--sandbox host)",
-            Stats::of(&host_bash),
+            &host_bash,
         )
         .note("interleaved with figure 2's samples; the same shell on both sides"),
     ];
