@@ -8,8 +8,8 @@
 //! 11. the first `once --resume` of a 10,000-message session with trimming (`-T`, cold spill
 //!     directory: every trimmed result is written) vs a fresh `once` with the same reply
 //!     (target ≤ 150 ms);
-//! 12. the scale curve (issue 32): whole `go` runs with N = 1, 8, 16, 32 workers each running
-//!     `sleep 2`, all N at once (`--max-workers N`): the wall clock at N = 32 vs N = 1 (12),
+//! 12. the scale curve (issue 32): whole `go` runs with N = 1, 8, 16, 32 workers (and the
+//!     machine's core count) each running `sleep 2`, all N at once (`--max-workers N`): the wall clock at N = 32 vs N = 1 (12),
 //!     the runner's peak RSS at N = 32 vs N = 1 (12b), and the per-worker overhead as
 //!     least-squares slopes over N, in ms (12c) and MiB (12d) per worker; every N's medians
 //!     in the notes.
@@ -432,7 +432,14 @@ async fn main() {
     let (mut repeat, mut think_ms) = (3usize, 1500u64);
     let (mut only, mut json_out, mut flowerbox, mut base) =
         (None::<String>, None::<PathBuf>, None, None::<PathBuf>);
+    // The issue's N, and the machine's core count among them (the time should stay flat up
+    // to it).
     let mut scale = vec![1usize, 8, 16, 32];
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 32 && !scale.contains(&cores) {
+        scale.push(cores);
+        scale.sort_unstable();
+    }
     while let Some(a) = args.next() {
         let mut val = || args.next().unwrap_or_else(|| panic!("{a} needs a value"));
         match a.as_str() {

@@ -16,7 +16,7 @@
 #   9  once, one Bash call, model thinking 1.5 s a turn: --sandbox docker vs --sandbox host
 #  10  whole go run, 8 workers `sleep 2` in parallel  vs 1 worker (ratio; ideal 1.0)
 #  11  first once --resume of 10,000 messages, -T     vs a fresh once
-#  12  scale curve: go with N = 1, 8, 16, 32 workers `sleep 2` at once: wall clock (12) and
+#  12  scale curve: go with N = 1, cores, 8, 16, 32 workers `sleep 2` at once: wall clock (12) and
 #      runner peak RSS (12b) at 32 vs 1; per-worker overhead, ms (12c) and MiB (12d)
 #
 # Usage: scripts/bench.sh [--release] [--base BIN] [--json FILE] [--repeat N] [--roundtrips N]
