@@ -7,8 +7,13 @@
 //!     run with 1 worker (ratio; target ≤ 1.4);
 //! 11. the first `once --resume` of a 10,000-message session with trimming (`-T`, cold spill
 //!     directory: every trimmed result is written) vs a fresh `once` with the same reply
-//!     (target ≤ 300 ms);
-//! 12. a text-only `once` (its default tools, which run no command; an instant model): wall
+//!     (target ≤ 150 ms);
+//! 12. the scale curve (issue 32): whole `go` runs with N = 1, 8, 16, 32 workers (and the
+//!     machine's core count) each running `sleep 2`, all N at once (`--max-workers N`): the wall clock at N = 32 vs N = 1 (12),
+//!     the runner's peak RSS at N = 32 vs N = 1 (12b), and the per-worker overhead as
+//!     least-squares slopes over N, in ms (12c) and MiB (12d) per worker; every N's medians
+//!     in the notes.
+//! 13. a text-only `once` (its default tools, which run no command; an instant model): wall
 //!     clock with `--sandbox docker` vs with `--sandbox host` (ratio; target ≤ 1.2, issue 32).
 //!
 //! With `--base PATH` a second binary (the build before a change) is measured in the same run,
@@ -16,7 +21,7 @@
 //! before/after ratio is read off one table.
 //!
 //! Usage: `cli_bench [--repeat N] [--flowerbox PATH] [--base PATH] [--think-ms MS]
-//! [--only 9,10,11,12] [--json FILE]`. `--flowerbox` defaults to the `flowerbox` next to this
+//! [--only 9,10,11,12,13] [--scale 1,8,16,32] [--json FILE]`. `--flowerbox` defaults to the `flowerbox` next to this
 //! example's directory (`scripts/bench.sh` builds it first).
 // A benchmark or smoke example, not shipped: it unwraps like a test and reports on its own
 // streams.
@@ -26,7 +31,7 @@
 #[path = "bench_common/mod.rs"]
 mod bench_common;
 
-use bench_common::{ms, print_table, write_part, Figure, Stats};
+use bench_common::{ms, print_table, slope, wait_with_peak_rss, write_part, Figure, Stats};
 use flowerbox::model::{ContentBlock, Message, Speaker};
 use flowerbox::role::Role;
 use flowerbox::sandbox::docker::{ensure_image, Engine};
@@ -64,6 +69,11 @@ async fn serve(scenario: &Value) -> String {
 /// One flowerbox run in `ws` (HOME beside it) with `args`; returns the wall clock in ms and
 /// panics with its output when it does not exit 0.
 async fn run(flowerbox: &Path, url: &str, ws: &Path, args: &[&str]) -> f64 {
+    run_rss(flowerbox, url, ws, args).await.0
+}
+
+/// [`run`], and the run's peak RSS in MiB.
+async fn run_rss(flowerbox: &Path, url: &str, ws: &Path, args: &[&str]) -> (f64, f64) {
     let home = ws.with_file_name("home");
     std::fs::create_dir_all(&home).unwrap();
     let log = ws.with_file_name("out.log");
@@ -82,17 +92,19 @@ async fn run(flowerbox: &Path, url: &str, ws: &Path, args: &[&str]) -> f64 {
         .stdout(out.try_clone().unwrap())
         .stderr(out);
     let started = Instant::now();
-    let status = tokio::task::spawn_blocking(move || cmd.status().expect("spawn flowerbox"))
-        .await
-        .unwrap();
+    let (code, kib) = tokio::task::spawn_blocking(move || {
+        wait_with_peak_rss(cmd.spawn().expect("spawn flowerbox"))
+    })
+    .await
+    .unwrap();
     let wall = ms(started.elapsed());
     assert!(
-        status.success(),
-        "{} {args:?} exited {status}:\n{}",
+        code == Some(0),
+        "{} {args:?} exited {code:?}:\n{}",
         flowerbox.display(),
         std::fs::read_to_string(&log).unwrap_or_default()
     );
-    wall
+    (wall, kib as f64 / 1024.0)
 }
 
 /// A fresh workspace `proj` in a new temporary directory.
@@ -139,7 +151,7 @@ fn once_bash(think_ms: u64) -> OnceFigure {
 /// model: no container should be made at all (issue 32 §1).
 fn once_text() -> OnceFigure {
     OnceFigure {
-        id: "12",
+        id: "13",
         what: "once, text only (default tools), --sandbox docker",
         args: &["once", "说一句"],
         turns: vec![text("好的。")],
@@ -233,6 +245,110 @@ async fn go_workers(bins: &Bins, repeat: usize) -> Vec<Figure> {
             .note("whole unattended go run (clarify, goal, 1 round, judge), Docker sandbox")
         })
         .collect()
+}
+
+/// One binary's samples of figure 12: per N, the walls (ms) and peak RSS (MiB); per repeat,
+/// the slopes over N.
+#[derive(Default, Clone)]
+struct Scale {
+    wall: Vec<Vec<f64>>,
+    rss: Vec<Vec<f64>>,
+    wall_slope: Vec<f64>,
+    rss_slope: Vec<f64>,
+}
+
+/// Figure 12, the scale curve: go runs with each N of `ns` workers `sleep 2`, all at once, per
+/// binary; interleaved by repeat, so load drifts hit every N and binary alike.
+async fn scale_curve(bins: &Bins, repeat: usize, ns: &[usize]) -> Vec<Figure> {
+    let mut urls = Vec::new();
+    for &n in ns {
+        urls.push(serve(&go_scenario(n)).await);
+    }
+    let mut samples = vec![Scale::default(); bins.len()];
+    for s in &mut samples {
+        s.wall = vec![Vec::new(); ns.len()];
+        s.rss = vec![Vec::new(); ns.len()];
+    }
+    let xs: Vec<f64> = ns.iter().map(|&n| n as f64).collect();
+    for _ in 0..repeat {
+        for (b, (_, bin)) in bins.iter().enumerate() {
+            let (mut walls, mut rsss) = (Vec::new(), Vec::new());
+            for (i, (&n, url)) in ns.iter().zip(&urls).enumerate() {
+                let (_dir, ws) = workspace();
+                let max = n.to_string();
+                let args = ["--timeout", "0", "--max-workers", &max, "睡两秒"];
+                let (wall, rss) = run_rss(bin, url, &ws, &args).await;
+                samples[b].wall[i].push(wall);
+                samples[b].rss[i].push(rss);
+                walls.push(wall);
+                rsss.push(rss);
+            }
+            samples[b].wall_slope.push(slope(&xs, &walls));
+            samples[b].rss_slope.push(slope(&xs, &rsss));
+        }
+    }
+    let (first, last) = (ns[0], ns[ns.len() - 1]);
+    let mut figures = Vec::new();
+    for ((label, _), s) in bins.iter().zip(samples) {
+        let med = |v: &Vec<f64>| Stats::of(v).median;
+        let curve = ns
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                format!(
+                    "N={n}: {:.1} s, {:.1} MiB",
+                    med(&s.wall[i]) / 1000.0,
+                    med(&s.rss[i])
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let at = |v: &Vec<Vec<f64>>, i: usize| Stats::of(&v[i]);
+        figures.push(
+            Figure::new(
+                &format!("12{label}"),
+                &format!("go, {last} workers `sleep 2` at once, wall clock"),
+                "ms",
+                at(&s.wall, ns.len() - 1),
+            )
+            .vs(&format!("{first} worker(s)"), at(&s.wall, 0))
+            .note(curve.clone()),
+        );
+        figures.push(
+            Figure::new(
+                &format!("12b{label}"),
+                &format!("go, {last} workers at once, runner peak RSS"),
+                "MiB",
+                at(&s.rss, ns.len() - 1),
+            )
+            .vs(&format!("{first} worker(s)"), at(&s.rss, 0))
+            .note("ru_maxrss of the flowerbox process; containers not included"),
+        );
+        let over = ns
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        figures.push(
+            Figure::new(
+                &format!("12c{label}"),
+                "go, wall clock per additional worker",
+                "ms/worker",
+                Stats::of(&s.wall_slope),
+            )
+            .note(format!("least-squares slope over N = {over}, per repeat")),
+        );
+        figures.push(
+            Figure::new(
+                &format!("12d{label}"),
+                "go, runner peak RSS per additional worker",
+                "MiB/worker",
+                Stats::of(&s.rss_slope),
+            )
+            .note(format!("least-squares slope over N = {over}, per repeat")),
+        );
+    }
+    figures
 }
 
 /// A tool result of `chars` characters, different for every `seed`.
@@ -352,6 +468,14 @@ async fn main() {
     let (mut repeat, mut think_ms) = (3usize, 1500u64);
     let (mut only, mut json_out, mut flowerbox, mut base) =
         (None::<String>, None::<PathBuf>, None, None::<PathBuf>);
+    // The issue's N, and the machine's core count among them (the time should stay flat up
+    // to it).
+    let mut scale = vec![1usize, 8, 16, 32];
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores < 32 && !scale.contains(&cores) {
+        scale.push(cores);
+        scale.sort_unstable();
+    }
     while let Some(a) = args.next() {
         let mut val = || args.next().unwrap_or_else(|| panic!("{a} needs a value"));
         match a.as_str() {
@@ -361,6 +485,12 @@ async fn main() {
             "--json" => json_out = Some(PathBuf::from(val())),
             "--flowerbox" => flowerbox = Some(PathBuf::from(val())),
             "--base" => base = Some(PathBuf::from(val())),
+            "--scale" => {
+                scale = val()
+                    .split(',')
+                    .map(|n| n.parse().expect("--scale N,N,..."))
+                    .collect()
+            }
             other => panic!("unknown argument {other}"),
         }
     }
@@ -376,7 +506,7 @@ async fn main() {
         only.as_deref()
             .is_none_or(|o| o.split(',').any(|x| x == id))
     };
-    if wants("9") || wants("10") || wants("12") {
+    if wants("9") || wants("10") || wants("12") || wants("13") {
         // Built before the first measurement (the binaries build it on first use).
         let engine = Engine::connect(None, Duration::from_secs(5))
             .await
@@ -384,7 +514,7 @@ async fn main() {
         ensure_image(&engine, None, true).await.expect("image");
     }
     let mut figures = Vec::new();
-    if wants("12") {
+    if wants("13") {
         figures.extend(once_figure(&bins, repeat, once_text()).await);
     }
     if wants("9") {
@@ -396,10 +526,14 @@ async fn main() {
     if wants("11") {
         figures.extend(first_resume(&bins, repeat).await);
     }
+    if wants("12") {
+        assert!(scale.len() >= 2, "--scale needs two N at least");
+        figures.extend(scale_curve(&bins, repeat, &scale).await);
+    }
     print_table(&figures);
     if let Some(path) = json_out {
         let extra = json!({"repeat": repeat, "think_ms": think_ms, "flowerbox": flowerbox,
-                           "base": base});
+                           "base": base, "scale": scale});
         write_part(&path, "cli_bench", extra, &figures);
         eprintln!("wrote {}", path.display());
     }

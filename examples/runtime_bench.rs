@@ -24,7 +24,7 @@
 #[path = "bench_common/mod.rs"]
 mod bench_common;
 
-use bench_common::{ms, print_table, wait_with_peak_rss, write_part, Figure, Stats};
+use bench_common::{ms, print_table, slope, wait_with_peak_rss, write_part, Figure, Stats};
 use flowerbox::agent::event::null_sink;
 use flowerbox::agent::human::Absent;
 use flowerbox::agent::roles::worker;
@@ -198,15 +198,6 @@ async fn go_run(flowerbox: &Path, n: usize) -> (f64, f64) {
         );
     }
     (kib as f64 / 1024.0, wall)
-}
-
-/// Least-squares slope of `y` over `x`.
-fn slope(x: &[f64], y: &[f64]) -> f64 {
-    let n = x.len() as f64;
-    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
-    let cov: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
-    let var: f64 = x.iter().map(|a| (a - mx) * (a - mx)).sum();
-    cov / var
 }
 
 /// Figure 5: per repeat, go runs with 1, 2, 4, 8 workers; the demo-like value is N = 2.

@@ -4,7 +4,9 @@
 //! 1. container cold start to first exec result (pod + agent container + `true`) vs
 //!    `docker run --rm IMAGE true`;
 //! 2. Bash round trip for `true` in a warm container (through its exec service) vs `sh -c true`
-//!    on the host; 2a, the same vs a Docker exec per command (the path before issue 17);
+//!    on the host; 2a, the same vs a Docker exec per command (the path before issue 17); 2c,
+//!    the same vs `bash -c true` on the host (what `--sandbox host` runs for the Bash tool:
+//!    the same shell on both sides, so the ratio is the service's and the container's cost);
 //! 3. 8 agent containers started in parallel (to first exec result) vs 1;
 //! 4. cold start per egress mode (1d, 1e): `open` (the default: a network of the run's own and
 //!    the fence that loads its rules) and `proxy` (plus the proxy container) vs `none` (no
@@ -18,7 +20,9 @@
 //! Each figure is a median with its spread (p25–p75, min, max) and the ratio of the medians.
 //!
 //! Usage: `sandbox_bench [--repeat N] [--roundtrips N] [--json FILE] [--exec CMD] [--ensure-image]
-//! [--roundtrip-only]`; `--roundtrip-only` measures figures 2 and 2a alone.
+//! [--roundtrip-only] [--base BIN]`; `--roundtrip-only` measures figures 2, 2a and 2c alone;
+//! `--base BIN` adds `2 base`: the round trip through the exec service of another flowerbox
+//! binary (the build before a change), interleaved with figure 2's samples.
 //! `--exec CMD` runs one command in a fresh sandbox and prints the result (debugging aid).
 //! `--ensure-image` only makes sure the agent image exists (built offline on first use, progress
 //! on stderr) and prints its tag: `docker/build.sh` bases the runner image on it.
@@ -30,6 +34,7 @@
 use flowerbox::role::Role;
 use flowerbox::sandbox::docker::{ensure_image, DockerOptions, DockerSandboxFactory, Engine};
 use flowerbox::sandbox::egress::{EgressMode, EgressPolicy};
+use flowerbox::sandbox::service::ServiceSource;
 use flowerbox::sandbox::{AgentBox, ExecRequest, Mount, Sandbox, SandboxFactory};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -68,7 +73,7 @@ async fn factory(image: &str, ws: &Path, tag: &str) -> DockerSandboxFactory {
 }
 
 async fn factory_with(image: &str, ws: &Path, tag: &str, mode: EgressMode) -> DockerSandboxFactory {
-    factory_opts(image, ws, tag, mode, true).await
+    factory_opts(image, ws, tag, mode, Service::Beside).await
 }
 
 async fn factory_opts(
@@ -76,7 +81,7 @@ async fn factory_opts(
     ws: &Path,
     tag: &str,
     mode: EgressMode,
-    exec_service: bool,
+    service: Service<'_>,
 ) -> DockerSandboxFactory {
     let run = format!(
         "bench-{}-{tag}-{}",
@@ -90,13 +95,13 @@ async fn factory_opts(
         mode,
         ..Default::default()
     };
-    if !exec_service {
-        opts.exec_service = None;
-    } else {
-        assert!(
+    match service {
+        Service::Beside => assert!(
             opts.exec_service.is_some(),
             "no flowerbox binary beside this example: build with --bins"
-        );
+        ),
+        Service::Of(bin) => opts.exec_service = Some(ServiceSource::Path(bin.to_path_buf())),
+        Service::None => opts.exec_service = None,
     }
     DockerSandboxFactory::connect(opts).await.expect("connect")
 }
@@ -113,12 +118,156 @@ async fn first_result_of(f: &DockerSandboxFactory, b: &AgentBox, ws: &Path) -> D
     t.elapsed()
 }
 
+/// A warm worker's sandbox of a new factory whose exec service is the flowerbox binary beside
+/// this example (`Service::Beside`), another one (`Service::Of`), or none (a Docker exec per
+/// command), its service checked to run, after one warm-up command.
+async fn warm(image: &str, ws: &Path, tag: &str, service: Service<'_>) -> Warm {
+    let f = factory_opts(image, ws, tag, EgressMode::Open, service).await;
+    let sb = f
+        .docker_sandbox(&agent("worker-1", ws))
+        .await
+        .expect("sandbox");
+    if !matches!(service, Service::None) {
+        assert!(
+            sb.exec_service_pid().await.is_some(),
+            "the exec service did not start"
+        );
+    }
+    sb.exec(req("true", ws)).await.expect("warm-up");
+    Warm { f, sb }
+}
+
+/// Which exec service a warm sandbox gets.
+#[derive(Clone, Copy)]
+enum Service<'a> {
+    /// The flowerbox binary beside this example.
+    Beside,
+    /// This flowerbox binary's.
+    Of(&'a Path),
+    /// None: a Docker exec per command.
+    None,
+}
+
+/// A factory and its one warm sandbox.
+struct Warm {
+    f: DockerSandboxFactory,
+    sb: std::sync::Arc<flowerbox::sandbox::docker::DockerSandbox>,
+}
+
+impl Warm {
+    /// One round trip of `true`, in ms.
+    async fn round_trip(&self, ws: &Path) -> f64 {
+        let t = Instant::now();
+        let out = self.sb.exec(req("true", ws)).await.expect("exec");
+        let took = ms(t.elapsed());
+        assert!(out.success(), "{out:?}");
+        took
+    }
+}
+
+/// One host process `program -c true`, in ms.
+fn host_true(program: &str) -> f64 {
+    let t = Instant::now();
+    let st = std::process::Command::new(program)
+        .args(["-c", "true"])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    ms(t.elapsed())
+}
+
+/// Figures 2, 2a, 2c (and `2 base` with `base`: the same service path with the exec service
+/// of another flowerbox binary, the build before a change). Round trips of `true` in a warm
+/// container, through the container's exec service, vs `sh -c true` on the host, vs a Docker
+/// exec per command (the path before issue 17), vs `bash -c true` on the host; interleaved
+/// so that load drifts hit all alike.
+async fn roundtrip_figures(
+    image: &str,
+    ws: &Path,
+    roundtrips: usize,
+    base: Option<&Path>,
+) -> Vec<Figure> {
+    let new = warm(image, ws, "warm", Service::Beside).await;
+    let old = warm(image, ws, "warm-old", Service::None).await;
+    let before = match base {
+        Some(bin) => Some(warm(image, ws, "warm-base", Service::Of(bin)).await),
+        None => None,
+    };
+    let (mut rt, mut rt_old, mut rt_base, mut host, mut host_bash) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for i in 0..roundtrips {
+        // The base's turn alternates around this build's, so neither always follows the
+        // heavier Docker exec.
+        let base_first = i % 2 == 1;
+        if let (true, Some(b)) = (base_first, &before) {
+            rt_base.push(b.round_trip(ws).await);
+        }
+        rt.push(new.round_trip(ws).await);
+        if let (false, Some(b)) = (base_first, &before) {
+            rt_base.push(b.round_trip(ws).await);
+        }
+        rt_old.push(old.round_trip(ws).await);
+        host.push(host_true("sh"));
+        host_bash.push(host_true("bash"));
+    }
+    assert!(
+        new.sb.exec_service_pid().await.is_some(),
+        "the exec service died during figure 2"
+    );
+    for w in [Some(new), Some(old), before].into_iter().flatten() {
+        w.f.teardown().await.expect("teardown");
+    }
+    let through_service = |id: &str, vs: &str, baseline: &[f64]| {
+        Figure::new(
+            id,
+            "Bash round trip `true`, warm container, exec service",
+            "ms",
+            Stats::of(&rt),
+        )
+        .vs(vs, Stats::of(baseline))
+    };
+    let mut figures = vec![
+        Figure::new(
+            "2",
+            "Bash round trip `true`, warm container",
+            "ms",
+            Stats::of(&rt),
+        )
+        .vs("sh -c true on the host", Stats::of(&host))
+        .note(format!(
+            "{roundtrips} round trips through the container's exec service"
+        )),
+        through_service("2a", "a Docker exec per command (before issue 17)", &rt_old)
+            .note("interleaved with figure 2's samples"),
+        through_service(
+            "2c",
+            "bash -c true on the host (--sandbox host)",
+            &host_bash,
+        )
+        .note("interleaved with figure 2's samples; the same shell on both sides"),
+    ];
+    if !rt_base.is_empty() {
+        figures.push(
+            Figure::new(
+                "2 base",
+                "Bash round trip `true`, warm container",
+                "ms",
+                Stats::of(&rt_base),
+            )
+            .vs("sh -c true on the host", Stats::of(&host))
+            .note("the --base binary's exec service, interleaved with figure 2's samples"),
+        );
+    }
+    figures
+}
+
 #[tokio::main]
 async fn main() {
     let mut args = std::env::args().skip(1);
     let (mut repeat, mut roundtrips, mut json, mut exec) =
         (5usize, 50usize, None::<PathBuf>, None::<String>);
     let (mut image_only, mut roundtrip_only) = (false, false);
+    let mut base = None::<PathBuf>;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--repeat" => {
@@ -137,6 +286,7 @@ async fn main() {
             "--exec" => exec = Some(args.next().expect("--exec CMD")),
             "--ensure-image" => image_only = true,
             "--roundtrip-only" => roundtrip_only = true,
+            "--base" => base = Some(args.next().expect("--base BIN").into()),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -179,72 +329,15 @@ async fn main() {
         run_rm.push(ms(t.elapsed()));
     }
 
-    // 2, 2a. Round trip of `true` in a warm container, through the container's exec service,
-    // vs `sh -c true` on the host and vs a Docker exec per command (the path before issue 17),
-    // interleaved so that load drifts hit all three alike.
-    let f = factory(&image, &ws, "warm").await;
-    let sb = f
-        .docker_sandbox(&agent("worker-1", &ws))
-        .await
-        .expect("sandbox");
-    assert!(
-        sb.exec_service_pid().await.is_some(),
-        "the exec service did not start"
-    );
-    let f_old = factory_opts(&image, &ws, "warm-old", EgressMode::Open, false).await;
-    let sb_old = f_old
-        .docker_sandbox(&agent("worker-1", &ws))
-        .await
-        .expect("sandbox");
-    sb.exec(req("true", &ws)).await.expect("warm-up");
-    sb_old.exec(req("true", &ws)).await.expect("warm-up");
-    let (mut rt, mut rt_old, mut host) = (Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..roundtrips {
-        let t = Instant::now();
-        let out = sb.exec(req("true", &ws)).await.expect("exec");
-        rt.push(ms(t.elapsed()));
-        assert!(out.success(), "{out:?}");
-        let t = Instant::now();
-        let out = sb_old.exec(req("true", &ws)).await.expect("exec");
-        rt_old.push(ms(t.elapsed()));
-        assert!(out.success(), "{out:?}");
-        let t = Instant::now();
-        std::process::Command::new("sh")
-            .args(["-c", "true"])
-            .status()
-            .unwrap();
-        host.push(ms(t.elapsed()));
-    }
-    assert!(
-        sb.exec_service_pid().await.is_some(),
-        "the exec service died during figure 2"
-    );
-    f.teardown().await.expect("teardown");
-    f_old.teardown().await.expect("teardown");
-    let fig2 = Figure::new(
-        "2",
-        "Bash round trip `true`, warm container",
-        "ms",
-        Stats::of(&rt),
-    )
-    .vs("sh -c true on the host", Stats::of(&host))
-    .note(format!(
-        "{roundtrips} round trips through the container's exec service"
-    ));
-    let fig2a = Figure::new(
-        "2a",
-        "Bash round trip `true`, warm container, exec service",
-        "ms",
-        Stats::of(&rt),
-    )
-    .vs(
-        "a Docker exec per command (before issue 17)",
-        Stats::of(&rt_old),
-    )
-    .note("interleaved with figure 2's samples");
+    // 2, 2a, 2c: the warm round trips.
+    let round = roundtrip_figures(&image, &ws, roundtrips, base.as_deref()).await;
     if roundtrip_only {
         println!("image {image}; {roundtrips} round trips");
-        print_table(&[fig2, fig2a]);
+        print_table(&round);
+        if let Some(path) = json {
+            let extra = serde_json::json!({"image": image, "roundtrips": roundtrips});
+            write_part(&path, "sandbox_bench", extra, &round);
+        }
         return;
     }
 
@@ -305,7 +398,8 @@ async fn main() {
         }
     }
 
-    let figures = vec![
+    let mut figures = round;
+    figures.extend([
         Figure::new(
             "1",
             "container cold start → first exec result",
@@ -314,8 +408,6 @@ async fn main() {
         )
         .vs("docker run --rm IMAGE true", Stats::of(&run_rm))
         .note("pod + agent container + exec of `true`, fresh run each time"),
-        fig2,
-        fig2a,
         Figure::new(
             "1b",
             "8 agent containers in parallel → first result",
@@ -359,7 +451,7 @@ async fn main() {
         )
         .vs("--egress none (no network)", Stats::of(&none))
         .note("pod + proxy + agent container + exec of `true`"),
-    ];
+    ]);
     println!("image {image}; {repeat} repeats");
     print_table(&figures);
     if let Some(path) = json {

@@ -5,7 +5,8 @@
 #
 #   1  container cold start → first exec result       vs docker run --rm IMAGE true
 #   1d container cold start, --egress open             vs --egress none; --egress proxy (1e)
-#   2  Bash round trip `true` in a warm container     vs sh -c true on the host; vs a Docker exec (2a)
+#   2  Bash round trip `true` in a warm container     vs sh -c true on the host; vs a Docker exec (2a);
+#      vs bash -c true on the host (2c: the same shell on both sides)
 #   3  8 scripted workers in parallel (wall clock)    vs 1 worker (ratio; ideal 1.0)
 #   4  resume 10,000 messages from sessions.db        vs the raw load; RSS (4b), warm (4c)
 #   5  runner peak RSS during scripts/demo.sh         vs flowerbox --help; per extra worker (5b)
@@ -15,20 +16,23 @@
 #   9  once, one Bash call, model thinking 1.5 s a turn: --sandbox docker vs --sandbox host
 #  10  whole go run, 8 workers `sleep 2` in parallel  vs 1 worker (ratio; ideal 1.0)
 #  11  first once --resume of 10,000 messages, -T     vs a fresh once
-#  12  once, text only (default tools): --sandbox docker vs --sandbox host (no container at all)
+#  12  scale curve: go with N = 1, cores, 8, 16, 32 workers `sleep 2` at once: wall clock (12) and
+#      runner peak RSS (12b) at 32 vs 1; per-worker overhead, ms (12c) and MiB (12d)
+#  13  once, text only (default tools): --sandbox docker vs --sandbox host (no container at all)
 #
 # Usage: scripts/bench.sh [--release] [--base BIN] [--json FILE] [--repeat N] [--roundtrips N]
 #                         [--quick]
 #   --release       release builds of the examples and binaries (issue 17's figures are
 #                   release figures); default: debug builds (dependencies at opt-level 1)
-#   --base BIN      also measure figures 9-12 with another flowerbox binary (the build before
-#                   a change), interleaved in the same run: rows `9 base`, `10 base`, ...
+#   --base BIN      also measure figures 2 and 9-13 with another flowerbox binary (the build
+#                   before a change; figure 2: its exec service), interleaved in the same run:
+#                   rows `2 base`, `9 base`, `10 base`, ...
 #   --repeat N      repeats of the Docker and agent-run figures (default 5; RSS runs: N/2;
-#                   figures 9-12: at least 3)
+#                   figures 9-13: at least 3)
 #   --roundtrips N  Bash round trips of figure 2 (default 50)
 #   --quick         --repeat 2 --roundtrips 20, fewer microbenchmark calls (about a minute)
 # Needs the Docker engine (builds the agent image on first use), and jq + sqlite3 for the demo
-# of figure 5. About four minutes with the defaults (figures 9-12 are whole runs).
+# of figure 5. About ten minutes with the defaults (figures 9-13 are whole runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,7 +45,7 @@ while [ $# -gt 0 ]; do
     --repeat) repeat=$2; shift 2 ;;
     --roundtrips) roundtrips=$2; shift 2 ;;
     --quick) repeat=2 roundtrips=20 calls=100; shift ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -59,7 +63,7 @@ run() { cargo run --quiet "${profile[@]}" --example "$@"; }
 
 start=$(date +%s)
 echo "== 1, 2: sandbox (Docker engine)" >&2
-run sandbox_bench -- --repeat "$repeat" --roundtrips "$roundtrips" \
+run sandbox_bench -- --repeat "$repeat" --roundtrips "$roundtrips" "${base[@]}" \
   --json "$parts/1-sandbox.json" >&2
 echo "== 3, 5: agent runs (Runtime, Docker, scripted model)" >&2
 run runtime_bench -- --repeat "$repeat" --rss-repeat "$rss_repeat" \
@@ -74,7 +78,7 @@ echo "== 7: file tools (race-free resolution)" >&2
 run tools_bench -- --calls "$calls" --json "$parts/4-tools.json" >&2
 echo "== 8: project MCP servers (Docker engine)" >&2
 run mcp_bench -- --repeat "$repeat" --json "$parts/5-mcp.json" >&2
-echo "== 9-12: whole runs of the flowerbox binary (issues 17, 32)" >&2
+echo "== 9-13: whole runs of the flowerbox binary (issues 17, 32)" >&2
 run cli_bench -- --repeat "$cli_repeat" "${base[@]}" --json "$parts/6-cli.json" >&2
 report=("$parts"/1-sandbox.json "$parts"/2-runtime.json "$parts"/3-store.json "$parts"/4-tools.json
   "$parts"/5-mcp.json "$parts"/6-cli.json)

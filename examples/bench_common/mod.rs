@@ -210,6 +210,15 @@ pub fn print_table(figures: &[Figure]) {
     }
 }
 
+/// Least-squares slope of `y` over `x`.
+pub fn slope(x: &[f64], y: &[f64]) -> f64 {
+    let n = x.len() as f64;
+    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
+    let cov: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
+    let var: f64 = x.iter().map(|a| (a - mx) * (a - mx)).sum();
+    cov / var
+}
+
 /// Waits for `child` with `wait4` and returns its exit code (`None` when killed by a signal)
 /// and its peak resident set size in KiB (`ru_maxrss`). The child's stdout/stderr must not be
 /// pipes this process has to drain.

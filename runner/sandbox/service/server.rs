@@ -75,34 +75,10 @@ async fn run() -> i32 {
             return 1;
         }
     };
-    // A plain thread reads the host's requests (blocking).
+    // The host's requests: read on the runtime itself when stdin is a pipe (nothing between
+    // the host and a command but this thread), else by a thread of its own.
     let (in_tx, mut in_rx) = mpsc::channel::<proto::Frame>(QUEUE);
-    std::thread::spawn(move || {
-        let mut stdin = std::io::stdin().lock();
-        let mut reader = FrameReader::default();
-        let mut buf = vec![0u8; proto::CHUNK];
-        loop {
-            let n = match stdin.read(&mut buf) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            reader.push(&buf[..n]);
-            loop {
-                match reader.next_frame() {
-                    Ok(Some(frame)) => {
-                        if in_tx.blocking_send(frame).is_err() {
-                            return;
-                        }
-                    }
-                    Ok(None) => break,
-                    Err(e) => {
-                        say!("flowerbox exec service: {e}");
-                        return;
-                    }
-                }
-            }
-        }
-    });
+    read_requests(in_tx);
     // The preamble before any frame: the host reads nothing before it as a frame (the engine
     // writes its own errors to this stream), then the hello.
     let hello = Hello {
@@ -143,6 +119,80 @@ async fn run() -> i32 {
     // The host closed the connection (or the container is going away): commands left
     // running belong to the pod now, as with a Docker exec.
     0
+}
+
+/// Starts reading the host's requests from stdin into `tx`, frame by frame: a task of the
+/// runtime on a non-blocking pipe (what an engine attaches), or, for anything else, a thread
+/// with blocking reads. Either stops at the end of stdin or at a frame that breaks the
+/// protocol, and then drops `tx`, which ends the service.
+fn read_requests(tx: mpsc::Sender<proto::Frame>) {
+    let pipe = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .ok()
+        .and_then(|fd| tokio::net::unix::pipe::Receiver::from_owned_fd(fd).ok());
+    match pipe {
+        Some(mut pipe) => {
+            tokio::spawn(async move {
+                let mut reader = FrameReader::default();
+                let mut buf = vec![0u8; proto::CHUNK];
+                loop {
+                    let n = match pipe.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    let (frames, whole) = decode(&mut reader, &buf[..n]);
+                    for frame in frames {
+                        if tx.send(frame).await.is_err() {
+                            return;
+                        }
+                    }
+                    if !whole {
+                        return;
+                    }
+                }
+            });
+        }
+        None => {
+            std::thread::spawn(move || {
+                let mut stdin = std::io::stdin().lock();
+                let mut reader = FrameReader::default();
+                let mut buf = vec![0u8; proto::CHUNK];
+                loop {
+                    let n = match stdin.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    let (frames, whole) = decode(&mut reader, &buf[..n]);
+                    for frame in frames {
+                        if tx.blocking_send(frame).is_err() {
+                            return;
+                        }
+                    }
+                    if !whole {
+                        return;
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// The whole frames `bytes` complete, and `false` when the stream broke the protocol (said on
+/// stderr): nothing after that is read.
+fn decode(reader: &mut FrameReader, bytes: &[u8]) -> (Vec<proto::Frame>, bool) {
+    reader.push(bytes);
+    let mut frames = Vec::new();
+    loop {
+        match reader.next_frame() {
+            Ok(Some(frame)) => frames.push(frame),
+            Ok(None) => return (frames, true),
+            Err(e) => {
+                say!("flowerbox exec service: {e}");
+                return (frames, false);
+            }
+        }
+    }
 }
 
 /// The service's stdout. Frames are written whole, from the runtime's one thread, with a

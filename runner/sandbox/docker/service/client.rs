@@ -123,6 +123,11 @@ enum Greeting {
     Failed(StartError),
 }
 
+/// The service's stdout and stderr as the engine multiplexes them.
+type Output = std::pin::Pin<
+    Box<dyn futures::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>,
+>;
+
 impl Service {
     /// Starts `argv` (the service, behind the container's exec prefix) as `user` in
     /// `container` and waits for its preamble and hello.
@@ -132,93 +137,22 @@ impl Service {
         user: &str,
         argv: Vec<String>,
     ) -> Result<Service, StartError> {
-        let config = ExecConfig {
-            attach_stdin: Some(true),
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            tty: Some(false),
-            cmd: Some(argv),
-            user: Some(user.to_string()),
-            working_dir: Some("/".into()),
-            ..Default::default()
-        };
-        let exec_id = docker
-            .create_exec(container, config)
-            .await
-            .map_err(StartError::Engine)?
-            .id;
-        let StartExecResults::Attached { mut output, input } = docker
-            .start_exec(&exec_id, None)
-            .await
-            .map_err(StartError::Engine)?
-        else {
-            return Err(StartError::Hello("the exec started detached".into()));
-        };
+        let (mut output, input) = attach(docker, container, user, argv).await?;
         let stderr = StderrTail::default();
-        let mut reader = FrameReader::default();
-        let greeting = tokio::time::timeout(HELLO_WAIT, async {
-            let mut opening = OpeningReader::default();
-            let mut foreign = false;
-            loop {
-                match output.next().await {
-                    Some(Ok(LogOutput::StdOut { message })) => match opening.push(&message) {
-                        Opening::Pending => {}
-                        Opening::Service { version, rest } => {
-                            if version != proto::VERSION {
-                                return Greeting::Failed(StartError::Version(version));
-                            }
-                            return Greeting::Service(rest);
-                        }
-                        // Not the service: its words are the reason, read to the end.
-                        Opening::Foreign => foreign = true,
-                    },
-                    Some(Ok(LogOutput::StdErr { message })) => stderr.push(&message),
-                    Some(Ok(_)) => {}
-                    // The stream ended or broke; after foreign text, that text is the reason.
-                    end => {
-                        return Greeting::Failed(match (foreign, end) {
-                            (true, _) => StartError::Foreign(opening.foreign()),
-                            (false, Some(Err(e))) => StartError::Stream(e),
-                            (false, _) => {
-                                StartError::Ended(proto::one_line(stderr.text().trim().as_bytes()))
-                            }
-                        })
-                    }
-                }
-            }
-        })
-        .await;
-        let rest = match greeting {
+        let rest = match tokio::time::timeout(HELLO_WAIT, preamble(&mut output, &stderr)).await {
             Ok(Greeting::Service(rest)) => rest,
             Ok(Greeting::Failed(e)) => return Err(e),
             Err(_) => return Err(StartError::Silent),
         };
+        let mut reader = FrameReader::default();
         reader.push(&rest);
-        let hello = tokio::time::timeout(HELLO_WAIT, async {
-            loop {
-                if let Some(frame) = reader.next_frame().map_err(|e| e.to_string())? {
-                    return Ok(frame);
-                }
-                match output.next().await {
-                    Some(Ok(LogOutput::StdOut { message })) => reader.push(&message),
-                    Some(Ok(LogOutput::StdErr { message })) => stderr.push(&message),
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => return Err(e.to_string()),
-                    None => return Err(format!("it ended: {}", stderr.text().trim())),
-                }
-            }
-        })
-        .await
-        .map_err(|_| StartError::Silent)?
-        .and_then(|f: Frame| match f.kind {
-            Kind::Hello => f.json::<Hello>().map_err(|e| e.to_string()),
-            other => Err(format!("{other:?} before hello")),
-        })
-        .map_err(StartError::Hello)?;
+        let hello = tokio::time::timeout(HELLO_WAIT, hello(&mut output, &mut reader, &stderr))
+            .await
+            .map_err(|_| StartError::Silent)?
+            .map_err(StartError::Hello)?;
         if hello.version != proto::VERSION {
             return Err(StartError::Version(hello.version));
         }
-
         let shared = Arc::new(Shared {
             input: tokio::sync::Mutex::new(input),
             pending: Mutex::new(HashMap::new()),
@@ -229,49 +163,7 @@ impl Service {
             pid: hello.pid,
             broken: std::sync::atomic::AtomicBool::new(false),
         });
-        // Reader: frames from the service's stdout to the requests.
-        let rd = shared.clone();
-        tokio::spawn(async move {
-            let why = 'read: loop {
-                let item = tokio::select! {
-                    _ = rd.dead.cancelled() => break 'read "closed".to_string(),
-                    item = output.next() => item,
-                };
-                match item {
-                    Some(Ok(LogOutput::StdOut { message })) => {
-                        reader.push(&message);
-                        loop {
-                            match reader.next_frame() {
-                                Ok(Some(frame)) => {
-                                    if let Err(e) = dispatch(&rd, frame).await {
-                                        rd.broken.store(true, Ordering::SeqCst);
-                                        break 'read e.to_string();
-                                    }
-                                }
-                                Ok(None) => break,
-                                Err(e) => {
-                                    rd.broken.store(true, Ordering::SeqCst);
-                                    break 'read e.to_string();
-                                }
-                            }
-                        }
-                    }
-                    Some(Ok(LogOutput::StdErr { message })) => rd.stderr.push(&message),
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => break format!("exec service stream: {e}"),
-                    None => {
-                        let tail = rd.stderr.text();
-                        break match tail.trim() {
-                            "" => "the exec service ended".to_string(),
-                            t => format!("the exec service ended: {t}"),
-                        };
-                    }
-                }
-            };
-            rd.die(why);
-            // Closing its stdin ends a service that is still there.
-            let _ = rd.input.lock().await.shutdown().await;
-        });
+        tokio::spawn(read_frames(shared.clone(), output, reader));
         Ok(Service { shared })
     }
 
@@ -327,6 +219,140 @@ impl Service {
             shared: self.shared.clone(),
         })
     }
+}
+
+/// Creates and starts the service's exec with its three streams attached.
+async fn attach(
+    docker: &Docker,
+    container: &str,
+    user: &str,
+    argv: Vec<String>,
+) -> Result<(Output, Input), StartError> {
+    let config = ExecConfig {
+        attach_stdin: Some(true),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(false),
+        cmd: Some(argv),
+        user: Some(user.to_string()),
+        working_dir: Some("/".into()),
+        ..Default::default()
+    };
+    let exec_id = docker
+        .create_exec(container, config)
+        .await
+        .map_err(StartError::Engine)?
+        .id;
+    match docker
+        .start_exec(&exec_id, None)
+        .await
+        .map_err(StartError::Engine)?
+    {
+        StartExecResults::Attached { output, input } => Ok((output, input)),
+        StartExecResults::Detached => Err(StartError::Hello("the exec started detached".into())),
+    }
+}
+
+/// Reads the stream up to the service's preamble (its stderr into `stderr`); anything else
+/// first is the reason it did not start, read to the end of the stream.
+async fn preamble(output: &mut Output, stderr: &StderrTail) -> Greeting {
+    let mut opening = OpeningReader::default();
+    let mut foreign = false;
+    loop {
+        match output.next().await {
+            Some(Ok(LogOutput::StdOut { message })) => match opening.push(&message) {
+                Opening::Pending => {}
+                Opening::Service { version, rest } => {
+                    if version != proto::VERSION {
+                        return Greeting::Failed(StartError::Version(version));
+                    }
+                    return Greeting::Service(rest);
+                }
+                // Not the service: its words are the reason, read to the end.
+                Opening::Foreign => foreign = true,
+            },
+            Some(Ok(LogOutput::StdErr { message })) => stderr.push(&message),
+            Some(Ok(_)) => {}
+            // The stream ended or broke; after foreign text, that text is the reason.
+            end => {
+                return Greeting::Failed(match (foreign, end) {
+                    (true, _) => StartError::Foreign(opening.foreign()),
+                    (false, Some(Err(e))) => StartError::Stream(e),
+                    (false, _) => {
+                        StartError::Ended(proto::one_line(stderr.text().trim().as_bytes()))
+                    }
+                })
+            }
+        }
+    }
+}
+
+/// Reads the first frame, which must be the service's hello.
+async fn hello(
+    output: &mut Output,
+    reader: &mut FrameReader,
+    stderr: &StderrTail,
+) -> Result<Hello, String> {
+    let frame = loop {
+        if let Some(frame) = reader.next_frame().map_err(|e| e.to_string())? {
+            break frame;
+        }
+        match output.next().await {
+            Some(Ok(LogOutput::StdOut { message })) => reader.push(&message),
+            Some(Ok(LogOutput::StdErr { message })) => stderr.push(&message),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err(e.to_string()),
+            None => return Err(format!("it ended: {}", stderr.text().trim())),
+        }
+    };
+    match frame.kind {
+        Kind::Hello => frame.json::<Hello>().map_err(|e| e.to_string()),
+        other => Err(format!("{other:?} before hello")),
+    }
+}
+
+/// The connection's reader: frames from the service's stdout to their requests, until the
+/// stream ends, breaks the protocol or the connection is closed; then the connection dies
+/// and the service's stdin is closed (which ends a service that is still there).
+async fn read_frames(rd: Arc<Shared>, mut output: Output, mut reader: FrameReader) {
+    let why = 'read: loop {
+        let item = tokio::select! {
+            _ = rd.dead.cancelled() => break 'read "closed".to_string(),
+            item = output.next() => item,
+        };
+        match item {
+            Some(Ok(LogOutput::StdOut { message })) => {
+                reader.push(&message);
+                loop {
+                    match reader.next_frame() {
+                        Ok(Some(frame)) => {
+                            if let Err(e) = dispatch(&rd, frame).await {
+                                rd.broken.store(true, Ordering::SeqCst);
+                                break 'read e.to_string();
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            rd.broken.store(true, Ordering::SeqCst);
+                            break 'read e.to_string();
+                        }
+                    }
+                }
+            }
+            Some(Ok(LogOutput::StdErr { message })) => rd.stderr.push(&message),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => break format!("exec service stream: {e}"),
+            None => {
+                let tail = rd.stderr.text();
+                break match tail.trim() {
+                    "" => "the exec service ended".to_string(),
+                    t => format!("the exec service ended: {t}"),
+                };
+            }
+        }
+    };
+    rd.die(why);
+    let _ = rd.input.lock().await.shutdown().await;
 }
 
 /// Why a frame from the service ends the connection.
