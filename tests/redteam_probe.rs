@@ -9,6 +9,9 @@
 //! - makes the file's blob hundreds of MiB of zeros (a few hundred KiB in git): the host must
 //!   not inflate it.
 //!
+//! A last test: the probe's report quotes the line it drops (`删掉 `hello.sh:1` 这一行 `…``),
+//! a line the worker wrote; hostile terminal bytes in it reach no output, log or note.
+//!
 //! Each hostile run is an attempt; it succeeded when the run hung (killed past [`BOUND`]) or
 //! the runner's peak resident memory passed [`RSS_BOUND_KB`]. The run must also end well (exit
 //! 0) with its probe said. `FLOWERBOX_REDTEAM_BIN` runs another build of `flowerbox` against
@@ -23,6 +26,7 @@ mod docker_support;
 #[path = "flow_support/mod.rs"]
 mod flow_support;
 
+mod hostile_bytes;
 mod redteam_support;
 
 use docker_support::{engine_ready as engine, Sweep};
@@ -54,11 +58,9 @@ fn plant(blob: &str, then: &str) -> String {
     )
 }
 
-/// One hostile run: the worker plants with `script`; tallied as `name`.
-fn attack(t: &mut Tally, name: &str, script: &str) {
-    let p = Project::new();
-    let _sweep = Sweep(p.ws.clone());
-    let model = ScriptedModel::start(&redteam_support::go_scenario(
+/// The scripted model of a run whose worker runs `script` to write hello.sh.
+fn hello_model(script: &str) -> ScriptedModel {
+    ScriptedModel::start(&redteam_support::go_scenario(
         &Ask {
             task: "写 hello.sh",
             criterion: "跑 `./hello.sh` 输出 hello",
@@ -70,9 +72,13 @@ fn attack(t: &mut Tally, name: &str, script: &str) {
             text(REPORT),
         ],
         Vec::new(),
-    ));
-    user_file(&p, &model, "sk-ant-test");
-    let mut c = user_command(&p);
+    ))
+}
+
+/// `flowerbox go --probe-checks` in `p` as the user, bounded by [`BOUND`].
+fn probed_run(p: &Project, model: &ScriptedModel) -> redteam_support::Outcome {
+    user_file(p, model, "sk-ant-test");
+    let mut c = user_command(p);
     c.env("FLOWER_NO_PROBE", "1").args([
         "--sandbox",
         "docker",
@@ -82,7 +88,15 @@ fn attack(t: &mut Tally, name: &str, script: &str) {
         "--probe-checks",
         "写个 hello.sh",
     ]);
-    let o = measured(c, BOUND, None);
+    measured(c, BOUND, None)
+}
+
+/// One hostile run: the worker plants with `script`; tallied as `name`.
+fn attack(t: &mut Tally, name: &str, script: &str) {
+    let p = Project::new();
+    let _sweep = Sweep(p.ws.clone());
+    let model = hello_model(script);
+    let o = probed_run(&p, &model);
     eprintln!(
         "{name}: exit {:?}, hung {}, peak {} KiB\n{}",
         o.code, o.hung, o.max_rss_kb, o.text
@@ -123,4 +137,42 @@ fn a_repository_a_worker_makes_never_hangs_or_balloons_the_probe() {
     attack(&mut t, "inflated blob", &plant(&zeros, "true"));
     eprintln!("probe red team: {}", t.line(""));
     t.assert_clean();
+}
+
+#[test]
+fn the_dropped_line_the_probe_quotes_is_shown_clean() {
+    if !engine("redteam_probe_line") {
+        return;
+    }
+    let _serial = docker_support::SERIAL.blocking_lock();
+    let p = Project::new();
+    let _sweep = Sweep(p.ws.clone());
+    // The line's only site is dropping it (the rest is a comment): the probe quotes it.
+    let mut line = b"echo hello #".to_vec();
+    line.extend(hostile_bytes::payload("PL").into_bytes());
+    line.push(b'\n');
+    let script = format!(
+        "{} > hello.sh && chmod +x hello.sh",
+        hostile_bytes::printf_of(&line)
+    );
+    let model = hello_model(&script);
+    let o = probed_run(&p, &model);
+    assert_eq!(o.code, Some(0), "{}", o.text);
+    assert!(o.text.contains("探针:删掉 `hello.sh:1`"), "{}", o.text);
+    let mut t = hostile_bytes::Tally::default();
+    t.scan("stdout+stderr", o.text.as_bytes(), false, &["PL"]);
+    let log = std::fs::read(p.ws.join("runs/flowerbox.log")).unwrap_or_default();
+    t.scan("runs/flowerbox.log", &log, false, &["PL"]);
+    for dir in [p.ws.join(".flower"), p.ws.join("runs")] {
+        for f in hostile_bytes::people_files(&dir) {
+            let rel = f.strip_prefix(&p.ws).unwrap().display().to_string();
+            t.scan(&rel, &std::fs::read(&f).unwrap(), false, &["PL"]);
+        }
+    }
+    assert!(
+        hostile_bytes::Tally::reached(o.text.as_bytes(), "PL"),
+        "{}",
+        o.text
+    );
+    t.verdict("the probe's quoted line");
 }
