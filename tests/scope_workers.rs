@@ -47,6 +47,50 @@ fn worker(marker: &str, turns: Vec<serde_json::Value>) -> serde_json::Value {
     json!({"role": "worker", "prompt": marker, "turns": turns})
 }
 
+/// The coordinator of `model`'s scenario run through the runtime on the engine, in the
+/// repository `ws` with up to four workers, every container removed after; the run must end
+/// well. Its events.
+async fn scoped_run(
+    engine: &flowerbox::sandbox::docker::Engine,
+    ws: &Path,
+    id: &str,
+    model: &ScriptedModel,
+) -> Vec<Event> {
+    std::fs::create_dir_all(ws.join("runs")).unwrap();
+    let image = agent_image(engine).await;
+    let wb = Workbench::at(Workbench::locate(ws, true)).ensure().unwrap();
+    let mut opts = DockerOptions::new(id.to_string(), ws);
+    opts.image = Some(image);
+    opts.show_progress = false;
+    let factory = Arc::new(DockerSandboxFactory::connect(opts).await.expect("connect"));
+    let provider = model.provider(isolate_support::model_support::fast());
+    let mut cfg = RuntimeConfig::new(ws.to_path_buf(), "claude-sonnet-4-5".into(), id.to_string());
+    cfg.max_workers = 4;
+    let events: Arc<Mutex<Vec<Event>>> = Arc::new(Mutex::new(Vec::new()));
+    let ev = events.clone();
+    let rt = Arc::new(Runtime::new(
+        cfg,
+        provider,
+        Arc::new(SqliteSessionStore::open(ws.join("runs/sessions.db")).unwrap()),
+        factory.clone(),
+        Some(wb),
+        Arc::new(Absent),
+        Arc::new(move |e| ev.lock().unwrap().push(e)),
+    ));
+    let r = rt
+        .run(
+            &roles::coordinator("协调者", "", vec![]),
+            "派人",
+            RunOptions::default(),
+        )
+        .await;
+    rt.release_agents().await;
+    docker_support::teardown_blocking(&factory);
+    assert!(r.ok, "{:?}", r.error);
+    let events = events.lock().unwrap().clone();
+    events
+}
+
 #[tokio::test]
 async fn scoped_workers_run_in_parallel_stay_in_scope_and_overlapping_ones_serialise() {
     let Some(engine) = engine_or_skip("scope_workers").await else {
@@ -83,41 +127,8 @@ async fn scoped_workers_run_in_parallel_stay_in_scope_and_overlapping_ones_seria
             json!({"content": [text(REPORT)]})]),
     ]});
 
-    std::fs::create_dir_all(ws.join("runs")).unwrap();
-    let image = agent_image(&engine).await;
-    let wb_path = Workbench::locate(&ws, true);
-    let wb = Workbench::at(wb_path.clone()).ensure().unwrap();
-    let mut opts = DockerOptions::new(id.clone(), &ws);
-    opts.image = Some(image);
-    opts.show_progress = false;
-    let factory = Arc::new(DockerSandboxFactory::connect(opts).await.expect("connect"));
     let model = ScriptedModel::start(&scenario);
-    let provider = model.provider(isolate_support::model_support::fast());
-    let mut cfg = RuntimeConfig::new(ws.clone(), "claude-sonnet-4-5".into(), id.clone());
-    cfg.max_workers = 4;
-    let events: Arc<Mutex<Vec<Event>>> = Arc::new(Mutex::new(Vec::new()));
-    let ev = events.clone();
-    let rt = Arc::new(Runtime::new(
-        cfg,
-        provider,
-        Arc::new(SqliteSessionStore::open(ws.join("runs/sessions.db")).unwrap()),
-        factory.clone(),
-        Some(wb),
-        Arc::new(Absent),
-        Arc::new(move |e| ev.lock().unwrap().push(e)),
-    ));
-    let r = rt
-        .run(
-            &roles::coordinator("协调者", "", vec![]),
-            "派人",
-            RunOptions::default(),
-        )
-        .await;
-    rt.release_agents().await;
-    docker_support::teardown_blocking(&factory);
-    assert!(r.ok, "{:?}", r.error);
-
-    let events = events.lock().unwrap().clone();
+    let events = scoped_run(&engine, &ws, &id, &model).await;
     let results = |agent: &str, name: &str| results_of(&events, agent, name);
 
     // Disjoint scopes ran at the same time: each interval contains the other's start.
@@ -456,42 +467,9 @@ async fn a_scoped_worker_cannot_write_another_workers_scope_through_proc() {
                 "date > b/start; for i in $(seq 300); do [ -e a/done ] && break; sleep 0.1; done"}))]}),
             json!({"content": [text(REPORT)]})]),
     ]});
-    std::fs::create_dir_all(ws.join("runs")).unwrap();
     std::fs::create_dir_all(ws.join("a")).unwrap();
-    let image = agent_image(&engine).await;
-    let wb = Workbench::at(Workbench::locate(&ws, true))
-        .ensure()
-        .unwrap();
-    let mut opts = DockerOptions::new(id.clone(), &ws);
-    opts.image = Some(image);
-    opts.show_progress = false;
-    let factory = Arc::new(DockerSandboxFactory::connect(opts).await.expect("connect"));
     let model = ScriptedModel::start(&scenario);
-    let provider = model.provider(isolate_support::model_support::fast());
-    let mut cfg = RuntimeConfig::new(ws.clone(), "claude-sonnet-4-5".into(), id.clone());
-    cfg.max_workers = 4;
-    let events: Arc<Mutex<Vec<Event>>> = Arc::new(Mutex::new(Vec::new()));
-    let ev = events.clone();
-    let rt = Arc::new(Runtime::new(
-        cfg,
-        provider,
-        Arc::new(SqliteSessionStore::open(ws.join("runs/sessions.db")).unwrap()),
-        factory.clone(),
-        Some(wb),
-        Arc::new(Absent),
-        Arc::new(move |e| ev.lock().unwrap().push(e)),
-    ));
-    let r = rt
-        .run(
-            &roles::coordinator("协调者", "", vec![]),
-            "派人",
-            RunOptions::default(),
-        )
-        .await;
-    rt.release_agents().await;
-    docker_support::teardown_blocking(&factory);
-    assert!(r.ok, "{:?}", r.error);
-    let events = events.lock().unwrap().clone();
+    let events = scoped_run(&engine, &ws, &id, &model).await;
     let out: String = ["worker-1", "worker-2"]
         .iter()
         .flat_map(|w| results_of(&events, w, "Bash"))
