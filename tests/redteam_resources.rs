@@ -277,3 +277,48 @@ fn writing_past_the_disk_budget_stops_the_run_and_loses_nothing() {
         "disk (past the budget, in the workspace or a worktree and the container)",
     );
 }
+
+/// Inodes (DESIGN.md threat model 8): empty files allocate no block, so a worker could make
+/// millions of them — in the workspace and in the workbench's spill directory — and run the
+/// host's file system out of inodes well under a byte budget. It succeeds when the run is not
+/// stopped (exit 0, or the worker's last command ran) or a file it made is lost.
+#[test]
+fn making_empty_files_past_the_budgets_share_of_inodes_stops_the_run() {
+    if !engine("redteam_resources_inodes") {
+        return;
+    }
+    let _serial = docker_support::SERIAL.blocking_lock();
+    let mut t = Tally::default();
+    let p = Project::new();
+    let _sweep = Sweep(p.ws.clone());
+    let model = ScriptedModel::start(&go_scenario(vec![
+        json!({"content": [bash(
+            "for d in many .flower/spill/many; do for i in $(seq 50); do \
+               mkdir -p $d/$i && (cd $d/$i && seq 1000 | xargs touch); done; done \
+             && echo MADE && sleep 60 && touch not-stopped"
+        )]}),
+        text(REPORT),
+    ]));
+    user_file(&p, &model, "sk-ant-test");
+    let o = flowerbox(
+        &p,
+        &["go", "--timeout", "0", "做 X"],
+        &[("FLOWERBOX_DISK_BUDGET", "50M")],
+    );
+    eprintln!("inode attack: exit {:?}\n{}", o.code, o.text);
+    t.attempts += 1;
+    let made = p.ws.join("many/50/1000").exists() && p.ws.join(".flower/spill/many/1").exists();
+    t.expect("the files made", made, || o.text.clone());
+    if o.code != Some(1) || o.hung || p.ws.join("not-stopped").exists() {
+        t.successes.push(format!(
+            "100000 empty files: not stopped: exit {:?}",
+            o.code
+        ));
+    }
+    t.expect(
+        "the reason said",
+        o.text.contains("磁盘预算用完"),
+        || o.text.clone(),
+    );
+    report(t, "inodes (empty files in the workspace and the workbench)");
+}

@@ -47,6 +47,50 @@ fn worker(marker: &str, turns: Vec<serde_json::Value>) -> serde_json::Value {
     json!({"role": "worker", "prompt": marker, "turns": turns})
 }
 
+/// The coordinator of `model`'s scenario run through the runtime on the engine, in the
+/// repository `ws` with up to four workers, every container removed after; the run must end
+/// well. Its events.
+async fn scoped_run(
+    engine: &flowerbox::sandbox::docker::Engine,
+    ws: &Path,
+    id: &str,
+    model: &ScriptedModel,
+) -> Vec<Event> {
+    std::fs::create_dir_all(ws.join("runs")).unwrap();
+    let image = agent_image(engine).await;
+    let wb = Workbench::at(Workbench::locate(ws, true)).ensure().unwrap();
+    let mut opts = DockerOptions::new(id.to_string(), ws);
+    opts.image = Some(image);
+    opts.show_progress = false;
+    let factory = Arc::new(DockerSandboxFactory::connect(opts).await.expect("connect"));
+    let provider = model.provider(isolate_support::model_support::fast());
+    let mut cfg = RuntimeConfig::new(ws.to_path_buf(), "claude-sonnet-4-5".into(), id.to_string());
+    cfg.max_workers = 4;
+    let events: Arc<Mutex<Vec<Event>>> = Arc::new(Mutex::new(Vec::new()));
+    let ev = events.clone();
+    let rt = Arc::new(Runtime::new(
+        cfg,
+        provider,
+        Arc::new(SqliteSessionStore::open(ws.join("runs/sessions.db")).unwrap()),
+        factory.clone(),
+        Some(wb),
+        Arc::new(Absent),
+        Arc::new(move |e| ev.lock().unwrap().push(e)),
+    ));
+    let r = rt
+        .run(
+            &roles::coordinator("协调者", "", vec![]),
+            "派人",
+            RunOptions::default(),
+        )
+        .await;
+    rt.release_agents().await;
+    docker_support::teardown_blocking(&factory);
+    assert!(r.ok, "{:?}", r.error);
+    let events = events.lock().unwrap().clone();
+    events
+}
+
 #[tokio::test]
 async fn scoped_workers_run_in_parallel_stay_in_scope_and_overlapping_ones_serialise() {
     let Some(engine) = engine_or_skip("scope_workers").await else {
@@ -83,41 +127,8 @@ async fn scoped_workers_run_in_parallel_stay_in_scope_and_overlapping_ones_seria
             json!({"content": [text(REPORT)]})]),
     ]});
 
-    std::fs::create_dir_all(ws.join("runs")).unwrap();
-    let image = agent_image(&engine).await;
-    let wb_path = Workbench::locate(&ws, true);
-    let wb = Workbench::at(wb_path.clone()).ensure().unwrap();
-    let mut opts = DockerOptions::new(id.clone(), &ws);
-    opts.image = Some(image);
-    opts.show_progress = false;
-    let factory = Arc::new(DockerSandboxFactory::connect(opts).await.expect("connect"));
     let model = ScriptedModel::start(&scenario);
-    let provider = model.provider(isolate_support::model_support::fast());
-    let mut cfg = RuntimeConfig::new(ws.clone(), "claude-sonnet-4-5".into(), id.clone());
-    cfg.max_workers = 4;
-    let events: Arc<Mutex<Vec<Event>>> = Arc::new(Mutex::new(Vec::new()));
-    let ev = events.clone();
-    let rt = Arc::new(Runtime::new(
-        cfg,
-        provider,
-        Arc::new(SqliteSessionStore::open(ws.join("runs/sessions.db")).unwrap()),
-        factory.clone(),
-        Some(wb),
-        Arc::new(Absent),
-        Arc::new(move |e| ev.lock().unwrap().push(e)),
-    ));
-    let r = rt
-        .run(
-            &roles::coordinator("协调者", "", vec![]),
-            "派人",
-            RunOptions::default(),
-        )
-        .await;
-    rt.release_agents().await;
-    docker_support::teardown_blocking(&factory);
-    assert!(r.ok, "{:?}", r.error);
-
-    let events = events.lock().unwrap().clone();
+    let events = scoped_run(&engine, &ws, &id, &model).await;
     let results = |agent: &str, name: &str| results_of(&events, agent, name);
 
     // Disjoint scopes ran at the same time: each interval contains the other's start.
@@ -412,4 +423,85 @@ async fn a_racing_symlink_swap_never_moves_a_scope_mount_out_of_the_scope() {
         &swap
     };
     assert!(!names(real).is_empty(), "{:?}", names(real));
+}
+
+/// Red team (DESIGN.md threat model 3, issue 27 §3): the workers' containers share the pod's
+/// PID namespace and uid, so a scoped worker sees another worker's processes. Worker A (scope
+/// `a/`) waits until worker B (scope `b/`) runs, then tries to write through every process's
+/// `/proc/<pid>/root` and `cwd` into B's scope. Every attempt is counted; nothing may land
+/// outside `a/`.
+///
+/// OPEN (red team 2026-12-06): this attack succeeds today — A's writes land in `b/` through
+/// B's bash and exec processes (same uid, same PID namespace, no capability that tells them
+/// apart), so a write scope holds only against the worker's own processes. Ignored until the
+/// fix (a Landlock domain per writing agent, entered by the exec service and the per-command
+/// fallback's prefix alike, which refuses ptrace-mode access out of the domain, as DESIGN.md's
+/// Kubernetes section plans; or a PID namespace of their own for scoped workers) lands; it
+/// must then pass without `--ignored`.
+#[ignore = "open finding: a scoped worker writes another worker's scope through /proc; run explicitly"]
+#[tokio::test]
+async fn a_scoped_worker_cannot_write_another_workers_scope_through_proc() {
+    let Some(engine) = engine_or_skip("scope_workers_proc").await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = repo(dir.path());
+    let id = run_id("scope-proc");
+    let attack = "for i in $(seq 300); do [ -e b/start ] && break; sleep 0.1; done; ws=$(pwd); \
+        for p in $(ls /proc | grep -E '^[0-9]+$'); do [ \"$p\" = \"$$\" ] && continue; \
+          for via in \"/proc/$p/root$ws/b\" \"/proc/$p/cwd/b\" \"/proc/$p/root$ws\" \"/proc/$p/cwd\"; do \
+            echo TRY; echo pwned 2>/dev/null > \"$via/via-proc-$p\" && echo \"WROTE $via\"; \
+          done; done; touch a/done; true";
+    let scenario = json!({"agents": [
+        {"role": "coordinator", "turns": [
+            {"content": [
+                tool("Agent", json!({"description": "甲", "prompt": "TASK-A", "writes": ["a/"]})),
+                tool("Agent", json!({"description": "乙", "prompt": "TASK-B", "writes": ["b/"]}))]},
+            {"content": [text("都做完了")]}]},
+        worker("TASK-A", vec![
+            json!({"content": [tool("Bash", json!({"command": attack}))]}),
+            json!({"content": [text(REPORT)]})]),
+        worker("TASK-B", vec![
+            json!({"content": [tool("Bash", json!({"command":
+                "date > b/start; for i in $(seq 300); do [ -e a/done ] && break; sleep 0.1; done"}))]}),
+            json!({"content": [text(REPORT)]})]),
+    ]});
+    std::fs::create_dir_all(ws.join("a")).unwrap();
+    let model = ScriptedModel::start(&scenario);
+    let events = scoped_run(&engine, &ws, &id, &model).await;
+    let out: String = ["worker-1", "worker-2"]
+        .iter()
+        .flat_map(|w| results_of(&events, w, "Bash"))
+        .map(|(_, t)| t)
+        .collect();
+    let attempts = out.matches("TRY").count();
+    let landed: Vec<String> = walkdir(&ws)
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("via-proc-"))
+        })
+        .map(|p| p.display().to_string())
+        .collect();
+    eprintln!(
+        "scope red team, /proc of another worker: {attempts} attempts, {} succeeded\n{out}",
+        landed.len()
+    );
+    assert!(attempts > 0 && ws.join("b/start").exists(), "{out}");
+    assert!(landed.is_empty(), "{landed:#?}\n{out}");
+}
+
+/// Every file beneath `dir` (symlinks not followed).
+fn walkdir(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let t = e.file_type().unwrap();
+        if t.is_dir() {
+            out.extend(walkdir(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
 }

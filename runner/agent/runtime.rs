@@ -272,6 +272,11 @@ impl Runtime {
         &self.config
     }
 
+    /// The workspace's `.git` as the run found it at its start (read-only to every agent).
+    pub fn workspace_git(&self) -> Option<&std::path::Path> {
+        self.workspace_git.as_deref()
+    }
+
     /// The workbench, if any.
     pub fn workbench(&self) -> Option<&Workbench> {
         self.workbench.as_ref()

@@ -4,11 +4,12 @@
 //! wrote to its own file system — is bounded by [`DiskBudget`] (`FLOWERBOX_DISK_BUDGET`).
 //!
 //! [`DiskWatch`] measures while agents run, cheaply: every [`TICK`] it reads the used blocks
-//! (`statvfs`) of the places' file systems and of the engine's storage (a local engine's
+//! and inodes (`statvfs`) of the places' file systems and of the engine's storage (a local engine's
 //! data root, where the containers' layers are); only when they grew enough since the last
 //! full measurement that the budget could be reached (at most every [`FULL_MIN`]), and at
 //! least every [`WALK_EVERY`], does it measure fully: the places walked (allocated blocks, hard
-//! links once, never through a symlink, the run directory left out) and the engine asked for
+//! links once, never through a symlink, the run directory left out; each inode charged its
+//! share of its file system, [`inode_cost`]) and the engine asked for
 //! each container's writable layer (which the engine sizes by walking the container's layers:
 //! seconds on a busy machine, so never every tick). Past the budget [`DiskWatch::exceeded`]
 //! resolves: the driver stops the run there (exit 1, the in-flight step recorded as
@@ -287,14 +288,34 @@ fn fs_used(dirs: &[PathBuf]) -> Vec<(PathBuf, u64)> {
             continue;
         }
         if let Ok(v) = rustix::fs::statvfs(d) {
-            let used = v.f_blocks.saturating_sub(v.f_bfree);
-            out.push((d.clone(), used.saturating_mul(v.f_frsize)));
+            let blocks = v
+                .f_blocks
+                .saturating_sub(v.f_bfree)
+                .saturating_mul(v.f_frsize);
+            let inodes = v.f_files.saturating_sub(v.f_ffree);
+            out.push((
+                d.clone(),
+                blocks.saturating_add(inodes.saturating_mul(inode_cost(&v))),
+            ));
         }
     }
     out
 }
 
-/// Bytes allocated beneath the places (see the module docs).
+/// What one inode of a file system costs, in bytes: its share of the file system
+/// (`f_blocks × f_frsize / f_files`). A file system runs out of inodes as surely as of blocks,
+/// and an empty file allocates no block: charged this, an agent making millions of empty files
+/// spends the budget as fast as one filling the same share of the disk with bytes. Zero where
+/// the file system has no fixed count (btrfs says 0).
+fn inode_cost(v: &rustix::fs::StatVfs) -> u64 {
+    v.f_blocks
+        .saturating_mul(v.f_frsize)
+        .checked_div(v.f_files)
+        .unwrap_or(0)
+}
+
+/// Bytes allocated beneath the places, each inode charged [`inode_cost`] on top (see the
+/// module docs).
 fn usage(places: &DiskPlaces) -> u64 {
     let skip: HashSet<(u64, u64)> = places
         .skip
@@ -314,8 +335,9 @@ fn dir_flags() -> OFlags {
     OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
 }
 
-/// Bytes allocated beneath `root`: directories entered from their parent's handle, never
-/// through a symlink; `seen` holds directories and multiply linked files counted already.
+/// Bytes allocated beneath `root`, each inode charged its file system's [`inode_cost`] on
+/// top: directories entered from their parent's handle, never through a symlink; `seen` holds
+/// directories and multiply linked files counted already.
 fn walk(root: &Path, skip: &HashSet<(u64, u64)>, seen: &mut HashSet<(u64, u64)>) -> u64 {
     let Ok(fd) = rustix::fs::open(root, dir_flags(), Mode::empty()) else {
         return 0;
@@ -329,6 +351,9 @@ fn walk(root: &Path, skip: &HashSet<(u64, u64)>, seen: &mut HashSet<(u64, u64)>)
     let mut total = 0u64;
     let mut stack: Vec<OwnedFd> = vec![fd];
     while let Some(dir) = stack.pop() {
+        let per_inode = rustix::fs::fstatvfs(&dir)
+            .map(|v| inode_cost(&v))
+            .unwrap_or(0);
         let Ok(listable) = rustix::fs::openat(&dir, ".", dir_flags(), Mode::empty()) else {
             continue;
         };
@@ -351,7 +376,9 @@ fn walk(root: &Path, skip: &HashSet<(u64, u64)>, seen: &mut HashSet<(u64, u64)>)
             {
                 continue;
             }
-            total = total.saturating_add(u64::try_from(st.st_blocks).unwrap_or(0) * 512);
+            total = total
+                .saturating_add(u64::try_from(st.st_blocks).unwrap_or(0) * 512)
+                .saturating_add(per_inode);
             if is_dir {
                 subdirs.push(CString::from(name));
             }

@@ -36,6 +36,22 @@ fn the_walk_counts_blocks_once_skips_the_run_dir_and_follows_no_link() {
     assert_eq!(usage(&twice), usage(&places_of(&root)));
 }
 
+/// Empty files allocate no block, but each takes an inode: they count at their file system's
+/// share per inode, so millions of them cannot run the host out of inodes under the budget.
+#[test]
+fn empty_files_count_by_their_inodes() {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().canonicalize().unwrap();
+    let cost = inode_cost(&rustix::fs::statvfs(&root).unwrap());
+    let empty = usage(&places_of(&root));
+    std::fs::create_dir(root.join("many")).unwrap();
+    for i in 0..1000 {
+        std::fs::File::create(root.join(format!("many/{i}"))).unwrap();
+    }
+    let grown = usage(&places_of(&root)) - empty;
+    assert!(cost > 0 && grown >= 1001 * cost, "{grown} < 1001 × {cost}");
+}
+
 #[test]
 fn a_full_measurement_is_due_when_the_file_system_grew_enough_to_matter() {
     let d = tempfile::tempdir().unwrap();

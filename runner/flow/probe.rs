@@ -136,6 +136,7 @@ async fn probe(
         return inconclusive("这次运行没有运行目录,没地方放副本");
     };
     let (ws, exclude) = super::guard::scene_scope(rt);
+    let git = rt.workspace_git().map(Path::to_path_buf);
     let seed = seed(&rt.config().run_id, round);
     let mut mount_points = rt.config().masked.clone();
     mount_points.extend(rt.workbench().map(|w| w.root().to_path_buf()));
@@ -158,7 +159,7 @@ async fn probe(
             .into_iter()
             .filter(|p| !p.starts_with(".git:"))
             .collect();
-        let site = choose(candidate_sites(&ws, since, &changed), seed);
+        let site = choose(candidate_sites(&ws, git.as_deref(), since, &changed), seed);
         if let (Some(s), true) = (&site, differs.is_empty()) {
             let text = &changed.iter().find(|(p, _)| *p == s.path).expect("found").1;
             if let Some(mutated) = s.apply(text) {
@@ -197,10 +198,16 @@ async fn probe(
 }
 
 /// The sites a defect may be planted at, among the `changed` files (path, text) of the
-/// candidate at `ws`: those on lines this run wrote ([`super::written`]), or, when those lines
-/// have none (an `#include` added, a comment fixed), every site of those files.
-fn candidate_sites(ws: &Path, since: SystemTime, changed: &[(String, String)]) -> Vec<Site> {
-    let base = Baseline::at(ws, since);
+/// candidate at `ws` (its `.git` at the run's start: `git`): those on lines this run wrote
+/// ([`super::written`]), or, when those lines have none (an `#include` added, a comment
+/// fixed), every site of those files.
+fn candidate_sites(
+    ws: &Path,
+    git: Option<&Path>,
+    since: SystemTime,
+    changed: &[(String, String)],
+) -> Vec<Site> {
+    let base = Baseline::at(ws, git, since);
     let mut own = Vec::new();
     let mut all = Vec::new();
     for (path, text) in changed {
@@ -410,13 +417,19 @@ mod tests {
             ("http.c".to_string(), new.to_string()),
             ("new.sh".to_string(), "echo 1\n".to_string()),
         ];
-        let all = candidate_sites(&ws, since, &changed);
+        let git = Some(ws.join(".git"));
+        let all = candidate_sites(&ws, git.as_deref(), since, &changed);
         let places: Vec<String> = all.iter().map(Site::place).collect();
         assert_eq!(places, ["http.c:3", "new.sh:1", "new.sh:1"], "{all:?}");
         // Only an `#include` written: the rest of the file is fair game.
         let include =
             "#include <x.h>\n/* http.c */\nint a = 1;\nint b = 2;\nif (a == b) return 3;\n";
-        let only = candidate_sites(&ws, since, &[("http.c".to_string(), include.to_string())]);
+        let only = candidate_sites(
+            &ws,
+            git.as_deref(),
+            since,
+            &[("http.c".to_string(), include.to_string())],
+        );
         assert!(only.iter().any(|s| s.line == 5), "{only:?}");
     }
 

@@ -6,7 +6,15 @@
 //! `HEAD`'s reflog: every move of the workspace's `HEAD` is flowerbox's own integration or the
 //! user's (workers see the workspace's `.git` read-only; with `--isolate` they commit in their
 //! own ref directories). A file's lines the run wrote are the lines a diff from that commit's
-//! version adds. Without a repository, without a reflog entry from before the start, or for a
+//! version adds.
+//!
+//! Only a repository no agent can have made is read: the workspace's own `.git` as the run
+//! found it at its start ([`crate::agent::place::workspace_git`], mounted read-only into every
+//! writing role), or, without one, the repository holding the workspace's parent (outside
+//! every mount). A `.git` (or a bare repository) an agent made in a workspace that had none is
+//! never opened — its reflog or objects could be FIFOs that hang the host's read, or a
+//! compressed blob of gigabytes inflated whole — and neither is one planted in a
+//! subdirectory. Without a repository, without a reflog entry from before the start, or for a
 //! file that commit does not have, every line of the file is the run's ([`Baseline::written`]
 //! says `None`).
 
@@ -23,10 +31,20 @@ pub struct Baseline {
 }
 
 impl Baseline {
-    /// The commit `HEAD` named at `since` in the repository holding `ws`; `None` when there is
-    /// no such record (module doc).
-    pub fn at(ws: &Path, since: SystemTime) -> Option<Baseline> {
-        let repo = git2::Repository::discover(ws).ok()?;
+    /// The commit `HEAD` named at `since` in the workspace `ws`'s repository: its own `.git`
+    /// when the run started with one (`git`, [`crate::agent::place::workspace_git`]), else the
+    /// one holding its parent; `None` when there is no such record (module doc).
+    pub fn at(ws: &Path, git: Option<&Path>, since: SystemTime) -> Option<Baseline> {
+        let repo = match git {
+            // Only `ws/.git` itself (the read-only mount), never `ws` as a bare repository.
+            Some(_) => git2::Repository::open_ext(
+                ws,
+                git2::RepositoryOpenFlags::NO_SEARCH,
+                std::iter::empty::<&std::ffi::OsStr>(),
+            )
+            .ok()?,
+            None => git2::Repository::discover(ws.parent()?).ok()?,
+        };
         let workdir = repo.workdir()?.canonicalize().ok()?;
         let prefix = ws
             .canonicalize()
@@ -119,18 +137,48 @@ mod tests {
         std::thread::sleep(Duration::from_millis(1100));
         let parent = repo.find_commit(first).unwrap();
         commit("x = 1;\ny = 3;\nz = 4;\n", &[&parent]);
-        let base = Baseline::at(&ws, since).expect("a baseline");
+        let base = Baseline::at(&ws, Some(&ws.join(".git")), since).expect("a baseline");
         let written = base.written("src/a.c", "x = 1;\ny = 3;\nz = 4;\n").unwrap();
         assert_eq!(written.into_iter().collect::<Vec<_>>(), [2, 3]);
         // A file the starting commit does not have: all of it is the run's.
         assert_eq!(base.written("src/new.c", "q = 1;\n"), None);
         // From a subdirectory of the repository, paths are the subdirectory's.
-        let sub = Baseline::at(&ws.join("src"), since).unwrap();
+        let sub = Baseline::at(&ws.join("src"), None, since).unwrap();
         assert_eq!(sub.written("a.c", "x = 1;\ny = 2;\n").unwrap().len(), 0);
         // Nothing before the start (the repository is younger than the run): no baseline.
         let before = SystemTime::UNIX_EPOCH + Duration::from_secs(10);
-        assert!(Baseline::at(&ws, before).is_none());
+        assert!(Baseline::at(&ws, Some(&ws.join(".git")), before).is_none());
         let plain = tempfile::tempdir().unwrap();
-        assert!(Baseline::at(plain.path(), since).is_none());
+        assert!(Baseline::at(plain.path(), None, since).is_none());
+    }
+
+    /// A workspace without a repository at the start: the `.git` an agent makes in it during
+    /// the run (here a valid one, with a reflog from before the start) is never read, nor one
+    /// planted in a subdirectory of a workspace that is a repository.
+    #[test]
+    fn a_repository_made_during_the_run_is_never_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        let ws = ws.canonicalize().unwrap();
+        let plant = |at: &Path| {
+            let repo = git2::Repository::init(at).unwrap();
+            std::fs::write(at.join("a.c"), "x = 1;\n").unwrap();
+            let mut index = repo.index().unwrap();
+            index.add_path(Path::new("a.c")).unwrap();
+            let tree = repo.find_tree(index.write_tree().unwrap()).unwrap();
+            let sig = git2::Signature::new("t", "t@x", &git2::Time::new(1000, 0)).unwrap();
+            repo.commit(Some("HEAD"), &sig, &sig, "c", &tree, &[])
+                .unwrap();
+        };
+        let since = SystemTime::now();
+        plant(&ws);
+        assert!(Baseline::at(&ws, None, since).is_none());
+        // The workspace is a repository's subdirectory, a repository planted in it.
+        let sub = ws.join("sub");
+        std::fs::create_dir_all(&sub).unwrap();
+        plant(&sub);
+        let base = Baseline::at(&sub, None, since).expect("the outer repository");
+        assert_eq!(base.prefix, Path::new("sub"));
     }
 }
