@@ -219,3 +219,382 @@ async fn the_probe_passes_on_the_local_engine() {
     let left = docker_support::containers_where(&engine, "label", label).await;
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// Runs `cmd` (`sh -c`) as root in the running container `id` and returns its stdout and stderr.
+async fn exec_in(engine: &Engine, id: &str, cmd: &str) -> String {
+    use bollard::exec::StartExecResults;
+    use bollard::models::ExecConfig;
+    let docker = engine.docker();
+    let config = ExecConfig {
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        cmd: Some(vec!["sh".into(), "-c".into(), cmd.into()]),
+        user: Some("0:0".into()),
+        ..Default::default()
+    };
+    let exec = docker.create_exec(id, config).await.unwrap().id;
+    let StartExecResults::Attached { mut output, .. } =
+        docker.start_exec(&exec, None).await.unwrap()
+    else {
+        panic!("detached")
+    };
+    let mut out = String::new();
+    while let Some(Ok(item)) = output.next().await {
+        if let LogOutput::StdOut { message } | LogOutput::StdErr { message } = item {
+            out.push_str(&String::from_utf8_lossy(&message));
+        }
+    }
+    out
+}
+
+/// Removes a container and a volume of the second engine when dropped (a failed assertion
+/// included), through the CLI: `Drop` cannot wait for the API.
+struct OnEngine {
+    host: String,
+    container: String,
+    volume: String,
+}
+
+impl Drop for OnEngine {
+    fn drop(&mut self) {
+        for args in [
+            vec!["rm", "-f", "-v", self.container.as_str()],
+            vec!["volume", "rm", "-f", self.volume.as_str()],
+        ] {
+            let _ = Command::new("docker")
+                .env("DOCKER_HOST", &self.host)
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// Issue 30 §2, the file operations of an engine that does not see the caller's disk: the exec
+/// service goes into a container of the second engine through the archive API (nothing of this
+/// machine's disk is mounted), the files live in a volume of that engine, and `Read`, `Write`,
+/// `Edit`, `Glob`, `Grep` and the content identity are done in the container, with the
+/// refusals of the local backend: a symlink out of the mounts, the masked run directory, a
+/// write into a read-only mount, a file over the size cap, a FIFO. The identity computed
+/// there equals the one computed here over the same tree (files, modes, a git repository's
+/// refs), and changes with an edit.
+#[tokio::test]
+async fn file_operations_run_inside_a_container_of_the_second_engine() {
+    use bollard::models::{Mount, MountType, VolumeCreateRequest};
+    use flowerbox::fsroot::{View, ViewMount};
+    use flowerbox::sandbox::docker::remote_files::{files_in, install_service};
+    use flowerbox::sandbox::files::{
+        Access, Contents, Edit, Exclusions, FilesError, GrepMode, GrepQuery, LocalFiles,
+        SandboxFiles,
+    };
+    use flowerbox::sandbox::service::ServiceSource;
+    use std::path::{Path, PathBuf};
+
+    let Some((host, engine, image)) = second_engine("second_engine_files").await else {
+        return;
+    };
+    let docker = engine.docker();
+    let tag = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+    // A root that exists on neither side beforehand; on the engine's side only afterwards.
+    let root = PathBuf::from(format!("/fbx-remote-files-{tag}"));
+    let guard = OnEngine {
+        host: host.clone(),
+        container: format!("fbx-test-remote-files-{tag}"),
+        volume: format!("fbx-test-remote-files-{tag}"),
+    };
+    docker
+        .create_volume(VolumeCreateRequest {
+            name: Some(guard.volume.clone()),
+            labels: Some([("flowerbox.test".to_string(), tag.clone())].into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+
+    // The tree, made here, then shipped as a tar (so the identity can be compared).
+    let here = tempfile::tempdir().unwrap();
+    let local_root = here.path().canonicalize().unwrap();
+    let w = |rel: &str, text: &str| {
+        let p = local_root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+    };
+    w(
+        "rw/src/main.rs",
+        "fn main() {\n    println!(\"hello\");\n}\n",
+    );
+    w("rw/notes.txt", "alpha\nbeta\n");
+    w("rw/.gitignore", "target/\n");
+    w("rw/target/debug/app", "binary");
+    w("rw/runs/record.json", "{}");
+    w("ro/readme.txt", "read only");
+    w("outside/secret", "not for agents");
+    flowerbox_testkit::git_with_identity(&local_root.join("rw"), &["init", "-q", "-b", "main"]);
+    flowerbox_testkit::git_with_identity(&local_root.join("rw"), &["add", "-A"]);
+    flowerbox_testkit::git_with_identity(&local_root.join("rw"), &["commit", "-qm", "one"]);
+    std::os::unix::fs::symlink(root.join("outside/secret"), local_root.join("rw/out")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", local_root.join("rw/etc")).unwrap();
+    let mut tar = tar::Builder::new(Vec::new());
+    tar.follow_symlinks(false);
+    tar.append_dir_all(".", &local_root).unwrap();
+    let tar = tar.into_inner().unwrap();
+
+    // What the local side says about the same tree, at the remote paths' place.
+    let rw_here = local_root.join("rw");
+    let exclude_here = Exclusions {
+        dirs: vec![rw_here.join("runs")],
+        files: Vec::new(),
+    };
+    let identity_here = LocalFiles.identity(&rw_here, &exclude_here).await.unwrap();
+
+    let uid = nix::unistd::getuid().as_raw();
+    let gid = nix::unistd::getgid().as_raw();
+    let script = format!(
+        "truncate -s 70M {r}/rw/huge && mkfifo {r}/rw/fifo && touch {r}/ready && exec sleep infinity",
+        r = root.display()
+    );
+    let body = ContainerCreateBody {
+        image: Some(image.clone()),
+        entrypoint: Some(vec!["sh".into(), "-c".into(), script]),
+        cmd: Some(vec![]),
+        // The entrypoint as root (the volume's root is root's); the service as this user, who
+        // owns the tree (the archive keeps its owners), as an agent owns its workspace.
+        user: Some("0:0".into()),
+        labels: Some([("flowerbox.test".to_string(), tag.clone())].into()),
+        host_config: Some(HostConfig {
+            mounts: Some(vec![Mount {
+                target: Some(root.to_string_lossy().into_owned()),
+                source: Some(guard.volume.clone()),
+                typ: Some(MountType::VOLUME),
+                ..Default::default()
+            }]),
+            network_mode: Some("none".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let options = bollard::query_parameters::CreateContainerOptions {
+        name: Some(guard.container.clone()),
+        ..Default::default()
+    };
+    let id = docker
+        .create_container(Some(options), body)
+        .await
+        .unwrap()
+        .id;
+    docker
+        .upload_to_container(
+            &id,
+            Some(bollard::query_parameters::UploadToContainerOptions {
+                path: root.to_string_lossy().into_owned(),
+                ..Default::default()
+            }),
+            bollard::body_full(tar.into()),
+        )
+        .await
+        .unwrap();
+    let binary = ServiceSource::Path(PathBuf::from(env!("CARGO_BIN_EXE_flowerbox")));
+    install_service(&engine, &id, &binary).await.unwrap();
+    docker.start_container(&id, None).await.unwrap();
+    // The entrypoint's files (a sparse file over the cap, a FIFO) before any call.
+    let mut ready = String::new();
+    for _ in 0..100 {
+        ready = exec_in(
+            &engine,
+            &id,
+            &format!("test -e {}/ready && echo yes", root.display()),
+        )
+        .await;
+        if ready.trim() == "yes" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(ready.trim(), "yes");
+    let files = files_in(&engine, &id, &format!("{uid}:{gid}"))
+        .await
+        .unwrap();
+
+    let (rw, ro) = (root.join("rw"), root.join("ro"));
+    let view = View::new(
+        vec![
+            ViewMount {
+                path: rw.clone(),
+                read_only: false,
+            },
+            ViewMount {
+                path: ro.clone(),
+                read_only: true,
+            },
+        ],
+        vec![rw.join("runs")],
+    );
+    let refused = |r: Result<(PathBuf, Contents), FilesError>| match r {
+        Err(FilesError::View(v)) => format!("{v:?}"),
+        other => panic!("{other:?}"),
+    };
+    let kind = |s: String| s.split(['(', ' ']).next().unwrap().to_string();
+    // Reads.
+    let (p, c) = files
+        .read(&view, &rw.join("notes.txt"), Access::Read)
+        .await
+        .unwrap();
+    assert_eq!(
+        (p, c),
+        (
+            rw.join("notes.txt"),
+            Contents::File(b"alpha\nbeta\n".to_vec())
+        )
+    );
+    assert_eq!(
+        files
+            .read(&view, &rw.join("src"), Access::Read)
+            .await
+            .unwrap()
+            .1,
+        Contents::Dir
+    );
+    assert_eq!(
+        files
+            .head(&view, &ro.join("readme.txt"), 4)
+            .await
+            .unwrap()
+            .1,
+        b"read"
+    );
+    // Refusals, as the local backend gives them.
+    assert_eq!(
+        kind(refused(
+            files.read(&view, &rw.join("out"), Access::Read).await
+        )),
+        "Outside"
+    );
+    assert_eq!(
+        kind(refused(
+            files.read(&view, &rw.join("etc"), Access::Read).await
+        )),
+        "Outside"
+    );
+    assert_eq!(
+        kind(refused(
+            files
+                .read(&view, &root.join("outside/secret"), Access::Read)
+                .await
+        )),
+        "Outside"
+    );
+    assert_eq!(
+        kind(refused(
+            files
+                .read(&view, &rw.join("runs/record.json"), Access::Read)
+                .await
+        )),
+        "Masked"
+    );
+    assert_eq!(
+        kind(refused(
+            files
+                .read(&view, &ro.join("readme.txt"), Access::Write)
+                .await
+        )),
+        "ReadOnly"
+    );
+    let huge = refused(files.read(&view, &rw.join("huge"), Access::Read).await);
+    assert!(huge.starts_with("Fs(TooLarge"), "{huge}");
+    let fifo = refused(files.read(&view, &rw.join("fifo"), Access::Read).await);
+    assert_eq!(fifo, "Fs(NotRegular)");
+    match files.write(&view, &ro.join("new.txt"), b"x".to_vec()).await {
+        Err(FilesError::View(v)) => assert!(format!("{v:?}").starts_with("ReadOnly"), "{v:?}"),
+        other => panic!("{other:?}"),
+    }
+    match files
+        .write(&view, &root.join("outside/new"), b"x".to_vec())
+        .await
+    {
+        Err(FilesError::View(v)) => assert!(format!("{v:?}").starts_with("Outside"), "{v:?}"),
+        other => panic!("{other:?}"),
+    }
+
+    // The identity, computed in the container, equals this machine's over the same tree.
+    let exclude = Exclusions {
+        dirs: vec![rw.join("runs")],
+        files: Vec::new(),
+    };
+    let before = files.identity(&rw, &exclude).await.unwrap();
+    let changed = identity_here.changed(&before);
+    // The two files made in the container count there (`huge`; the FIFO never does).
+    assert_eq!(changed, ["huge"], "{changed:?}");
+
+    // Writes and edits land in the volume, a large write whole (over one frame).
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    let (p, existed) = files
+        .write(&view, &rw.join("gen/big.bin"), big.clone())
+        .await
+        .unwrap();
+    assert_eq!((p, existed), (rw.join("gen/big.bin"), false));
+    assert_eq!(
+        files
+            .read(&view, &rw.join("gen/big.bin"), Access::Read)
+            .await
+            .unwrap()
+            .1,
+        Contents::File(big)
+    );
+    let edit = Edit {
+        old: "hello".into(),
+        new: "remote".into(),
+        all: false,
+    };
+    assert_eq!(
+        files
+            .edit(&view, &rw.join("src/main.rs"), &edit)
+            .await
+            .unwrap()
+            .1,
+        Ok(1)
+    );
+    let inside = exec_in(
+        &engine,
+        &id,
+        &format!(
+            "cat {}/rw/src/main.rs; ls {}/ro",
+            root.display(),
+            root.display()
+        ),
+    )
+    .await;
+    assert!(inside.contains("println!(\"remote\")"), "{inside}");
+    assert_eq!(inside.lines().last(), Some("readme.txt"), "{inside}");
+    let after = files.identity(&rw, &exclude).await.unwrap();
+    assert_eq!(before.changed(&after), ["gen/big.bin", "src/main.rs"]);
+
+    // Glob and grep walk the container's tree, ignore rules and links as rg does.
+    let (base, found) = files.glob(&view, &rw, "**/*.rs").await.unwrap();
+    assert_eq!(base, rw);
+    let found: Vec<_> = found.into_iter().map(|(p, _)| p).collect();
+    assert_eq!(found, [rw.join("src/main.rs")]);
+    let q = GrepQuery {
+        pattern: "remote|beta".into(),
+        glob: None,
+        file_type: None,
+        mode: GrepMode::Files,
+        case_insensitive: false,
+        numbers: false,
+        after: 0,
+        before: 0,
+        head_limit: None,
+        multiline: false,
+    };
+    let mut lines = files.grep(&view, &rw, &q).await.unwrap();
+    lines.sort();
+    let want: Vec<String> = ["notes.txt", "src/main.rs"]
+        .iter()
+        .map(|r| rw.join(r).display().to_string())
+        .collect();
+    assert_eq!(lines, want);
+
+    // Nothing of it ever was on this machine's disk.
+    assert!(!Path::new(&root).exists());
+    drop(guard);
+}

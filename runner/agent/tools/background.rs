@@ -399,7 +399,10 @@ mod tests {
             parse_status(&String::from_utf8(o.stdout).unwrap()).unwrap()
         };
         let s = run(script);
-        assert_eq!((s.new_output.as_str(), s.size, s.state.as_str()), ("end", 10, "0"));
+        assert_eq!(
+            (s.new_output.as_str(), s.size, s.state.as_str()),
+            ("end", 10, "0")
+        );
         let s = run(read_script(&t, 100));
         assert_eq!(s.new_output, "end\n");
     }

@@ -27,6 +27,7 @@ pub(crate) mod liveness;
 pub(crate) mod network;
 mod pod;
 pub mod readonly;
+pub mod remote_files;
 pub mod seccomp;
 mod sentinel;
 pub mod service;

@@ -16,7 +16,7 @@ use crate::fsroot::walk::{walk, Rules};
 use crate::fsroot::View;
 
 /// What a grep prints per matching file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum GrepMode {
     /// The matching lines (with context).
     Content,
@@ -27,7 +27,7 @@ pub enum GrepMode {
 }
 
 /// One grep, as the `Grep` tool takes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GrepQuery {
     /// The regular expression (ripgrep syntax).
     pub pattern: String,

@@ -49,6 +49,10 @@ pub(crate) enum Event {
     Killed(bool),
     /// The command did not start (last event).
     Failed(String),
+    /// Bytes of a file operation's result body.
+    Data(Vec<u8>),
+    /// A file operation's reply, as sent (last event).
+    Done(Vec<u8>),
 }
 
 /// The service's stdin, written by the requests themselves (one frame at a time).
@@ -353,6 +357,8 @@ async fn dispatch(shared: &Shared, frame: Frame) -> Result<(), DispatchError> {
         Kind::Exit => Event::Exit(frame.json::<Exit>()?),
         Kind::Killed => Event::Killed(frame.json::<Killed>()?.ok),
         Kind::Failed => Event::Failed(frame.json::<Failed>()?.message),
+        Kind::Data => Event::Data(frame.payload),
+        Kind::Done => Event::Done(frame.payload),
         other => return Err(DispatchError::Unexpected(other)),
     };
     let tx = lock(&shared.pending).get(&frame.id).cloned();
@@ -409,6 +415,17 @@ impl Request {
         };
         self.send(Kind::Kill, serde_json::to_vec(&kill).unwrap_or_default())
             .await
+    }
+
+    /// Sends one file operation: `input` as [`Kind::Input`] frames, then `call`. `false` when
+    /// the connection is gone or the call too large for a frame.
+    pub(crate) async fn files(&self, call: &[u8], input: &[u8]) -> bool {
+        for chunk in input.chunks(proto::CHUNK) {
+            if !self.send(Kind::Input, chunk.to_vec()).await {
+                return false;
+            }
+        }
+        self.send(Kind::Files, call.to_vec()).await
     }
 
     /// The next event; `None` when the connection ended.
