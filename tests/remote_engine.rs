@@ -598,3 +598,118 @@ async fn file_operations_run_inside_a_container_of_the_second_engine() {
     assert!(!Path::new(&root).exists());
     drop(guard);
 }
+
+/// Issue 30 §2, the repository on an engine that does not see the caller's disk: the
+/// workspace's repository goes into a volume of the second engine as a git bundle through the
+/// archive API (a chore container that mounts the volume only), a worker's commit made there
+/// comes back as a bundle of its branch, and the caller's repository takes it only through the
+/// checks of `isolate::bundle` (its own ref, objects hashed and bounded): the branch moves, the
+/// file it carries is the one committed there, and the caller's branch and disk are untouched.
+/// A bundle that names another branch is refused. The volume carries the run's and owner's
+/// labels (what `gc` needs), and nothing is left on the engine.
+#[tokio::test]
+async fn a_repository_goes_to_a_volume_of_the_second_engine_and_a_branch_comes_back_checked() {
+    use flowerbox::isolate::bundle::{receive, write_bundle};
+    use flowerbox::isolate::{open_workspace_repo, Adopted, IsolateError, Policy};
+    use flowerbox::record::owner::Owner;
+    use flowerbox::sandbox::docker::volumes::{branch_bundle, fill_from_bundle, Chore, RunVolume};
+    use std::path::{Path, PathBuf};
+
+    let Some((host, engine, image)) = second_engine("second_engine_volumes").await else {
+        return;
+    };
+    let tag = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let git = |args: &[&str]| flowerbox_testkit::git_with_identity(&ws, args);
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "one"]);
+    let base = git(&["rev-parse", "HEAD"]).trim().to_string();
+    let repo = open_workspace_repo(&ws).unwrap();
+    let out = write_bundle(&repo.open().unwrap(), &["refs/heads/main"]).unwrap();
+
+    let run_id = format!("remote-volumes-{tag}");
+    let volume = RunVolume::create(
+        &engine,
+        &run_id,
+        &ws,
+        "workspace",
+        &Owner::current().unwrap(),
+    )
+    .await
+    .unwrap();
+    let _guard = OnEngine {
+        host: host.clone(),
+        container: format!("fbx-none-{tag}"),
+        volume: volume.name.clone(),
+    };
+    let labelled = engine
+        .docker()
+        .list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
+            filters: Some([("label".to_string(), vec![format!("flowerbox.run={run_id}")])].into()),
+        }))
+        .await
+        .unwrap()
+        .volumes
+        .unwrap_or_default();
+    assert_eq!(labelled.len(), 1);
+    let labels = &labelled[0].labels;
+    assert!(labels.contains_key("flowerbox.owner.pid"), "{labels:?}");
+    assert_eq!(labels["flowerbox.workspace"], ws.to_string_lossy());
+
+    let at = PathBuf::from(format!("/fbx-remote-volumes-{tag}"));
+    let there = at.join("ws");
+    let chore = Chore {
+        engine: &engine,
+        image: &image,
+        user: "0:0",
+        mounts: vec![volume.mount(&at)],
+    };
+    fill_from_bundle(&chore, &there, &out, "main")
+        .await
+        .unwrap();
+    // A worker's commit on its branch there, as its container would make it.
+    let branch = "flower/r1/worker-1";
+    let commit = format!(
+        "cd {} && cat a.txt && git checkout -q -b {branch} && echo engine > made.txt && git add made.txt \
+         && git -c user.name=W -c user.email=w@example.invalid commit -qm made",
+        there.display()
+    );
+    chore.run(&commit, &[], None).await.unwrap();
+    let back = branch_bundle(&chore, &there, branch, &base).await.unwrap();
+    let moved = receive(&repo, &back, branch, Policy::Follow).unwrap();
+    let Adopted::Moved { from: None, to } = moved else {
+        panic!("{moved:?}")
+    };
+    let r = repo.open().unwrap();
+    let tree = r.find_commit(to).unwrap().tree().unwrap();
+    let made = tree.get_name("made.txt").unwrap().to_object(&r).unwrap();
+    assert_eq!(made.as_blob().unwrap().content(), b"engine\n");
+    assert_eq!(
+        r.find_commit(to).unwrap().parent_id(0).unwrap().to_string(),
+        base
+    );
+    // The caller's branch and files are as they were.
+    assert_eq!(git(&["rev-parse", "main"]).trim(), base);
+    assert!(!ws.join("made.txt").exists());
+    // The same bundle offered as another worker's branch is refused before anything is taken.
+    assert!(matches!(
+        receive(&repo, &back, "flower/r1/worker-2", Policy::Follow),
+        Err(IsolateError::Bundle(_))
+    ));
+
+    volume.remove(&engine).await.unwrap();
+    let chores = engine
+        .docker()
+        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some([("label".to_string(), vec!["flowerbox.chore".to_string()])].into()),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    assert!(chores.is_empty(), "{chores:?}");
+    assert!(!Path::new(&at).exists());
+}

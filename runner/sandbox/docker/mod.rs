@@ -35,6 +35,7 @@ pub mod shared_disk;
 mod teardown;
 pub mod usage;
 mod verify;
+pub mod volumes;
 
 pub use agent::DockerSandbox;
 pub use backend::DockerBackend;

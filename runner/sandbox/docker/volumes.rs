@@ -1,0 +1,372 @@
+//! Per-run volumes for an engine that does not see the caller's disk (issue 30 §2): the
+//! workspace's repository lives in a volume of the engine, filled from a git bundle through
+//! the engine's archive API, and a worker's branch comes back as a git bundle read through the
+//! same API ([`crate::isolate::bundle`] checks it before the repository takes anything). No path
+//! of this machine is ever given to the engine: every container here mounts volumes only.
+//!
+//! The git work on the engine's side runs in short-lived containers of the agent image
+//! ([`Chore`]): no network, every capability dropped, removed when done (also when the
+//! caller's future is dropped: the removal is spawned). A volume carries the run's labels and
+//! its owner's, as the run's containers do, so `gc` can tell an orphan.
+
+use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType, VolumeCreateRequest};
+use bollard::query_parameters::{
+    CreateContainerOptions, DownloadFromContainerOptions, LogsOptions, RemoveContainerOptions,
+    RemoveVolumeOptions, UploadToContainerOptions, WaitContainerOptions,
+};
+use futures::StreamExt;
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::Path;
+use std::time::Duration;
+
+use super::engine::status_code;
+use super::labels::{Owner, LABEL_RUN, LABEL_WORKSPACE};
+use super::Engine;
+use crate::isolate::bundle::MAX_BUNDLE;
+use crate::sandbox::SandboxError;
+
+/// Label: what a run's volume holds (`workspace`, `workbench`).
+pub const LABEL_VOLUME: &str = "flowerbox.volume";
+
+/// Longest a chore (a clone, a bundle) may run.
+const CHORE_WAIT: Duration = Duration::from_secs(600);
+
+/// Where a chore finds the files it was given, and leaves the one it makes.
+const DROP_DIR: &str = "/tmp";
+
+/// One volume of one run on the engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunVolume {
+    /// Its name (`fbx-<run>-<purpose>`).
+    pub name: String,
+}
+
+impl RunVolume {
+    /// Creates the volume for `purpose` of run `run_id` in `workspace`, labelled with the
+    /// run, the workspace, the purpose and `owner`.
+    pub async fn create(
+        engine: &Engine,
+        run_id: &str,
+        workspace: &Path,
+        purpose: &str,
+        owner: &Owner,
+    ) -> Result<RunVolume, SandboxError> {
+        let name = format!(
+            "fbx-{}-{}",
+            super::container::sanitize(run_id),
+            super::container::sanitize(purpose)
+        );
+        let mut labels = HashMap::from([
+            (LABEL_RUN.to_string(), run_id.to_string()),
+            (
+                LABEL_WORKSPACE.to_string(),
+                workspace.to_string_lossy().into_owned(),
+            ),
+            (LABEL_VOLUME.to_string(), purpose.to_string()),
+        ]);
+        owner.add_labels(&mut labels);
+        engine
+            .docker()
+            .create_volume(VolumeCreateRequest {
+                name: Some(name.clone()),
+                labels: Some(labels),
+                ..Default::default()
+            })
+            .await
+            .map_err(super::error::container(format!("creating volume {name}")))?;
+        Ok(RunVolume { name })
+    }
+
+    /// Removes the volume (gone already: fine).
+    pub async fn remove(&self, engine: &Engine) -> Result<(), SandboxError> {
+        match engine
+            .docker()
+            .remove_volume(&self.name, Some(RemoveVolumeOptions { force: true }))
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) if status_code(&e) == Some(404) => Ok(()),
+            Err(e) => Err(super::error::container(format!(
+                "removing volume {}",
+                self.name
+            ))(e)),
+        }
+    }
+
+    /// The volume's mount at `target` in a container.
+    pub fn mount(&self, target: &Path) -> Mount {
+        Mount {
+            target: Some(target.to_string_lossy().into_owned()),
+            source: Some(self.name.clone()),
+            typ: Some(MountType::VOLUME),
+            ..Default::default()
+        }
+    }
+}
+
+/// A short-lived container of `image` with `mounts` (volumes only) running one shell script
+/// as `user`.
+pub struct Chore<'a> {
+    /// The engine.
+    pub engine: &'a Engine,
+    /// The agent image (git and a shell).
+    pub image: &'a str,
+    /// Who the script runs as (`uid:gid`).
+    pub user: &'a str,
+    /// Its volumes.
+    pub mounts: Vec<Mount>,
+}
+
+/// What a chore's container is named after, and labelled with, so a leftover is found.
+const LABEL_CHORE: &str = "flowerbox.chore";
+
+impl Chore<'_> {
+    /// Runs `script` with `files` (name → bytes) put in [`DROP_DIR`] first; returns the bytes
+    /// of `take` (a file in [`DROP_DIR`]) when asked, at most `cap` bytes. A script that
+    /// exits non-zero is an error with its output's tail.
+    pub async fn run(
+        &self,
+        script: &str,
+        files: &[(&str, &[u8])],
+        take: Option<(&str, u64)>,
+    ) -> Result<Option<Vec<u8>>, SandboxError> {
+        let docker = self.engine.docker();
+        let name = format!("fbx-chore-{}", uuid::Uuid::new_v4().simple());
+        let body = ContainerCreateBody {
+            image: Some(self.image.to_string()),
+            entrypoint: Some(vec!["sh".into(), "-ec".into(), script.into()]),
+            cmd: Some(vec![]),
+            user: Some(self.user.to_string()),
+            working_dir: Some("/".into()),
+            network_disabled: Some(true),
+            labels: Some(HashMap::from([(LABEL_CHORE.to_string(), name.clone())])),
+            host_config: Some(HostConfig {
+                mounts: Some(self.mounts.clone()),
+                network_mode: Some("none".into()),
+                cap_drop: Some(vec!["ALL".into()]),
+                security_opt: Some(vec!["no-new-privileges".into()]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptions {
+            name: Some(name.clone()),
+            ..Default::default()
+        };
+        let id = docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(super::error::container(format!("creating {name}")))?
+            .id;
+        // Removed however this ends: awaited here, spawned when the future is dropped.
+        let mut removal = Removal {
+            docker: docker.clone(),
+            id: id.clone(),
+        };
+        let done = self.in_container(&id, &name, files, take).await;
+        removal.now().await;
+        done
+    }
+
+    /// [`Chore::run`] once the container `id` exists.
+    async fn in_container(
+        &self,
+        id: &str,
+        name: &str,
+        files: &[(&str, &[u8])],
+        take: Option<(&str, u64)>,
+    ) -> Result<Option<Vec<u8>>, SandboxError> {
+        let docker = self.engine.docker();
+        let id = id.to_string();
+        if !files.is_empty() {
+            let mut tar = tar::Builder::new(Vec::new());
+            for (file, bytes) in files {
+                let mut header = tar::Header::new_gnu();
+                header.set_size(bytes.len() as u64);
+                header.set_mode(0o644);
+                header.set_mtime(0);
+                tar.append_data(&mut header, file, *bytes)?;
+            }
+            let tar = tar.into_inner()?;
+            docker
+                .upload_to_container(
+                    &id,
+                    Some(UploadToContainerOptions {
+                        path: DROP_DIR.into(),
+                        ..Default::default()
+                    }),
+                    bollard::body_full(tar.into()),
+                )
+                .await
+                .map_err(super::error::container(format!("giving {name} its files")))?;
+        }
+        docker
+            .start_container(&id, None)
+            .await
+            .map_err(super::error::container(format!("starting {name}")))?;
+        let code = tokio::time::timeout(CHORE_WAIT, async {
+            let mut wait = docker.wait_container(&id, None::<WaitContainerOptions>);
+            let mut code = None;
+            while let Some(item) = wait.next().await {
+                match item {
+                    Ok(r) => code = Some(r.status_code),
+                    // A non-zero exit comes as an error carrying the code.
+                    Err(bollard::errors::Error::DockerContainerWaitError { code: c, .. }) => {
+                        code = Some(c)
+                    }
+                    Err(e) => {
+                        return Err(super::error::container(format!("waiting for {name}"))(e))
+                    }
+                }
+            }
+            Ok(code)
+        })
+        .await
+        .map_err(|_| {
+            SandboxError::Backend(format!(
+                "{name} did not end within {} s",
+                CHORE_WAIT.as_secs()
+            ))
+        })??;
+        if code != Some(0) {
+            return Err(SandboxError::Backend(format!(
+                "{name} ended with {code:?}: {}",
+                self.tail(&id).await
+            )));
+        }
+        let Some((file, cap)) = take else {
+            return Ok(None);
+        };
+        let path = format!("{DROP_DIR}/{file}");
+        let mut stream =
+            docker.download_from_container(&id, Some(DownloadFromContainerOptions { path }));
+        let mut tar_bytes = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk =
+                chunk.map_err(super::error::container(format!("reading {file} of {name}")))?;
+            tar_bytes.extend_from_slice(&chunk);
+            // The tar's headers and padding on top of the file.
+            if tar_bytes.len() as u64 > cap + (1 << 20) {
+                return Err(SandboxError::Backend(format!(
+                    "{file} of {name} is over {cap} bytes"
+                )));
+            }
+        }
+        let mut archive = tar::Archive::new(&tar_bytes[..]);
+        let mut entries = archive.entries()?;
+        let mut entry = entries
+            .next()
+            .ok_or_else(|| SandboxError::Backend(format!("{name} made no {file}")))??;
+        if entry.header().entry_type() != tar::EntryType::Regular || entry.size() > cap {
+            return Err(SandboxError::Backend(format!(
+                "{file} of {name} is not a regular file of at most {cap} bytes"
+            )));
+        }
+        let mut bytes = Vec::with_capacity(entry.size() as usize);
+        entry.read_to_end(&mut bytes)?;
+        Ok(Some(bytes))
+    }
+
+    /// The last lines of the container's output.
+    async fn tail(&self, id: &str) -> String {
+        let mut logs = self.engine.docker().logs(
+            id,
+            Some(LogsOptions {
+                stdout: true,
+                stderr: true,
+                tail: "20".into(),
+                ..Default::default()
+            }),
+        );
+        let mut out = String::new();
+        while let Some(Ok(item)) = logs.next().await {
+            out.push_str(&String::from_utf8_lossy(&item.into_bytes()));
+        }
+        crate::sandbox::service::proto::one_line(out.as_bytes())
+    }
+}
+
+/// Removes a chore's container when dropped (spawned: `Drop` cannot wait).
+struct Removal {
+    docker: bollard::Docker,
+    id: String,
+}
+
+impl Removal {
+    /// Removes the container now, waiting for it; nothing is left for `Drop`.
+    async fn now(&mut self) {
+        let id = std::mem::take(&mut self.id);
+        let rm = RemoveContainerOptions {
+            force: true,
+            v: true,
+            ..Default::default()
+        };
+        if let Err(e) = self.docker.remove_container(&id, Some(rm)).await {
+            tracing::warn!(error = %e, id, "removing a chore's container");
+        }
+    }
+}
+
+impl Drop for Removal {
+    fn drop(&mut self) {
+        let (docker, id) = (self.docker.clone(), std::mem::take(&mut self.id));
+        if id.is_empty() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        rt.spawn(async move {
+            let rm = RemoveContainerOptions {
+                force: true,
+                v: true,
+                ..Default::default()
+            };
+            if let Err(e) = docker.remove_container(&id, Some(rm)).await {
+                tracing::warn!(error = %e, id, "removing a chore's container");
+            }
+        });
+    }
+}
+
+/// Fills the repository at `repo` (a path in the volume mounted at `mount` by `chore`) from
+/// `bundle` ([`crate::isolate::bundle::write_bundle`] of the workspace), its branch `branch`
+/// checked out.
+pub async fn fill_from_bundle(
+    chore: &Chore<'_>,
+    repo: &Path,
+    bundle: &[u8],
+    branch: &str,
+) -> Result<(), SandboxError> {
+    let repo = crate::sandbox::shell_quote(&repo.to_string_lossy());
+    let branch = crate::sandbox::shell_quote(branch);
+    let script = format!(
+        "git -c init.defaultBranch=main clone -q --no-checkout {DROP_DIR}/in.bundle {repo}\n\
+         git -C {repo} checkout -q -B {branch} origin/{branch}\n\
+         git -C {repo} remote remove origin\n\
+         rm -f {DROP_DIR}/in.bundle"
+    );
+    chore
+        .run(&script, &[("in.bundle", bundle)], None)
+        .await
+        .map(|_| ())
+}
+
+/// The branch `branch` of the repository at `repo` (in a volume of `chore`) as a bundle of
+/// what `base` (a commit the caller's repository has) lacks; at most
+/// [`MAX_BUNDLE`] bytes. Untrusted: take it with [`crate::isolate::bundle::receive`].
+pub async fn branch_bundle(
+    chore: &Chore<'_>,
+    repo: &Path,
+    branch: &str,
+    base: &str,
+) -> Result<Vec<u8>, SandboxError> {
+    let repo = crate::sandbox::shell_quote(&repo.to_string_lossy());
+    let range = crate::sandbox::shell_quote(&format!("{base}..refs/heads/{branch}"));
+    let script = format!("git -C {repo} bundle create -q {DROP_DIR}/out.bundle {range}");
+    chore
+        .run(&script, &[], Some(("out.bundle", MAX_BUNDLE)))
+        .await?
+        .ok_or_else(|| SandboxError::Backend("no bundle".into()))
+}
