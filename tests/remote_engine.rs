@@ -609,10 +609,12 @@ async fn file_operations_run_inside_a_container_of_the_second_engine() {
 /// labels (what `gc` needs), and nothing is left on the engine.
 #[tokio::test]
 async fn a_repository_goes_to_a_volume_of_the_second_engine_and_a_branch_comes_back_checked() {
-    use flowerbox::isolate::bundle::{receive, write_bundle};
+    use flowerbox::isolate::bundle::{receive, write_bundle, MAX_BUNDLE};
     use flowerbox::isolate::{open_workspace_repo, Adopted, IsolateError, Policy};
     use flowerbox::record::owner::Owner;
-    use flowerbox::sandbox::docker::volumes::{branch_bundle, fill_from_bundle, Chore, RunVolume};
+    use flowerbox::sandbox::docker::volumes::{
+        branch_bundle, fill_from_bundle, run_labels, Chore, RunVolume,
+    };
     use std::path::{Path, PathBuf};
 
     let Some((host, engine, image)) = second_engine("second_engine_volumes").await else {
@@ -666,6 +668,7 @@ async fn a_repository_goes_to_a_volume_of_the_second_engine_and_a_branch_comes_b
         image: &image,
         user: "0:0",
         mounts: vec![volume.mount(&at)],
+        labels: run_labels(&run_id, &ws, &Owner::current().unwrap()),
     };
     fill_from_bundle(&chore, &there, &out, "main")
         .await
@@ -678,7 +681,9 @@ async fn a_repository_goes_to_a_volume_of_the_second_engine_and_a_branch_comes_b
         there.display()
     );
     chore.run(&commit, &[], None).await.unwrap();
-    let back = branch_bundle(&chore, &there, branch, &base).await.unwrap();
+    let back = branch_bundle(&chore, &there, branch, &base, MAX_BUNDLE)
+        .await
+        .unwrap();
     let moved = receive(&repo, &back, branch, Policy::Follow).unwrap();
     let Adopted::Moved { from: None, to } = moved else {
         panic!("{moved:?}")
@@ -712,4 +717,80 @@ async fn a_repository_goes_to_a_volume_of_the_second_engine_and_a_branch_comes_b
         .unwrap();
     assert!(chores.is_empty(), "{chores:?}");
     assert!(!Path::new(&at).exists());
+}
+
+/// `gc` on an engine without the caller's disk: a run volume and a disk probe's container whose
+/// owner is dead go; a live owner's volume stays.
+#[tokio::test]
+async fn gc_removes_dead_runs_volumes_and_probe_containers_on_the_second_engine() {
+    use flowerbox::record::owner::Owner;
+    use flowerbox::sandbox::docker::gc::gc;
+    use flowerbox::sandbox::docker::shared_disk::LABEL_DISK_PROBE;
+    use flowerbox::sandbox::docker::volumes::RunVolume;
+
+    let Some((host, engine, image)) = second_engine("second_engine_gc").await else {
+        return;
+    };
+    let tag = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let live = Owner::current().unwrap();
+    let mut dead = live.clone();
+    dead.start_ticks += 1;
+    let gone = RunVolume::create(&engine, &format!("gc-dead-{tag}"), &ws, "workspace", &dead)
+        .await
+        .unwrap();
+    let kept = RunVolume::create(&engine, &format!("gc-live-{tag}"), &ws, "workspace", &live)
+        .await
+        .unwrap();
+    let _guard = OnEngine {
+        host: host.clone(),
+        container: format!("fbx-gc-probe-{tag}"),
+        volume: kept.name.clone(),
+    };
+    let mut labels = std::collections::HashMap::from([(
+        LABEL_DISK_PROBE.to_string(),
+        ws.to_string_lossy().into_owned(),
+    )]);
+    dead.add_labels(&mut labels);
+    let body = ContainerCreateBody {
+        image: Some(image.clone()),
+        entrypoint: Some(vec!["true".into()]),
+        labels: Some(labels),
+        ..Default::default()
+    };
+    let options = bollard::query_parameters::CreateContainerOptions {
+        name: Some(format!("fbx-gc-probe-{tag}")),
+        ..Default::default()
+    };
+    engine
+        .docker()
+        .create_container(Some(options), body)
+        .await
+        .unwrap();
+
+    let report = gc(&engine, Some(&ws)).await.unwrap();
+    assert!(report.failed.is_empty(), "{report:?}");
+    let removed = report.removed.join("\n");
+    assert!(removed.contains(&gone.name), "{report:?}");
+    assert!(
+        removed.contains(&format!("fbx-gc-probe-{tag}")),
+        "{report:?}"
+    );
+    assert!(report.kept.join("\n").contains(&kept.name), "{report:?}");
+    let names: Vec<String> = engine
+        .docker()
+        .list_volumes(None::<bollard::query_parameters::ListVolumesOptions>)
+        .await
+        .unwrap()
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| v.name)
+        .collect();
+    assert!(
+        names.contains(&kept.name) && !names.contains(&gone.name),
+        "{names:?}"
+    );
+    kept.remove(&engine).await.unwrap();
 }

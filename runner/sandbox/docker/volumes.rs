@@ -1,7 +1,7 @@
 //! Per-run volumes for an engine that does not see the caller's disk (issue 30 §2): the
 //! workspace's repository lives in a volume of the engine, filled from a git bundle through
 //! the engine's archive API, and a worker's branch comes back as a git bundle read through the
-//! same API ([`crate::isolate::bundle`] checks it before the repository takes anything). No path
+//! same API (`isolate::bundle` checks it before the repository takes anything). No path
 //! of this machine is ever given to the engine: every container here mounts volumes only.
 //!
 //! The git work on the engine's side runs in short-lived containers of the agent image
@@ -23,7 +23,6 @@ use std::time::Duration;
 use super::engine::status_code;
 use super::labels::{Owner, LABEL_RUN, LABEL_WORKSPACE};
 use super::Engine;
-use crate::isolate::bundle::MAX_BUNDLE;
 use crate::sandbox::SandboxError;
 
 /// Label: what a run's volume holds (`workspace`, `workbench`).
@@ -34,6 +33,20 @@ const CHORE_WAIT: Duration = Duration::from_secs(600);
 
 /// Where a chore finds the files it was given, and leaves the one it makes.
 const DROP_DIR: &str = "/tmp";
+
+/// The labels of what one run makes on the engine (its volumes, its chores): the run, the
+/// workspace and the owner, so `gc` removes them once the owner is dead.
+pub fn run_labels(run_id: &str, workspace: &Path, owner: &Owner) -> HashMap<String, String> {
+    let mut labels = HashMap::from([
+        (LABEL_RUN.to_string(), run_id.to_string()),
+        (
+            LABEL_WORKSPACE.to_string(),
+            workspace.to_string_lossy().into_owned(),
+        ),
+    ]);
+    owner.add_labels(&mut labels);
+    labels
+}
 
 /// One volume of one run on the engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,15 +70,8 @@ impl RunVolume {
             super::container::sanitize(run_id),
             super::container::sanitize(purpose)
         );
-        let mut labels = HashMap::from([
-            (LABEL_RUN.to_string(), run_id.to_string()),
-            (
-                LABEL_WORKSPACE.to_string(),
-                workspace.to_string_lossy().into_owned(),
-            ),
-            (LABEL_VOLUME.to_string(), purpose.to_string()),
-        ]);
-        owner.add_labels(&mut labels);
+        let mut labels = run_labels(run_id, workspace, owner);
+        labels.insert(LABEL_VOLUME.to_string(), purpose.to_string());
         engine
             .docker()
             .create_volume(VolumeCreateRequest {
@@ -116,10 +122,12 @@ pub struct Chore<'a> {
     pub user: &'a str,
     /// Its volumes.
     pub mounts: Vec<Mount>,
+    /// The run's labels ([`run_labels`]), so a chore a killed run left is an orphan to `gc`.
+    pub labels: HashMap<String, String>,
 }
 
-/// What a chore's container is named after, and labelled with, so a leftover is found.
-const LABEL_CHORE: &str = "flowerbox.chore";
+/// Label of a chore's container (its name).
+pub const LABEL_CHORE: &str = "flowerbox.chore";
 
 impl Chore<'_> {
     /// Runs `script` with `files` (name → bytes) put in [`DROP_DIR`] first; returns the bytes
@@ -140,7 +148,11 @@ impl Chore<'_> {
             user: Some(self.user.to_string()),
             working_dir: Some("/".into()),
             network_disabled: Some(true),
-            labels: Some(HashMap::from([(LABEL_CHORE.to_string(), name.clone())])),
+            labels: Some({
+                let mut labels = self.labels.clone();
+                labels.insert(LABEL_CHORE.to_string(), name.clone());
+                labels
+            }),
             host_config: Some(HostConfig {
                 mounts: Some(self.mounts.clone()),
                 network_mode: Some("none".into()),
@@ -331,7 +343,7 @@ impl Drop for Removal {
 }
 
 /// Fills the repository at `repo` (a path in the volume mounted at `mount` by `chore`) from
-/// `bundle` ([`crate::isolate::bundle::write_bundle`] of the workspace), its branch `branch`
+/// `bundle` (`isolate::bundle::write_bundle` of the workspace), its branch `branch`
 /// checked out.
 pub async fn fill_from_bundle(
     chore: &Chore<'_>,
@@ -354,19 +366,20 @@ pub async fn fill_from_bundle(
 }
 
 /// The branch `branch` of the repository at `repo` (in a volume of `chore`) as a bundle of
-/// what `base` (a commit the caller's repository has) lacks; at most
-/// [`MAX_BUNDLE`] bytes. Untrusted: take it with [`crate::isolate::bundle::receive`].
+/// what `base` (a commit the caller's repository has) lacks; at most `cap` bytes (the
+/// taker's, `isolate::bundle::MAX_BUNDLE`). Untrusted: take it with `isolate::bundle::receive`.
 pub async fn branch_bundle(
     chore: &Chore<'_>,
     repo: &Path,
     branch: &str,
     base: &str,
+    cap: u64,
 ) -> Result<Vec<u8>, SandboxError> {
     let repo = crate::sandbox::shell_quote(&repo.to_string_lossy());
     let range = crate::sandbox::shell_quote(&format!("{base}..refs/heads/{branch}"));
     let script = format!("git -C {repo} bundle create -q {DROP_DIR}/out.bundle {range}");
     chore
-        .run(&script, &[], Some(("out.bundle", MAX_BUNDLE)))
+        .run(&script, &[], Some(("out.bundle", cap)))
         .await?
         .ok_or_else(|| SandboxError::Backend("no bundle".into()))
 }
