@@ -15,6 +15,9 @@
 #   9  once, one Bash call, model thinking 1.5 s a turn: --sandbox docker vs --sandbox host
 #  10  whole go run, 8 workers `sleep 2` in parallel  vs 1 worker (ratio; ideal 1.0)
 #  11  first once --resume of 10,000 messages, -T     vs a fresh once
+#  12  Read/Write/Grep/identity on an engine without the caller's disk (12-12d) vs the same on
+#      this machine's disk; the repository into a volume (12e). Only with
+#      FLOWERBOX_TEST_SECOND_ENGINE set (`scripts/second-engine.sh start` prints the engine)
 #
 # Usage: scripts/bench.sh [--release] [--base BIN] [--json FILE] [--repeat N] [--roundtrips N]
 #                         [--quick]
@@ -53,7 +56,7 @@ trap 'rm -rf "$parts"' EXIT
 echo "== building (${profile[*]:-debug})" >&2
 cargo build --quiet "${profile[@]}" --bins --example sandbox_bench --example runtime_bench \
   --example store_bench --example tools_bench --example mcp_bench --example cli_bench \
-  --example bench_report
+  --example bench_report --example remote_bench
 run() { cargo run --quiet "${profile[@]}" --example "$@"; }
 
 start=$(date +%s)
@@ -77,6 +80,12 @@ echo "== 9, 10, 11: whole runs of the flowerbox binary (issue 17)" >&2
 run cli_bench -- --repeat "$cli_repeat" "${base[@]}" --json "$parts/6-cli.json" >&2
 report=("$parts"/1-sandbox.json "$parts"/2-runtime.json "$parts"/3-store.json "$parts"/4-tools.json
   "$parts"/5-mcp.json "$parts"/6-cli.json)
+if [ -n "${FLOWERBOX_TEST_SECOND_ENGINE:-}" ]; then
+  echo "== 12: an engine without the caller's disk ($FLOWERBOX_TEST_SECOND_ENGINE)" >&2
+  run remote_bench -- --engine "$FLOWERBOX_TEST_SECOND_ENGINE" --calls "$calls" \
+    --json "$parts/7-remote.json" >&2
+  report+=("$parts/7-remote.json")
+fi
 if [ -n "$json" ]; then
   case "$json" in /*) ;; *) json="$PWD/$json" ;; esac
   run bench_report -- --json "$json" "${report[@]}"
