@@ -175,16 +175,8 @@ async fn main() {
     let (v_here, v_there) = (view_of(&here), view_of(&there));
     let file = |root: &Path| root.join("src/a/b/file.rs");
     let grep = GrepQuery {
-        pattern: "needle".into(),
-        glob: None,
-        file_type: None,
-        mode: GrepMode::Content,
-        case_insensitive: false,
         numbers: true,
-        after: 0,
-        before: 0,
-        head_limit: None,
-        multiline: false,
+        ..GrepQuery::new("needle", GrepMode::Content)
     };
     let none = Exclusions::default();
     // Borrowed by every timed call.

@@ -464,42 +464,16 @@ async fn file_operations_run_inside_a_container_of_the_second_engine() {
         b"read"
     );
     // Refusals, as the local backend gives them.
-    assert_eq!(
-        kind(refused(
-            files.read(&view, &rw.join("out"), Access::Read).await
-        )),
-        "Outside"
-    );
-    assert_eq!(
-        kind(refused(
-            files.read(&view, &rw.join("etc"), Access::Read).await
-        )),
-        "Outside"
-    );
-    assert_eq!(
-        kind(refused(
-            files
-                .read(&view, &root.join("outside/secret"), Access::Read)
-                .await
-        )),
-        "Outside"
-    );
-    assert_eq!(
-        kind(refused(
-            files
-                .read(&view, &rw.join("runs/record.json"), Access::Read)
-                .await
-        )),
-        "Masked"
-    );
-    assert_eq!(
-        kind(refused(
-            files
-                .read(&view, &ro.join("readme.txt"), Access::Write)
-                .await
-        )),
-        "ReadOnly"
-    );
+    for (path, access, want) in [
+        (rw.join("out"), Access::Read, "Outside"),
+        (rw.join("etc"), Access::Read, "Outside"),
+        (root.join("outside/secret"), Access::Read, "Outside"),
+        (rw.join("runs/record.json"), Access::Read, "Masked"),
+        (ro.join("readme.txt"), Access::Write, "ReadOnly"),
+    ] {
+        let got = kind(refused(files.read(&view, &path, access).await));
+        assert_eq!(got, want, "{path:?}");
+    }
     let huge = refused(files.read(&view, &rw.join("huge"), Access::Read).await);
     assert!(huge.starts_with("Fs(TooLarge"), "{huge}");
     let fifo = refused(files.read(&view, &rw.join("fifo"), Access::Read).await);
@@ -574,18 +548,7 @@ async fn file_operations_run_inside_a_container_of_the_second_engine() {
     assert_eq!(base, rw);
     let found: Vec<_> = found.into_iter().map(|(p, _)| p).collect();
     assert_eq!(found, [rw.join("src/main.rs")]);
-    let q = GrepQuery {
-        pattern: "remote|beta".into(),
-        glob: None,
-        file_type: None,
-        mode: GrepMode::Files,
-        case_insensitive: false,
-        numbers: false,
-        after: 0,
-        before: 0,
-        head_limit: None,
-        multiline: false,
-    };
+    let q = GrepQuery::new("remote|beta", GrepMode::Files);
     let mut lines = files.grep(&view, &rw, &q).await.unwrap();
     lines.sort();
     let want: Vec<String> = ["notes.txt", "src/main.rs"]

@@ -51,6 +51,25 @@ pub struct GrepQuery {
     pub multiline: bool,
 }
 
+impl GrepQuery {
+    /// `pattern` printed as `mode` says, with nothing else set (no filter, no context, no
+    /// limit, case-sensitive, one line at a time).
+    pub fn new(pattern: impl Into<String>, mode: GrepMode) -> GrepQuery {
+        GrepQuery {
+            pattern: pattern.into(),
+            glob: None,
+            file_type: None,
+            mode,
+            case_insensitive: false,
+            numbers: false,
+            after: 0,
+            before: 0,
+            head_limit: None,
+            multiline: false,
+        }
+    }
+}
+
 /// A glob as an override set rooted at `base`.
 pub(crate) fn overrides(
     base: &Path,

@@ -683,16 +683,8 @@ mod tests {
             local.glob(&v, &rw, "**/*.txt").await.unwrap()
         );
         let q = GrepQuery {
-            pattern: "th.re".into(),
-            glob: None,
-            file_type: None,
-            mode: super::super::GrepMode::Content,
-            case_insensitive: false,
             numbers: true,
-            after: 0,
-            before: 0,
-            head_limit: None,
-            multiline: false,
+            ..GrepQuery::new("th.re", super::super::GrepMode::Content)
         };
         let lines = remote.grep(&v, &rw, &q).await.unwrap();
         assert_eq!(lines, local.grep(&v, &rw, &q).await.unwrap());
