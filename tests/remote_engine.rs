@@ -757,3 +757,129 @@ async fn gc_removes_dead_runs_volumes_and_probe_containers_on_the_second_engine(
     );
     kept.remove(&engine).await.unwrap();
 }
+
+/// The run's files keeper on an engine without the caller's disk: the host's writes into the
+/// workbench volume (a note) land there for the agents' containers to see, the judge's content
+/// identity of the workspace volume is computed in it and equals this machine's over the same
+/// repository, and the workspace it mounts read-only stays so even for a view that claims
+/// otherwise (the engine refuses the write). Nothing of it is left.
+#[tokio::test]
+async fn the_files_keeper_writes_the_workbench_and_reads_the_workspace_on_the_second_engine() {
+    use bollard::models::Mount;
+    use flowerbox::fsroot::{View, ViewMount};
+    use flowerbox::isolate::bundle::write_bundle;
+    use flowerbox::isolate::open_workspace_repo;
+    use flowerbox::record::owner::Owner;
+    use flowerbox::sandbox::docker::remote_files::FilesKeeper;
+    use flowerbox::sandbox::docker::volumes::{fill_from_bundle, run_labels, Chore, RunVolume};
+    use flowerbox::sandbox::files::{Exclusions, FilesError, LocalFiles, SandboxFiles};
+    use flowerbox::sandbox::service::ServiceSource;
+    use std::path::PathBuf;
+
+    let Some((_, engine, image)) = second_engine("second_engine_keeper").await else {
+        return;
+    };
+    let tag = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let git = |args: &[&str]| flowerbox_testkit::git_with_identity(&ws, args);
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "one"]);
+    let owner = Owner::current().unwrap();
+    let run_id = format!("keeper-{tag}");
+    let labels = run_labels(&run_id, &ws, &owner);
+    let workspace = RunVolume::create(&engine, &run_id, &ws, "workspace", &owner)
+        .await
+        .unwrap();
+    let workbench = RunVolume::create(&engine, &run_id, &ws, "workbench", &owner)
+        .await
+        .unwrap();
+    let at = PathBuf::from(format!("/fbx-keeper-{tag}"));
+    let (there, wb) = (at.join("ws"), at.join("wb"));
+    let chore = Chore {
+        engine: &engine,
+        image: &image,
+        user: "0:0",
+        mounts: vec![workspace.mount(&at.join("ws")), workbench.mount(&wb)],
+        labels: labels.clone(),
+    };
+    let repo = open_workspace_repo(&ws).unwrap();
+    let bundle = write_bundle(&repo.open().unwrap(), &["refs/heads/main"]).unwrap();
+    fill_from_bundle(&chore, &there.join("repo"), &bundle, "main")
+        .await
+        .unwrap();
+    let read_only = Mount {
+        read_only: Some(true),
+        ..workspace.mount(&there)
+    };
+    let keeper = FilesKeeper::start(
+        &engine,
+        &image,
+        &format!("fbx-keeper-{tag}"),
+        &ServiceSource::Path(PathBuf::from(env!("CARGO_BIN_EXE_flowerbox"))),
+        vec![read_only, workbench.mount(&wb)],
+        labels,
+        "0:0",
+    )
+    .await
+    .unwrap();
+    let files = keeper.files();
+    let view = View::new(
+        vec![
+            ViewMount {
+                path: wb.clone(),
+                read_only: false,
+            },
+            // A view that claims the workspace is writable: the mount says no.
+            ViewMount {
+                path: there.clone(),
+                read_only: false,
+            },
+        ],
+        Vec::new(),
+    );
+    files
+        .write(&view, &wb.join("notes/worker-1.md"), b"# note\n".to_vec())
+        .await
+        .unwrap();
+    let seen = chore
+        .run(
+            &format!("cat {}/notes/worker-1.md", wb.display()),
+            &[],
+            None,
+        )
+        .await;
+    assert!(seen.is_ok(), "{seen:?}");
+    match files
+        .write(&view, &there.join("repo/a.txt"), b"changed".to_vec())
+        .await
+    {
+        Err(FilesError::View(e)) => assert!(format!("{e:?}").contains("Io"), "{e:?}"),
+        other => panic!("{other:?}"),
+    }
+    let remote = files
+        .identity(&there.join("repo"), &Exclusions::default())
+        .await
+        .unwrap();
+    let local = LocalFiles
+        .identity(&ws, &Exclusions::default())
+        .await
+        .unwrap();
+    assert_eq!(remote, local, "{:?}", local.changed(&remote));
+
+    keeper.stop(&engine).await;
+    workspace.remove(&engine).await.unwrap();
+    workbench.remove(&engine).await.unwrap();
+    let left = engine
+        .docker()
+        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some([("label".to_string(), vec![format!("flowerbox.run={run_id}")])].into()),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "{left:?}");
+}

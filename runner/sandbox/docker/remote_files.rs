@@ -165,3 +165,90 @@ impl FilesTransport for ServiceTransport {
         Ok((reply, body))
     }
 }
+
+/// A container of the run that mounts the run's volumes and answers file operations for the
+/// host: its writes into the workbench (notes, the brief, the goal) and the judge's content
+/// identity, which must not be computed beside an agent's processes. No agent runs in it and
+/// none shares its namespaces; it has no network and no capability, and its service runs as
+/// `user`.
+pub struct FilesKeeper {
+    id: String,
+    files: Arc<dyn SandboxFiles>,
+}
+
+impl FilesKeeper {
+    /// Creates and starts the keeper `name` of `image` with `mounts` (volumes only) and
+    /// `labels` (the run's, so `gc` knows it), its service installed from `source`.
+    pub async fn start(
+        engine: &Engine,
+        image: &str,
+        name: &str,
+        source: &ServiceSource,
+        mounts: Vec<bollard::models::Mount>,
+        labels: std::collections::HashMap<String, String>,
+        user: &str,
+    ) -> Result<FilesKeeper, SandboxError> {
+        let docker = engine.docker();
+        let body = bollard::models::ContainerCreateBody {
+            image: Some(image.to_string()),
+            entrypoint: Some(vec!["sleep".into(), "infinity".into()]),
+            cmd: Some(vec![]),
+            network_disabled: Some(true),
+            labels: Some(labels),
+            host_config: Some(bollard::models::HostConfig {
+                mounts: Some(mounts),
+                network_mode: Some("none".into()),
+                cap_drop: Some(vec!["ALL".into()]),
+                security_opt: Some(vec!["no-new-privileges".into()]),
+                init: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let options = bollard::query_parameters::CreateContainerOptions {
+            name: Some(name.to_string()),
+            ..Default::default()
+        };
+        let id = docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(super::error::container(format!("creating {name}")))?
+            .id;
+        let started = async {
+            install_service(engine, &id, source).await?;
+            docker
+                .start_container(&id, None)
+                .await
+                .map_err(super::error::container(format!("starting {name}")))?;
+            files_in(engine, &id, user).await
+        };
+        match started.await {
+            Ok(files) => Ok(FilesKeeper { id, files }),
+            Err(e) => {
+                remove_container(engine, &id).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The file operations done in the keeper.
+    pub fn files(&self) -> Arc<dyn SandboxFiles> {
+        self.files.clone()
+    }
+
+    /// Removes the keeper (its service's connection ends with it).
+    pub async fn stop(self, engine: &Engine) {
+        remove_container(engine, &self.id).await;
+    }
+}
+
+async fn remove_container(engine: &Engine, id: &str) {
+    let rm = bollard::query_parameters::RemoveContainerOptions {
+        force: true,
+        v: true,
+        ..Default::default()
+    };
+    if let Err(e) = engine.docker().remove_container(id, Some(rm)).await {
+        tracing::warn!(error = %e, id, "removing the files keeper");
+    }
+}
