@@ -564,7 +564,7 @@ async fn file_operations_run_inside_a_container_of_the_second_engine() {
 
 /// Issue 30 §2, the repository on an engine that does not see the caller's disk: the
 /// workspace's repository goes into a volume of the second engine as a git bundle through the
-/// archive API (a chore container that mounts the volume only), a worker's commit made there
+/// archive API (a chore container that mounts the volume only), a worker's commit made there in a worktree of the volume
 /// comes back as a bundle of its branch, and the caller's repository takes it only through the
 /// checks of `isolate::bundle` (its own ref, objects hashed and bounded): the branch moves, the
 /// file it carries is the one committed there, and the caller's branch and disk are untouched.
@@ -576,7 +576,7 @@ async fn a_repository_goes_to_a_volume_of_the_second_engine_and_a_branch_comes_b
     use flowerbox::isolate::{open_workspace_repo, Adopted, IsolateError, Policy};
     use flowerbox::record::owner::Owner;
     use flowerbox::sandbox::docker::volumes::{
-        branch_bundle, fill_from_bundle, run_labels, Chore, RunVolume,
+        add_worktree, branch_bundle, fill_from_bundle, run_labels, Chore, RunVolume,
     };
     use std::path::{Path, PathBuf};
 
@@ -636,12 +636,16 @@ async fn a_repository_goes_to_a_volume_of_the_second_engine_and_a_branch_comes_b
     fill_from_bundle(&chore, &there, &out, "main")
         .await
         .unwrap();
-    // A worker's commit on its branch there, as its container would make it.
+    // A worker's worktree there, and its commit, as its container would make it.
     let branch = "flower/r1/worker-1";
+    let worktree = at.join("worktrees/worker-1");
+    add_worktree(&chore, &there, &worktree, branch, &base)
+        .await
+        .unwrap();
     let commit = format!(
-        "cd {} && cat a.txt && git checkout -q -b {branch} && echo engine > made.txt && git add made.txt \
+        "cd {} && cat a.txt && echo engine > made.txt && git add made.txt \
          && git -c user.name=W -c user.email=w@example.invalid commit -qm made",
-        there.display()
+        worktree.display()
     );
     chore.run(&commit, &[], None).await.unwrap();
     let back = branch_bundle(&chore, &there, branch, &base, MAX_BUNDLE)

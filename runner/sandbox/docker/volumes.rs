@@ -383,3 +383,24 @@ pub async fn branch_bundle(
         .await?
         .ok_or_else(|| SandboxError::Backend("no bundle".into()))
 }
+
+/// Adds a worktree at `path` (in a volume of `chore`) of the repository at `repo` on a new
+/// branch `branch` from `base`: a worker's place on the engine's side. Its commits land in the
+/// repository's object store, where [`branch_bundle`] finds them.
+pub async fn add_worktree(
+    chore: &Chore<'_>,
+    repo: &Path,
+    path: &Path,
+    branch: &str,
+    base: &str,
+) -> Result<(), SandboxError> {
+    let q = |s: &str| crate::sandbox::shell_quote(s);
+    let script = format!(
+        "git -C {} worktree add -q -b {} {} {}",
+        q(&repo.to_string_lossy()),
+        q(branch),
+        q(&path.to_string_lossy()),
+        q(base)
+    );
+    chore.run(&script, &[], None).await.map(|_| ())
+}
