@@ -564,8 +564,8 @@ async fn file_operations_run_inside_a_container_of_the_second_engine() {
 
 /// Issue 30 §2, the repository on an engine that does not see the caller's disk: the
 /// workspace's repository goes into a volume of the second engine as a git bundle through the
-/// archive API (a chore container that mounts the volume only), a worker's commit made there in a worktree of the volume
-/// comes back as a bundle of its branch, and the caller's repository takes it only through the
+/// archive API (a chore container that mounts the volume only), a worker's commit made in a
+/// worktree of the volume comes back as a bundle of its branch, and the caller's repository takes it only through the
 /// checks of `isolate::bundle` (its own ref, objects hashed and bounded): the branch moves, the
 /// file it carries is the one committed there, and the caller's branch and disk are untouched.
 /// A bundle that names another branch is refused. The volume carries the run's and owner's
