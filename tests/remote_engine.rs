@@ -576,7 +576,8 @@ async fn a_repository_goes_to_a_volume_of_the_second_engine_and_a_branch_comes_b
     use flowerbox::isolate::{open_workspace_repo, Adopted, IsolateError, Policy};
     use flowerbox::record::owner::Owner;
     use flowerbox::sandbox::docker::volumes::{
-        add_worktree, branch_bundle, fill_from_bundle, run_labels, Chore, RunVolume,
+        add_worktree, branch_bundle, fill_from_bundle, run_labels, update_from_bundle, Chore,
+        RunVolume,
     };
     use std::path::{Path, PathBuf};
 
@@ -663,9 +664,21 @@ async fn a_repository_goes_to_a_volume_of_the_second_engine_and_a_branch_comes_b
         r.find_commit(to).unwrap().parent_id(0).unwrap().to_string(),
         base
     );
-    // The caller's branch and files are as they were.
+    // The caller's branch and files are as they were, until flowerbox integrates.
     assert_eq!(git(&["rev-parse", "main"]).trim(), base);
     assert!(!ws.join("made.txt").exists());
+    // Integrated here (a fast-forward, as flowerbox's integration would make it), the caller's
+    // branch goes back into the volume: its repository and working tree follow.
+    git(&["merge", "-q", "--ff-only", branch]);
+    let integrated = write_bundle(&repo.open().unwrap(), &["refs/heads/main"]).unwrap();
+    update_from_bundle(&chore, &there, &integrated, "main")
+        .await
+        .unwrap();
+    let check = format!(
+        "cd {} && test \"$(git rev-parse main)\" = {to} && grep -q engine made.txt",
+        there.display()
+    );
+    chore.run(&check, &[], None).await.unwrap();
     // The same bundle offered as another worker's branch is refused before anything is taken.
     assert!(matches!(
         receive(&repo, &back, "flower/r1/worker-2", Policy::Follow),

@@ -404,3 +404,27 @@ pub async fn add_worktree(
     );
     chore.run(&script, &[], None).await.map(|_| ())
 }
+
+/// Brings the repository at `repo` (in a volume of `chore`, filled by [`fill_from_bundle`]) up
+/// to `bundle` (`isolate::bundle::write_bundle` of the caller's `branch` after an
+/// integration): its `branch` moves to the bundle's tip and its working tree follows, so the
+/// judge and the next workers see what the caller's repository has. A bundle whose
+/// prerequisites the volume lacks fails (`git fetch` checks them).
+pub async fn update_from_bundle(
+    chore: &Chore<'_>,
+    repo: &Path,
+    bundle: &[u8],
+    branch: &str,
+) -> Result<(), SandboxError> {
+    let repo = crate::sandbox::shell_quote(&repo.to_string_lossy());
+    let refname = crate::sandbox::shell_quote(&format!("refs/heads/{branch}"));
+    let script = format!(
+        "git -C {repo} fetch -q {DROP_DIR}/in.bundle {refname}\n\
+         git -C {repo} reset -q --hard FETCH_HEAD\n\
+         rm -f {DROP_DIR}/in.bundle"
+    );
+    chore
+        .run(&script, &[("in.bundle", bundle)], None)
+        .await
+        .map(|_| ())
+}
