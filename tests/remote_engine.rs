@@ -667,6 +667,14 @@ async fn a_repository_goes_to_a_volume_of_the_second_engine_and_a_branch_comes_b
     // The caller's branch and files are as they were, until flowerbox integrates.
     assert_eq!(git(&["rev-parse", "main"]).trim(), base);
     assert!(!ws.join("made.txt").exists());
+    // The worker configured the volume's repository to run its commands in flowerbox's chores.
+    let hostile = format!(
+        "cd {t} && git config core.fsmonitor 'touch {t}/pwned-fsmonitor; false' \
+         && printf '#!/bin/sh\\ntouch {t}/pwned-hook\\n' > .git/hooks/post-checkout \
+         && chmod +x .git/hooks/post-checkout",
+        t = there.display()
+    );
+    chore.run(&hostile, &[], None).await.unwrap();
     // Integrated here (a fast-forward, as flowerbox's integration would make it), the caller's
     // branch goes back into the volume: its repository and working tree follow.
     git(&["merge", "-q", "--ff-only", branch]);
@@ -679,6 +687,20 @@ async fn a_repository_goes_to_a_volume_of_the_second_engine_and_a_branch_comes_b
         there.display()
     );
     chore.run(&check, &[], None).await.unwrap();
+    add_worktree(
+        &chore,
+        &there,
+        &at.join("worktrees/worker-2"),
+        "flower/r1/worker-2",
+        "main",
+    )
+    .await
+    .unwrap();
+    let untouched = format!(
+        "test ! -e {t}/pwned-fsmonitor && test ! -e {t}/pwned-hook",
+        t = there.display()
+    );
+    chore.run(&untouched, &[], None).await.unwrap();
     // The same bundle offered as another worker's branch is refused before anything is taken.
     assert!(matches!(
         receive(&repo, &back, "flower/r1/worker-2", Policy::Follow),

@@ -126,6 +126,11 @@ pub struct Chore<'a> {
     pub labels: HashMap<String, String>,
 }
 
+/// git as chores run it in a repository a worker could configure: no fsmonitor command, no
+/// hook (a worker's `core.fsmonitor` runs on `reset --hard`, its `post-checkout` hook on
+/// `worktree add`; they would run in the chore, with every volume it mounts).
+const GIT: &str = "git -c core.fsmonitor=false -c core.hooksPath=/dev/null";
+
 /// Label of a chore's container (its name).
 pub const LABEL_CHORE: &str = "flowerbox.chore";
 
@@ -354,9 +359,9 @@ pub async fn fill_from_bundle(
     let repo = crate::sandbox::shell_quote(&repo.to_string_lossy());
     let branch = crate::sandbox::shell_quote(branch);
     let script = format!(
-        "git -c init.defaultBranch=main clone -q --no-checkout {DROP_DIR}/in.bundle {repo}\n\
-         git -C {repo} checkout -q -B {branch} origin/{branch}\n\
-         git -C {repo} remote remove origin\n\
+        "{GIT} -c init.defaultBranch=main clone -q --no-checkout {DROP_DIR}/in.bundle {repo}\n\
+         {GIT} -C {repo} checkout -q -B {branch} origin/{branch}\n\
+         {GIT} -C {repo} remote remove origin\n\
          rm -f {DROP_DIR}/in.bundle"
     );
     chore
@@ -377,7 +382,7 @@ pub async fn branch_bundle(
 ) -> Result<Vec<u8>, SandboxError> {
     let repo = crate::sandbox::shell_quote(&repo.to_string_lossy());
     let range = crate::sandbox::shell_quote(&format!("{base}..refs/heads/{branch}"));
-    let script = format!("git -C {repo} bundle create -q {DROP_DIR}/out.bundle {range}");
+    let script = format!("{GIT} -C {repo} bundle create -q {DROP_DIR}/out.bundle {range}");
     chore
         .run(&script, &[], Some(("out.bundle", cap)))
         .await?
@@ -396,7 +401,7 @@ pub async fn add_worktree(
 ) -> Result<(), SandboxError> {
     let q = |s: &str| crate::sandbox::shell_quote(s);
     let script = format!(
-        "git -C {} worktree add -q -b {} {} {}",
+        "{GIT} -C {} worktree add -q -b {} {} {}",
         q(&repo.to_string_lossy()),
         q(branch),
         q(&path.to_string_lossy()),
@@ -419,8 +424,8 @@ pub async fn update_from_bundle(
     let repo = crate::sandbox::shell_quote(&repo.to_string_lossy());
     let refname = crate::sandbox::shell_quote(&format!("refs/heads/{branch}"));
     let script = format!(
-        "git -C {repo} fetch -q {DROP_DIR}/in.bundle {refname}\n\
-         git -C {repo} reset -q --hard FETCH_HEAD\n\
+        "{GIT} -C {repo} fetch -q {DROP_DIR}/in.bundle {refname}\n\
+         {GIT} -C {repo} reset -q --hard FETCH_HEAD\n\
          rm -f {DROP_DIR}/in.bundle"
     );
     chore
