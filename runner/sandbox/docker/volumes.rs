@@ -128,7 +128,9 @@ pub struct Chore<'a> {
 
 /// git as chores run it in a repository a worker could configure: no fsmonitor command, no
 /// hook (a worker's `core.fsmonitor` runs on `reset --hard`, its `post-checkout` hook on
-/// `worktree add`; they would run in the chore, with every volume it mounts).
+/// `worktree add`; they would run in the chore, with every volume it mounts). The rest of the
+/// repository's configuration (a clean/smudge filter, say) is still read: a chore must mount
+/// only volumes the workers can write anyway, and what it hands back is checked by the host.
 const GIT: &str = "git -c core.fsmonitor=false -c core.hooksPath=/dev/null";
 
 /// Label of a chore's container (its name).
