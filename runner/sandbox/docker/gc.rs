@@ -216,13 +216,19 @@ struct Found {
 impl Found {
     /// Everything of `workspace` (every workspace when `None`): the runs' containers and the
     /// disk probes', networks, volumes.
+    /// The four listings are asked at once: a run's start waits for the slowest, not the sum.
     async fn list(engine: &Engine, workspace: Option<&Path>) -> Result<Found, SandboxError> {
-        let mut containers = list(engine, workspace).await?;
-        containers.extend(list_probes(engine, workspace).await?);
+        let (mut containers, probes, networks, volumes) = futures::try_join!(
+            list(engine, workspace),
+            list_probes(engine, workspace),
+            list_networks(engine, workspace),
+            list_volumes(engine, workspace),
+        )?;
+        containers.extend(probes);
         Ok(Found {
             containers,
-            networks: list_networks(engine, workspace).await?,
-            volumes: list_volumes(engine, workspace).await?,
+            networks,
+            volumes,
         })
     }
 }
