@@ -247,6 +247,18 @@ async fn exec_in(engine: &Engine, id: &str, cmd: &str) -> String {
     out
 }
 
+/// The caller's repository: `a.txt` committed on `main`, in a directory of its own (canonical).
+fn caller_repo() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    let git = |args: &[&str]| flowerbox_testkit::git_with_identity(&ws, args);
+    git(&["init", "-q", "-b", "main"]);
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "one"]);
+    (dir, ws)
+}
+
 /// Removes a container and a volume of the second engine when dropped (a failed assertion
 /// included), through the CLI: `Drop` cannot wait for the API.
 struct OnEngine {
@@ -585,13 +597,8 @@ async fn a_repository_goes_to_a_volume_of_the_second_engine_and_a_branch_comes_b
         return;
     };
     let tag = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().canonicalize().unwrap();
+    let (_dir, ws) = caller_repo();
     let git = |args: &[&str]| flowerbox_testkit::git_with_identity(&ws, args);
-    git(&["init", "-q", "-b", "main"]);
-    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
-    git(&["add", "-A"]);
-    git(&["commit", "-qm", "one"]);
     let base = git(&["rev-parse", "HEAD"]).trim().to_string();
     let repo = open_workspace_repo(&ws).unwrap();
     let out = write_bundle(&repo.open().unwrap(), &["refs/heads/main"]).unwrap();
@@ -819,13 +826,7 @@ async fn the_files_keeper_writes_the_workbench_and_reads_the_workspace_on_the_se
         return;
     };
     let tag = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().canonicalize().unwrap();
-    let git = |args: &[&str]| flowerbox_testkit::git_with_identity(&ws, args);
-    git(&["init", "-q", "-b", "main"]);
-    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
-    git(&["add", "-A"]);
-    git(&["commit", "-qm", "one"]);
+    let (_dir, ws) = caller_repo();
     let owner = Owner::current().unwrap();
     let run_id = format!("keeper-{tag}");
     let labels = run_labels(&run_id, &ws, &owner);

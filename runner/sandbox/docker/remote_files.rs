@@ -189,31 +189,10 @@ impl FilesKeeper {
         user: &str,
     ) -> Result<FilesKeeper, SandboxError> {
         let docker = engine.docker();
-        let body = bollard::models::ContainerCreateBody {
-            image: Some(image.to_string()),
-            entrypoint: Some(vec!["sleep".into(), "infinity".into()]),
-            cmd: Some(vec![]),
-            network_disabled: Some(true),
-            labels: Some(labels),
-            host_config: Some(bollard::models::HostConfig {
-                mounts: Some(mounts),
-                network_mode: Some("none".into()),
-                cap_drop: Some(vec!["ALL".into()]),
-                security_opt: Some(vec!["no-new-privileges".into()]),
-                init: Some(true),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let options = bollard::query_parameters::CreateContainerOptions {
-            name: Some(name.to_string()),
-            ..Default::default()
-        };
-        let id = docker
-            .create_container(Some(options), body)
-            .await
-            .map_err(super::error::container(format!("creating {name}")))?
-            .id;
+        let entrypoint = vec!["sleep".into(), "infinity".into()];
+        let id =
+            super::volumes::create_confined(engine, name, image, entrypoint, None, mounts, labels)
+                .await?;
         let started = async {
             install_service(engine, &id, source).await?;
             docker

@@ -148,36 +148,19 @@ impl Chore<'_> {
     ) -> Result<Option<Vec<u8>>, SandboxError> {
         let docker = self.engine.docker();
         let name = format!("fbx-chore-{}", uuid::Uuid::new_v4().simple());
-        let body = ContainerCreateBody {
-            image: Some(self.image.to_string()),
-            entrypoint: Some(vec!["sh".into(), "-ec".into(), script.into()]),
-            cmd: Some(vec![]),
-            user: Some(self.user.to_string()),
-            working_dir: Some("/".into()),
-            network_disabled: Some(true),
-            labels: Some({
-                let mut labels = self.labels.clone();
-                labels.insert(LABEL_CHORE.to_string(), name.clone());
-                labels
-            }),
-            host_config: Some(HostConfig {
-                mounts: Some(self.mounts.clone()),
-                network_mode: Some("none".into()),
-                cap_drop: Some(vec!["ALL".into()]),
-                security_opt: Some(vec!["no-new-privileges".into()]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        let options = CreateContainerOptions {
-            name: Some(name.clone()),
-            ..Default::default()
-        };
-        let id = docker
-            .create_container(Some(options), body)
-            .await
-            .map_err(super::error::container(format!("creating {name}")))?
-            .id;
+        let mut labels = self.labels.clone();
+        labels.insert(LABEL_CHORE.to_string(), name.clone());
+        let entrypoint = vec!["sh".into(), "-ec".into(), script.into()];
+        let id = create_confined(
+            self.engine,
+            &name,
+            self.image,
+            entrypoint,
+            Some(self.user),
+            self.mounts.clone(),
+            labels,
+        )
+        .await?;
         // Removed however this ends: awaited here, spawned when the future is dropped.
         let mut removal = Removal {
             docker: docker.clone(),
@@ -304,6 +287,49 @@ impl Chore<'_> {
         }
         crate::sandbox::service::proto::one_line(out.as_bytes())
     }
+}
+
+/// Creates (never starts) the container `name` of `image` running `entrypoint` as `user`
+/// (the image's when `None`) with `mounts` (volumes only) and `labels`: no network, every
+/// capability dropped, no new privileges, an init. What the remote backend's own containers
+/// (chores, the files keeper) are made as.
+pub(crate) async fn create_confined(
+    engine: &Engine,
+    name: &str,
+    image: &str,
+    entrypoint: Vec<String>,
+    user: Option<&str>,
+    mounts: Vec<Mount>,
+    labels: HashMap<String, String>,
+) -> Result<String, SandboxError> {
+    let body = ContainerCreateBody {
+        image: Some(image.to_string()),
+        entrypoint: Some(entrypoint),
+        cmd: Some(vec![]),
+        user: user.map(str::to_string),
+        working_dir: Some("/".into()),
+        network_disabled: Some(true),
+        labels: Some(labels),
+        host_config: Some(HostConfig {
+            mounts: Some(mounts),
+            network_mode: Some("none".into()),
+            cap_drop: Some(vec!["ALL".into()]),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            init: Some(true),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let options = CreateContainerOptions {
+        name: Some(name.to_string()),
+        ..Default::default()
+    };
+    Ok(engine
+        .docker()
+        .create_container(Some(options), body)
+        .await
+        .map_err(super::error::container(format!("creating {name}")))?
+        .id)
 }
 
 /// Removes a chore's container when dropped (spawned: `Drop` cannot wait).
