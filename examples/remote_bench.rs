@@ -22,11 +22,10 @@
 mod bench_common;
 
 use bench_common::{print_table, write_part, Figure, Stats};
-use bollard::models::{ContainerCreateBody, HostConfig};
 use flowerbox::fsroot::{View, ViewMount};
 use flowerbox::isolate::bundle::write_bundle;
 use flowerbox::record::owner::Owner;
-use flowerbox::sandbox::docker::remote_files::{files_in, install_service};
+use flowerbox::sandbox::docker::remote_files::FilesKeeper;
 use flowerbox::sandbox::docker::volumes::{fill_from_bundle, run_labels, Chore, RunVolume};
 use flowerbox::sandbox::docker::Engine;
 use flowerbox::sandbox::files::{
@@ -85,7 +84,6 @@ async fn main() {
     let engine = Engine::connect(Some(&host), Duration::from_secs(10))
         .await
         .unwrap();
-    let docker = engine.docker();
     let tag = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
 
     // This machine's side: the tree in a git repository.
@@ -130,37 +128,18 @@ async fn main() {
             .unwrap();
         t_fill.push(t.elapsed().as_secs_f64() * 1e3);
     }
-    let name = format!("fbx-bench-{tag}");
-    let body = ContainerCreateBody {
-        image: Some(image.clone()),
-        entrypoint: Some(vec!["sleep".into(), "infinity".into()]),
-        cmd: Some(vec![]),
-        labels: Some(run_labels(&run_id, &here, &owner)),
-        host_config: Some(HostConfig {
-            mounts: Some(vec![volume.mount(&at)]),
-            network_mode: Some("none".into()),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let options = bollard::query_parameters::CreateContainerOptions {
-        name: Some(name.clone()),
-        ..Default::default()
-    };
-    let id = docker
-        .create_container(Some(options), body)
-        .await
-        .unwrap()
-        .id;
-    install_service(
+    let keeper = FilesKeeper::start(
         &engine,
-        &id,
+        &image,
+        &format!("fbx-bench-{tag}"),
         &ServiceSource::discover().expect("a flowerbox binary"),
+        vec![volume.mount(&at)],
+        run_labels(&run_id, &here, &owner),
+        "0:0",
     )
     .await
     .unwrap();
-    docker.start_container(&id, None).await.unwrap();
-    let remote = files_in(&engine, &id, "0:0").await.unwrap();
+    let remote = keeper.files();
     let local = LocalFiles;
 
     let view_of = |root: &Path| {
@@ -258,11 +237,7 @@ async fn main() {
             Stats::of(&t_fill),
         ),
     ];
-    let rm = bollard::query_parameters::RemoveContainerOptions {
-        force: true,
-        ..Default::default()
-    };
-    docker.remove_container(&id, Some(rm)).await.unwrap();
+    keeper.stop(&engine).await;
     volume.remove(&engine).await.unwrap();
     print_table(&figures);
     if let Some(path) = json_out {
