@@ -247,6 +247,29 @@ async fn exec_in(engine: &Engine, id: &str, cmd: &str) -> String {
     out
 }
 
+/// Removes every container, then every volume, labelled with run `run` on the second engine
+/// when dropped (a failed assertion included), through the CLI.
+struct RunOnEngine {
+    host: String,
+    run: String,
+}
+
+impl Drop for RunOnEngine {
+    fn drop(&mut self) {
+        let label = format!("label=flowerbox.run={}", self.run);
+        let script = format!(
+            "docker ps -aq --filter {label} | xargs -r docker rm -f -v; \
+             docker volume ls -q --filter {label} | xargs -r docker volume rm -f"
+        );
+        let _ = Command::new("sh")
+            .args(["-c", &script])
+            .env("DOCKER_HOST", &self.host)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
 /// The caller's repository: `a.txt` committed on `main`, in a directory of its own (canonical).
 fn caller_repo() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -822,13 +845,17 @@ async fn the_files_keeper_writes_the_workbench_and_reads_the_workspace_on_the_se
     use flowerbox::sandbox::service::ServiceSource;
     use std::path::PathBuf;
 
-    let Some((_, engine, image)) = second_engine("second_engine_keeper").await else {
+    let Some((host, engine, image)) = second_engine("second_engine_keeper").await else {
         return;
     };
     let tag = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
     let (_dir, ws) = caller_repo();
     let owner = Owner::current().unwrap();
     let run_id = format!("keeper-{tag}");
+    let _guard = RunOnEngine {
+        host,
+        run: run_id.clone(),
+    };
     let labels = run_labels(&run_id, &ws, &owner);
     let workspace = RunVolume::create(&engine, &run_id, &ws, "workspace", &owner)
         .await
@@ -908,6 +935,17 @@ async fn the_files_keeper_writes_the_workbench_and_reads_the_workspace_on_the_se
         .await
         .unwrap();
     assert_eq!(remote, local, "{:?}", local.changed(&remote));
+
+    // Its service killed, the next call starts another.
+    let kill = "for p in /proc/[0-9]*; do case \"$(tr '\\0' ' ' < $p/cmdline)\" in \
+                /usr/local/libexec/*) kill -9 ${p#/proc/};; esac; done";
+    exec_in(&engine, keeper.container(), kill).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let again = files
+        .identity(&there.join("repo"), &Exclusions::default())
+        .await
+        .unwrap();
+    assert_eq!(again, local);
 
     keeper.stop(&engine).await;
     workspace.remove(&engine).await.unwrap();

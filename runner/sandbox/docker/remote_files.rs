@@ -106,29 +106,72 @@ pub async fn files_in(
     container: &str,
     user: &str,
 ) -> Result<Arc<dyn SandboxFiles>, SandboxError> {
-    let argv = vec![SERVICE_PATH.to_string(), SUBCOMMAND.to_string()];
-    let service = Service::start(engine.docker(), container, user, argv)
+    let transport = ServiceTransport {
+        docker: engine.docker().clone(),
+        container: container.to_string(),
+        user: user.to_string(),
+        service: tokio::sync::Mutex::new(None),
+        starts: std::sync::atomic::AtomicU32::new(0),
+    };
+    transport
+        .live()
         .await
-        .map_err(|e| {
-            SandboxError::Backend(format!(
-                "the exec service in {container} did not start: {e}"
-            ))
-        })?;
-    Ok(Arc::new(RemoteFiles::new(ServiceTransport { service })))
+        .map_err(|e| SandboxError::Backend(e.to_string()))?;
+    Ok(Arc::new(RemoteFiles::new(transport)))
 }
 
-/// [`FilesTransport`] over one container's exec service.
+/// Service starts per transport: the first and two after deaths.
+const MAX_STARTS: u32 = 3;
+
+/// [`FilesTransport`] over one container's exec service, started again for the next call
+/// when it went (killed, the connection cut), at most [`MAX_STARTS`] times in all; a call in
+/// flight then fails.
 struct ServiceTransport {
-    service: Service,
+    docker: bollard::Docker,
+    container: String,
+    user: String,
+    service: tokio::sync::Mutex<Option<Service>>,
+    starts: std::sync::atomic::AtomicU32,
+}
+
+impl ServiceTransport {
+    /// The live service, started when there is none.
+    async fn live(&self) -> Result<Service, FilesError> {
+        let mut current = self.service.lock().await;
+        if let Some(s) = current.as_ref().filter(|s| s.alive()) {
+            return Ok(s.clone());
+        }
+        let starts = self
+            .starts
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if starts >= MAX_STARTS {
+            return Err(FilesError::Failed(format!(
+                "the exec service in {} went {MAX_STARTS} times",
+                self.container
+            )));
+        }
+        let argv = vec![SERVICE_PATH.to_string(), SUBCOMMAND.to_string()];
+        let started = Service::start(&self.docker, &self.container, &self.user, argv)
+            .await
+            .map_err(|e| {
+                FilesError::Failed(format!(
+                    "the exec service in {} did not start: {e}",
+                    self.container
+                ))
+            })?;
+        *current = Some(started.clone());
+        Ok(started)
+    }
 }
 
 #[async_trait::async_trait]
 impl FilesTransport for ServiceTransport {
     async fn call(&self, call: &Call, input: Vec<u8>) -> Result<(Reply, Vec<u8>), FilesError> {
-        let gone = || FilesError::Failed(self.service.why());
+        let service = self.live().await?;
+        let gone = || FilesError::Failed(service.why());
         let payload =
             serde_json::to_vec(call).map_err(|e| FilesError::Failed(format!("the call: {e}")))?;
-        let mut request = self.service.request().ok_or_else(gone)?;
+        let mut request = service.request().ok_or_else(gone)?;
         if !request.files(&payload, &input).await {
             return Err(gone());
         }
@@ -177,6 +220,11 @@ pub struct FilesKeeper {
 }
 
 impl FilesKeeper {
+    /// The keeper's container id.
+    pub fn container(&self) -> &str {
+        &self.id
+    }
+
     /// Creates and starts the keeper `name` of `image` with `mounts` (volumes only) and
     /// `labels` (the run's, so `gc` knows it), its service installed from `source`.
     pub async fn start(
