@@ -19,6 +19,9 @@
 #  12  scale curve: go with N = 1, cores, 8, 16, 32 workers `sleep 2` at once: wall clock (12) and
 #      runner peak RSS (12b) at 32 vs 1; per-worker overhead, ms (12c) and MiB (12d)
 #  13  once, text only (default tools): --sandbox docker vs --sandbox host (no container at all)
+#  14  Read/Write/Grep/identity on an engine without the caller's disk (14-14d) vs the same on
+#      this machine's disk; the repository into a volume (14e). Only with
+#      FLOWERBOX_TEST_SECOND_ENGINE set (`scripts/second-engine.sh start` prints the engine)
 #
 # Usage: scripts/bench.sh [--release] [--base BIN] [--json FILE] [--repeat N] [--roundtrips N]
 #                         [--quick]
@@ -58,7 +61,7 @@ trap 'rm -rf "$parts"' EXIT
 echo "== building (${profile[*]:-debug})" >&2
 cargo build --quiet "${profile[@]}" --bins --example sandbox_bench --example runtime_bench \
   --example store_bench --example tools_bench --example mcp_bench --example cli_bench \
-  --example bench_report
+  --example bench_report --example remote_bench
 run() { cargo run --quiet "${profile[@]}" --example "$@"; }
 
 start=$(date +%s)
@@ -82,6 +85,12 @@ echo "== 9-13: whole runs of the flowerbox binary (issues 17, 32)" >&2
 run cli_bench -- --repeat "$cli_repeat" "${base[@]}" --json "$parts/6-cli.json" >&2
 report=("$parts"/1-sandbox.json "$parts"/2-runtime.json "$parts"/3-store.json "$parts"/4-tools.json
   "$parts"/5-mcp.json "$parts"/6-cli.json)
+if [ -n "${FLOWERBOX_TEST_SECOND_ENGINE:-}" ]; then
+  echo "== 14: an engine without the caller's disk ($FLOWERBOX_TEST_SECOND_ENGINE)" >&2
+  run remote_bench -- --engine "$FLOWERBOX_TEST_SECOND_ENGINE" --calls "$calls" \
+    --json "$parts/7-remote.json" >&2
+  report+=("$parts/7-remote.json")
+fi
 if [ -n "$json" ]; then
   case "$json" in /*) ;; *) json="$PWD/$json" ;; esac
   run bench_report -- --json "$json" "${report[@]}"

@@ -156,6 +156,11 @@ impl View {
         &self.masked
     }
 
+    /// The masked directories' (device, inode) identities ([`View::hiding_ids`]).
+    pub fn masked_ids(&self) -> &[(u64, u64)] {
+        &self.masked_ids
+    }
+
     /// The mount whose root is exactly `p`.
     pub(crate) fn mount_exact(&self, p: &Path) -> Option<usize> {
         self.mounts.iter().position(|m| m.path == p)

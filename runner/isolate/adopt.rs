@@ -70,40 +70,54 @@ pub fn adopt(
         return Ok(Adopted::Unchanged);
     }
     let repo = ws.open()?;
-    let refname = format!("refs/heads/{}", state.branch);
+    let moved = move_branch(&repo, &state.branch, tip, policy, || {
+        import(ws, &repo, state, tip).map(|_| ())
+    })?;
+    if !matches!(moved, Adopted::Diverged { .. }) {
+        state.set_synced(tip)?;
+    }
+    Ok(moved)
+}
+
+/// Moves `refs/heads/<branch>` of `repo` to `tip` under `policy`, after `bring` made the tip's
+/// objects present (called only when the branch is elsewhere). Shared by [`adopt`] and the
+/// bundles of an engine without the caller's disk ([`super::bundle`]).
+pub(crate) fn move_branch(
+    repo: &Repository,
+    branch: &str,
+    tip: Oid,
+    policy: Policy,
+    bring: impl FnOnce() -> Result<(), IsolateError>,
+) -> Result<Adopted, IsolateError> {
+    let refname = format!("refs/heads/{branch}");
     let current = repo.refname_to_id(&refname).ok();
-    if current != Some(tip) {
-        import(ws, &repo, state, tip)?;
-        // The tip may have been in the repository already, as anything.
-        repo.find_commit(tip).map_err(IsolateError::git(format!(
-            "执行者的分支 {} 指向的不是提交",
-            state.branch
-        )))?;
-        if policy == Policy::FastForward {
-            if let Some(cur) = current {
-                let ahead = repo
-                    .graph_descendant_of(tip, cur)
-                    .map_err(IsolateError::git("比较提交失败"))?;
-                if !ahead {
-                    return Ok(Adopted::Diverged { tip });
-                }
+    if current == Some(tip) {
+        return Ok(Adopted::Unchanged);
+    }
+    bring()?;
+    // The tip may have been in the repository already, as anything.
+    repo.find_commit(tip).map_err(IsolateError::git(format!(
+        "执行者的分支 {branch} 指向的不是提交"
+    )))?;
+    if policy == Policy::FastForward {
+        if let Some(cur) = current {
+            let ahead = repo
+                .graph_descendant_of(tip, cur)
+                .map_err(IsolateError::git("比较提交失败"))?;
+            if !ahead {
+                return Ok(Adopted::Diverged { tip });
             }
         }
-        let msg = format!("flowerbox: 取回 {} 的提交", state.branch);
-        match current {
-            Some(cur) => repo.reference_matching(&refname, tip, true, cur, &msg),
-            None => repo.reference(&refname, tip, false, &msg),
-        }
-        .map_err(IsolateError::git(format!("移不动分支 {}", state.branch)))?;
     }
-    state.set_synced(tip)?;
-    Ok(if current == Some(tip) {
-        Adopted::Unchanged
-    } else {
-        Adopted::Moved {
-            from: current,
-            to: tip,
-        }
+    let msg = format!("flowerbox: 取回 {branch} 的提交");
+    match current {
+        Some(cur) => repo.reference_matching(&refname, tip, true, cur, &msg),
+        None => repo.reference(&refname, tip, false, &msg),
+    }
+    .map_err(IsolateError::git(format!("移不动分支 {branch}")))?;
+    Ok(Adopted::Moved {
+        from: current,
+        to: tip,
     })
 }
 
@@ -111,40 +125,65 @@ pub fn adopt(
 /// `loose/`, packs in `packed/`), opened without alternates: all of it as a repository (to
 /// read commits and trees, checked against their names by libgit2), and its packs alone. The
 /// directory lives as long as the returned guard.
-struct Scratch {
+pub(crate) struct Scratch {
     repo: Repository,
     odb: Odb<'static>,
     packs: Odb<'static>,
     _dir: tempfile::TempDir,
 }
 
-fn scratch(state: &WorkerState) -> Result<Scratch, IsolateError> {
+impl Scratch {
+    /// Opens `dir`'s `loose/` and `packed/` (both present) as the objects to import from.
+    pub(crate) fn open(dir: tempfile::TempDir) -> Result<Scratch, IsolateError> {
+        let (loose, packed) = (dir.path().join("loose"), dir.path().join("packed"));
+        let open = |dirs: &[&Path]| -> Result<Odb<'static>, IsolateError> {
+            let odb = Odb::new().map_err(IsolateError::git("建不出对象库"))?;
+            for d in dirs {
+                odb.add_disk_alternate(&d.to_string_lossy())
+                    .map_err(IsolateError::git("打不开执行者的对象库"))?;
+            }
+            Ok(odb)
+        };
+        let repo = Repository::from_odb(open(&[&loose, &packed])?)
+            .map_err(IsolateError::git("打不开执行者的对象库"))?;
+        Ok(Scratch {
+            odb: open(&[&loose, &packed])?,
+            packs: open(&[&packed])?,
+            repo,
+            _dir: dir,
+        })
+    }
+}
+
+/// A new private directory in the repository's `flowerbox/` with empty `loose/` and
+/// `packed/`, for [`Scratch::open`].
+pub(crate) fn scratch_dir(commondir: &Path) -> Result<tempfile::TempDir, IsolateError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(commondir.join("flowerbox"))
+        .map_err(IsolateError::io("建不出导入用的临时目录"))?;
     let dir = tempfile::Builder::new()
         .prefix("import-")
-        .tempdir_in(state.commondir.join("flowerbox"))
+        .tempdir_in(commondir.join("flowerbox"))
         .map_err(IsolateError::io("建不出导入用的临时目录"))?;
-    let (loose, packed) = (dir.path().join("loose"), dir.path().join("packed"));
-    for d in [&loose, &packed] {
-        std::fs::create_dir(d).map_err(IsolateError::io("建不出导入用的临时目录"))?;
+    for d in ["loose", "packed"] {
+        std::fs::create_dir(dir.path().join(d))
+            .map_err(IsolateError::io("建不出导入用的临时目录"))?;
     }
-    copy_store(&state.objects(), &loose, &packed)
-        .map_err(IsolateError::io("读不出执行者的对象库"))?;
-    let open = |dirs: &[&Path]| -> Result<Odb<'static>, IsolateError> {
-        let odb = Odb::new().map_err(IsolateError::git("建不出对象库"))?;
-        for d in dirs {
-            odb.add_disk_alternate(&d.to_string_lossy())
-                .map_err(IsolateError::git("打不开执行者的对象库"))?;
-        }
-        Ok(odb)
-    };
-    let repo = Repository::from_odb(open(&[&loose, &packed])?)
-        .map_err(IsolateError::git("打不开执行者的对象库"))?;
-    Ok(Scratch {
-        odb: open(&[&loose, &packed])?,
-        packs: open(&[&packed])?,
-        repo,
-        _dir: dir,
-    })
+    Ok(dir)
+}
+
+fn scratch(state: &WorkerState) -> Result<Scratch, IsolateError> {
+    let dir = scratch_dir(&state.commondir)?;
+    copy_store(
+        &state.objects(),
+        &dir.path().join("loose"),
+        &dir.path().join("packed"),
+    )
+    .map_err(IsolateError::io("读不出执行者的对象库"))?;
+    Scratch::open(dir)
 }
 
 /// The objects `id` (of `kind`, read from the worker's store) names.
@@ -184,7 +223,17 @@ pub(crate) fn import(
         return Ok(0);
     }
     let s = scratch(state)?;
-    let mut tally = Tally::new(&ws.limits, &state.branch, state.dir());
+    let tally = Tally::new(&ws.limits, &state.branch, state.dir());
+    import_reachable(&main, &s, tally, tip)
+}
+
+/// Copies every object reachable from `tip` that `main` lacks out of `s` (see [`import`]).
+pub(crate) fn import_reachable(
+    main: &Odb<'_>,
+    s: &Scratch,
+    mut tally: Tally<'_>,
+    tip: Oid,
+) -> Result<usize, IsolateError> {
     check_packs(&s.packs, &tally)?;
     // Depth first; an object is written when its entry comes back up (`true`).
     let mut stack = vec![(tip, false)];
@@ -193,7 +242,7 @@ pub(crate) fn import(
     while let Some((id, expanded)) = stack.pop() {
         if expanded {
             let (size, kind) = header(&s.odb, id)?;
-            copy_object(&main, &s.odb, id, size, kind)?;
+            copy_object(main, &s.odb, id, size, kind)?;
             written += 1;
             continue;
         }

@@ -17,6 +17,7 @@
 //! they were.
 
 pub mod adopt;
+pub mod bundle;
 pub mod creating;
 mod fsafe;
 pub mod handback;
@@ -96,6 +97,10 @@ pub enum IsolateError {
         /// The worker's own git state, where its commits stay.
         store: PathBuf,
     },
+    /// A worker's branch came back as a bundle that was refused before any of its objects
+    /// was taken ([`bundle::receive`]); the real branch is unchanged.
+    #[error("执行者的分支没有取回:{0}")]
+    Bundle(#[from] bundle::BundleRefusal),
     /// A worker was dispatched before the run id was bound ([`WorktreePlacement::bind_run`]).
     #[error("worktree 隔离还没绑定运行编号(bind_run),派不了执行者")]
     Unbound,

@@ -10,13 +10,16 @@
 //! [`crate::isolate::sweep::worktree_report`] (DESIGN.md invariant 5).
 
 use bollard::query_parameters::{
-    ListContainersOptions, ListNetworksOptions, RemoveContainerOptions,
+    ListContainersOptions, ListNetworksOptions, ListVolumesOptions, RemoveContainerOptions,
+    RemoveVolumeOptions,
 };
 use std::collections::HashMap;
 use std::path::Path;
 
 use super::engine::status_code;
 use super::labels::{Liveness, Owner, LABEL_AGENT, LABEL_ROLE, LABEL_RUN, LABEL_WORKSPACE};
+use super::shared_disk::LABEL_DISK_PROBE;
+use super::volumes::LABEL_VOLUME;
 use super::Engine;
 use crate::sandbox::gc::GcReport;
 use crate::sandbox::SandboxError;
@@ -88,14 +91,71 @@ fn label_filters(workspace: Option<&Path>) -> HashMap<String, Vec<String>> {
     HashMap::from([("label".to_string(), label_filters)])
 }
 
+/// The disk probe's containers ([`super::shared_disk`]), of `workspace` only when given.
+fn probe_filters(workspace: Option<&Path>) -> HashMap<String, Vec<String>> {
+    let label = match workspace {
+        Some(ws) => format!("{LABEL_DISK_PROBE}={}", ws.to_string_lossy()),
+        None => LABEL_DISK_PROBE.to_string(),
+    };
+    HashMap::from([("label".to_string(), vec![label])])
+}
+
 /// Every flowerbox container (any state), of `workspace` only when given (canonical path).
 pub async fn list(
     engine: &Engine,
     workspace: Option<&Path>,
 ) -> Result<Vec<Labelled>, SandboxError> {
+    list_where(engine, label_filters(workspace)).await
+}
+
+/// Every disk probe's container (never started), of `workspace` only when given; `run`,
+/// `agent` and `role` are empty, the workspace is the probe's label.
+pub async fn list_probes(
+    engine: &Engine,
+    workspace: Option<&Path>,
+) -> Result<Vec<Labelled>, SandboxError> {
+    let mut found = list_where(engine, probe_filters(workspace)).await?;
+    for p in &mut found {
+        p.role = "disk-probe".into();
+    }
+    Ok(found)
+}
+
+/// Every run volume (an engine without the caller's disk, [`super::volumes`]), of
+/// `workspace` only when given; `id` and `name` are the volume's name, `agent` its purpose.
+pub async fn list_volumes(
+    engine: &Engine,
+    workspace: Option<&Path>,
+) -> Result<Vec<Labelled>, SandboxError> {
+    let options = ListVolumesOptions {
+        filters: Some(label_filters(workspace)),
+    };
+    let found = engine
+        .docker()
+        .list_volumes(Some(options))
+        .await
+        .map_err(SandboxError::from)?;
+    Ok(found
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| {
+            let purpose = v.labels.get(LABEL_VOLUME).cloned().unwrap_or_default();
+            let mut l = labelled(Some(v.name.clone()), v.name, String::new(), v.labels);
+            l.agent = purpose;
+            l
+        })
+        .collect())
+}
+
+/// The containers whose labels match `filters`.
+async fn list_where(
+    engine: &Engine,
+    filters: HashMap<String, Vec<String>>,
+) -> Result<Vec<Labelled>, SandboxError> {
     let options = ListContainersOptions {
         all: true,
-        filters: Some(label_filters(workspace)),
+        filters: Some(filters),
         ..Default::default()
     };
     let found = engine
@@ -146,7 +206,39 @@ pub async fn list_networks(
         .collect())
 }
 
-async fn remove_orphans(engine: &Engine, all: Vec<Labelled>, networks: Vec<Labelled>) -> GcReport {
+/// What the engine holds of flowerbox's, listed for one sweep.
+struct Found {
+    containers: Vec<Labelled>,
+    networks: Vec<Labelled>,
+    volumes: Vec<Labelled>,
+}
+
+impl Found {
+    /// Everything of `workspace` (every workspace when `None`): the runs' containers and the
+    /// disk probes', networks, volumes.
+    /// The four listings are asked at once: a run's start waits for the slowest, not the sum.
+    async fn list(engine: &Engine, workspace: Option<&Path>) -> Result<Found, SandboxError> {
+        let (mut containers, probes, networks, volumes) = futures::try_join!(
+            list(engine, workspace),
+            list_probes(engine, workspace),
+            list_networks(engine, workspace),
+            list_volumes(engine, workspace),
+        )?;
+        containers.extend(probes);
+        Ok(Found {
+            containers,
+            networks,
+            volumes,
+        })
+    }
+}
+
+async fn remove_orphans(engine: &Engine, found: Found) -> GcReport {
+    let Found {
+        containers: all,
+        networks,
+        volumes,
+    } = found;
     let mut report = GcReport::default();
     let (orphans, kept): (Vec<_>, Vec<_>) = all.into_iter().partition(Labelled::is_orphan);
     let (orphan_nets, kept_nets): (Vec<_>, Vec<_>) =
@@ -204,6 +296,28 @@ async fn remove_orphans(engine: &Engine, all: Vec<Labelled>, networks: Vec<Label
             Err(e) => report.failed.push(format!("删不掉残留的网络 {what}:{e}")),
         }
     }
+    // Volumes last: the engine keeps a volume that a container still mounts.
+    let (orphan_vols, kept_vols): (Vec<_>, Vec<_>) =
+        volumes.into_iter().partition(Labelled::is_orphan);
+    for v in kept_vols {
+        report
+            .kept
+            .push(format!("留着卷 {}(运行 {}):{}", v.name, v.run, why(&v)));
+    }
+    for v in orphan_vols {
+        let Liveness::Dead(reason) = &v.liveness else {
+            continue;
+        };
+        let what = format!("{}(运行 {})", v.name, v.run);
+        let rm = RemoveVolumeOptions { force: true };
+        match engine.docker().remove_volume(&v.id, Some(rm)).await {
+            Ok(()) => report
+                .removed
+                .push(format!("删掉了残留的卷 {what}:{reason}")),
+            Err(e) if status_code(&e) == Some(404) => {}
+            Err(e) => report.failed.push(format!("删不掉残留的卷 {what}:{e}")),
+        }
+    }
     report
 }
 
@@ -213,12 +327,7 @@ async fn remove_orphans(engine: &Engine, all: Vec<Labelled>, networks: Vec<Label
 /// Errors: listing failed; a failed removal becomes an error naming every such container.
 pub async fn sweep_orphans(engine: &Engine, workspace: &Path) -> Result<Vec<String>, SandboxError> {
     let workspace = std::fs::canonicalize(workspace)?;
-    let report = remove_orphans(
-        engine,
-        list(engine, Some(&workspace)).await?,
-        list_networks(engine, Some(&workspace)).await?,
-    )
-    .await;
+    let report = remove_orphans(engine, Found::list(engine, Some(&workspace)).await?).await;
     if !report.failed.is_empty() {
         return Err(SandboxError::Backend(format!(
             "docker: {}",
@@ -233,12 +342,7 @@ pub async fn sweep_orphans(engine: &Engine, workspace: &Path) -> Result<Vec<Stri
 /// part is [`crate::isolate::sweep::worktree_report`]; the command line runs both.
 pub async fn gc(engine: &Engine, containers_of: Option<&Path>) -> Result<GcReport, SandboxError> {
     let containers_of = containers_of.map(std::fs::canonicalize).transpose()?;
-    Ok(remove_orphans(
-        engine,
-        list(engine, containers_of.as_deref()).await?,
-        list_networks(engine, containers_of.as_deref()).await?,
-    )
-    .await)
+    Ok(remove_orphans(engine, Found::list(engine, containers_of.as_deref()).await?).await)
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ pub(crate) mod liveness;
 pub(crate) mod network;
 mod pod;
 pub mod readonly;
+pub mod remote_files;
 pub mod seccomp;
 mod sentinel;
 pub mod service;
@@ -37,6 +38,7 @@ pub mod shared_disk;
 mod teardown;
 pub mod usage;
 mod verify;
+pub mod volumes;
 
 pub use agent::DockerSandbox;
 pub use backend::DockerBackend;

@@ -181,10 +181,7 @@ async fn seen_by_engine(
         entrypoint: Some(vec!["/.flowerbox-disk-probe".into()]),
         cmd: Some(vec![]),
         network_disabled: Some(true),
-        labels: Some(std::collections::HashMap::from([(
-            "flowerbox.disk-probe".to_string(),
-            workspace_label(dir),
-        )])),
+        labels: Some(probe_labels(dir)),
         host_config: Some(HostConfig {
             mounts: Some(vec![Mount {
                 target: Some(TARGET.into()),
@@ -227,6 +224,20 @@ async fn remove(docker: bollard::Docker, id: String) {
     if let Err(e) = docker.remove_container(&id, Some(rm)).await {
         tracing::warn!(error = %e, id, "removing the disk probe's container");
     }
+}
+
+/// Label of the probe's container: the workspace probed.
+pub const LABEL_DISK_PROBE: &str = "flowerbox.disk-probe";
+
+/// The probe container's labels: the workspace, and its owner's (this process), so `gc`
+/// removes one a killed run left between creating and removing it.
+fn probe_labels(dir: &Path) -> std::collections::HashMap<String, String> {
+    let mut labels =
+        std::collections::HashMap::from([(LABEL_DISK_PROBE.to_string(), workspace_label(dir))]);
+    if let Ok(owner) = super::labels::Owner::current() {
+        owner.add_labels(&mut labels);
+    }
+    labels
 }
 
 /// The workspace the probe's directory is in (its parent), for the probe container's label.

@@ -52,8 +52,9 @@ pub struct Exclusions {
 type FileDigest = [u8; 32];
 
 /// The content identity of a workspace at one moment. Two identities are equal exactly when
-/// the same files exist with the same content and mode.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// the same files exist with the same content and mode. Serialisable: a backend without the
+/// caller's disk computes it in the sandbox and sends it back ([`super::wire`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WorkspaceIdentity {
     /// Path relative to the root (`/`-separated) → its digest.
     files: BTreeMap<String, FileDigest>,

@@ -18,12 +18,14 @@
 pub mod identity;
 mod local;
 mod search;
+pub mod wire;
 
 pub use identity::{Exclusions, FileKey, WorkspaceIdentity};
 pub use local::LocalFiles;
 pub use search::{GrepMode, GrepQuery};
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 use thiserror::Error;
@@ -59,7 +61,7 @@ pub enum FilesError {
 }
 
 /// One exact string replacement (the `Edit` tool's).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Edit {
     /// The text to find.
     pub old: String,
@@ -70,7 +72,7 @@ pub struct Edit {
 }
 
 /// Why an edit was not applied to a file that could be read.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Error, Serialize, Deserialize)]
 pub enum EditRefused {
     /// The file looks binary.
     #[error("binary")]
@@ -84,7 +86,7 @@ pub enum EditRefused {
 }
 
 /// Why an edit cannot be applied to a text (the message is for the model).
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Error, Serialize, Deserialize)]
 pub enum EditError {
     /// `old_string` is empty.
     #[error("old_string 是空的;新建文件用 Write")]

@@ -16,7 +16,7 @@ use crate::fsroot::walk::{walk, Rules};
 use crate::fsroot::View;
 
 /// What a grep prints per matching file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum GrepMode {
     /// The matching lines (with context).
     Content,
@@ -27,7 +27,7 @@ pub enum GrepMode {
 }
 
 /// One grep, as the `Grep` tool takes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct GrepQuery {
     /// The regular expression (ripgrep syntax).
     pub pattern: String,
@@ -49,6 +49,25 @@ pub struct GrepQuery {
     pub head_limit: Option<usize>,
     /// `.` matches newlines, a match may span lines.
     pub multiline: bool,
+}
+
+impl GrepQuery {
+    /// `pattern` printed as `mode` says, with nothing else set (no filter, no context, no
+    /// limit, case-sensitive, one line at a time).
+    pub fn new(pattern: impl Into<String>, mode: GrepMode) -> GrepQuery {
+        GrepQuery {
+            pattern: pattern.into(),
+            glob: None,
+            file_type: None,
+            mode,
+            case_insensitive: false,
+            numbers: false,
+            after: 0,
+            before: 0,
+            head_limit: None,
+            multiline: false,
+        }
+    }
 }
 
 /// A glob as an override set rooted at `base`.

@@ -21,8 +21,8 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 /// Protocol version, sent in the [`PREAMBLE`] and in [`Hello`]: a stale binary is refused,
-/// not misunderstood. 2: the preamble.
-pub const VERSION: u32 = 2;
+/// not misunderstood. 2: the preamble. 3: file operations ([`Kind::Files`]).
+pub const VERSION: u32 = 3;
 
 /// What the service writes before anything else: [`MAGIC`] and [`VERSION`] (u32 BE).
 pub const PREAMBLE: [u8; 12] = preamble(VERSION);
@@ -60,6 +60,13 @@ pub enum Kind {
     Run = 1,
     /// Host → service: kill everything a command started ([`Kill`]).
     Kill = 2,
+    /// Host → service: do one file operation
+    /// ([`crate::sandbox::files::wire::Call`], JSON); its input went before it as
+    /// [`Kind::Input`] frames of the same id. Answered by [`Kind::Data`] frames, then one
+    /// [`Kind::Done`].
+    Files = 3,
+    /// Host → service: bytes of a file operation's input (raw), before its [`Kind::Files`].
+    Input = 4,
     /// Service → host, once, id 0: the service is up ([`Hello`]).
     Hello = 10,
     /// The command's process exists ([`Started`]).
@@ -74,6 +81,11 @@ pub enum Kind {
     Killed = 15,
     /// The command could not be started ([`Failed`]); the last frame of a request.
     Failed = 16,
+    /// Bytes of a file operation's result body (raw).
+    Data = 17,
+    /// A file operation's reply ([`crate::sandbox::files::wire::Reply`], JSON); the last
+    /// frame of its request.
+    Done = 18,
 }
 
 impl Kind {
@@ -81,6 +93,8 @@ impl Kind {
         Some(match b {
             1 => Kind::Run,
             2 => Kind::Kill,
+            3 => Kind::Files,
+            4 => Kind::Input,
             10 => Kind::Hello,
             11 => Kind::Started,
             12 => Kind::Stdout,
@@ -88,6 +102,8 @@ impl Kind {
             14 => Kind::Exit,
             15 => Kind::Killed,
             16 => Kind::Failed,
+            17 => Kind::Data,
+            18 => Kind::Done,
             _ => return None,
         })
     }

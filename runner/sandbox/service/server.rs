@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 
 use super::proto::{self, Exit, Failed, FrameReader, Hello, Kill, Killed, Kind, Run, Started};
 use super::MARKER_VAR;
+use crate::sandbox::files::wire;
 
 /// A line on the service's stderr (the exec's stderr stream, read by the host), through the
 /// output boundary like every other line flowerbox writes.
@@ -90,8 +91,25 @@ async fn run() -> i32 {
     if out_tx.send(opening).await.is_err() {
         return 1;
     }
+    // File operations' inputs, by request id, until their call comes (`None`: it went over
+    // [`wire::MAX_BODY`], and its call is refused).
+    let mut inputs: std::collections::HashMap<u64, Option<Vec<u8>>> =
+        std::collections::HashMap::new();
     while let Some(frame) = in_rx.recv().await {
         match frame.kind {
+            Kind::Input => {
+                let held = inputs.entry(frame.id).or_insert_with(|| Some(Vec::new()));
+                match held {
+                    Some(bytes) if bytes.len() + frame.payload.len() <= wire::MAX_BODY => {
+                        bytes.extend_from_slice(&frame.payload)
+                    }
+                    _ => *held = None,
+                }
+            }
+            Kind::Files => {
+                let input = inputs.remove(&frame.id).unwrap_or(Some(Vec::new()));
+                tokio::spawn(files_call(frame, input, out_tx.clone()));
+            }
             Kind::Run => match frame.json::<Run>() {
                 Ok(run) => {
                     tokio::spawn(run_command(frame.id, run, out_tx.clone()));
@@ -209,6 +227,27 @@ impl Out {
         }
         Ok(())
     }
+}
+
+/// Does one file operation ([`wire::answer`]) and sends its body, then its reply. An input
+/// that went over [`wire::MAX_BODY`] (`None`) is refused rather than done with part of it.
+async fn files_call(frame: proto::Frame, input: Option<Vec<u8>>, out: Out) {
+    let refused = |e| (wire::Reply::Refused(e), Vec::new());
+    let (reply, body) = match (frame.json::<wire::Call>(), input) {
+        (Err(e), _) => refused(wire::WireError::Failed {
+            message: e.to_string(),
+        }),
+        (Ok(_), None) => refused(wire::WireError::TooLarge {
+            cap: wire::MAX_BODY as u64,
+        }),
+        (Ok(call), Some(input)) => wire::answer(call, input).await,
+    };
+    for chunk in body.chunks(proto::CHUNK) {
+        let _ = out.send(proto::encode(Kind::Data, frame.id, chunk)).await;
+    }
+    let _ = out
+        .send(proto::encode_json(Kind::Done, frame.id, &reply))
+        .await;
 }
 
 async fn run_command(id: u64, run: Run, out: Out) {

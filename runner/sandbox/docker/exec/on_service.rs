@@ -69,7 +69,8 @@ impl Container {
                     Some(Event::Started) => started = true,
                     Some(Event::Out(stream, bytes)) => collector.push(stream, &bytes),
                     Some(Event::Exit(exit)) => break Ok(exit),
-                    Some(Event::Killed(_)) => {}
+                    // Only a file operation's request gets these.
+                    Some(Event::Killed(_) | Event::Data(_) | Event::Done(_)) => {}
                     Some(Event::Failed(message)) => {
                         return Some(Err(SandboxError::Backend(format!(
                             "the exec service in {} could not start the command: {message}",

@@ -49,6 +49,10 @@ pub(crate) enum Event {
     Killed(bool),
     /// The command did not start (last event).
     Failed(String),
+    /// Bytes of a file operation's result body.
+    Data(Vec<u8>),
+    /// A file operation's reply, as sent (last event).
+    Done(Vec<u8>),
 }
 
 /// The service's stdin, written by the requests themselves (one frame at a time).
@@ -379,6 +383,8 @@ async fn dispatch(shared: &Shared, frame: Frame) -> Result<(), DispatchError> {
         Kind::Exit => Event::Exit(frame.json::<Exit>()?),
         Kind::Killed => Event::Killed(frame.json::<Killed>()?.ok),
         Kind::Failed => Event::Failed(frame.json::<Failed>()?.message),
+        Kind::Data => Event::Data(frame.payload),
+        Kind::Done => Event::Done(frame.payload),
         other => return Err(DispatchError::Unexpected(other)),
     };
     let tx = lock(&shared.pending).get(&frame.id).cloned();
@@ -398,14 +404,24 @@ pub(crate) struct Request {
 
 impl Request {
     async fn send(&self, kind: Kind, payload: Vec<u8>) -> bool {
-        if payload.len() + 9 > proto::MAX_FRAME || self.shared.dead.is_cancelled() {
+        if payload.len() + 9 > proto::MAX_FRAME {
             return false;
         }
-        let frame = proto::encode(kind, self.id, &payload);
+        self.send_encoded(proto::encode(kind, self.id, &payload))
+            .await
+    }
+
+    /// Writes `frames` (whole encoded frames) in one write: frames sent one write each over
+    /// a TCP engine wait for each other's acknowledgement (Nagle's algorithm against delayed
+    /// ACKs, ~40 ms a file write).
+    async fn send_encoded(&self, frames: Vec<u8>) -> bool {
+        if self.shared.dead.is_cancelled() {
+            return false;
+        }
         // A stopped service stops reading; once the pipes are full, a write would wait forever.
         let sent = tokio::time::timeout(SEND_WAIT, async {
             let mut input = self.shared.input.lock().await;
-            input.write_all(&frame).await?;
+            input.write_all(&frames).await?;
             input.flush().await
         });
         match sent.await {
@@ -435,6 +451,26 @@ impl Request {
         };
         self.send(Kind::Kill, serde_json::to_vec(&kill).unwrap_or_default())
             .await
+    }
+
+    /// Sends one file operation: `input` as [`Kind::Input`] frames, then `call`. `false` when
+    /// the connection is gone or the call too large for a frame.
+    pub(crate) async fn files(&self, call: &[u8], input: &[u8]) -> bool {
+        if call.len() + 9 > proto::MAX_FRAME {
+            return false;
+        }
+        // Batches of at most a frame's size, the call in the last one.
+        let mut batch = Vec::new();
+        for chunk in input.chunks(proto::CHUNK) {
+            if batch.len() + chunk.len() + 13 > proto::MAX_FRAME
+                && !self.send_encoded(std::mem::take(&mut batch)).await
+            {
+                return false;
+            }
+            batch.extend(proto::encode(Kind::Input, self.id, chunk));
+        }
+        batch.extend(proto::encode(Kind::Files, self.id, call));
+        self.send_encoded(batch).await
     }
 
     /// The next event; `None` when the connection ended.
