@@ -8,7 +8,18 @@ fn main() {
             flowerbox::sandbox::service::SUBCOMMAND,
         ))
     {
-        std::process::exit(flowerbox::sandbox::service::serve());
+        let args: Vec<std::ffi::OsString> = std::env::args_os().skip(2).collect();
+        std::process::exit(flowerbox::sandbox::service::serve(&args));
+    }
+    // A command's exec without the service: a Landlock domain first (service::domain).
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(
+            flowerbox::sandbox::service::domain::ENTER_SUBCOMMAND,
+        ))
+    {
+        std::process::exit(flowerbox::sandbox::service::domain::enter_and_exec(
+            std::env::args_os().skip(2).collect(),
+        ));
     }
     std::process::exit(flowerbox::cli::main_entry());
 }

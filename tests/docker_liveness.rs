@@ -380,7 +380,11 @@ async fn an_engine_that_stays_away_loses_the_run() {
 fn fake_service(first: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let fake = dir.path().join("fake-service");
-    std::fs::write(&fake, format!("#!/bin/sh\nprintf '{first}'\nexit 1\n")).unwrap();
+    std::fs::write(
+        &fake,
+        format!("{FAKE_SERVICE_HEAD}printf '{first}'\nexit 1\n"),
+    )
+    .unwrap();
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
     (dir, fake)
 }

@@ -187,7 +187,7 @@ async fn garbage_from_a_service_falls_back_to_an_exec_per_command() {
     std::fs::write(
         &fake,
         format!(
-            "#!/bin/sh\nprintf '{octal}'\nhead -c 1 >/dev/null\n\
+            "{FAKE_SERVICE_HEAD}printf '{octal}'\nhead -c 1 >/dev/null\n\
              printf '\\377\\377\\377\\377garbage'\nexec cat >/dev/null\n"
         ),
     )

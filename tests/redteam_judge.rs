@@ -12,7 +12,9 @@
 //! the host's files (workspace with `.git`, worktree, workbench), the worker container's own
 //! writable places, the victim's memory, memfd and signals. The same judge then sees the victim
 //! with `ps`, `lsof -p`, `lsof -i`, `file` and `curl`. As a control, the same script run by
-//! another worker container (the workers' rights) does get through, so the attempts are real.
+//! a worker container outside any Landlock domain (the workers' uid and rights) does get
+//! through, so the attempts are real; run by another worker as it really runs (a domain of its
+//! own), its `/proc` routes are refused too.
 //!
 //! The scripted test runs workers as the invoking user (root in CI: workers run as 0:0); the
 //! factory-level test runs them as uid 4242 when the test runs as root.
@@ -567,22 +569,35 @@ async fn a_judge_and_a_coordinator_cannot_write_by_any_route() {
     );
     assert!(ok("curl").contains("pristine"));
 
-    // Control: the same script from a worker container (the workers' uid and rights) gets
-    // through, so the attempts above were real ones.
-    let control = run
-        .factory
-        .sandbox(&AgentBox {
-            agent: "worker-control".into(),
-            role: Role::Worker,
-            mounts: vec![Mount::same(run.wb.clone(), false)],
-            masked: Vec::new(),
-            workdir: run.wb.clone(),
-            policy: flowerbox::sandbox::SandboxPolicy::writer(),
-        })
-        .await
-        .unwrap();
-    let script = attack("control", &run.ws, &run.wb, PORT);
-    let control_tally = tally(&run_attack(control.as_ref(), &run.wb, &script).await);
+    // Control: the same script from a worker container with the workers' uid and rights but
+    // outside any Landlock domain (a writer's policy without `own_domain`) gets through, so the
+    // attempts above were real ones.
+    // `who`'s container (a worker's mounts, `policy`) runs the attack; its tally.
+    let attack_from = |who: &'static str, policy| {
+        let run = &run;
+        async move {
+            let sb = run
+                .factory
+                .sandbox(&AgentBox {
+                    agent: format!("worker-{who}"),
+                    role: Role::Worker,
+                    mounts: vec![Mount::same(run.wb.clone(), false)],
+                    masked: Vec::new(),
+                    workdir: run.wb.clone(),
+                    policy,
+                })
+                .await
+                .unwrap();
+            let script = attack(who, &run.ws, &run.wb, PORT);
+            tally(&run_attack(sb.as_ref(), &run.wb, &script).await)
+        }
+    };
+    let writer = flowerbox::sandbox::SandboxPolicy::writer();
+    let unconfined = flowerbox::sandbox::SandboxPolicy {
+        own_domain: false,
+        ..writer
+    };
+    let control_tally = attack_from("control", unconfined).await;
     for class in ["proc-root", "proc-cwd", "proc-fd", "proc-mem", "signal"] {
         let (_, wrote) = control_tally.classes[class];
         assert!(
@@ -590,9 +605,25 @@ async fn a_judge_and_a_coordinator_cannot_write_by_any_route() {
             "control: no {class} write got through: {control_tally:?}"
         );
     }
+    // And another worker as it really runs (its own Landlock domain): every `/proc` route to
+    // the victim, in worker-1's domain, is refused; signals are not scoped, so they still
+    // reach it.
+    let other_tally = attack_from("other", writer).await;
+    for class in ["proc-root", "proc-cwd", "proc-fd", "proc-mem"] {
+        let (tried, wrote) = other_tally.classes[class];
+        assert!(
+            tried > 0 && wrote == 0,
+            "another worker: {class} got through its domain: {other_tally:?}"
+        );
+    }
     eprintln!(
-        "control (another worker): {} attempts, {} got through (judge: {} attempts)",
-        control_tally.total.0, control_tally.total.1, judge_tally.total.0
+        "control (a worker outside any domain): {} attempts, {} got through; another worker in \
+         its domain: {} attempts, {} got through (judge: {} attempts)",
+        control_tally.total.0,
+        control_tally.total.1,
+        other_tally.total.0,
+        other_tally.total.1,
+        judge_tally.total.0
     );
 }
 

@@ -431,37 +431,63 @@ async fn a_racing_symlink_swap_never_moves_a_scope_mount_out_of_the_scope() {
 /// `/proc/<pid>/root` and `cwd` into B's scope. Every attempt is counted; nothing may land
 /// outside `a/`.
 ///
-/// OPEN (red team 2026-12-06): this attack succeeds today — A's writes land in `b/` through
-/// B's bash and exec processes (same uid, same PID namespace, no capability that tells them
-/// apart), so a write scope holds only against the worker's own processes. Ignored until the
-/// fix (a Landlock domain per writing agent, entered by the exec service and the per-command
-/// fallback's prefix alike, which refuses ptrace-mode access out of the domain, as DESIGN.md's
-/// Kubernetes section plans; or a PID namespace of their own for scoped workers) lands; it
-/// must then pass without `--ignored`.
-#[ignore = "open finding: a scoped worker writes another worker's scope through /proc; run explicitly"]
+/// Closed (red team 2026-12-06) by construction: every writing agent's processes live in a
+/// Landlock domain of their own (`sandbox::service::domain`, entered by its exec service and by
+/// each exec without it), which refuses ptrace-mode access (`/proc/<pid>/root`, `cwd`, `mem`)
+/// to a process outside the domain.
 #[tokio::test]
 async fn a_scoped_worker_cannot_write_another_workers_scope_through_proc() {
-    let Some(engine) = engine_or_skip("scope_workers_proc").await else {
+    let Some(out) = proc_attack("scope-proc", Vec::new()).await else {
         return;
     };
+    assert!(
+        out.contains("PARENT=") && out.contains("__exec-service"),
+        "{out}"
+    );
+}
+
+/// The same attack on the path without the exec service: worker A kills its own service
+/// until the host stops restarting it, so its next command runs as a Docker exec of its own
+/// (its parent is no longer the service), which enters a domain of its own too.
+#[tokio::test]
+async fn a_scoped_worker_that_kills_its_service_is_still_contained() {
+    // The host starts a service three times (the first and two restarts after deaths).
+    let kill = || json!({"content": [tool("Bash", json!({"command": "kill -9 $PPID"}))]});
+    let Some(out) = proc_attack("scope-proc-direct", vec![kill(), kill(), kill()]).await else {
+        return;
+    };
+    assert!(
+        out.contains("PARENT=") && !out.contains("__exec-service"),
+        "{out}"
+    );
+}
+
+/// Worker A (scope `a/`) takes `first` turns, then writes through every process's `/proc/<pid>/root` and
+/// `cwd` it sees while worker B (scope `b/`) runs; asserts that it tried and that nothing
+/// landed, and returns what both commands said (A's says `PARENT=` and its parent's command
+/// line). `None`: no engine.
+async fn proc_attack(name: &str, first: Vec<serde_json::Value>) -> Option<String> {
+    let engine = engine_or_skip("scope_workers_proc").await?;
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let ws = repo(dir.path());
-    let id = run_id("scope-proc");
-    let attack = "for i in $(seq 300); do [ -e b/start ] && break; sleep 0.1; done; ws=$(pwd); \
+    let id = run_id(name);
+    let attack = "echo \"PARENT=$(tr '\\0' ' ' </proc/$PPID/cmdline)\"; \
+        for i in $(seq 300); do [ -e b/start ] && break; sleep 0.1; done; ws=$(pwd); \
         for p in $(ls /proc | grep -E '^[0-9]+$'); do [ \"$p\" = \"$$\" ] && continue; \
           for via in \"/proc/$p/root$ws/b\" \"/proc/$p/cwd/b\" \"/proc/$p/root$ws\" \"/proc/$p/cwd\"; do \
             echo TRY; echo pwned 2>/dev/null > \"$via/via-proc-$p\" && echo \"WROTE $via\"; \
           done; done; touch a/done; true";
+    let mut a_turns = first;
+    a_turns.push(json!({"content": [tool("Bash", json!({"command": attack}))]}));
+    a_turns.push(json!({"content": [text(REPORT)]}));
     let scenario = json!({"agents": [
         {"role": "coordinator", "turns": [
             {"content": [
                 tool("Agent", json!({"description": "甲", "prompt": "TASK-A", "writes": ["a/"]})),
                 tool("Agent", json!({"description": "乙", "prompt": "TASK-B", "writes": ["b/"]}))]},
             {"content": [text("都做完了")]}]},
-        worker("TASK-A", vec![
-            json!({"content": [tool("Bash", json!({"command": attack}))]}),
-            json!({"content": [text(REPORT)]})]),
+        worker("TASK-A", a_turns),
         worker("TASK-B", vec![
             json!({"content": [tool("Bash", json!({"command":
                 "date > b/start; for i in $(seq 300); do [ -e a/done ] && break; sleep 0.1; done"}))]}),
@@ -485,11 +511,12 @@ async fn a_scoped_worker_cannot_write_another_workers_scope_through_proc() {
         .map(|p| p.display().to_string())
         .collect();
     eprintln!(
-        "scope red team, /proc of another worker: {attempts} attempts, {} succeeded\n{out}",
+        "scope red team, /proc of another worker ({name}): {attempts} attempts, {} succeeded\n{out}",
         landed.len()
     );
     assert!(attempts > 0 && ws.join("b/start").exists(), "{out}");
     assert!(landed.is_empty(), "{landed:#?}\n{out}");
+    Some(out)
 }
 
 /// Every file beneath `dir` (symlinks not followed).

@@ -89,10 +89,15 @@ pub struct SandboxPolicy {
     pub seccomp: SeccompProfile,
     /// The run's open-files limit applies (`nofile`: judges run `lsof` over the pod).
     pub open_files_limit: bool,
+    /// Its processes live in a Landlock domain of their own (`sandbox::service::domain`), so
+    /// none reaches another agent's processes through `/proc` (same uid, one PID namespace):
+    /// writing agents. A judge must not: it inspects the workers' processes.
+    pub own_domain: bool,
 }
 
 impl SandboxPolicy {
-    /// A writing agent (a worker, `once`, a hand-back): the run's user, no capabilities.
+    /// A writing agent (a worker, `once`, a hand-back): the run's user, no capabilities, a
+    /// Landlock domain of its own.
     pub const fn writer() -> Self {
         SandboxPolicy {
             user: PolicyUser::Run,
@@ -100,6 +105,7 @@ impl SandboxPolicy {
             inspector: None,
             seccomp: SeccompProfile::Writer,
             open_files_limit: false,
+            own_domain: true,
         }
     }
 
@@ -112,6 +118,7 @@ impl SandboxPolicy {
             inspector: Some(&[Capability::SysPtrace, Capability::DacReadSearch]),
             seccomp: SeccompProfile::ReadOnly,
             open_files_limit: matches!(seat, Seat::Judge),
+            own_domain: false,
         }
     }
 
@@ -164,6 +171,7 @@ mod tests {
     fn a_writer_has_no_capability_and_a_reader_its_own_uid() {
         let w = SandboxPolicy::writer();
         assert!(!w.is_read_only() && w.capabilities.is_empty() && w.inspector.is_none());
+        assert!(w.own_domain && !SandboxPolicy::read_only(Seat::Judge).own_domain);
         let j = SandboxPolicy::read_only(Seat::Judge);
         assert!(j.is_read_only() && j.open_files_limit);
         assert_eq!(j.capabilities, [Capability::DacReadSearch]);

@@ -65,6 +65,12 @@ pub async fn agent_image(engine: &Engine) -> String {
 }
 
 /// A unique run id for this test.
+/// The first lines of a fake exec service (a `/bin/sh` script standing in for flowerbox's
+/// binary): a writing agent's commands without the service run as `BINARY __enter-domain
+/// [--required] -- COMMAND…`, which the stand-in runs as is (it enters no Landlock domain).
+pub const FAKE_SERVICE_HEAD: &str = "#!/bin/sh\n\
+    if [ \"$1\" = __enter-domain ]; then shift; [ \"$1\" = --required ] && shift; shift; exec \"$@\"; fi\n";
+
 pub fn run_id(test: &str) -> String {
     format!(
         "t{}-{}",

@@ -166,6 +166,9 @@ pub(crate) struct Container {
     service: Option<Arc<ServiceSlot>>,
     /// Why there is no service (when `service` is `None`): the run's reason.
     no_service: Option<String>,
+    /// A writing agent's Landlock domain (`sandbox::service::domain`): entered by its service
+    /// and by each command's exec without it, through the service's binary.
+    domain: Option<crate::sandbox::service::domain::Need>,
     /// The container's life: every wait for a command also waits for it.
     pub(crate) life: Life,
     /// The life of the pod it joined: it goes with the pod.
@@ -223,6 +226,7 @@ impl Container {
             spec,
             service: None,
             no_service: None,
+            domain: None,
             life: birth.life,
             pod: birth.pod,
             watch: birth.watch,
@@ -243,6 +247,30 @@ impl Container {
         });
         self.service = Some(slot);
         self
+    }
+
+    /// Every process of the agent lives in a Landlock domain of its own, as `need` says: the
+    /// service enters it at its start, each command's exec without it through the service's
+    /// binary (which must be mounted).
+    pub(crate) fn in_domain(mut self, need: crate::sandbox::service::domain::Need) -> Self {
+        self.domain = Some(need);
+        self
+    }
+
+    /// The prefix of a command's exec without the service: enter the agent's domain, then
+    /// run the rest (nothing for an agent without one).
+    fn domain_prefix(&self) -> Vec<String> {
+        use crate::sandbox::service::domain::ENTER_SUBCOMMAND;
+        let Some(need) = self.domain else {
+            return Vec::new();
+        };
+        let mut argv = vec![
+            super::service::SERVICE_PATH.to_string(),
+            ENTER_SUBCOMMAND.into(),
+        ];
+        argv.extend(need.args().iter().map(|a| a.to_string()));
+        argv.push("--".into());
+        argv
     }
 
     /// Commands go as a Docker exec each, for the run's reason `why`.
@@ -292,10 +320,14 @@ impl Container {
     /// on screen once per run.
     async fn service(&self) -> Option<Service> {
         let slot = self.service.as_ref()?;
-        let argv = self.argv(vec![
+        let mut argv = self.argv(vec![
             super::service::SERVICE_PATH.into(),
             super::service::SUBCOMMAND.into(),
         ]);
+        if let Some(need) = self.domain {
+            argv.push(crate::sandbox::service::domain::SERVICE_FLAG.into());
+            argv.extend(need.args().iter().map(|a| a.to_string()));
+        }
         match slot.get(&self.docker, &self.id, &self.user, argv).await {
             Ok(service) => Some(service),
             Err(NoService::Off) => None,

@@ -500,6 +500,19 @@ impl Inner {
             ));
             binary = None;
         }
+        // A writing agent's processes live in a Landlock domain of their own, entered through
+        // the service's binary; a scoped worker's scope depends on it (DESIGN.md threat model
+        // 3), so without the binary it is refused, never run unchecked.
+        let scoped = spec.mounts.iter().any(|m| m.pin.is_some());
+        let own_domain = spec.policy.own_domain;
+        if own_domain && scoped && binary.is_none() {
+            return Err(SandboxError::Container(format!(
+                "{}:有写入范围的 worker 要在自己的 Landlock 域里跑,域要靠 flowerbox 的程序进入,\
+                 可这次运行挂不了它({})",
+                spec.agent,
+                no_service.as_deref().unwrap_or("没有 exec service")
+            )));
+        }
         let id = match &binary {
             None => self.create(&name, body, Tier::Agent).await?,
             Some(b) => {
@@ -516,6 +529,13 @@ impl Inner {
                         no_service = Some(why);
                         self.service_refused.store(true, Ordering::SeqCst);
                         binary = None;
+                        if own_domain && scoped {
+                            return Err(SandboxError::Container(format!(
+                                "{}:有写入范围的 worker 要在自己的 Landlock 域里跑,\
+                                 可引擎不让挂 flowerbox 的程序:{e}",
+                                spec.agent
+                            )));
+                        }
                         self.create(&name, plain, Tier::Agent).await?
                     }
                 }
@@ -576,6 +596,11 @@ impl Inner {
         let container = match &read_only {
             Some(r) => container.entered_as(r.exec_user(), r.exec_prefix(), r.shell.ids),
             None => container,
+        };
+        let container = match (own_domain && binary.is_some(), scoped) {
+            (false, _) => container,
+            (true, true) => container.in_domain(crate::sandbox::service::domain::Need::Required),
+            (true, false) => container.in_domain(crate::sandbox::service::domain::Need::BestEffort),
         };
         let container = Arc::new(match binary {
             Some(_) => container.with_service(),

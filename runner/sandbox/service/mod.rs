@@ -20,6 +20,7 @@
 //! `setpriv` to its own uid and one capability): it can do nothing the agent's commands
 //! cannot, and no credential passes through it.
 
+pub mod domain;
 pub mod proto;
 pub mod server;
 

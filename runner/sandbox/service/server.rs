@@ -16,6 +16,9 @@
 //! capability) cannot open its `/proc/<pid>/fd/*`, read its memory or trace it: they cannot
 //! read the host's requests or write frames into its stdout. They can still kill it; the host
 //! then reports the command as a tool error and falls back to a Docker exec per command.
+//! A writing agent's service then enters a Landlock domain of its own ([`super::domain`]), in
+//! which every command it runs stays: nothing it runs reaches another agent's processes
+//! through `/proc`, and the fallback's execs enter a domain of their own too.
 
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
@@ -26,6 +29,7 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
 
+use super::domain;
 use super::proto::{self, Exit, Failed, FrameReader, Hello, Kill, Killed, Kind, Run, Started};
 use super::MARKER_VAR;
 use crate::sandbox::files::wire;
@@ -44,12 +48,26 @@ const LET_GO: Duration = Duration::from_millis(200);
 /// Requests queued between the stdin thread and the runtime.
 const QUEUE: usize = 64;
 
-/// Runs the service until the host closes stdin; returns the process exit code.
-pub fn serve() -> i32 {
+/// Runs the service until the host closes stdin; returns the process exit code. `args` (after
+/// the subcommand): [`domain::SERVICE_FLAG`] puts the service, and so every command it runs, in
+/// a Landlock domain of its own before anything else (a writing agent's; [`domain::REQUIRED_FLAG`]
+/// after it: the service refuses to start without one).
+pub fn serve(args: &[std::ffi::OsString]) -> i32 {
     // Before anything else: no same-uid process may open our fds or trace us.
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         say!("flowerbox exec service: cannot make itself non-dumpable: {e}");
         return 1;
+    }
+    if args.first().is_some_and(|a| a == domain::SERVICE_FLAG) {
+        let need = if args.get(1).is_some_and(|a| a == domain::REQUIRED_FLAG) {
+            domain::Need::Required
+        } else {
+            domain::Need::BestEffort
+        };
+        if let Err(why) = domain::enter_as(need) {
+            say!("flowerbox exec service: {why}");
+            return 1;
+        }
     }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

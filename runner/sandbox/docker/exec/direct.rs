@@ -85,7 +85,8 @@ impl Container {
     }
 
     /// Starts the exec of `command` (with `marker` in its environment) in `cwd`: inside the
-    /// relay under bash, plain otherwise.
+    /// relay under bash, plain otherwise; in the agent's Landlock domain when it has one, so a
+    /// worker that kills its own service gets out of nothing.
     async fn start_direct(
         &self,
         req: &ExecRequest,
@@ -93,7 +94,7 @@ impl Container {
         command: String,
         marker: &str,
     ) -> Result<(String, Output), SandboxError> {
-        let argv = match self.shell {
+        let shell_argv: Vec<String> = match self.shell {
             "bash" => vec![
                 "bash".into(),
                 "-c".into(),
@@ -104,6 +105,7 @@ impl Container {
             ],
             shell => vec![shell.into(), "-c".into(), command],
         };
+        let argv = self.domain_prefix().into_iter().chain(shell_argv).collect();
         let started = self
             .start_marked(argv, cwd.to_string(), &req.env, marker, false)
             .await?;
