@@ -257,6 +257,55 @@ fn mount_table(out: &str) -> Vec<(String, String, bool)> {
         .collect()
 }
 
+/// A scoped worker's scope holds against the other workers only inside its Landlock domain,
+/// which it enters through the exec service's binary: a run without that binary refuses the
+/// scoped worker (saying why) rather than run it unchecked, while an unscoped writer still runs.
+#[tokio::test]
+async fn a_scoped_worker_that_cannot_enter_its_domain_is_refused() {
+    use flowerbox::agent::scope::{narrow, WriteScope};
+    use flowerbox::role::Role;
+    use flowerbox::sandbox::{AgentBox, Mount, SandboxFactory};
+
+    let Some(engine) = engine_or_skip("scope_workers_no_domain").await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let run = docker_support::TestRun::with(&engine, "scope-no-domain", |o| {
+        o.exec_service = None;
+    })
+    .await;
+    let ws = run.workspace.clone();
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    let worker = |agent: &str, mounts| AgentBox {
+        agent: agent.into(),
+        role: Role::Worker,
+        mounts,
+        masked: Vec::new(),
+        workdir: ws.clone(),
+        policy: flowerbox::sandbox::SandboxPolicy::writer(),
+    };
+    let mut mounts = vec![Mount::same(ws.clone(), false)];
+    narrow(
+        &ws,
+        &WriteScope::parse(&["src/".to_string()]).unwrap(),
+        &mut mounts,
+        None,
+    )
+    .unwrap();
+    let refused = run.factory.sandbox(&worker("worker-1", mounts)).await;
+    let Err(e) = refused else {
+        panic!("a scoped worker ran without its Landlock domain");
+    };
+    assert!(e.to_string().contains("Landlock"), "{e}");
+    let plain = run
+        .factory
+        .sandbox(&worker("worker-2", vec![Mount::same(ws.clone(), false)]))
+        .await
+        .unwrap();
+    let out = docker_support::exec_ok(&*plain, "echo ok", &ws).await;
+    assert_eq!(out.stdout, "ok\n", "{out:?}");
+}
+
 /// Red team (issue 27 §3): while the host narrows a worker to `src/` and the engine mounts it,
 /// a racer that can write the workspace (as a worker's background process can) swaps `src`
 /// with a symlink as fast as it can (`renameat2(RENAME_EXCHANGE)`: the path is always one or
