@@ -8,7 +8,7 @@
 //! then trim of large results. Results written by prune are left alone by the other two.
 
 use super::{NoticeKind, TrimPolicy};
-use crate::fsroot::own;
+use crate::fsroot::{own, BatchSync};
 use crate::glance::is_ephemeral;
 use crate::model::{ContentBlock, Message, Speaker};
 use sha2::{Digest, Sha256};
@@ -95,21 +95,43 @@ pub(crate) fn spill_path(spill_dir: &Path, text: &str) -> std::path::PathBuf {
     spill_dir.join(spill_name(text))
 }
 
-/// Rewrites stored entries into the history resume feeds the model.
+/// Rewrites stored entries into the history resume feeds the model, the spill files synced
+/// before it returns.
 ///
 /// # Errors
-/// I/O errors writing spill files (trim only).
+/// I/O errors writing or syncing spill files (trim only).
 pub fn for_resume(
     entries: &[Entry],
     policy: &TrimPolicy,
 ) -> std::io::Result<(Vec<Message>, TrimReport)> {
+    let (msgs, report, sync) = for_resume_deferred(entries, policy)?;
+    if let Some(sync) = sync {
+        sync.sync()?;
+    }
+    Ok((msgs, report))
+}
+
+/// [`for_resume`] without waiting for the disk: the spill files are written and visible, and
+/// the returned [`BatchSync`] makes them durable. It must have run before anything holding a
+/// spill pointer of this history is stored durably (a compaction's or a handoff's new
+/// session); the model may be asked before (a crash before the sync leaves a spill file that
+/// the next trim finds by content and rewrites, and no stored row points to it).
+///
+/// # Errors
+/// I/O errors writing spill files (trim only).
+pub fn for_resume_deferred(
+    entries: &[Entry],
+    policy: &TrimPolicy,
+) -> std::io::Result<(Vec<Message>, TrimReport, Option<BatchSync>)> {
     let mut report = TrimReport::default();
     let (mut msgs, protected) = prune(entries, &mut report);
     expire(&mut msgs, &protected, policy, &mut report);
-    if policy.trim_large {
-        trim(&mut msgs, &protected, policy, &mut report)?;
-    }
-    Ok((msgs, report))
+    let sync = if policy.trim_large {
+        trim(&mut msgs, &protected, policy, &mut report)?
+    } else {
+        None
+    };
+    Ok((msgs, report, sync))
 }
 
 /// (message index, block index) of results prune wrote; expiry and trim leave them alone.
@@ -323,7 +345,7 @@ pub fn expire(
 
 /// Trim (`policy.trim_large`): results of at least `min_chars` characters, except the
 /// `keep_recent` most recent, are written to the spill directory and replaced by
-/// [`spill_pointer`].
+/// [`spill_pointer`]. Returns what makes the spill files durable ([`for_resume_deferred`]).
 ///
 /// # Errors
 /// I/O errors creating the spill directory or writing a spill file.
@@ -332,7 +354,7 @@ pub fn trim(
     protected: &Protected,
     policy: &TrimPolicy,
     report: &mut TrimReport,
-) -> std::io::Result<()> {
+) -> std::io::Result<Option<BatchSync>> {
     let mut sites: Vec<(usize, usize)> = Vec::new();
     for (i, m) in msgs.iter().enumerate() {
         for (k, b) in m.content.iter().enumerate() {
@@ -345,8 +367,8 @@ pub fn trim(
     }
     let n = sites.len().saturating_sub(policy.keep_recent);
     report.kept_large += sites.len() - n;
-    // Every spill file first, in one durable batch (one sync), then the pointers: a crash
-    // mid-trim leaves the stored rows whole and no pointer to a file that is not on disk.
+    // Every spill file first, in one batch, then the pointers. The rows in sessions.db are
+    // never touched; the caller syncs the batch before any pointer is stored durably.
     let mut spills: Vec<(String, usize)> = Vec::with_capacity(n);
     for &(i, k) in &sites[..n] {
         if let ContentBlock::ToolResult { content, .. } = &msgs[i].content[k] {
@@ -361,10 +383,11 @@ pub fn trim(
             _ => None,
         })
         .collect();
-    if !files.is_empty() {
-        // Content-addressed names: a regular file of the same size there is the same text.
-        own::write_batch_durable(&policy.spill_dir, &files, true)?;
-    }
+    // Content-addressed names: a file there with the same bytes is kept.
+    let sync = match files.is_empty() {
+        true => None,
+        false => own::write_batch(&policy.spill_dir, &files)?.1,
+    };
     for (&(i, k), (name, chars)) in sites[..n].iter().zip(&spills) {
         if let ContentBlock::ToolResult { content, .. } = &mut msgs[i].content[k] {
             *content = spill_pointer(&policy.spill_dir.join(name), *chars);
@@ -372,7 +395,7 @@ pub fn trim(
             report.chars_saved += chars;
         }
     }
-    Ok(())
+    Ok(sync)
 }
 
 /// The spill file name of `text`: the first 16 hex digits of its SHA-256, `.txt`.
