@@ -530,10 +530,19 @@ fn batches_replace_links_keep_same_content_files_and_leave_no_temporary() {
     let read = |n: &str| std::fs::read_to_string(dir.join(n)).unwrap();
     assert!(!dir.join("a.txt").is_symlink());
     assert_eq!(
-        [read("a.txt"), read("b.txt"), read("c.txt"), read("d.txt"), read("e.txt")],
+        [
+            read("a.txt"),
+            read("b.txt"),
+            read("c.txt"),
+            read("d.txt"),
+            read("e.txt")
+        ],
         ["aaa", "bbb", "ccccc", "ddd", "eee"]
     );
-    assert_eq!(std::fs::metadata(dir.join("e.txt")).unwrap().ino(), kept_inode);
+    assert_eq!(
+        std::fs::metadata(dir.join("e.txt")).unwrap().ino(),
+        kept_inode
+    );
     std::fs::create_dir(dir.join("g.txt")).unwrap();
     let err = tree.write_batch(&dir, &[("f.txt", b"f"), ("g.txt", b"g")]);
     assert!(matches!(err, Err(FsError::IsDir)), "{err:?}");

@@ -476,7 +476,11 @@ impl BatchSync {
 }
 
 /// Whether the regular file `name` of `dir` holds exactly `bytes`.
-fn same_bytes(dir: std::os::fd::BorrowedFd<'_>, name: &std::ffi::OsStr, bytes: &[u8]) -> Result<bool, FsError> {
+fn same_bytes(
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::OsStr,
+    bytes: &[u8],
+) -> Result<bool, FsError> {
     let fd = sys::open_regular_at(dir, name)?;
     Ok(sys::read_regular(fd, bytes.len() as u64)
         .map(|b| b == bytes)

@@ -240,7 +240,7 @@ impl SqliteSessionStore {
         policy: &TrimPolicy,
     ) -> Result<(Vec<Message>, TrimReport), SessionError> {
         let entries = self.entries(session)?;
-        let (msgs, report, sync) = rewrite::for_resume_deferred(&entries, policy)?;
+        let (msgs, report, sync) = rewrite::for_resume_deferred(entries, policy)?;
         if let Some(sync) = sync {
             // The model can be asked while the disk catches up; a new session (the only rows
             // that can hold these pointers for good) waits for it in `create`.
@@ -267,7 +267,8 @@ impl SqliteSessionStore {
     /// # Errors
     /// [`SessionError::Io`] when a sync failed.
     pub fn spill_barrier(&self) -> Result<(), SessionError> {
-        let pending = std::mem::take(&mut *self.spill_syncs.lock().unwrap_or_else(|p| p.into_inner()));
+        let pending =
+            std::mem::take(&mut *self.spill_syncs.lock().unwrap_or_else(|p| p.into_inner()));
         let mut first = Ok(());
         for sync in pending {
             if let Err(e) = sync() {

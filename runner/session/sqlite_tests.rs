@@ -198,9 +198,7 @@ fn load_never_modifies_rows() {
 fn a_trimming_load_defers_its_spill_sync_to_the_next_new_session() {
     let (dir, store) = open();
     let id = store.create(&meta()).unwrap();
-    store
-        .append(&id, &Message::user_text("go"), None)
-        .unwrap();
+    store.append(&id, &Message::user_text("go"), None).unwrap();
     for i in 0..3 {
         let tid = format!("t{i}");
         let call = Message {
@@ -231,7 +229,10 @@ fn a_trimming_load_defers_its_spill_sync_to_the_next_new_session() {
     let (_, report) = store.load_with_report(&id, &policy).unwrap();
     assert_eq!(report.trimmed, 3);
     assert_eq!(pending(), 1);
-    assert_eq!(std::fs::read_dir(dir.path().join("spill")).unwrap().count(), 3);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("spill")).unwrap().count(),
+        3
+    );
     store.create(&meta()).unwrap();
     assert_eq!(pending(), 0);
     // Without trim nothing is written, nothing is pending.
@@ -262,7 +263,11 @@ fn a_new_session_is_written_only_after_the_pending_spill_syncs() {
         Ok(())
     }));
     store.create(&meta()).unwrap();
-    assert_eq!(*seen.lock().unwrap(), [1], "the sync ran before the row was written");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [1],
+        "the sync ran before the row was written"
+    );
     assert_eq!(count(), 2);
 
     store.defer_spill_sync(Box::new(|| Err(std::io::Error::other("disk gone"))));
