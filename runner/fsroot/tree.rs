@@ -482,10 +482,9 @@ fn same_bytes(
     bytes: &[u8],
 ) -> Result<bool, FsError> {
     let fd = sys::open_regular_at(dir, name)?;
-    Ok(sys::read_regular(fd, bytes.len() as u64)
-        .map(|b| b == bytes)
-        .or_else(|e| match e {
-            FsError::TooLarge(_) => Ok(false),
-            e => Err(e),
-        })?)
+    match sys::read_regular(fd, bytes.len() as u64) {
+        Ok(b) => Ok(b == bytes),
+        Err(FsError::TooLarge(_)) => Ok(false),
+        Err(e) => Err(e),
+    }
 }
