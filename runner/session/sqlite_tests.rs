@@ -144,42 +144,39 @@ fn fork_copies_history_and_meta_and_then_diverges() {
     assert_eq!(store.load_raw(&fork).unwrap().len(), 3);
 }
 
+/// A session of a prompt, then one `git status` call per result in `results`, each answered.
+fn session_of_calls(store: &SqliteSessionStore, results: impl Iterator<Item = String>) -> String {
+    let id = store.create(&meta()).unwrap();
+    store.append(&id, &Message::user_text("go"), None).unwrap();
+    for (i, content) in results.enumerate() {
+        let tid = format!("t{i}");
+        let call = Message {
+            role: Speaker::Assistant,
+            content: vec![ContentBlock::ToolUse {
+                id: tid.clone(),
+                name: "Bash".into(),
+                input: json!({"command": "git status"}),
+            }],
+        };
+        store.append(&id, &call, None).unwrap();
+        let result = Message {
+            role: Speaker::User,
+            content: vec![ContentBlock::ToolResult {
+                tool_use_id: tid,
+                content,
+                is_error: false,
+            }],
+        };
+        store.append(&id, &result, None).unwrap();
+    }
+    id
+}
+
 #[test]
 fn load_never_modifies_rows() {
     let (dir, store) = open();
-    let id = store.create(&meta()).unwrap();
-    store.append(&id, &Message::user_text("go"), None).unwrap();
-    for i in 0..10 {
-        let tid = format!("t{i}");
-        store
-            .append(
-                &id,
-                &Message {
-                    role: Speaker::Assistant,
-                    content: vec![ContentBlock::ToolUse {
-                        id: tid.clone(),
-                        name: "Bash".into(),
-                        input: json!({"command": "git status"}),
-                    }],
-                },
-                None,
-            )
-            .unwrap();
-        store
-            .append(
-                &id,
-                &Message {
-                    role: Speaker::User,
-                    content: vec![ContentBlock::ToolResult {
-                        tool_use_id: tid,
-                        content: "x".repeat(if i % 2 == 0 { 3000 } else { 10 }),
-                        is_error: false,
-                    }],
-                },
-                None,
-            )
-            .unwrap();
-    }
+    let results = (0..10).map(|i| "x".repeat(if i % 2 == 0 { 3000 } else { 10 }));
+    let id = session_of_calls(&store, results);
     let before = store.load_raw_json(&id).unwrap();
     let policy = TrimPolicy {
         keep_recent: 1,
@@ -197,29 +194,7 @@ fn load_never_modifies_rows() {
 #[test]
 fn a_trimming_load_defers_its_spill_sync_to_the_next_new_session() {
     let (dir, store) = open();
-    let id = store.create(&meta()).unwrap();
-    store.append(&id, &Message::user_text("go"), None).unwrap();
-    for i in 0..3 {
-        let tid = format!("t{i}");
-        let call = Message {
-            role: Speaker::Assistant,
-            content: vec![ContentBlock::ToolUse {
-                id: tid.clone(),
-                name: "Read".into(),
-                input: json!({}),
-            }],
-        };
-        store.append(&id, &call, None).unwrap();
-        let result = Message {
-            role: Speaker::User,
-            content: vec![ContentBlock::ToolResult {
-                tool_use_id: tid,
-                content: format!("{i}").repeat(3000),
-                is_error: false,
-            }],
-        };
-        store.append(&id, &result, None).unwrap();
-    }
+    let id = session_of_calls(&store, (0..3).map(|i| format!("{i}").repeat(3000)));
     let policy = TrimPolicy {
         keep_recent: 0,
         ..TrimPolicy::new(dir.path().join("spill"), true)
