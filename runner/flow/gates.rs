@@ -297,12 +297,14 @@ impl Target {
     async fn identity(&self, rt: &Arc<Runtime>) -> Option<WorkspaceIdentity> {
         match self {
             Target::Candidate => super::guard::scene(rt).await,
-            Target::Copy(dir) => rt
-                .sandboxes()
-                .files()
-                .identity(dir, &Default::default())
-                .await
-                .ok(),
+            Target::Copy(dir) => {
+                rt.sandboxes().settled().await;
+                rt.sandboxes()
+                    .files()
+                    .identity(dir, &Default::default())
+                    .await
+                    .ok()
+            }
         }
     }
 }

@@ -616,6 +616,7 @@ fn record_verdict(
 /// bound to it).
 pub(super) async fn scene(rt: &Arc<Runtime>) -> Option<WorkspaceIdentity> {
     let (ws, exclude) = scene_scope(rt);
+    rt.sandboxes().settled().await;
     match rt.sandboxes().files().identity(&ws, &exclude).await {
         Ok(id) => Some(id),
         Err(e) => {

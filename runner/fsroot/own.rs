@@ -53,14 +53,14 @@ pub fn write_durable(path: &Path, bytes: &[u8]) -> io::Result<bool> {
     Ok(tree().write_durable(&abs(path)?, bytes)?)
 }
 
-/// Writes `files` (name, bytes) into the directory `dir` as one durable batch (one sync for
-/// all of them); see [`Tree::write_batch_durable`]. Returns how many files were written.
-pub fn write_batch_durable(
+/// Writes `files` (name, bytes) into the directory `dir` as one batch; returns how many files
+/// were written and what makes them durable (one sync for all of them, to run before anything
+/// pointing to them is stored durably); see [`Tree::write_batch`].
+pub fn write_batch(
     dir: &Path,
     files: &[(&str, &[u8])],
-    keep_same_size: bool,
-) -> io::Result<usize> {
-    Ok(tree().write_batch_durable(&abs(dir)?, files, keep_same_size)?)
+) -> io::Result<(usize, Option<super::BatchSync>)> {
+    Ok(tree().write_batch(&abs(dir)?, files)?)
 }
 
 /// Appends `bytes` to the regular file `path` (created with its directories when missing);

@@ -4,7 +4,7 @@
 use super::sys;
 use super::walk::{walk, Rules};
 use super::*;
-use std::os::unix::fs::symlink;
+use std::os::unix::fs::{symlink, MetadataExt};
 use std::path::{Path, PathBuf};
 
 struct Scene {
@@ -500,37 +500,53 @@ fn a_masked_directory_moved_by_renaming_its_parent_stays_masked() {
 }
 
 /// Issue 17: a batch is written with one sync; a link at a name is replaced (its target
-/// untouched), a same-size regular file kept when asked, a wrong-size one rewritten, a
-/// directory at a name refused with nothing renamed and no temporary left.
+/// untouched), a file with the same bytes kept, a same-size file of other bytes (what a crash
+/// before the sync can leave) and a wrong-size one rewritten, a directory at a name refused
+/// with nothing written and no temporary left.
 #[test]
-fn batches_replace_links_keep_same_size_files_and_leave_no_temporary() {
+fn batches_replace_links_keep_same_content_files_and_leave_no_temporary() {
     let d = tempfile::tempdir().unwrap();
     let dir = d.path().canonicalize().unwrap().join("spill");
     std::fs::create_dir_all(&dir).unwrap();
     let outside = d.path().join("outside.txt");
     std::fs::write(&outside, "host file").unwrap();
     symlink(&outside, dir.join("a.txt")).unwrap();
-    std::fs::write(dir.join("b.txt"), "BBB").unwrap(); // same size as "bbb": kept
+    std::fs::write(dir.join("b.txt"), "BBB").unwrap(); // same size, other bytes: rewritten
     std::fs::write(dir.join("c.txt"), "cut").unwrap(); // wrong size: rewritten
-    let files: [(&str, &[u8]); 4] = [
+    std::fs::write(dir.join("e.txt"), "eee").unwrap(); // same bytes: kept
+    let kept_inode = std::fs::metadata(dir.join("e.txt")).unwrap().ino();
+    let files: [(&str, &[u8]); 5] = [
         ("a.txt", b"aaa"),
         ("b.txt", b"bbb"),
         ("c.txt", b"ccccc"),
         ("d.txt", b"ddd"),
+        ("e.txt", b"eee"),
     ];
     let tree = tree::Tree::new("/");
-    assert_eq!(tree.write_batch_durable(&dir, &files, true).unwrap(), 3);
+    let (written, sync) = tree.write_batch(&dir, &files).unwrap();
+    assert_eq!(written, 4);
+    sync.expect("a batch to sync").sync().unwrap();
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "host file");
     let read = |n: &str| std::fs::read_to_string(dir.join(n)).unwrap();
     assert!(!dir.join("a.txt").is_symlink());
     assert_eq!(
-        [read("a.txt"), read("b.txt"), read("c.txt"), read("d.txt")],
-        ["aaa", "BBB", "ccccc", "ddd"]
+        [
+            read("a.txt"),
+            read("b.txt"),
+            read("c.txt"),
+            read("d.txt"),
+            read("e.txt")
+        ],
+        ["aaa", "bbb", "ccccc", "ddd", "eee"]
     );
-    std::fs::create_dir(dir.join("e.txt")).unwrap();
-    let err = tree.write_batch_durable(&dir, &[("f.txt", b"f"), ("e.txt", b"e")], true);
+    assert_eq!(
+        std::fs::metadata(dir.join("e.txt")).unwrap().ino(),
+        kept_inode
+    );
+    std::fs::create_dir(dir.join("g.txt")).unwrap();
+    let err = tree.write_batch(&dir, &[("f.txt", b"f"), ("g.txt", b"g")]);
     assert!(matches!(err, Err(FsError::IsDir)), "{err:?}");
-    assert!(!dir.join("f.txt").exists(), "nothing renamed");
+    assert!(!dir.join("f.txt").exists(), "nothing written");
     let names: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

@@ -147,80 +147,75 @@ impl Tree {
     }
 
     /// Writes the files `files` (name, bytes) into the directory `dir` (created when missing)
-    /// durably, as one batch: every new file is written beside its name, then one `syncfs`
-    /// makes all of them durable, then each is renamed over its name, then the directory is
-    /// fsynced once. A crash leaves each name either as it was or with its complete new
-    /// content (never a renamed file whose data was not on disk). A name that already holds a
-    /// regular file of the same size is left alone when `keep_same_size` (content-addressed
-    /// names: the same name means the same text). Returns how many files were written.
+    /// as one batch whose durability the caller decides. A name that already holds a regular
+    /// file with exactly these bytes is kept (content-addressed names); a new name is written
+    /// beside itself and renamed at once, so readers see it whole; a name holding anything else
+    /// (a file of other bytes, a link, a FIFO) is written beside itself, fdatasynced, then
+    /// renamed over it, so a crash leaves it as it was or with its complete new content. A
+    /// directory at a name is refused before anything is written.
+    ///
+    /// The returned [`BatchSync`] (none when `files` is empty) makes every new name durable:
+    /// until it ran, a crash may leave a new name with incomplete bytes (which the next batch
+    /// finds by content and rewrites), so nothing that points to these files may be stored
+    /// durably before it ran. Returns how many files were written.
     ///
     /// As [`Tree::write`], a symlink, FIFO or socket at a name is replaced, never followed.
-    pub fn write_batch_durable(
+    pub fn write_batch(
         &self,
         dir: &Path,
         files: &[(&str, &[u8])],
-        keep_same_size: bool,
-    ) -> Result<usize, FsError> {
+    ) -> Result<(usize, Option<BatchSync>), FsError> {
         use std::io::Write;
         let fd = self.dir(dir, true)?;
-        let mut pending: Vec<(OsString, &std::ffi::OsStr)> = Vec::new();
+        // Pass 1: what each name needs; nothing is written before every name was looked at.
+        let mut todo: Vec<(&std::ffi::OsStr, &[u8], bool)> = Vec::new();
         let mut seen = std::collections::HashSet::new();
-        let mut renamed = 0;
-        let mut synced = None;
-        let result = (|| -> Result<(), FsError> {
-            for (name, bytes) in files {
-                let name = std::ffi::OsStr::new(*name);
-                sys::check_name(name)?;
-                if !seen.insert(name) {
-                    continue;
-                }
-                match sys::lstat_at(fd.as_fd(), name)? {
-                    Some(st)
-                        if keep_same_size
-                            && sys::kind(&st) == FileType::RegularFile
-                            && st.st_size as u64 == bytes.len() as u64 =>
-                    {
-                        continue
-                    }
-                    Some(st) if sys::kind(&st) == FileType::Directory => {
-                        return Err(FsError::IsDir)
-                    }
-                    _ => {}
-                }
-                let (tmp, file) = sys::create_temp(fd.as_fd(), name)?;
-                pending.push((tmp, name));
-                std::fs::File::from(file).write_all(bytes)?;
+        for (name, bytes) in files {
+            let name = std::ffi::OsStr::new(*name);
+            sys::check_name(name)?;
+            if !seen.insert(name) {
+                continue;
             }
-            if pending.is_empty() {
-                return Ok(());
+            match sys::lstat_at(fd.as_fd(), name)? {
+                None => todo.push((name, bytes, false)),
+                Some(st) if sys::kind(&st) == FileType::Directory => return Err(FsError::IsDir),
+                Some(st)
+                    if sys::kind(&st) == FileType::RegularFile
+                        && st.st_size as u64 == bytes.len() as u64
+                        && same_bytes(fd.as_fd(), name, bytes)? => {}
+                Some(_) => todo.push((name, bytes, true)),
             }
-            // The walk's handle is `O_PATH`; syncing needs a real descriptor of the directory.
-            let listed = rustix::fs::openat(
-                &fd,
-                ".",
-                sys::listable_flags() | OFlags::CLOEXEC,
-                rustix::fs::Mode::empty(),
-            )?;
-            rustix::fs::syncfs(&listed)?;
-            synced = Some(listed);
-            while let Some((tmp, name)) = pending.pop() {
-                if let Err(e) = rustix::fs::renameat(&fd, &tmp, &fd, name) {
-                    pending.push((tmp, name));
-                    return Err(e.into());
-                }
-                renamed += 1;
-            }
-            Ok(())
-        })();
-        for (tmp, _) in &pending {
-            let _ = rustix::fs::unlinkat(&fd, tmp, rustix::fs::AtFlags::empty());
         }
-        result?;
-        if let (true, Some(dir)) = (renamed > 0, &synced) {
-            // Not every file system can fsync a directory; the renames already happened.
-            let _ = rustix::fs::fsync(dir);
+        if files.is_empty() {
+            return Ok((0, None));
         }
-        Ok(renamed)
+        // The walk's handle is `O_PATH`; syncing needs a real descriptor of the directory.
+        let listed = rustix::fs::openat(
+            &fd,
+            ".",
+            sys::listable_flags() | OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?;
+        // Pass 2: write and rename.
+        let mut written = 0;
+        for (name, bytes, replaces) in todo {
+            let (tmp, file) = sys::create_temp(fd.as_fd(), name)?;
+            let done = (|| -> Result<(), FsError> {
+                let mut file = std::fs::File::from(file);
+                file.write_all(bytes)?;
+                if replaces {
+                    file.sync_data()?;
+                }
+                rustix::fs::renameat(&fd, &tmp, &fd, name)?;
+                Ok(())
+            })();
+            if let Err(e) = done {
+                let _ = rustix::fs::unlinkat(&fd, &tmp, rustix::fs::AtFlags::empty());
+                return Err(e);
+            }
+            written += 1;
+        }
+        Ok((written, Some(BatchSync(listed))))
     }
 
     /// Opens the regular file `path` for appending (created, with its directories, when
@@ -461,5 +456,35 @@ impl Drop for TempFile {
         if let Some(tmp) = self.name.take() {
             let _ = rustix::fs::unlinkat(self.dir.as_fd(), &tmp, rustix::fs::AtFlags::empty());
         }
+    }
+}
+
+/// What makes a [`Tree::write_batch`] durable: one `syncfs` of the file system holding the
+/// directory (every file written, and the renames), then an fsync of the directory. Cheap to
+/// move to another thread; see [`Tree::write_batch`] for what may not happen before it ran.
+#[derive(Debug)]
+pub struct BatchSync(OwnedFd);
+
+impl BatchSync {
+    /// Syncs the batch's file system and directory.
+    pub fn sync(self) -> Result<(), FsError> {
+        rustix::fs::syncfs(&self.0)?;
+        // Not every file system can fsync a directory; syncfs already wrote the renames.
+        let _ = rustix::fs::fsync(&self.0);
+        Ok(())
+    }
+}
+
+/// Whether the regular file `name` of `dir` holds exactly `bytes`.
+fn same_bytes(
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::OsStr,
+    bytes: &[u8],
+) -> Result<bool, FsError> {
+    let fd = sys::open_regular_at(dir, name)?;
+    match sys::read_regular(fd, bytes.len() as u64) {
+        Ok(b) => Ok(b == bytes),
+        Err(FsError::TooLarge(_)) => Ok(false),
+        Err(e) => Err(e),
     }
 }

@@ -324,6 +324,11 @@ pub trait SandboxFactory: Send + Sync {
         Arc::new(files::LocalFiles)
     }
 
+    /// Returns once nothing of the backend's own is being written into the workspace (a
+    /// deferred run's disk probe makes a directory there and removes it), so a content
+    /// identity read next holds only what the run's agents made. The default has nothing.
+    async fn settled(&self) {}
+
     /// Starts what every sandbox of the run shares (Docker: the pod) in the background, so
     /// the first agent that runs a command finds it ready. A start that fails is reported by
     /// the first [`SandboxFactory::sandbox`] that needs it, with the same error; teardown

@@ -8,7 +8,7 @@
 //! then trim of large results. Results written by prune are left alone by the other two.
 
 use super::{NoticeKind, TrimPolicy};
-use crate::fsroot::own;
+use crate::fsroot::{own, BatchSync};
 use crate::glance::is_ephemeral;
 use crate::model::{ContentBlock, Message, Speaker};
 use sha2::{Digest, Sha256};
@@ -95,21 +95,43 @@ pub(crate) fn spill_path(spill_dir: &Path, text: &str) -> std::path::PathBuf {
     spill_dir.join(spill_name(text))
 }
 
-/// Rewrites stored entries into the history resume feeds the model.
+/// Rewrites stored entries into the history resume feeds the model, the spill files synced
+/// before it returns.
 ///
 /// # Errors
-/// I/O errors writing spill files (trim only).
+/// I/O errors writing or syncing spill files (trim only).
 pub fn for_resume(
     entries: &[Entry],
     policy: &TrimPolicy,
 ) -> std::io::Result<(Vec<Message>, TrimReport)> {
+    let (msgs, report, sync) = for_resume_deferred(entries.to_vec(), policy)?;
+    if let Some(sync) = sync {
+        sync.sync()?;
+    }
+    Ok((msgs, report))
+}
+
+/// [`for_resume`] without waiting for the disk: the spill files are written and visible, and
+/// the returned [`BatchSync`] makes them durable. It must have run before anything holding a
+/// spill pointer of this history is stored durably (a compaction's or a handoff's new
+/// session); the model may be asked before (a crash before the sync leaves a spill file that
+/// the next trim finds by content and rewrites, and no stored row points to it).
+///
+/// # Errors
+/// I/O errors writing spill files (trim only).
+pub fn for_resume_deferred(
+    entries: Vec<Entry>,
+    policy: &TrimPolicy,
+) -> std::io::Result<(Vec<Message>, TrimReport, Option<BatchSync>)> {
     let mut report = TrimReport::default();
     let (mut msgs, protected) = prune(entries, &mut report);
     expire(&mut msgs, &protected, policy, &mut report);
-    if policy.trim_large {
-        trim(&mut msgs, &protected, policy, &mut report)?;
-    }
-    Ok((msgs, report))
+    let sync = if policy.trim_large {
+        trim(&mut msgs, &protected, policy, &mut report)?
+    } else {
+        None
+    };
+    Ok((msgs, report, sync))
 }
 
 /// (message index, block index) of results prune wrote; expiry and trim leave them alone.
@@ -120,7 +142,7 @@ type Protected = HashSet<(usize, usize)>;
 /// message of a turn cut off inside its only tool call) is left out, and a user message right
 /// after a user message is merged into it (what the runner sent: it merges user content into a
 /// trailing user message in memory and stores it as its own row).
-fn push_merged(msgs: &mut Vec<Message>, m: &Message, report: &mut TrimReport) {
+fn push_merged(msgs: &mut Vec<Message>, m: Message, report: &mut TrimReport) {
     let empty = m
         .content
         .iter()
@@ -131,9 +153,9 @@ fn push_merged(msgs: &mut Vec<Message>, m: &Message, report: &mut TrimReport) {
     }
     match msgs.last_mut() {
         Some(last) if last.role == Speaker::User && m.role == Speaker::User => {
-            last.content.extend(m.content.iter().cloned())
+            last.content.extend(m.content)
         }
-        _ => msgs.push(m.clone()),
+        _ => msgs.push(m),
     }
 }
 
@@ -142,31 +164,37 @@ fn push_merged(msgs: &mut Vec<Message>, m: &Message, report: &mut TrimReport) {
 /// [`INTERRUPTED_NOTE`]; every assistant `tool_use` is answered in the next message (missing
 /// results are added as the note, a missing user message is inserted); results answering no
 /// call of the previous message (impossible in a history the API accepted) are dropped.
-pub fn prune(entries: &[Entry], report: &mut TrimReport) -> (Vec<Message>, Protected) {
+/// The messages are moved, never copied.
+pub fn prune(entries: Vec<Entry>, report: &mut TrimReport) -> (Vec<Message>, Protected) {
     // Pass 1: messages only; which calls were open when an interruption was recorded.
-    let mut msgs: Vec<Message> = Vec::new();
-    let mut interrupted: HashSet<&str> = HashSet::new();
-    let mut open: Vec<&str> = Vec::new();
+    let mut msgs: Vec<Message> = Vec::with_capacity(entries.len());
+    let mut interrupted: HashSet<String> = HashSet::new();
+    let mut open: Vec<String> = Vec::new();
     for e in entries {
         match e {
             Entry::Notice(kind, _) => {
                 report.notices += 1;
-                if *kind == NoticeKind::Interrupted {
-                    interrupted.extend(open.iter().copied());
+                if kind == NoticeKind::Interrupted {
+                    interrupted.extend(open.iter().cloned());
                 }
             }
             Entry::Message(m) => {
-                push_merged(&mut msgs, m, report);
                 match m.role {
                     Speaker::Assistant => {
-                        open = m.content.iter().filter_map(use_id).collect();
+                        open = m
+                            .content
+                            .iter()
+                            .filter_map(use_id)
+                            .map(String::from)
+                            .collect();
                     }
                     Speaker::User => {
                         let answered: HashSet<&str> =
                             m.content.iter().filter_map(result_id).collect();
-                        open.retain(|id| !answered.contains(id));
+                        open.retain(|id| !answered.contains(id.as_str()));
                     }
                 }
+                push_merged(&mut msgs, m, report);
             }
         }
     }
@@ -174,42 +202,46 @@ pub fn prune(entries: &[Entry], report: &mut TrimReport) -> (Vec<Message>, Prote
     // Pass 2: structure.
     let mut out: Vec<Message> = Vec::with_capacity(msgs.len() + 1);
     let mut protected = Protected::new();
-    let mut i = 0;
-    while i < msgs.len() {
-        let m = &msgs[i];
+    let mut msgs = msgs.into_iter().peekable();
+    while let Some(m) = msgs.next() {
         if m.role == Speaker::User {
             // Not directly after an assistant message with calls: results here answer nothing.
+            let had_content = !m.content.is_empty();
             let kept: Vec<ContentBlock> = m
                 .content
-                .iter()
+                .into_iter()
                 .filter(|b| result_id(b).is_none())
-                .cloned()
                 .collect();
-            if kept.is_empty() && !m.content.is_empty() {
-                i += 1;
+            if kept.is_empty() && had_content {
                 continue;
             }
             out.push(Message {
                 role: Speaker::User,
                 content: kept,
             });
-            i += 1;
             continue;
         }
-        out.push(m.clone());
-        let uses: Vec<&str> = m.content.iter().filter_map(use_id).collect();
+        let uses: Vec<String> = m
+            .content
+            .iter()
+            .filter_map(use_id)
+            .map(String::from)
+            .collect();
+        out.push(m);
         if uses.is_empty() {
-            i += 1;
             continue;
         }
-        let next = msgs.get(i + 1).filter(|n| n.role == Speaker::User);
-        let mut seen: HashSet<&str> = HashSet::new();
+        let next = msgs.next_if(|n| n.role == Speaker::User);
+        let mut seen: HashSet<String> = HashSet::new();
         let mut blocks: Vec<ContentBlock> = Vec::new();
-        for b in next.map(|n| n.content.as_slice()).unwrap_or(&[]) {
-            match result_id(b) {
-                Some(id) if uses.contains(&id) && seen.insert(id) => blocks.push(b.clone()),
+        for b in next.map(|n| n.content).unwrap_or_default() {
+            match result_id(&b) {
+                Some(id) if uses.iter().any(|u| u == id) && !seen.contains(id) => {
+                    seen.insert(id.to_string());
+                    blocks.push(b)
+                }
                 Some(_) => {} // duplicate, or answers nothing
-                None => blocks.push(b.clone()),
+                None => blocks.push(b),
             }
         }
         let at = blocks
@@ -220,7 +252,7 @@ pub fn prune(entries: &[Entry], report: &mut TrimReport) -> (Vec<Message>, Prote
             .iter()
             .filter(|id| !seen.contains(*id))
             .map(|id| ContentBlock::ToolResult {
-                tool_use_id: (*id).to_string(),
+                tool_use_id: id.clone(),
                 content: INTERRUPTED_NOTE.to_string(),
                 is_error: false,
             })
@@ -250,7 +282,6 @@ pub fn prune(entries: &[Entry], report: &mut TrimReport) -> (Vec<Message>, Prote
             role: Speaker::User,
             content: blocks,
         });
-        i += if next.is_some() { 2 } else { 1 };
     }
     (out, protected)
 }
@@ -323,7 +354,7 @@ pub fn expire(
 
 /// Trim (`policy.trim_large`): results of at least `min_chars` characters, except the
 /// `keep_recent` most recent, are written to the spill directory and replaced by
-/// [`spill_pointer`].
+/// [`spill_pointer`]. Returns what makes the spill files durable ([`for_resume_deferred`]).
 ///
 /// # Errors
 /// I/O errors creating the spill directory or writing a spill file.
@@ -332,7 +363,7 @@ pub fn trim(
     protected: &Protected,
     policy: &TrimPolicy,
     report: &mut TrimReport,
-) -> std::io::Result<()> {
+) -> std::io::Result<Option<BatchSync>> {
     let mut sites: Vec<(usize, usize)> = Vec::new();
     for (i, m) in msgs.iter().enumerate() {
         for (k, b) in m.content.iter().enumerate() {
@@ -345,8 +376,8 @@ pub fn trim(
     }
     let n = sites.len().saturating_sub(policy.keep_recent);
     report.kept_large += sites.len() - n;
-    // Every spill file first, in one durable batch (one sync), then the pointers: a crash
-    // mid-trim leaves the stored rows whole and no pointer to a file that is not on disk.
+    // Every spill file first, in one batch, then the pointers. The rows in sessions.db are
+    // never touched; the caller syncs the batch before any pointer is stored durably.
     let mut spills: Vec<(String, usize)> = Vec::with_capacity(n);
     for &(i, k) in &sites[..n] {
         if let ContentBlock::ToolResult { content, .. } = &msgs[i].content[k] {
@@ -361,10 +392,11 @@ pub fn trim(
             _ => None,
         })
         .collect();
-    if !files.is_empty() {
-        // Content-addressed names: a regular file of the same size there is the same text.
-        own::write_batch_durable(&policy.spill_dir, &files, true)?;
-    }
+    // Content-addressed names: a file there with the same bytes is kept.
+    let sync = match files.is_empty() {
+        true => None,
+        false => own::write_batch(&policy.spill_dir, &files)?.1,
+    };
     for (&(i, k), (name, chars)) in sites[..n].iter().zip(&spills) {
         if let ContentBlock::ToolResult { content, .. } = &mut msgs[i].content[k] {
             *content = spill_pointer(&policy.spill_dir.join(name), *chars);
@@ -372,7 +404,7 @@ pub fn trim(
             report.chars_saved += chars;
         }
     }
-    Ok(())
+    Ok(sync)
 }
 
 /// The spill file name of `text`: the first 16 hex digits of its SHA-256, `.txt`.

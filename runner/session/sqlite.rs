@@ -80,7 +80,12 @@ pub struct SqliteSessionStore {
     conn: Mutex<Connection>,
     /// Where the database lives (for messages).
     path: PathBuf,
+    /// Spill syncs a load started and nobody waited for yet ([`SqliteSessionStore::spill_barrier`]).
+    spill_syncs: Mutex<Vec<SpillSync>>,
 }
+
+/// A spill sync under way: waits for it.
+type SpillSync = Box<dyn FnOnce() -> std::io::Result<()> + Send>;
 
 impl std::fmt::Debug for SqliteSessionStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -131,6 +136,7 @@ impl SqliteSessionStore {
         Ok(SqliteSessionStore {
             conn: Mutex::new(conn),
             path,
+            spill_syncs: Mutex::new(Vec::new()),
         })
     }
 
@@ -234,7 +240,42 @@ impl SqliteSessionStore {
         policy: &TrimPolicy,
     ) -> Result<(Vec<Message>, TrimReport), SessionError> {
         let entries = self.entries(session)?;
-        Ok(rewrite::for_resume(&entries, policy)?)
+        let (msgs, report, sync) = rewrite::for_resume_deferred(entries, policy)?;
+        if let Some(sync) = sync {
+            // The model can be asked while the disk catches up; a new session (the only rows
+            // that can hold these pointers for good) waits for it in `create`.
+            let job = std::thread::spawn(move || sync.sync().map_err(std::io::Error::from));
+            self.defer_spill_sync(Box::new(move || {
+                job.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("归档文件落盘线程崩溃")))
+            }));
+        }
+        Ok((msgs, report))
+    }
+
+    fn defer_spill_sync(&self, sync: SpillSync) {
+        self.spill_syncs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(sync);
+    }
+
+    /// Waits for every spill sync a load started: after it, every spill file a loaded history
+    /// points to is on disk. [`SessionStore::create`] runs it first, so a compaction's or a
+    /// handoff's new session never stores a pointer to a file a crash could lose.
+    ///
+    /// # Errors
+    /// [`SessionError::Io`] when a sync failed.
+    pub fn spill_barrier(&self) -> Result<(), SessionError> {
+        let pending =
+            std::mem::take(&mut *self.spill_syncs.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut first = Ok(());
+        for sync in pending {
+            if let Err(e) = sync() {
+                first = first.and(Err(SessionError::Io(e)));
+            }
+        }
+        first
     }
 
     fn lock(&self) -> MutexGuard<'_, Connection> {
@@ -319,6 +360,7 @@ fn now() -> String {
 
 impl SessionStore for SqliteSessionStore {
     fn create(&self, meta: &SessionMeta) -> Result<String, SessionError> {
+        self.spill_barrier()?;
         let id = uuid::Uuid::new_v4().to_string();
         self.write(|tx| {
             tx.execute(

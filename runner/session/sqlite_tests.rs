@@ -144,42 +144,39 @@ fn fork_copies_history_and_meta_and_then_diverges() {
     assert_eq!(store.load_raw(&fork).unwrap().len(), 3);
 }
 
+/// A session of a prompt, then one `git status` call per result in `results`, each answered.
+fn session_of_calls(store: &SqliteSessionStore, results: impl Iterator<Item = String>) -> String {
+    let id = store.create(&meta()).unwrap();
+    store.append(&id, &Message::user_text("go"), None).unwrap();
+    for (i, content) in results.enumerate() {
+        let tid = format!("t{i}");
+        let call = Message {
+            role: Speaker::Assistant,
+            content: vec![ContentBlock::ToolUse {
+                id: tid.clone(),
+                name: "Bash".into(),
+                input: json!({"command": "git status"}),
+            }],
+        };
+        store.append(&id, &call, None).unwrap();
+        let result = Message {
+            role: Speaker::User,
+            content: vec![ContentBlock::ToolResult {
+                tool_use_id: tid,
+                content,
+                is_error: false,
+            }],
+        };
+        store.append(&id, &result, None).unwrap();
+    }
+    id
+}
+
 #[test]
 fn load_never_modifies_rows() {
     let (dir, store) = open();
-    let id = store.create(&meta()).unwrap();
-    store.append(&id, &Message::user_text("go"), None).unwrap();
-    for i in 0..10 {
-        let tid = format!("t{i}");
-        store
-            .append(
-                &id,
-                &Message {
-                    role: Speaker::Assistant,
-                    content: vec![ContentBlock::ToolUse {
-                        id: tid.clone(),
-                        name: "Bash".into(),
-                        input: json!({"command": "git status"}),
-                    }],
-                },
-                None,
-            )
-            .unwrap();
-        store
-            .append(
-                &id,
-                &Message {
-                    role: Speaker::User,
-                    content: vec![ContentBlock::ToolResult {
-                        tool_use_id: tid,
-                        content: "x".repeat(if i % 2 == 0 { 3000 } else { 10 }),
-                        is_error: false,
-                    }],
-                },
-                None,
-            )
-            .unwrap();
-    }
+    let results = (0..10).map(|i| "x".repeat(if i % 2 == 0 { 3000 } else { 10 }));
+    let id = session_of_calls(&store, results);
     let before = store.load_raw_json(&id).unwrap();
     let policy = TrimPolicy {
         keep_recent: 1,
@@ -190,6 +187,67 @@ fn load_never_modifies_rows() {
     assert!(report.trimmed > 0 && report.expired > 0, "{report:?}");
     assert_ne!(loaded, store.load_raw(&id).unwrap());
     assert_eq!(store.load_raw_json(&id).unwrap(), before);
+}
+
+/// Issue 32: a trimming load leaves its spill sync pending (the model can be asked before the
+/// disk caught up); creating a session waits for it first.
+#[test]
+fn a_trimming_load_defers_its_spill_sync_to_the_next_new_session() {
+    let (dir, store) = open();
+    let id = session_of_calls(&store, (0..3).map(|i| format!("{i}").repeat(3000)));
+    let policy = TrimPolicy {
+        keep_recent: 0,
+        ..TrimPolicy::new(dir.path().join("spill"), true)
+    };
+    let pending = || store.spill_syncs.lock().unwrap().len();
+    assert_eq!(pending(), 0);
+    let (_, report) = store.load_with_report(&id, &policy).unwrap();
+    assert_eq!(report.trimmed, 3);
+    assert_eq!(pending(), 1);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("spill")).unwrap().count(),
+        3
+    );
+    store.create(&meta()).unwrap();
+    assert_eq!(pending(), 0);
+    // Without trim nothing is written, nothing is pending.
+    store
+        .load_with_report(&id, &TrimPolicy::new(dir.path().join("spill"), false))
+        .unwrap();
+    assert_eq!(pending(), 0);
+}
+
+/// Issue 32: the spill barrier runs before the new session's row is written (what a
+/// compaction or a handoff stores next can point to the spill files); seen from another
+/// connection while the pending sync runs, and a failed sync creates nothing.
+#[test]
+fn a_new_session_is_written_only_after_the_pending_spill_syncs() {
+    let (dir, store) = open();
+    store.create(&meta()).unwrap();
+    let db = dir.path().join("runs/sessions.db");
+    let count = move || -> i64 {
+        let other = Connection::open(&db).unwrap();
+        other
+            .query_row("SELECT COUNT(*) FROM sessions", [], |r| r.get(0))
+            .unwrap()
+    };
+    let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let (log, c) = (seen.clone(), count.clone());
+    store.defer_spill_sync(Box::new(move || {
+        log.lock().unwrap().push(c());
+        Ok(())
+    }));
+    store.create(&meta()).unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [1],
+        "the sync ran before the row was written"
+    );
+    assert_eq!(count(), 2);
+
+    store.defer_spill_sync(Box::new(|| Err(std::io::Error::other("disk gone"))));
+    assert!(matches!(store.create(&meta()), Err(SessionError::Io(_))));
+    assert_eq!(count(), 2);
 }
 
 #[test]

@@ -40,30 +40,27 @@ pub(crate) fn request_body(req: &Request, model: &str) -> Value {
 
     // Never send an empty message (the API refuses one anywhere but last): a message whose
     // blocks were all left out goes, and its neighbours of one role are joined.
-    let mut messages: Vec<Value> = Vec::new();
-    for m in req.messages.iter().map(message_json) {
-        let blocks = m["content"].as_array().cloned().unwrap_or_default();
+    let mut messages: Vec<(crate::model::Speaker, Vec<Value>)> = Vec::new();
+    for m in &req.messages {
+        let blocks = message_blocks(m);
         if blocks.is_empty() {
             continue;
         }
         match messages.last_mut() {
-            Some(last) if last["role"] == m["role"] => {
-                if let Some(arr) = last["content"].as_array_mut() {
-                    arr.extend(blocks);
-                }
-            }
-            _ => messages.push(m),
+            Some((role, arr)) if *role == m.role => arr.extend(blocks),
+            _ => messages.push((m.role, blocks)),
         }
     }
-    if let Some(last) = messages
-        .last_mut()
-        .and_then(|m| m["content"].as_array_mut())
-    {
+    if let Some((_, last)) = messages.last_mut() {
         // Thinking blocks cannot carry cache_control.
         if let Some(block) = last.iter_mut().rev().find(|b| b["type"] != "thinking") {
             block["cache_control"] = ephemeral();
         }
     }
+    let messages: Vec<Value> = messages
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
     body.insert("messages".into(), Value::Array(messages));
 
     let mut tools: Vec<Value> = req
@@ -80,13 +77,12 @@ pub(crate) fn request_body(req: &Request, model: &str) -> Value {
     Value::Object(body)
 }
 
-/// One message as the API wants it. Empty text blocks (rejected by the API) and thinking blocks
-/// without a signature (which only another provider produces; the API would refuse them) are
-/// left out.
-fn message_json(m: &crate::model::Message) -> Value {
+/// One message's blocks as the API wants them. Empty text blocks (rejected by the API) and
+/// thinking blocks without a signature (which only another provider produces; the API would
+/// refuse them) are left out.
+fn message_blocks(m: &crate::model::Message) -> Vec<Value> {
     use crate::model::ContentBlock;
-    let content: Vec<Value> = m
-        .content
+    m.content
         .iter()
         .filter(|b| match b {
             ContentBlock::Text { text } => !text.is_empty(),
@@ -94,8 +90,7 @@ fn message_json(m: &crate::model::Message) -> Value {
             _ => true,
         })
         .map(|b| serde_json::to_value(b).unwrap_or(Value::Null))
-        .collect();
-    json!({"role": m.role, "content": content})
+        .collect()
 }
 
 /// Reads `{"type":"error","error":{"type":..,"message":..}}`; any other body becomes the

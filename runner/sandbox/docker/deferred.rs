@@ -57,6 +57,9 @@ struct State {
     /// Held (read) by every [`SandboxFactory::sandbox`] in flight; teardown takes it (write)
     /// to wait for them, so no start outlives it.
     starting: tokio::sync::RwLock<()>,
+    /// Held (write) while the disk probe's directory exists in the workspace;
+    /// [`SandboxFactory::settled`] waits for it (read).
+    probing: tokio::sync::RwLock<()>,
     /// Background work of this wrapper (connect, preflight, the early pod): teardown waits.
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
@@ -82,6 +85,7 @@ impl DeferredDocker {
                 sink: Mutex::new((None, Vec::new())),
                 live: tokio::sync::watch::Sender::new(None),
                 starting: tokio::sync::RwLock::new(()),
+                probing: tokio::sync::RwLock::new(()),
                 tasks: Mutex::new(Vec::new()),
             }),
         };
@@ -180,7 +184,10 @@ impl State {
                         }
                     }
                 };
-                let probed = super::shared_disk::probe(factory.engine(), factory.workspace());
+                let probed = async {
+                    let _writing = self.probing.write().await;
+                    super::shared_disk::probe(factory.engine(), factory.workspace()).await
+                };
                 let (lines, probed) = tokio::join!(sweep, probed);
                 for line in lines {
                     self.notify(SandboxNotice::Swept { line });
@@ -268,6 +275,10 @@ impl SandboxFactory for DeferredDocker {
                 Err(SandboxError::ShutDown)
             }
         }
+    }
+
+    async fn settled(&self) {
+        let _probe_done = self.state.probing.read().await;
     }
 
     async fn release(&self, agent: &str) -> Result<(), SandboxError> {
@@ -388,6 +399,22 @@ mod tests {
         f.release("ad-hoc").await.unwrap();
         f.teardown().await.unwrap();
         assert!(!f.connected());
+    }
+
+    /// A content identity never reads the workspace while the disk probe's directory is in
+    /// it (flow_checks saw a woken run's check fail as "the candidate changed" on it).
+    #[tokio::test]
+    async fn settled_waits_while_the_probe_writes_into_the_workspace() {
+        use futures::FutureExt;
+        let ws = tempfile::tempdir().unwrap();
+        let f = DeferredDocker::open(dead(ws.path()), Demand::OnFirstUse)
+            .await
+            .unwrap();
+        assert!(f.settled().now_or_never().is_some());
+        let probing = f.state.probing.write().await;
+        assert!(f.settled().now_or_never().is_none());
+        drop(probing);
+        assert!(f.settled().now_or_never().is_some());
     }
 
     #[tokio::test]
