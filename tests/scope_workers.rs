@@ -381,7 +381,7 @@ async fn a_racing_symlink_swap_never_moves_a_scope_mount_out_of_the_scope() {
         };
         // 25 attempts per target; on a loaded machine the engine's mount may meet the link
         // every time (each refused, rightly): then more, until one box is made, so the
-        // mount tables below are never checked on nothing (CI saw 0 of 50 made once).
+        // mount tables below are never checked on nothing (CI saw 0 of 50 made, twice).
         let (made_before, mut attempts) = (made, 0);
         while attempts < 25 || (made == made_before && attempts < 150) {
             attempts += 1;
@@ -391,6 +391,9 @@ async fn a_racing_symlink_swap_never_moves_a_scope_mount_out_of_the_scope() {
             if let Err(e) = narrow(&ws, &scope, &mut mounts, None) {
                 eprintln!("{agent}: refused by the host: {e}");
                 refused += 1;
+                // A refusal here takes microseconds: without a pause the attempts would all
+                // fall into one state of the racer (CI saw 25 refusals within 1 swap).
+                tokio::time::sleep(std::time::Duration::from_millis(3)).await;
                 continue;
             }
             let abox = AgentBox {
