@@ -173,9 +173,15 @@ impl RunContext {
             Some((id, ready)) => (id, Some(ready)),
             None => (new_run_marker(), None),
         };
-        let store = open_store(settings, &setup.notices).await?;
+        let store = match open_store(settings, &setup.notices).await {
+            Ok(store) => store,
+            Err(e) => return Err(close_opened(opened, e).await),
+        };
         let workbench = match &setup.workbench {
-            Some(root) => Some(open_workbench(settings, root)?),
+            Some(root) => match open_workbench(settings, root) {
+                Ok(w) => Some(w),
+                Err(e) => return Err(close_opened(opened, e).await),
+            },
             None => None,
         };
         let sandboxes = match setup.sandboxes.clone() {
@@ -271,6 +277,18 @@ fn open_workbench(settings: &RunSettings, root: &Path) -> Result<Workbench, Flow
             what: format!("建不出工作台 {}", root.display()),
             source: e,
         })
+}
+
+/// A start that failed after the backend's run was opened ahead of it: that run is torn down
+/// (its background work — a dead run's containers being swept, the disk probe — ends first,
+/// else the process's exit would cut a sweep in half and leave containers behind); `e` back.
+async fn close_opened(opened: Option<Preflight>, e: FlowError) -> FlowError {
+    if let Some(ready) = opened {
+        if let Err(te) = ready.factory.teardown().await {
+            tracing::warn!(error = %te, "teardown after a failed start");
+        }
+    }
+    e
 }
 
 /// The sandboxes of the settings' backend for run `run_id`: the run `opened` ahead of the
