@@ -35,6 +35,7 @@ pub mod seccomp;
 mod sentinel;
 pub mod service;
 pub mod shared_disk;
+mod spawn;
 mod teardown;
 pub mod usage;
 mod verify;
@@ -51,8 +52,8 @@ pub use labels::{Liveness, Owner};
 pub use readonly::ReadOnlyIds;
 
 use async_trait::async_trait;
-use bollard::query_parameters::{CreateContainerOptions, UploadToContainerOptions};
-use bollard::{body_full, Docker};
+use bollard::query_parameters::CreateContainerOptions;
+use bollard::Docker;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -60,14 +61,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::OnceCell;
 
-use container::{canonical_box, container_name, etc_archive, patch_passwd, Identity, RunSpec};
-use exec::{Birth, Container};
+use container::{Identity, RunSpec};
+use exec::Container;
 use liveness::Watch;
-use readonly::ReadOnly;
 
 use super::egress::EgressPolicy;
 use super::notice::NoticeSink;
-use super::{AgentBox, Sandbox, SandboxError, SandboxFactory, SeccompProfile};
+use super::{AgentBox, Sandbox, SandboxError, SandboxFactory};
 use network::FenceFacts;
 use pod::Pod;
 pub(crate) use teardown::{Created, Tier};
@@ -446,175 +446,6 @@ impl Inner {
         tokio::task::spawn_blocking(move || verify::verify(pid, &mounts))
             .await
             .map_err(|e| SandboxError::Container(e.to_string()))?
-    }
-
-    /// Creates and starts a container for `spec` in the pod.
-    async fn new_container(&self, spec: &AgentBox) -> Result<Arc<Container>, SandboxError> {
-        let spec = canonical_box(spec)?;
-        let early = lock(&self.early_pod).take();
-        if let Some(Ok(Err(e))) = match early {
-            Some(h) => Some(h.await),
-            None => None,
-        } {
-            return Err(e);
-        }
-        let pod = self.pod().await?;
-        let image = self.image().await?.clone();
-        let mounts: Vec<PathBuf> = spec.mounts.iter().map(|m| m.inside.clone()).collect();
-        let identity = self.identity(&mounts);
-        // A read-only policy runs as a uid of its own (see `readonly`).
-        let read_only = ReadOnly::plan(&spec.policy, identity.ids, &mounts, &pod.facts, &image)?;
-        let inside = read_only.as_ref().map_or(&identity, |r| &r.shell);
-        let mut run = self.run_spec(&image, inside.clone());
-        run.extra_env = pod.env.clone();
-        let name = container_name(&self.opts.run_id, &spec.agent);
-        let mut body = run.agent_body(&spec, &pod.id, &pod.name);
-        self.engine.kind().shape_member(&mut body, &pod.id);
-        // Every agent container gets a profile of flowerbox's (io_uring refused for all), the
-        // one its policy names.
-        let (profile, file) = match spec.policy.seccomp {
-            SeccompProfile::ReadOnly => (seccomp::read_only_profile(), &self.seccomp_file),
-            SeccompProfile::Writer => (seccomp::writer_profile(), &self.writer_seccomp_file),
-        };
-        let seccomp = kind::seccomp_option(self.engine.kind(), profile, file)?;
-        match &read_only {
-            Some(r) => r.harden(&mut body, seccomp),
-            None => {
-                let hc = body.host_config.get_or_insert_with(Default::default);
-                hc.security_opt.get_or_insert_with(Vec::new).push(seccomp);
-            }
-        }
-        // The exec service's binary, unless an agent could write where its copy lies.
-        let mut binary = match self.service_refused.load(Ordering::SeqCst) {
-            true => None,
-            false => self.service_binary().await,
-        };
-        let mut no_service = lock(&self.no_service).clone();
-        if let Some(m) = binary
-            .as_ref()
-            .and_then(|b| spec.mounts.iter().find(|m| b.inside(&m.host)))
-        {
-            no_service = Some(format!(
-                "它的程序副本在 agent 能写的 {} 里面,不挂进容器",
-                m.host.display()
-            ));
-            binary = None;
-        }
-        // A writing agent's processes live in a Landlock domain of their own, entered through
-        // the service's binary; a scoped worker's scope depends on it (DESIGN.md threat model
-        // 3), so without the binary it is refused, never run unchecked.
-        let scoped = spec.mounts.iter().any(|m| m.pin.is_some());
-        let own_domain = spec.policy.own_domain;
-        if own_domain && scoped && binary.is_none() {
-            return Err(SandboxError::Container(format!(
-                "{}:有写入范围的 worker 要在自己的 Landlock 域里跑,域要靠 flowerbox 的程序进入,\
-                 可这次运行挂不了它({})",
-                spec.agent,
-                no_service.as_deref().unwrap_or("没有 exec service")
-            )));
-        }
-        let id = match &binary {
-            None => self.create(&name, body, Tier::Agent).await?,
-            Some(b) => {
-                let plain = body.clone();
-                service::mount(&mut body, b.path());
-                match self.create(&name, body, Tier::Agent).await {
-                    Ok(id) => id,
-                    // The engine cannot see the copy (flowerbox itself in a container, a
-                    // remote engine): no service for this run.
-                    Err(e) => {
-                        tracing::warn!(error = %e, "no exec service: the engine refused its mount");
-                        let why = format!("引擎不让挂它的程序:{e}");
-                        *lock(&self.no_service) = Some(why.clone());
-                        no_service = Some(why);
-                        self.service_refused.store(true, Ordering::SeqCst);
-                        binary = None;
-                        if own_domain && scoped {
-                            return Err(SandboxError::Container(format!(
-                                "{}:有写入范围的 worker 要在自己的 Landlock 域里跑,\
-                                 可引擎不让挂 flowerbox 的程序:{e}",
-                                spec.agent
-                            )));
-                        }
-                        self.create(&name, plain, Tier::Agent).await?
-                    }
-                }
-            }
-        };
-        let archive = match &read_only {
-            Some(r) => r.archive(&pod.facts, &identity)?,
-            None => {
-                let (passwd, group) = patch_passwd(&pod.facts, &identity);
-                etc_archive(&passwd, &group)?
-            }
-        };
-        self.docker()
-            .upload_to_container(
-                &id,
-                Some(UploadToContainerOptions {
-                    path: "/".into(),
-                    ..Default::default()
-                }),
-                body_full(archive.into()),
-            )
-            .await
-            .map_err(error::container(format!("writing passwd into {name}")))?;
-        // Never a process in the pod's namespace before its rules are in.
-        pod.fenced.wait().await?;
-        self.docker()
-            .start_container(&id, None)
-            .await
-            .map_err(error::container(format!("starting {name}")))?;
-        // What the engine mounted for a pinned source (a write scope) is what the host opened,
-        // before anything runs in the container; else it goes (`verify`).
-        if spec.mounts.iter().any(|m| m.pin.is_some()) {
-            if let Err(e) = self.verify_mounts(&id, &spec).await {
-                self.remove(&id).await;
-                return Err(e);
-            }
-        }
-        // Watched from its start; one that went at once (its pod went meanwhile) is gone for
-        // its first command, which makes it again.
-        let life = self.watch.member(&id, &spec.agent, &pod.life);
-        self.watch.confirm(&life).await;
-        let user = format!("{}:{}", identity.ids.uid, identity.ids.gid);
-        let birth = Birth {
-            life,
-            pod: pod.life.clone(),
-            watch: self.watch.clone(),
-        };
-        let container = Container::new(
-            self.docker().clone(),
-            id,
-            name,
-            image,
-            user,
-            pod.facts.has_bash,
-            spec,
-            birth,
-        );
-        let container = match &read_only {
-            Some(r) => container.entered_as(r.exec_user(), r.exec_prefix(), r.shell.ids),
-            None => container,
-        };
-        let container = match (own_domain && binary.is_some(), scoped) {
-            (false, _) => container,
-            (true, true) => container.in_domain(crate::sandbox::service::domain::Need::Required),
-            (true, false) => container.in_domain(crate::sandbox::service::domain::Need::BestEffort),
-        };
-        let container = Arc::new(match binary {
-            Some(_) => container.with_service(),
-            None => {
-                // A service was wanted and cannot be had: said once per run.
-                if let Some(why) = &no_service {
-                    self.watch
-                        .slow_exec(&container.agent_box().agent, why.clone());
-                }
-                container.without_service(no_service)
-            }
-        });
-        container.warm_up();
-        Ok(container)
     }
 }
 

@@ -1,0 +1,253 @@
+//! Making one agent's container in the run's pod, step by step: its body (image, mounts, the
+//! uid its policy names, flowerbox's seccomp profile), the exec service's binary mounted
+//! unless an agent could write its copy, the Landlock domain a writing agent is entered in, the
+//! passwd upload and the start behind the fence, the check that a write scope's mount is what
+//! the host pinned, and the wrapping every command of the agent goes through.
+
+use bollard::body_full;
+use bollard::models::ContainerCreateBody;
+use bollard::query_parameters::UploadToContainerOptions;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::container::{canonical_box, container_name, etc_archive, patch_passwd, Identity};
+use super::exec::{Birth, Container};
+use super::pod::Pod;
+use super::readonly::ReadOnly;
+use super::{error, kind, lock, seccomp, service, Inner, Tier};
+use crate::sandbox::service::domain::Need;
+use crate::sandbox::{AgentBox, SandboxError, SeccompProfile};
+
+/// What the container was made with: its id, the service binary mounted (none: commands run
+/// as one Docker exec each) and why there is none, when one was wanted.
+struct Made {
+    id: String,
+    binary: Option<Arc<service::ServiceBinary>>,
+    no_service: Option<String>,
+}
+
+impl Inner {
+    /// Creates and starts a container for `spec` in the pod.
+    pub(super) async fn new_container(
+        &self,
+        spec: &AgentBox,
+    ) -> Result<Arc<Container>, SandboxError> {
+        let spec = canonical_box(spec)?;
+        let early = lock(&self.early_pod).take();
+        if let Some(Ok(Err(e))) = match early {
+            Some(h) => Some(h.await),
+            None => None,
+        } {
+            return Err(e);
+        }
+        let pod = self.pod().await?;
+        let image = self.image().await?.clone();
+        let mounts: Vec<PathBuf> = spec.mounts.iter().map(|m| m.inside.clone()).collect();
+        let identity = self.identity(&mounts);
+        // A read-only policy runs as a uid of its own (see `readonly`).
+        let read_only = ReadOnly::plan(&spec.policy, identity.ids, &mounts, &pod.facts, &image)?;
+        let name = container_name(&self.opts.run_id, &spec.agent);
+        let body = self.agent_body(&spec, &pod, &image, &identity, read_only.as_ref())?;
+        let scoped = spec.mounts.iter().any(|m| m.pin.is_some());
+        let own_domain = spec.policy.own_domain;
+        let made = self
+            .create_agent_container(&spec, &name, body, own_domain && scoped)
+            .await?;
+        self.start_agent(&made.id, &name, &spec, &pod, read_only.as_ref(), &identity)
+            .await?;
+        // Watched from its start; one that went at once (its pod went meanwhile) is gone for
+        // its first command, which makes it again.
+        let life = self.watch.member(&made.id, &spec.agent, &pod.life);
+        self.watch.confirm(&life).await;
+        let user = format!("{}:{}", identity.ids.uid, identity.ids.gid);
+        let birth = Birth {
+            life,
+            pod: pod.life.clone(),
+            watch: self.watch.clone(),
+        };
+        let container = Container::new(
+            self.docker().clone(),
+            made.id,
+            name,
+            image,
+            user,
+            pod.facts.has_bash,
+            spec,
+            birth,
+        );
+        let container = match &read_only {
+            Some(r) => container.entered_as(r.exec_user(), r.exec_prefix(), r.shell.ids),
+            None => container,
+        };
+        let container = match (own_domain && made.binary.is_some(), scoped) {
+            (false, _) => container,
+            (true, true) => container.in_domain(Need::Required),
+            (true, false) => container.in_domain(Need::BestEffort),
+        };
+        let container = Arc::new(match made.binary {
+            Some(_) => container.with_service(),
+            None => {
+                // A service was wanted and cannot be had: said once per run.
+                if let Some(why) = &made.no_service {
+                    self.watch
+                        .slow_exec(&container.agent_box().agent, why.clone());
+                }
+                container.without_service(made.no_service)
+            }
+        });
+        container.warm_up();
+        Ok(container)
+    }
+
+    /// The container's body: the run's image and environment, `spec`'s mounts in the pod, the
+    /// uid (a read-only policy's own, hardened), and the seccomp profile its policy names
+    /// (io_uring refused for all).
+    fn agent_body(
+        &self,
+        spec: &AgentBox,
+        pod: &Pod,
+        image: &str,
+        identity: &Identity,
+        read_only: Option<&ReadOnly>,
+    ) -> Result<ContainerCreateBody, SandboxError> {
+        let inside = read_only.map_or(identity, |r| &r.shell);
+        let mut run = self.run_spec(image, inside.clone());
+        run.extra_env = pod.env.clone();
+        let mut body = run.agent_body(spec, &pod.id, &pod.name);
+        self.engine.kind().shape_member(&mut body, &pod.id);
+        let (profile, file) = match spec.policy.seccomp {
+            SeccompProfile::ReadOnly => (seccomp::read_only_profile(), &self.seccomp_file),
+            SeccompProfile::Writer => (seccomp::writer_profile(), &self.writer_seccomp_file),
+        };
+        let seccomp = kind::seccomp_option(self.engine.kind(), profile, file)?;
+        match read_only {
+            Some(r) => r.harden(&mut body, seccomp),
+            None => {
+                let hc = body.host_config.get_or_insert_with(Default::default);
+                hc.security_opt.get_or_insert_with(Vec::new).push(seccomp);
+            }
+        }
+        Ok(body)
+    }
+
+    /// Creates the container, with the exec service's binary mounted unless an agent could
+    /// write where its copy lies or the engine refuses the mount (then without, for the rest
+    /// of the run). A writing agent's processes live in a Landlock domain of their own,
+    /// entered through that binary; a scoped worker's scope depends on it (DESIGN.md threat
+    /// model 3), so with `needs_domain` and no binary it is refused, never run unchecked.
+    async fn create_agent_container(
+        &self,
+        spec: &AgentBox,
+        name: &str,
+        mut body: ContainerCreateBody,
+        needs_domain: bool,
+    ) -> Result<Made, SandboxError> {
+        let mut binary = match self.service_refused.load(Ordering::SeqCst) {
+            true => None,
+            false => self.service_binary().await,
+        };
+        let mut no_service = lock(&self.no_service).clone();
+        if let Some(m) = binary
+            .as_ref()
+            .and_then(|b| spec.mounts.iter().find(|m| b.inside(&m.host)))
+        {
+            no_service = Some(format!(
+                "它的程序副本在 agent 能写的 {} 里面,不挂进容器",
+                m.host.display()
+            ));
+            binary = None;
+        }
+        if needs_domain && binary.is_none() {
+            return Err(SandboxError::Container(format!(
+                "{}:有写入范围的 worker 要在自己的 Landlock 域里跑,域要靠 flowerbox 的程序进入,\
+                 可这次运行挂不了它({})",
+                spec.agent,
+                no_service.as_deref().unwrap_or("没有 exec service")
+            )));
+        }
+        let Some(b) = &binary else {
+            let id = self.create(name, body, Tier::Agent).await?;
+            return Ok(Made {
+                id,
+                binary,
+                no_service,
+            });
+        };
+        let plain = body.clone();
+        service::mount(&mut body, b.path());
+        match self.create(name, body, Tier::Agent).await {
+            Ok(id) => Ok(Made {
+                id,
+                binary,
+                no_service,
+            }),
+            // The engine cannot see the copy (flowerbox itself in a container, a remote
+            // engine): no service for this run.
+            Err(e) => {
+                tracing::warn!(error = %e, "no exec service: the engine refused its mount");
+                let why = format!("引擎不让挂它的程序:{e}");
+                *lock(&self.no_service) = Some(why.clone());
+                self.service_refused.store(true, Ordering::SeqCst);
+                if needs_domain {
+                    return Err(SandboxError::Container(format!(
+                        "{}:有写入范围的 worker 要在自己的 Landlock 域里跑,\
+                         可引擎不让挂 flowerbox 的程序:{e}",
+                        spec.agent
+                    )));
+                }
+                let id = self.create(name, plain, Tier::Agent).await?;
+                Ok(Made {
+                    id,
+                    binary: None,
+                    no_service: Some(why),
+                })
+            }
+        }
+    }
+
+    /// Writes the container's passwd and group, starts it once the pod's fence is in, and
+    /// checks that what the engine mounted for a pinned source (a write scope) is what the
+    /// host opened, before anything runs in it; a container that fails the check goes.
+    async fn start_agent(
+        &self,
+        id: &str,
+        name: &str,
+        spec: &AgentBox,
+        pod: &Pod,
+        read_only: Option<&ReadOnly>,
+        identity: &Identity,
+    ) -> Result<(), SandboxError> {
+        let archive = match read_only {
+            Some(r) => r.archive(&pod.facts, identity)?,
+            None => {
+                let (passwd, group) = patch_passwd(&pod.facts, identity);
+                etc_archive(&passwd, &group)?
+            }
+        };
+        self.docker()
+            .upload_to_container(
+                id,
+                Some(UploadToContainerOptions {
+                    path: "/".into(),
+                    ..Default::default()
+                }),
+                body_full(archive.into()),
+            )
+            .await
+            .map_err(error::container(format!("writing passwd into {name}")))?;
+        // Never a process in the pod's namespace before its rules are in.
+        pod.fenced.wait().await?;
+        self.docker()
+            .start_container(id, None)
+            .await
+            .map_err(error::container(format!("starting {name}")))?;
+        if spec.mounts.iter().any(|m| m.pin.is_some()) {
+            if let Err(e) = self.verify_mounts(id, spec).await {
+                self.remove(id).await;
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
