@@ -43,7 +43,20 @@ fn once_ok(
     let home = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
     let ws_path = ws.path().canonicalize().unwrap();
-    let out = flowerbox(model, home.path(), &ws_path)
+    once_in(model, image, home.path(), &ws_path, tools, prompt);
+    (ws, ws_path)
+}
+
+/// `flowerbox once -t TOOLS PROMPT` on `image` with `home` in `ws`; it must exit 0.
+fn once_in(
+    model: &ScriptedModel,
+    image: &str,
+    home: &std::path::Path,
+    ws: &std::path::Path,
+    tools: &str,
+    prompt: &str,
+) {
+    let out = flowerbox(model, home, ws)
         .env("FLOWERBOX_IMAGE", image)
         .args(["once", "-t", tools, prompt])
         .output()
@@ -54,7 +67,6 @@ fn once_ok(
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    (ws, ws_path)
 }
 
 /// A script saved with Windows line endings fails in the container with "required file not
@@ -191,17 +203,7 @@ async fn a_git_link_left_by_an_agent_mounts_nothing_of_the_host_into_the_next_ru
         let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
             {"content": [{"type": "tool_use", "name": "Bash", "input": {"command": command}}]},
             {"content": [{"type": "text", "text": "好了"}]}]}]}));
-        let out = flowerbox(&model, home.path(), &ws_path)
-            .env("FLOWERBOX_IMAGE", &image)
-            .args(["once", "-t", "Bash", "看看"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        once_in(&model, &image, home.path(), &ws_path, "Bash", "看看");
         let result = model.recorded()[1]["messages"][2]["content"][0]["content"].to_string();
         (result, serde_json::to_string(&model.recorded()).unwrap())
     };

@@ -1,7 +1,8 @@
 //! The human on the other end of an agent, as the agent's tools see it (`mcp__human__ask`,
 //! `mcp__human__inbox`): the [`Human`] trait, how a question ended ([`AskOutcome`]) and the
 //! seed's fixed texts the model receives. The trait lives here, with its user; the question
-//! channel the workflows and the terminal use implements it (`crate::channel::HumanChannel`).
+//! channel the workflows and the terminal use implements it (`HumanChannel`, in the `channel`
+//! module above this one).
 
 use async_trait::async_trait;
 

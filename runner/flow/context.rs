@@ -81,8 +81,9 @@ impl RunSettings {
     /// (for Docker: the engine pinged) a start the engine cannot serve (Docker down, a bad
     /// `DOCKER_HOST`) leaves no `runs/` and no workbench behind (issue 29 §2.9); with
     /// [`Demand::OnFirstUse`] (a run whose agents run no command) the backend is not touched
-    /// at all (issue 32 §1). What a later failure of the start leaves open goes with the
-    /// factory's drop.
+    /// at all (issue 32 §1). A start that fails later in [`RunContext::build`] tears this run
+    /// down (its background sweep and probe end first); one that fails before it leaves it to
+    /// the factory's drop.
     ///
     /// Errors: the model provider's configuration is unusable; [`FlowError::Sandbox`] when the
     /// backend cannot serve the run.

@@ -197,7 +197,7 @@ pub(super) mod tests {
                 crate::sandbox::host::HostSandboxFactory::new(),
             )),
             None,
-            std::sync::Arc::new(crate::channel::Absent),
+            std::sync::Arc::new(crate::agent::human::Absent),
             tokio_util::sync::CancellationToken::new(),
             None,
             super::super::ToolLimits::default(),
