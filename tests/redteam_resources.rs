@@ -322,3 +322,64 @@ fn making_empty_files_past_the_budgets_share_of_inodes_stops_the_run() {
     );
     report(t, "inodes (empty files in the workspace and the workbench)");
 }
+
+/// Grep (DESIGN.md threat model 8): flowerbox runs `Grep` on the host, on files an agent wrote.
+/// It kept every matching line whole, and its searcher held a line whole however long, so a
+/// worker grepping a file of millions of one-letter lines, or of one line of tens of MiB,
+/// inflated the runner's memory (and the spill file) by tens of times the file. Each attempt
+/// succeeds when the runner's peak resident memory passes [`RSS_BOUND_KB`] or the run does not
+/// end well; the model must be told what it was not given.
+#[test]
+fn grepping_what_a_worker_wrote_costs_the_runner_bounded_memory() {
+    if !engine("redteam_resources_grep") {
+        return;
+    }
+    let _serial = docker_support::SERIAL.blocking_lock();
+    let mut t = Tally::default();
+    let attacks = [
+        (
+            "millions of matching lines",
+            "yes a | head -c 16M > many.txt",
+            json!({"pattern": "a", "output_mode": "content", "path": "many.txt"}),
+            "只给了前",
+        ),
+        (
+            "one line of 60 MiB",
+            "head -c 60M /dev/zero | tr '\\0' a > long.txt",
+            json!({"pattern": "a", "path": "long.txt"}),
+            "没有搜索",
+        ),
+    ];
+    for (what, make, grep, told) in attacks {
+        let p = Project::new();
+        let _sweep = Sweep(p.ws.clone());
+        let model = ScriptedModel::start(&go_scenario(vec![
+            json!({"content": [bash(make)]}),
+            json!({"content": [tool("Grep", grep)]}),
+            text(REPORT),
+        ]));
+        user_file(&p, &model, "sk-ant-test");
+        let o = flowerbox(&p, &["go", "--timeout", "0", "做 X"], &[]);
+        eprintln!(
+            "grep attack ({what}): exit {:?}{}, peak {} KiB\n{}",
+            o.code,
+            if o.hung { " (hung, killed)" } else { "" },
+            o.max_rss_kb,
+            o.text
+        );
+        t.attempts += 1;
+        if o.max_rss_kb >= RSS_BOUND_KB || o.hung || o.code != Some(0) {
+            t.successes.push(format!(
+                "{what}: peak resident {} KiB (bound {RSS_BOUND_KB}), exit {:?}, hung {}",
+                o.max_rss_kb, o.code, o.hung
+            ));
+        }
+        // The Grep's result, as the model got it (a spill file's preview), says what it left out.
+        let told_model = model
+            .recorded()
+            .iter()
+            .any(|r| r["messages"].to_string().contains(told));
+        t.expect(&format!("{what}: the model told"), told_model, String::new);
+    }
+    report(t, "memory (Grep on what a worker wrote)");
+}

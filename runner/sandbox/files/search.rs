@@ -111,10 +111,68 @@ pub(super) async fn glob(
     .await
 }
 
+/// Bytes of result lines (paths included) one grep returns at most: the matches an agent can
+/// make its own files produce are unbounded (a file of millions of one-letter lines), and each
+/// was kept as a line of its own. What is left out is said in the first line.
+const GREP_OUTPUT_LIMIT: usize = 4 << 20;
+/// Bytes of one matching or context line a grep shows; the rest is cut, `…` marking it.
+const GREP_LINE_BYTES: usize = 2000;
+/// The searcher's buffer: a file with a longer line (or, searched `multiline`, a longer file)
+/// is not searched, and the result names it (a line is held whole to be matched).
+const GREP_HEAP_LIMIT: usize = 16 << 20;
+/// Files a grep result names as not searched, at most (the rest are counted).
+const SKIPPED_NAMED: usize = 5;
+
+/// The lines of a grep, bounded by [`GREP_OUTPUT_LIMIT`] and the query's `head_limit`.
+struct Lines {
+    lines: Vec<String>,
+    bytes: usize,
+    head_limit: Option<usize>,
+    /// A line was left out: a bound was reached.
+    cut: bool,
+}
+
+impl Lines {
+    /// Adds `line` unless a bound is reached; false once one is.
+    fn push(&mut self, line: String) -> bool {
+        if self.head_limit.is_some_and(|h| self.lines.len() >= h) {
+            return false;
+        }
+        if self.bytes + line.len() + 1 > GREP_OUTPUT_LIMIT {
+            self.cut = true;
+            return false;
+        }
+        self.bytes += line.len() + 1;
+        self.lines.push(line);
+        true
+    }
+
+    fn full(&self) -> bool {
+        self.cut || self.head_limit.is_some_and(|h| self.lines.len() >= h)
+    }
+}
+
+/// `line` (without its newline) as text, at most [`GREP_LINE_BYTES`] of it, cut on a character
+/// boundary.
+fn shown_line(line: &[u8]) -> String {
+    if line.len() <= GREP_LINE_BYTES {
+        return String::from_utf8_lossy(line).into_owned();
+    }
+    let mut end = GREP_LINE_BYTES;
+    while end > 0 && line[end] & 0xC0 == 0x80 {
+        end -= 1;
+    }
+    String::from_utf8_lossy(&line[..end]).into_owned() + "…"
+}
+
 struct Collect<'a> {
     path: &'a str,
     numbers: bool,
-    lines: Vec<String>,
+    /// Content mode: matching and context lines go to `out`; otherwise only counted.
+    content: bool,
+    /// Files mode: the first match is enough.
+    first_only: bool,
+    out: &'a mut Lines,
     count: u64,
 }
 
@@ -122,25 +180,29 @@ impl Sink for Collect<'_> {
     type Error = std::io::Error;
     fn matched(&mut self, _s: &Searcher, m: &SinkMatch<'_>) -> Result<bool, Self::Error> {
         self.count += 1;
-        let text = String::from_utf8_lossy(m.bytes());
-        for (i, l) in text.trim_end_matches('\n').split('\n').enumerate() {
-            match (self.numbers, m.line_number()) {
-                (true, Some(n)) => self
-                    .lines
-                    .push(format!("{}:{}:{}", self.path, n + i as u64, l)),
-                _ => self.lines.push(format!("{}:{}", self.path, l)),
+        if !self.content {
+            return Ok(!self.first_only);
+        }
+        let bytes = m.bytes().strip_suffix(b"\n").unwrap_or(m.bytes());
+        for (i, l) in bytes.split(|b| *b == b'\n').enumerate() {
+            let l = shown_line(l);
+            let line = match (self.numbers, m.line_number()) {
+                (true, Some(n)) => format!("{}:{}:{}", self.path, n + i as u64, l),
+                _ => format!("{}:{}", self.path, l),
+            };
+            if !self.out.push(line) {
+                return Ok(false);
             }
         }
         Ok(true)
     }
     fn context(&mut self, _s: &Searcher, c: &SinkContext<'_>) -> Result<bool, Self::Error> {
-        let text = String::from_utf8_lossy(c.bytes());
-        let l = text.trim_end_matches('\n');
-        match (self.numbers, c.line_number()) {
-            (true, Some(n)) => self.lines.push(format!("{}-{}-{}", self.path, n, l)),
-            _ => self.lines.push(format!("{}-{}", self.path, l)),
-        }
-        Ok(true)
+        let l = shown_line(c.bytes().strip_suffix(b"\n").unwrap_or(c.bytes()));
+        let line = match (self.numbers, c.line_number()) {
+            (true, Some(n)) => format!("{}-{}-{}", self.path, n, l),
+            _ => format!("{}-{}", self.path, l),
+        };
+        Ok(self.out.push(line))
     }
 }
 
@@ -187,35 +249,131 @@ pub(super) async fn grep(
         let mut searcher = SearcherBuilder::new()
             .line_number(true)
             .multi_line(q.multiline)
+            .heap_limit(Some(GREP_HEAP_LIMIT))
             .binary_detection(BinaryDetection::quit(0))
             .after_context(if content { q.after } else { 0 })
             .before_context(if content { q.before } else { 0 })
             .build();
-        let mut lines = Vec::new();
+        let mut out = Lines {
+            lines: Vec::new(),
+            bytes: 0,
+            head_limit: q.head_limit,
+            cut: false,
+        };
+        let mut skipped: Vec<String> = Vec::new();
+        let mut skipped_count = 0usize;
         walk(&walked, r, &rules, &mut |f| {
             let Ok(file) = f.open() else { return true };
             let p = f.path.display().to_string();
             let mut sink = Collect {
                 path: &p,
                 numbers: q.numbers,
-                lines: Vec::new(),
+                content,
+                first_only: q.mode == GrepMode::Files,
+                out: &mut out,
                 count: 0,
             };
-            if searcher.search_file(&matcher, &file, &mut sink).is_err() || sink.count == 0 {
-                return true;
+            if searcher.search_file(&matcher, &file, &mut sink).is_err() {
+                // A line (or a multiline file) past the heap limit, or a read that failed.
+                skipped_count += 1;
+                if skipped.len() < SKIPPED_NAMED {
+                    skipped.push(p);
+                }
+                return !out.full();
+            }
+            let count = sink.count;
+            if count == 0 {
+                return !out.full();
             }
             match q.mode {
-                GrepMode::Files => lines.push(p.clone()),
-                GrepMode::Count => lines.push(format!("{p}:{}", sink.count)),
-                GrepMode::Content => lines.extend(sink.lines),
+                GrepMode::Files => {
+                    out.push(p);
+                }
+                GrepMode::Count => {
+                    out.push(format!("{p}:{count}"));
+                }
+                GrepMode::Content => {}
             }
-            q.head_limit.is_none_or(|h| lines.len() < h)
+            !out.full()
         })?;
-        if let Some(h) = q.head_limit {
-            lines.truncate(h);
+        let mut notes = Vec::new();
+        if out.cut {
+            notes.push(format!(
+                "(结果超过 {} MiB,只给了前 {} 行;用 head_limit、glob 或更窄的 pattern 缩小范围)",
+                GREP_OUTPUT_LIMIT >> 20,
+                out.lines.len()
+            ));
         }
-        Ok(lines)
+        if skipped_count > 0 {
+            notes.push(format!(
+                "({skipped_count} 个文件没有搜索:有一行超过 {} MiB(multiline 时整个文件),或读不了:{}{})",
+                GREP_HEAP_LIMIT >> 20,
+                skipped.join(", "),
+                if skipped_count > skipped.len() { " …" } else { "" }
+            ));
+        }
+        if notes.is_empty() {
+            return Ok(out.lines);
+        }
+        notes.extend(out.lines);
+        Ok(notes)
     })
     .await?;
     Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fsroot::ViewMount;
+
+    fn view(root: &Path) -> View {
+        View::new(
+            vec![ViewMount {
+                path: root.to_path_buf(),
+                read_only: false,
+            }],
+            Vec::new(),
+        )
+    }
+
+    /// What an agent's files can make a grep return is bounded: millions of matching lines,
+    /// lines of megabytes, one line past the searcher's limit; the result says what it left out.
+    #[tokio::test]
+    async fn a_grep_returns_bounded_text_and_says_what_it_left_out() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        std::fs::write(root.join("many.txt"), "a\n".repeat(1 << 20)).unwrap();
+        let wide = format!("{}\n", "é".repeat(GREP_LINE_BYTES));
+        std::fs::write(root.join("wide.txt"), wide.repeat(4)).unwrap();
+        std::fs::write(root.join("long.txt"), "a".repeat(GREP_HEAP_LIMIT + 1)).unwrap();
+        let v = view(&root);
+
+        let q = GrepQuery::new("a", GrepMode::Content);
+        let lines = grep(&v, &root.join("many.txt"), &q).await.unwrap();
+        let bytes: usize = lines.iter().map(|l| l.len() + 1).sum();
+        assert!(bytes <= GREP_OUTPUT_LIMIT + 200, "{bytes}");
+        assert!(lines[0].contains("只给了前"), "{}", lines[0]);
+        assert!(lines.len() > 1000, "{}", lines.len());
+
+        let q = GrepQuery::new("é", GrepMode::Content);
+        let lines = grep(&v, &root.join("wide.txt"), &q).await.unwrap();
+        assert_eq!(lines.len(), 4);
+        assert!(lines
+            .iter()
+            .all(|l| l.ends_with('…') && l.len() < GREP_LINE_BYTES + 100));
+
+        let q = GrepQuery::new("a", GrepMode::Files);
+        let lines = grep(&v, &root, &q).await.unwrap();
+        assert!(lines[0].contains("1 个文件没有搜索"), "{lines:?}");
+        assert!(lines[0].contains("long.txt"), "{lines:?}");
+        assert_eq!(&lines[1..], [root.join("many.txt").display().to_string()]);
+
+        let q = GrepQuery {
+            head_limit: Some(3),
+            ..GrepQuery::new("a", GrepMode::Content)
+        };
+        let lines = grep(&v, &root.join("many.txt"), &q).await.unwrap();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+    }
 }
