@@ -8,6 +8,9 @@
 //!   so the runner's resident memory grew by the blob's size. It succeeds when the runner's
 //!   peak resident memory passes [`RSS_BOUND_KB`]; the refusal must be said on screen and the
 //!   worker's branch, worktree and commits kept;
+//! - memory, Grep: the worker greps a file of millions of one-letter lines and one of a single
+//!   60 MiB line; every matching line was kept, and a line held whole. It succeeds when the
+//!   runner's peak passes [`RSS_BOUND_KB`]; the model must be told what the result left out;
 //! - disk: the worker writes past a small disk budget into the workspace and into its
 //!   container's own `/tmp`. It succeeds when the run is not stopped (exit 0, or the worker's
 //!   last command ran) or when what it wrote is lost (the workspace file gone, the container's
