@@ -386,3 +386,69 @@ fn grepping_what_a_worker_wrote_costs_the_runner_bounded_memory() {
     }
     report(t, "memory (Grep on what a worker wrote)");
 }
+
+/// The disk walk (DESIGN.md threat model 8) held a directory handle open for every directory
+/// waiting to be walked and skipped, silently, every one it could not open: a worker making
+/// more directories side by side than the runner may have files open (1024, a desktop
+/// session's default, set here) hid what it wrote in them from the budget. A chain of
+/// directories deeper than that (each with siblings, so every handle on the way down is
+/// still needed) cannot be walked in any order: what lies below must be charged anyway. Each
+/// attempt succeeds when the run is not stopped (exit 0, or the worker's last command ran) or
+/// the reason is not said.
+#[test]
+fn directories_past_the_runners_open_file_limit_hide_nothing_from_the_disk_budget() {
+    if !engine("redteam_resources_wide") {
+        return;
+    }
+    let _serial = docker_support::SERIAL.blocking_lock();
+    let mut t = Tally::default();
+    let attacks = [
+        // 10000 directories of 100 KiB each: ~1.3 GiB with the directories' own inodes.
+        (
+            "10000 directories side by side",
+            "mkdir wide && cd wide && mkdir $(seq 10000) \
+             && for i in $(seq 10000); do printf '%102400s' > $i/f; done && cd ..",
+        ),
+        // 1500 levels (`d` last in ext4's hash order, so walked first, its siblings waiting),
+        // 600 MiB at the bottom.
+        (
+            "600 MiB 1500 directories down",
+            "top=$PWD && mkdir deep && cd deep && for i in $(seq 1500); do mkdir a b d && cd d; done \
+             && head -c 600M /dev/zero > big && cd \"$top\"",
+        ),
+    ];
+    for (what, make) in attacks {
+        let p = Project::new();
+        let _sweep = Sweep(p.ws.clone());
+        let model = ScriptedModel::start(&go_scenario(vec![
+            json!({"content": [bash(&format!(
+                "{make} && echo MADE && sleep 40 && touch not-stopped"
+            ))]}),
+            text(REPORT),
+        ]));
+        user_file(&p, &model, "sk-ant-test");
+        let mut c = Command::new("prlimit");
+        c.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &p.home)
+            .env("FLOWER_NO_PROBE", "1")
+            .env("FLOWERBOX_DISK_BUDGET", "500M")
+            .current_dir(&p.ws)
+            .args(["--nofile=1024:", "--"])
+            .arg(redteam_support::bin())
+            .args(["--sandbox", "docker", "go", "--timeout", "0", "做 X"]);
+        let o = measured(c, BOUND, None);
+        eprintln!("disk attack ({what}): exit {:?}\n{}", o.code, o.text);
+        t.attempts += 1;
+        if o.code != Some(1) || o.hung || p.ws.join("not-stopped").exists() {
+            t.successes
+                .push(format!("{what}: not stopped: exit {:?}", o.code));
+        }
+        t.expect(
+            &format!("{what}: the reason said"),
+            o.text.contains("磁盘预算用完"),
+            || o.text.clone(),
+        );
+    }
+    report(t, "disk (directories past the runner's open file limit)");
+}

@@ -220,6 +220,10 @@ struct Meter {
     containers: Vec<Written>,
     measured_at: Instant,
     fs_at_full: Vec<(PathBuf, u64)>,
+    /// The used bytes of the places' own file systems when the run started.
+    fs_at_start: Vec<(PathBuf, u64)>,
+    /// The first walk read every directory: a later one that cannot is an agent's doing.
+    start_complete: bool,
 }
 
 impl Meter {
@@ -232,14 +236,35 @@ impl Meter {
             walked: 0,
             containers: Vec::new(),
             measured_at: Instant::now(),
+            fs_at_start: Vec::new(),
+            start_complete: true,
         };
-        m.walk();
+        m.fs_at_start = fs_used(&m.places.dirs);
+        let first = usage(&m.places);
+        m.start_complete = first.complete;
+        if !first.complete {
+            tracing::warn!("disk budget: a directory of the places cannot be read at the start");
+        }
+        m.walked = first.bytes;
         m.base = m.walked;
         m
     }
 
+    /// Walks the places. A directory that cannot be read hides what it holds, so then the
+    /// growth of the places' file systems since the start is charged when it is more: an
+    /// agent gains nothing by making a directory the runner cannot read or too many to hold.
     fn walk(&mut self) {
-        self.walked = usage(&self.places);
+        let w = usage(&self.places);
+        self.walked = w.bytes;
+        if !w.complete && self.start_complete {
+            let grown = growth(&fs_used(&self.places.dirs), &self.fs_at_start);
+            tracing::warn!(
+                grown,
+                walked = w.bytes,
+                "disk budget: a directory could not be read; the file systems' growth charged"
+            );
+            self.walked = self.walked.max(self.base.saturating_add(grown));
+        }
     }
 
     /// Whether to measure fully (walk, ask the engine): the file systems grew since the last
@@ -249,14 +274,7 @@ impl Meter {
         if self.measured_at.elapsed() >= WALK_EVERY {
             return true;
         }
-        let grown: u64 = fs_used(&self.watched)
-            .iter()
-            .filter_map(|(d, now)| {
-                let then = self.fs_at_full.iter().find(|(e, _)| e == d)?.1;
-                Some(now.saturating_sub(then))
-            })
-            .sum();
-        self.due_after(budget, grown)
+        self.due_after(budget, growth(&fs_used(&self.watched), &self.fs_at_full))
     }
 
     /// [`Meter::due`] once the file systems' growth since the last full measurement is known
@@ -302,6 +320,16 @@ fn fs_used(dirs: &[PathBuf]) -> Vec<(PathBuf, u64)> {
     out
 }
 
+/// How much the file systems of `now` grew since `then` (both [`fs_used`]), bytes.
+fn growth(now: &[(PathBuf, u64)], then: &[(PathBuf, u64)]) -> u64 {
+    now.iter()
+        .filter_map(|(d, used)| {
+            let before = then.iter().find(|(e, _)| e == d)?.1;
+            Some(used.saturating_sub(before))
+        })
+        .fold(0, u64::saturating_add)
+}
+
 /// What one inode of a file system costs, in bytes: its share of the file system
 /// (`f_blocks × f_frsize / f_files`). A file system runs out of inodes as surely as of blocks,
 /// and an empty file allocates no block: charged this, an agent making millions of empty files
@@ -314,9 +342,19 @@ fn inode_cost(v: &rustix::fs::StatVfs) -> u64 {
         .unwrap_or(0)
 }
 
+/// What a walk of the places measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Walked {
+    /// Bytes allocated beneath them, each inode charged [`inode_cost`] on top.
+    bytes: u64,
+    /// A directory that is there could not be read (no handle left, no permission): what it
+    /// holds is not in `bytes`.
+    complete: bool,
+}
+
 /// Bytes allocated beneath the places, each inode charged [`inode_cost`] on top (see the
-/// module docs).
-fn usage(places: &DiskPlaces) -> u64 {
+/// module docs), and whether every directory there was read.
+fn usage(places: &DiskPlaces) -> Walked {
     let skip: HashSet<(u64, u64)> = places
         .skip
         .iter()
@@ -324,50 +362,100 @@ fn usage(places: &DiskPlaces) -> u64 {
         .map(|st| (st.st_dev, st.st_ino))
         .collect();
     let mut seen = HashSet::new();
-    places
-        .dirs
-        .iter()
-        .map(|d| walk(d, &skip, &mut seen))
-        .fold(0, u64::saturating_add)
+    let mut all = Walked {
+        bytes: 0,
+        complete: true,
+    };
+    for d in &places.dirs {
+        let w = walk(d, &skip, &mut seen);
+        all.bytes = all.bytes.saturating_add(w.bytes);
+        all.complete &= w.complete;
+    }
+    all
 }
 
 fn dir_flags() -> OFlags {
     OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
 }
 
+/// True when opening or reading an entry failed because it is no longer what was listed (gone,
+/// or swapped for a file or a link): nothing of it is left to count there.
+fn vanished(e: rustix::io::Errno) -> bool {
+    use rustix::io::Errno;
+    e == Errno::NOENT || e == Errno::NOTDIR || e == Errno::LOOP
+}
+
 /// Bytes allocated beneath `root`, each inode charged its file system's [`inode_cost`] on
 /// top: directories entered from their parent's handle, never through a symlink; `seen` holds
-/// directories and multiply linked files counted already.
-fn walk(root: &Path, skip: &HashSet<(u64, u64)>, seen: &mut HashSet<(u64, u64)>) -> u64 {
-    let Ok(fd) = rustix::fs::open(root, dir_flags(), Mode::empty()) else {
-        return 0;
+/// directories and multiply linked files counted already. A directory waiting to be walked is
+/// its parent's handle and its name, opened when its turn comes: the handles open at once are
+/// those of the directories on the way down, not one per directory listed (ten thousand side
+/// by side ran the runner out of handles, and each one not opened was left out).
+fn walk(root: &Path, skip: &HashSet<(u64, u64)>, seen: &mut HashSet<(u64, u64)>) -> Walked {
+    let mut out = Walked {
+        bytes: 0,
+        complete: true,
+    };
+    let fd = match rustix::fs::open(root, dir_flags(), Mode::empty()) {
+        Ok(fd) => fd,
+        Err(e) => {
+            out.complete = vanished(e);
+            return out;
+        }
     };
     let Ok(st) = rustix::fs::fstat(&fd) else {
-        return 0;
+        out.complete = false;
+        return out;
     };
     if skip.contains(&(st.st_dev, st.st_ino)) || !seen.insert((st.st_dev, st.st_ino)) {
-        return 0;
+        return out;
     }
-    let mut total = 0u64;
-    let mut stack: Vec<OwnedFd> = vec![fd];
-    while let Some(dir) = stack.pop() {
+    let mut first = Some(fd);
+    let mut stack: Vec<(Arc<OwnedFd>, CString)> = Vec::new();
+    loop {
+        let dir = match first.take() {
+            Some(fd) => fd,
+            None => {
+                let Some((parent, name)) = stack.pop() else {
+                    break;
+                };
+                match rustix::fs::openat(&*parent, name.as_c_str(), dir_flags(), Mode::empty()) {
+                    Ok(fd) => fd,
+                    Err(e) => {
+                        out.complete &= vanished(e);
+                        continue;
+                    }
+                }
+            }
+        };
         let per_inode = rustix::fs::fstatvfs(&dir)
             .map(|v| inode_cost(&v))
             .unwrap_or(0);
-        let Ok(listable) = rustix::fs::openat(&dir, ".", dir_flags(), Mode::empty()) else {
-            continue;
-        };
-        let Ok(entries) = rustix::fs::Dir::new(listable) else {
-            continue;
+        let entries = rustix::fs::openat(&dir, ".", dir_flags(), Mode::empty())
+            .and_then(rustix::fs::Dir::new);
+        let entries = match entries {
+            Ok(entries) => entries,
+            Err(e) => {
+                out.complete &= vanished(e);
+                continue;
+            }
         };
         let mut subdirs = Vec::new();
-        for e in entries.flatten() {
+        for e in entries {
+            let Ok(e) = e else {
+                out.complete = false;
+                break;
+            };
             let name = e.file_name();
             if name.to_bytes() == b"." || name.to_bytes() == b".." {
                 continue;
             }
-            let Ok(st) = rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
-                continue;
+            let st = match rustix::fs::statat(&dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                Err(e) => {
+                    out.complete &= vanished(e);
+                    continue;
+                }
             };
             let id = (st.st_dev, st.st_ino);
             let is_dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
@@ -376,20 +464,18 @@ fn walk(root: &Path, skip: &HashSet<(u64, u64)>, seen: &mut HashSet<(u64, u64)>)
             {
                 continue;
             }
-            total = total
+            out.bytes = out
+                .bytes
                 .saturating_add(u64::try_from(st.st_blocks).unwrap_or(0) * 512)
                 .saturating_add(per_inode);
             if is_dir {
                 subdirs.push(CString::from(name));
             }
         }
-        for name in subdirs {
-            if let Ok(sub) = rustix::fs::openat(&dir, name.as_c_str(), dir_flags(), Mode::empty()) {
-                stack.push(sub);
-            }
-        }
+        let dir = Arc::new(dir);
+        stack.extend(subdirs.into_iter().map(|n| (dir.clone(), n)));
     }
-    total
+    out
 }
 
 /// A container that wrote less than this to its own file system is not kept when the disk

@@ -13,7 +13,7 @@ fn places_of(dir: &Path) -> DiskPlaces {
 fn the_walk_counts_blocks_once_skips_the_run_dir_and_follows_no_link() {
     let d = tempfile::tempdir().unwrap();
     let root = d.path().canonicalize().unwrap();
-    let empty = usage(&places_of(&root));
+    let empty = usage(&places_of(&root)).bytes;
     std::fs::create_dir_all(root.join("a/b")).unwrap();
     std::fs::write(root.join("a/b/f"), vec![7u8; 1 << 20]).unwrap();
     // A hard link counts once; a sparse file by what it holds; a link out is not followed.
@@ -25,7 +25,7 @@ fn the_walk_counts_blocks_once_skips_the_run_dir_and_follows_no_link() {
     std::os::unix::fs::symlink("/usr", root.join("out")).unwrap();
     std::fs::create_dir(root.join("runs")).unwrap();
     std::fs::write(root.join("runs/log"), vec![1u8; 4 << 20]).unwrap();
-    let grown = usage(&places_of(&root)) - empty;
+    let grown = usage(&places_of(&root)).bytes - empty;
     assert!(
         (1 << 20..(1 << 20) + (256 << 10)).contains(&grown),
         "{grown}"
@@ -43,12 +43,12 @@ fn empty_files_count_by_their_inodes() {
     let d = tempfile::tempdir().unwrap();
     let root = d.path().canonicalize().unwrap();
     let cost = inode_cost(&rustix::fs::statvfs(&root).unwrap());
-    let empty = usage(&places_of(&root));
+    let empty = usage(&places_of(&root)).bytes;
     std::fs::create_dir(root.join("many")).unwrap();
     for i in 0..1000 {
         std::fs::File::create(root.join(format!("many/{i}"))).unwrap();
     }
-    let grown = usage(&places_of(&root)) - empty;
+    let grown = usage(&places_of(&root)).bytes - empty;
     assert!(cost > 0 && grown >= 1001 * cost, "{grown} < 1001 × {cost}");
 }
 
