@@ -1,8 +1,11 @@
 //! Removing what a run made: every container it created, in the order the engine allows
-//! (agents, the pod's helpers, the pod), then its networks. Teardown waits for the starts in
-//! flight; the factory's `Drop` is the last resort. On the way out it sweeps the workspace's
-//! orphans once more (containers a killed run's engine finished creating after the startup sweep).
+//! (agents, the pod's helpers, the pod), and its networks: on Docker beside the containers
+//! (the pod and the proxy leave the network first), elsewhere after them. Teardown waits for
+//! the starts in flight; the factory's `Drop` is the last resort. On the way out it sweeps the
+//! workspace's orphans once more (containers a killed run's engine finished creating after the
+//! startup sweep).
 
+use bollard::models::NetworkDisconnectRequest;
 use bollard::query_parameters::RemoveContainerOptions;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -42,12 +45,69 @@ impl Inner {
     }
 
     /// Removes every container created so far, all at once (issue 32: a run's teardown is
-    /// part of its wall clock). Docker removes a pod whose namespaces members still join (they
-    /// die with its init, and go fast after); an engine that refuses (Podman) leaves those to
-    /// the tiered pass, [`Inner::remove_created`].
+    /// part of its wall clock), and where the engine allows it the run's networks beside them
+    /// ([`Inner::remove_networks_early`]). Docker removes a pod whose namespaces members still
+    /// join (they die with its init, and go fast after); an engine that refuses (Podman)
+    /// leaves those to the tiered pass, [`Inner::remove_created`].
     async fn remove_created_at_once(&self) {
         let created: Vec<(String, Tier)> = lock(&self.created).clone();
-        futures::future::join_all(created.iter().map(|(id, _)| self.remove(id))).await;
+        let attached = self.on_networks(&created);
+        let detached = created.iter().filter(|(id, _)| !attached.contains(id));
+        tokio::join!(
+            futures::future::join_all(detached.map(|(id, _)| self.remove(id))),
+            self.remove_networks_early(&attached)
+        );
+    }
+
+    /// Of `created`, the containers with an endpoint on the run's networks (its pods, the
+    /// proxy) when the networks go early; none otherwise.
+    fn on_networks(&self, created: &[(String, Tier)]) -> Vec<String> {
+        if !self.engine.kind().removes_networks_early() || lock(&self.networks).is_empty() {
+            return Vec::new();
+        }
+        let mut attached: Vec<String> = created
+            .iter()
+            .filter(|(_, tier)| *tier == Tier::Pod)
+            .map(|(id, _)| id.clone())
+            .collect();
+        if let Some(Some((proxy, _))) = self.proxy.get() {
+            attached.push(proxy.clone());
+        }
+        attached
+    }
+
+    /// Disconnects `attached` from the run's networks, then removes those containers and the
+    /// networks together: a network's removal (~200 ms here) no longer waits for a pod's, and
+    /// a pod that left its network dies faster. What fails here (a pod that a start in flight
+    /// just connected, a container the engine is already removing) is no error: the network
+    /// stays for the last pass, after every container.
+    async fn remove_networks_early(&self, attached: &[String]) {
+        if attached.is_empty() {
+            return;
+        }
+        let networks: Vec<String> = lock(&self.networks).clone();
+        let leave = networks.iter().flat_map(|net| {
+            attached.iter().map(move |container| {
+                let request = NetworkDisconnectRequest {
+                    container: container.clone(),
+                    force: Some(true),
+                };
+                self.docker().disconnect_network(net, request)
+            })
+        });
+        futures::future::join_all(leave).await;
+        let remove_network = |net: String| async move {
+            match self.docker().remove_network(&net).await {
+                Err(e) if status_code(&e) != Some(404) => {
+                    tracing::debug!(network = %net, error = %e, "network left for the last pass");
+                }
+                _ => lock(&self.networks).retain(|n| *n != net),
+            }
+        };
+        tokio::join!(
+            futures::future::join_all(attached.iter().map(|id| self.remove(id))),
+            futures::future::join_all(networks.into_iter().map(remove_network))
+        );
     }
 
     /// Force-removes a container (kills it first; 404 is fine) and forgets it.
@@ -89,8 +149,8 @@ impl Inner {
         removed
     }
 
-    /// Removes what the run made: its containers (twice, around the starts in flight), then
-    /// its networks.
+    /// Removes what the run made: its containers (twice, around the starts in flight) and its
+    /// networks, each network as early as the engine allows.
     async fn remove_own(&self) -> Result<(), SandboxError> {
         // What exists now goes at once (a start in flight then fails fast: its pod is gone);
         // then, once every start in flight has ended, whatever those made and whatever the
@@ -100,7 +160,7 @@ impl Inner {
         self.remove_created_at_once().await;
         let _no_start = self.starting.write().await;
         let mut first_err = self.remove_created().await;
-        // Networks last: the engine refuses to remove one that a container still uses.
+        // Networks left last: the engine refuses to remove one that a container still uses.
         let networks: Vec<String> = std::mem::take(&mut *lock(&self.networks));
         for id in networks {
             if let Err(e) = self.docker().remove_network(&id).await {
