@@ -10,6 +10,7 @@ use bollard::query_parameters::RemoveContainerOptions;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::oneshot;
 
 use super::engine::{status_code, Engine};
 use super::{docker_err, lock, Inner};
@@ -45,22 +46,33 @@ impl Inner {
     }
 
     /// Removes every container created so far, all at once (issue 32: a run's teardown is
-    /// part of its wall clock), and where the engine allows it the run's networks beside them
-    /// ([`Inner::remove_networks_early`]). Docker removes a pod whose namespaces members still
-    /// join (they die with its init, and go fast after); an engine that refuses (Podman)
-    /// leaves those to the tiered pass, [`Inner::remove_created`].
-    async fn remove_created_at_once(&self) {
-        let created: Vec<(String, Tier)> = lock(&self.created).clone();
-        let attached = self.on_networks(&created);
+    /// part of its wall clock); those on the run's networks (`attached`) leave them first,
+    /// and `left` says when they did. Docker removes a pod whose namespaces members still join
+    /// (they die with its init, and go fast after); an engine that refuses (Podman) leaves
+    /// those to the tiered pass, [`Inner::remove_created`].
+    async fn remove_created_at_once(
+        &self,
+        created: &[(String, Tier)],
+        attached: &[String],
+        left: oneshot::Sender<()>,
+    ) {
         let detached = created.iter().filter(|(id, _)| !attached.contains(id));
+        let attached = async {
+            if !attached.is_empty() {
+                self.leave_networks(attached).await;
+                let _ = left.send(());
+            }
+            futures::future::join_all(attached.iter().map(|id| self.remove(id))).await
+        };
         tokio::join!(
             futures::future::join_all(detached.map(|(id, _)| self.remove(id))),
-            self.remove_networks_early(&attached)
+            attached
         );
     }
 
     /// Of `created`, the containers with an endpoint on the run's networks (its pods, the
-    /// proxy) when the networks go early; none otherwise.
+    /// proxy) where the engine lets the networks go beside the containers
+    /// ([`super::EngineKind::removes_networks_early`]); none otherwise.
     fn on_networks(&self, created: &[(String, Tier)]) -> Vec<String> {
         if !self.engine.kind().removes_networks_early() || lock(&self.networks).is_empty() {
             return Vec::new();
@@ -76,15 +88,9 @@ impl Inner {
         attached
     }
 
-    /// Disconnects `attached` from the run's networks, then removes those containers and the
-    /// networks together: a network's removal (~200 ms here) no longer waits for a pod's, and
-    /// a pod that left its network dies faster. What fails here (a pod that a start in flight
-    /// just connected, a container the engine is already removing) is no error: the network
-    /// stays for the last pass, after every container.
-    async fn remove_networks_early(&self, attached: &[String]) {
-        if attached.is_empty() {
-            return;
-        }
+    /// Disconnects `attached` from the run's networks (errors are for the network's removal
+    /// to find).
+    async fn leave_networks(&self, attached: &[String]) {
         let networks: Vec<String> = lock(&self.networks).clone();
         let leave = networks.iter().flat_map(|net| {
             attached.iter().map(move |container| {
@@ -96,7 +102,18 @@ impl Inner {
             })
         });
         futures::future::join_all(leave).await;
-        let remove_network = |net: String| async move {
+    }
+
+    /// Removes the run's networks once their containers `left` them, while those die: a
+    /// network's removal (~200 ms here) no longer waits for a pod's. One that does not go
+    /// (a pod a start in flight just connected, a container that did not leave) is no error:
+    /// it stays for the last pass, after every container.
+    async fn remove_networks_early(&self, left: oneshot::Receiver<()>) {
+        if left.await.is_err() {
+            return;
+        }
+        let networks: Vec<String> = lock(&self.networks).clone();
+        let remove = |net: String| async move {
             match self.docker().remove_network(&net).await {
                 Err(e) if status_code(&e) != Some(404) => {
                     tracing::debug!(network = %net, error = %e, "network left for the last pass");
@@ -104,10 +121,16 @@ impl Inner {
                 _ => lock(&self.networks).retain(|n| *n != net),
             }
         };
-        tokio::join!(
-            futures::future::join_all(attached.iter().map(|id| self.remove(id))),
-            futures::future::join_all(networks.into_iter().map(remove_network))
-        );
+        futures::future::join_all(networks.into_iter().map(remove)).await;
+    }
+
+    /// Removes the private copy of the exec service's binary once no container mounts it
+    /// any more, off the exit's path (the copy of a debug build is ~75 MB; its removal took
+    /// ~20 ms of the run's end when the factory was dropped).
+    async fn discard_service_binary(&self) {
+        if let Some(Some(binary)) = self.service_binary.get().cloned() {
+            let _ = tokio::task::spawn_blocking(move || binary.discard()).await;
+        }
     }
 
     /// Force-removes a container (kills it first; 404 is fine) and forgets it.
@@ -149,17 +172,29 @@ impl Inner {
         removed
     }
 
-    /// Removes what the run made: its containers (twice, around the starts in flight) and its
-    /// networks, each network as early as the engine allows.
+    /// Removes what the run made: its containers (twice, around the starts in flight), the
+    /// copy of the exec service's binary once they are gone, and its networks, each as early
+    /// as the engine allows.
     async fn remove_own(&self) -> Result<(), SandboxError> {
         // What exists now goes at once (a start in flight then fails fast: its pod is gone);
         // then, once every start in flight has ended, whatever those made and whatever the
         // first pass could not remove (the engine refuses a pod while a container that joined
         // it a moment ago still exists, or Podman while any does), tier by tier. Only the
         // second pass's errors count.
-        self.remove_created_at_once().await;
-        let _no_start = self.starting.write().await;
-        let mut first_err = self.remove_created().await;
+        let created: Vec<(String, Tier)> = lock(&self.created).clone();
+        let attached = self.on_networks(&created);
+        let (left, networks_free) = oneshot::channel();
+        let containers = async {
+            self.remove_created_at_once(&created, &attached, left).await;
+            let _no_start = self.starting.write().await;
+            let first_err = self.remove_created().await;
+            if first_err.is_none() {
+                self.discard_service_binary().await;
+            }
+            first_err
+        };
+        let (mut first_err, ()) =
+            tokio::join!(containers, self.remove_networks_early(networks_free));
         // Networks left last: the engine refuses to remove one that a container still uses.
         let networks: Vec<String> = std::mem::take(&mut *lock(&self.networks));
         for id in networks {
