@@ -355,3 +355,113 @@ async fn gc_run_elsewhere_removes_the_named_workspaces_orphans() {
         "{said}"
     );
 }
+
+/// The run's network and container events from `since` (seconds) to now, each as
+/// `(time in ns, action, container id)`: a network's events name the container that joined or
+/// left it, a container's name itself.
+async fn teardown_events(
+    engine: &flowerbox::sandbox::docker::Engine,
+    since: u64,
+    run_id: &str,
+    network: &str,
+) -> Vec<(i64, String, String)> {
+    use bollard::query_parameters::EventsOptions;
+    use futures::StreamExt;
+    use std::collections::HashMap;
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 1;
+    let mut all = Vec::new();
+    for (kind, key, value) in [
+        ("container", "label", format!("flowerbox.run={run_id}")),
+        ("network", "network", network.to_string()),
+    ] {
+        let filters = HashMap::from([
+            ("type".to_string(), vec![kind.to_string()]),
+            (key.to_string(), vec![value]),
+        ]);
+        let opts = EventsOptions {
+            since: Some(since.to_string()),
+            until: Some(until.to_string()),
+            filters: Some(filters),
+        };
+        let events: Vec<_> = engine.docker().events(Some(opts)).collect().await;
+        for e in events {
+            let e = e.unwrap();
+            let actor = e.actor.unwrap_or_default();
+            let attributes = actor.attributes.unwrap_or_default();
+            let container = match kind {
+                "network" => attributes.get("container").cloned().unwrap_or_default(),
+                _ => actor.id.unwrap_or_default(),
+            };
+            all.push((
+                e.time_nano.unwrap_or_default(),
+                e.action.unwrap_or_default(),
+                container,
+            ));
+        }
+    }
+    all.sort();
+    all
+}
+
+/// Issue 32: on Docker the run's network goes beside its containers, not after them: the pod
+/// (and the proxy) leave the network before they are killed, so its removal no longer waits
+/// for theirs. Nothing of the run remains, in open and in proxy mode.
+#[tokio::test]
+async fn the_network_is_left_before_the_pod_dies_and_nothing_remains() {
+    use flowerbox::sandbox::egress::{EgressMode, EgressPolicy};
+    let Some(engine) = engine_or_skip("network_left_first").await else {
+        return;
+    };
+    for (mode, on_network) in [(EgressMode::Open, "pod"), (EgressMode::Proxy, "proxy")] {
+        let run = TestRun::with(&engine, "netfirst", |o| {
+            o.egress = EgressPolicy {
+                mode,
+                ..EgressPolicy::default()
+            };
+        })
+        .await;
+        let sb = run.sandbox("worker-1", Role::Worker).await;
+        assert!(exec_ok(&*sb, "true", &run.workspace).await.success());
+        let network = run_networks(&engine, &run.run_id).await;
+        assert_eq!(network.len(), 1, "{mode:?}: its network");
+        let mine = run_containers(&engine, &run.run_id).await;
+        let member = containers_where(&engine, "label", format!("flowerbox.role={on_network}"))
+            .await
+            .into_iter()
+            .find(|c| mine.contains(c))
+            .expect("the container on the network");
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        run.factory.teardown().await.unwrap();
+        assert!(
+            run_containers(&engine, &run.run_id).await.is_empty(),
+            "{mode:?}"
+        );
+        assert!(
+            run_networks(&engine, &run.run_id).await.is_empty(),
+            "{mode:?}"
+        );
+        if engine.kind().is_podman() {
+            // Podman removes networks after every container (its tested order).
+            continue;
+        }
+        let events = teardown_events(&engine, since, &run.run_id, &network[0]).await;
+        let at = |action: &str| {
+            events
+                .iter()
+                .find(|(_, a, c)| a == action && *c == member)
+                .map(|(t, _, _)| *t)
+                .unwrap_or_else(|| panic!("{mode:?}: no {action} of the {on_network}: {events:?}"))
+        };
+        assert!(
+            at("disconnect") < at("kill"),
+            "{mode:?}: the {on_network} was killed before it left the network: {events:?}"
+        );
+    }
+}

@@ -185,6 +185,14 @@ impl EngineKind {
         }
     }
 
+    /// Whether teardown removes the run's network while its containers die: the containers
+    /// on it are disconnected first, then it goes (Docker removes a network as soon as no
+    /// endpoint is left on it, and a network's removal costs about as much as a pod's). Podman
+    /// keeps the order it was tested with: its networks go after every container.
+    pub(crate) fn removes_networks_early(&self) -> bool {
+        !self.is_podman()
+    }
+
     /// Adjusts the pod container's body for this engine (its user namespace).
     pub(crate) fn shape_pod(&self, body: &mut ContainerCreateBody) {
         if let Some(mode) = self.pod_userns() {

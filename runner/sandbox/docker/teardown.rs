@@ -1,12 +1,16 @@
 //! Removing what a run made: every container it created, in the order the engine allows
-//! (agents, the pod's helpers, the pod), then its networks. Teardown waits for the starts in
-//! flight; the factory's `Drop` is the last resort. On the way out it sweeps the workspace's
-//! orphans once more (containers a killed run's engine finished creating after the startup sweep).
+//! (agents, the pod's helpers, the pod), and its networks: on Docker beside the containers
+//! (the pod and the proxy leave the network first), elsewhere after them. Teardown waits for
+//! the starts in flight; the factory's `Drop` is the last resort. On the way out it sweeps the
+//! workspace's orphans once more (containers a killed run's engine finished creating after the
+//! startup sweep).
 
+use bollard::models::NetworkDisconnectRequest;
 use bollard::query_parameters::RemoveContainerOptions;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::oneshot;
 
 use super::engine::{status_code, Engine};
 use super::{docker_err, lock, Inner};
@@ -42,12 +46,91 @@ impl Inner {
     }
 
     /// Removes every container created so far, all at once (issue 32: a run's teardown is
-    /// part of its wall clock). Docker removes a pod whose namespaces members still join (they
-    /// die with its init, and go fast after); an engine that refuses (Podman) leaves those to
-    /// the tiered pass, [`Inner::remove_created`].
-    async fn remove_created_at_once(&self) {
-        let created: Vec<(String, Tier)> = lock(&self.created).clone();
-        futures::future::join_all(created.iter().map(|(id, _)| self.remove(id))).await;
+    /// part of its wall clock); those on the run's networks (`attached`) leave them first,
+    /// and `left` says when they did. Docker removes a pod whose namespaces members still join
+    /// (they die with its init, and go fast after); an engine that refuses (Podman) leaves
+    /// those to the tiered pass, [`Inner::remove_created`].
+    async fn remove_created_at_once(
+        &self,
+        created: &[(String, Tier)],
+        attached: &[String],
+        left: oneshot::Sender<()>,
+    ) {
+        let detached = created.iter().filter(|(id, _)| !attached.contains(id));
+        let attached = async {
+            if !attached.is_empty() {
+                self.leave_networks(attached).await;
+                let _ = left.send(());
+            }
+            futures::future::join_all(attached.iter().map(|id| self.remove(id))).await
+        };
+        tokio::join!(
+            futures::future::join_all(detached.map(|(id, _)| self.remove(id))),
+            attached
+        );
+    }
+
+    /// Of `created`, the containers with an endpoint on the run's networks (its pods, the
+    /// proxy) where the engine lets the networks go beside the containers
+    /// ([`super::EngineKind::removes_networks_early`]); none otherwise.
+    fn on_networks(&self, created: &[(String, Tier)]) -> Vec<String> {
+        if !self.engine.kind().removes_networks_early() || lock(&self.networks).is_empty() {
+            return Vec::new();
+        }
+        let mut attached: Vec<String> = created
+            .iter()
+            .filter(|(_, tier)| *tier == Tier::Pod)
+            .map(|(id, _)| id.clone())
+            .collect();
+        if let Some(Some((proxy, _))) = self.proxy.get() {
+            attached.push(proxy.clone());
+        }
+        attached
+    }
+
+    /// Disconnects `attached` from the run's networks (errors are for the network's removal
+    /// to find).
+    async fn leave_networks(&self, attached: &[String]) {
+        let networks: Vec<String> = lock(&self.networks).clone();
+        let leave = networks.iter().flat_map(|net| {
+            attached.iter().map(move |container| {
+                let request = NetworkDisconnectRequest {
+                    container: container.clone(),
+                    force: Some(true),
+                };
+                self.docker().disconnect_network(net, request)
+            })
+        });
+        futures::future::join_all(leave).await;
+    }
+
+    /// Removes the run's networks once their containers `left` them, while those die: a
+    /// network's removal (~200 ms here) no longer waits for a pod's. One that does not go
+    /// (a pod a start in flight just connected, a container that did not leave) is no error:
+    /// it stays for the last pass, after every container.
+    async fn remove_networks_early(&self, left: oneshot::Receiver<()>) {
+        if left.await.is_err() {
+            return;
+        }
+        let networks: Vec<String> = lock(&self.networks).clone();
+        let remove = |net: String| async move {
+            match self.docker().remove_network(&net).await {
+                Err(e) if status_code(&e) != Some(404) => {
+                    tracing::debug!(network = %net, error = %e, "network left for the last pass");
+                }
+                _ => lock(&self.networks).retain(|n| *n != net),
+            }
+        };
+        futures::future::join_all(networks.into_iter().map(remove)).await;
+    }
+
+    /// Removes the private copy of the exec service's binary once no container mounts it
+    /// any more, off the exit's path (the copy of a debug build is ~75 MB; its removal took
+    /// ~20 ms of the run's end when the factory was dropped).
+    async fn discard_service_binary(&self) {
+        if let Some(Some(binary)) = self.service_binary.get().cloned() {
+            let _ = tokio::task::spawn_blocking(move || binary.discard()).await;
+        }
     }
 
     /// Force-removes a container (kills it first; 404 is fine) and forgets it.
@@ -89,18 +172,30 @@ impl Inner {
         removed
     }
 
-    /// Removes what the run made: its containers (twice, around the starts in flight), then
-    /// its networks.
+    /// Removes what the run made: its containers (twice, around the starts in flight), the
+    /// copy of the exec service's binary once they are gone, and its networks, each as early
+    /// as the engine allows.
     async fn remove_own(&self) -> Result<(), SandboxError> {
         // What exists now goes at once (a start in flight then fails fast: its pod is gone);
         // then, once every start in flight has ended, whatever those made and whatever the
         // first pass could not remove (the engine refuses a pod while a container that joined
         // it a moment ago still exists, or Podman while any does), tier by tier. Only the
         // second pass's errors count.
-        self.remove_created_at_once().await;
-        let _no_start = self.starting.write().await;
-        let mut first_err = self.remove_created().await;
-        // Networks last: the engine refuses to remove one that a container still uses.
+        let created: Vec<(String, Tier)> = lock(&self.created).clone();
+        let attached = self.on_networks(&created);
+        let (left, networks_free) = oneshot::channel();
+        let containers = async {
+            self.remove_created_at_once(&created, &attached, left).await;
+            let _no_start = self.starting.write().await;
+            let first_err = self.remove_created().await;
+            if first_err.is_none() {
+                self.discard_service_binary().await;
+            }
+            first_err
+        };
+        let (mut first_err, ()) =
+            tokio::join!(containers, self.remove_networks_early(networks_free));
+        // Networks left last: the engine refuses to remove one that a container still uses.
         let networks: Vec<String> = std::mem::take(&mut *lock(&self.networks));
         for id in networks {
             if let Err(e) = self.docker().remove_network(&id).await {

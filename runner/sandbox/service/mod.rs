@@ -99,6 +99,12 @@ impl ServiceBinary {
         Self::prepare_in(source, &std::env::temp_dir())
     }
 
+    /// Removes the copy and its directory now (no container mounts it any more), so that
+    /// dropping it later removes nothing. Blocking I/O.
+    pub fn discard(&self) {
+        let _ = std::fs::remove_dir_all(self.dir.path());
+    }
+
     /// [`ServiceBinary::prepare`] in `parent`.
     pub fn prepare_in(
         source: &ServiceSource,
@@ -246,6 +252,23 @@ mod tests {
         let gone = copy.path().parent().unwrap().to_path_buf();
         drop(copy);
         assert!(!gone.exists());
+    }
+
+    /// Teardown discards the copy once its containers are gone (issue 32): the directory
+    /// goes at once, and the later drop finds nothing left to do.
+    #[test]
+    fn a_discarded_copy_is_gone_before_it_is_dropped() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("flowerbox");
+        std::fs::write(&src, b"\x7fELF binary").unwrap();
+        let copy = ServiceBinary::prepare_in(&ServiceSource::Path(src), tmp.path()).unwrap();
+        let dir = copy.path().parent().unwrap().to_path_buf();
+        assert!(dir.exists());
+        copy.discard();
+        assert!(!dir.exists());
+        copy.discard();
+        drop(copy);
+        assert!(!dir.exists());
     }
 
     /// Moves `dir`'s modification time back by `by` (what a run started that long ago shows).
