@@ -1,8 +1,9 @@
-//! Workers prepared before they are asked for (issue 32 §4): `flowerbox go` against the real
-//! engine and a scripted model. A coordinator's `Agent` call is whole in the stream before its
-//! message ends, and the worker's container is made from there: with the message's end held
-//! back, the worker's container exists on the engine before any request of the worker (which
-//! can only come after the message ended). A worker prepared for an attempt that broke (its
+//! Workers prepared before they are asked for (issue 32 §2, §4): `flowerbox go` against the
+//! real engine and a scripted model. The coordinator's first worker is warm while the run
+//! clarifies. A coordinator's `Agent` call is whole in the stream before its message ends, and
+//! the worker's container is made from there: with the message's end held back, a container
+//! with that worker's mounts exists on the engine before any request of the worker (which can
+//! only come after the message ended). A worker prepared for an attempt that broke (its
 //! stream failed after the call, the retry dispatched the same call) is undone before the
 //! coordinator's next turn, while the dispatched worker's container is still there. Proven by
 //! order (the engine's events, the model's requests), never by timing; nothing is left after.
@@ -175,10 +176,30 @@ fn go(p: &Project, model: &ScriptedModel) -> Child {
     .unwrap()
 }
 
+/// `id`'s bind mounts as `destination rw` lines; none once it is gone (the warm worker that
+/// did not fit goes while the test looks).
+fn mounts_of(id: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args([
+            "inspect",
+            "-f",
+            "{{range .Mounts}}{{.Destination}} {{.RW}}\n{{end}}",
+            id,
+        ])
+        .output()
+        .expect("docker CLI");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
 /// The worker's container is made while the coordinator's message is still streaming: its
-/// `Agent` block is out, the message's end is held back for ten minutes, and the container
-/// exists before the worker sent anything (it can only start once the message ended). A run
-/// stopped then leaves nothing, the prepared container included.
+/// `Agent` block (a worker that may write `src/` only) is out, the message's end is held back
+/// for ten minutes, and a container with exactly that worker's mounts (`src/` writable) exists
+/// before the worker sent anything (it can only start once the message ended). A run stopped
+/// then leaves nothing, the prepared container included.
 #[test]
 fn a_workers_container_is_made_before_the_coordinators_message_ends() {
     let _serial = SERIAL.blocking_lock();
@@ -186,23 +207,66 @@ fn a_workers_container_is_made_before_the_coordinators_message_ends() {
         return;
     }
     let p = Project::new();
+    std::fs::create_dir_all(p.ws.join("src")).unwrap();
+    let mut call = agent_call();
+    call["input"]["writes"] = json!(["src/"]);
     let model = ScriptedModel::start(&scenario(json!([
-        {"content": [agent_call()], "hold_end_ms": 600_000},
+        {"content": [call], "hold_end_ms": 600_000},
         {"content": [{"type": "text", "text": "做完了。"}]}])));
     let mut child = go(&p, &model);
     let _leftovers = Leftovers {
         p: &p,
         pid: child.id(),
     };
-    wait_for(&mut child, "worker-1's container", || {
-        !containers_of(&p, "worker-1").is_empty()
+    let src = format!(
+        "{} true",
+        std::fs::canonicalize(p.ws.join("src")).unwrap().display()
+    );
+    wait_for(&mut child, "the scoped worker's container", || {
+        containers_of(&p, "worker-1")
+            .iter()
+            .any(|id| mounts_of(id).contains(&src))
     });
     assert!(
         requests_with(&model, WORKER).is_empty(),
         "the worker ran: the coordinator's message had ended"
     );
+    // The worker kept warm for a plain dispatch did not fit this one: it went first.
+    wait_for(&mut child, "one container of worker-1", || {
+        containers_of(&p, "worker-1").len() == 1
+    });
     let r = stop_leaving_none(&p, child);
     assert!(requests_with(&model, WORKER).is_empty(), "{r:?}");
+}
+
+/// Issue 32 §2: the coordinator's first worker is ready before the coordinator is even asked:
+/// with the clarifier's answer held back for ten minutes, worker-1's container (a plain
+/// worker's: the workspace writable) is there. Stopped then, the run leaves nothing.
+#[test]
+fn the_first_worker_is_warm_while_the_run_clarifies() {
+    let _serial = SERIAL.blocking_lock();
+    if !engine_present("warm_while_clarifying") {
+        return;
+    }
+    let p = Project::new();
+    let mut s = scenario(json!([{"content": [agent_call()]},
+        {"content": [{"type": "text", "text": "做完了。"}]}]));
+    s["agents"][0]["turns"][0]["think_ms"] = json!(600_000);
+    let model = ScriptedModel::start(&s);
+    let mut child = go(&p, &model);
+    let _leftovers = Leftovers {
+        p: &p,
+        pid: child.id(),
+    };
+    let ws = format!("{} true", std::fs::canonicalize(&p.ws).unwrap().display());
+    wait_for(&mut child, "worker-1's container", || {
+        containers_of(&p, "worker-1")
+            .iter()
+            .any(|id| mounts_of(id).contains(&ws))
+    });
+    // Only the clarifier was asked, and it has not answered.
+    assert_eq!(model.recorded().len(), 1);
+    stop_leaving_none(&p, child);
 }
 
 /// A worker prepared for an attempt that broke after its `Agent` block (an overloaded error
