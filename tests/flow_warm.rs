@@ -14,6 +14,7 @@
 
 mod docker_support;
 mod flow_support;
+mod isogo_support;
 
 use docker_support::{engine_or_skip, gc_command, SERIAL};
 use flow_support::{finish, requests_with, Project, Ran, ScriptedModel};
@@ -167,10 +168,15 @@ fn engine_present(test: &str) -> bool {
 }
 
 fn go(p: &Project, model: &ScriptedModel) -> Child {
+    go_with(p, model, &[])
+}
+
+fn go_with(p: &Project, model: &ScriptedModel, extra: &[&str]) -> Child {
+    let args = ["go", "--no-goal", "--timeout", "0"];
     p.command_in(
         "docker",
         model,
-        &["go", "--no-goal", "--timeout", "0", "跑一下 true"],
+        &[&args[..], extra, &["跑一下 true"]].concat(),
     )
     .spawn()
     .unwrap()
@@ -311,5 +317,49 @@ fn a_worker_prepared_for_a_broken_attempt_is_removed_before_the_next_turn() {
     assert_eq!(containers_of(&p, "worker-1").len(), 1, "{seen:?}");
     // Only worker-1 ever ran.
     assert_eq!(requests_with(&model, WORKER).len(), 2);
+    stop_leaving_none(&p, child);
+}
+
+/// The same with `--isolate`: the unused worker's worktree and branch were made (the log says
+/// so) and are gone, with its container, before the coordinator's next request.
+#[test]
+fn a_worktree_prepared_for_a_broken_attempt_goes_with_its_branch() {
+    let _serial = SERIAL.blocking_lock();
+    if !engine_present("warm_unused_worktree") {
+        return;
+    }
+    let p = isogo_support::repo_project();
+    let events = Events::watch(&p);
+    let model = ScriptedModel::start(&scenario(json!([
+        {"content": [agent_call()],
+         "fault": {"error_event": "overloaded_error", "before_end": true, "times": 1}},
+        {"think_ms": 600_000, "content": [{"type": "text", "text": "做完了。"}]}])));
+    let mut child = go_with(&p, &model, &["--isolate"]);
+    let _leftovers = Leftovers {
+        p: &p,
+        pid: child.id(),
+    };
+    wait_for(&mut child, "the coordinator's second turn", || {
+        model
+            .tool_results()
+            .iter()
+            .any(|(_, text, _)| text.contains("[worker-1]"))
+    });
+    let log = std::fs::read_to_string(p.runs("flowerbox.log")).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("worktree created") && l.contains("agent=\"worker-2\"")),
+        "no worktree was prepared for worker-2:\n{log}"
+    );
+    let seen = events.seen();
+    assert!(seen.iter().any(|l| l == "destroy worker-2"), "{seen:?}");
+    let branches = isogo_support::branches(&p);
+    assert!(
+        !branches.iter().any(|b| b.ends_with("worker-2")),
+        "{branches:?}"
+    );
+    let trees = flowerbox_testkit::git(&p.ws, &["worktree", "list", "--porcelain"]);
+    assert!(!trees.contains("worker-2"), "{trees}");
+    assert!(trees.contains("worker-1"), "{trees}");
     stop_leaving_none(&p, child);
 }

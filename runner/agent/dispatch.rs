@@ -331,7 +331,6 @@ impl Dispatcher for SubDispatch {
     fn speculate(&self, call: &ToolCall) {
         if !ToolName::Agent.is(&call.name)
             || self.rt.sandboxes.commands_run() != CommandsRun::InContainer
-            || !self.rt.placement.shares_workspace()
         {
             return;
         }

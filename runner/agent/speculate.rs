@@ -14,9 +14,11 @@
 //! (the guard, a hook) or never run leaves its preparation unused, and every unused one is
 //! undone when the message's calls have run and when the turn ends ([`Speculations::settle`]):
 //! its start waited for, its container released, its place given back. Only a worker that would
-//! start at once is prepared ([`super::fanout::WorkerSlots::would_start_now`]), only in the
-//! shared workspace (a worktree made early would be a branch to undo) and only when commands
-//! run in containers (on the host there is nothing to start early).
+//! start at once is prepared ([`super::fanout::WorkerSlots::would_start_now`]) and only when
+//! commands run in containers (on the host there is nothing to start early). With `--isolate`
+//! the place is the worker's worktree, made early from the same branch (nothing merges between
+//! the message's stream and its dispatch); an unused one is given back, worktree and branch
+//! ([`super::place::Placement::abandon`]).
 
 use std::sync::Mutex;
 use tokio::task::JoinHandle;
@@ -149,10 +151,7 @@ pub(crate) async fn undo(rt: &Runtime, held: Held) {
         let _ = started.await;
     }
     release(rt, &prepared.agent).await;
-    let _ = rt
-        .placement
-        .finish(&prepared.agent, &prepared.place, false, None)
-        .await;
+    rt.placement.abandon(&prepared.agent, &prepared.place).await;
 }
 
 async fn release(rt: &Runtime, agent: &str) {

@@ -7,8 +7,9 @@
 //! own, so names follow the same order as without it. Unused when the coordinator's step ends,
 //! it is undone then; teardown removes it like any other container in the worst case.
 //!
-//! Only in the shared workspace (with `--isolate` a worktree made early is a branch to
-//! undo), only when commands run in containers, and only for a worker type that runs commands.
+//! Only in the shared workspace (with `--isolate` it would make, and when unused remove, a
+//! worktree and a branch in the user's repository on every run), only when commands run in
+//! containers, and only for a worker type that runs commands.
 //! Its cost is one idle container of the run (see DESIGN.md "Start early").
 
 use std::sync::Arc;
