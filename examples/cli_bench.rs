@@ -4,7 +4,9 @@
 //! 9. `once` with one Bash call, the model thinking `--think-ms` (1,500) per turn: wall clock
 //!    with `--sandbox docker` vs with `--sandbox host` (ratio; target ≤ 1.05, issue 32);
 //! 10. a whole unattended `go` run, 8 workers each running `sleep 2` in parallel, vs the same
-//!     run with 1 worker (ratio; target ≤ 1.4);
+//!     run with 1 worker (ratio; target ≤ 1.4); 10s the same with the coordinator's
+//!     dispatching message streamed at 60 ms an event (a model writing its `Agent` calls: a
+//!     worker's container can start as its call ends, issue 32 §4);
 //! 11. the first `once --resume` of a 10,000-message session with trimming (`-T`, cold spill
 //!     directory: every trimmed result is written) vs a fresh `once` with the same reply
 //!     (target ≤ 150 ms);
@@ -21,7 +23,7 @@
 //! before/after ratio is read off one table.
 //!
 //! Usage: `cli_bench [--repeat N] [--flowerbox PATH] [--base PATH] [--think-ms MS]
-//! [--only 9,10,11,12,13] [--scale 1,8,16,32] [--json FILE]`. `--flowerbox` defaults to the `flowerbox` next to this
+//! [--only 9,10,10s,11,12,13] [--scale 1,8,16,32] [--json FILE]`. `--flowerbox` defaults to the `flowerbox` next to this
 //! example's directory (`scripts/bench.sh` builds it first).
 // A benchmark or smoke example, not shipped: it unwraps like a test and reports on its own
 // streams.
@@ -193,8 +195,9 @@ async fn once_figure(bins: &Bins, repeat: usize, fig: OnceFigure) -> Vec<Figure>
 }
 
 /// The go scenario of figure 10: `n` workers dispatched in one coordinator turn, each runs
-/// `sleep 2` and reports.
-fn go_scenario(n: usize) -> Value {
+/// `sleep 2` and reports; with `stream_ms`, the coordinator's message comes a pause of that
+/// many milliseconds before each event (figure 10s: a model writing its dispatches).
+fn go_scenario(n: usize, stream_ms: Option<u64>) -> Value {
     let calls: Vec<Value> = (1..=n)
         .map(|k| {
             json!({"type": "tool_use", "name": "Agent", "input": {
@@ -210,15 +213,26 @@ fn go_scenario(n: usize) -> Value {
             "## 目标\n睡过了\n\n## 判定清单\n- 睡过了\n")]},
         {"role": "judge", "prompt": "判定这一轮", "turns": [text(
             "## 结论\nACHIEVED\n\n## 理由\n睡过了\n\n## 未通过\n无\n")]},
-        {"role": "coordinator", "turns": [{"content": calls}, text("都做完了。")]},
+        {"role": "coordinator", "turns": [coordinator_turn(calls, stream_ms), text("都做完了。")]},
         {"role": "worker", "prompt": "做任务", "turns": [bash("sleep 2"), text(REPORT)]}
     ]})
 }
 
-/// Figure 10: go with 8 workers vs 1, per binary.
-async fn go_workers(bins: &Bins, repeat: usize) -> Vec<Figure> {
-    let one = serve(&go_scenario(1)).await;
-    let eight = serve(&go_scenario(8)).await;
+/// The coordinator's dispatching turn, streamed at `stream_ms` an event when given.
+fn coordinator_turn(calls: Vec<Value>, stream_ms: Option<u64>) -> Value {
+    match stream_ms {
+        Some(ms) => json!({"content": calls, "fault": {"delay_ms": ms}}),
+        None => json!({"content": calls}),
+    }
+}
+
+/// Pause before each event of the coordinator's dispatching message in figure 10s.
+const STREAM_MS: u64 = 60;
+
+/// Figure 10 (and 10s with `stream_ms`): go with 8 workers vs 1, per binary.
+async fn go_workers(bins: &Bins, repeat: usize, stream_ms: Option<u64>) -> Vec<Figure> {
+    let one = serve(&go_scenario(1, stream_ms)).await;
+    let eight = serve(&go_scenario(8, stream_ms)).await;
     let mut samples = vec![(Vec::new(), Vec::new()); bins.len()];
     for _ in 0..repeat {
         for (b, (_, bin)) in bins.iter().enumerate() {
@@ -235,14 +249,25 @@ async fn go_workers(bins: &Bins, repeat: usize) -> Vec<Figure> {
     bins.iter()
         .zip(samples)
         .map(|((label, _), (one, eight))| {
-            Figure::new(
-                &format!("10{label}"),
-                "go, 8 workers `sleep 2` in parallel",
-                "ms",
-                Stats::of(&eight),
-            )
-            .vs("1 worker", Stats::of(&one))
-            .note("whole unattended go run (clarify, goal, 1 round, judge), Docker sandbox")
+            let (id, what, note) = match stream_ms {
+                None => (
+                    "10",
+                    "go, 8 workers `sleep 2` in parallel".to_string(),
+                    "whole unattended go run (clarify, goal, 1 round, judge), Docker sandbox"
+                        .to_string(),
+                ),
+                Some(ms) => (
+                    "10s",
+                    "go, 8 workers `sleep 2`, dispatches streamed".to_string(),
+                    format!(
+                        "as 10, the coordinator's dispatching message {ms} ms an event \
+                         (both sides): containers can start as each Agent call ends"
+                    ),
+                ),
+            };
+            Figure::new(&format!("{id}{label}"), &what, "ms", Stats::of(&eight))
+                .vs("1 worker", Stats::of(&one))
+                .note(note)
         })
         .collect()
 }
@@ -262,7 +287,7 @@ struct Scale {
 async fn scale_curve(bins: &Bins, repeat: usize, ns: &[usize]) -> Vec<Figure> {
     let mut urls = Vec::new();
     for &n in ns {
-        urls.push(serve(&go_scenario(n)).await);
+        urls.push(serve(&go_scenario(n, None)).await);
     }
     let mut samples = vec![Scale::default(); bins.len()];
     for s in &mut samples {
@@ -506,7 +531,7 @@ async fn main() {
         only.as_deref()
             .is_none_or(|o| o.split(',').any(|x| x == id))
     };
-    if wants("9") || wants("10") || wants("12") || wants("13") {
+    if wants("9") || wants("10") || wants("10s") || wants("12") || wants("13") {
         // Built before the first measurement (the binaries build it on first use).
         let engine = Engine::connect(None, Duration::from_secs(5))
             .await
@@ -521,7 +546,10 @@ async fn main() {
         figures.extend(once_figure(&bins, repeat, once_bash(think_ms)).await);
     }
     if wants("10") {
-        figures.extend(go_workers(&bins, repeat).await);
+        figures.extend(go_workers(&bins, repeat, None).await);
+    }
+    if wants("10s") {
+        figures.extend(go_workers(&bins, repeat, Some(STREAM_MS)).await);
     }
     if wants("11") {
         figures.extend(first_resume(&bins, repeat).await);

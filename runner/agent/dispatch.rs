@@ -13,9 +13,11 @@ use super::runtime::Runtime;
 use super::scope::WriteScope;
 use super::session_loop::{AgentRun, LoopEnd};
 use super::spec::{AgentSpec, WorkerDef};
+use super::speculate::{undo, Prepared, Speculations};
 use super::tools::{DispatchRequest, Dispatcher, ToolContext, ToolError};
 use crate::model::price::Cost;
-use crate::sandbox::AgentBox;
+use crate::model::{ToolCall, ToolName};
+use crate::sandbox::{AgentBox, CommandsRun};
 use crate::session::SessionMeta;
 
 /// The workers an agent may dispatch; a general worker when none are declared.
@@ -49,6 +51,8 @@ pub(crate) struct SubDispatch {
     pub(crate) children: Arc<Mutex<Cost>>,
     /// The step's running total.
     pub(crate) meter: Option<Arc<Meter>>,
+    /// Workers prepared while the dispatching agent's message streamed, not yet dispatched.
+    pub(crate) speculations: Speculations,
 }
 
 impl SubDispatch {
@@ -189,36 +193,6 @@ impl SubDispatch {
         (Some(slot), queued.unwrap_or_default())
     }
 
-    /// The worker's place, narrowed to its write scope.
-    async fn place(
-        &self,
-        agent: &str,
-        scope: Option<&WriteScope>,
-    ) -> Result<WorkerPlace, ToolError> {
-        let mut place = self
-            .rt
-            .placement
-            .prepare(agent)
-            .await
-            .map_err(|e| ToolError::Failed(e.to_string()))?;
-        let Some(scope) = scope else {
-            return Ok(place);
-        };
-        let workbench = self.rt.workbench.as_ref().map(|w| w.root().to_path_buf());
-        let root = place.workdir.clone();
-        if let Err(e) = super::scope::narrow(&root, scope, &mut place.mounts, workbench.as_deref())
-        {
-            // The place goes back as a worker that never ran (its worktree, if any).
-            let _ = self.rt.placement.finish(agent, &place, false, None).await;
-            return Err(ToolError::InvalidInput(e.to_string()));
-        }
-        place.note = Some(match place.note.take() {
-            Some(n) => format!("{n}\n- {}", scope_note(scope)),
-            None => scope_note(scope),
-        });
-        Ok(place)
-    }
-
     /// The worker's run in a new session of its own, in its place, and its sandbox's spec.
     fn worker_run(
         &self,
@@ -239,14 +213,7 @@ impl SubDispatch {
             .store
             .create(&meta)
             .map_err(|e| ToolError::Failed(StepError::from(e).to_string()))?;
-        let abox = AgentBox {
-            agent: agent.to_string(),
-            role: def.spec.role,
-            mounts: place.mounts.clone(),
-            masked: self.rt.config.masked.clone(),
-            workdir: place.workdir.clone(),
-            policy: super::place::role_policy(def.spec.role),
-        };
+        let abox = worker_box(&self.rt, def, agent, place);
         self.rt.note_agent(agent);
         let run = AgentRun::new(
             self.rt.clone(),
@@ -261,6 +228,68 @@ impl SubDispatch {
         .with_write_scope(scope.map(WriteScope::describe));
         Ok((run, abox))
     }
+}
+
+/// The place of worker `agent`, narrowed to its write scope.
+async fn place_for(
+    rt: &Runtime,
+    agent: &str,
+    scope: Option<&WriteScope>,
+) -> Result<WorkerPlace, ToolError> {
+    let mut place = rt
+        .placement
+        .prepare(agent)
+        .await
+        .map_err(|e| ToolError::Failed(e.to_string()))?;
+    let Some(scope) = scope else {
+        return Ok(place);
+    };
+    let workbench = rt.workbench.as_ref().map(|w| w.root().to_path_buf());
+    let root = place.workdir.clone();
+    if let Err(e) = super::scope::narrow(&root, scope, &mut place.mounts, workbench.as_deref()) {
+        // The place goes back as a worker that never ran (its worktree, if any).
+        let _ = rt.placement.finish(agent, &place, false, None).await;
+        return Err(ToolError::InvalidInput(e.to_string()));
+    }
+    place.note = Some(match place.note.take() {
+        Some(n) => format!("{n}\n- {}", scope_note(scope)),
+        None => scope_note(scope),
+    });
+    Ok(place)
+}
+
+/// The box of worker `agent` of type `def` in `place`: what its sandbox is made for, the same
+/// whether it is made at its dispatch or before ([`super::speculate`]).
+fn worker_box(rt: &Runtime, def: &WorkerDef, agent: &str, place: &WorkerPlace) -> AgentBox {
+    AgentBox {
+        agent: agent.to_string(),
+        role: def.spec.role,
+        mounts: place.mounts.clone(),
+        masked: rt.config.masked.clone(),
+        workdir: place.workdir.clone(),
+        policy: super::place::role_policy(def.spec.role),
+    }
+}
+
+/// Prepares worker `agent` of type `def` before its dispatch: its place, then its container's
+/// start (when it runs commands), left running for the worker to join.
+pub(super) async fn prepare_early(
+    rt: Arc<Runtime>,
+    def: WorkerDef,
+    agent: String,
+    scope: Option<WriteScope>,
+) -> Result<Prepared, ToolError> {
+    let place = place_for(&rt, &agent, scope.as_ref()).await?;
+    let abox = worker_box(&rt, &def, &agent, &place);
+    let started = rt.runs_commands(&def.spec).then(|| {
+        let (factory, spec) = (rt.sandboxes.clone(), abox.clone());
+        tokio::spawn(async move { factory.sandbox(&spec).await })
+    });
+    Ok(Prepared {
+        agent,
+        place,
+        started,
+    })
 }
 
 /// What the coordinator is told of a worker that ended with `end` (before the integration's
@@ -299,22 +328,105 @@ fn worker_report(
 
 #[async_trait]
 impl Dispatcher for SubDispatch {
+    fn speculate(&self, call: &ToolCall) {
+        if !ToolName::Agent.is(&call.name)
+            || self.rt.sandboxes.commands_run() != CommandsRun::InContainer
+        {
+            return;
+        }
+        let Ok(req) = serde_json::from_value::<DispatchRequest>(call.input.clone()) else {
+            return;
+        };
+        let Ok(def) = self.worker_def(&req) else {
+            return;
+        };
+        let scope = match &req.writes {
+            Some(w) => match WriteScope::parse(w) {
+                Ok(s) => Some(s),
+                Err(_) => return,
+            },
+            None => None,
+        };
+        if req.prompt.trim().is_empty()
+            || (self.parent_depth == 0
+                && !self
+                    .rt
+                    .workers
+                    .would_start_now(scope.as_ref(), &self.speculations.scopes()))
+        {
+            return;
+        }
+        let next = self
+            .rt
+            .next_worker(def.spec.role, &def.kind, req.writes.as_ref());
+        let agent = next.agent;
+        let task = match next.warm {
+            Some(warm) => warm,
+            None => {
+                let (rt, def, agent, scope) =
+                    (self.rt.clone(), def.clone(), agent.clone(), scope.clone());
+                let stale = next.stale;
+                tokio::spawn(async move {
+                    if let Some(stale) = stale {
+                        undo(&rt, stale).await;
+                    }
+                    prepare_early(rt, def, agent, scope).await
+                })
+            }
+        };
+        self.speculations
+            .hold(&def.kind, req.writes.clone(), scope, agent, task);
+    }
+
+    async fn settle(&self) {
+        self.speculations.settle(&self.rt).await;
+    }
+
     async fn dispatch(
         &self,
         _parent: &ToolContext,
         req: DispatchRequest,
     ) -> Result<String, ToolError> {
         let def = self.worker_def(&req)?;
-        let agent = self.rt.instance_name(def.spec.role);
         let scope = match &req.writes {
             Some(w) => {
                 Some(WriteScope::parse(w).map_err(|e| ToolError::InvalidInput(e.to_string()))?)
             }
             None => None,
         };
+        // Prepared while the message streamed, or while the run clarified: its name and place
+        // are the worker's, its container the one already starting.
+        let (agent, early) = match self.speculations.take(&def.kind, req.writes.as_ref()) {
+            Some(task) => (None, Some(task)),
+            None => {
+                let next = self
+                    .rt
+                    .next_worker(def.spec.role, &def.kind, req.writes.as_ref());
+                if let Some(stale) = next.stale {
+                    undo(&self.rt, stale).await;
+                }
+                (Some(next.agent), next.warm)
+            }
+        };
+        let early = match early {
+            Some(task) => match task.await {
+                Ok(prepared) => Some(prepared?),
+                // The preparation died: the dispatch makes everything itself.
+                Err(_) => None,
+            },
+            None => None,
+        };
+        let agent = match (&early, agent) {
+            (Some(p), _) => p.agent.clone(),
+            (None, Some(a)) => a,
+            (None, None) => self.rt.instance_name(def.spec.role),
+        };
         let (claim, scope_waited) = self.claim_scope(&agent, scope.clone()).await;
         let (slot, queued) = self.take_slot(&agent).await;
-        let place = self.place(&agent, scope.as_ref()).await?;
+        let place = match early {
+            Some(p) => p.place,
+            None => place_for(&self.rt, &agent, scope.as_ref()).await?,
+        };
         self.rt.emit(
             &self.parent_agent,
             self.parent_role,

@@ -127,6 +127,31 @@ impl WorkerSlots {
         self.limit
     }
 
+    /// True when a worker with `scope` would neither wait for a slot nor for a scope now, with
+    /// `ahead` (the scopes of dispatches begun early and not yet run, see `super::speculate`)
+    /// counted as running: only such a worker is prepared before it is asked for, so what is
+    /// made early never exceeds the limit nor runs beside a scope it must wait for. Takes
+    /// nothing: the dispatch itself claims and acquires as ever.
+    pub fn would_start_now(
+        &self,
+        scope: Option<&WriteScope>,
+        ahead: &[Option<WriteScope>],
+    ) -> bool {
+        if self.slots.available_permits() <= ahead.len() {
+            return false;
+        }
+        let running = self
+            .scopes
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        !running
+            .iter()
+            .map(|(_, s)| s)
+            .chain(ahead)
+            .any(|other| overlaps(scope, other.as_ref()))
+    }
+
     /// Registers a worker that writes `scope` (`None`: everything), at once when no running
     /// worker's scope overlaps it ([`overlaps`]), else when the last overlapping one has ended.
     /// `on_first_wait` runs when the run's first such wait begins (the screen says so once).
@@ -299,5 +324,28 @@ mod tests {
         let a = slots.claim(None, || ()).await;
         let b = slots.claim(None, || ()).await;
         assert!(a.waited.is_none() && b.waited.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_worker_is_prepared_early_only_when_it_would_start_at_once() {
+        let scope = |p: &str| Some(WriteScope::parse(&[p.to_string()]).unwrap());
+        let slots = WorkerSlots::new(2);
+        assert!(slots.would_start_now(None, &[]));
+        // Dispatches begun early count as running: two fill the limit of two.
+        assert!(slots.would_start_now(None, &[None]));
+        assert!(!slots.would_start_now(None, &[None, None]));
+        // A scope that overlaps one begun early, or one running, waits: nothing early.
+        assert!(!slots.would_start_now(scope("src/").as_ref(), &[None]));
+        assert!(slots.would_start_now(scope("src/").as_ref(), &[scope("docs/")]));
+        let running = slots.claim(scope("src/http/"), || ()).await;
+        assert!(!slots.would_start_now(scope("src/").as_ref(), &[]));
+        assert!(!slots.would_start_now(None, &[]));
+        assert!(slots.would_start_now(scope("docs/").as_ref(), &[]));
+        drop(running);
+        let one = slots.acquire(|| ()).await;
+        let two = slots.acquire(|| ()).await;
+        assert!(!slots.would_start_now(None, &[]), "no slot is free");
+        drop((one, two));
+        assert!(slots.would_start_now(scope("src/").as_ref(), &[]));
     }
 }

@@ -18,15 +18,19 @@ pub mod runtime;
 pub mod scope;
 mod session_loop;
 pub mod spec;
+mod speculate;
 pub mod spill;
 mod step_run;
 pub mod tools;
+mod warm;
 pub mod workbench;
 
 #[cfg(test)]
 mod loop_tests;
 #[cfg(test)]
 mod prompt_tests;
+#[cfg(test)]
+mod warm_tests;
 
 pub use event::{Event, EventKind, EventSink};
 pub use place::{PlaceError, Placement, SharedPlacement, WorkerPlace, WorkerSandbox};

@@ -66,6 +66,13 @@ pub trait Placement: Send + Sync {
         sandbox: Option<WorkerSandbox<'_>>,
     ) -> Option<String>;
 
+    /// Gives back the place of worker `agent` that never ran (prepared before its dispatch,
+    /// which never came: `agent::speculate`), its sandbox already released: nothing of it is
+    /// kept (its worktree and branch, if any). The default has nothing to give back.
+    async fn abandon(&self, agent: &str, place: &WorkerPlace) {
+        let _ = (agent, place);
+    }
+
     /// True when workers write the shared workspace itself (false: each has a place of its
     /// own, such as a worktree); the workspace is then swept for planted repositories.
     fn shares_workspace(&self) -> bool {

@@ -166,7 +166,10 @@ pub struct Runtime {
     /// `true` from [`Runtime::pause`] to [`Runtime::resume`]: an interrupted step waits for the
     /// human's words before it resumes (seed 000 "Ctrl-C": the prompt is a chance to speak).
     hold: tokio::sync::watch::Sender<bool>,
-    counters: Mutex<HashMap<Role, u32>>,
+    /// The last instance number of each role.
+    pub(super) counters: Mutex<HashMap<Role, u32>>,
+    /// The worker prepared before the coordinator asks for one ([`super::warm`]).
+    pub(super) warm: Mutex<Option<super::speculate::Held>>,
     started_agents: Mutex<Vec<String>>,
     /// Moves the `.git` entries agents plant out of the user's way ([`super::plant`]).
     plants: Option<Arc<PlantGuard>>,
@@ -223,6 +226,7 @@ impl Runtime {
             interrupt: Mutex::new((CancellationToken::new(), None)),
             hold: tokio::sync::watch::Sender::new(false),
             counters: Mutex::new(HashMap::new()),
+            warm: Mutex::new(None),
             started_agents: Mutex::new(Vec::new()),
             plants,
             workers: super::fanout::WorkerSlots::new(config.max_workers),
@@ -632,6 +636,10 @@ impl Runtime {
             retired_turns: 0,
         };
         step_run.drive(prompt, &mut result).await;
+        if spec.has(crate::model::ToolName::Agent) {
+            // The dispatching step is over: a worker prepared for it and not taken goes.
+            self.settle_warm().await;
+        }
         self.finish(result, spec, &agent)
     }
 

@@ -30,6 +30,13 @@ mod hooks;
 #[path = "session_mcp.rs"]
 mod mcp;
 
+/// Undoes the workers `ctx`'s dispatcher prepared and did not dispatch.
+async fn settle(ctx: &ToolContext) {
+    if let Some(d) = &ctx.dispatcher {
+        d.settle().await;
+    }
+}
+
 /// Most consecutive cut-off turns before the agent is stopped.
 const MAX_CUTOFFS: u32 = 3;
 /// Most times the plugins' Stop hooks may keep one turn going.
@@ -371,6 +378,8 @@ impl AgentRun {
         }
         self.say(text);
         let end = self.run_loop(&ctx).await;
+        // Whatever ended the turn, no worker prepared for it outlives it.
+        settle(&ctx).await;
         self.todos = std::mem::take(&mut *ctx.todos.lock().unwrap_or_else(|e| e.into_inner()));
         end
     }
@@ -414,6 +423,7 @@ impl AgentRun {
                 parent_role: self.spec.role,
                 children: self.children.clone(),
                 meter: self.meter.clone(),
+                speculations: Default::default(),
             }) as Arc<dyn Dispatcher>
         });
         let mut ctx = ToolContext::new(
@@ -496,6 +506,9 @@ impl AgentRun {
                 self.exec_call(c, malformed, ctx)
             }))
             .await;
+            // Workers prepared for calls that did not dispatch (refused, or of an attempt
+            // that failed) are undone.
+            settle(ctx).await;
             let seen: Vec<(String, bool)> = results
                 .iter()
                 .map(|b| match b {
@@ -648,8 +661,16 @@ impl AgentRun {
         };
         let rt = self.rt.clone();
         let (agent, role, depth) = (self.agent.clone(), self.spec.role, self.depth);
+        let dispatcher = ctx.dispatcher.clone();
         let sink = move |ev: ModelEvent| {
             let kind = match ev {
+                // A call whole before its message ends: a worker may be prepared now.
+                ModelEvent::ToolCall(call) => {
+                    if let Some(d) = &dispatcher {
+                        d.speculate(&call);
+                    }
+                    return;
+                }
                 ModelEvent::TextDelta(t) if depth == 0 => EventKind::TextDelta { text: t },
                 ModelEvent::Retrying {
                     attempt,

@@ -214,8 +214,16 @@ impl Session {
         }
         // Listening before anything starts: a signal from here on tears down what was started.
         let stop = crate::signals::stop_signals(!self.frontend.owns_interrupt());
-        // The pod starts while the run clarifies (issue 17).
+        // The pod starts while the run clarifies (issue 17), and the coordinator's first
+        // worker with it (issue 32 §2).
         self.run.sandboxes.prepare();
+        if let Some(step) = wf
+            .steps
+            .iter()
+            .find(|s| s.spec.has(crate::model::ToolName::Agent))
+        {
+            rt.warm_worker(&step.spec);
+        }
         let disk = self.watch_disk();
         let end = tokio::select! {
             // First: once the sandboxes are lost, nothing the workflow does after counts.

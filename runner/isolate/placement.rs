@@ -697,6 +697,12 @@ impl Placement for WorktreePlacement {
         Some(text + left_note.as_deref().unwrap_or(""))
     }
 
+    async fn abandon(&self, agent: &str, _place: &WorkerPlace) {
+        if let Err(e) = self.abandon_tree(agent).await {
+            tracing::warn!(agent, error = %e, "a worktree prepared early could not be removed");
+        }
+    }
+
     fn shares_workspace(&self) -> bool {
         false
     }
@@ -723,3 +729,6 @@ pub async fn open_for_run(opts: IsolateOptions) -> Result<Arc<WorktreePlacement>
 #[cfg(test)]
 #[path = "placement_tests.rs"]
 mod tests;
+
+#[path = "abandon.rs"]
+mod abandon;

@@ -136,8 +136,10 @@ impl PartialEq for Pin {
 
 impl Eq for Pin {}
 
-/// What an agent's sandbox looks like: who it is, what it can see and what it may do.
-#[derive(Debug, Clone)]
+/// What an agent's sandbox looks like: who it is, what it can see and what it may do. Two
+/// boxes are equal when every field is (a pinned mount's source: the same object), so a
+/// container made for one is the container of the other.
+#[derive(Debug, Clone, PartialEq)]
 pub struct AgentBox {
     /// Agent instance name (`coordinator`, `worker-2`, `judge-1`), unique within the run.
     pub agent: String,
@@ -336,7 +338,10 @@ pub trait SandboxFactory: Send + Sync {
     fn prepare(&self) {}
 
     /// The sandbox for this agent, created on first use, reused afterwards for the same
-    /// `agent` name. Calls for the same agent while one is creating it wait for that one.
+    /// `agent` name. Calls for the same agent while one is creating it wait for that one. A
+    /// backend that keeps sandboxes by name refuses a call whose box differs from the one the
+    /// name's sandbox was made for (a container prepared for one worker's mounts is never
+    /// another's: issue 32 §4).
     async fn sandbox(&self, spec: &AgentBox) -> Result<Arc<dyn Sandbox>, SandboxError>;
 
     /// Removes one agent's sandbox (its container) when the step that owns it ends; a start

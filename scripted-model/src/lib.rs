@@ -50,7 +50,8 @@
 //!   otherwise). `stop_reason` defaults to `tool_use` when there is a tool_use block, else
 //!   `end_turn`. `usage` counts default to an estimate (bytes / 4) for input/output and 0 for
 //!   cache. `interleave: true` streams the tool_use blocks' fragments interleaved.
-//!   `think_ms` delays the stream's first event (the model's thinking time, for benchmarks).
+//!   `think_ms` delays the stream's first event (the model's thinking time, for benchmarks);
+//!   `hold_end_ms` pauses before its last two events (every block out, the message not ended).
 //! - **Streaming.** `message_start`, `ping`, per block `content_block_start` / deltas /
 //!   `content_block_stop`, `message_delta`, `message_stop`. Text goes out as several
 //!   `text_delta`s, tool input as several `input_json_delta` fragments cut at arbitrary
@@ -63,6 +64,8 @@
 //!   - `{"error_event": "overloaded_error", "after_events": 3, "times": 1}`: an `error` event
 //!     after 3 events, then the stream ends;
 //!   - `{"drop_after_events": 3, "times": 1}`: the connection is aborted after 3 events;
+//!     `"before_end": true` puts the drop (or an `error_event`) where `message_delta` would
+//!     be: every block is out, the message never ends;
 //!   - `{"delay_ms": 200}`: a pause before every event (combine with `times` for an idle
 //!     stream that recovers);
 //!   - `{"truncate_tool_json": true, "times": 1}`: the first tool_use block gets only half its

@@ -63,6 +63,11 @@ pub struct ScriptedTurn {
     /// the request (benchmarks of work that overlaps a model turn, issue 17).
     #[serde(default)]
     pub think_ms: Option<u64>,
+    /// A pause before the stream's last two events (Anthropic: `message_delta` and
+    /// `message_stop`): every block is out, the message not yet ended (tests of work begun at
+    /// a block's end, issue 32 §4).
+    #[serde(default)]
+    pub hold_end_ms: Option<u64>,
 }
 
 /// A content block of a scripted turn.
@@ -157,6 +162,10 @@ pub struct Fault {
     /// Abort the connection after this many events.
     #[serde(default)]
     pub drop_after_events: Option<usize>,
+    /// The `error` event (or the drop) comes where `message_delta` would: every block is out,
+    /// the message never ends (`after_events` / `drop_after_events` are then ignored).
+    #[serde(default)]
+    pub before_end: bool,
     /// Sleep this long before every event.
     #[serde(default)]
     pub delay_ms: Option<u64>,

@@ -370,7 +370,7 @@ async fn messages(State(st): State<Arc<ServerState>>, headers: HeaderMap, body: 
             .unwrap_or_else(|| format!("scripted fault: {kind}"));
         encode(&json!({"type": "error", "error": {"type": kind, "message": msg}}))
     });
-    let steps = think(p.turn, plan(frames, &p.fault, error, &mut rng));
+    let steps = think(p.turn, plan(frames, p.turn, &p.fault, error, &mut rng));
     let mut resp = stream_response(steps);
     if let Ok(v) = HeaderValue::try_from(format!("req_scripted_{}_{}_{}", p.entry_ix, p.k, p.n)) {
         resp.headers_mut().insert("request-id", v);
@@ -477,7 +477,7 @@ async fn chat(State(st): State<Arc<ServerState>>, headers: HeaderMap, body: Byte
             .unwrap_or_else(|| format!("scripted fault: {kind}"));
         encode_data(&json!({"error": {"message": msg, "type": kind, "param": null, "code": null}}))
     });
-    let steps = think(p.turn, plan(frames, &p.fault, error, &mut rng));
+    let steps = think(p.turn, plan(frames, p.turn, &p.fault, error, &mut rng));
     stream_response(steps)
 }
 
@@ -523,14 +523,26 @@ fn think(turn: &ScriptedTurn, mut steps: Vec<Step>) -> Vec<Step> {
 
 /// Encoded events → body steps, with the fault's delay, error event or drop applied. Each
 /// frame is cut into several network chunks.
-fn plan(frames: Vec<Bytes>, fault: &Fault, error: Option<Bytes>, rng: &mut StdRng) -> Vec<Step> {
+fn plan(
+    frames: Vec<Bytes>,
+    turn: &ScriptedTurn,
+    fault: &Fault,
+    error: Option<Bytes>,
+    rng: &mut StdRng,
+) -> Vec<Step> {
+    let end = frames.len().saturating_sub(2);
     let limit = match (&error, fault.drop_after_events) {
+        (Some(_), _) if fault.before_end => end,
+        (None, Some(_)) if fault.before_end => end,
         (Some(_), _) => fault.after_events.unwrap_or(0),
         (None, Some(n)) => n,
         (None, None) => usize::MAX,
     };
     let mut steps = Vec::new();
-    for frame in frames.iter().take(limit) {
+    for (i, frame) in frames.iter().enumerate().take(limit) {
+        if let (Some(ms), true) = (turn.hold_end_ms, i == end) {
+            steps.push(Step::Sleep(Duration::from_millis(ms)));
+        }
         if let Some(ms) = fault.delay_ms {
             steps.push(Step::Sleep(Duration::from_millis(ms)));
         }

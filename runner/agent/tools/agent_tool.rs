@@ -36,6 +36,18 @@ pub trait Dispatcher: Send + Sync {
         parent: &ToolContext,
         req: DispatchRequest,
     ) -> Result<String, ToolError>;
+
+    /// Sees one of the dispatching agent's calls as soon as the model's stream has it whole,
+    /// before its message ends (issue 32 §4): the worker of an `Agent` call may be prepared
+    /// then, and [`Dispatcher::dispatch`] takes it. Never blocks. The default: nothing.
+    fn speculate(&self, call: &crate::model::ToolCall) {
+        let _ = call;
+    }
+
+    /// Undoes what [`Dispatcher::speculate`] prepared and no dispatch took (its container,
+    /// its place): called once a message's calls have run, and when the turn ends. The
+    /// default: nothing.
+    async fn settle(&self) {}
 }
 
 #[async_trait]

@@ -63,7 +63,7 @@ pub async fn checks(
                 checks.push(tools);
                 checks.push(init_check(engine, &image, plain_started).await);
                 checks.push(judge_check(&missing));
-                checks.push(exec_check(docker_host, &image, workspace).await);
+                checks.extend(exec_check(docker_host, &image, workspace).await);
             }
         }
         Err(_) => checks.push(check("image", Warn, "没查:没有引擎")),
@@ -154,7 +154,9 @@ async fn image_check(engine: &Engine, requested: Option<&str>) -> (Check, Option
 /// Whether a run's commands go through the exec service (one frame each way) or, about ten
 /// times slower, as a Docker exec each, and why: the service started in a worker's container
 /// of a throwaway run (`--egress none`, the workspace read-only), exactly as a run starts it.
-async fn exec_check(docker_host: Option<&str>, image: &str, workspace: &Path) -> Check {
+/// With it, the `warm` line: that container, idle with its service, is what a run keeps warm
+/// ([`super::idle`]).
+async fn exec_check(docker_host: Option<&str>, image: &str, workspace: &Path) -> Vec<Check> {
     use crate::sandbox::egress::{EgressMode, EgressPolicy};
     use crate::sandbox::{AgentBox, Mount, SandboxFactory};
     let run_id = format!("doctor-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
@@ -168,7 +170,7 @@ async fn exec_check(docker_host: Option<&str>, image: &str, workspace: &Path) ->
     };
     let factory = match super::DockerSandboxFactory::connect(opts).await {
         Ok(f) => f,
-        Err(e) => return check("exec", CheckStatus::Warn, format!("没查:{e}")),
+        Err(e) => return vec![check("exec", CheckStatus::Warn, format!("没查:{e}"))],
     };
     let ws = factory.workspace().to_path_buf();
     let agent = AgentBox {
@@ -179,12 +181,17 @@ async fn exec_check(docker_host: Option<&str>, image: &str, workspace: &Path) ->
         workdir: ws,
         policy: crate::sandbox::SandboxPolicy::writer(),
     };
-    let found = match factory.docker_sandbox(&agent).await {
-        Ok(sb) => Ok(sb.exec_service().await),
-        Err(e) => Err(e),
+    let (found, resident) = match factory.docker_sandbox(&agent).await {
+        Ok(sb) => {
+            let service = sb.exec_service().await;
+            let id = sb.container_id();
+            let resident = super::idle::resident(factory.engine().docker(), &id).await;
+            (Ok(service), resident)
+        }
+        Err(e) => (Err(e), None),
     };
     let _ = factory.teardown().await;
-    match found {
+    let exec = match found {
         Ok(Ok(_)) => check(
             "exec",
             CheckStatus::Pass,
@@ -199,7 +206,8 @@ async fn exec_check(docker_host: Option<&str>, image: &str, workspace: &Path) ->
             ),
         ),
         Err(e) => check("exec", CheckStatus::Warn, format!("没查:起不了容器:{e}")),
-    }
+    };
+    vec![exec, super::idle::warm_check(resident)]
 }
 
 /// Where root's programs are: the image build runs `debootstrap` as root (`sudo` resets `PATH`

@@ -23,6 +23,7 @@ pub mod engine;
 pub mod error;
 pub mod exec;
 pub mod gc;
+mod idle;
 pub mod image;
 pub mod kind;
 pub mod labels;
@@ -137,7 +138,12 @@ impl DockerOptions {
     }
 }
 
-type Slot = Arc<OnceCell<Arc<DockerSandbox>>>;
+/// One agent's sandbox, made once, for the box it was first asked with.
+struct Slot {
+    /// The box its container is made for; a call with another is refused.
+    spec: AgentBox,
+    cell: OnceCell<Arc<DockerSandbox>>,
+}
 
 struct Inner {
     engine: Engine,
@@ -154,7 +160,7 @@ struct Inner {
     proxy: OnceCell<Option<(String, std::net::Ipv4Addr)>>,
     /// Pods made again so far.
     pod_rebuilds: AtomicU32,
-    agents: Mutex<HashMap<String, Slot>>,
+    agents: Mutex<HashMap<String, Arc<Slot>>>,
     /// Every container created (ids), pod last, removed at teardown whatever else happened.
     created: Created,
     /// The run's networks (ids), removed after every container.
@@ -306,9 +312,21 @@ impl DockerSandboxFactory {
         }
         let slot = lock(&inner.agents)
             .entry(spec.agent.clone())
-            .or_default()
+            .or_insert_with(|| {
+                Arc::new(Slot {
+                    spec: spec.clone(),
+                    cell: OnceCell::new(),
+                })
+            })
             .clone();
+        if slot.spec != *spec {
+            return Err(SandboxError::Container(format!(
+                "{}:这个名字的容器是按另一份挂载和权限做的,不给它用",
+                spec.agent
+            )));
+        }
         let sandbox = slot
+            .cell
             .get_or_try_init(|| inner.create_agent(spec))
             .await?
             .clone();
@@ -489,6 +507,7 @@ impl SandboxFactory for DockerSandboxFactory {
         // A start still in flight (begun early) is waited for, then removed; a slot that was
         // never filled stays empty.
         let started = slot
+            .cell
             .get_or_try_init(|| async { Err(SandboxError::ShutDown) })
             .await
             .ok()
