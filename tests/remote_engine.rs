@@ -964,3 +964,346 @@ async fn the_files_keeper_writes_the_workbench_and_reads_the_workspace_on_the_se
         .unwrap();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// Issue 30 §2, a run's agents on an engine that does not share the caller's disk: the Docker
+/// factory in remote mode puts the caller's repository in a volume of the run (a bundle,
+/// cloned there), a worker's place in a volume of its own (its own clone, its branch), and
+/// every agent container mounts those volumes only. The worker's commands run on the engine's
+/// copy (the caller's disk is untouched), its commit comes back as a bundle checked by
+/// `isolate::bundle::receive` and is integrated into the caller's repository by flowerbox's
+/// integration, the run's workspace volume is brought up to the integration, and a judge's
+/// read-only container sees it there and cannot write. A box naming any other path is refused,
+/// no container of the run has a bind mount, and the teardown leaves no container or volume.
+#[tokio::test]
+async fn a_remote_runs_containers_mount_its_volumes_only_and_a_worker_commit_is_integrated() {
+    use flowerbox::isolate::bundle::{receive, write_bundle, MAX_BUNDLE};
+    use flowerbox::isolate::{integrate, open_workspace_repo, Adopted, Integration, Policy};
+    use flowerbox::role::Role;
+    use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory};
+    use flowerbox::sandbox::{
+        AgentBox, ExecRequest, Mount, SandboxError, SandboxFactory, SandboxPolicy, Seat,
+    };
+    use tokio_util::sync::CancellationToken;
+
+    let Some((host, engine, image)) = second_engine("remote_run_volumes").await else {
+        return;
+    };
+    let tag = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+    let run_id = format!("remote-run-{tag}");
+    let _guard = RunOnEngine {
+        host: host.clone(),
+        run: run_id.clone(),
+    };
+    let (_dir, ws) = caller_repo();
+    let git = |args: &[&str]| flowerbox_testkit::git_with_identity(&ws, args);
+    let base = git(&["rev-parse", "HEAD"]).trim().to_string();
+    let repo = open_workspace_repo(&ws).unwrap();
+    let bundle = || write_bundle(&repo.open().unwrap(), &["refs/heads/main"]).unwrap();
+
+    let mut opts = DockerOptions::new(&run_id, &ws);
+    opts.docker_host = Some(host.clone());
+    opts.image = Some(image.clone());
+    opts.show_progress = false;
+    opts.remote = true;
+    let factory = DockerSandboxFactory::connect(opts).await.unwrap();
+    let disk = factory.engine_disk().expect("a remote run has an engine disk");
+    disk.repository(&ws, "workspace", bundle(), "origin/main", "main")
+        .await
+        .unwrap();
+    let branch = format!("flower/{run_id}/worker-1");
+    let place = ws.parent().unwrap().join(format!("wt-{tag}/worker-1"));
+    disk.repository(&place, "worker-1", bundle(), &base, &branch)
+        .await
+        .unwrap();
+
+    let boxed = |agent: &str, role, mounts, workdir: &std::path::Path, policy| AgentBox {
+        agent: agent.into(),
+        role,
+        mounts,
+        masked: Vec::new(),
+        workdir: workdir.to_path_buf(),
+        policy,
+    };
+    let exec = |command: &str, cwd: &std::path::Path| ExecRequest {
+        command: command.into(),
+        cwd: cwd.to_path_buf(),
+        env: Vec::new(),
+        timeout: Duration::from_secs(60),
+        output_cap: 64 * 1024,
+        spill_dir: None,
+        cancel: CancellationToken::new(),
+    };
+    let worker = boxed(
+        "worker-1",
+        Role::Worker,
+        vec![Mount::same(&place, false)],
+        &place,
+        SandboxPolicy::writer(),
+    );
+    let sb = factory.sandbox(&worker).await.unwrap();
+    let out = sb
+        .exec(exec(
+            "cat a.txt && git branch --show-current && echo engine > made.txt \
+             && git add made.txt && git commit -qm made && git status --porcelain",
+            &place,
+        ))
+        .await
+        .unwrap();
+    assert!(out.success(), "{out:?}");
+    assert_eq!(out.stdout, format!("one\n{branch}\n"));
+    assert!(!place.exists(), "nothing of the worker's place is on this machine");
+    assert!(!ws.join("made.txt").exists());
+
+    // Back through the checks, then flowerbox's integration into the caller's repository.
+    let back = disk
+        .branch_back(&place, &branch, &base, MAX_BUNDLE)
+        .await
+        .unwrap()
+        .expect("the worker's commit");
+    let moved = receive(&repo, &back, &branch, Policy::Follow).unwrap();
+    assert!(matches!(moved, Adopted::Moved { from: None, .. }), "{moved:?}");
+    let merged = integrate(&repo, &branch, "worker-1").unwrap();
+    assert!(matches!(merged, Integration::Merged { .. }), "{merged:?}");
+    assert_eq!(std::fs::read_to_string(ws.join("made.txt")).unwrap(), "engine\n");
+    disk.update(&ws, bundle(), "main").await.unwrap();
+
+    // The judge: the run's workspace volume, read-only, as its own uid.
+    let judge = boxed(
+        "judge-1",
+        Role::Judge,
+        vec![Mount::same(&ws, true)],
+        &ws,
+        SandboxPolicy::read_only(Seat::Judge),
+    );
+    let jb = factory.sandbox(&judge).await.unwrap();
+    let seen = jb
+        .exec(exec("cat made.txt; touch judged.txt", &ws))
+        .await
+        .unwrap();
+    assert!(seen.stdout.starts_with("engine\n"), "{seen:?}");
+    assert!(!seen.success(), "a read-only mount took a write: {seen:?}");
+
+    // Nothing else of this machine can be mounted.
+    let outside = boxed(
+        "worker-2",
+        Role::Worker,
+        vec![Mount::same(&place, false), Mount::same("/etc", true)],
+        &place,
+        SandboxPolicy::writer(),
+    );
+    match factory.sandbox(&outside).await {
+        Err(SandboxError::NotOnEngine(p)) => assert_eq!(p, std::path::Path::new("/etc")),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a box with a host path got a container"),
+    }
+
+    // Every container of the run, the pod's included: no bind mount.
+    let containers = engine
+        .docker()
+        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some([("label".to_string(), vec![format!("flowerbox.run={run_id}")])].into()),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    assert!(containers.len() >= 3, "{containers:?}");
+    for c in &containers {
+        let id = c.id.clone().unwrap();
+        let inspected = engine.docker().inspect_container(&id, None).await.unwrap();
+        for m in inspected.mounts.unwrap_or_default() {
+            assert_ne!(m.typ.as_deref(), Some("bind"), "{:?} has a bind mount: {m:?}", c.names);
+        }
+    }
+
+    factory.teardown().await.unwrap();
+    let volumes = engine
+        .docker()
+        .list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
+            filters: Some([("label".to_string(), vec![format!("flowerbox.run={run_id}")])].into()),
+        }))
+        .await
+        .unwrap()
+        .volumes
+        .unwrap_or_default();
+    assert!(volumes.is_empty(), "{volumes:?}");
+    let left = engine
+        .docker()
+        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some([("label".to_string(), vec![format!("flowerbox.run={run_id}")])].into()),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// Issue 30 §2, `--isolate`'s placement on an engine that does not share the caller's disk:
+/// bound to the run's engine disk, the worktree placement puts the caller's repository in a
+/// volume and gives a worker a clone of its own in another (no worktree on this machine); what
+/// the worker leaves is committed in its container, its branch comes back checked and is
+/// integrated into the caller's branch and files by flowerbox's integration, the run's
+/// workspace volume follows (a judge's read-only container sees the file), and closing the
+/// placement removes the merged branch. No container of the run has a bind mount.
+#[tokio::test]
+async fn isolate_on_the_second_engine_integrates_a_workers_clone() {
+    use flowerbox::agent::{Placement, WorkerSandbox};
+    use flowerbox::fsroot::{View, ViewError, ViewMount};
+    use flowerbox::isolate::{IsolateOptions, WorktreePlacement};
+    use flowerbox::sandbox::files::{Access, Contents, Exclusions, FilesError, LocalFiles, SandboxFiles};
+    use flowerbox::role::Role;
+    use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory};
+    use flowerbox::sandbox::{AgentBox, ExecRequest, Mount, SandboxFactory, SandboxPolicy, Seat};
+    use tokio_util::sync::CancellationToken;
+
+    let Some((host, engine, image)) = second_engine("remote_isolate_placement").await else {
+        return;
+    };
+    let tag = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+    let run_id = format!("remote-isolate-{tag}");
+    let _guard = RunOnEngine {
+        host: host.clone(),
+        run: run_id.clone(),
+    };
+    let (_dir, ws) = caller_repo();
+    let git = |args: &[&str]| flowerbox_testkit::git_with_identity(&ws, args);
+    let base = git(&["rev-parse", "HEAD"]).trim().to_string();
+    // Only a name: the workbench lives in a volume of the engine.
+    let workbench = ws.parent().unwrap().join(format!(".flower-bench-{tag}"));
+
+    let mut opts = DockerOptions::new(&run_id, &ws);
+    opts.docker_host = Some(host.clone());
+    opts.image = Some(image.clone());
+    opts.show_progress = false;
+    opts.remote = true;
+    let factory = DockerSandboxFactory::connect(opts).await.unwrap();
+    let disk = factory.engine_disk().unwrap();
+    let placement = WorktreePlacement::open(IsolateOptions::new(&ws, &workbench)).unwrap();
+    placement.bind_run(&run_id);
+    placement.bind_engine(disk.clone()).await.unwrap();
+    disk.directory(&workbench, "workbench").await.unwrap();
+
+    let place = placement.prepare("worker-1").await.unwrap();
+    let branch = place.branch.clone().unwrap();
+    assert!(!place.workdir.exists(), "no worktree on this machine");
+    let worker = AgentBox {
+        agent: "worker-1".into(),
+        role: Role::Worker,
+        mounts: place.mounts.clone(),
+        masked: Vec::new(),
+        workdir: place.workdir.clone(),
+        policy: SandboxPolicy::writer(),
+    };
+    let exec = |command: &str, cwd: &std::path::Path| ExecRequest {
+        command: command.into(),
+        cwd: cwd.to_path_buf(),
+        env: Vec::new(),
+        timeout: Duration::from_secs(60),
+        output_cap: 64 * 1024,
+        spill_dir: None,
+        cancel: CancellationToken::new(),
+    };
+    // The file tools: done inside the engine, on the worker's own clone.
+    let files = factory.files();
+    let mount = |path: &std::path::Path, read_only| ViewMount {
+        path: path.to_path_buf(),
+        read_only,
+    };
+    let view = View::new(
+        vec![mount(&place.workdir, false), mount(&workbench, false)],
+        Vec::new(),
+    );
+    let (_, existed) = files
+        .write(&view, &place.workdir.join("written.txt"), b"tool\n".to_vec())
+        .await
+        .unwrap();
+    assert!(!existed);
+    let (_, a) = files
+        .read(&view, &place.workdir.join("a.txt"), Access::Read)
+        .await
+        .unwrap();
+    assert_eq!(a, Contents::File(b"one\n".to_vec()));
+    let sb = factory.sandbox(&worker).await.unwrap();
+    let bench = workbench.to_string_lossy();
+    let out = sb
+        .exec(exec(
+            &format!("echo engine > made.txt && echo note > {bench}/note.md && git status --short"),
+            &place.workdir,
+        ))
+        .await
+        .unwrap();
+    assert!(out.success(), "{out:?}");
+    assert_eq!(out.stdout, "?? made.txt\n?? written.txt\n");
+
+    let report = placement
+        .finish(
+            "worker-1",
+            &place,
+            true,
+            Some(WorkerSandbox {
+                factory: &factory,
+                spec: &worker,
+            }),
+        )
+        .await
+        .unwrap();
+    assert!(report.starts_with("[合入] worker-1 的分支"), "{report}");
+    assert_eq!(std::fs::read_to_string(ws.join("made.txt")).unwrap(), "engine\n");
+    assert_eq!(std::fs::read_to_string(ws.join("written.txt")).unwrap(), "tool\n");
+    assert_ne!(git(&["rev-parse", "main"]).trim(), base);
+    assert_eq!(git(&["status", "--porcelain"]).trim(), "");
+
+    // The judge's read-only view: the workspace volume, brought up to the integration.
+    let judge = AgentBox {
+        agent: "judge-1".into(),
+        role: Role::Judge,
+        mounts: vec![Mount::same(&ws, true), Mount::same(&workbench, true)],
+        masked: Vec::new(),
+        workdir: ws.clone(),
+        policy: SandboxPolicy::read_only(Seat::Judge),
+    };
+    let jb = factory.sandbox(&judge).await.unwrap();
+    let seen = jb
+        .exec(exec(&format!("cat made.txt {bench}/note.md; git log --format=%s -1"), &ws))
+        .await
+        .unwrap();
+    assert!(seen.success(), "{seen:?}");
+    assert_eq!(
+        seen.stdout,
+        format!("engine\nnote\nflowerbox worker-1: 运行 {run_id} 里的改动\n")
+    );
+    // The judge's file tools: the same volume, read-only; its identity is computed there.
+    let judged = View::new(vec![mount(&ws, true)], Vec::new());
+    assert!(matches!(
+        files.write(&judged, &ws.join("x.txt"), b"x".to_vec()).await,
+        Err(FilesError::View(ViewError::ReadOnly(_)))
+    ));
+    // Once the placement is closed the merged branch is gone here too.
+    assert_eq!(placement.close(), Vec::<String>::new());
+    assert!(git(&["branch", "--list", &branch]).trim().is_empty());
+    let there = files.identity(&ws, &Exclusions::default()).await.unwrap();
+    let here = LocalFiles.identity(&ws, &Exclusions::default()).await.unwrap();
+    assert_eq!(there, here, "the engine's candidate is the caller's");
+
+    for c in engine
+        .docker()
+        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some([("label".to_string(), vec![format!("flowerbox.run={run_id}")])].into()),
+            ..Default::default()
+        }))
+        .await
+        .unwrap()
+    {
+        let inspected = engine
+            .docker()
+            .inspect_container(c.id.as_deref().unwrap(), None)
+            .await
+            .unwrap();
+        for m in inspected.mounts.unwrap_or_default() {
+            assert_ne!(m.typ.as_deref(), Some("bind"), "{:?}: {m:?}", c.names);
+        }
+    }
+    factory.teardown().await.unwrap();
+}
