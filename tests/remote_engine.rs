@@ -14,6 +14,8 @@
 mod model_support;
 
 mod docker_support;
+mod flow_support;
+mod isogo_support;
 
 use bollard::container::LogOutput;
 use bollard::models::{ContainerCreateBody, HostConfig};
@@ -1006,7 +1008,9 @@ async fn a_remote_runs_containers_mount_its_volumes_only_and_a_worker_commit_is_
     opts.show_progress = false;
     opts.remote = true;
     let factory = DockerSandboxFactory::connect(opts).await.unwrap();
-    let disk = factory.engine_disk().expect("a remote run has an engine disk");
+    let disk = factory
+        .engine_disk()
+        .expect("a remote run has an engine disk");
     disk.repository(&ws, "workspace", bundle(), "origin/main", "main")
         .await
         .unwrap();
@@ -1051,7 +1055,10 @@ async fn a_remote_runs_containers_mount_its_volumes_only_and_a_worker_commit_is_
         .unwrap();
     assert!(out.success(), "{out:?}");
     assert_eq!(out.stdout, format!("one\n{branch}\n"));
-    assert!(!place.exists(), "nothing of the worker's place is on this machine");
+    assert!(
+        !place.exists(),
+        "nothing of the worker's place is on this machine"
+    );
     assert!(!ws.join("made.txt").exists());
 
     // Back through the checks, then flowerbox's integration into the caller's repository.
@@ -1061,10 +1068,16 @@ async fn a_remote_runs_containers_mount_its_volumes_only_and_a_worker_commit_is_
         .unwrap()
         .expect("the worker's commit");
     let moved = receive(&repo, &back, &branch, Policy::Follow).unwrap();
-    assert!(matches!(moved, Adopted::Moved { from: None, .. }), "{moved:?}");
+    assert!(
+        matches!(moved, Adopted::Moved { from: None, .. }),
+        "{moved:?}"
+    );
     let merged = integrate(&repo, &branch, "worker-1").unwrap();
     assert!(matches!(merged, Integration::Merged { .. }), "{merged:?}");
-    assert_eq!(std::fs::read_to_string(ws.join("made.txt")).unwrap(), "engine\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("made.txt")).unwrap(),
+        "engine\n"
+    );
     disk.update(&ws, bundle(), "main").await.unwrap();
 
     // The judge: the run's workspace volume, read-only, as its own uid.
@@ -1112,7 +1125,12 @@ async fn a_remote_runs_containers_mount_its_volumes_only_and_a_worker_commit_is_
         let id = c.id.clone().unwrap();
         let inspected = engine.docker().inspect_container(&id, None).await.unwrap();
         for m in inspected.mounts.unwrap_or_default() {
-            assert_ne!(m.typ.as_deref(), Some("bind"), "{:?} has a bind mount: {m:?}", c.names);
+            assert_ne!(
+                m.typ.as_deref(),
+                Some("bind"),
+                "{:?} has a bind mount: {m:?}",
+                c.names
+            );
         }
     }
 
@@ -1151,9 +1169,11 @@ async fn isolate_on_the_second_engine_integrates_a_workers_clone() {
     use flowerbox::agent::{Placement, WorkerSandbox};
     use flowerbox::fsroot::{View, ViewError, ViewMount};
     use flowerbox::isolate::{IsolateOptions, WorktreePlacement};
-    use flowerbox::sandbox::files::{Access, Contents, Exclusions, FilesError, LocalFiles, SandboxFiles};
     use flowerbox::role::Role;
     use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory};
+    use flowerbox::sandbox::files::{
+        Access, Contents, Exclusions, FilesError, LocalFiles, SandboxFiles,
+    };
     use flowerbox::sandbox::{AgentBox, ExecRequest, Mount, SandboxFactory, SandboxPolicy, Seat};
     use tokio_util::sync::CancellationToken;
 
@@ -1182,7 +1202,9 @@ async fn isolate_on_the_second_engine_integrates_a_workers_clone() {
     let placement = WorktreePlacement::open(IsolateOptions::new(&ws, &workbench)).unwrap();
     placement.bind_run(&run_id);
     placement.bind_engine(disk.clone()).await.unwrap();
-    disk.directory(&workbench, "workbench").await.unwrap();
+    disk.directory(&workbench, "workbench", &["notes", "artifacts"])
+        .await
+        .unwrap();
 
     let place = placement.prepare("worker-1").await.unwrap();
     let branch = place.branch.clone().unwrap();
@@ -1215,7 +1237,11 @@ async fn isolate_on_the_second_engine_integrates_a_workers_clone() {
         Vec::new(),
     );
     let (_, existed) = files
-        .write(&view, &place.workdir.join("written.txt"), b"tool\n".to_vec())
+        .write(
+            &view,
+            &place.workdir.join("written.txt"),
+            b"tool\n".to_vec(),
+        )
         .await
         .unwrap();
     assert!(!existed);
@@ -1249,8 +1275,14 @@ async fn isolate_on_the_second_engine_integrates_a_workers_clone() {
         .await
         .unwrap();
     assert!(report.starts_with("[合入] worker-1 的分支"), "{report}");
-    assert_eq!(std::fs::read_to_string(ws.join("made.txt")).unwrap(), "engine\n");
-    assert_eq!(std::fs::read_to_string(ws.join("written.txt")).unwrap(), "tool\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("made.txt")).unwrap(),
+        "engine\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("written.txt")).unwrap(),
+        "tool\n"
+    );
     assert_ne!(git(&["rev-parse", "main"]).trim(), base);
     assert_eq!(git(&["status", "--porcelain"]).trim(), "");
 
@@ -1265,7 +1297,10 @@ async fn isolate_on_the_second_engine_integrates_a_workers_clone() {
     };
     let jb = factory.sandbox(&judge).await.unwrap();
     let seen = jb
-        .exec(exec(&format!("cat made.txt {bench}/note.md; git log --format=%s -1"), &ws))
+        .exec(exec(
+            &format!("cat made.txt {bench}/note.md; git log --format=%s -1"),
+            &ws,
+        ))
         .await
         .unwrap();
     assert!(seen.success(), "{seen:?}");
@@ -1283,7 +1318,10 @@ async fn isolate_on_the_second_engine_integrates_a_workers_clone() {
     assert_eq!(placement.close(), Vec::<String>::new());
     assert!(git(&["branch", "--list", &branch]).trim().is_empty());
     let there = files.identity(&ws, &Exclusions::default()).await.unwrap();
-    let here = LocalFiles.identity(&ws, &Exclusions::default()).await.unwrap();
+    let here = LocalFiles
+        .identity(&ws, &Exclusions::default())
+        .await
+        .unwrap();
     assert_eq!(there, here, "the engine's candidate is the caller's");
 
     for c in engine
@@ -1306,4 +1344,163 @@ async fn isolate_on_the_second_engine_integrates_a_workers_clone() {
         }
     }
     factory.teardown().await.unwrap();
+}
+
+/// Issue 30 §2, the run on the second engine: the real binary, `flowerbox --sandbox
+/// docker-remote go --isolate --judge-can-run` against the scripted model (`isolate_go`): the
+/// worker writes `hello.sh` in its own clone on the engine, its commit reaches the caller's
+/// branch and files through the integration, the judge runs it in its read-only container on
+/// the run's workspace volume and the goal is ACHIEVED (exit 0). Every container the run made
+/// on the engine (recorded from the engine's events) mounted volumes only, and nothing of the
+/// run is left there. Without `--isolate` the same engine is refused with exit 1 before any
+/// agent.
+#[tokio::test]
+async fn go_isolate_reaches_achieved_on_the_second_engine() {
+    let Some((host, engine, image)) = second_engine("remote_go_isolate").await else {
+        return;
+    };
+    let p = isogo_support::repo_project();
+    let model = flow_support::ScriptedModel::start(&flow_support::scenario("isolate_go"));
+    let base = flowerbox_testkit::git(&p.ws, &["rev-parse", "main"]);
+    let ours = format!(
+        "flowerbox.workspace={}",
+        p.ws.canonicalize().unwrap().display()
+    );
+    // Every container of a run the engine creates meanwhile, inspected as it is made: its
+    // mounts' types and its binds.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let docker = engine.docker().clone();
+    let label = ours.clone();
+    let watcher = tokio::spawn(async move {
+        let mut events = docker.events(Some(bollard::query_parameters::EventsOptions {
+            since: None,
+            until: None,
+            filters: Some(
+                [
+                    ("type".to_string(), vec!["container".to_string()]),
+                    ("event".to_string(), vec!["create".to_string()]),
+                    ("label".to_string(), vec![label]),
+                ]
+                .into(),
+            ),
+        }));
+        while let Some(Ok(e)) = events.next().await {
+            let Some(id) = e.actor.and_then(|a| a.id) else {
+                continue;
+            };
+            if let Ok(c) = docker.inspect_container(&id, None).await {
+                let hc = c.host_config.unwrap_or_default();
+                let types: Vec<String> = hc
+                    .mounts
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|m| format!("{:?}", m.typ))
+                    .collect();
+                let _ = tx.send((
+                    c.name.unwrap_or_default(),
+                    types,
+                    hc.binds.unwrap_or_default(),
+                ));
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut go = p.command_in(
+        "docker-remote",
+        &model,
+        &[
+            "go",
+            "--isolate",
+            "--judge-can-run",
+            "--timeout",
+            "0",
+            "写个 hello.sh",
+        ],
+    );
+    go.env("DOCKER_HOST", &host).env("FLOWERBOX_IMAGE", &image);
+    // Waited for off the runtime's thread, so the watcher inspects each container in time.
+    let child = go.spawn().unwrap();
+    let r = tokio::task::spawn_blocking(move || flow_support::finish(child))
+        .await
+        .unwrap();
+    assert_eq!(r.code(), 0, "{r:?}");
+    assert_eq!(
+        std::fs::read_to_string(p.ws.join("hello.sh")).unwrap(),
+        "#!/bin/sh\necho hello\n"
+    );
+    let log = flowerbox_testkit::git(
+        &p.ws,
+        &["log", "--format=%s", &format!("{}..main", base.trim())],
+    );
+    assert!(log.contains("flowerbox worker-1"), "{log}");
+    // The judge ran it in its read-only container on the engine and saw it pass.
+    let judged = model
+        .recorded()
+        .iter()
+        .flat_map(|body| body["messages"].as_array().cloned().unwrap_or_default())
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == "judge_run")
+        .expect("the judge's command never returned");
+    assert_ne!(judged["is_error"], true, "{judged}");
+    assert!(
+        judged["content"].to_string().contains("hello\\njudged-ok"),
+        "{judged}"
+    );
+    assert!(
+        r.out.contains("ACHIEVED") || r.err.contains("ACHIEVED"),
+        "{r:?}"
+    );
+    assert_eq!(
+        flowerbox_testkit::git(&p.ws, &["branch", "--list", "flower/*"]),
+        ""
+    );
+    let status = flowerbox_testkit::git(&p.ws, &["status", "--porcelain"]);
+    assert_eq!(status, "?? runs/\n", "{status}");
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    watcher.abort();
+    let mut made = Vec::new();
+    while let Ok(c) = rx.try_recv() {
+        made.push(c);
+    }
+    let names: Vec<&String> = made.iter().map(|(n, _, _)| n).collect();
+    assert!(
+        names.iter().any(|n| n.contains("worker-1")) && names.iter().any(|n| n.contains("judge")),
+        "{names:?}"
+    );
+    for (name, types, binds) in &made {
+        assert!(binds.is_empty(), "{name}: {binds:?}");
+        assert!(
+            types.iter().all(|t| t.contains("VOLUME")),
+            "{name}: {types:?}"
+        );
+    }
+    let left = engine
+        .docker()
+        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+            all: true,
+            filters: Some([("label".to_string(), vec![ours.clone()])].into()),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "{left:?}");
+    let volumes = engine
+        .docker()
+        .list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
+            filters: Some([("label".to_string(), vec![ours.clone()])].into()),
+        }))
+        .await
+        .unwrap()
+        .volumes
+        .unwrap_or_default();
+    assert!(volumes.is_empty(), "{volumes:?}");
+
+    let refused = p
+        .command_in("docker-remote", &model, &["go", "写个 hello.sh"])
+        .env("DOCKER_HOST", &host)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--isolate"));
 }

@@ -321,6 +321,13 @@ fn go_settings(args: GoArgs, global: &GlobalOptions) -> Result<GoSettings, CliEr
             global.workspace.clone(),
         )));
     }
+    // An engine without this machine's disk holds the repository in its volumes: only an
+    // isolated run brings its work back (through the integration).
+    if global.sandbox == SandboxKind::DockerRemote && !isolate {
+        return Err(CliError::Failed(
+            crate::flow::drive::ENGINE_NEEDS_ISOLATE.into(),
+        ));
+    }
     if !checks.is_empty() && no_goal {
         return Err(CliError::Usage(
             "--check 和 --no-goal 矛盾:检查在每轮判定前跑,没有目标就没有判定。".into(),

@@ -569,7 +569,10 @@ impl Placement for WorktreePlacement {
             .ok_or_else(|| place(IsolateError::Unbound))?;
         let _gate = self.gate.lock().await;
         if let Some(side) = self.engine.get() {
-            return self.prepare_on_engine(side, agent, &run).await.map_err(place);
+            return self
+                .prepare_on_engine(side, agent, &run)
+                .await
+                .map_err(place);
         }
         let (repo, root, owner, who) = (
             self.repo.clone(),

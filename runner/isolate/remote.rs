@@ -20,10 +20,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::bundle::{receive, write_bundle, MAX_BUNDLE};
-use super::placement::{list, FinishError, WorktreePlacement};
-use super::seal::seal;
 use super::integrate::{integrate_guarded, Integration};
+use super::placement::{list, FinishError, WorktreePlacement};
 use super::repo::WorkspaceRepo;
+use super::seal::seal;
 use super::worktree::{delete_branch, is_merged};
 use super::{Adopted, IsolateError, Policy};
 use crate::agent::{WorkerPlace, WorkerSandbox};
@@ -54,7 +54,9 @@ pub(crate) fn engine(what: impl Into<String>) -> impl FnOnce(SandboxError) -> Is
 
 /// The caller's checked-out branch (short name) and a bundle of it, under the repository's
 /// lock (blocking).
-pub(crate) fn branch_bundle(repo: &WorkspaceRepo) -> Result<(String, Vec<u8>, String), IsolateError> {
+pub(crate) fn branch_bundle(
+    repo: &WorkspaceRepo,
+) -> Result<(String, Vec<u8>, String), IsolateError> {
     let _lock = repo.lock()?;
     let r = repo.open()?;
     let head = r.head().map_err(IsolateError::git("读不出 HEAD"))?;
@@ -286,7 +288,13 @@ impl WorktreePlacement {
         };
         // The worker's own commits come back even when the last commit failed.
         let back = side
-            .bring_back(&self.repo, &place, agent, ok && sealed.is_ok(), &self.guards)
+            .bring_back(
+                &self.repo,
+                &place,
+                agent,
+                ok && sealed.is_ok(),
+                &self.guards,
+            )
             .await;
         let left = match &sealed {
             Ok(s) if s.left => Some(s.left_files.clone()),
@@ -306,7 +314,6 @@ impl WorktreePlacement {
         let text = self.finished(agent, (&place.branch, &place.at), outcome);
         Some(text + left_note.as_deref().unwrap_or(""))
     }
-
 }
 
 /// What a worker on such an engine is told about git.

@@ -33,11 +33,17 @@ pub trait EngineDisk: Send + Sync {
         branch: &str,
     ) -> Result<(), SandboxError>;
 
-    /// Makes an empty volume shown at `at` (labelled `purpose`), owned by the run's user.
+    /// Makes a volume shown at `at` (labelled `purpose`) holding the empty directories
+    /// `subdirs` (relative), owned by the run's user.
     ///
     /// # Errors
     /// The volume exists already, or the engine could not make it.
-    async fn directory(&self, at: &Path, purpose: &str) -> Result<(), SandboxError>;
+    async fn directory(
+        &self,
+        at: &Path,
+        purpose: &str,
+        subdirs: &[&str],
+    ) -> Result<(), SandboxError>;
 
     /// The branch `branch` of the repository in the volume at `at`, as a bundle of what `base`
     /// (a commit the caller has) lacks, at most `cap` bytes; `None` when it has no commit

@@ -27,6 +27,9 @@ pub struct DockerBackend {
     pub egress: EgressPolicy,
     /// How long the engine gets to answer the first ping.
     pub ping_timeout: Duration,
+    /// The engine does not share this machine's disk (`--sandbox docker-remote`): agents
+    /// mount the run's volumes only ([`DockerOptions::remote`]).
+    pub remote: bool,
 }
 
 impl DockerBackend {
@@ -37,6 +40,7 @@ impl DockerBackend {
             docker_host: None,
             egress,
             ping_timeout: DEFAULT_PING_TIMEOUT,
+            remote: false,
         }
     }
 }
@@ -49,6 +53,7 @@ impl DockerBackend {
         opts.egress = self.egress.clone();
         opts.docker_host = self.docker_host.clone();
         opts.ping_timeout = self.ping_timeout;
+        opts.remote = self.remote;
         opts
     }
 }
@@ -56,7 +61,10 @@ impl DockerBackend {
 #[async_trait]
 impl SandboxBackend for DockerBackend {
     fn name(&self) -> &'static str {
-        "docker"
+        match self.remote {
+            true => "docker-remote",
+            false => "docker",
+        }
     }
 
     fn commands_run(&self) -> CommandsRun {
@@ -131,6 +139,7 @@ mod tests {
             image: None,
             egress: Default::default(),
             ping_timeout: std::time::Duration::from_secs(2),
+            remote: false,
         };
         let input = DoctorInput {
             workspace: dir.path().to_path_buf(),

@@ -151,8 +151,13 @@ impl EngineDisk for DeferredDisk {
         disk.repository(at, purpose, bundle, start, branch).await
     }
 
-    async fn directory(&self, at: &std::path::Path, purpose: &str) -> Result<(), SandboxError> {
-        self.disk().await?.directory(at, purpose).await
+    async fn directory(
+        &self,
+        at: &std::path::Path,
+        purpose: &str,
+        subdirs: &[&str],
+    ) -> Result<(), SandboxError> {
+        self.disk().await?.directory(at, purpose, subdirs).await
     }
 
     async fn branch_back(

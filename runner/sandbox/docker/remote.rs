@@ -72,7 +72,7 @@ impl Volumes {
 
 /// The box as the engine will see it: absolute paths as given (nothing resolved on this
 /// machine), duplicate mounts merged (the stricter flag wins), the workdir in a mount, no
-/// shadow and no pinned source (both are this machine's objects).
+/// shadow and no pinned source (both are this machine's objects), no mask.
 pub(crate) fn remote_box(spec: &AgentBox) -> Result<AgentBox, SandboxError> {
     let mut mounts: Vec<Mount> = Vec::new();
     for m in &spec.mounts {
@@ -87,17 +87,14 @@ pub(crate) fn remote_box(spec: &AgentBox) -> Result<AgentBox, SandboxError> {
     if !mounts.iter().any(|m| spec.workdir.starts_with(&m.inside)) {
         return Err(SandboxError::OutsideMounts(spec.workdir.clone()));
     }
-    let masked = spec
-        .masked
-        .iter()
-        .filter(|p| mounts.iter().any(|m| p.starts_with(&m.inside) && **p != m.inside))
-        .cloned()
-        .collect();
+    // Masked directories hide the caller's run records, which are on the caller's disk and
+    // never in a volume (a repository goes in as a bundle of commits): nothing to hide there,
+    // and no mount point for a mask in a read-only volume that lacks the directory.
     Ok(AgentBox {
         agent: spec.agent.clone(),
         role: spec.role,
         mounts,
-        masked,
+        masked: Vec::new(),
         workdir: spec.workdir.clone(),
         policy: spec.policy,
     })
@@ -135,9 +132,14 @@ impl Inner {
                 at.display()
             )));
         }
-        let volume =
-            RunVolume::create(&self.engine, &self.opts.run_id, &self.opts.workspace, purpose, &self.owner)
-                .await?;
+        let volume = RunVolume::create(
+            &self.engine,
+            &self.opts.run_id,
+            &self.opts.workspace,
+            purpose,
+            &self.owner,
+        )
+        .await?;
         lock(&self.volumes.placed).push((at.to_path_buf(), volume.clone()));
         Ok(volume)
     }
@@ -196,11 +198,27 @@ impl EngineDisk for RemoteDisk {
             .map(|_| ())
     }
 
-    async fn directory(&self, at: &Path, purpose: &str) -> Result<(), SandboxError> {
+    async fn directory(
+        &self,
+        at: &Path,
+        purpose: &str,
+        subdirs: &[&str],
+    ) -> Result<(), SandboxError> {
         let inner = self.inner()?;
         let image = inner.image().await?.clone();
+        let mut script = format!("cd {WORK}\n");
+        for d in subdirs {
+            let d = Path::new(d);
+            if d.is_absolute() || d.components().any(|c| c.as_os_str() == "..") {
+                return Err(SandboxError::NotOnEngine(at.join(d)));
+            }
+            script.push_str(&format!(
+                "mkdir -p -- {}\n",
+                crate::sandbox::shell_quote(&d.to_string_lossy())
+            ));
+        }
+        script.push_str(&format!("chown -hR {} {WORK}", inner.owner_ids()));
         let volume = inner.new_volume(at, purpose).await?;
-        let script = format!("chown {} {WORK}", inner.owner_ids());
         let chore = inner.chore(&image, &volume, "0:0");
         chore
             .run_with(&script, &[], None, &["CHOWN"])
@@ -283,17 +301,28 @@ mod tests {
     fn volumes(at: &[(&str, &str)]) -> Volumes {
         let v = Volumes::default();
         for (path, name) in at {
-            lock(&v.placed).push((PathBuf::from(path), RunVolume { name: (*name).into() }));
+            lock(&v.placed).push((
+                PathBuf::from(path),
+                RunVolume {
+                    name: (*name).into(),
+                },
+            ));
         }
         v
     }
 
     #[test]
     fn bind_mounts_become_the_runs_volumes_and_any_other_path_is_refused() {
-        let v = volumes(&[("/w", "fbx-r-workspace"), ("/w/runs/r/bench", "fbx-r-bench")]);
+        let v = volumes(&[
+            ("/w", "fbx-r-workspace"),
+            ("/w/runs/r/bench", "fbx-r-bench"),
+        ]);
         let mut body = ContainerCreateBody {
             host_config: Some(HostConfig {
-                mounts: Some(vec![bind("/w", "/w"), bind("/w/runs/r/bench", "/w/runs/r/bench")]),
+                mounts: Some(vec![
+                    bind("/w", "/w"),
+                    bind("/w/runs/r/bench", "/w/runs/r/bench"),
+                ]),
                 ..Default::default()
             }),
             ..Default::default()
@@ -331,23 +360,36 @@ mod tests {
         let spec = AgentBox {
             agent: "judge-1".into(),
             role: Role::Judge,
-            mounts: vec![Mount::same("/nowhere/w", true), Mount::same("/nowhere/w", false)],
+            mounts: vec![
+                Mount::same("/nowhere/w", true),
+                Mount::same("/nowhere/w", false),
+            ],
             masked: vec!["/nowhere/w/runs".into(), "/elsewhere".into()],
             workdir: "/nowhere/w".into(),
             policy: SandboxPolicy::writer(),
         };
         let b = remote_box(&spec).unwrap();
         assert_eq!(b.mounts, vec![Mount::same("/nowhere/w", true)]);
-        assert_eq!(b.masked, vec![PathBuf::from("/nowhere/w/runs")]);
+        assert_eq!(b.masked, Vec::<PathBuf>::new());
         let shadow = AgentBox {
-            mounts: vec![Mount::shadow("/host/objects", "/nowhere/w/.git/objects", false)],
+            mounts: vec![Mount::shadow(
+                "/host/objects",
+                "/nowhere/w/.git/objects",
+                false,
+            )],
             ..spec.clone()
         };
-        assert!(matches!(remote_box(&shadow), Err(SandboxError::NotOnEngine(_))));
+        assert!(matches!(
+            remote_box(&shadow),
+            Err(SandboxError::NotOnEngine(_))
+        ));
         let outside = AgentBox {
             workdir: "/tmp".into(),
             ..spec
         };
-        assert!(matches!(remote_box(&outside), Err(SandboxError::OutsideMounts(_))));
+        assert!(matches!(
+            remote_box(&outside),
+            Err(SandboxError::OutsideMounts(_))
+        ));
     }
 }

@@ -52,9 +52,11 @@ impl RemoteRoute {
     /// The keeper of the view whose mounts and rights are `key`, made on first need.
     async fn keeper(&self, key: Key) -> Result<Arc<dyn SandboxFiles>, FilesError> {
         let failed = |e: SandboxError| FilesError::Failed(e.to_string());
-        let inner = self.0.inner().await.ok_or(FilesError::Failed(
-            SandboxError::ShutDown.to_string(),
-        ))?;
+        let inner = self
+            .0
+            .inner()
+            .await
+            .ok_or(FilesError::Failed(SandboxError::ShutDown.to_string()))?;
         let mut keepers = inner.keepers.lock().await;
         if let Some(k) = keepers.get(&key) {
             return Ok(k.clone());
