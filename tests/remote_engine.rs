@@ -140,7 +140,7 @@ async fn the_probe_refuses_the_second_engine() {
                 text.contains(&host) && text.contains("DOCKER_HOST"),
                 "{text}"
             );
-            assert!(text.contains("远程后端还没有"), "{text}");
+            assert!(text.contains("--sandbox docker-remote --isolate"), "{text}");
         }
         other => panic!("{other:?}"),
     }
@@ -148,14 +148,41 @@ async fn the_probe_refuses_the_second_engine() {
     assert_eq!(std::fs::read_dir(&ws_path).unwrap().count(), 0);
 
     // doctor makes the same probe: its `shared` line fails, naming DOCKER_HOST.
-    let lines = checks(Some(&host), Some(&image), Duration::from_secs(10), &ws_path).await;
-    let shared = lines
-        .iter()
-        .find(|c| c.name == "shared")
-        .unwrap_or_else(|| panic!("no shared line: {lines:?}"));
+    let line = |lines: &[flowerbox::sandbox::doctor::Check], name: &str| {
+        lines
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no {name} line: {lines:?}"))
+            .clone()
+    };
+    let lines = checks(
+        Some(&host),
+        Some(&image),
+        Duration::from_secs(10),
+        &ws_path,
+        false,
+    )
+    .await;
+    let shared = line(&lines, "shared");
     assert_eq!(shared.status, CheckStatus::Fail, "{shared}");
     assert!(shared.detail.contains(&host), "{shared}");
     assert!(shared.detail.contains("DOCKER_HOST"), "{shared}");
+    // With `--sandbox docker-remote` the same engine is the one that backend is for, and a
+    // container of it (an empty volume at the workspace) starts its exec service.
+    let remote = checks(
+        Some(&host),
+        Some(&image),
+        Duration::from_secs(10),
+        &ws_path,
+        true,
+    )
+    .await;
+    let shared = line(&remote, "shared");
+    assert_eq!(shared.status, CheckStatus::Pass, "{shared}");
+    assert!(shared.detail.contains("docker-remote"), "{shared}");
+    let exec = line(&remote, "exec");
+    assert_eq!(exec.status, CheckStatus::Pass, "{exec}");
+    assert_eq!(std::fs::read_dir(&ws_path).unwrap().count(), 0);
 }
 
 /// `once` against the second engine stops before any agent runs a command: exit 1 (the engine

@@ -110,6 +110,7 @@ impl SandboxBackend for DockerBackend {
             self.image.as_deref(),
             self.ping_timeout,
             workspace,
+            self.remote,
         )
         .await
     }
