@@ -163,10 +163,13 @@ async fn the_probe_refuses_the_second_engine() {
         false,
     )
     .await;
+    // Reached over TCP and blind to the workspace: a run picks the remote mode by itself.
     let shared = line(&lines, "shared");
-    assert_eq!(shared.status, CheckStatus::Fail, "{shared}");
+    assert_eq!(shared.status, CheckStatus::Pass, "{shared}");
     assert!(shared.detail.contains(&host), "{shared}");
     assert!(shared.detail.contains("DOCKER_HOST"), "{shared}");
+    assert!(shared.detail.contains("自动用 docker-remote"), "{shared}");
+    assert_eq!(line(&lines, "exec").status, CheckStatus::Pass);
     // With `--sandbox docker-remote` the same engine is the one that backend is for, and a
     // container of it (an empty volume at the workspace) starts its exec service.
     let remote = checks(
@@ -185,11 +188,11 @@ async fn the_probe_refuses_the_second_engine() {
     assert_eq!(std::fs::read_dir(&ws_path).unwrap().count(), 0);
 }
 
-/// `once` against the second engine stops before any agent runs a command: exit 1 (the engine
-/// is unusable, as for an engine that is down), the message names `DOCKER_HOST`, no tool result
-/// reaches the model, and the workspace keeps exactly its files besides the run's records (no
-/// probe directory, nothing made). The probe runs while the model produces its first turn
-/// (issue 32 §1), so `runs/` records the failed step.
+/// `once` against the second engine stops before any agent runs a command: exit 1 (the run
+/// chose the remote mode by itself, saying so and naming `DOCKER_HOST`, and there a `once` that
+/// runs commands has no integration to bring its work back), no tool result reaches the model,
+/// and the workspace keeps exactly its files besides the run's records (no probe directory,
+/// nothing made).
 #[tokio::test]
 async fn once_refuses_the_second_engine_before_any_agent_runs() {
     let Some((host, _, image)) = second_engine("second_engine_once").await else {
@@ -219,9 +222,13 @@ async fn once_refuses_the_second_engine_before_any_agent_runs() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains(&format!("DOCKER_HOST={host}")), "{stderr}");
-    assert!(stderr.contains("看不到这台机器上的文件"), "{stderr}");
+    let said = format!("{}{stderr}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    // The engine is reached over TCP and blind to the workspace: the run chose the remote
+    // mode (saying so, naming DOCKER_HOST), where a `once` that runs commands is refused.
+    assert!(said.contains(&format!("DOCKER_HOST={host}")), "{said}");
+    assert!(said.contains("看不到这台机器的磁盘"), "{said}");
+    assert!(stderr.contains("--isolate"), "{stderr}");
     let asked = model
         .recorded()
         .iter()
@@ -1524,10 +1531,72 @@ async fn go_isolate_reaches_achieved_on_the_second_engine() {
     assert!(volumes.is_empty(), "{volumes:?}");
 
     let refused = p
-        .command_in("docker-remote", &model, &["go", "写个 hello.sh"])
+        .command_in("docker", &model, &["go", "写个 hello.sh"])
         .env("DOCKER_HOST", &host)
         .output()
         .unwrap();
     assert_eq!(refused.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--isolate"));
+    let once = p
+        .command_in("docker-remote", &model, &["once", "-t", "Bash", "写个文件"])
+        .env("DOCKER_HOST", &host)
+        .env("FLOWERBOX_IMAGE", &image)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&once.stderr);
+    assert_eq!(once.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--isolate"), "{stderr}");
+}
+
+/// Issue 30 §2, the automatic choice: the default `--sandbox docker` on an engine reached over
+/// TCP that does not see the workspace runs `go --isolate` in the remote mode (saying so)
+/// instead of refusing it: the worker's `hello.sh` arrives through the integration, exit 0,
+/// and nothing of the run is left on the engine.
+#[tokio::test]
+async fn the_default_sandbox_chooses_the_remote_mode_on_the_second_engine() {
+    let Some((host, engine, image)) = second_engine("remote_auto").await else {
+        return;
+    };
+    let p = isogo_support::repo_project();
+    let model = flow_support::ScriptedModel::start(&flow_support::scenario("isolate_go"));
+    let mut go = p.command_in(
+        "docker",
+        &model,
+        &[
+            "go",
+            "--isolate",
+            "--judge-can-run",
+            "--timeout",
+            "0",
+            "写个 hello.sh",
+        ],
+    );
+    go.env("DOCKER_HOST", &host).env("FLOWERBOX_IMAGE", &image);
+    let child = go.spawn().unwrap();
+    let r = tokio::task::spawn_blocking(move || flow_support::finish(child))
+        .await
+        .unwrap();
+    assert_eq!(r.code(), 0, "{r:?}");
+    assert!(
+        format!("{}{}", r.out, r.err).contains("这次用 docker-remote"),
+        "{r:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.ws.join("hello.sh")).unwrap(),
+        "#!/bin/sh\necho hello\n"
+    );
+    let ours = format!(
+        "flowerbox.workspace={}",
+        p.ws.canonicalize().unwrap().display()
+    );
+    let left = engine
+        .docker()
+        .list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
+            filters: Some([("label".to_string(), vec![ours])].into()),
+        }))
+        .await
+        .unwrap()
+        .volumes
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
 }

@@ -74,16 +74,33 @@ impl SandboxBackend for DockerBackend {
     /// Nothing before an agent needs it ([`super::deferred`]): with [`Demand::Soon`] the engine
     /// is pinged now and the orphan sweep and the shared-disk probe start in the background;
     /// the image is made on first need (with progress).
+    ///
+    /// An engine reached over the network (`tcp://`, `ssh://`: a CI `dind` service, a remote
+    /// machine) is probed first when the run will need it: one that does not see the
+    /// workspace opens in the remote mode ([`DockerOptions::remote`]) instead of being
+    /// refused, and the run is told so. A Unix socket's engine is never probed here (the
+    /// local path is unchanged).
     async fn open_run(
         &self,
         run_id: &str,
         workspace: &Path,
         demand: Demand,
     ) -> Result<Preflight, SandboxError> {
-        let factory = DeferredDocker::open(self.options(run_id, workspace), demand).await?;
+        let mut opts = self.options(run_id, workspace);
+        let mut notes = Vec::new();
+        if !opts.remote && demand == Demand::Soon {
+            let host = self.docker_host.as_deref();
+            if let Some(why) =
+                super::shared_disk::remote_instead(host, self.ping_timeout, workspace).await
+            {
+                opts.remote = true;
+                notes.push(why);
+            }
+        }
+        let factory = DeferredDocker::open(opts, demand).await?;
         Ok(Preflight {
             factory: Arc::new(factory),
-            notes: Vec::new(),
+            notes,
         })
     }
 

@@ -55,10 +55,25 @@ pub async fn checks(
             let (image_check, present) = image_check(engine, image).await;
             checks.push(image_check);
             // Needs no agent image: its own (one empty file) is imported on first use.
-            checks.push(match remote {
-                true => super::shared_disk::check_remote(engine, workspace).await,
-                false => super::shared_disk::check(engine, workspace).await,
-            });
+            // An engine reached over the network that does not see the workspace: a run
+            // chooses the remote mode by itself (`DockerBackend::open_run`).
+            let network = engine.endpoint().socket_path().is_none();
+            let (shared, remote) = match (remote, network) {
+                (true, _) => (
+                    super::shared_disk::check_remote(engine, workspace, true)
+                        .await
+                        .0,
+                    true,
+                ),
+                (false, true) => {
+                    match super::shared_disk::check_remote(engine, workspace, false).await {
+                        (line, true) => (line, true),
+                        (_, false) => (super::shared_disk::check(engine, workspace).await, false),
+                    }
+                }
+                (false, false) => (super::shared_disk::check(engine, workspace).await, false),
+            };
+            checks.push(shared);
             if let Some(image) = present {
                 let (tools, missing) = tools_check(engine, &image).await;
                 // The tools container has no init: it started when it passed or named what
