@@ -75,8 +75,8 @@ impl SandboxBackend for DockerBackend {
     /// is pinged now and the orphan sweep and the shared-disk probe start in the background;
     /// the image is made on first need (with progress).
     ///
-    /// An engine reached over the network (`tcp://`, `ssh://`: a CI `dind` service, a remote
-    /// machine) is probed first when the run will need it: one that does not see the
+    /// An engine reached over the network (`tcp://`: a CI `dind` service, a remote machine's
+    /// socket forwarded) is probed first when the run will need it: one that does not see the
     /// workspace opens in the remote mode ([`DockerOptions::remote`]) instead of being
     /// refused, and the run is told so. A Unix socket's engine is never probed here (the
     /// local path is unchanged).
