@@ -811,6 +811,30 @@ mod tests {
     }
 
     #[test]
+    fn docker_remote_runs_isolated_only() {
+        let e = env();
+        git2::Repository::init(e.host.cwd.join("repo")).unwrap();
+        let o = resolve(
+            &e.host,
+            &[
+                "--sandbox",
+                "docker-remote",
+                "-w",
+                "repo",
+                "go",
+                "--isolate",
+            ],
+        )
+        .unwrap()
+        .global;
+        assert_eq!(o.sandbox, SandboxKind::DockerRemote);
+        let err =
+            resolve(&e.host, &["--sandbox", "docker-remote", "-w", "repo", "go"]).unwrap_err();
+        assert_eq!(err.exit_code(), 1);
+        assert_eq!(err.to_string(), crate::flow::drive::ENGINE_NEEDS_ISOLATE);
+    }
+
+    #[test]
     fn once_options() {
         let e = env();
         let o = resolve(&e.host, &["-W", "once", "hi"]).unwrap();
