@@ -3,15 +3,14 @@
 //! `DOCKER_HOST` printed by `scripts/second-engine.sh start`, which also hands the agent image
 //! over; `.ci/run` starts one), and the local engine (fails when `CI=true` and it is missing).
 //! Proves the second engine is such an engine (a bind mount of a host directory shows none of
-//! its files, and what a container writes there never reaches the host), and that flowerbox
-//! refuses it at start, `once` and `doctor` alike, naming `DOCKER_HOST`, before any agent runs.
+//! its files, and what a container writes there never reaches the host), that `--sandbox
+//! docker`'s probe refuses it, and that the remote mode (`--sandbox docker-remote`, or chosen by
+//! itself for such an engine) runs `go --isolate` there on the run's volumes only, its work
+//! coming back through the integration, while `once` with commands is refused before any agent.
 // A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
 // covers only #[test] fns).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
-
-#[path = "model_support/mod.rs"]
-mod model_support;
 
 mod docker_support;
 mod flow_support;
@@ -20,13 +19,13 @@ mod isogo_support;
 use bollard::container::LogOutput;
 use bollard::models::{ContainerCreateBody, HostConfig};
 use bollard::query_parameters::{LogsOptions, RemoveContainerOptions};
+use flow_support::ScriptedModel;
 use flowerbox::sandbox::docker::checks::checks;
 use flowerbox::sandbox::docker::image::default_image;
 use flowerbox::sandbox::docker::shared_disk::{probe, DiskProbeError, Seen};
 use flowerbox::sandbox::docker::Engine;
 use flowerbox::sandbox::doctor::CheckStatus;
 use futures::StreamExt;
-use model_support::ScriptedModel;
 use serde_json::json;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -1394,7 +1393,7 @@ async fn go_isolate_reaches_achieved_on_the_second_engine() {
         return;
     };
     let p = isogo_support::repo_project();
-    let model = flow_support::ScriptedModel::start(&flow_support::scenario("isolate_go"));
+    let model = ScriptedModel::start(&flow_support::scenario("isolate_go"));
     let base = flowerbox_testkit::git(&p.ws, &["rev-parse", "main"]);
     let ours = format!(
         "flowerbox.workspace={}",
@@ -1558,7 +1557,7 @@ async fn the_default_sandbox_chooses_the_remote_mode_on_the_second_engine() {
         return;
     };
     let p = isogo_support::repo_project();
-    let model = flow_support::ScriptedModel::start(&flow_support::scenario("isolate_go"));
+    let model = ScriptedModel::start(&flow_support::scenario("isolate_go"));
     let mut go = p.command_in(
         "docker",
         &model,
