@@ -1599,3 +1599,52 @@ async fn the_default_sandbox_chooses_the_remote_mode_on_the_second_engine() {
         .unwrap_or_default();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// A tool result that spills on a remote run: the spill file goes into the workbench's volume
+/// too, so the agent's own commands (and its `Read`) find it where the pointer says.
+#[tokio::test]
+async fn a_spilled_result_is_in_the_engines_workbench() {
+    let Some((host, _engine, image)) = second_engine("remote_spill").await else {
+        return;
+    };
+    let p = isogo_support::repo_project();
+    let wb = p.ws.parent().unwrap().join(".flower-proj");
+    let mut scenario = flow_support::scenario("isolate_go");
+    for agent in scenario["agents"].as_array_mut().unwrap() {
+        if agent["role"] == "worker" {
+            agent["turns"] = json!([
+                {"content": [{"type": "tool_use", "name": "Bash", "id": "big",
+                              "input": {"command": "seq 3000"}}]},
+                {"content": [{"type": "tool_use", "name": "Bash", "id": "look",
+                              "input": {"command": format!(
+                                  "cat {}/spill/*.txt | tail -n 1; printf '#!/bin/sh\\necho hello\\n' > hello.sh && chmod +x hello.sh",
+                                  wb.display())}}]},
+                {"content": [{"type": "text", "text": "结论:写好了\n依据:看到了\n产出:hello.sh\n未验证:无"}]}
+            ]);
+        }
+    }
+    let model = ScriptedModel::start(&scenario);
+    let mut go = p.command_in(
+        "docker-remote",
+        &model,
+        &["go", "--isolate", "--timeout", "0", "写个 hello.sh"],
+    );
+    go.env("DOCKER_HOST", &host).env("FLOWERBOX_IMAGE", &image);
+    let child = go.spawn().unwrap();
+    let r = tokio::task::spawn_blocking(move || flow_support::finish(child))
+        .await
+        .unwrap();
+    assert_eq!(r.code(), 0, "{r:?}");
+    let result = |id: &str| {
+        model
+            .recorded()
+            .iter()
+            .flat_map(|body| body["messages"].as_array().cloned().unwrap_or_default())
+            .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+            .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == id)
+            .unwrap_or_else(|| panic!("no result of {id}"))["content"]
+            .to_string()
+    };
+    assert!(result("big").contains("已落盘到"), "{}", result("big"));
+    assert!(result("look").starts_with("\"3000"), "{}", result("look"));
+}
