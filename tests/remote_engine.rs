@@ -1601,7 +1601,8 @@ async fn the_default_sandbox_chooses_the_remote_mode_on_the_second_engine() {
 }
 
 /// A tool result that spills on a remote run: the spill file goes into the workbench's volume
-/// too, so the agent's own commands (and its `Read`) find it where the pointer says.
+/// too, so the agent's own commands (and its `Read`) find it where the pointer says; and the
+/// notes flowerbox writes (the goal) are in the volume for the step's agents.
 #[tokio::test]
 async fn a_spilled_result_is_in_the_engines_workbench() {
     let Some((host, _engine, image)) = second_engine("remote_spill").await else {
@@ -1617,8 +1618,9 @@ async fn a_spilled_result_is_in_the_engines_workbench() {
                               "input": {"command": "seq 3000"}}]},
                 {"content": [{"type": "tool_use", "name": "Bash", "id": "look",
                               "input": {"command": format!(
-                                  "cat {}/spill/*.txt | tail -n 1; printf '#!/bin/sh\\necho hello\\n' > hello.sh && chmod +x hello.sh",
-                                  wb.display())}}]},
+                                  "cat {w}/spill/*.txt | tail -n 1; test -s {w}/notes/目标.md && echo goal-there; \
+                                   printf '#!/bin/sh\\necho hello\\n' > hello.sh && chmod +x hello.sh",
+                                  w = wb.display())}}]},
                 {"content": [{"type": "text", "text": "结论:写好了\n依据:看到了\n产出:hello.sh\n未验证:无"}]}
             ]);
         }
@@ -1647,4 +1649,6 @@ async fn a_spilled_result_is_in_the_engines_workbench() {
     };
     assert!(result("big").contains("已落盘到"), "{}", result("big"));
     assert!(result("look").starts_with("\"3000"), "{}", result("look"));
+    // The goal flowerbox wrote here was copied into the workbench's volume before the step.
+    assert!(result("look").contains("goal-there"), "{}", result("look"));
 }
