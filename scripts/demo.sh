@@ -27,6 +27,9 @@
 #   FLOWERBOX_DEMO_BIN       the flowerbox command to run (default: the one built here)
 #   FLOWERBOX_DEMO_MODEL_BIN the scripted-model binary (with FLOWERBOX_DEMO_BIN: nothing is built)
 #   FLOWERBOX_DEMO_ISOLATE   1 (default) runs with --isolate; 0 lets the workers share the workspace
+#   FLOWERBOX_DEMO_SANDBOX   --sandbox for doctor and the run (default: flowerbox's, docker);
+#                            docker-remote for an engine that does not share this disk (with
+#                            DOCKER_HOST naming it: a CI dind service, scripts/second-engine.sh)
 #   FLOWERBOX_DEMO_RELEASE   1 builds and runs the release binaries instead
 #   FLOWERBOX_DEMO_SCENARIO  another scenario for scripted-model (default scripts/demo/scenario.json;
 #                            the run's milliseconds are written to DIR/took.ms for comparisons)
@@ -70,6 +73,8 @@ link_on_path() {
 }
 
 isolate=${FLOWERBOX_DEMO_ISOLATE:-1}
+sandbox_flag=()
+if [ -n "${FLOWERBOX_DEMO_SANDBOX:-}" ]; then sandbox_flag=(--sandbox "$FLOWERBOX_DEMO_SANDBOX"); fi
 profile=debug cargo_profile=()
 if [ "${FLOWERBOX_DEMO_RELEASE:-0}" = 1 ]; then profile=release cargo_profile=(--release); fi
 
@@ -119,7 +124,7 @@ done
 
 # -- 3. engine and image ------------------------------------------------------------------------
 say "Docker 引擎和 agent 镜像 (flowerbox doctor)"
-doctor_out=$(cd "$ws" && "${run_env[@]}" ANTHROPIC_BASE_URL=http://127.0.0.1:9 "$fbx" doctor 2>&1) ||
+doctor_out=$(cd "$ws" && "${run_env[@]}" ANTHROPIC_BASE_URL=http://127.0.0.1:9 "$fbx" "${sandbox_flag[@]}" doctor 2>&1) ||
   { echo "$doctor_out"; fail "flowerbox doctor 有检查没通过(见上);演示需要能用的 Docker 引擎"; }
 echo "$doctor_out"
 # No agent image and no base to build it from (no registry's debian:bookworm-slim): the run
@@ -164,12 +169,12 @@ if [ "${FLOWERBOX_DEMO_PROBE:-1}" = 1 ]; then probe_flag=(--probe-checks); fi
 
 # -- 5. the run ---------------------------------------------------------------------------------
 ask="把这个 C 写的 HTTP 服务器修到能编译、能跑:make 出 httpd,后台起在 8080 端口,访问它返回 hello from flowerbox。"
-say "flowerbox ${iso_flag[*]} ${probe_flag[*]} --judge-can-run --timeout 0 \"$ask\""
+say "flowerbox ${sandbox_flag[*]} ${iso_flag[*]} ${probe_flag[*]} --judge-can-run --timeout 0 \"$ask\""
 echo "(在 $ws)"
 started=$(date +%s%N)
 set +e
 (cd "$ws" && "${run_env[@]}" "ANTHROPIC_BASE_URL=$url" \
-  "$fbx" "${iso_flag[@]}" "${probe_flag[@]}" --judge-can-run --timeout 0 "$ask" </dev/null)
+  "$fbx" "${sandbox_flag[@]}" "${iso_flag[@]}" "${probe_flag[@]}" --judge-can-run --timeout 0 "$ask" </dev/null)
 rc=$?
 set -e
 took_ms=$((($(date +%s%N) - started) / 1000000))

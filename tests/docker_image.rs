@@ -41,6 +41,7 @@ async fn doctor_checks_engine_image_tools_git_and_credentials_by_name() {
         image: None,
         egress: Default::default(),
         ping_timeout: std::time::Duration::from_secs(5),
+        remote: false,
     };
     let mut input = DoctorInput {
         workspace: ws,

@@ -38,6 +38,7 @@ async fn doctor_fails_on_a_podman_without_its_init() {
         Some(&image),
         Duration::from_secs(10),
         ws.path(),
+        false,
     )
     .await;
     let init = lines

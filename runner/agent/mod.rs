@@ -9,6 +9,7 @@ pub mod fanout;
 pub mod guard;
 mod handoff;
 pub mod human;
+mod mirror;
 pub mod place;
 pub mod plant;
 pub mod repeat;

@@ -582,6 +582,11 @@ impl Runtime {
             0,
             EventKind::StepStart { step: step.clone() },
         );
+        // On an engine without this machine's disk the step's agents read the workbench's
+        // volume: the notes flowerbox wrote here go there first.
+        if let (Some(wb), true) = (&self.workbench, self.sandboxes.engine_disk().is_some()) {
+            super::mirror::push_notes(wb, self.sandboxes.files().as_ref()).await;
+        }
         if self.runs_commands(spec) {
             // Its container goes with the next release_agents() (after the step's judge).
             self.note_agent(&agent);

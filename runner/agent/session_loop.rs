@@ -839,6 +839,11 @@ impl AgentRun {
                     .and_then(|p| ctx.confine.resolve(p, super::confine::Access::Read).ok())
                     .is_some_and(|p| ctx.is_spill_file(&p));
             if !reads_spill {
+                // On an engine without this machine's disk the agent reads the workbench's
+                // volume: the spilled file goes there too.
+                if self.rt.sandboxes.engine_disk().is_some() {
+                    super::spill::spill_to(&text, wb, self.rt.sandboxes.files().as_ref()).await;
+                }
                 text = maybe_spill(text, &wb.spill());
             }
         }

@@ -52,6 +52,30 @@ pub fn maybe_spill(text: String, dir: &Path) -> String {
     }
 }
 
+/// Writes the spill file of `text` (when it would spill) into the workbench `wb` as `files`
+/// holds it (the workbench's volume on an engine without this machine's disk), as a writer of
+/// the workbench sees it. Failures are logged: the pointer still names the file here.
+pub async fn spill_to(
+    text: &str,
+    wb: &super::workbench::Workbench,
+    files: &dyn crate::sandbox::SandboxFiles,
+) {
+    if text.chars().count() < SPILL_THRESHOLD {
+        return;
+    }
+    let view = crate::fsroot::View::new(
+        vec![crate::fsroot::ViewMount {
+            path: wb.root().to_path_buf(),
+            read_only: false,
+        }],
+        Vec::new(),
+    );
+    let path = wb.spill().join(spill_name(text));
+    if let Err(e) = files.write(&view, &path, text.as_bytes().to_vec()).await {
+        tracing::warn!(error = %e, path = %path.display(), "spill into the engine's workbench");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,17 +51,21 @@ pub enum SandboxKind {
     Docker,
     /// Tools run as host processes. Only by explicit choice.
     Host,
+    /// Each agent in its own container of an engine that does not share this machine's disk
+    /// (a CI job's `dind` service, a remote machine): the run's volumes only, `--isolate` only.
+    DockerRemote,
 }
 
 impl SandboxKind {
     /// The spellings `--sandbox` accepts.
-    pub const NAMES: [&'static str; 2] = ["docker", "host"];
+    pub const NAMES: [&'static str; 3] = ["docker", "host", "docker-remote"];
 
     /// Parses one of [`Self::NAMES`].
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "docker" => Some(Self::Docker),
             "host" => Some(Self::Host),
+            "docker-remote" => Some(Self::DockerRemote),
             _ => None,
         }
     }
@@ -127,7 +131,7 @@ pub struct GlobalArgs {
     /// resume 时把旧的大工具结果换成文件指针(裁剪)。go 上裁剪默认就开,关掉用 --no-trim
     #[arg(short = 'T', long, global = true)]
     pub trim: bool,
-    /// 工具在哪里跑:docker = 每个 agent 一个容器;host = 直接在本机跑(只在你明确选择时)
+    /// 工具在哪里跑:docker = 每个 agent 一个容器;host = 直接在本机跑(只在你明确选择时);docker-remote = 不共享磁盘的引擎(CI 的 dind、远程机器),只配 --isolate
     #[arg(long, global = true, value_name = "WHERE", default_value = "docker", value_parser = SandboxKind::NAMES)]
     pub sandbox: String,
     /// agent 容器用的镜像 [env: FLOWERBOX_IMAGE]。不给就用按 image/ 内容哈希打标签的镜像,缺了先构建

@@ -321,6 +321,13 @@ fn go_settings(args: GoArgs, global: &GlobalOptions) -> Result<GoSettings, CliEr
             global.workspace.clone(),
         )));
     }
+    // An engine without this machine's disk holds the repository in its volumes: only an
+    // isolated run brings its work back (through the integration).
+    if global.sandbox == SandboxKind::DockerRemote && !isolate {
+        return Err(CliError::Failed(
+            crate::flow::drive::ENGINE_NEEDS_ISOLATE.into(),
+        ));
+    }
     if !checks.is_empty() && no_goal {
         return Err(CliError::Usage(
             "--check 和 --no-goal 矛盾:检查在每轮判定前跑,没有目标就没有判定。".into(),
@@ -801,6 +808,30 @@ mod tests {
         let g = go(&e.host, &["-w", "repo/sub/dir", "go", "--isolate"]);
         assert!(g.isolate);
         assert_eq!(g.workbench, e.host.cwd.join("repo/sub/.flower-dir"));
+    }
+
+    #[test]
+    fn docker_remote_runs_isolated_only() {
+        let e = env();
+        git2::Repository::init(e.host.cwd.join("repo")).unwrap();
+        let o = resolve(
+            &e.host,
+            &[
+                "--sandbox",
+                "docker-remote",
+                "-w",
+                "repo",
+                "go",
+                "--isolate",
+            ],
+        )
+        .unwrap()
+        .global;
+        assert_eq!(o.sandbox, SandboxKind::DockerRemote);
+        let err =
+            resolve(&e.host, &["--sandbox", "docker-remote", "-w", "repo", "go"]).unwrap_err();
+        assert_eq!(err.exit_code(), 1);
+        assert_eq!(err.to_string(), crate::flow::drive::ENGINE_NEEDS_ISOLATE);
     }
 
     #[test]

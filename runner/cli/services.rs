@@ -28,6 +28,10 @@ pub fn sandbox_backend(globals: &GlobalOptions) -> Arc<dyn SandboxBackend> {
             globals.image.clone(),
             globals.egress.clone(),
         )),
+        SandboxKind::DockerRemote => Arc::new(DockerBackend {
+            remote: true,
+            ..DockerBackend::new(globals.image.clone(), globals.egress.clone())
+        }),
     }
 }
 

@@ -40,6 +40,10 @@ use crate::record::manifest::KILLED_BY_SIGNAL;
 use crate::record::Totals;
 use crate::role::Role;
 
+/// Why a run without `--isolate` does not go on an engine that does not share this machine's
+/// disk (exit 1).
+pub const ENGINE_NEEDS_ISOLATE: &str = "这个引擎看不到这台机器的磁盘(--sandbox docker-remote):只有 --isolate 的运行能在上面跑(仓库放进引擎的卷,改动靠合入带回来)。加上 --isolate,或者用本机的引擎。";
+
 /// The manifest's `error` of a step in flight when the run's sandboxes were lost.
 pub const SANDBOX_LOST: &str = "sandbox-lost";
 /// The manifest's `error` of a step in flight when a record could not be saved.
@@ -139,6 +143,12 @@ impl Session {
         // ISOLATION: branch names carry the run id; start warnings (uncommitted changes
         // workers will not see, leftovers of earlier runs) go to the human. What workers of a
         // killed run left is committed in containers of their own and handed back.
+        if let Err(e) = session.bind_engine().await {
+            if let Err(t) = session.run.sandboxes.teardown().await {
+                tracing::warn!(error = %t, "teardown after a failed start");
+            }
+            return Err(e);
+        }
         if let Some(p) = session.isolation.clone() {
             p.bind_run(&session.run.run_id);
             for text in p.warnings() {
@@ -152,6 +162,32 @@ impl Session {
             session.handed_back = handed.coordinator;
         }
         Ok(session)
+    }
+
+    /// On an engine that does not share this machine's disk (the sandboxes have an engine
+    /// disk): only `--isolate` runs there; the repository goes into the run's volume and the
+    /// workbench gets one of its own, before any agent's container.
+    async fn bind_engine(&self) -> Result<(), FlowError> {
+        let Some(disk) = self.run.sandboxes.engine_disk() else {
+            return Ok(());
+        };
+        let Some(p) = self.isolation.clone() else {
+            return Err(FlowError::Sandbox(
+                crate::sandbox::SandboxError::Unsupported(ENGINE_NEEDS_ISOLATE.into()),
+            ));
+        };
+        p.bind_engine(disk.clone()).await?;
+        if let Some(wb) = &self.run.workbench {
+            let subdirs = [wb.scripts(), wb.artifacts(), wb.notes(), wb.spill()];
+            let subdirs: Vec<String> = subdirs
+                .iter()
+                .filter_map(|d| d.strip_prefix(wb.root()).ok())
+                .map(|d| d.to_string_lossy().into_owned())
+                .collect();
+            let subdirs: Vec<&str> = subdirs.iter().map(String::as_str).collect();
+            disk.directory(wb.root(), "workbench", &subdirs).await?;
+        }
+        Ok(())
     }
 
     /// ISOLATION: at the end of the run (containers gone), removes integrated worktrees and

@@ -85,6 +85,14 @@ pub async fn once(
         }
     }
     let spec = once_spec(opts);
+    // An engine without this machine's disk holds only what an isolated run puts in its
+    // volumes: a `once` that runs commands has no integration to bring its work back.
+    if ctx.sandboxes.engine_disk().is_some() && ctx.runtime.runs_commands(&spec) {
+        ctx.shutdown().await;
+        return Err(FlowError::Sandbox(
+            crate::sandbox::SandboxError::Unsupported(super::drive::ENGINE_NEEDS_ISOLATE.into()),
+        ));
+    }
     // Listening before anything starts: a signal from here on tears down what was started.
     let stop = crate::signals::stop_signals(true);
     if ctx.runtime.runs_commands(&spec) {

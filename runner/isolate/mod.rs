@@ -25,6 +25,7 @@ pub mod integrate;
 pub mod links;
 pub mod objects;
 pub mod placement;
+mod remote;
 pub mod repo;
 pub mod seal;
 pub mod state;
@@ -101,6 +102,22 @@ pub enum IsolateError {
     /// was taken ([`bundle::receive`]); the real branch is unchanged.
     #[error("执行者的分支没有取回:{0}")]
     Bundle(#[from] bundle::BundleRefusal),
+    /// An operation on the engine that does not share this machine's disk failed (`what`).
+    #[error("{what}失败:{source}")]
+    Engine {
+        /// What was being done.
+        what: String,
+        /// The backend's error.
+        source: crate::sandbox::SandboxError,
+    },
+    /// The workspace is below the repository's working tree, on an engine that does not share
+    /// this machine's disk: a volume there holds the whole repository and cannot be shown in
+    /// part.
+    #[error("{} 在 git 仓库的子目录里;不共享磁盘的引擎上 --isolate 只能在仓库的根目录运行(cd 到仓库根目录再运行)", .0.display())]
+    EngineSubdir(PathBuf),
+    /// HEAD is detached: there is no branch to integrate into.
+    #[error("{} 的 HEAD 不在分支上;--isolate 要合入一个分支(先 git switch 到一个分支)", .0.display())]
+    DetachedHead(PathBuf),
     /// A worker was dispatched before the run id was bound ([`WorktreePlacement::bind_run`]).
     #[error("worktree 隔离还没绑定运行编号(bind_run),派不了执行者")]
     Unbound,

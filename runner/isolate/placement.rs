@@ -86,15 +86,15 @@ struct Tree {
 
 /// Per-agent git worktrees with serial integration (see the [module docs](super)).
 pub struct WorktreePlacement {
-    repo: WorkspaceRepo,
-    workbench: PathBuf,
+    pub(super) repo: WorkspaceRepo,
+    pub(super) workbench: PathBuf,
     /// Where no symlink a worker commits may lead (the workbench, the run directory).
-    guards: Vec<PathBuf>,
-    root: PathBuf,
+    pub(super) guards: Vec<PathBuf>,
+    pub(super) root: PathBuf,
     owner: Owner,
-    run: OnceLock<String>,
+    pub(super) run: OnceLock<String>,
     /// One git operation of this process at a time (the file lock covers other processes).
-    gate: tokio::sync::Mutex<()>,
+    pub(super) gate: tokio::sync::Mutex<()>,
     trees: Mutex<BTreeMap<String, Tree>>,
     warnings: Vec<String>,
     /// Dead runs' worktrees whose work is still to be handed back.
@@ -105,6 +105,9 @@ pub struct WorktreePlacement {
     notices: Mutex<Vec<String>>,
     /// The worktrees [`WorktreePlacement::close`] kept.
     kept: Mutex<Vec<PathBuf>>,
+    /// On an engine that does not share this machine's disk: the repository and the workers'
+    /// places in the engine's volumes instead of worktrees ([`super::remote`]).
+    engine: OnceLock<super::remote::EngineSide>,
 }
 
 impl std::fmt::Debug for WorktreePlacement {
@@ -172,6 +175,7 @@ impl WorktreePlacement {
             interrupted: Mutex::new(interrupted),
             notices: Mutex::new(Vec::new()),
             kept: Mutex::new(Vec::new()),
+            engine: OnceLock::new(),
         })
     }
 
@@ -211,6 +215,31 @@ impl WorktreePlacement {
         let _ = self.run.set(run_id.to_string());
     }
 
+    /// Puts the workers on `disk`, the run's volumes on an engine that does not share this
+    /// machine's disk (issue 30 §2): the workspace's repository goes into a volume shown at
+    /// its working tree now, and from here on each worker gets a clone of its own in a volume
+    /// instead of a worktree ([`super::remote`]). The workbench's volume is the caller's to
+    /// make. Call once, before the first worker; a second call is refused.
+    ///
+    /// # Errors
+    /// The workspace is a subdirectory of its repository, HEAD is detached, or the engine
+    /// could not make or fill the volume.
+    pub async fn bind_engine(
+        &self,
+        disk: std::sync::Arc<dyn crate::sandbox::EngineDisk>,
+    ) -> Result<(), IsolateError> {
+        let _gate = self.gate.lock().await;
+        if self.engine.get().is_some() {
+            return Err(IsolateError::Engine {
+                what: "第二次绑定引擎".into(),
+                source: SandboxError::Unsupported("already bound".into()),
+            });
+        }
+        let side = super::remote::bind(&self.repo, disk).await?;
+        let _ = self.engine.set(side);
+        Ok(())
+    }
+
     /// The repository facts.
     pub fn repo(&self) -> &WorkspaceRepo {
         &self.repo
@@ -243,6 +272,9 @@ impl WorktreePlacement {
     /// listed, their worker state dropped once the real branch holds everything. Returns one
     /// line per kept or failed item, for the user.
     pub fn close(&self) -> Vec<String> {
+        if let Some(side) = self.engine.get() {
+            return side.close(&self.repo);
+        }
         let trees: Vec<Tree> =
             std::mem::take(&mut *self.trees.lock().unwrap_or_else(|e| e.into_inner()))
                 .into_values()
@@ -354,23 +386,24 @@ impl WorktreePlacement {
     /// What the coordinator is told of a finished worker's worktree (`outcome`: whether
     /// anything was committed, and the integration when the worker finished); the tree's
     /// state follows it, and a refused or oversized branch is also a notice.
-    fn finished(
+    pub(super) fn finished(
         &self,
         agent: &str,
-        tree: &Tree,
+        tree: (&str, &Path),
         outcome: Result<(Option<()>, Option<Integration>), FinishError>,
     ) -> String {
+        let (branch, path) = tree;
         match outcome {
             Ok((committed, None)) => {
                 self.set_state(agent, State::Kept);
                 let what = if committed.is_some() {
-                    format!("它的改动已提交在分支 {}", tree.branch)
+                    format!("它的改动已提交在分支 {}", branch)
                 } else {
-                    format!("分支 {} 上没有新的改动", tree.branch)
+                    format!("分支 {} 上没有新的改动", branch)
                 };
                 format!(
                     "[没合入] {agent} 没做完,{what};没有合入工作区。worktree {} 留着。",
-                    tree.path.display()
+                    path.display()
                 )
             }
             Ok((_, Some(merged))) => {
@@ -380,7 +413,7 @@ impl WorktreePlacement {
                     .unwrap_or_else(|e| e.into_inner())
                     .push(format!(
                         "没合入 {agent} 的分支 {}:它提交了指到仓库外(或工作台、运行目录、.git)的符号链接 {};分支留着",
-                        tree.branch,
+                        branch,
                         links.join("、")
                     ));
                 }
@@ -389,7 +422,7 @@ impl WorktreePlacement {
                     _ => State::Kept,
                 };
                 self.set_state(agent, state);
-                report(agent, &tree.branch, &tree.path, &Ok(merged))
+                report(agent, branch, path, &Ok(merged))
             }
             Err(e) => {
                 self.set_state(agent, State::Kept);
@@ -399,7 +432,7 @@ impl WorktreePlacement {
                         .unwrap_or_else(|e| e.into_inner())
                         .push(format!("{agent}:{e}"));
                 }
-                report(agent, &tree.branch, &tree.path, &Err(e))
+                report(agent, branch, path, &Err(e))
             }
         }
     }
@@ -449,7 +482,7 @@ fn isolated_git_note(branch: &str) -> String {
 }
 
 /// A list of paths for a report, capped.
-fn list(paths: &[String]) -> String {
+pub(super) fn list(paths: &[String]) -> String {
     let mut out: Vec<String> = paths
         .iter()
         .take(LIST_LIMIT)
@@ -463,7 +496,7 @@ fn list(paths: &[String]) -> String {
 
 /// Why a finished worker's work was not brought back (the text is for the coordinator).
 #[derive(Debug, thiserror::Error)]
-enum FinishError {
+pub(super) enum FinishError {
     /// Its container could not be reached to commit in.
     #[error("没能在 {agent} 的容器里提交({source}),没提交的改动留在 worktree 里")]
     NoSandbox {
@@ -535,6 +568,12 @@ impl Placement for WorktreePlacement {
             .cloned()
             .ok_or_else(|| place(IsolateError::Unbound))?;
         let _gate = self.gate.lock().await;
+        if let Some(side) = self.engine.get() {
+            return self
+                .prepare_on_engine(side, agent, &run)
+                .await
+                .map_err(place);
+        }
         let (repo, root, owner, who) = (
             self.repo.clone(),
             self.root.clone(),
@@ -602,7 +641,11 @@ impl Placement for WorktreePlacement {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(agent)
-            .cloned()?;
+            .cloned();
+        if let Some(side) = self.engine.get() {
+            return self.finish_on_engine(side, agent, ok, sandbox).await;
+        }
+        let tree = tree?;
         let _gate = self.gate.lock().await;
         let run = self.run.get().cloned().unwrap_or_default();
         let message = format!("flowerbox {agent}: 运行 {run} 里的改动");
@@ -693,7 +736,7 @@ impl Placement for WorktreePlacement {
                 list(&files)
             )
         });
-        let text = self.finished(agent, &tree, outcome);
+        let text = self.finished(agent, (&tree.branch, &tree.path), outcome);
         Some(text + left_note.as_deref().unwrap_or(""))
     }
 

@@ -121,6 +121,10 @@ pub enum SandboxError {
     /// A path is outside every mount.
     #[error("{0} is outside the sandbox")]
     OutsideMounts(PathBuf),
+    /// A box mounts a path that is no volume of the run, on an engine that does not share
+    /// this machine's disk (issue 30 §2): refused, never bind-mounted.
+    #[error("{0} 不是这次运行在引擎上的卷:这个引擎看不到这台机器的磁盘,容器只挂运行自己的卷")]
+    NotOnEngine(PathBuf),
     /// The sandbox was already torn down.
     #[error("sandbox is shut down")]
     ShutDown,

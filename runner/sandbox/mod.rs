@@ -10,6 +10,7 @@ pub mod backend;
 pub mod docker;
 pub mod doctor;
 pub mod egress;
+pub mod engine_disk;
 pub mod error;
 pub mod files;
 pub mod finish;
@@ -23,6 +24,7 @@ pub mod service;
 
 pub use attach::{AttachSpec, Attached, ProcessHandle, StderrTail};
 pub use backend::{CommandsRun, Demand, Preflight, SandboxBackend};
+pub use engine_disk::EngineDisk;
 pub use error::{EngineErrorKind, EngineFault, SandboxError};
 pub use files::SandboxFiles;
 pub use notice::{NoticeSink, SandboxNotice};
@@ -324,6 +326,13 @@ pub trait SandboxFactory: Send + Sync {
     /// backend that bind-mounts the caller's directories shares.
     fn files(&self) -> Arc<dyn SandboxFiles> {
         Arc::new(files::LocalFiles)
+    }
+
+    /// The run's volumes on an engine that does not share this machine's disk, where agents
+    /// mount those only ([`engine_disk`]); `None` (the default) for a backend whose mounts are
+    /// this machine's directories.
+    fn engine_disk(&self) -> Option<Arc<dyn EngineDisk>> {
+        None
     }
 
     /// Returns once nothing of the backend's own is being written into the workspace (a

@@ -158,11 +158,17 @@ impl DockerSandbox {
 impl DockerSandbox {
     /// [`Sandbox::exec`] before the loss is looked at.
     async fn exec_now(&self, req: ExecRequest) -> Result<ExecOutput, SandboxError> {
-        let cwd = std::fs::canonicalize(&req.cwd).unwrap_or_else(|_| req.cwd.clone());
+        // On an engine that does not share this machine's disk its paths mean nothing here:
+        // the engine resolves the working directory (`remote`).
+        let remote = self.inner.upgrade().is_some_and(|i| i.opts.remote);
+        let cwd = match remote {
+            true => req.cwd.clone(),
+            false => std::fs::canonicalize(&req.cwd).unwrap_or_else(|_| req.cwd.clone()),
+        };
         if !self.spec.mounts.iter().any(|m| cwd.starts_with(&m.inside)) {
             return Err(SandboxError::OutsideMounts(cwd));
         }
-        if !cwd.is_dir() {
+        if !remote && !cwd.is_dir() {
             // Mounts keep host paths, so the host's view decides.
             return Ok(ExecOutput {
                 stderr: format!("working directory {} does not exist", cwd.display()),

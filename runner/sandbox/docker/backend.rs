@@ -27,6 +27,9 @@ pub struct DockerBackend {
     pub egress: EgressPolicy,
     /// How long the engine gets to answer the first ping.
     pub ping_timeout: Duration,
+    /// The engine does not share this machine's disk (`--sandbox docker-remote`): agents
+    /// mount the run's volumes only ([`DockerOptions::remote`]).
+    pub remote: bool,
 }
 
 impl DockerBackend {
@@ -37,6 +40,7 @@ impl DockerBackend {
             docker_host: None,
             egress,
             ping_timeout: DEFAULT_PING_TIMEOUT,
+            remote: false,
         }
     }
 }
@@ -49,6 +53,7 @@ impl DockerBackend {
         opts.egress = self.egress.clone();
         opts.docker_host = self.docker_host.clone();
         opts.ping_timeout = self.ping_timeout;
+        opts.remote = self.remote;
         opts
     }
 }
@@ -56,7 +61,10 @@ impl DockerBackend {
 #[async_trait]
 impl SandboxBackend for DockerBackend {
     fn name(&self) -> &'static str {
-        "docker"
+        match self.remote {
+            true => "docker-remote",
+            false => "docker",
+        }
     }
 
     fn commands_run(&self) -> CommandsRun {
@@ -66,16 +74,33 @@ impl SandboxBackend for DockerBackend {
     /// Nothing before an agent needs it ([`super::deferred`]): with [`Demand::Soon`] the engine
     /// is pinged now and the orphan sweep and the shared-disk probe start in the background;
     /// the image is made on first need (with progress).
+    ///
+    /// An engine reached over the network (`tcp://`: a CI `dind` service, a remote machine's
+    /// socket forwarded) is probed first when the run will need it: one that does not see the
+    /// workspace opens in the remote mode ([`DockerOptions::remote`]) instead of being
+    /// refused, and the run is told so. A Unix socket's engine is never probed here (the
+    /// local path is unchanged).
     async fn open_run(
         &self,
         run_id: &str,
         workspace: &Path,
         demand: Demand,
     ) -> Result<Preflight, SandboxError> {
-        let factory = DeferredDocker::open(self.options(run_id, workspace), demand).await?;
+        let mut opts = self.options(run_id, workspace);
+        let mut notes = Vec::new();
+        if !opts.remote && demand == Demand::Soon {
+            let host = self.docker_host.as_deref();
+            if let Some(why) =
+                super::shared_disk::remote_instead(host, self.ping_timeout, workspace).await
+            {
+                opts.remote = true;
+                notes.push(why);
+            }
+        }
+        let factory = DeferredDocker::open(opts, demand).await?;
         Ok(Preflight {
             factory: Arc::new(factory),
-            notes: Vec::new(),
+            notes,
         })
     }
 
@@ -102,6 +127,7 @@ impl SandboxBackend for DockerBackend {
             self.image.as_deref(),
             self.ping_timeout,
             workspace,
+            self.remote,
         )
         .await
     }
@@ -131,6 +157,7 @@ mod tests {
             image: None,
             egress: Default::default(),
             ping_timeout: std::time::Duration::from_secs(2),
+            remote: false,
         };
         let input = DoctorInput {
             workspace: dir.path().to_path_buf(),

@@ -26,6 +26,7 @@ pub async fn checks(
     image: Option<&str>,
     timeout: Duration,
     workspace: &Path,
+    remote: bool,
 ) -> Vec<Check> {
     use CheckStatus::*;
     let mut checks = Vec::new();
@@ -54,7 +55,25 @@ pub async fn checks(
             let (image_check, present) = image_check(engine, image).await;
             checks.push(image_check);
             // Needs no agent image: its own (one empty file) is imported on first use.
-            checks.push(super::shared_disk::check(engine, workspace).await);
+            // An engine reached over the network that does not see the workspace: a run
+            // chooses the remote mode by itself (`DockerBackend::open_run`).
+            let network = engine.endpoint().socket_path().is_none();
+            let (shared, remote) = match (remote, network) {
+                (true, _) => (
+                    super::shared_disk::check_remote(engine, workspace, true)
+                        .await
+                        .0,
+                    true,
+                ),
+                (false, true) => {
+                    match super::shared_disk::check_remote(engine, workspace, false).await {
+                        (line, true) => (line, true),
+                        (_, false) => (super::shared_disk::check(engine, workspace).await, false),
+                    }
+                }
+                (false, false) => (super::shared_disk::check(engine, workspace).await, false),
+            };
+            checks.push(shared);
             if let Some(image) = present {
                 let (tools, missing) = tools_check(engine, &image).await;
                 // The tools container has no init: it started when it passed or named what
@@ -63,7 +82,7 @@ pub async fn checks(
                 checks.push(tools);
                 checks.push(init_check(engine, &image, plain_started).await);
                 checks.push(judge_check(&missing));
-                checks.extend(exec_check(docker_host, &image, workspace).await);
+                checks.extend(exec_check(docker_host, &image, workspace, remote).await);
             }
         }
         Err(_) => checks.push(check("image", Warn, "没查:没有引擎")),
@@ -156,7 +175,12 @@ async fn image_check(engine: &Engine, requested: Option<&str>) -> (Check, Option
 /// of a throwaway run (`--egress none`, the workspace read-only), exactly as a run starts it.
 /// With it, the `warm` line: that container, idle with its service, is what a run keeps warm
 /// ([`super::idle`]).
-async fn exec_check(docker_host: Option<&str>, image: &str, workspace: &Path) -> Vec<Check> {
+async fn exec_check(
+    docker_host: Option<&str>,
+    image: &str,
+    workspace: &Path,
+    remote: bool,
+) -> Vec<Check> {
     use crate::sandbox::egress::{EgressMode, EgressPolicy};
     use crate::sandbox::{AgentBox, Mount, SandboxFactory};
     let run_id = format!("doctor-{}", &uuid::Uuid::new_v4().simple().to_string()[..6]);
@@ -164,6 +188,7 @@ async fn exec_check(docker_host: Option<&str>, image: &str, workspace: &Path) ->
     opts.image = Some(image.to_string());
     opts.docker_host = docker_host.map(str::to_string);
     opts.show_progress = false;
+    opts.remote = remote;
     opts.egress = EgressPolicy {
         mode: EgressMode::None,
         ..Default::default()
@@ -173,6 +198,13 @@ async fn exec_check(docker_host: Option<&str>, image: &str, workspace: &Path) ->
         Err(e) => return vec![check("exec", CheckStatus::Warn, format!("没查:{e}"))],
     };
     let ws = factory.workspace().to_path_buf();
+    // On an engine without this machine's disk the container mounts an empty volume there.
+    if let Some(disk) = factory.engine_disk() {
+        if let Err(e) = disk.directory(&ws, "doctor", &[]).await {
+            let _ = factory.teardown().await;
+            return vec![check("exec", CheckStatus::Warn, format!("没查:{e}"))];
+        }
+    }
     let agent = AgentBox {
         agent: "exec-doctor".into(),
         role: crate::role::Role::Worker,

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use super::{lock, DockerOptions, DockerSandboxFactory};
 use crate::sandbox::notice::NoticeSink;
 use crate::sandbox::{
-    AgentBox, Demand, Sandbox, SandboxError, SandboxFactory, SandboxNotice, Written,
+    AgentBox, Demand, EngineDisk, Sandbox, SandboxError, SandboxFactory, SandboxNotice, Written,
 };
 
 /// The Docker [`SandboxFactory`] of one run, connected and checked on first need.
@@ -117,6 +117,73 @@ impl DeferredDocker {
     }
 }
 
+/// The run's factory once its preflight passed, for a remote run's files keepers.
+struct Checked(Arc<State>);
+
+#[async_trait]
+impl super::remote_route::InnerSource for Checked {
+    async fn inner(&self) -> Option<Arc<super::Inner>> {
+        self.0.checked().await.map(|f| f.inner.clone())
+    }
+}
+
+/// The run's [`EngineDisk`] once its preflight passed (the image is there then).
+struct DeferredDisk(Arc<State>);
+
+impl DeferredDisk {
+    async fn disk(&self) -> Result<Arc<dyn EngineDisk>, SandboxError> {
+        let factory = self.0.checked().await.ok_or(SandboxError::ShutDown)?;
+        factory.engine_disk().ok_or(SandboxError::ShutDown)
+    }
+}
+
+#[async_trait]
+impl EngineDisk for DeferredDisk {
+    async fn repository(
+        &self,
+        at: &std::path::Path,
+        purpose: &str,
+        bundle: Vec<u8>,
+        start: &str,
+        branch: &str,
+    ) -> Result<(), SandboxError> {
+        let disk = self.disk().await?;
+        disk.repository(at, purpose, bundle, start, branch).await
+    }
+
+    async fn directory(
+        &self,
+        at: &std::path::Path,
+        purpose: &str,
+        subdirs: &[&str],
+    ) -> Result<(), SandboxError> {
+        self.disk().await?.directory(at, purpose, subdirs).await
+    }
+
+    async fn branch_back(
+        &self,
+        at: &std::path::Path,
+        branch: &str,
+        base: &str,
+        cap: u64,
+    ) -> Result<Option<Vec<u8>>, SandboxError> {
+        self.disk().await?.branch_back(at, branch, base, cap).await
+    }
+
+    async fn update(
+        &self,
+        at: &std::path::Path,
+        bundle: Vec<u8>,
+        branch: &str,
+    ) -> Result<(), SandboxError> {
+        self.disk().await?.update(at, bundle, branch).await
+    }
+
+    async fn remove(&self, at: &std::path::Path) -> Result<(), SandboxError> {
+        self.disk().await?.remove(at).await
+    }
+}
+
 impl State {
     /// Runs `work` in the background; teardown waits for it.
     fn spawn<F, Fut>(self: Arc<Self>, work: F)
@@ -185,6 +252,11 @@ impl State {
                     }
                 };
                 let probed = async {
+                    // An engine chosen as one that does not share the disk has nothing to
+                    // prove: its agents mount the run's volumes only.
+                    if self.opts.remote {
+                        return Ok(());
+                    }
                     let _writing = self.probing.write().await;
                     super::shared_disk::probe(factory.engine(), factory.workspace()).await
                 };
@@ -275,6 +347,22 @@ impl SandboxFactory for DeferredDocker {
                 Err(SandboxError::ShutDown)
             }
         }
+    }
+
+    fn files(&self) -> Arc<dyn crate::sandbox::SandboxFiles> {
+        match self.state.opts.remote {
+            true => Arc::new(super::remote_route::RemoteRoute(Arc::new(Checked(
+                self.state.clone(),
+            )))),
+            false => Arc::new(crate::sandbox::files::LocalFiles),
+        }
+    }
+
+    fn engine_disk(&self) -> Option<Arc<dyn EngineDisk>> {
+        self.state
+            .opts
+            .remote
+            .then(|| Arc::new(DeferredDisk(self.state.clone())) as Arc<dyn EngineDisk>)
     }
 
     async fn settled(&self) {

@@ -31,7 +31,9 @@ pub(crate) mod liveness;
 pub(crate) mod network;
 mod pod;
 pub mod readonly;
+mod remote;
 pub mod remote_files;
+mod remote_route;
 pub mod seccomp;
 mod sentinel;
 pub mod service;
@@ -106,6 +108,11 @@ pub struct DockerOptions {
     /// How long the engine may stay unreachable before the run's sandboxes are lost (the run
     /// stops with exit 1).
     pub engine_grace: Duration,
+    /// The engine does not share this machine's disk (issue 30 §2, `--sandbox docker-remote`):
+    /// agent containers mount the run's volumes only ([`SandboxFactory::engine_disk`]), a
+    /// mount naming anything else is refused, and the exec service goes in through the
+    /// archive API. `false`: the local path, bind mounts of this machine's directories.
+    pub remote: bool,
 }
 
 impl DockerOptions {
@@ -134,6 +141,7 @@ impl DockerOptions {
             egress: EgressPolicy::default(),
             exec_service: service::ServiceSource::discover(),
             engine_grace: liveness::DEFAULT_GRACE,
+            remote: false,
         }
     }
 }
@@ -186,6 +194,10 @@ struct Inner {
     seccomp_file: std::sync::OnceLock<kind::SeccompFile>,
     /// The writing roles' seccomp profile as a sealed file, likewise.
     writer_seccomp_file: std::sync::OnceLock<kind::SeccompFile>,
+    /// The run's volumes on an engine that does not share this machine's disk (`remote`).
+    volumes: remote::Volumes,
+    /// The files keepers of a remote run, by view ([`remote_route`]).
+    keepers: remote_route::Keepers,
 }
 
 /// The Docker [`SandboxFactory`] of one run.
@@ -228,6 +240,12 @@ impl DockerSandboxFactory {
         if let Some(why) = engine.kind().refusal() {
             return Err(SandboxError::Unsupported(why));
         }
+        // Podman takes the seccomp profile as a path of this machine's: not there remotely.
+        if opts.remote && engine.kind().is_podman() {
+            return Err(SandboxError::Unsupported(
+                "Podman 要从它自己的磁盘读 seccomp 配置文件,不共享磁盘的 Podman 用不了".into(),
+            ));
+        }
         opts.workspace = std::fs::canonicalize(&opts.workspace)?;
         let owner = Owner::current()?;
         let watch = Watch::start(
@@ -259,6 +277,8 @@ impl DockerSandboxFactory {
                 early_pod: Mutex::new(None),
                 seccomp_file: std::sync::OnceLock::new(),
                 writer_seccomp_file: std::sync::OnceLock::new(),
+                volumes: remote::Volumes::default(),
+                keepers: Default::default(),
             }),
         };
         // The exec service's binary is copied while the run starts, off the first agent's path.
@@ -475,6 +495,25 @@ impl SandboxFactory for DockerSandboxFactory {
 
     async fn sandbox(&self, spec: &AgentBox) -> Result<Arc<dyn Sandbox>, SandboxError> {
         Ok(self.docker_sandbox(spec).await?)
+    }
+
+    /// On an engine that does not share this machine's disk, done inside the engine by files
+    /// keepers ([`remote_route`]); else on this machine's disk.
+    fn files(&self) -> Arc<dyn crate::sandbox::SandboxFiles> {
+        match self.inner.opts.remote {
+            true => Arc::new(remote_route::RemoteRoute(Arc::new(Arc::downgrade(
+                &self.inner,
+            )))),
+            false => Arc::new(crate::sandbox::files::LocalFiles),
+        }
+    }
+
+    fn engine_disk(&self) -> Option<Arc<dyn crate::sandbox::EngineDisk>> {
+        self.inner.opts.remote.then(|| {
+            Arc::new(remote::RemoteDisk {
+                inner: Arc::downgrade(&self.inner),
+            }) as Arc<dyn crate::sandbox::EngineDisk>
+        })
     }
 
     fn prepare(&self) {

@@ -48,8 +48,9 @@ pub enum DiskProbeError {
     #[error(
         "Docker 引擎 {host}({origin})看不到这台机器上的文件:flowerbox 在工作目录 {} 里写了一个探针文件,\
          引擎挂进容器后{}。这种不和你共用磁盘的引擎(CI 的 dind 服务、ssh:// 的远程机器)会让 agent 在一个\
-         空目录里干活,flowerbox 不用它;给这种引擎用的远程后端还没有。把 DOCKER_HOST 设成本机的引擎\
-         (或者去掉它),或者用 `--sandbox host` 不开容器跑。",
+         空目录里干活,`--sandbox docker` 不用它。这种引擎用 `--sandbox docker-remote --isolate`(仓库放进\
+         引擎的卷,改动靠合入带回);或者把 DOCKER_HOST 设成本机的引擎(或者去掉它),或者用 `--sandbox host` \
+         不开容器跑。",
         workspace.display(),
         match seen {
             Seen::NoDirectory => "说那个目录不存在",
@@ -294,4 +295,71 @@ pub async fn check(engine: &Engine, workspace: &Path) -> crate::sandbox::doctor:
         }
         Err(e) => Check::new("shared", CheckStatus::Warn, format!("没查清:{e}")),
     }
+}
+
+/// Why a run on the engine `docker_host` names goes to the remote mode: the engine is reached
+/// over the network and the probe says it does not see `workspace`. `None` for a Unix
+/// socket's engine (never probed here), one that sees it, or one that cannot be asked (the
+/// run's own connection reports that).
+pub async fn remote_instead(
+    docker_host: Option<&str>,
+    timeout: std::time::Duration,
+    workspace: &Path,
+) -> Option<String> {
+    let engine = Engine::connect(docker_host, timeout).await.ok()?;
+    if engine.endpoint().socket_path().is_some() {
+        return None;
+    }
+    let workspace = std::fs::canonicalize(workspace).ok()?;
+    match probe(&engine, &workspace).await {
+        Err(DiskProbeError::NotShared { host, origin, .. }) => Some(format!(
+            "引擎 {host}({origin})看不到这台机器的磁盘:这次用 docker-remote,\
+             仓库和工作台放进引擎的卷,容器只挂卷;只跑 --isolate"
+        )),
+        _ => None,
+    }
+}
+
+/// `doctor`'s `shared` line when the remote mode may apply (`explicit`: `--sandbox
+/// docker-remote`; else the default on an engine reached over the network, which a run then
+/// chooses by itself): which backend applies and why, and whether the engine does not see
+/// the workspace. The same probe; an engine that does not see it is what that mode is for (a
+/// pass), one that does is served too, only slower than `--sandbox docker` would.
+pub async fn check_remote(
+    engine: &Engine,
+    workspace: &Path,
+    explicit: bool,
+) -> (crate::sandbox::doctor::Check, bool) {
+    use crate::sandbox::doctor::{Check, CheckStatus};
+    let workspace = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    let how = match explicit {
+        true => "--sandbox docker-remote 就是给它的",
+        false => "运行会自动用 docker-remote(不用写 --sandbox)",
+    };
+    let line = match probe(engine, &workspace).await {
+        Ok(()) => Check::new(
+            "shared",
+            CheckStatus::Warn,
+            format!(
+                "引擎看得到工作目录 {}:--sandbox docker-remote 照样只用引擎的卷(每次运行把仓库打包送进去),\
+                 本机的引擎用 --sandbox docker 更快",
+                workspace.display()
+            ),
+        ),
+        Err(DiskProbeError::NotShared { host, origin, .. }) => {
+            return (
+                Check::new(
+                    "shared",
+                    CheckStatus::Pass,
+                    format!(
+                        "引擎 {host}({origin})看不到这台机器的磁盘:{how},\
+                         仓库和工作台放进引擎的卷,容器只挂卷;只跑 --isolate"
+                    ),
+                ),
+                true,
+            )
+        }
+        Err(e) => Check::new("shared", CheckStatus::Warn, format!("没查清:{e}")),
+    };
+    (line, false)
 }

@@ -33,7 +33,10 @@ impl Inner {
         &self,
         spec: &AgentBox,
     ) -> Result<Arc<Container>, SandboxError> {
-        let spec = canonical_box(spec)?;
+        let spec = match self.opts.remote {
+            true => super::remote::remote_box(spec)?,
+            false => canonical_box(spec)?,
+        };
         let early = lock(&self.early_pod).take();
         if let Some(Ok(Err(e))) = match early {
             Some(h) => Some(h.await),
@@ -115,6 +118,9 @@ impl Inner {
         let mut run = self.run_spec(image, inside.clone());
         run.extra_env = pod.env.clone();
         let mut body = run.agent_body(spec, &pod.id, &pod.name);
+        if self.opts.remote {
+            self.volumes.translate(&mut body)?;
+        }
         self.engine.kind().shape_member(&mut body, &pod.id);
         let (profile, file) = match spec.policy.seccomp {
             SeccompProfile::ReadOnly => (seccomp::read_only_profile(), &self.seccomp_file),
@@ -147,6 +153,9 @@ impl Inner {
             true => None,
             false => self.service_binary().await,
         };
+        if self.opts.remote {
+            return self.create_remote(name, body, binary).await;
+        }
         let mut no_service = lock(&self.no_service).clone();
         if let Some(m) = binary
             .as_ref()
@@ -204,6 +213,36 @@ impl Inner {
                 })
             }
         }
+    }
+
+    /// A remote run's container (`DockerOptions::remote`): its body's mounts are the run's
+    /// volumes only, and the exec service's binary goes in through the archive API, owned by
+    /// root (no agent can change it), before the container starts.
+    async fn create_remote(
+        &self,
+        name: &str,
+        body: ContainerCreateBody,
+        binary: Option<Arc<service::ServiceBinary>>,
+    ) -> Result<Made, SandboxError> {
+        let id = self.create(name, body, Tier::Agent).await?;
+        let Some(b) = binary else {
+            let no_service = lock(&self.no_service).clone();
+            return Ok(Made {
+                id,
+                binary: None,
+                no_service,
+            });
+        };
+        let source = service::ServiceSource::Path(b.path().to_path_buf());
+        if let Err(e) = super::remote_files::install_service(&self.engine, &id, &source).await {
+            self.remove(&id).await;
+            return Err(e);
+        }
+        Ok(Made {
+            id,
+            binary: Some(b),
+            no_service: None,
+        })
     }
 
     /// Writes the container's passwd and group, starts it once the pod's fence is in, and

@@ -169,7 +169,11 @@ impl Inner {
             }
         };
         let (removed, ()) = tokio::join!(self.remove_own(), sweep);
-        removed
+        // A remote run's volumes, once no container uses them.
+        match self.remove_volumes().await {
+            Some(e) => removed.and(Err(e)),
+            None => removed,
+        }
     }
 
     /// Removes what the run made: its containers (twice, around the starts in flight), the

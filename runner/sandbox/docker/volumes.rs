@@ -146,21 +146,34 @@ impl Chore<'_> {
         files: &[(&str, &[u8])],
         take: Option<(&str, u64)>,
     ) -> Result<Option<Vec<u8>>, SandboxError> {
+        self.run_with(script, files, take, &[]).await
+    }
+
+    /// [`Chore::run`] with the capabilities `caps` (`CHOWN`, for a chore that hands a fresh
+    /// volume to the run's user) added back.
+    pub async fn run_with(
+        &self,
+        script: &str,
+        files: &[(&str, &[u8])],
+        take: Option<(&str, u64)>,
+        caps: &[&str],
+    ) -> Result<Option<Vec<u8>>, SandboxError> {
         let docker = self.engine.docker();
         let name = format!("fbx-chore-{}", uuid::Uuid::new_v4().simple());
         let mut labels = self.labels.clone();
         labels.insert(LABEL_CHORE.to_string(), name.clone());
         let entrypoint = vec!["sh".into(), "-ec".into(), script.into()];
-        let id = create_confined(
-            self.engine,
-            &name,
+        let mut body = confined_body(
             self.image,
             entrypoint,
             Some(self.user),
             self.mounts.clone(),
             labels,
-        )
-        .await?;
+        );
+        if let Some(hc) = body.host_config.as_mut().filter(|_| !caps.is_empty()) {
+            hc.cap_add = Some(caps.iter().map(|c| c.to_string()).collect());
+        }
+        let id = create_body(self.engine, &name, body).await?;
         // Removed however this ends: awaited here, spawned when the future is dropped.
         let mut removal = Removal {
             docker: docker.clone(),
@@ -302,7 +315,19 @@ pub(crate) async fn create_confined(
     mounts: Vec<Mount>,
     labels: HashMap<String, String>,
 ) -> Result<String, SandboxError> {
-    let body = ContainerCreateBody {
+    let body = confined_body(image, entrypoint, user, mounts, labels);
+    create_body(engine, name, body).await
+}
+
+/// The body [`create_confined`] creates.
+fn confined_body(
+    image: &str,
+    entrypoint: Vec<String>,
+    user: Option<&str>,
+    mounts: Vec<Mount>,
+    labels: HashMap<String, String>,
+) -> ContainerCreateBody {
+    ContainerCreateBody {
         image: Some(image.to_string()),
         entrypoint: Some(entrypoint),
         cmd: Some(vec![]),
@@ -319,7 +344,15 @@ pub(crate) async fn create_confined(
             ..Default::default()
         }),
         ..Default::default()
-    };
+    }
+}
+
+/// Creates (never starts) the container `name` of `body`.
+async fn create_body(
+    engine: &Engine,
+    name: &str,
+    body: ContainerCreateBody,
+) -> Result<String, SandboxError> {
     let options = CreateContainerOptions {
         name: Some(name.to_string()),
         ..Default::default()
@@ -453,9 +486,10 @@ pub async fn update_from_bundle(
     let refname = crate::sandbox::shell_quote(&format!("refs/heads/{branch}"));
     let script = format!(
         "{GIT} -C {repo} fetch -q {DROP_DIR}/in.bundle {refname}\n\
-         {GIT} -C {repo} reset -q --hard FETCH_HEAD\n\
-         rm -f {DROP_DIR}/in.bundle"
+         {GIT} -C {repo} reset -q --hard FETCH_HEAD"
     );
+    // The bundle dropped in stays in the chore's own `/tmp` (root's: a chore as the run's user
+    // cannot remove it there) and goes with the chore.
     chore
         .run(&script, &[("in.bundle", bundle)], None)
         .await
