@@ -1652,3 +1652,61 @@ async fn a_spilled_result_is_in_the_engines_workbench() {
     // The goal flowerbox wrote here was copied into the workbench's volume before the step.
     assert!(result("look").contains("goal-there"), "{}", result("look"));
 }
+
+/// A workflow file with `isolate = true` on the second engine (`run`, the default sandbox,
+/// which picks the remote mode): the worker's `hello.sh` arrives through the integration; the
+/// same workflow without `isolate` stops before any agent with exit 1.
+#[tokio::test]
+async fn a_workflow_with_isolate_runs_on_the_second_engine_and_one_without_is_refused() {
+    let Some((host, _engine, image)) = second_engine("remote_workflow").await else {
+        return;
+    };
+    let p = isogo_support::repo_project();
+    let flows = p.ws.parent().unwrap().join("flows.toml");
+    let write = |isolate: bool| {
+        std::fs::write(
+            &flows,
+            format!(
+                "[main]\nisolate = {isolate}\n[[main.steps]]\nname = \"干活\"\nrole = \"coordinator\"\nprompt = \"写个 hello.sh\"\n"
+            ),
+        )
+        .unwrap();
+    };
+    let model = ScriptedModel::start(&json!({"agents": [
+        {"role": "coordinator", "turns": [
+            {"content": [{"type": "tool_use", "name": "Agent", "input": {
+                "description": "写 hello.sh", "prompt": "写出 hello.sh", "subagent_type": "coder"}}]},
+            {"content": [{"type": "text", "text": "好了。"}]}]},
+        {"role": "worker", "turns": [
+            {"content": [{"type": "tool_use", "name": "Bash", "input": {"command":
+                "printf 'echo hello\\n' > hello.sh && git rev-parse --abbrev-ref HEAD"}}]},
+            {"content": [{"type": "text", "text": "结论:写好了\n依据:无\n产出:hello.sh\n未验证:无"}]}]}]}));
+    let target = format!("{}:main", flows.display());
+    let run = |isolate: bool| {
+        write(isolate);
+        let mut c = p.command_in("docker", &model, &["run", &target]);
+        c.env("DOCKER_HOST", &host).env("FLOWERBOX_IMAGE", &image);
+        c.output().unwrap()
+    };
+    let refused = run(false);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--isolate"), "{stderr}");
+    assert!(!p.ws.join("hello.sh").exists());
+
+    let ran = run(true);
+    assert_eq!(
+        ran.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(p.ws.join("hello.sh")).unwrap(),
+        "echo hello\n"
+    );
+    assert_eq!(
+        flowerbox_testkit::git(&p.ws, &["branch", "--list", "flower/*"]),
+        ""
+    );
+}
