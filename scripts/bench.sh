@@ -21,8 +21,9 @@
 #      runner peak RSS (12b) at 32 vs 1; per-worker overhead, ms (12c) and MiB (12d)
 #  13  once, text only (default tools): --sandbox docker vs --sandbox host (no container at all)
 #  14  Read/Write/Grep/identity on an engine without the caller's disk (14-14d) vs the same on
-#      this machine's disk; the repository into a volume (14e). Only with
-#      FLOWERBOX_TEST_SECOND_ENGINE set (`scripts/second-engine.sh start` prints the engine)
+#      this machine's disk; the repository into a volume (14e); the demo's run with
+#      --sandbox docker-remote vs the local engine (14f). Only with FLOWERBOX_TEST_SECOND_ENGINE
+#      set (`scripts/second-engine.sh start` prints the engine)
 #
 # Usage: scripts/bench.sh [--release] [--base BIN] [--json FILE] [--repeat N] [--roundtrips N]
 #                         [--quick]
@@ -32,7 +33,7 @@
 #                   before a change; figure 2: its exec service), interleaved in the same run:
 #                   rows `2 base`, `9 base`, `10 base`, ...
 #   --repeat N      repeats of the Docker and agent-run figures (default 5; RSS runs: N/2;
-#                   figures 9-13: at least 3)
+#                   figures 9-13 and 14f: at least 3)
 #   --roundtrips N  Bash round trips of figure 2 (default 50)
 #   --quick         --repeat 2 --roundtrips 20, fewer microbenchmark calls (about a minute)
 # Needs the Docker engine (builds the agent image on first use), and jq + sqlite3 for the demo
@@ -62,7 +63,7 @@ trap 'rm -rf "$parts"' EXIT
 echo "== building (${profile[*]:-debug})" >&2
 cargo build --quiet "${profile[@]}" --bins --example sandbox_bench --example runtime_bench \
   --example store_bench --example tools_bench --example mcp_bench --example cli_bench \
-  --example bench_report --example remote_bench
+  --example bench_report --example remote_bench --example remote_demo_bench
 run() { cargo run --quiet "${profile[@]}" --example "$@"; }
 
 start=$(date +%s)
@@ -90,7 +91,9 @@ if [ -n "${FLOWERBOX_TEST_SECOND_ENGINE:-}" ]; then
   echo "== 14: an engine without the caller's disk ($FLOWERBOX_TEST_SECOND_ENGINE)" >&2
   run remote_bench -- --engine "$FLOWERBOX_TEST_SECOND_ENGINE" --calls "$calls" \
     --json "$parts/7-remote.json" >&2
-  report+=("$parts/7-remote.json")
+  run remote_demo_bench -- --engine "$FLOWERBOX_TEST_SECOND_ENGINE" --repeat "$cli_repeat" \
+    --json "$parts/8-remote-demo.json" >&2
+  report+=("$parts/7-remote.json" "$parts/8-remote-demo.json")
 fi
 if [ -n "$json" ]; then
   case "$json" in /*) ;; *) json="$PWD/$json" ;; esac

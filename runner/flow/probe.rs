@@ -184,6 +184,26 @@ async fn probe(
     let Some(site) = site else {
         return inconclusive("这次运行改过的文件里找不到能下手的地方");
     };
+    // On an engine without this machine's disk the copy goes into a volume of its own, made
+    // at the copy's path: the gate boxes show it in the candidate's place (it goes with the
+    // run's volumes).
+    if let Some(disk) = rt.sandboxes().engine_disk() {
+        let from = dir.path().to_path_buf();
+        let tar =
+            match tokio::task::spawn_blocking(move || crate::sandbox::engine_disk::tar_dir(&from))
+                .await
+            {
+                Ok(Ok(tar)) => tar,
+                Ok(Err(e)) => return inconclusive(&format!("打包副本失败:{e}")),
+                Err(e) => return inconclusive(&format!("打包副本失败:{e}")),
+            };
+        if let Err(e) = disk
+            .upload(dir.path(), &format!("probe-{round}"), tar)
+            .await
+        {
+            return inconclusive(&format!("副本送不进引擎的卷:{e}"));
+        }
+    }
     let report = run_checks_on(
         rt,
         checks,

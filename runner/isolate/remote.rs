@@ -323,3 +323,106 @@ pub(crate) fn git_note(branch: &str) -> String {
          结束时只取回这个分支,别的分支、标签、配置都不带回。"
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// An engine disk that records what it was asked and makes nothing.
+    #[derive(Default)]
+    struct Recorded(Mutex<Vec<String>>);
+
+    #[async_trait::async_trait]
+    impl EngineDisk for Recorded {
+        async fn repository(
+            &self,
+            at: &Path,
+            purpose: &str,
+            bundle: Vec<u8>,
+            start: &str,
+            branch: &str,
+        ) -> Result<(), SandboxError> {
+            let line = format!(
+                "{} {purpose} {start} {branch} {}",
+                at.display(),
+                bundle.len()
+            );
+            self.0.lock().unwrap().push(line);
+            Ok(())
+        }
+        async fn directory(&self, _: &Path, _: &str, _: &[&str]) -> Result<(), SandboxError> {
+            Ok(())
+        }
+        async fn upload(&self, _: &Path, _: &str, _: Vec<u8>) -> Result<(), SandboxError> {
+            Ok(())
+        }
+        async fn branch_back(
+            &self,
+            _: &Path,
+            _: &str,
+            _: &str,
+            _: u64,
+        ) -> Result<Option<Vec<u8>>, SandboxError> {
+            Ok(None)
+        }
+        async fn update(&self, _: &Path, _: Vec<u8>, _: &str) -> Result<(), SandboxError> {
+            Ok(())
+        }
+        async fn remove(&self, _: &Path) -> Result<(), SandboxError> {
+            Ok(())
+        }
+    }
+
+    fn repo_at(dir: &Path) -> git2::Repository {
+        let r = git2::Repository::init(dir).unwrap();
+        std::fs::write(dir.join("a.txt"), "a\n").unwrap();
+        let mut index = r.index().unwrap();
+        index.add_path(Path::new("a.txt")).unwrap();
+        let tree = r.find_tree(index.write_tree().unwrap()).unwrap();
+        let sig = git2::Signature::now("T", "t@example.invalid").unwrap();
+        r.commit(Some("HEAD"), &sig, &sig, "one", &tree, &[])
+            .unwrap();
+        drop(tree);
+        r
+    }
+
+    #[tokio::test]
+    async fn the_repository_goes_in_at_its_root_and_a_subdirectory_or_detached_head_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let r = repo_at(&root);
+        let disk = Arc::new(Recorded::default());
+        let repo = super::super::open_workspace_repo(&root).unwrap();
+        bind(&repo, disk.clone()).await.unwrap();
+        let head = r.head().unwrap().shorthand().unwrap().to_string();
+        let asked = disk.0.lock().unwrap().clone();
+        assert_eq!(asked.len(), 1);
+        assert!(
+            asked[0].starts_with(&format!(
+                "{} workspace origin/{head} {head} ",
+                root.display()
+            )),
+            "{asked:?}"
+        );
+
+        std::fs::create_dir(root.join("sub")).unwrap();
+        let sub = super::super::open_workspace_repo(&root.join("sub")).unwrap();
+        assert!(matches!(
+            bind(&sub, disk.clone()).await,
+            Err(IsolateError::EngineSubdir(_))
+        ));
+
+        let tip = r.head().unwrap().target().unwrap();
+        r.set_head_detached(tip).unwrap();
+        assert!(matches!(
+            bind(&repo, disk.clone()).await,
+            Err(IsolateError::DetachedHead(_))
+        ));
+        assert_eq!(
+            disk.0.lock().unwrap().len(),
+            1,
+            "nothing made for a refusal"
+        );
+    }
+}

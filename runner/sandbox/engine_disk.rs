@@ -15,6 +15,18 @@ use std::path::Path;
 
 use super::SandboxError;
 
+/// A tar of the directory `dir` (blocking) for [`EngineDisk::upload`]: its files, directories
+/// and symbolic links as they are (a link is archived as a link, never followed).
+///
+/// # Errors
+/// A file could not be read.
+pub fn tar_dir(dir: &Path) -> std::io::Result<Vec<u8>> {
+    let mut tar = tar::Builder::new(Vec::new());
+    tar.follow_symlinks(false);
+    tar.append_dir_all(".", dir)?;
+    tar.into_inner()
+}
+
 /// The run's volumes on the engine, by where agents see them.
 #[async_trait]
 pub trait EngineDisk: Send + Sync {
@@ -44,6 +56,14 @@ pub trait EngineDisk: Send + Sync {
         purpose: &str,
         subdirs: &[&str],
     ) -> Result<(), SandboxError>;
+
+    /// Makes a volume shown at `at` (labelled `purpose`) holding the files of `tar` (an
+    /// archive flowerbox made of a directory of its own: a probe's copy of the candidate),
+    /// owned by the run's user.
+    ///
+    /// # Errors
+    /// The volume exists already, or the engine could not make or fill it.
+    async fn upload(&self, at: &Path, purpose: &str, tar: Vec<u8>) -> Result<(), SandboxError>;
 
     /// The branch `branch` of the repository in the volume at `at`, as a bundle of what `base`
     /// (a commit the caller has) lacks, at most `cap` bytes; `None` when it has no commit

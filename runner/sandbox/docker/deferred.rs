@@ -160,6 +160,15 @@ impl EngineDisk for DeferredDisk {
         self.disk().await?.directory(at, purpose, subdirs).await
     }
 
+    async fn upload(
+        &self,
+        at: &std::path::Path,
+        purpose: &str,
+        tar: Vec<u8>,
+    ) -> Result<(), SandboxError> {
+        self.disk().await?.upload(at, purpose, tar).await
+    }
+
     async fn branch_back(
         &self,
         at: &std::path::Path,

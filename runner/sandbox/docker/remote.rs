@@ -71,17 +71,23 @@ impl Volumes {
 }
 
 /// The box as the engine will see it: absolute paths as given (nothing resolved on this
-/// machine), duplicate mounts merged (the stricter flag wins), the workdir in a mount, no
-/// shadow and no pinned source (both are this machine's objects), no mask.
+/// machine), duplicate mounts merged (the stricter flag wins; a shadow's source stays), the
+/// workdir in a mount, no pinned source (a handle of this machine's), no mask. A shadow shows
+/// the volume made at its `host` path (a probe's copy) at `inside`.
 pub(crate) fn remote_box(spec: &AgentBox) -> Result<AgentBox, SandboxError> {
     let mut mounts: Vec<Mount> = Vec::new();
     for m in &spec.mounts {
-        if m.is_shadow() || m.pin.is_some() || !m.inside.is_absolute() {
+        if m.pin.is_some() || !m.inside.is_absolute() || !m.host.is_absolute() {
             return Err(SandboxError::NotOnEngine(m.host.clone()));
         }
         match mounts.iter_mut().find(|x| x.inside == m.inside) {
-            Some(existing) => existing.read_only |= m.read_only,
-            None => mounts.push(Mount::same(m.inside.clone(), m.read_only)),
+            Some(existing) => {
+                existing.read_only |= m.read_only;
+                if !existing.is_shadow() {
+                    existing.host.clone_from(&m.host);
+                }
+            }
+            None => mounts.push(Mount::shadow(m.host.clone(), m.inside.clone(), m.read_only)),
         }
     }
     if !mounts.iter().any(|m| spec.workdir.starts_with(&m.inside)) {
@@ -222,6 +228,23 @@ impl EngineDisk for RemoteDisk {
         let chore = inner.chore(&image, &volume, "0:0");
         chore
             .run_with(&script, &[], None, &["CHOWN"])
+            .await
+            .map(|_| ())
+    }
+
+    async fn upload(&self, at: &Path, purpose: &str, tar: Vec<u8>) -> Result<(), SandboxError> {
+        let inner = self.inner()?;
+        let image = inner.image().await?.clone();
+        let volume = inner.new_volume(at, purpose).await?;
+        // Unpacked by root in a chore that mounts this fresh volume only; handed to the run's
+        // user (`chown -h`: a link itself).
+        let script = format!(
+            "tar -xf /tmp/in.tar -C {WORK} --no-same-owner\nchown -hR {} {WORK}",
+            inner.owner_ids()
+        );
+        let chore = inner.chore(&image, &volume, "0:0");
+        chore
+            .run_with(&script, &[("in.tar", &tar)], None, &["CHOWN"])
             .await
             .map(|_| ())
     }
@@ -371,16 +394,21 @@ mod tests {
         let b = remote_box(&spec).unwrap();
         assert_eq!(b.mounts, vec![Mount::same("/nowhere/w", true)]);
         assert_eq!(b.masked, Vec::<PathBuf>::new());
+        // A shadow keeps its source: the volume made at that path, shown here.
         let shadow = AgentBox {
-            mounts: vec![Mount::shadow(
-                "/host/objects",
-                "/nowhere/w/.git/objects",
-                false,
-            )],
+            mounts: vec![Mount::shadow("/runs/probe-1", "/nowhere/w", true)],
+            ..spec.clone()
+        };
+        assert_eq!(
+            remote_box(&shadow).unwrap().mounts,
+            vec![Mount::shadow("/runs/probe-1", "/nowhere/w", true)]
+        );
+        let relative = AgentBox {
+            mounts: vec![Mount::shadow("objects", "/nowhere/w", false)],
             ..spec.clone()
         };
         assert!(matches!(
-            remote_box(&shadow),
+            remote_box(&relative),
             Err(SandboxError::NotOnEngine(_))
         ));
         let outside = AgentBox {

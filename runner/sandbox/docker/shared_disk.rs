@@ -306,10 +306,12 @@ pub async fn remote_instead(
     timeout: std::time::Duration,
     workspace: &Path,
 ) -> Option<String> {
-    let engine = Engine::connect(docker_host, timeout).await.ok()?;
-    if engine.endpoint().socket_path().is_some() {
+    // Resolved without a connection: a Unix socket's engine costs nothing here.
+    let endpoint = super::engine::resolve_endpoint(docker_host);
+    if endpoint.socket_path().is_some() {
         return None;
     }
+    let engine = Engine::connect_to(endpoint, timeout).await.ok()?;
     let workspace = std::fs::canonicalize(workspace).ok()?;
     match probe(&engine, &workspace).await {
         Err(DiskProbeError::NotShared { host, origin, .. }) => Some(format!(

@@ -118,9 +118,6 @@ impl Inner {
         let mut run = self.run_spec(image, inside.clone());
         run.extra_env = pod.env.clone();
         let mut body = run.agent_body(spec, &pod.id, &pod.name);
-        if self.opts.remote {
-            self.volumes.translate(&mut body)?;
-        }
         self.engine.kind().shape_member(&mut body, &pod.id);
         let (profile, file) = match spec.policy.seccomp {
             SeccompProfile::ReadOnly => (seccomp::read_only_profile(), &self.seccomp_file),
@@ -133,6 +130,10 @@ impl Inner {
                 let hc = body.host_config.get_or_insert_with(Default::default);
                 hc.security_opt.get_or_insert_with(Vec::new).push(seccomp);
             }
+        }
+        // Last, over everything added: on a remote run every mount is one of its volumes.
+        if self.opts.remote {
+            self.volumes.translate(&mut body)?;
         }
         Ok(body)
     }
