@@ -141,7 +141,7 @@ fn stop_leaving_none(p: &Project, child: Child) -> Ran {
     r
 }
 
-/// On a failed check: kills the run and has `gc` remove what it left.
+/// On a failed check: kills the run, reaps it and has `gc` remove what it left.
 struct Leftovers<'a> {
     p: &'a Project,
     pid: u32,
@@ -154,7 +154,8 @@ impl Drop for Leftovers<'_> {
         }
         let pid = nix::unistd::Pid::from_raw(self.pid as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-        std::thread::sleep(Duration::from_millis(200));
+        // Reaped here: a zombie's pid still exists, and gc keeps what a live owner has.
+        let _ = nix::sys::wait::waitpid(pid, None);
         if let Ok(log) = std::fs::read_to_string(self.p.runs("flowerbox.log")) {
             eprintln!("--- flowerbox.log ---\n{log}");
         }
