@@ -57,7 +57,6 @@ async fn doctor_checks_engine_image_tools_git_and_credentials_by_name() {
         "init",
         "shared",
         "exec",
-        "warm",
         "egress",
         "git",
         "credentials",
@@ -109,12 +108,18 @@ async fn doctor_checks_engine_image_tools_git_and_credentials_by_name() {
         "{checks:#?}"
     );
     assert!(detail("workspace").ends_with(" 不在 git 仓库里(--isolate 要有仓库)"));
-    // What a run keeps warm, and an idle container's memory measured on this engine.
-    assert!(
-        detail("warm").contains("一个空闲的执行者容器(含 exec 服务)在引擎上常驻 "),
-        "{checks:#?}"
-    );
-    assert!(detail("warm").ends_with(" MiB"), "{checks:#?}");
+    // What a run keeps warm, and an idle container's memory measured on this engine (Docker
+    // reports it; Podman's stats are not checked here: no Podman on the machine that wrote this).
+    if kind.is_podman() {
+        assert!(status("warm").is_some(), "{checks:#?}");
+    } else {
+        assert_eq!(status("warm"), Some(CheckStatus::Pass), "{checks:#?}");
+        assert!(
+            detail("warm").contains("一个空闲的执行者容器(含 exec 服务)在引擎上常驻 "),
+            "{checks:#?}"
+        );
+        assert!(detail("warm").ends_with(" MiB"), "{checks:#?}");
+    }
     assert_eq!(detail("credentials"), "找到了 ANTHROPIC_API_KEY");
     // The workspace is fresh: nothing of it can be orphaned.
     assert_eq!(detail("orphans"), "没有残留的容器", "{checks:#?}");

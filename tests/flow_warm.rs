@@ -141,7 +141,7 @@ fn stop_leaving_none(p: &Project, child: Child) -> Ran {
     r
 }
 
-/// On a failed check: kills the run and has `gc` remove what it left.
+/// On a failed check: kills the run, reaps it and has `gc` remove what it left.
 struct Leftovers<'a> {
     p: &'a Project,
     pid: u32,
@@ -154,7 +154,8 @@ impl Drop for Leftovers<'_> {
         }
         let pid = nix::unistd::Pid::from_raw(self.pid as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-        std::thread::sleep(Duration::from_millis(200));
+        // Reaped here: a zombie's pid still exists, and gc keeps what a live owner has.
+        let _ = nix::sys::wait::waitpid(pid, None);
         if let Ok(log) = std::fs::read_to_string(self.p.runs("flowerbox.log")) {
             eprintln!("--- flowerbox.log ---\n{log}");
         }
@@ -362,4 +363,43 @@ fn a_worktree_prepared_for_a_broken_attempt_goes_with_its_branch() {
     assert!(!trees.contains("worker-2"), "{trees}");
     assert!(trees.contains("worker-1"), "{trees}");
     stop_leaving_none(&p, child);
+}
+
+/// The attack a container made early invites: a container made for one box handed to an agent
+/// of the same name with another (here: the workspace writable instead of read-only). The
+/// engine's factory refuses the second box; the container keeps the first box's mounts (a
+/// write fails in it); once the name's container is released, the second box gets a container
+/// of its own.
+#[tokio::test]
+async fn a_container_made_for_one_box_is_never_handed_to_another() {
+    use flowerbox::role::Role;
+    use flowerbox::sandbox::{SandboxError, SandboxFactory};
+    let Some(engine) = docker_support::engine_or_skip("warm_other_box").await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let run = docker_support::TestRun::new(&engine, "warm_other_box").await;
+    let reading = run.agent("worker-1", Role::Worker, true);
+    let writing = run.agent("worker-1", Role::Worker, false);
+    let made = run.factory.sandbox(&reading).await.expect("sandbox");
+    let refused = run.factory.sandbox(&writing).await.map(|_| ());
+    assert!(
+        matches!(refused, Err(SandboxError::Container(_))),
+        "{refused:?}"
+    );
+    let touch = |sb: std::sync::Arc<dyn flowerbox::sandbox::Sandbox>| {
+        let ws = run.workspace.clone();
+        async move {
+            let req = docker_support::req("touch written", &ws, Duration::from_secs(30));
+            sb.exec(req).await.expect("exec")
+        }
+    };
+    let out = touch(made.clone()).await;
+    assert!(!out.success(), "the read-only container wrote: {out:?}");
+    assert!(out.stderr.contains("Read-only file system"), "{out:?}");
+    drop(made);
+    run.factory.release("worker-1").await.unwrap();
+    let own = run.factory.sandbox(&writing).await.expect("sandbox");
+    assert!(touch(own).await.success());
+    assert!(run.workspace.join("written").exists());
 }

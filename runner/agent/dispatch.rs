@@ -397,7 +397,7 @@ impl Dispatcher for SubDispatch {
         // Prepared while the message streamed, or while the run clarified: its name and place
         // are the worker's, its container the one already starting.
         let (agent, early) = match self.speculations.take(&def.kind, req.writes.as_ref()) {
-            Some(task) => (None, Some(task)),
+            Some((agent, task)) => (agent, Some(task)),
             None => {
                 let next = self
                     .rt
@@ -405,24 +405,21 @@ impl Dispatcher for SubDispatch {
                 if let Some(stale) = next.stale {
                     undo(&self.rt, stale).await;
                 }
-                (Some(next.agent), next.warm)
+                (next.agent, next.warm)
             }
         };
+        // Scope and slot first, in the calls' order, as without a preparation: a prepared
+        // worker awaiting its place must not let a later call take its slot.
+        let (claim, scope_waited) = self.claim_scope(&agent, scope.clone()).await;
+        let (slot, queued) = self.take_slot(&agent).await;
         let early = match early {
             Some(task) => match task.await {
                 Ok(prepared) => Some(prepared?),
-                // The preparation died: the dispatch makes everything itself.
+                // The preparation died: the dispatch makes the place itself.
                 Err(_) => None,
             },
             None => None,
         };
-        let agent = match (&early, agent) {
-            (Some(p), _) => p.agent.clone(),
-            (None, Some(a)) => a,
-            (None, None) => self.rt.instance_name(def.spec.role),
-        };
-        let (claim, scope_waited) = self.claim_scope(&agent, scope.clone()).await;
-        let (slot, queued) = self.take_slot(&agent).await;
         let place = match early {
             Some(p) => p.place,
             None => place_for(&self.rt, &agent, scope.as_ref()).await?,

@@ -4,8 +4,8 @@
 //! place and its container are prepared in the background, so the dispatch finds them ready.
 //!
 //! What is prepared is exactly what the dispatch would make: the same code makes the place
-//! (narrowed to the call's write scope) and the [`AgentBox`], and the dispatch takes a prepared
-//! worker only for a call of the same worker type and the same `writes`. The container is the
+//! (narrowed to the call's write scope) and the [`crate::sandbox::AgentBox`], and the dispatch
+//! takes a prepared worker only for a call of the same worker type and the same `writes`. The container is the
 //! factory's own start for that box ([`crate::sandbox::SandboxFactory::sandbox`]): the
 //! worker's first command joins it, teardown waits for it, and a factory refuses a second box
 //! under the same agent name, so a container made for one place is never handed to another.
@@ -114,11 +114,17 @@ impl Speculations {
             .push(Held::new(kind, writes, scope, agent, task));
     }
 
-    /// The first preparation made for a call of type `kind` with `writes`, taken.
-    pub(crate) fn take(&self, kind: &str, writes: Option<&Vec<String>>) -> Option<Preparing> {
+    /// The first preparation made for a call of type `kind` with `writes`, taken: its worker's
+    /// name and the preparation.
+    pub(crate) fn take(
+        &self,
+        kind: &str,
+        writes: Option<&Vec<String>>,
+    ) -> Option<(String, Preparing)> {
         let mut held = self.lock();
         let i = held.iter().position(|h| h.serves(kind, writes))?;
-        Some(held.remove(i).task)
+        let h = held.remove(i);
+        Some((h.agent, h.task))
     }
 
     /// Undoes every preparation not taken (module doc): each one's container start waited for

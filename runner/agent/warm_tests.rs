@@ -54,6 +54,8 @@ impl Provider for Fake {
         let who = req.caller.agent.clone();
         self.log.lock().unwrap().push(format!("request {who} {k}"));
         if who != "coordinator" {
+            // A worker's turn takes a while: a slot it holds stays taken meanwhile.
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             return replay(req, Some(&[vec![ContentBlock::text(REPORT)]]), &who);
         }
         let turn = replay(req, Some(&self.coordinator), &who)?;
@@ -130,6 +132,35 @@ struct Setup {
 }
 
 fn setup(first: Vec<ToolCall>, extra: Vec<ToolCall>) -> Setup {
+    setup_with(first, extra, |c| c, |rt| rt)
+}
+
+/// Places in the shared workspace, each made only after a pause (a worktree takes a while).
+struct SlowPlacement(super::place::SharedPlacement);
+
+#[async_trait]
+impl super::place::Placement for SlowPlacement {
+    async fn prepare(&self, agent: &str) -> Result<super::place::WorkerPlace, super::PlaceError> {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        self.0.prepare(agent).await
+    }
+    async fn finish(
+        &self,
+        agent: &str,
+        place: &super::place::WorkerPlace,
+        ok: bool,
+        sandbox: Option<super::place::WorkerSandbox<'_>>,
+    ) -> Option<String> {
+        self.0.finish(agent, place, ok, sandbox).await
+    }
+}
+
+fn setup_with(
+    first: Vec<ToolCall>,
+    extra: Vec<ToolCall>,
+    config: impl FnOnce(RuntimeConfig) -> RuntimeConfig,
+    runtime: impl FnOnce(Runtime) -> Runtime,
+) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().canonicalize().unwrap().join("ws");
     std::fs::create_dir_all(ws.join("src")).unwrap();
@@ -147,7 +178,11 @@ fn setup(first: Vec<ToolCall>, extra: Vec<ToolCall>) -> Setup {
         log: log.clone(),
         boxes: Mutex::default(),
     });
-    let config = RuntimeConfig::new(ws, "fake-model".into(), "20260101-000000-abcdef".into());
+    let config = config(RuntimeConfig::new(
+        ws,
+        "fake-model".into(),
+        "20260101-000000-abcdef".into(),
+    ));
     let rt = Runtime::new(
         config,
         fake,
@@ -164,7 +199,7 @@ fn setup(first: Vec<ToolCall>, extra: Vec<ToolCall>) -> Setup {
     );
     Setup {
         _dir: dir,
-        rt: Arc::new(rt),
+        rt: Arc::new(runtime(rt)),
         log,
         factory,
         coordinator,
@@ -276,4 +311,35 @@ async fn an_unused_warm_worker_goes_when_the_coordinators_step_ends() {
         !log.iter().any(|l| l.starts_with("request worker")),
         "{log:#?}"
     );
+}
+
+/// The dispatches take their slots in the calls' order whether or not a worker was prepared:
+/// with two slots and three calls, the two prepared workers (their places still being made when
+/// the message ends) run first, and the third waits for a slot. (The prepared ones used to
+/// await their places before taking a slot, and the unprepared third took one first: the
+/// prepared containers then idled through a whole wave, figure 10 of `scripts/bench.sh`.)
+#[tokio::test]
+async fn prepared_workers_keep_their_turn_for_a_slot() {
+    let calls: Vec<ToolCall> = ["a", "b", "c"]
+        .iter()
+        .map(|id| agent_call(id, None))
+        .collect();
+    let s = setup_with(
+        calls,
+        vec![],
+        |mut c| {
+            c.max_workers = 2;
+            c
+        },
+        |rt| {
+            let ws = rt.config().workspace.clone();
+            rt.with_placement(Arc::new(SlowPlacement(super::place::SharedPlacement::new(
+                ws, None, None,
+            ))))
+        },
+    );
+    let log = s.run().await;
+    let third = at(&log, "request worker-3 0");
+    assert!(at(&log, "request worker-1 0") < third, "{log:#?}");
+    assert!(at(&log, "request worker-2 0") < third, "{log:#?}");
 }
