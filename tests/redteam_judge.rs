@@ -480,11 +480,13 @@ async fn a_judge_and_a_coordinator_cannot_write_by_any_route() {
     assert!(started[0].1.contains("canary_addr"), "{started:?}");
     let (_, wt) = run.placement.worktree_of("worker-1").unwrap();
 
-    let worker = run
+    // Worker-1's own container: the box it was made for (its worktree's mounts); any other
+    // box under its name is refused.
+    let worker_box = run
         .factory
-        .sandbox(&run.rt.main_box("worker-1", Role::Worker))
-        .await
-        .unwrap();
+        .box_of("worker-1")
+        .expect("worker-1 ran commands");
+    let worker = run.factory.sandbox(&worker_box).await.unwrap();
     let skip_ws = ["runs"];
     let skip_wb = ["spill"];
     let before = (

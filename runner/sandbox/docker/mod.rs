@@ -305,6 +305,12 @@ impl DockerSandboxFactory {
         self.inner.image().await.cloned()
     }
 
+    /// The box `agent`'s container was made for (or is being made for), once it was asked
+    /// for: what a second request under that name must equal.
+    pub fn box_of(&self, agent: &str) -> Option<AgentBox> {
+        lock(&self.inner.agents).get(agent).map(|s| s.spec.clone())
+    }
+
     /// Ids of the run's live containers (pod included).
     pub fn container_ids(&self) -> Vec<String> {
         lock(&self.inner.created)
