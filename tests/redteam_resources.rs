@@ -427,17 +427,7 @@ fn directories_past_the_runners_open_file_limit_hide_nothing_from_the_disk_budge
             text(REPORT),
         ]));
         user_file(&p, &model, "sk-ant-test");
-        let mut c = Command::new("prlimit");
-        c.env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &p.home)
-            .env("FLOWER_NO_PROBE", "1")
-            .env("FLOWERBOX_DISK_BUDGET", "500M")
-            .current_dir(&p.ws)
-            .args(["--nofile=1024:", "--"])
-            .arg(redteam_support::bin())
-            .args(["--sandbox", "docker", "go", "--timeout", "0", "做 X"]);
-        let o = measured(c, BOUND, None);
+        let o = with_1024_files(&p, &[("FLOWERBOX_DISK_BUDGET", "500M")]);
         eprintln!("disk attack ({what}): exit {:?}\n{}", o.code, o.text);
         t.attempts += 1;
         if o.code != Some(1) || o.hung || p.ws.join("not-stopped").exists() {
@@ -451,4 +441,63 @@ fn directories_past_the_runners_open_file_limit_hide_nothing_from_the_disk_budge
         );
     }
     report(t, "disk (directories past the runner's open file limit)");
+}
+
+/// `flowerbox --sandbox docker go` as [`flowerbox`] runs it, `env` on top, its open files
+/// limited to 1024 (a desktop session's default soft limit).
+fn with_1024_files(p: &Project, env: &[(&str, &str)]) -> Outcome {
+    let mut c = Command::new("prlimit");
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &p.home)
+        .env("FLOWER_NO_PROBE", "1")
+        .current_dir(&p.ws)
+        .args(["--nofile=1024:", "--"])
+        .arg(redteam_support::bin())
+        .args(["--sandbox", "docker", "go", "--timeout", "0", "做 X"]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    measured(c, BOUND, None)
+}
+
+/// Glob and Grep walk the agent's files on the host the same way, and held a handle open for
+/// every directory waiting to be walked: a worker's 3000 directories side by side ran the
+/// runner out of handles (1024 here), so every other open of the process failed meanwhile and
+/// the directories past the limit were left out of the result, silently. It succeeds when the
+/// Glob does not find all 3000 or the run does not end well.
+#[test]
+fn a_glob_over_more_directories_than_the_runner_may_open_finds_them_all() {
+    if !engine("redteam_resources_glob") {
+        return;
+    }
+    let _serial = docker_support::SERIAL.blocking_lock();
+    let mut t = Tally::default();
+    let p = Project::new();
+    let _sweep = Sweep(p.ws.clone());
+    let model = ScriptedModel::start(&go_scenario(vec![
+        json!({"content": [bash(
+            "mkdir wide && cd wide && mkdir $(seq 3000) && for i in $(seq 3000); do : > $i/n; done"
+        )]}),
+        json!({"content": [tool("Glob", json!({"pattern": "wide/*/n"}))]}),
+        text(REPORT),
+    ]));
+    user_file(&p, &model, "sk-ant-test");
+    let o = with_1024_files(&p, &[]);
+    eprintln!("glob attack: exit {:?}\n{}", o.code, o.text);
+    t.attempts += 1;
+    let all = model
+        .recorded()
+        .iter()
+        .any(|r| r["messages"].to_string().contains("共 3000 个"));
+    if !all || o.code != Some(0) || o.hung {
+        t.successes.push(format!(
+            "3000 directories side by side: all found {all}, exit {:?}",
+            o.code
+        ));
+    }
+    report(
+        t,
+        "handles (a Glob over more directories than the runner may open)",
+    );
 }
