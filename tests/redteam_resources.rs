@@ -501,3 +501,53 @@ fn a_glob_over_more_directories_than_the_runner_may_open_finds_them_all() {
         "handles (a Glob over more directories than the runner may open)",
     );
 }
+
+/// Edit (DESIGN.md threat model 8): the model is hostile too, and the runner builds an edited
+/// file in its memory. A one-letter `old_string` replaced everywhere in a worker's file of a
+/// million one-letter lines by a `new_string` of 256 bytes made a text of 256 MiB (and a
+/// longer `new_string`, or a 64 MiB file, terabytes). It succeeds when the runner's peak
+/// resident memory passes [`RSS_BOUND_KB`], the run does not end well or the file changed;
+/// the model must be told why.
+#[test]
+fn an_edit_that_multiplies_a_file_is_refused_before_it_is_built() {
+    if !engine("redteam_resources_edit") {
+        return;
+    }
+    let _serial = docker_support::SERIAL.blocking_lock();
+    let mut t = Tally::default();
+    let p = Project::new();
+    let _sweep = Sweep(p.ws.clone());
+    let model = ScriptedModel::start(&go_scenario(vec![
+        json!({"content": [bash("yes a | head -c 2M > many.txt")]}),
+        json!({"content": [tool("Edit", json!({
+            "file_path": "many.txt", "old_string": "a", "new_string": "b".repeat(256),
+            "replace_all": true}))]}),
+        text(REPORT),
+    ]));
+    user_file(&p, &model, "sk-ant-test");
+    let o = flowerbox(&p, &["go", "--timeout", "0", "做 X"], &[]);
+    eprintln!(
+        "edit attack: exit {:?}{}, peak {} KiB\n{}",
+        o.code,
+        if o.hung { " (hung, killed)" } else { "" },
+        o.max_rss_kb,
+        o.text
+    );
+    t.attempts += 1;
+    let size = std::fs::metadata(p.ws.join("many.txt"))
+        .map(|m| m.len())
+        .ok();
+    if o.max_rss_kb >= RSS_BOUND_KB || o.hung || o.code != Some(0) || size != Some(2 << 20) {
+        t.successes.push(format!(
+            "peak resident {} KiB (bound {RSS_BOUND_KB}), exit {:?}, hung {}, file {size:?}",
+            o.max_rss_kb, o.code, o.hung
+        ));
+    }
+    let told = model.recorded().iter().any(|r| {
+        r["messages"]
+            .to_string()
+            .contains("超过 67108864 字节的上限")
+    });
+    t.expect("the model told", told, String::new);
+    report(t, "memory (an Edit that multiplies a file)");
+}
