@@ -11,10 +11,13 @@
 //! - memory, Grep: the worker greps a file of millions of one-letter lines and one of a single
 //!   60 MiB line; every matching line was kept, and a line held whole. It succeeds when the
 //!   runner's peak passes [`RSS_BOUND_KB`]; the model must be told what the result left out;
+//! - memory, Edit: the model replaces a one-letter string everywhere in a worker's file by a
+//!   long one; the text was built whatever its size;
 //! - disk: the worker writes past a small disk budget into the workspace and into its
 //!   container's own `/tmp`. It succeeds when the run is not stopped (exit 0, or the worker's
 //!   last command ran) or when what it wrote is lost (the workspace file gone, the container's
-//!   file not kept).
+//!   file not kept); also in more directories, side by side or down, than the runner may
+//!   have files open (Glob's walk, too, must find them all).
 //!
 //! `FLOWERBOX_REDTEAM_BIN` runs another build of `flowerbox` against the same attacks (the
 //! baseline); the tests then report what got through, and the memory test its peak.
