@@ -4,7 +4,8 @@
 //! addresses, the default bridge, `host.docker.internal`), the cloud metadata address, and the
 //! world past `--egress none` and `--egress proxy` (directly, and through the proxy to names
 //! it does not list); they try to drop the rules; `WebFetch` (host side) tries the host,
-//! directly and through a redirect. Every attempt is counted and a single success fails the
+//! directly and through a redirect, and fetches a page nested 400k levels deep (which must be
+//! stripped, not converted, in time). Every attempt is counted and a single success fails the
 //! test; the host service counts the connections it accepted, which must stay zero. Positive
 //! checks show the probes can succeed: the pod's loopback in every mode, a listed domain
 //! through the proxy (judged by the proxy's decision, so a machine without internet passes).
@@ -405,8 +406,9 @@ async fn fetch(ctx: &ToolContext, url: &str) -> Result<String, ToolError> {
         .unwrap_or_else(|_| panic!("WebFetch {url} hung"))
 }
 
-/// A throwaway container (not a flowerbox pod) serving `/ok` (200) and `/r?u=URL` (302 to URL)
-/// on the default bridge; removed when dropped.
+/// A throwaway container (not a flowerbox pod) serving `/ok` (200), `/r?u=URL` (302 to URL)
+/// and `/nested` (an HTML page of 400k unclosed `<div>`s, 2 MB) on the default bridge;
+/// removed when dropped.
 struct Redirector {
     engine: Engine,
     id: String,
@@ -421,6 +423,11 @@ class H(http.server.BaseHTTPRequestHandler):
         if u.path == "/ok":
             self.send_response(200); self.send_header("Content-Length", "5"); self.end_headers()
             self.wfile.write(b"hello"); return
+        if u.path == "/nested":
+            body = b"<html><body>" + b"<div>" * 400000 + b"nested &lt;marker&gt;"
+            self.send_response(200); self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body))); self.end_headers()
+            self.wfile.write(body); return
         self.send_response(302)
         self.send_header("Location", urllib.parse.parse_qs(u.query)["u"][0])
         self.send_header("Content-Length", "0"); self.end_headers()
@@ -572,6 +579,55 @@ async fn webfetch_refuses_the_host_directly_and_through_redirects() {
             );
         }
         assert_none(&tally, "webfetch", &host);
+    })
+    .await
+    .expect("bounded");
+}
+
+/// A hostile page of 400k nested `<div>`s (2 MB, under WebFetch's 2 MiB cap) took the runner's
+/// async worker for hours converting it, the call past every timeout and interrupt. Now the
+/// depth is measured first and the page stripped of its tags instead, off the async workers;
+/// the result says so on its first line.
+#[tokio::test]
+async fn webfetch_strips_a_deeply_nested_page_instead_of_converting_it() {
+    let Some(engine) = engine_or_skip("redteam webfetch nested").await else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    tokio::time::timeout(BOUND, async {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        let server = Redirector::start(&engine).await;
+        let ctx = fetch_ctx(
+            EgressPolicy {
+                allow_nets: vec![parse_net(&server.ip).unwrap()],
+                ..Default::default()
+            },
+            &ws,
+        );
+        let base = format!("http://{}:8080", server.ip);
+        for _ in 0..50 {
+            if fetch(&ctx, &format!("{base}/ok")).await.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let url = format!("{base}/nested");
+        let started = std::time::Instant::now();
+        let got = fetch(&ctx, &url).await.expect("fetched");
+        eprintln!(
+            "redteam webfetch nested: the call took {:?}",
+            started.elapsed()
+        );
+        let mut lines = got.lines();
+        assert_eq!(
+            lines.next(),
+            Some("[这个页面的 HTML 嵌套超过 256 层,没按 HTML 转换:下面是去掉标签的纯文本]"),
+            "{}",
+            &got[..got.len().min(300)]
+        );
+        assert_eq!(lines.next(), Some(format!("200 {url}").as_str()));
+        assert_eq!(lines.next(), Some("nested <marker>"));
     })
     .await
     .expect("bounded");

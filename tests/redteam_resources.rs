@@ -11,10 +11,13 @@
 //! - memory, Grep: the worker greps a file of millions of one-letter lines and one of a single
 //!   60 MiB line; every matching line was kept, and a line held whole. It succeeds when the
 //!   runner's peak passes [`RSS_BOUND_KB`]; the model must be told what the result left out;
+//! - memory, Edit: the model replaces a one-letter string everywhere in a worker's file by a
+//!   long one; the text was built whatever its size;
 //! - disk: the worker writes past a small disk budget into the workspace and into its
 //!   container's own `/tmp`. It succeeds when the run is not stopped (exit 0, or the worker's
 //!   last command ran) or when what it wrote is lost (the workspace file gone, the container's
-//!   file not kept).
+//!   file not kept); also in more directories, side by side or down, than the runner may
+//!   have files open (Glob's walk, too, must find them all).
 //!
 //! `FLOWERBOX_REDTEAM_BIN` runs another build of `flowerbox` against the same attacks (the
 //! baseline); the tests then report what got through, and the memory test its peak.
@@ -427,17 +430,7 @@ fn directories_past_the_runners_open_file_limit_hide_nothing_from_the_disk_budge
             text(REPORT),
         ]));
         user_file(&p, &model, "sk-ant-test");
-        let mut c = Command::new("prlimit");
-        c.env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &p.home)
-            .env("FLOWER_NO_PROBE", "1")
-            .env("FLOWERBOX_DISK_BUDGET", "500M")
-            .current_dir(&p.ws)
-            .args(["--nofile=1024:", "--"])
-            .arg(redteam_support::bin())
-            .args(["--sandbox", "docker", "go", "--timeout", "0", "做 X"]);
-        let o = measured(c, BOUND, None);
+        let o = with_1024_files(&p, &[("FLOWERBOX_DISK_BUDGET", "500M")]);
         eprintln!("disk attack ({what}): exit {:?}\n{}", o.code, o.text);
         t.attempts += 1;
         if o.code != Some(1) || o.hung || p.ws.join("not-stopped").exists() {
@@ -451,4 +444,113 @@ fn directories_past_the_runners_open_file_limit_hide_nothing_from_the_disk_budge
         );
     }
     report(t, "disk (directories past the runner's open file limit)");
+}
+
+/// `flowerbox --sandbox docker go` as [`flowerbox`] runs it, `env` on top, its open files
+/// limited to 1024 (a desktop session's default soft limit).
+fn with_1024_files(p: &Project, env: &[(&str, &str)]) -> Outcome {
+    let mut c = Command::new("prlimit");
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &p.home)
+        .env("FLOWER_NO_PROBE", "1")
+        .current_dir(&p.ws)
+        .args(["--nofile=1024:", "--"])
+        .arg(redteam_support::bin())
+        .args(["--sandbox", "docker", "go", "--timeout", "0", "做 X"]);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    measured(c, BOUND, None)
+}
+
+/// Glob and Grep walk the agent's files on the host the same way, and held a handle open for
+/// every directory waiting to be walked: a worker's 3000 directories side by side ran the
+/// runner out of handles (1024 here), so every other open of the process failed meanwhile and
+/// the directories past the limit were left out of the result, silently. It succeeds when the
+/// Glob does not find all 3000 or the run does not end well.
+#[test]
+fn a_glob_over_more_directories_than_the_runner_may_open_finds_them_all() {
+    if !engine("redteam_resources_glob") {
+        return;
+    }
+    let _serial = docker_support::SERIAL.blocking_lock();
+    let mut t = Tally::default();
+    let p = Project::new();
+    let _sweep = Sweep(p.ws.clone());
+    let model = ScriptedModel::start(&go_scenario(vec![
+        json!({"content": [bash(
+            "mkdir wide && cd wide && mkdir $(seq 3000) && for i in $(seq 3000); do : > $i/n; done"
+        )]}),
+        json!({"content": [tool("Glob", json!({"pattern": "wide/*/n"}))]}),
+        text(REPORT),
+    ]));
+    user_file(&p, &model, "sk-ant-test");
+    let o = with_1024_files(&p, &[]);
+    eprintln!("glob attack: exit {:?}\n{}", o.code, o.text);
+    t.attempts += 1;
+    let all = model
+        .recorded()
+        .iter()
+        .any(|r| r["messages"].to_string().contains("共 3000 个"));
+    if !all || o.code != Some(0) || o.hung {
+        t.successes.push(format!(
+            "3000 directories side by side: all found {all}, exit {:?}",
+            o.code
+        ));
+    }
+    report(
+        t,
+        "handles (a Glob over more directories than the runner may open)",
+    );
+}
+
+/// Edit (DESIGN.md threat model 8): the model is hostile too, and the runner builds an edited
+/// file in its memory. A one-letter `old_string` replaced everywhere in a worker's file of a
+/// million one-letter lines by a `new_string` of 256 bytes made a text of 256 MiB (and a
+/// longer `new_string`, or a 64 MiB file, terabytes). It succeeds when the runner's peak
+/// resident memory passes [`RSS_BOUND_KB`], the run does not end well or the file changed;
+/// the model must be told why.
+#[test]
+fn an_edit_that_multiplies_a_file_is_refused_before_it_is_built() {
+    if !engine("redteam_resources_edit") {
+        return;
+    }
+    let _serial = docker_support::SERIAL.blocking_lock();
+    let mut t = Tally::default();
+    let p = Project::new();
+    let _sweep = Sweep(p.ws.clone());
+    let model = ScriptedModel::start(&go_scenario(vec![
+        json!({"content": [bash("yes a | head -c 2M > many.txt")]}),
+        json!({"content": [tool("Edit", json!({
+            "file_path": "many.txt", "old_string": "a", "new_string": "b".repeat(256),
+            "replace_all": true}))]}),
+        text(REPORT),
+    ]));
+    user_file(&p, &model, "sk-ant-test");
+    let o = flowerbox(&p, &["go", "--timeout", "0", "做 X"], &[]);
+    eprintln!(
+        "edit attack: exit {:?}{}, peak {} KiB\n{}",
+        o.code,
+        if o.hung { " (hung, killed)" } else { "" },
+        o.max_rss_kb,
+        o.text
+    );
+    t.attempts += 1;
+    let size = std::fs::metadata(p.ws.join("many.txt"))
+        .map(|m| m.len())
+        .ok();
+    if o.max_rss_kb >= RSS_BOUND_KB || o.hung || o.code != Some(0) || size != Some(2 << 20) {
+        t.successes.push(format!(
+            "peak resident {} KiB (bound {RSS_BOUND_KB}), exit {:?}, hung {}, file {size:?}",
+            o.max_rss_kb, o.code, o.hung
+        ));
+    }
+    let told = model.recorded().iter().any(|r| {
+        r["messages"]
+            .to_string()
+            .contains("超过 67108864 字节的上限")
+    });
+    t.expect("the model told", told, String::new);
+    report(t, "memory (an Edit that multiplies a file)");
 }

@@ -142,10 +142,33 @@ pub fn walk(
         Vec::new()
     };
     layers.push(Arc::new(layer(view, root.as_fd(), base.path())));
-    // Depth first, in name order; an explicit stack, so a deep tree cannot exhaust ours.
-    let mut stack: Vec<(PathBuf, Arc<OwnedFd>, Vec<Arc<Layer>>)> =
-        vec![(base.path().to_path_buf(), root, layers)];
-    while let Some((dir_path, dir, layers)) = stack.pop() {
+    // Depth first, in name order; an explicit stack, so a deep tree cannot exhaust ours. A
+    // directory waiting its turn is its parent's handle and its name, opened when its turn
+    // comes: the handles open at once are those on the way down, not one per directory listed
+    // (thousands side by side ran the runner out of handles, and every other open of the
+    // process with it).
+    let mut stack: Vec<Pending> = Vec::new();
+    let mut first = Some((base.path().to_path_buf(), root, layers));
+    loop {
+        let (dir_path, dir, layers) = match first.take() {
+            Some(top) => top,
+            None => {
+                let Some(p) = stack.pop() else { break };
+                let opened = match p.mount {
+                    Some(m) => view.root(m),
+                    None => sys::dir_at(p.parent.as_fd(), &p.name, false).map(Arc::new),
+                };
+                // Swapped for a link or removed since it was listed: skip it; a masked
+                // directory moved here under another name: skip it too.
+                let Ok(sub) = opened else { continue };
+                if p.mount.is_none() && view.is_masked_dir(sub.as_fd()) {
+                    continue;
+                }
+                let mut l = p.layers;
+                l.push(Arc::new(layer(view, sub.as_fd(), &p.path)));
+                (p.path, sub, l)
+            }
+        };
         let Ok(entries) = sys::list(dir.as_fd()) else {
             continue;
         };
@@ -181,25 +204,27 @@ pub fn walk(
                 }
                 continue;
             }
-            let opened = match mount {
-                Some(m) => view.root(m),
-                None => sys::dir_at(dir.as_fd(), &name, false).map(Arc::new),
-            };
-            // Swapped for a link or removed since it was listed: skip it; a masked directory
-            // moved here under another name: skip it too.
-            let Ok(sub) = opened else { continue };
-            if mount.is_none() && view.is_masked_dir(sub.as_fd()) {
-                continue;
-            }
-            subdirs.push((path, sub));
+            subdirs.push(Pending {
+                path,
+                parent: dir.clone(),
+                name,
+                mount,
+                layers: layers.clone(),
+            });
         }
-        for (path, sub) in subdirs.into_iter().rev() {
-            let mut l = layers.clone();
-            l.push(Arc::new(layer(view, sub.as_fd(), &path)));
-            stack.push((path, sub, l));
-        }
+        stack.extend(subdirs.into_iter().rev());
     }
     Ok(())
+}
+
+/// A directory the walk will enter: its path, its parent's handle and its name (or the mount
+/// at that path), the ignore layers above it.
+struct Pending {
+    path: PathBuf,
+    parent: Arc<OwnedFd>,
+    name: OsString,
+    mount: Option<usize>,
+    layers: Vec<Arc<Layer>>,
 }
 
 /// True when the rules leave `path` out.

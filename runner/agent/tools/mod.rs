@@ -14,6 +14,7 @@ mod search;
 mod skill;
 mod todo;
 mod webfetch;
+mod webtext;
 mod write;
 
 use async_trait::async_trait;

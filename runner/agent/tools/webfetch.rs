@@ -7,14 +7,21 @@
 //! loopback, no host address, no private or link-local range unless `--allow-net`), and the
 //! connection pinned to the checked addresses, so a second DNS answer cannot rebind it.
 //! Redirects are followed by hand, each under the same check; no system proxy is used.
+//!
+//! The whole call (every hop, the body, and turning HTML into text, [`super::webtext`]) is under
+//! one [`TIMEOUT`]; the conversion runs off the async workers, and the human's interrupt stops
+//! the wait for it.
 
 use async_trait::async_trait;
 use futures::StreamExt;
 use reqwest::Url;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::time::Instant;
 
+use super::webtext::page_text;
 use super::{parse_input, Tool, ToolContext, ToolError};
 use crate::model::ToolName;
 use crate::sandbox::egress::{EgressPolicy, HostAddrs};
@@ -22,6 +29,8 @@ use crate::sandbox::pinned::{pinned_builder, PinError};
 
 /// Redirects followed at most.
 const MAX_REDIRECTS: usize = 5;
+/// A call takes this long at most: each hop, and the whole call with its conversion.
+const TIMEOUT: Duration = Duration::from_secs(60);
 
 pub(super) struct WebFetchTool;
 
@@ -57,6 +66,7 @@ impl Tool for WebFetchTool {
             Url::parse(&a.url).map_err(|e| ToolError::InvalidInput(format!("url: {e}")))?;
         let policy = &ctx.limits.egress;
         let host = HostAddrs::discover();
+        let deadline = Instant::now() + TIMEOUT;
         let fetch = async {
             let mut hops = 0;
             let resp = loop {
@@ -106,16 +116,26 @@ impl Tool for WebFetchTool {
             Ok::<_, ToolError>((status, ctype, body, cut))
         };
         let (status, ctype, body, cut) = tokio::select! {
-            r = fetch => r?,
+            r = tokio::time::timeout_at(deadline, fetch) => r.map_err(|_| {
+                ToolError::Failed(format!("{} 秒内没取完 {url}", TIMEOUT.as_secs()))
+            })??,
             _ = ctx.cancel.cancelled() => return Err(ToolError::Interrupted),
         };
-        let text = if ctype.contains("html") {
-            html2text::from_read(&body[..], 100)
-                .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned())
+        let (text, fallback) = if ctype.contains("html") {
+            let budget = deadline.saturating_duration_since(Instant::now());
+            let page = tokio::select! {
+                p = page_text(Arc::from(body), budget) => p,
+                _ = ctx.cancel.cancelled() => return Err(ToolError::Interrupted),
+            };
+            (page.text, page.fallback)
         } else {
-            String::from_utf8_lossy(&body).into_owned()
+            (String::from_utf8_lossy(&body).into_owned(), None)
         };
-        let mut out = format!("{} {}\n", status.as_u16(), url);
+        let mut out = String::new();
+        if let Some(why) = fallback {
+            out.push_str(&format!("{why}\n"));
+        }
+        out.push_str(&format!("{} {}\n", status.as_u16(), url));
         if let Some(p) = a.prompt {
             out.push_str(&format!("(要找的:{p})\n"));
         }
@@ -152,7 +172,7 @@ async fn pinned_client(
             }
         })?;
     builder
-        .timeout(Duration::from_secs(60))
+        .timeout(TIMEOUT)
         .build()
         .map_err(|e| ToolError::Failed(e.to_string()))
 }

@@ -100,6 +100,10 @@ pub enum EditError {
     /// `old_string` occurs this many times and `replace_all` is off.
     #[error("old_string 在文件里出现了 {0} 次;多给些上下文让它唯一,或者用 replace_all")]
     NotUnique(usize),
+    /// The edited text would pass [`MAX_FILE_BYTES`]: a short `old_string` replaced everywhere
+    /// by a long `new_string` multiplies the file, and the runner builds it in memory.
+    #[error("改完的文件会有 {0} 字节,超过 {max} 字节的上限;分几次改,或者用 Bash 生成它", max = MAX_FILE_BYTES)]
+    TooLarge(u64),
 }
 
 /// Applies one edit to `text`: the new text and how many places changed.
@@ -114,7 +118,15 @@ pub fn apply_edit(text: &str, edit: &Edit) -> Result<(String, usize), EditError>
     match (count, edit.all) {
         (0, _) => Err(EditError::NotFound),
         (n, false) if n > 1 => Err(EditError::NotUnique(n)),
-        (n, _) => Ok((text.replace(edit.old.as_str(), &edit.new), n)),
+        (n, _) => {
+            // Sized before it is built (`n` ≤ the text's length, so no overflow in u128).
+            let size = text.len() as u128 - (n as u128) * (edit.old.len() as u128)
+                + (n as u128) * (edit.new.len() as u128);
+            if size > u128::from(MAX_FILE_BYTES) {
+                return Err(EditError::TooLarge(u64::try_from(size).unwrap_or(u64::MAX)));
+            }
+            Ok((text.replace(edit.old.as_str(), &edit.new), n))
+        }
     }
 }
 
@@ -236,6 +248,19 @@ mod tests {
             apply_edit("汉字测试", &edit("字测", "X", false)).unwrap().0,
             "汉X试"
         );
+    }
+
+    /// A short text replaced everywhere by a long one is refused by its size, before it is
+    /// built: 64 MiB read could otherwise become terabytes in the runner's memory.
+    #[test]
+    fn an_edit_past_the_file_cap_is_refused_unbuilt() {
+        let text = "a\n".repeat(1 << 16);
+        let big = "b".repeat(1 << 12);
+        assert_eq!(
+            apply_edit(&text, &edit("a", &big, true)),
+            Err(EditError::TooLarge((1 << 16) * (1 << 12) + (1 << 16)))
+        );
+        assert!(apply_edit(&text, &edit("a", "bb", true)).is_ok());
     }
 
     #[test]
