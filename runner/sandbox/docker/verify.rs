@@ -87,7 +87,27 @@ pub(crate) fn verify(pid: i64, mounts: &[Mount]) -> Result<(), SandboxError> {
             return Err(wrong());
         }
     }
-    Ok(())
+    match stray_writable(&entries, mounts) {
+        Some(point) => Err(SandboxError::OutsideMounts(point)),
+        None => Ok(()),
+    }
+}
+
+/// A read-write mount inside the box's mounts that is none of the box's own read-write ones:
+/// where a mount the engine made landed when its destination was resolved through a link
+/// swapped in between (`src -> .git` mounts the repository writable at `.git`). Each pinned
+/// mount is also where it belongs, checked above; this refuses whatever else appeared.
+fn stray_writable(entries: &[Entry], mounts: &[Mount]) -> Option<PathBuf> {
+    let writable: Vec<&std::path::Path> = mounts
+        .iter()
+        .filter(|m| !m.read_only)
+        .map(|m| m.inside.as_path())
+        .collect();
+    entries
+        .iter()
+        .filter(|e| e.rw && !writable.contains(&e.point.as_path()))
+        .find(|e| mounts.iter().any(|m| e.point.starts_with(&m.inside)))
+        .map(|e| e.point.clone())
 }
 
 /// The mount id of the mount `fd` is on (`mnt_id:` of `/proc/self/fdinfo/<fd>`).
@@ -143,6 +163,34 @@ fn unescape(s: &str) -> std::ffi::OsString {
 mod tests {
     use super::*;
     use std::path::Path;
+
+    /// The race `scope_workers` runs: the scope `src` was a link to `.git` when the engine
+    /// resolved the mount's destination, so the table has a writable `.git`.
+    #[test]
+    fn a_writable_mount_that_is_not_the_boxs_own_is_refused() {
+        let ws = Path::new("/w/p");
+        let mounts = [
+            Mount::same(ws.to_path_buf(), true),
+            Mount::same(ws.join(".git"), true),
+            Mount::same(ws.join("src"), false),
+        ];
+        let table = "1 0 8:1 / / rw - overlay overlay rw\n\
+                     2 1 8:1 /w/p /w/p ro - ext4 /dev/vda ro\n\
+                     3 2 8:1 /w/p/.git /w/p/.git ro - ext4 /dev/vda ro\n\
+                     4 2 8:1 /w/p/src /w/p/src rw - ext4 /dev/vda rw\n\
+                     5 1 0:9 / /home/agent rw - tmpfs tmpfs rw\n";
+        assert_eq!(stray_writable(&parse(table), &mounts), None);
+        let raced = format!("{table}6 3 8:1 /w/p/.git /w/p/.git rw - ext4 /dev/vda rw\n");
+        assert_eq!(
+            stray_writable(&parse(&raced), &mounts),
+            Some(ws.join(".git"))
+        );
+        // Deeper down, too; read-only extras (masks) are fine.
+        let deep = format!("{table}6 2 8:1 /w/p/a /w/p/a/b rw - ext4 /dev/vda rw\n");
+        assert_eq!(stray_writable(&parse(&deep), &mounts), Some(ws.join("a/b")));
+        let mask = format!("{table}6 2 0:9 / /w/p/runs ro - tmpfs tmpfs ro\n");
+        assert_eq!(stray_writable(&parse(&mask), &mounts), None);
+    }
 
     #[test]
     fn mountinfo_lines_are_parsed_with_escapes() {
