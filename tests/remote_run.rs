@@ -729,3 +729,146 @@ async fn a_workflow_with_isolate_runs_on_the_second_engine_and_one_without_is_re
         ""
     );
 }
+
+/// The pod's fence on an engine that does not share the caller's disk refuses the *engine
+/// host's* addresses (README threat model "the host is unreachable from agents"): the second
+/// engine's own address (its container's on the caller's engine, which the caller's machine
+/// does not have) is learned from the engine, and an agent of a remote run cannot connect to a
+/// listener in the engine host's network namespace there, although `--allow-net` opens that
+/// address's range (without the engine's addresses in the fence it would connect; an
+/// unfenced container of the engine does).
+#[tokio::test]
+async fn a_remote_runs_agents_cannot_reach_the_engine_hosts_own_address() {
+    use flowerbox::role::Role;
+    use flowerbox::sandbox::docker::{engine_host, DockerOptions, DockerSandboxFactory};
+    use flowerbox::sandbox::egress::{parse_net, EgressPolicy, HostAddrs};
+    use flowerbox::sandbox::{AgentBox, ExecRequest, Mount, SandboxFactory, SandboxPolicy, Seat};
+    use std::net::IpAddr;
+    use tokio_util::sync::CancellationToken;
+
+    let Some((host, engine, image)) = second_engine("remote_run_fence").await else {
+        return;
+    };
+    // The second engine's address, as the caller's engine (which runs it) gave it.
+    let inspected = std::process::Command::new("docker")
+        .args([
+            "inspect",
+            "-f",
+            "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}",
+            "flowerbox-second-engine",
+        ])
+        .env_remove("DOCKER_HOST")
+        .output()
+        .unwrap();
+    assert!(inspected.status.success(), "{inspected:?}");
+    let engine_ip: IpAddr = String::from_utf8(inspected.stdout)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .expect("the second engine's address")
+        .parse()
+        .unwrap();
+    assert!(
+        !HostAddrs::discover().contains(engine_ip),
+        "{engine_ip} is the caller's own address: no test of the engine host's"
+    );
+
+    let tag = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+    let run_id = format!("remote-fence-{tag}");
+    let _guard = RunOnEngine {
+        host: host.clone(),
+        run: run_id.clone(),
+    };
+    let labels = std::collections::HashMap::from([("flowerbox.run".to_string(), run_id.clone())]);
+    let learned = engine_host::learn(&engine, &image, labels).await.unwrap();
+    assert!(
+        learned.contains(engine_ip),
+        "{engine_ip} not in {learned:?}"
+    );
+
+    // A listener in the engine host's network namespace, and proof that a container of the
+    // engine without the fence reaches it.
+    let port = 20_000 + u16::from_str_radix(&tag[..4], 16).unwrap() % 20_000;
+    let on_engine = |args: &[&str]| {
+        std::process::Command::new("docker")
+            .args(args)
+            .env("DOCKER_HOST", &host)
+            .output()
+            .unwrap()
+    };
+    let label = format!("flowerbox.run={run_id}");
+    let listener = on_engine(&[
+        "run",
+        "-d",
+        "--network",
+        "host",
+        "--read-only",
+        "--cap-drop",
+        "ALL",
+        "-u",
+        "65534",
+        "--label",
+        &label,
+        &image,
+        "python3",
+        "-m",
+        "http.server",
+        &port.to_string(),
+        "--bind",
+        "0.0.0.0",
+    ]);
+    assert!(listener.status.success(), "{listener:?}");
+    let url = format!("http://{engine_ip}:{port}/");
+    let control = on_engine(&[
+        "run", "--rm", "--label", &label, &image, "sh", "-c",
+        &format!("for i in $(seq 30); do curl -sS -o /dev/null --max-time 3 {url} && exit 0; sleep 1; done; exit 1"),
+    ]);
+    assert!(control.status.success(), "unfenced: {control:?}");
+
+    let (_dir, ws) = caller_repo();
+    let bundle = {
+        let repo = flowerbox::isolate::open_workspace_repo(&ws).unwrap();
+        flowerbox::isolate::bundle::write_bundle(&repo.open().unwrap(), &["refs/heads/main"])
+            .unwrap()
+    };
+    let mut opts = DockerOptions::new(&run_id, &ws);
+    opts.docker_host = Some(host.clone());
+    opts.image = Some(image.clone());
+    opts.show_progress = false;
+    opts.remote = true;
+    opts.egress = EgressPolicy {
+        allow_nets: vec![parse_net(&format!("{engine_ip}/16")).unwrap()],
+        ..Default::default()
+    };
+    let factory = DockerSandboxFactory::connect(opts).await.unwrap();
+    let disk = factory.engine_disk().expect("an engine disk");
+    disk.repository(&ws, "workspace", bundle, "origin/main", "main")
+        .await
+        .unwrap();
+    let judge = AgentBox {
+        agent: "judge-1".into(),
+        role: Role::Judge,
+        mounts: vec![Mount::same(&ws, true)],
+        masked: Vec::new(),
+        workdir: ws.clone(),
+        policy: SandboxPolicy::read_only(Seat::Judge),
+    };
+    let sb = factory.sandbox(&judge).await.unwrap();
+    let out = sb
+        .exec(ExecRequest {
+            command: format!("curl -sS -o /dev/null --max-time 5 {url}; echo rc=$?"),
+            cwd: ws.clone(),
+            env: Vec::new(),
+            timeout: Duration::from_secs(60),
+            output_cap: 64 * 1024,
+            spill_dir: None,
+            cancel: CancellationToken::new(),
+        })
+        .await
+        .unwrap();
+    assert!(
+        out.stdout.contains("rc=") && !out.stdout.contains("rc=0"),
+        "the agent reached the engine host: {out:?}"
+    );
+    factory.teardown().await.unwrap();
+}

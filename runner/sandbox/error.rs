@@ -125,6 +125,10 @@ pub enum SandboxError {
     /// this machine's disk (issue 30 §2): refused, never bind-mounted.
     #[error("{0} 不是这次运行在引擎上的卷:这个引擎看不到这台机器的磁盘,容器只挂运行自己的卷")]
     NotOnEngine(PathBuf),
+    /// The addresses of the engine's machine (a remote engine's) could not be learned: no
+    /// pod may start without them in its fence.
+    #[error("查不出引擎所在机器的地址({0}):pod 的隔离规则挡不住它,运行不启动")]
+    EngineHostUnknown(String),
     /// The sandbox was already torn down.
     #[error("sandbox is shut down")]
     ShutDown,

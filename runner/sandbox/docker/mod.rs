@@ -20,6 +20,7 @@ pub mod checks;
 pub mod container;
 pub mod deferred;
 pub mod engine;
+pub mod engine_host;
 pub mod error;
 pub mod exec;
 pub mod gc;

@@ -89,9 +89,10 @@ impl Inner {
         let (net, facts) = self
             .net
             .get_or_try_init(|| async {
+                let host = self.host_addrs(&infra).await?;
                 let net = self.create_network(&spec).await?;
                 let facts = FenceFacts {
-                    host: HostAddrs::discover(),
+                    host,
                     resolvers: crate::sandbox::egress::resolvers(),
                     gateway: net.gateway,
                 };
@@ -149,6 +150,22 @@ impl Inner {
             fenced,
             life,
         })
+    }
+
+    /// The addresses the pod's fence refuses as the host's: this machine's, and on an engine
+    /// that does not share its disk also the engine host's, learned from the engine
+    /// ([`super::engine_host`]; not learned, no pod).
+    pub(super) async fn host_addrs(&self, image: &str) -> Result<HostAddrs, SandboxError> {
+        let mut host = HostAddrs::discover();
+        if self.opts.remote {
+            let labels =
+                super::volumes::run_labels(&self.opts.run_id, &self.opts.workspace, &self.owner);
+            let engine = super::engine_host::learn(&self.engine, image, labels).await?;
+            host.addrs.extend(engine.addrs);
+            host.addrs.sort();
+            host.addrs.dedup();
+        }
+        Ok(host)
     }
 
     /// Watches the pod `id` just started; an error when it is already gone.

@@ -320,7 +320,7 @@ pub(crate) async fn create_confined(
 }
 
 /// The body [`create_confined`] creates.
-fn confined_body(
+pub(super) fn confined_body(
     image: &str,
     entrypoint: Vec<String>,
     user: Option<&str>,
@@ -348,7 +348,7 @@ fn confined_body(
 }
 
 /// Creates (never starts) the container `name` of `body`.
-async fn create_body(
+pub(super) async fn create_body(
     engine: &Engine,
     name: &str,
     body: ContainerCreateBody,
@@ -366,14 +366,19 @@ async fn create_body(
 }
 
 /// Removes a chore's container when dropped (spawned: `Drop` cannot wait).
-struct Removal {
+pub(super) struct Removal {
     docker: bollard::Docker,
     id: String,
 }
 
 impl Removal {
+    /// The removal of the container `id`.
+    pub(super) fn new(docker: bollard::Docker, id: String) -> Removal {
+        Removal { docker, id }
+    }
+
     /// Removes the container now, waiting for it; nothing is left for `Drop`.
-    async fn now(&mut self) {
+    pub(super) async fn now(&mut self) {
         let id = std::mem::take(&mut self.id);
         let rm = RemoveContainerOptions {
             force: true,
