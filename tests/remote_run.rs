@@ -780,11 +780,20 @@ async fn a_remote_runs_agents_cannot_reach_the_engine_hosts_own_address() {
         run: run_id.clone(),
     };
     let labels = std::collections::HashMap::from([("flowerbox.run".to_string(), run_id.clone())]);
-    let learned = engine_host::learn(&engine, &image, labels).await.unwrap();
+    let learned = engine_host::learn(&engine, &image, labels.clone())
+        .await
+        .unwrap();
     assert!(
         learned.contains(engine_ip),
         "{engine_ip} not in {learned:?}"
     );
+    // Not learned (here: no image to learn them with) is a typed refusal, never an empty set.
+    match engine_host::learn(&engine, "fbx-no-such-image:none", labels).await {
+        Err(e @ flowerbox::sandbox::SandboxError::EngineHostUnknown(_)) => {
+            assert!(e.to_string().contains("查不出引擎所在机器的地址"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
 
     // A listener in the engine host's network namespace, and proof that a container of the
     // engine without the fence reaches it.

@@ -160,7 +160,10 @@ impl Inner {
         if self.opts.remote {
             let labels =
                 super::volumes::run_labels(&self.opts.run_id, &self.opts.workspace, &self.owner);
-            let engine = super::engine_host::learn(&self.engine, image, labels).await?;
+            // Not learned, the run cannot go on: no pod of it may start without them.
+            let engine = super::engine_host::learn(&self.engine, image, labels)
+                .await
+                .inspect_err(|e| self.watch.fail(e.to_string()))?;
             host.addrs.extend(engine.addrs);
             host.addrs.sort();
             host.addrs.dedup();

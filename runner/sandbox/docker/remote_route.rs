@@ -57,6 +57,12 @@ impl RemoteRoute {
             .inner()
             .await
             .ok_or(FilesError::Failed(SandboxError::ShutDown.to_string()))?;
+        // Like every start (`Inner::starting`): none once the teardown began, and one in
+        // flight is in `created` before the teardown's second pass, which removes it.
+        let starting = inner.starting.clone().read_owned().await;
+        if inner.torn_down.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(FilesError::Failed(SandboxError::ShutDown.to_string()));
+        }
         let mut keepers = inner.keepers.lock().await;
         if let Some(k) = keepers.get(&key) {
             return Ok(k.clone());
@@ -84,12 +90,23 @@ impl RemoteRoute {
         let ids = inner.opts.user.unwrap_or_else(UserIds::current);
         let labels = run_labels(&inner.opts.run_id, &inner.opts.workspace, &inner.owner);
         let user = format!("{}:{}", ids.uid, ids.gid);
-        let keeper =
-            FilesKeeper::start(&inner.engine, &image, &name, &source, mounts, labels, &user)
-                .await
-                .map_err(failed)?;
-        // Removed with the run's agents at teardown, before its volumes.
-        lock(&inner.created).push((keeper.container().to_string(), Tier::Agent));
+        // Made in a task of its own: a caller dropped meanwhile (a run lost at once) does not
+        // leave a keeper created and never recorded, holding a volume past the teardown.
+        let maker = inner.clone();
+        let made = tokio::spawn(async move {
+            let _starting = starting;
+            let keeper =
+                FilesKeeper::start(&maker.engine, &image, &name, &source, mounts, labels, &user)
+                    .await?;
+            // Removed with the run's agents at teardown, before its volumes.
+            lock(&maker.created).push((keeper.container().to_string(), Tier::Agent));
+            drop(binary);
+            Ok::<_, SandboxError>(keeper)
+        });
+        let keeper = made
+            .await
+            .map_err(|e| FilesError::Failed(e.to_string()))?
+            .map_err(failed)?;
         let files = keeper.files();
         keepers.insert(key, files.clone());
         Ok(files)
