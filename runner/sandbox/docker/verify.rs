@@ -16,10 +16,12 @@
 //!   no later rename can change;
 //! - that object must be the one the host pinned (device and inode).
 //!
-//! Every pinned mount yields exactly one mount in the container; when each is found at its own
-//! path with its own pinned object, none of them landed anywhere else. Anything else (a path
-//! swapped, a mount elsewhere, the container's `/proc` out of reach) refuses the box: the
-//! container is removed and the worker never runs.
+//! Each pinned mount found at its own path with its own pinned object is not yet enough: under
+//! a racing swap (`scope_workers`) containers also came up with a second, read-write mount where
+//! a link led (`src -> .git` gave a writable `.git` beside the verified scope). So no read-write
+//! mount may sit inside the box's mounts unless it is one of the box's own read-write mounts.
+//! Anything else (a path swapped, a mount elsewhere, the container's `/proc` out of reach)
+//! refuses the box: the container is removed and the worker never runs.
 
 use rustix::fs::{openat, Mode, OFlags, CWD};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
