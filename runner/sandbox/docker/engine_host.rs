@@ -9,13 +9,13 @@
 //! start ([`SandboxError::EngineHostUnknown`]); never a pod without the engine host's
 //! addresses in its fence.
 
-use bollard::query_parameters::{LogsOptions, WaitContainerOptions};
+use bollard::query_parameters::LogsOptions;
 use futures::StreamExt;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
-use super::volumes::{confined_body, create_body, Removal, LABEL_CHORE};
+use super::volumes::{confined_body, create_body, wait_exit, Removal, LABEL_CHORE};
 use super::Engine;
 use crate::sandbox::egress::HostAddrs;
 use crate::sandbox::SandboxError;
@@ -158,24 +158,7 @@ async fn read(
             .start_container(&id, None)
             .await
             .map_err(super::error::container(format!("starting {name}")))?;
-        let code = tokio::time::timeout(WAIT, async {
-            let mut wait = docker.wait_container(&id, None::<WaitContainerOptions>);
-            let mut code = None;
-            while let Some(item) = wait.next().await {
-                match item {
-                    Ok(r) => code = Some(r.status_code),
-                    Err(bollard::errors::Error::DockerContainerWaitError { code: c, .. }) => {
-                        code = Some(c)
-                    }
-                    Err(e) => {
-                        return Err(super::error::container(format!("waiting for {name}"))(e))
-                    }
-                }
-            }
-            Ok(code)
-        })
-        .await
-        .map_err(|_| SandboxError::Backend(format!("{name} did not end within {WAIT:?}")))??;
+        let code = wait_exit(docker, &id, &name, WAIT).await?;
         if code != Some(0) {
             return Err(SandboxError::Backend(format!("{name} ended with {code:?}")));
         }

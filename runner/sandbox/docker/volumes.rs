@@ -220,30 +220,7 @@ impl Chore<'_> {
             .start_container(&id, None)
             .await
             .map_err(super::error::container(format!("starting {name}")))?;
-        let code = tokio::time::timeout(CHORE_WAIT, async {
-            let mut wait = docker.wait_container(&id, None::<WaitContainerOptions>);
-            let mut code = None;
-            while let Some(item) = wait.next().await {
-                match item {
-                    Ok(r) => code = Some(r.status_code),
-                    // A non-zero exit comes as an error carrying the code.
-                    Err(bollard::errors::Error::DockerContainerWaitError { code: c, .. }) => {
-                        code = Some(c)
-                    }
-                    Err(e) => {
-                        return Err(super::error::container(format!("waiting for {name}"))(e))
-                    }
-                }
-            }
-            Ok(code)
-        })
-        .await
-        .map_err(|_| {
-            SandboxError::Backend(format!(
-                "{name} did not end within {} s",
-                CHORE_WAIT.as_secs()
-            ))
-        })??;
+        let code = wait_exit(docker, &id, name, CHORE_WAIT).await?;
         if code != Some(0) {
             return Err(SandboxError::Backend(format!(
                 "{name} ended with {code:?}: {}",
@@ -499,4 +476,32 @@ pub async fn update_from_bundle(
         .run(&script, &[("in.bundle", bundle)], None)
         .await
         .map(|_| ())
+}
+
+/// Waits up to `limit` for container `id` (`name` in errors) to end; its exit code (a non-zero
+/// one comes from the engine as an error carrying it).
+pub(super) async fn wait_exit(
+    docker: &bollard::Docker,
+    id: &str,
+    name: &str,
+    limit: Duration,
+) -> Result<Option<i64>, SandboxError> {
+    tokio::time::timeout(limit, async {
+        let mut wait = docker.wait_container(id, None::<WaitContainerOptions>);
+        let mut code = None;
+        while let Some(item) = wait.next().await {
+            match item {
+                Ok(r) => code = Some(r.status_code),
+                Err(bollard::errors::Error::DockerContainerWaitError { code: c, .. }) => {
+                    code = Some(c)
+                }
+                Err(e) => return Err(super::error::container(format!("waiting for {name}"))(e)),
+            }
+        }
+        Ok(code)
+    })
+    .await
+    .map_err(|_| {
+        SandboxError::Backend(format!("{name} did not end within {} s", limit.as_secs()))
+    })?
 }
