@@ -71,6 +71,17 @@ pub(crate) fn branch_bundle(
     Ok((short.to_string(), write_bundle(&r, &[full])?, tip))
 }
 
+/// [`branch_bundle`] off the async workers.
+async fn bundle_off(repo: &WorkspaceRepo) -> Result<(String, Vec<u8>, String), IsolateError> {
+    let r = repo.clone();
+    tokio::task::spawn_blocking(move || branch_bundle(&r))
+        .await
+        .map_err(|source| IsolateError::Crashed {
+            what: "打包仓库",
+            source,
+        })?
+}
+
 /// Puts the workspace's repository into the engine's volume at its working tree.
 pub(crate) async fn bind(
     repo: &WorkspaceRepo,
@@ -79,13 +90,7 @@ pub(crate) async fn bind(
     if !repo.subdir.as_os_str().is_empty() {
         return Err(IsolateError::EngineSubdir(repo.workspace.clone()));
     }
-    let r = repo.clone();
-    let (target, bundle, _) = tokio::task::spawn_blocking(move || branch_bundle(&r))
-        .await
-        .map_err(|source| IsolateError::Crashed {
-            what: "打包仓库",
-            source,
-        })??;
+    let (target, bundle, _) = bundle_off(repo).await?;
     disk.repository(
         &repo.workdir,
         "workspace",
@@ -110,13 +115,7 @@ impl EngineSide {
         at: PathBuf,
         branch: String,
     ) -> Result<EnginePlace, IsolateError> {
-        let r = repo.clone();
-        let (_, bundle, base) = tokio::task::spawn_blocking(move || branch_bundle(&r))
-            .await
-            .map_err(|source| IsolateError::Crashed {
-                what: "打包仓库",
-                source,
-            })??;
+        let (_, bundle, base) = bundle_off(repo).await?;
         self.disk
             .repository(&at, agent, bundle, &base, &branch)
             .await
@@ -183,13 +182,7 @@ impl EngineSide {
 
     /// Brings the workspace's volume up to the caller's branch.
     pub(crate) async fn refresh(&self, repo: &WorkspaceRepo) -> Result<(), IsolateError> {
-        let r = repo.clone();
-        let (target, bundle, _) = tokio::task::spawn_blocking(move || branch_bundle(&r))
-            .await
-            .map_err(|source| IsolateError::Crashed {
-                what: "打包仓库",
-                source,
-            })??;
+        let (target, bundle, _) = bundle_off(repo).await?;
         self.disk
             .update(&repo.workdir, bundle, &target)
             .await
