@@ -179,6 +179,7 @@ async fn garbage_from_a_service_falls_back_to_an_exec_per_command() {
         &Hello {
             version: proto::VERSION,
             pid: 1,
+            socket: false,
         },
     ));
     let octal: String = hello.iter().map(|b| format!("\\{b:03o}")).collect();

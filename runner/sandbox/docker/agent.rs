@@ -82,6 +82,14 @@ impl DockerSandbox {
         self.current().exec_service().await
     }
 
+    /// Whether the current container's exec service (started when needed) carries its frames
+    /// over the host's Unix socket (`Some(true)`, a local engine) or the engine's attach
+    /// (`Some(false)`); `None` when commands go as a Docker exec each.
+    pub async fn exec_over_socket(&self) -> Option<bool> {
+        let channel = self.current().exec_channel().await?;
+        Some(channel == super::service::Channel::Socket)
+    }
+
     /// The container to run in: the current one, or a new one when it is gone.
     async fn live(&self) -> Result<Arc<Container>, SandboxError> {
         let c = self.current();

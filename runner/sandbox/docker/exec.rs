@@ -233,9 +233,10 @@ impl Container {
         }
     }
 
-    /// Commands go through the exec service mounted at [`super::service::SERVICE_PATH`].
-    pub(crate) fn with_service(mut self) -> Self {
-        let slot: Arc<ServiceSlot> = Arc::default();
+    /// Commands go through the exec service mounted at [`super::service::SERVICE_PATH`], its
+    /// frames over `socket` when there is one (a local engine's) and it works.
+    pub(crate) fn with_service(mut self, socket: Option<super::service::HostSocket>) -> Self {
+        let slot = Arc::new(ServiceSlot::with_socket(socket));
         // A service of a container that goes is let go: its stream would never end.
         let (closing, life) = (slot.clone(), self.life.clone());
         tokio::spawn(async move {
@@ -301,6 +302,12 @@ impl Container {
             Some(s) => Ok(s.pid()),
             None => Err(self.why_no_service()),
         }
+    }
+
+    /// Which way the live exec service's frames go (starting it when needed); `None` when
+    /// commands go as a Docker exec each.
+    pub(crate) async fn exec_channel(&self) -> Option<super::service::Channel> {
+        self.service().await.map(|s| s.channel())
     }
 
     /// Why commands go as a Docker exec each.

@@ -127,6 +127,14 @@ impl DockerOptions {
         }
     }
 
+    /// Whether the exec services' frames may go over a socket of this machine's, bind-mounted
+    /// into each agent container ([`service::socket`]): only when the engine shares this
+    /// machine's disk. A remote engine (`remote`) would mount a path of its own disk: there
+    /// the frames keep to the engine's attach.
+    pub(crate) fn frames_over_socket(&self) -> bool {
+        !self.remote
+    }
+
     /// Defaults for a run in `workspace`.
     pub fn new(run_id: impl Into<String>, workspace: impl Into<PathBuf>) -> Self {
         DockerOptions {

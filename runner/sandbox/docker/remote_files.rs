@@ -151,7 +151,7 @@ impl ServiceTransport {
             )));
         }
         let argv = vec![SERVICE_PATH.to_string(), SUBCOMMAND.to_string()];
-        let started = Service::start(&self.docker, &self.container, &self.user, argv)
+        let started = Service::start(&self.docker, &self.container, &self.user, argv, None)
             .await
             .map_err(|e| {
                 FilesError::Failed(format!(

@@ -25,6 +25,8 @@ struct Made {
     id: String,
     binary: Option<Arc<service::ServiceBinary>>,
     no_service: Option<String>,
+    /// The host's socket mounted for the service's frames (a local engine's).
+    socket: Option<service::HostSocket>,
 }
 
 impl Inner {
@@ -89,7 +91,7 @@ impl Inner {
             (true, false) => container.in_domain(Need::BestEffort),
         };
         let container = Arc::new(match made.binary {
-            Some(_) => container.with_service(),
+            Some(_) => container.with_service(made.socket),
             None => {
                 // A service was wanted and cannot be had: said once per run.
                 if let Some(why) = &made.no_service {
@@ -182,15 +184,34 @@ impl Inner {
                 id,
                 binary,
                 no_service,
+                socket: None,
             });
         };
         let plain = body.clone();
         service::mount(&mut body, b.path());
+        // The service's frames over a socket of the host's, past the engine's relay; without
+        // one, over the attach.
+        let bound = match self.opts.frames_over_socket() {
+            true => Some(service::HostSocket::bind(b.dir())),
+            false => None,
+        };
+        let socket = match bound.transpose() {
+            Ok(Some(s)) => {
+                service::mount_socket(&mut body, s.path());
+                Some(s)
+            }
+            Ok(None) => None,
+            Err(e) => {
+                tracing::info!(error = %e, "exec service: no socket, its frames go over the attach");
+                None
+            }
+        };
         match self.create(name, body, Tier::Agent).await {
             Ok(id) => Ok(Made {
                 id,
                 binary,
                 no_service,
+                socket,
             }),
             // The engine cannot see the copy (flowerbox itself in a container, a remote
             // engine): no service for this run.
@@ -211,6 +232,7 @@ impl Inner {
                     id,
                     binary: None,
                     no_service: Some(why),
+                    socket: None,
                 })
             }
         }
@@ -232,6 +254,7 @@ impl Inner {
                 id,
                 binary: None,
                 no_service,
+                socket: None,
             });
         };
         let source = service::ServiceSource::Path(b.path().to_path_buf());
@@ -243,6 +266,7 @@ impl Inner {
             id,
             binary: Some(b),
             no_service: None,
+            socket: None,
         })
     }
 

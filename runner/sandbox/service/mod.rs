@@ -20,6 +20,7 @@
 //! `setpriv` to its own uid and one capability): it can do nothing the agent's commands
 //! cannot, and no credential passes through it.
 
+pub mod channel;
 pub mod domain;
 pub mod proto;
 pub mod server;
@@ -167,6 +168,12 @@ impl ServiceBinary {
     /// The copy's host path (to bind-mount).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The run's private directory (mode 0700), where the hosts' sockets for the containers
+    /// live too ([`channel`]): removed with the copy, swept with it after a killed run.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// Whether the copy lies inside `mount` (then it is not mounted: an agent could change it).

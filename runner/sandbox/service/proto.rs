@@ -21,8 +21,9 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 /// Protocol version, sent in the [`PREAMBLE`] and in [`Hello`]: a stale binary is refused,
-/// not misunderstood. 2: the preamble. 3: file operations ([`Kind::Files`]).
-pub const VERSION: u32 = 3;
+/// not misunderstood. 2: the preamble. 3: file operations ([`Kind::Files`]). 4: the frames
+/// over a Unix socket ([`Kind::Channel`], [`Kind::Switched`], [`Hello::socket`]).
+pub const VERSION: u32 = 4;
 
 /// What the service writes before anything else: [`MAGIC`] and [`VERSION`] (u32 BE).
 pub const PREAMBLE: [u8; 12] = preamble(VERSION);
@@ -67,6 +68,11 @@ pub enum Kind {
     Files = 3,
     /// Host → service: bytes of a file operation's input (raw), before its [`Kind::Files`].
     Input = 4,
+    /// Host → service, once, id 0, right after the hello and before any request: carry the
+    /// frames over the socket at [`super::channel::SOCKET_PATH`], opening it with this
+    /// payload (the run's one-use token, [`super::channel::TOKEN_LEN`] raw bytes). Answered
+    /// on stdout by [`Kind::Switched`].
+    Channel = 5,
     /// Service → host, once, id 0: the service is up ([`Hello`]).
     Hello = 10,
     /// The command's process exists ([`Started`]).
@@ -86,6 +92,8 @@ pub enum Kind {
     /// A file operation's reply ([`crate::sandbox::files::wire::Reply`], JSON); the last
     /// frame of its request.
     Done = 18,
+    /// Service → host, once, id 0, on stdout: the answer to [`Kind::Channel`] ([`Switched`]).
+    Switched = 19,
 }
 
 impl Kind {
@@ -95,6 +103,7 @@ impl Kind {
             2 => Kind::Kill,
             3 => Kind::Files,
             4 => Kind::Input,
+            5 => Kind::Channel,
             10 => Kind::Hello,
             11 => Kind::Started,
             12 => Kind::Stdout,
@@ -104,6 +113,7 @@ impl Kind {
             16 => Kind::Failed,
             17 => Kind::Data,
             18 => Kind::Done,
+            19 => Kind::Switched,
             _ => return None,
         })
     }
@@ -139,6 +149,20 @@ pub struct Hello {
     pub version: u32,
     /// The service's pid in the container's PID namespace.
     pub pid: u32,
+    /// A socket is mounted at [`super::channel::SOCKET_PATH`]: the host may offer it
+    /// ([`Kind::Channel`]). Absent (a service of another make): `false`.
+    #[serde(default)]
+    pub socket: bool,
+}
+
+/// The service's answer to [`Kind::Channel`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Switched {
+    /// The service opened the socket with the token: from now on every frame goes over it,
+    /// both ways. `false`: it stays on stdin and stdout.
+    pub ok: bool,
+    /// Why not (with `ok` false), for the logs.
+    pub message: String,
 }
 
 /// The command's shell runs.
@@ -390,6 +414,7 @@ mod tests {
             &Hello {
                 version: VERSION,
                 pid: 9,
+                socket: false,
             },
         ));
         let mut whole = OpeningReader::default();

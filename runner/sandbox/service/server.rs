@@ -1,6 +1,8 @@
 //! The exec service itself: `flowerbox __exec-service`, run inside an agent's container as one
 //! long-lived Docker exec (the agent's engine user, behind the same `setpriv` prefix as every
-//! command), taking [`proto`] frames on stdin and answering on stdout, after its preamble.
+//! command), taking [`proto`] frames on stdin and answering on stdout, after its preamble; on
+//! a local engine the host then moves the frames to its socket ([`super::channel`]), and the
+//! attached streams stay open (stdin's end still ends the service, stderr still says why).
 //!
 //! Each command is `shell -c COMMAND` in a process group of its own, started with
 //! `posix_spawn` (`process_group(0)`: no closure runs in the child, so the C library spawns
@@ -28,9 +30,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
-use super::domain;
-use super::proto::{self, Exit, Failed, FrameReader, Hello, Kill, Killed, Kind, Run, Started};
+use super::proto::{
+    self, Exit, Failed, FrameReader, Hello, Kill, Killed, Kind, Run, Started, Switched,
+};
+use super::{channel, domain};
 use super::MARKER_VAR;
 use crate::sandbox::files::wire;
 
@@ -87,34 +92,64 @@ async fn run() -> i32 {
     // host decodes it with a bounded reader and shows only what it cleans.
     #[allow(clippy::disallowed_methods)]
     let stdout = std::io::stdout();
-    let out_tx = match stdout.as_fd().try_clone_to_owned() {
-        Ok(fd) => Out(Arc::new(std::fs::File::from(fd))),
+    let mut out_tx = match stdout.as_fd().try_clone_to_owned() {
+        Ok(fd) => Out::Pipe(Arc::new(std::fs::File::from(fd))),
         Err(e) => {
             say!("flowerbox exec service: stdout: {e}");
             return 1;
         }
     };
     // The host's requests: read on the runtime itself when stdin is a pipe (nothing between
-    // the host and a command but this thread), else by a thread of its own.
+    // the host and a command but this thread), else by a thread of its own. The end of
+    // either input (stdin, or the socket once the frames go over it) ends the service.
+    let ended = CancellationToken::new();
     let (in_tx, mut in_rx) = mpsc::channel::<proto::Frame>(QUEUE);
-    read_requests(in_tx);
+    read_requests(in_tx.clone(), ended.clone());
     // The preamble before any frame: the host reads nothing before it as a frame (the engine
     // writes its own errors to this stream), then the hello.
     let hello = Hello {
         version: proto::VERSION,
         pid: std::process::id(),
+        socket: channel::mounted(),
     };
     let mut opening = proto::PREAMBLE.to_vec();
     opening.extend(proto::encode_json(Kind::Hello, 0, &hello));
     if out_tx.send(opening).await.is_err() {
         return 1;
     }
+    // The host may move the frames to the socket, first thing or never.
+    let mut first = true;
     // File operations' inputs, by request id, until their call comes (`None`: it went over
     // [`wire::MAX_BODY`], and its call is refused).
     let mut inputs: std::collections::HashMap<u64, Option<Vec<u8>>> =
         std::collections::HashMap::new();
-    while let Some(frame) = in_rx.recv().await {
+    loop {
+        let frame = tokio::select! {
+            biased;
+            frame = in_rx.recv() => match frame {
+                Some(frame) => frame,
+                None => break,
+            },
+            _ = ended.cancelled() => break,
+        };
+        let was_first = std::mem::replace(&mut first, false);
         match frame.kind {
+            Kind::Channel if was_first => {
+                let switched = switch(&frame.payload);
+                let (ok, message) = match &switched {
+                    Ok(_) => (true, String::new()),
+                    Err(e) => (false, e.clone()),
+                };
+                let answer = proto::encode_json(Kind::Switched, 0, &Switched { ok, message });
+                let _ = out_tx.send(answer).await;
+                if let Ok(stream) = switched {
+                    read_socket(stream.clone(), in_tx.clone(), ended.clone());
+                    out_tx = Out::Socket(Arc::new(SocketOut {
+                        stream,
+                        one: tokio::sync::Mutex::new(()),
+                    }));
+                }
+            }
             Kind::Input => {
                 let held = inputs.entry(frame.id).or_insert_with(|| Some(Vec::new()));
                 match held {
@@ -157,11 +192,57 @@ async fn run() -> i32 {
     0
 }
 
+/// Opens the host's socket with the token `payload` carries ([`channel::connect`]); why not,
+/// as words for the host's logs.
+fn switch(payload: &[u8]) -> Result<Arc<tokio::net::UnixStream>, String> {
+    let token = channel::Token::from_payload(payload).map_err(|e| e.to_string())?;
+    let stream = channel::connect(&token).map_err(|e| e.to_string())?;
+    stream.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let stream = tokio::net::UnixStream::from_std(stream).map_err(|e| e.to_string())?;
+    Ok(Arc::new(stream))
+}
+
+/// Reads the host's requests from the socket into `tx`, frame by frame, on the runtime; its
+/// end, or a frame that breaks the protocol, ends the service (`ended`).
+fn read_socket(
+    stream: Arc<tokio::net::UnixStream>,
+    tx: mpsc::Sender<proto::Frame>,
+    ended: CancellationToken,
+) {
+    tokio::spawn(async move {
+        let _end = ended.drop_guard();
+        let mut reader = FrameReader::default();
+        let mut buf = vec![0u8; proto::CHUNK];
+        loop {
+            let n = match stream.try_read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if stream.readable().await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                Err(_) => return,
+            };
+            let (frames, whole) = decode(&mut reader, &buf[..n]);
+            for frame in frames {
+                if tx.send(frame).await.is_err() {
+                    return;
+                }
+            }
+            if !whole {
+                return;
+            }
+        }
+    });
+}
+
 /// Starts reading the host's requests from stdin into `tx`, frame by frame: a task of the
 /// runtime on a non-blocking pipe (what an engine attaches), or, for anything else, a thread
 /// with blocking reads. Either stops at the end of stdin or at a frame that breaks the
-/// protocol, and then drops `tx`, which ends the service.
-fn read_requests(tx: mpsc::Sender<proto::Frame>) {
+/// protocol, and then ends the service (`ended`).
+fn read_requests(tx: mpsc::Sender<proto::Frame>, ended: CancellationToken) {
     let pipe = std::io::stdin()
         .as_fd()
         .try_clone_to_owned()
@@ -170,6 +251,7 @@ fn read_requests(tx: mpsc::Sender<proto::Frame>) {
     match pipe {
         Some(mut pipe) => {
             tokio::spawn(async move {
+                let _end = ended.drop_guard();
                 let mut reader = FrameReader::default();
                 let mut buf = vec![0u8; proto::CHUNK];
                 loop {
@@ -191,6 +273,7 @@ fn read_requests(tx: mpsc::Sender<proto::Frame>) {
         }
         None => {
             std::thread::spawn(move || {
+                let _end = ended.drop_guard();
                 let mut stdin = std::io::stdin().lock();
                 let mut reader = FrameReader::default();
                 let mut buf = vec![0u8; proto::CHUNK];
@@ -231,17 +314,54 @@ fn decode(reader: &mut FrameReader, bytes: &[u8]) -> (Vec<proto::Frame>, bool) {
     }
 }
 
-/// The service's stdout. Frames are written whole, from the runtime's one thread, with a
-/// blocking write: no hop through another thread on the way out, and a full pipe (a slow
-/// host) holds everything back, which is the backpressure wanted.
+/// Where the service's frames go: its stdout, or the host's socket once it moved there.
+/// On stdout frames are written whole, from the runtime's one thread, with a blocking write:
+/// no hop through another thread on the way out, and a full pipe (a slow host) holds
+/// everything back, which is the backpressure wanted. On the socket a frame is written whole
+/// too, one frame at a time, waiting on the runtime when the socket is full.
 #[derive(Clone)]
-struct Out(Arc<std::fs::File>);
+enum Out {
+    /// Stdout.
+    Pipe(Arc<std::fs::File>),
+    /// The host's socket.
+    Socket(Arc<SocketOut>),
+}
+
+/// The socket's writing side.
+struct SocketOut {
+    /// The connection (its reading side is [`read_socket`]'s).
+    stream: Arc<tokio::net::UnixStream>,
+    /// Held while one frame is written, so frames never interleave.
+    one: tokio::sync::Mutex<()>,
+}
 
 impl Out {
     /// Writes one frame; the host went away when that fails, and so does the service.
     async fn send(&self, frame: Vec<u8>) -> Result<(), ()> {
-        if (&*self.0).write_all(&frame).is_err() {
+        let written = match self {
+            Out::Pipe(file) => (&**file).write_all(&frame).is_ok(),
+            Out::Socket(s) => s.send(&frame).await.is_ok(),
+        };
+        if !written {
             std::process::exit(0);
+        }
+        Ok(())
+    }
+}
+
+impl SocketOut {
+    async fn send(&self, frame: &[u8]) -> std::io::Result<()> {
+        let _one = self.one.lock().await;
+        let mut rest = frame;
+        while !rest.is_empty() {
+            match self.stream.try_write(rest) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => rest = &rest[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    self.stream.writable().await?
+                }
+                Err(e) => return Err(e),
+            }
         }
         Ok(())
     }

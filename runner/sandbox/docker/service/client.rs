@@ -1,8 +1,12 @@
 //! The host's end of one container's exec service: one Docker exec with stdin, stdout and
-//! stderr attached (bollard's hijacked connection), requests multiplexed over it by id.
+//! stderr attached (bollard's hijacked connection), requests multiplexed over it by id; on a
+//! local engine the frames then move to the host's socket ([`super::socket`]), past the
+//! engine's relay, while the attached exec stays for what only it can do: carrying the
+//! socket's one-use token (which no agent process can read), telling the service's death (its
+//! stream ends) and its stderr. When the socket cannot be had, the frames stay on the attach.
 //!
 //! The host never opens or connects to anything in the container: it talks only to the
-//! engine. What comes back is untrusted: frames are decoded with a bounded [`FrameReader`],
+//! engine, and listens on its own socket. What comes back is untrusted: frames are decoded with a bounded [`FrameReader`],
 //! a frame for an unknown request is dropped, and any malformed frame ends the connection
 //! (every request in flight then sees [`Request::next`] return `None`). Each request's events
 //! go through a small bounded channel, so a slow reader holds the service back, never grows
@@ -21,11 +25,13 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::socket::HostSocket;
 use crate::sandbox::docker::lock;
 use crate::sandbox::output::Stream;
+use crate::sandbox::service::channel::Token;
 use crate::sandbox::service::proto::{
     self, Exit, Failed, Frame, FrameReader, Hello, Killed, Kind, Opening, OpeningReader,
-    ProtoError, Started,
+    ProtoError, Started, Switched,
 };
 use crate::sandbox::StderrTail;
 
@@ -58,8 +64,22 @@ pub(crate) enum Event {
 /// The service's stdin, written by the requests themselves (one frame at a time).
 type Input = std::pin::Pin<Box<dyn tokio::io::AsyncWrite + Send>>;
 
+/// Which way the frames go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Channel {
+    /// Over the host's Unix socket, past the engine.
+    Socket,
+    /// Over the attached exec's stdin and stdout, through the engine.
+    Attach,
+}
+
 struct Shared {
+    /// Where requests are written: the attached stdin, or the socket.
     input: tokio::sync::Mutex<Input>,
+    /// The attached stdin while the frames go over the socket: held open (its end ends the
+    /// service), closed with the connection.
+    attached: tokio::sync::Mutex<Option<Input>>,
+    channel: Channel,
     pending: Mutex<HashMap<u64, mpsc::Sender<Event>>>,
     next_id: AtomicU64,
     dead: CancellationToken,
@@ -117,6 +137,9 @@ pub(crate) enum StartError {
     /// The attached stream failed.
     #[error("its stream failed: {0}")]
     Stream(#[source] bollard::errors::Error),
+    /// It said it opened the socket, and no connection with the token came.
+    #[error("it took the socket, which never answered: {0}")]
+    Socket(String),
 }
 
 /// What the stream said before the first frame.
@@ -135,13 +158,16 @@ type Output = std::pin::Pin<
 impl Service {
     /// Starts `argv` (the service, behind the container's exec prefix) as `user` in
     /// `container` and waits for its preamble and hello.
+    /// With `socket` (a local engine's) usable and the service able, the frames then go over
+    /// the socket.
     pub(crate) async fn start(
         docker: &Docker,
         container: &str,
         user: &str,
         argv: Vec<String>,
+        socket: Option<&HostSocket>,
     ) -> Result<Service, StartError> {
-        let (mut output, input) = attach(docker, container, user, argv).await?;
+        let (mut output, mut input) = attach(docker, container, user, argv).await?;
         let stderr = StderrTail::default();
         let rest = match tokio::time::timeout(HELLO_WAIT, preamble(&mut output, &stderr)).await {
             Ok(Greeting::Service(rest)) => rest,
@@ -157,8 +183,26 @@ impl Service {
         if hello.version != proto::VERSION {
             return Err(StartError::Version(hello.version));
         }
+        let offer = socket.filter(|s| hello.socket && s.usable());
+        let switched = match offer {
+            Some(s) => switch(s, &mut output, &mut input, &mut reader, &stderr).await?,
+            None => None,
+        };
+        let (input, attached, socket_out, channel) = match switched {
+            Some(stream) => {
+                let (rd, wr) = stream.into_split();
+                let wr: Input = Box::pin(wr);
+                // Frames come over the socket from now on, with a reader of their own.
+                reader = FrameReader::default();
+                (wr, Some(input), Some(rd), Channel::Socket)
+            }
+            None => (input, None, None, Channel::Attach),
+        };
+        tracing::debug!(%container, ?channel, "exec service up");
         let shared = Arc::new(Shared {
             input: tokio::sync::Mutex::new(input),
+            attached: tokio::sync::Mutex::new(attached),
+            channel,
             pending: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             dead: CancellationToken::new(),
@@ -167,8 +211,13 @@ impl Service {
             pid: hello.pid,
             broken: std::sync::atomic::AtomicBool::new(false),
         });
-        tokio::spawn(read_frames(shared.clone(), output, reader));
+        tokio::spawn(read_frames(shared.clone(), output, socket_out, reader));
         Ok(Service { shared })
+    }
+
+    /// Which way its frames go.
+    pub(crate) fn channel(&self) -> Channel {
+        self.shared.channel
     }
 
     /// The connection still works.
@@ -297,9 +346,72 @@ async fn hello(
     reader: &mut FrameReader,
     stderr: &StderrTail,
 ) -> Result<Hello, String> {
-    let frame = loop {
+    let frame = next_frame(output, reader, stderr).await?;
+    match frame.kind {
+        Kind::Hello => frame.json::<Hello>().map_err(|e| e.to_string()),
+        other => Err(format!("{other:?} before hello")),
+    }
+}
+
+/// Offers the service the socket: a fresh token over its stdin, then its answer on stdout,
+/// then the connection that opens with the token. `None`: the service could not take it
+/// (said in the logs), the frames stay on the attach. An error: it took the socket, which
+/// never delivered it (the start fails; the socket is not offered again).
+async fn switch(
+    socket: &HostSocket,
+    output: &mut Output,
+    input: &mut Input,
+    reader: &mut FrameReader,
+    stderr: &StderrTail,
+) -> Result<Option<tokio::net::UnixStream>, StartError> {
+    let token = Token::random();
+    let accepted = socket.expect(token.clone());
+    let offer = proto::encode(Kind::Channel, 0, token.payload());
+    let sent = tokio::time::timeout(SEND_WAIT, async {
+        input.write_all(&offer).await?;
+        input.flush().await
+    })
+    .await;
+    if !matches!(sent, Ok(Ok(()))) {
+        socket.give_up();
+        return Err(StartError::Hello("it did not read the socket's offer".into()));
+    }
+    let frame = tokio::time::timeout(HELLO_WAIT, next_frame(output, reader, stderr))
+        .await
+        .map_err(|_| StartError::Silent)?
+        .map_err(StartError::Hello)?;
+    let answer = match frame.kind {
+        Kind::Switched => frame
+            .json::<Switched>()
+            .map_err(|e| StartError::Hello(e.to_string()))?,
+        other => return Err(StartError::Hello(format!("{other:?} before switched"))),
+    };
+    if !answer.ok {
+        tracing::info!(why = %answer.message, "exec service keeps to the engine's attach");
+        socket.give_up();
+        return Ok(None);
+    }
+    match tokio::time::timeout(HELLO_WAIT, accepted).await {
+        Ok(Ok(stream)) => Ok(Some(stream)),
+        _ => {
+            socket.give_up();
+            Err(StartError::Socket(format!(
+                "no connection with its token within {} s",
+                HELLO_WAIT.as_secs()
+            )))
+        }
+    }
+}
+
+/// Reads the next frame from the attached stdout (its stderr into `stderr`).
+async fn next_frame(
+    output: &mut Output,
+    reader: &mut FrameReader,
+    stderr: &StderrTail,
+) -> Result<Frame, String> {
+    loop {
         if let Some(frame) = reader.next_frame().map_err(|e| e.to_string())? {
-            break frame;
+            return Ok(frame);
         }
         match output.next().await {
             Some(Ok(LogOutput::StdOut { message })) => reader.push(&message),
@@ -308,21 +420,33 @@ async fn hello(
             Some(Err(e)) => return Err(e.to_string()),
             None => return Err(format!("it ended: {}", stderr.text().trim())),
         }
-    };
-    match frame.kind {
-        Kind::Hello => frame.json::<Hello>().map_err(|e| e.to_string()),
-        other => Err(format!("{other:?} before hello")),
     }
 }
 
-/// The connection's reader: frames from the service's stdout to their requests, until the
-/// stream ends, breaks the protocol or the connection is closed; then the connection dies
-/// and the service's stdin is closed (which ends a service that is still there).
-async fn read_frames(rd: Arc<Shared>, mut output: Output, mut reader: FrameReader) {
+/// The connection's reader: frames from the service's stdout (or from the socket, when
+/// `socket`) to their requests, until the attached stream or the socket ends, breaks the
+/// protocol or the connection is closed; then the connection dies and the service's stdin is
+/// closed (which ends a service that is still there).
+async fn read_frames(
+    rd: Arc<Shared>,
+    mut output: Output,
+    mut socket: Option<tokio::net::unix::OwnedReadHalf>,
+    mut reader: FrameReader,
+) {
+    let mut buf = vec![0u8; proto::CHUNK];
     let why = 'read: loop {
         let item = tokio::select! {
             _ = rd.dead.cancelled() => break 'read "closed".to_string(),
-            item = output.next() => item,
+            read = read_socket(&mut socket, &mut buf) => match read {
+                Ok(0) => break 'read "the exec service closed its socket".to_string(),
+                Ok(n) => Some(Ok(LogOutput::StdOut { message: buf[..n].to_vec().into() })),
+                Err(e) => break 'read format!("exec service socket: {e}"),
+            },
+            item = output.next() => match item {
+                // After the switch, frames come over the socket only.
+                Some(Ok(LogOutput::StdOut { .. })) if rd.channel == Channel::Socket => continue,
+                item => item,
+            },
         };
         match item {
             Some(Ok(LogOutput::StdOut { message })) => {
@@ -357,6 +481,21 @@ async fn read_frames(rd: Arc<Shared>, mut output: Output, mut reader: FrameReade
     };
     rd.die(why);
     let _ = rd.input.lock().await.shutdown().await;
+    if let Some(mut attached) = rd.attached.lock().await.take() {
+        let _ = attached.shutdown().await;
+    }
+}
+
+/// Reads from the socket, when there is one; never returns otherwise.
+async fn read_socket(
+    socket: &mut Option<tokio::net::unix::OwnedReadHalf>,
+    buf: &mut [u8],
+) -> std::io::Result<usize> {
+    use tokio::io::AsyncReadExt;
+    match socket {
+        Some(s) => s.read(buf).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Why a frame from the service ends the connection.

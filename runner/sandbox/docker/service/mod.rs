@@ -1,17 +1,24 @@
 //! The Docker end of the exec service ([`crate::sandbox::service`]): one attached Docker exec
 //! per agent container ([`client`]), the read-only bind mount of the binary's private copy,
-//! and each container's [`ServiceSlot`].
+//! on a local engine the host's socket the frames then take ([`socket`], mounted read-only
+//! too), and each container's [`ServiceSlot`].
 //!
 //! When the service cannot start (an image whose C library cannot run the binary, an engine
 //! without attach) or dies, commands fall back to a Docker exec each
 //! ([`crate::sandbox::docker::exec`]); a command in flight when it died is a tool error.
 
 pub(crate) mod client;
+pub(crate) mod socket;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use crate::sandbox::docker::lock;
 
 pub(crate) use crate::sandbox::service::{ServiceBinary, ServiceSource, SERVICE_PATH, SUBCOMMAND};
+pub(crate) use client::Channel;
+pub(crate) use socket::{HostSocket, SOCKET_PATH};
 
 /// Service starts per container (the first and two restarts after deaths); after that, or
 /// once a service broke the protocol or stopped answering, a Docker exec per command.
@@ -25,6 +32,21 @@ pub(crate) fn mount(body: &mut bollard::models::ContainerCreateBody, binary: &Pa
         .push(bollard::models::Mount {
             target: Some(SERVICE_PATH.into()),
             source: Some(binary.to_string_lossy().into_owned()),
+            typ: Some(bollard::models::MountType::BIND),
+            read_only: Some(true),
+            ..Default::default()
+        });
+}
+
+/// Adds the read-only bind mount of the container's socket `socket` at [`SOCKET_PATH`]
+/// (`connect` needs no write access to the mount).
+pub(crate) fn mount_socket(body: &mut bollard::models::ContainerCreateBody, socket: &Path) {
+    let hc = body.host_config.get_or_insert_with(Default::default);
+    hc.mounts
+        .get_or_insert_with(Vec::new)
+        .push(bollard::models::Mount {
+            target: Some(SOCKET_PATH.into()),
+            source: Some(socket.to_string_lossy().into_owned()),
             typ: Some(bollard::models::MountType::BIND),
             read_only: Some(true),
             ..Default::default()
@@ -48,11 +70,22 @@ pub(crate) enum NoService {
 pub(crate) struct ServiceSlot {
     current: tokio::sync::Mutex<Option<client::Service>>,
     starts: AtomicU32,
+    /// The container's socket on a local engine (each start offers it while it is usable);
+    /// let go, and its file removed, when the container goes.
+    socket: std::sync::Mutex<Option<Arc<HostSocket>>>,
     /// Why the last start failed, or why it broke: what `doctor` and the notices say.
     why_off: std::sync::Mutex<Option<String>>,
 }
 
 impl ServiceSlot {
+    /// A slot whose starts offer `socket`.
+    pub(crate) fn with_socket(socket: Option<HostSocket>) -> ServiceSlot {
+        ServiceSlot {
+            socket: std::sync::Mutex::new(socket.map(Arc::new)),
+            ..Default::default()
+        }
+    }
+
     /// The live service, starting one when there is none (yet, or any more); otherwise why
     /// not (then a Docker exec per command).
     pub(crate) async fn get(
@@ -80,7 +113,8 @@ impl ServiceSlot {
         if self.starts.fetch_add(1, Ordering::SeqCst) >= MAX_STARTS {
             return Err(NoService::Off);
         }
-        match client::Service::start(docker, container, user, argv).await {
+        let socket = lock(&self.socket).clone();
+        match client::Service::start(docker, container, user, argv, socket.as_deref()).await {
             Ok(s) => {
                 *current = Some(s.clone());
                 Ok(s)
@@ -99,6 +133,7 @@ impl ServiceSlot {
         if let Some(s) = self.current.lock().await.take() {
             s.close();
         }
+        lock(&self.socket).take();
     }
 
     /// Why there is no service (the last failure), for messages.
