@@ -257,6 +257,16 @@ async fn roundtrip_figures(
             .vs("sh -c true on the host", Stats::of(&host))
             .note("the --base binary's exec service, interleaved with figure 2's samples"),
         );
+        figures.push(
+            Figure::new(
+                "2c base",
+                "Bash round trip `true`, warm container, the --base binary's exec service",
+                "ms",
+                Stats::of(&rt_base),
+            )
+            .vs("bash -c true on the host (--sandbox host)", Stats::of(&host_bash))
+            .note("interleaved with figure 2c's samples; compare its ratio with 2c's"),
+        );
     }
     figures
 }

@@ -103,7 +103,7 @@ fn forgeries() -> Vec<Vec<u8>> {
         ));
     }
     let mut hello = proto::PREAMBLE.to_vec();
-    hello.extend(proto::encode(Kind::Hello, 0, br#"{"version":4,"pid":1}"#));
+    hello.extend(proto::encode(Kind::Hello, 0, br#"{"version":3,"pid":1}"#));
     vec![opening, zeros, frames, hello, Vec::new()]
 }
 

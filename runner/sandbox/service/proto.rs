@@ -21,9 +21,11 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 /// Protocol version, sent in the [`PREAMBLE`] and in [`Hello`]: a stale binary is refused,
-/// not misunderstood. 2: the preamble. 3: file operations ([`Kind::Files`]). 4: the frames
-/// over a Unix socket ([`Kind::Channel`], [`Kind::Switched`], [`Hello::socket`]).
-pub const VERSION: u32 = 4;
+/// not misunderstood. 2: the preamble. 3: file operations ([`Kind::Files`]). The frames over a
+/// Unix socket ([`Kind::Channel`], [`Kind::Switched`]) need no new version: the host offers
+/// them only to a service whose hello says it can ([`Hello::socket`]), so either side of 3
+/// without them works with the other as before.
+pub const VERSION: u32 = 3;
 
 /// What the service writes before anything else: [`MAGIC`] and [`VERSION`] (u32 BE).
 pub const PREAMBLE: [u8; 12] = preamble(VERSION);
