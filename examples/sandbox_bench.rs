@@ -264,7 +264,10 @@ async fn roundtrip_figures(
                 "ms",
                 Stats::of(&rt_base),
             )
-            .vs("bash -c true on the host (--sandbox host)", Stats::of(&host_bash))
+            .vs(
+                "bash -c true on the host (--sandbox host)",
+                Stats::of(&host_bash),
+            )
             .note("interleaved with figure 2c's samples; compare its ratio with 2c's"),
         );
     }

@@ -204,7 +204,11 @@ async fn a_command_that_connects_to_the_socket_cannot_become_the_channel() {
     assert_eq!(out.stdout, "again\n", "{out:?}");
     let second = service_pid(&sb).await;
     assert_ne!(second, pid, "restarted");
-    assert_eq!(sb.exec_over_socket().await, Some(true), "the restart took it");
+    assert_eq!(
+        sb.exec_over_socket().await,
+        Some(true),
+        "the restart took it"
+    );
     // Wait for the knocker to finish (no clock: its own end line).
     let wait = "until grep -q '^done$' knocks.txt; do sleep 0.2; done; grep -v '^done$' knocks.txt";
     let knocks = exec_ok(&*sb, wait, &run.workspace).await;
@@ -270,7 +274,10 @@ async fn a_listener_a_root_agent_puts_in_the_sockets_place_learns_nothing() {
     let pid = service_pid(&sb).await;
     assert_eq!(sb.exec_over_socket().await, Some(true));
     let host = host_socket(&engine, &sb).await;
-    let dir = std::path::Path::new(SOCKET_PATH).parent().unwrap().display();
+    let dir = std::path::Path::new(SOCKET_PATH)
+        .parent()
+        .unwrap()
+        .display();
     let fake = r#"import socket
 l = socket.socket(socket.AF_UNIX)
 l.bind('PATH')
@@ -303,7 +310,11 @@ print('read', len(got), flush=True)"#
     let out = exec_ok(&*sb, "echo again; id -u", &run.workspace).await;
     assert_eq!(out.stdout, "again\n0\n", "{out:?}");
     assert_ne!(service_pid(&sb).await, pid, "restarted");
-    assert_eq!(sb.exec_over_socket().await, Some(false), "kept to the attach");
+    assert_eq!(
+        sb.exec_over_socket().await,
+        Some(false),
+        "kept to the attach"
+    );
     let wait = "until grep -q '^read' fake.txt; do sleep 0.2; done; cat fake.txt";
     let fake = exec_ok(&*sb, wait, &run.workspace).await;
     assert_eq!(fake.stdout, "listening\nread 0\n", "{fake:?}");

@@ -215,7 +215,10 @@ async fn exec_check(
     };
     let (found, resident) = match factory.docker_sandbox(&agent).await {
         Ok(sb) => {
-            let service = sb.exec_service().await;
+            let service = match sb.exec_service().await {
+                Ok(_) => Ok(sb.exec_over_socket().await == Some(true)),
+                Err(why) => Err(why),
+            };
             let id = sb.container_id();
             let resident = super::idle::resident(factory.engine().docker(), &id).await;
             (Ok(service), resident)
@@ -224,10 +227,16 @@ async fn exec_check(
     };
     let _ = factory.teardown().await;
     let exec = match found {
-        Ok(Ok(_)) => check(
+        Ok(Ok(over_socket)) => check(
             "exec",
             CheckStatus::Pass,
-            format!("{image} 的容器里 exec 服务起得来:每条命令走它,不用各开一次 docker exec"),
+            format!(
+                "{image} 的容器里 exec 服务起得来:每条命令走它,不用各开一次 docker exec;{}",
+                match over_socket {
+                    true => "请求走本机的 Unix socket,不经引擎转发",
+                    false => "请求经引擎的 attach 转发(远程引擎,或 socket 用不了)",
+                }
+            ),
         ),
         Ok(Err(why)) => check(
             "exec",

@@ -300,6 +300,9 @@ mod tests {
         let ServiceBinary { dir, _lock, .. } = ServiceBinary::prepare_in(&source, &parent).unwrap();
         let dead = dir.keep();
         drop(_lock);
+        // With a container's socket left in it (issue 32: they live beside the copy).
+        let socket = std::os::unix::net::UnixListener::bind(dead.join("s-0123456789abcdef"));
+        drop(socket.unwrap());
         age(&dead, minutes);
         // A run that lives (its copy held), as old.
         let live = ServiceBinary::prepare_in(&source, &parent).unwrap();

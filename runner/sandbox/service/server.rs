@@ -35,8 +35,8 @@ use tokio_util::sync::CancellationToken;
 use super::proto::{
     self, Exit, Failed, FrameReader, Hello, Kill, Killed, Kind, Run, Started, Switched,
 };
-use super::{channel, domain};
 use super::MARKER_VAR;
+use super::{channel, domain};
 use crate::sandbox::files::wire;
 
 /// A line on the service's stderr (the exec's stderr stream, read by the host), through the

@@ -364,6 +364,21 @@ async fn switch(
     reader: &mut FrameReader,
     stderr: &StderrTail,
 ) -> Result<Option<tokio::net::UnixStream>, StartError> {
+    let switched = offer(socket, output, input, reader, stderr).await;
+    if !matches!(switched, Ok(Some(_))) {
+        socket.give_up();
+    }
+    switched
+}
+
+/// [`switch`]'s steps.
+async fn offer(
+    socket: &HostSocket,
+    output: &mut Output,
+    input: &mut Input,
+    reader: &mut FrameReader,
+    stderr: &StderrTail,
+) -> Result<Option<tokio::net::UnixStream>, StartError> {
     let token = Token::random();
     let accepted = socket.expect(token.clone());
     let offer = proto::encode(Kind::Channel, 0, token.payload());
@@ -373,8 +388,9 @@ async fn switch(
     })
     .await;
     if !matches!(sent, Ok(Ok(()))) {
-        socket.give_up();
-        return Err(StartError::Hello("it did not read the socket's offer".into()));
+        return Err(StartError::Hello(
+            "it did not read the socket's offer".into(),
+        ));
     }
     let frame = tokio::time::timeout(HELLO_WAIT, next_frame(output, reader, stderr))
         .await
@@ -388,18 +404,14 @@ async fn switch(
     };
     if !answer.ok {
         tracing::info!(why = %answer.message, "exec service keeps to the engine's attach");
-        socket.give_up();
         return Ok(None);
     }
     match tokio::time::timeout(HELLO_WAIT, accepted).await {
         Ok(Ok(stream)) => Ok(Some(stream)),
-        _ => {
-            socket.give_up();
-            Err(StartError::Socket(format!(
-                "no connection with its token within {} s",
-                HELLO_WAIT.as_secs()
-            )))
-        }
+        _ => Err(StartError::Socket(format!(
+            "no connection with its token within {} s",
+            HELLO_WAIT.as_secs()
+        ))),
     }
 }
 
@@ -439,6 +451,7 @@ async fn read_frames(
             _ = rd.dead.cancelled() => break 'read "closed".to_string(),
             read = read_socket(&mut socket, &mut buf) => match read {
                 Ok(0) => break 'read "the exec service closed its socket".to_string(),
+                // Frame bytes, wherever they came from, as the attach's stdout brings them.
                 Ok(n) => Some(Ok(LogOutput::StdOut { message: buf[..n].to_vec().into() })),
                 Err(e) => break 'read format!("exec service socket: {e}"),
             },

@@ -221,7 +221,16 @@ mod tests {
         let mut rx = sock.expect(token.clone());
         // A wrong token, garbage, a short opening that stops: all refused.
         assert!(closed(connect(sock.path(), &Token::random().opening()).await).await);
-        assert!(closed(connect(sock.path(), b"GET / HTTP/1.1\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxx").await).await);
+        assert!(
+            closed(
+                connect(
+                    sock.path(),
+                    b"GET / HTTP/1.1\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxx"
+                )
+                .await
+            )
+            .await
+        );
         assert!(rx.try_recv().is_err());
         // The right one: handed over, and the token is used up.
         let _ours = connect(sock.path(), &token.opening()).await;
