@@ -193,6 +193,17 @@ async fn roundtrip_figures(
         Some(bin) => Some(warm(image, ws, "warm-base", Service::Of(bin)).await),
         None => None,
     };
+    // Which way each service's frames go (the socket on a local engine since issue 32).
+    let way = |over: Option<bool>| match over {
+        Some(true) => "frames over the host's socket",
+        Some(false) => "frames over the engine's attach",
+        None => "no exec service",
+    };
+    let new_way = way(new.sb.exec_over_socket().await);
+    let base_way = match &before {
+        Some(b) => way(b.sb.exec_over_socket().await),
+        None => "",
+    };
     let (mut rt, mut rt_old, mut rt_base, mut host, mut host_bash) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..roundtrips {
@@ -235,7 +246,7 @@ async fn roundtrip_figures(
         )
         .vs("sh -c true on the host", Stats::of(&host))
         .note(format!(
-            "{roundtrips} round trips through the container's exec service"
+            "{roundtrips} round trips through the container's exec service; {new_way}"
         )),
         through_service("2a", "a Docker exec per command (before issue 17)", &rt_old)
             .note("interleaved with figure 2's samples"),
@@ -255,7 +266,9 @@ async fn roundtrip_figures(
                 Stats::of(&rt_base),
             )
             .vs("sh -c true on the host", Stats::of(&host))
-            .note("the --base binary's exec service, interleaved with figure 2's samples"),
+            .note(format!(
+                "the --base binary's exec service, interleaved with figure 2's samples; {base_way}"
+            )),
         );
         figures.push(
             Figure::new(
