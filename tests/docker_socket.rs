@@ -1,8 +1,9 @@
 //! The exec service's frames over the host's Unix socket on the local engine (issue 32): a
 //! Bash call goes over it; a command that connects to the socket (it can see it, read-only)
 //! cannot become the channel nor inject a frame, and the real service keeps working, restarts
-//! included; a command can neither replace nor remove the socket, and a listener it puts in
-//! the socket's place learns nothing; teardown removes the socket.
+//! included; a command can neither replace nor remove the socket, nor read the service's stdin
+//! where the token travels, and a listener it puts in the socket's place learns nothing;
+//! teardown removes the socket.
 // A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
 // covers only #[test] fns).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -154,7 +155,17 @@ async fn a_bash_call_on_the_local_engine_goes_over_the_socket() {
         .docker_sandbox(&run.agent("judge-1", Role::Judge, true))
         .await
         .expect("sandbox");
-    let out = exec_ok(&*judge, "id -u", &run.workspace).await;
+    // Its one capability (`CAP_DAC_READ_SEARCH`) does not open its service's stdin, where
+    // the token travels.
+    let judge_pid = service_pid(&judge).await;
+    let out = exec_ok(
+        &*judge,
+        &format!(
+            "id -u; timeout 1 head -c 1 /proc/{judge_pid}/fd/0 >/dev/null 2>&1 && echo READ; true"
+        ),
+        &run.workspace,
+    )
+    .await;
     assert_eq!(out.stdout, "65531\n", "{out:?}");
     assert_eq!(judge.exec_over_socket().await, Some(true));
     let judge_socket = host_socket(&engine, &judge).await;
@@ -245,9 +256,13 @@ async fn a_command_can_neither_replace_nor_remove_the_socket() {
          mv {s} {s}.x 2>/dev/null && echo RENAMED; \
          python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('{s}')\" 2>/dev/null \
            && echo BOUND; \
+         for f in fd/0 fd/1 mem environ; do \
+           timeout 1 head -c 1 /proc/{pid}/$f >/dev/null 2>&1 && echo READ-$f; \
+         done; \
          stat -c %F {s}"
     );
     let out = exec_ok(&*sb, &attack, &run.workspace).await;
+    // (Nor read the service's stdin, where the token travels: it is non-dumpable.)
     assert_eq!(out.stdout, "socket\n", "{out:?}");
     // The host's file is the same socket, never anything the container made.
     let meta = std::fs::symlink_metadata(&host).unwrap();
