@@ -26,7 +26,6 @@ pub mod domain;
 pub mod proto;
 pub mod server;
 
-use std::io::{Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
