@@ -8,10 +8,12 @@
 //! - [`server`]: the service, inside the sandbox.
 //! - [`proto`]: the frames between it and the host.
 //!
-//! How the binary gets in: [`ServiceBinary::prepare`] copies a flowerbox binary (the running
-//! one, read through `/proc/self/exe`, or the one the backend's options name) into a private
-//! directory of the host (mode 0700, never inside a mount), and each agent container
-//! bind-mounts that copy read-only at [`SERVICE_PATH`]. The engine is given only that private
+//! How the binary gets in: [`ServiceBinary::prepare`] puts a flowerbox binary into a private
+//! directory of the host (mode 0700, never inside a mount): the running one as a hard link to
+//! its executing image where the kernel allows (same file system; nobody can write an image
+//! that runs, so it stays what started the run), else a copy (of `/proc/self/exe`, or of the
+//! one the backend's options name); each agent container bind-mounts it read-only at
+//! [`SERVICE_PATH`]. The engine is given only that private
 //! path, so no container can swap what gets mounted (a link to the engine's socket, say). The
 //! directory holds a `lock` file the run keeps `flock`ed while it lives; the kernel drops the
 //! lock when the run dies, however it dies, so the next `prepare` removes the copies of runs
@@ -25,7 +27,6 @@ pub mod domain;
 pub mod proto;
 pub mod server;
 
-use std::io::{Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -93,9 +94,9 @@ pub struct ServiceBinary {
 }
 
 impl ServiceBinary {
-    /// Copies `source` into a new private directory of the temporary directory, first sweeping
-    /// the copies of runs that are gone (blocking I/O: call it off the runtime). Only a regular
-    /// file is copied.
+    /// Puts `source` into a new private directory of the temporary directory (the running
+    /// binary linked where the kernel allows, else copied), first sweeping the copies of runs
+    /// that are gone (blocking I/O: call it off the runtime). Only a regular file is taken.
     pub fn prepare(source: &ServiceSource) -> Result<ServiceBinary, SandboxError> {
         Self::prepare_in(source, &std::env::temp_dir())
     }
@@ -115,17 +116,6 @@ impl ServiceBinary {
         if swept > 0 {
             tracing::info!(swept, "removed exec-service copies of runs that are gone");
         }
-        let from = match source {
-            ServiceSource::CurrentExe => PathBuf::from("/proc/self/exe"),
-            ServiceSource::Path(p) => p.clone(),
-        };
-        let mut src = std::fs::File::open(&from)?;
-        if !src.metadata()?.is_file() {
-            return Err(SandboxError::Backend(format!(
-                "{} is not a regular file",
-                from.display()
-            )));
-        }
         let dir = tempfile::Builder::new()
             .prefix(DIR_PREFIX)
             .tempdir_in(parent)?;
@@ -143,21 +133,14 @@ impl ServiceBinary {
             )));
         }
         let path = dir.path().join("exec-service");
-        let mut dst = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o755)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&path)?;
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = src.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
-            dst.write_all(&buf[..n])?;
+        let linked = *source == ServiceSource::CurrentExe && link_running(&path);
+        if !linked {
+            let from = match source {
+                ServiceSource::CurrentExe => PathBuf::from(RUNNING),
+                ServiceSource::Path(p) => p.clone(),
+            };
+            copy(&from, &path)?;
         }
-        dst.sync_data()?;
         Ok(ServiceBinary {
             dir,
             path,
@@ -180,6 +163,66 @@ impl ServiceBinary {
     pub fn inside(&self, mount: &Path) -> bool {
         self.dir.path().starts_with(mount)
     }
+}
+
+/// The running binary, as the kernel names it.
+const RUNNING: &str = "/proc/self/exe";
+
+/// Hard-links the running binary at `to` (issue 32: a 75 MB copy of a debug build cost the
+/// run's start ~60 ms of CPU and disk beside its first model request). Only when the kernel
+/// keeps that file as it is for the run's whole life: it is this process's executing image,
+/// which nobody may open for writing while it runs (`ETXTBSY`), so no agent can change the
+/// service under another container even when the binary lies inside a mount it may write; a
+/// plain file (no set-id bit) that every container user may read and run. `false` (nothing
+/// made) otherwise, and when the kernel will not link it: another file system, a binary
+/// replaced since it started (no name left to link).
+fn link_running(to: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(RUNNING) else {
+        return false;
+    };
+    let mode = meta.mode();
+    if !meta.is_file() || mode & 0o6000 != 0 || mode & 0o005 != 0o005 {
+        return false;
+    }
+    let linked = nix::unistd::linkat(
+        nix::fcntl::AT_FDCWD,
+        RUNNING,
+        nix::fcntl::AT_FDCWD,
+        to,
+        nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
+    );
+    if linked.is_err() {
+        return false;
+    }
+    // The link names the running image itself, or it goes and the binary is copied.
+    match std::fs::symlink_metadata(to) {
+        Ok(m) if m.dev() == meta.dev() && m.ino() == meta.ino() => true,
+        _ => {
+            let _ = std::fs::remove_file(to);
+            false
+        }
+    }
+}
+
+/// Copies the regular file `from` to the new file `to` (mode 0755; the kernel copies the
+/// data, no sync: nothing but this run's containers reads it, through the same page cache).
+fn copy(from: &Path, to: &Path) -> Result<(), SandboxError> {
+    let mut src = std::fs::File::open(from)?;
+    if !src.metadata()?.is_file() {
+        return Err(SandboxError::Backend(format!(
+            "{} is not a regular file",
+            from.display()
+        )));
+    }
+    let mut dst = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o755)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(to)?;
+    std::io::copy(&mut src, &mut dst)?;
+    Ok(())
 }
 
 /// Removes the private directories in `parent` of runs that are gone: ours (same owner), older
@@ -259,6 +302,42 @@ mod tests {
         let gone = copy.path().parent().unwrap().to_path_buf();
         drop(copy);
         assert!(!gone.exists());
+    }
+
+    /// Issue 32: the running binary is linked, not copied, where the kernel allows (here the
+    /// test binary and the temporary directory share a file system unless they do not: then
+    /// it is a copy). Either way the service gets the running image's bytes, privately, and
+    /// the link goes with the run's directory, leaving the binary.
+    #[test]
+    fn the_running_binary_is_linked_when_it_can_be() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let running = std::fs::metadata(RUNNING).unwrap();
+        let taken = ServiceBinary::prepare_in(&ServiceSource::CurrentExe, tmp.path()).unwrap();
+        let meta = std::fs::symlink_metadata(taken.path()).unwrap();
+        assert!(meta.is_file());
+        assert_eq!(meta.len(), running.len());
+        let same_fs = std::fs::metadata(tmp.path()).unwrap().dev() == running.dev();
+        let linked = meta.ino() == running.ino() && meta.dev() == running.dev();
+        if same_fs && running.mode() & 0o6005 == 0o005 {
+            assert!(linked, "same file system: linked");
+        }
+        if !linked {
+            assert_eq!(meta.mode() & 0o777, 0o755);
+            assert_eq!(
+                std::fs::read(taken.path()).unwrap(),
+                std::fs::read(RUNNING).unwrap()
+            );
+        }
+        // Nobody writes through the link while the image runs.
+        let write = std::fs::OpenOptions::new().write(true).open(taken.path());
+        if linked {
+            assert_eq!(write.unwrap_err().raw_os_error(), Some(nix::libc::ETXTBSY));
+        }
+        let dir = taken.path().parent().unwrap().to_path_buf();
+        taken.discard();
+        assert!(!dir.exists());
+        assert!(std::fs::metadata(RUNNING).is_ok());
     }
 
     /// Teardown discards the copy once its containers are gone (issue 32): the directory
