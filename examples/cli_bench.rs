@@ -562,7 +562,10 @@ async fn main() {
         only.as_deref()
             .is_none_or(|o| o.split(',').any(|x| x == id))
     };
-    if ["9", "10", "10s", "10d", "12", "13"].iter().any(|f| wants(f)) {
+    if ["9", "10", "10s", "10d", "12", "13"]
+        .iter()
+        .any(|f| wants(f))
+    {
         // Built before the first measurement (the binaries build it on first use).
         let engine = Engine::connect(None, Duration::from_secs(5))
             .await

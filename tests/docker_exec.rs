@@ -148,7 +148,11 @@ async fn a_writers_passwd_is_a_read_only_mount_from_a_private_directory() {
     factory.teardown().await.unwrap();
     assert!(out.success(), "{out:?}");
     let lines: Vec<&str> = out.stdout.lines().collect();
-    assert_eq!(lines, ["1", "1", "refused", "ro", "refused", "ro"], "{out:?}");
+    assert_eq!(
+        lines,
+        ["1", "1", "refused", "ro", "refused", "ro"],
+        "{out:?}"
+    );
     let mounts = info.mounts.unwrap();
     for target in ["/etc/passwd", "/etc/group"] {
         let m = mounts

@@ -77,9 +77,7 @@ impl Inner {
             .await?;
         let upload = match (&read_only, &etc) {
             (Some(r), _) => Some(r.archive(&pod.facts, &identity)?),
-            (None, Some((passwd, group))) if !made.etc_mounted => {
-                Some(etc_archive(passwd, group)?)
-            }
+            (None, Some((passwd, group))) if !made.etc_mounted => Some(etc_archive(passwd, group)?),
             (None, _) => None,
         };
         self.start_agent(&made.id, &name, &spec, &pod, upload)

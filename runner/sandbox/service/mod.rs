@@ -286,13 +286,20 @@ mod tests {
         let src = tmp.path().join("flowerbox");
         std::fs::write(&src, b"\x7fELF binary").unwrap();
         let copy = ServiceBinary::prepare_in(&ServiceSource::Path(src), tmp.path()).unwrap();
-        let a = copy.file_beside("passwd", "root:x:0:0::/root:/bin/sh\n").unwrap();
-        let b = copy.file_beside("passwd", "root:x:0:0::/root:/bin/sh\n").unwrap();
+        let a = copy
+            .file_beside("passwd", "root:x:0:0::/root:/bin/sh\n")
+            .unwrap();
+        let b = copy
+            .file_beside("passwd", "root:x:0:0::/root:/bin/sh\n")
+            .unwrap();
         let c = copy.file_beside("passwd", "other\n").unwrap();
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_eq!(a.parent(), copy.path().parent());
-        assert_eq!(std::fs::read_to_string(&a).unwrap(), "root:x:0:0::/root:/bin/sh\n");
+        assert_eq!(
+            std::fs::read_to_string(&a).unwrap(),
+            "root:x:0:0::/root:/bin/sh\n"
+        );
         assert_eq!(std::fs::read_to_string(&c).unwrap(), "other\n");
         let mode = std::fs::metadata(&a).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o644);
