@@ -14,8 +14,9 @@
 #   7  Read (7) / Write (7b) file tool per call        vs fs::read / fs::write; Grep (7c)
 #   8  MCP stdio server start in the agent's container vs a Bash round trip; MCP call (8b)
 #   9  once, one Bash call, model thinking 1.5 s a turn: --sandbox docker vs --sandbox host
-#  10  whole go run, 8 workers `sleep 2` in parallel  vs 1 worker (ratio; ideal 1.0); 10s: the
-#      coordinator's dispatching message streamed at 60 ms an event, on both sides
+#  10  whole go run, 8 workers `sleep 2` at once     vs 1 worker (ratio; ideal 1.0; --max-workers 8);
+#      10s: the coordinator's dispatching message streamed at 60 ms an event, on both sides;
+#      10d: as 10 under the machine's default limit (2 × cores: waves on a small machine)
 #  11  first once --resume of 10,000 messages, -T     vs a fresh once
 #  12  scale curve: go with N = 1, cores, 8, 16, 32 workers `sleep 2` at once: wall clock (12) and
 #      runner peak RSS (12b) at 32 vs 1; per-worker overhead, ms (12c) and MiB (12d)
@@ -50,7 +51,7 @@ while [ $# -gt 0 ]; do
     --repeat) repeat=$2; shift 2 ;;
     --roundtrips) roundtrips=$2; shift 2 ;;
     --quick) repeat=2 roundtrips=20 calls=100; shift ;;
-    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done

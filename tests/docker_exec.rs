@@ -101,6 +101,73 @@ async fn command_runs_in_labelled_container_and_files_belong_to_the_host_user() 
         .any(|m| m.destination.as_deref() == Some(&*run.workspace.to_string_lossy())));
 }
 
+/// Issue 32: a writing agent's passwd and group are read-only bind mounts of files beside the
+/// exec service's private copy (no upload into the container before its start): they name the
+/// agent, nothing in the container can change them, and their host files lie in a private
+/// directory outside every mount of the agent.
+#[tokio::test]
+async fn a_writers_passwd_is_a_read_only_mount_from_a_private_directory() {
+    let Some(engine) = engine_or_skip("passwd_mount").await else {
+        return;
+    };
+    let image = agent_image(&engine).await;
+    let (_dir, ws) = odd_workspace();
+    std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut opts = DockerOptions::new(run_id("etc"), &ws);
+    opts.image = Some(image);
+    opts.show_progress = false;
+    opts.user = Some(UserIds {
+        uid: 4242,
+        gid: 4243,
+    });
+    let factory = DockerSandboxFactory::connect(opts).await.unwrap();
+    let spec = AgentBox {
+        agent: "worker-1".into(),
+        role: Role::Worker,
+        mounts: vec![Mount::same(ws.clone(), false)],
+        masked: Vec::new(),
+        workdir: ws.clone(),
+        policy: flowerbox::sandbox::SandboxPolicy::writer(),
+    };
+    let sb = factory.docker_sandbox(&spec).await.unwrap();
+    let out = exec_ok(
+        &*sb,
+        "grep -c ':x:4242:4243:' /etc/passwd; grep -c ':x:4243:' /etc/group; \
+         for f in /etc/passwd /etc/group; do \
+           (echo x >> $f) 2>/dev/null && echo WROTE || echo refused; \
+           grep \" $f \" /proc/self/mountinfo | awk '{print $6}' | cut -d, -f1; \
+         done",
+        &ws,
+    )
+    .await;
+    let info = engine
+        .docker()
+        .inspect_container(&sb.container_id(), None)
+        .await
+        .unwrap();
+    factory.teardown().await.unwrap();
+    assert!(out.success(), "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        ["1", "1", "refused", "ro", "refused", "ro"],
+        "{out:?}"
+    );
+    let mounts = info.mounts.unwrap();
+    for target in ["/etc/passwd", "/etc/group"] {
+        let m = mounts
+            .iter()
+            .find(|m| m.destination.as_deref() == Some(target))
+            .unwrap_or_else(|| panic!("no mount at {target}: {mounts:?}"));
+        assert_eq!(m.rw, Some(false), "{m:?}");
+        let source = std::path::PathBuf::from(m.source.clone().unwrap());
+        assert!(!source.starts_with(&ws), "{source:?}");
+        let dir = source.parent().unwrap();
+        // The directory went with the run (its copy of the service is discarded at teardown).
+        assert!(!dir.exists(), "{dir:?} outlived the run");
+    }
+}
+
 #[tokio::test]
 async fn another_uid_gets_a_passwd_entry_home_and_git_safe_directory() {
     let Some(engine) = engine_or_skip("another_uid").await else {

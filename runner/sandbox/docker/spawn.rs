@@ -1,8 +1,17 @@
 //! Making one agent's container in the run's pod, step by step: its body (image, mounts, the
 //! uid its policy names, flowerbox's seccomp profile), the exec service's binary mounted
-//! unless an agent could write its copy, the Landlock domain a writing agent is entered in, the
-//! passwd upload and the start behind the fence, the check that a write scope's mount is what
-//! the host pinned, and the wrapping every command of the agent goes through.
+//! unless an agent could write its copy, the Landlock domain a writing agent is entered in, its
+//! passwd and group (mounted read-only from beside that copy, else uploaded), the start behind
+//! the fence, the check that a write scope's mount is what the host pinned, and the wrapping
+//! every command of the agent goes through.
+//!
+//! Why passwd is a mount where it can be (issue 32): an upload into a container not yet
+//! started makes the engine mount its root file system, unpack the archive through a helper
+//! process and unmount it again, before the start mounts it once more. With 8 workers at
+//! once on a 2-core machine (fuse-overlayfs) the uploads cost ~0.3 s of the run's wall clock
+//! (`docker events`: every start waited for its upload); two read-only bind mounts of files
+//! beside the exec service's private copy cost the engine next to nothing. A read-only
+//! policy's container (its own uids, an inspector's directory) keeps its upload.
 
 use bollard::body_full;
 use bollard::models::ContainerCreateBody;
@@ -20,14 +29,19 @@ use crate::sandbox::service::domain::Need;
 use crate::sandbox::{AgentBox, SandboxError, SeccompProfile};
 
 /// What the container was made with: its id, the service binary mounted (none: commands run
-/// as one Docker exec each) and why there is none, when one was wanted.
+/// as one Docker exec each) and why there is none, when one was wanted, and whether its
+/// passwd and group are mounted (else they are uploaded before it starts).
 struct Made {
     id: String,
     binary: Option<Arc<service::ServiceBinary>>,
     no_service: Option<String>,
     /// The host's socket mounted for the service's frames (a local engine's).
     socket: Option<service::HostSocket>,
+    etc_mounted: bool,
 }
+
+/// An agent's `/etc/passwd` and `/etc/group` texts.
+type EtcFiles = (String, String);
 
 impl Inner {
     /// Creates and starts a container for `spec` in the pod.
@@ -56,10 +70,19 @@ impl Inner {
         let body = self.agent_body(&spec, &pod, &image, &identity, read_only.as_ref())?;
         let scoped = spec.mounts.iter().any(|m| m.pin.is_some());
         let own_domain = spec.policy.own_domain;
+        // A read-only policy's files are its plan's (uploaded whole, see `readonly`).
+        let etc = read_only
+            .is_none()
+            .then(|| patch_passwd(&pod.facts, &identity));
         let made = self
-            .create_agent_container(&spec, &name, body, own_domain && scoped)
+            .create_agent_container(&spec, &name, body, own_domain && scoped, etc.as_ref())
             .await?;
-        self.start_agent(&made.id, &name, &spec, &pod, read_only.as_ref(), &identity)
+        let upload = match (&read_only, &etc) {
+            (Some(r), _) => Some(r.archive(&pod.facts, &identity)?),
+            (None, Some((passwd, group))) if !made.etc_mounted => Some(etc_archive(passwd, group)?),
+            (None, _) => None,
+        };
+        self.start_agent(&made.id, &name, &spec, &pod, upload)
             .await?;
         // Watched from its start; one that went at once (its pod went meanwhile) is gone for
         // its first command, which makes it again.
@@ -145,12 +168,15 @@ impl Inner {
     /// of the run). A writing agent's processes live in a Landlock domain of their own,
     /// entered through that binary; a scoped worker's scope depends on it (DESIGN.md threat
     /// model 3), so with `needs_domain` and no binary it is refused, never run unchecked.
+    /// With the binary, `etc` (passwd and group) is mounted read-only from files beside its
+    /// copy, as private as it ([`mount_etc`]); without, the caller uploads it.
     async fn create_agent_container(
         &self,
         spec: &AgentBox,
         name: &str,
         mut body: ContainerCreateBody,
         needs_domain: bool,
+        etc: Option<&EtcFiles>,
     ) -> Result<Made, SandboxError> {
         let mut binary = match self.service_refused.load(Ordering::SeqCst) {
             true => None,
@@ -185,6 +211,7 @@ impl Inner {
                 binary,
                 no_service,
                 socket: None,
+                etc_mounted: false,
             });
         };
         let plain = body.clone();
@@ -206,12 +233,17 @@ impl Inner {
                 None
             }
         };
+        let etc_mounted = match etc {
+            Some(files) => mount_etc(&mut body, b.clone(), files.clone()).await,
+            None => false,
+        };
         match self.create(name, body, Tier::Agent).await {
             Ok(id) => Ok(Made {
                 id,
                 binary,
                 no_service,
                 socket,
+                etc_mounted,
             }),
             // The engine cannot see the copy (flowerbox itself in a container, a remote
             // engine): no service for this run.
@@ -233,6 +265,7 @@ impl Inner {
                     binary: None,
                     no_service: Some(why),
                     socket: None,
+                    etc_mounted: false,
                 })
             }
         }
@@ -255,6 +288,7 @@ impl Inner {
                 binary: None,
                 no_service,
                 socket: None,
+                etc_mounted: false,
             });
         };
         let source = service::ServiceSource::Path(b.path().to_path_buf());
@@ -267,39 +301,35 @@ impl Inner {
             binary: Some(b),
             no_service: None,
             socket: None,
+            etc_mounted: false,
         })
     }
 
-    /// Writes the container's passwd and group, starts it once the pod's fence is in, and
-    /// checks that what the engine mounted for a pinned source (a write scope) is what the
-    /// host opened, before anything runs in it; a container that fails the check goes.
+    /// Uploads `upload` (passwd and group where they are not mounted, a read-only policy's
+    /// files), starts the container once the pod's fence is in, and checks that what the
+    /// engine mounted for a pinned source (a write scope) is what the host opened, before
+    /// anything runs in it; a container that fails the check goes.
     async fn start_agent(
         &self,
         id: &str,
         name: &str,
         spec: &AgentBox,
         pod: &Pod,
-        read_only: Option<&ReadOnly>,
-        identity: &Identity,
+        upload: Option<Vec<u8>>,
     ) -> Result<(), SandboxError> {
-        let archive = match read_only {
-            Some(r) => r.archive(&pod.facts, identity)?,
-            None => {
-                let (passwd, group) = patch_passwd(&pod.facts, identity);
-                etc_archive(&passwd, &group)?
-            }
-        };
-        self.docker()
-            .upload_to_container(
-                id,
-                Some(UploadToContainerOptions {
-                    path: "/".into(),
-                    ..Default::default()
-                }),
-                body_full(archive.into()),
-            )
-            .await
-            .map_err(error::container(format!("writing passwd into {name}")))?;
+        if let Some(archive) = upload {
+            self.docker()
+                .upload_to_container(
+                    id,
+                    Some(UploadToContainerOptions {
+                        path: "/".into(),
+                        ..Default::default()
+                    }),
+                    body_full(archive.into()),
+                )
+                .await
+                .map_err(error::container(format!("writing passwd into {name}")))?;
+        }
         // Never a process in the pod's namespace before its rules are in.
         pod.fenced.wait().await?;
         self.docker()
@@ -313,5 +343,89 @@ impl Inner {
             }
         }
         Ok(())
+    }
+}
+
+/// Where an agent's passwd and group are mounted.
+const ETC_TARGETS: [&str; 2] = ["/etc/passwd", "/etc/group"];
+
+/// Adds read-only bind mounts of `files` (passwd, group), written beside the exec service's
+/// private copy `binary` (mode 0700 directory, never inside an agent's mount: the caller
+/// checked), at [`ETC_TARGETS`]. `false` (nothing added: the caller uploads them) when they
+/// could not be written.
+async fn mount_etc(
+    body: &mut ContainerCreateBody,
+    binary: Arc<service::ServiceBinary>,
+    (passwd, group): EtcFiles,
+) -> bool {
+    let written = tokio::task::spawn_blocking(move || {
+        Ok::<_, SandboxError>([
+            binary.file_beside("passwd", &passwd)?,
+            binary.file_beside("group", &group)?,
+        ])
+    })
+    .await
+    .map_err(|e| SandboxError::Backend(e.to_string()))
+    .and_then(|w| w);
+    let sources = match written {
+        Ok(sources) => sources,
+        Err(e) => {
+            tracing::warn!(error = %e, "passwd uploaded: writing it beside the service failed");
+            return false;
+        }
+    };
+    add_etc_mounts(body, &sources);
+    true
+}
+
+/// The read-only bind mounts of `sources` (passwd, group) at [`ETC_TARGETS`].
+fn add_etc_mounts(body: &mut ContainerCreateBody, sources: &[PathBuf; 2]) {
+    let mounts = body
+        .host_config
+        .get_or_insert_with(Default::default)
+        .mounts
+        .get_or_insert_with(Vec::new);
+    for (source, target) in sources.iter().zip(ETC_TARGETS) {
+        mounts.push(bollard::models::Mount {
+            target: Some(target.into()),
+            source: Some(source.to_string_lossy().into_owned()),
+            typ: Some(bollard::models::MountType::BIND),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwd_and_group_are_mounted_read_only_at_their_places() {
+        let mut body = ContainerCreateBody::default();
+        add_etc_mounts(
+            &mut body,
+            &[PathBuf::from("/p/passwd-1"), PathBuf::from("/p/group-2")],
+        );
+        let mounts = body.host_config.unwrap().mounts.unwrap();
+        let got: Vec<_> = mounts
+            .iter()
+            .map(|m| {
+                (
+                    m.source.as_deref().unwrap(),
+                    m.target.as_deref().unwrap(),
+                    m.read_only,
+                    m.typ,
+                )
+            })
+            .collect();
+        let bind = Some(bollard::models::MountType::BIND);
+        assert_eq!(
+            got,
+            [
+                ("/p/passwd-1", "/etc/passwd", Some(true), bind),
+                ("/p/group-2", "/etc/group", Some(true), bind)
+            ]
+        );
     }
 }

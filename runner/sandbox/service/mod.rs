@@ -163,6 +163,31 @@ impl ServiceBinary {
     pub fn inside(&self, mount: &Path) -> bool {
         self.dir.path().starts_with(mount)
     }
+
+    /// A small file holding `text` in the copy's private directory, for a read-only bind mount
+    /// beside the copy's (an agent container's `/etc/passwd`, say: a mount instead of an upload
+    /// into the container, issue 32). Named `<stem>-<digest of text>`: the same text is one
+    /// file, written once, whole (a temporary file renamed into place, so no container ever
+    /// mounts half of it). Mode 0644. Blocking I/O.
+    pub fn file_beside(&self, stem: &str, text: &str) -> Result<PathBuf, SandboxError> {
+        use sha2::Digest;
+        let digest = hex::encode(&sha2::Sha256::digest(text.as_bytes())[..8]);
+        let path = self.dir.path().join(format!("{stem}-{digest}"));
+        // Not followed: only a regular file this run wrote is reused.
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
+            return Ok(path);
+        }
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".beside-")
+            .tempfile_in(self.dir.path())?;
+        // No sync: only this run's containers read it, through the same page cache, and the
+        // directory goes with the run.
+        tmp.write_all(text.as_bytes())?;
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        tmp.persist(&path).map_err(|e| e.error)?;
+        Ok(path)
+    }
 }
 
 /// The running binary, as the kernel names it.
@@ -338,6 +363,43 @@ mod tests {
         taken.discard();
         assert!(!dir.exists());
         assert!(std::fs::metadata(RUNNING).is_ok());
+    }
+
+    /// A file beside the copy holds exactly its text, readable by all and written by none but
+    /// the run, in the copy's private directory; the same text is the same file.
+    #[test]
+    fn files_beside_the_copy_are_named_by_their_text() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("flowerbox");
+        std::fs::write(&src, b"\x7fELF binary").unwrap();
+        let copy = ServiceBinary::prepare_in(&ServiceSource::Path(src), tmp.path()).unwrap();
+        let a = copy
+            .file_beside("passwd", "root:x:0:0::/root:/bin/sh\n")
+            .unwrap();
+        let b = copy
+            .file_beside("passwd", "root:x:0:0::/root:/bin/sh\n")
+            .unwrap();
+        let c = copy.file_beside("passwd", "other\n").unwrap();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a.parent(), copy.path().parent());
+        assert_eq!(
+            std::fs::read_to_string(&a).unwrap(),
+            "root:x:0:0::/root:/bin/sh\n"
+        );
+        assert_eq!(std::fs::read_to_string(&c).unwrap(), "other\n");
+        let mode = std::fs::metadata(&a).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o644);
+        // Nothing else was left behind (no temporary file).
+        let names: Vec<_> = std::fs::read_dir(copy.path().parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with('.'))
+            .collect();
+        assert!(names.is_empty(), "{names:?}");
+        let dir = copy.path().parent().unwrap().to_path_buf();
+        drop(copy);
+        assert!(!dir.exists());
     }
 
     /// Teardown discards the copy once its containers are gone (issue 32): the directory
