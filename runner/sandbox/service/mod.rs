@@ -171,6 +171,7 @@ impl ServiceBinary {
     /// mounts half of it). Mode 0644. Blocking I/O.
     pub fn file_beside(&self, stem: &str, text: &str) -> Result<PathBuf, SandboxError> {
         use sha2::Digest;
+        use std::io::Write as _;
         let digest = hex::encode(&sha2::Sha256::digest(text.as_bytes())[..8]);
         let path = self.dir.path().join(format!("{stem}-{digest}"));
         // Not followed: only a regular file this run wrote is reused.
