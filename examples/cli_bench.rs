@@ -9,11 +9,11 @@
 //!     worker's container can start as its call ends, issue 32 §4);
 //! 11. the first `once --resume` of a 10,000-message session with trimming (`-T`, cold spill
 //!     directory) vs a fresh `once` with the same reply (target ≤ 150 ms). Row 11: results of
-//!     200 characters (every tenth 3,000): the trimmed history (~2.3 MB, ~575K tokens at
+//!     200 characters (every tenth 3,000): the trimmed history (~2.5 MB, ~630K tokens at
 //!     bytes/4) is refused as too long (the scripted model's 413 past its 2 MiB body limit,
 //!     as a 200K window would), so the run hands off at once (a degraded handoff) and the
 //!     model never sees a spill pointer; 11f: the same 10,000 messages with results of 20
-//!     characters (~1.5 MB), a history the model accepts (a larger window), so every trimmed
+//!     characters (~1.7 MB), a history the model accepts (a larger window), so every trimmed
 //!     result is written before the run ends;
 //! 12. the scale curve (issue 32): whole `go` runs with N = 1, 8, 16, 32 workers (and the
 //!     machine's core count) each running `sleep 2`, all N at once (`--max-workers N`): the wall clock at N = 32 vs N = 1 (12),
