@@ -130,6 +130,8 @@ fn child_main(mode: &str, db: &Path, session: &str, spill: &Path) {
         "resume" => {
             let policy = TrimPolicy::new(spill.to_path_buf(), true);
             let (msgs, report) = store.load_with_report(session, &policy).expect("load");
+            // The spill files are written off the load's path: counted until they are there.
+            store.spill_written().expect("spill files");
             let elapsed = ms(t.elapsed());
             json!({"ms": elapsed, "messages": msgs.len(), "report": report.summary()})
         }

@@ -17,7 +17,8 @@
 #  10  whole go run, 8 workers `sleep 2` at once     vs 1 worker (ratio; ideal 1.0; --max-workers 8);
 #      10s: the coordinator's dispatching message streamed at 60 ms an event, on both sides;
 #      10d: as 10 under the machine's default limit (2 × cores: waves on a small machine)
-#  11  first once --resume of 10,000 messages, -T     vs a fresh once
+#  11  first once --resume of 10,000 messages, -T     vs a fresh once; 11: refused as too long
+#      (a handoff at once), 11f: lighter results, accepted (every spill file written)
 #  12  scale curve: go with N = 1, cores, 8, 16, 32 workers `sleep 2` at once: wall clock (12) and
 #      runner peak RSS (12b) at 32 vs 1; per-worker overhead, ms (12c) and MiB (12d)
 #  13  once, text only (default tools): --sandbox docker vs --sandbox host (no container at all)

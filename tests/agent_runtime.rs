@@ -482,3 +482,130 @@ async fn a_background_command_returns_an_id_at_once_and_is_read_and_stopped() {
         .collect();
     assert!(offered.contains(&"TaskOutput".into()) && offered.contains(&"TaskStop".into()));
 }
+
+/// A session of `n` Bash calls whose results are 3,000 characters each; returns its id.
+fn session_of_large_results(h: &Harness, n: usize) -> String {
+    use flowerbox::model::{ContentBlock, Message, Speaker};
+    use flowerbox::session::SessionMeta;
+    let store = h.rt.store();
+    let meta = SessionMeta {
+        agent: "ad-hoc".into(),
+        role: flowerbox::role::Role::Worker,
+        step: None,
+        parent: None,
+        run: "20260101-000000-a1b2c3".into(),
+    };
+    let id = store.create(&meta).unwrap();
+    store
+        .append(&id, &Message::user_text("编译这个项目"), None)
+        .unwrap();
+    for i in 0..n {
+        let tid = format!("toolu_big_{i}");
+        let call = Message {
+            role: Speaker::Assistant,
+            content: vec![ContentBlock::ToolUse {
+                id: tid.clone(),
+                name: "Bash".into(),
+                input: json!({"command": format!("cargo build -p part{i}")}),
+            }],
+        };
+        store.append(&id, &call, None).unwrap();
+        let result = Message {
+            role: Speaker::User,
+            content: vec![ContentBlock::ToolResult {
+                tool_use_id: tid,
+                content: format!("{i:04} compiling ...\n").repeat(150),
+                is_error: false,
+            }],
+        };
+        store.append(&id, &result, None).unwrap();
+    }
+    store
+        .append(&id, &Message::assistant_text("编好了。"), None)
+        .unwrap();
+    id
+}
+
+/// Issue 32: a resumed history's spill files are written while the model is asked; once the
+/// model accepted the history, every file a pointer names is there, whole, when the step ends.
+#[tokio::test]
+async fn the_spill_files_of_an_accepted_resumed_history_are_there_when_the_step_ends() {
+    let turns: Vec<serde_json::Value> = (0..=26)
+        .map(|_| json!({"content": [text("好的。")]}))
+        .collect();
+    let h = Harness::new(
+        json!({"agents": [{"role": "once", "turns": turns}]}),
+        Opts::default(),
+    );
+    let id = session_of_large_results(&h, 25);
+    let r =
+        h.rt.run(
+            &roles::once("", vec!["Read".into()], None),
+            "继续",
+            RunOptions {
+                resume: Some(id),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(r.ok, "{:?}", r.error);
+    let sent = h.model.recorded()[0].to_string();
+    let pointers: Vec<&str> = sent
+        .split("完整内容在 ")
+        .skip(1)
+        .map(|s| s.split(",需要时").next().unwrap())
+        .collect();
+    assert_eq!(
+        pointers.len(),
+        5,
+        "25 large results, the 20 most recent kept"
+    );
+    for (i, p) in pointers.iter().enumerate() {
+        let text = std::fs::read_to_string(p).unwrap();
+        assert_eq!(text, format!("{i:04} compiling ...\n").repeat(150));
+    }
+}
+
+/// Issue 32: a resumed history the model refuses as too long hands off at once (degraded:
+/// nothing to ask), and the spill files it never showed are not waited for: the step goes on
+/// in the new session and no temporary file is left in the spill directory.
+#[tokio::test]
+async fn a_resumed_history_refused_as_too_long_hands_off_without_waiting_for_its_spills() {
+    let mut turns: Vec<serde_json::Value> = (0..=26)
+        .map(|_| json!({"content": [text("接着做。")]}))
+        .collect();
+    turns[26]["fault"] = json!({"status": 413, "times": 1});
+    let h = Harness::new(
+        json!({"agents": [{"role": "once", "turns": turns}]}),
+        Opts {
+            handoff_window: Some(200_000),
+            ..Opts::default()
+        },
+    );
+    let id = session_of_large_results(&h, 25);
+    let r =
+        h.rt.run(
+            &roles::once("", vec!["Read".into()], None),
+            "继续",
+            RunOptions {
+                resume: Some(id.clone()),
+                step: Some("干活".into()),
+                ..Default::default()
+            },
+        )
+        .await;
+    assert!(r.ok, "{:?}", r.error);
+    assert_eq!(r.retired, [id]);
+    assert!(h
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(&e.kind, EventKind::Handoff { degraded: true, .. })));
+    let names: Vec<String> = std::fs::read_dir(h.ws.join(".flower/spill"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.len() <= 5, "{names:?}");
+    assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
+}

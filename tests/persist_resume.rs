@@ -234,6 +234,8 @@ fn sigkill_mid_tool_then_resume_gives_exactly_what_the_model_saw_trimmed() {
     };
     let before = payload_digest(&db);
     let loaded = store.load(&session, &policy).unwrap();
+    // The spill files are written off the load's path; what reads a pointer waits for them.
+    store.spill_written().unwrap();
     assert_eq!(payload_digest(&db), before, "load must not modify any row");
 
     // Expected, built by hand: the notice is gone; of the 4 ephemeral results the 2 oldest
@@ -343,6 +345,8 @@ fn sigkill_at_an_arbitrary_moment_leaves_a_valid_prefix() {
 
     let policy = TrimPolicy::new(dir.path().join("spill"), true);
     let loaded = store.load(&session, &policy).unwrap();
+    // The spill files are written off the load's path; what reads a pointer waits for them.
+    store.spill_written().unwrap();
     // Valid for the API: every call is answered by the next message, each exactly once.
     for (i, m) in loaded.iter().enumerate() {
         let uses: Vec<&str> = m

@@ -650,6 +650,11 @@ impl Runtime {
 
     fn finish(&self, mut result: StepResult, spec: &AgentSpec, agent: &str) -> StepResult {
         result.ended_at = Utc::now();
+        // Every spill file a history loaded for the step pointed to is there before the step
+        // is over (the model may have quoted a pointer).
+        if let Err(e) = self.store.spill_written() {
+            self.not_saved("会话", &e);
+        }
         if result.ok && self.unsaved.is_tripped() {
             // Never `+ 完成` over a transcript that is not on disk (issue 26 §3).
             result.ok = false;

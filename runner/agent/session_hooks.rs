@@ -122,6 +122,10 @@ impl AgentRun {
         if hooks.is_empty() {
             return (Vec::new(), None);
         }
+        // A hook's command can read the spill files a resumed history points to, as a tool can.
+        if let Err(e) = self.rt.store.spill_written() {
+            self.rt.not_saved("会话", &e);
+        }
         let Some(sandbox) = self.hook_sandbox(ctx).await else {
             return (Vec::new(), None);
         };

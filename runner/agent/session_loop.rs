@@ -501,6 +501,12 @@ impl AgentRun {
                 return LoopEnd::Done;
             }
 
+            // A resumed history's spill files may still be being written: a tool can read
+            // one as soon as it runs.
+            if let Err(e) = self.rt.store.spill_written() {
+                self.rt.not_saved("会话", &e);
+                return LoopEnd::Stopped(StepError::from(e));
+            }
             let results = join_all(calls.iter().map(|c| {
                 let malformed = turn.malformed_calls.iter().find(|m| m.id == c.id);
                 self.exec_call(c, malformed, ctx)

@@ -119,6 +119,12 @@ impl StepRun<'_> {
             self.stop(result, StepError::Generations(MAX_GENERATIONS));
             return None;
         }
+        if prompt_too_long && self.run.turns == 0 {
+            // The model refused every request holding this session's history, so nothing can
+            // read its spill pointers: the files it had not written yet are not needed (the
+            // new session starts from the handoff document).
+            self.rt.store().spill_discard(self.run.session_id());
+        }
         let doc = self
             .rt
             .write_handoff(&mut self.run, &result.step, prompt, window, prompt_too_long)

@@ -27,7 +27,7 @@ mod tree;
 pub mod view;
 pub mod walk;
 
-pub use tree::{BatchSync, Entry, TempFile, Tree};
+pub use tree::{BatchSync, Entry, PendingBatch, TempFile, Tree};
 pub use view::{Resolved, View, ViewError, ViewMount};
 
 use thiserror::Error;

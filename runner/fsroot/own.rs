@@ -63,6 +63,15 @@ pub fn write_batch(
     Ok(tree().write_batch(&abs(dir)?, files)?)
 }
 
+/// The first half of [`write_batch`]: `dir` created, every name checked, nothing written
+/// (`None` when `files` is empty); see [`Tree::plan_batch`].
+pub fn plan_batch(
+    dir: &Path,
+    files: Vec<(String, Vec<u8>)>,
+) -> io::Result<Option<super::PendingBatch>> {
+    Ok(tree().plan_batch(&abs(dir)?, files)?)
+}
+
 /// Appends `bytes` to the regular file `path` (created with its directories when missing);
 /// returns whether it was created.
 pub fn append(path: &Path, bytes: &[u8]) -> io::Result<bool> {

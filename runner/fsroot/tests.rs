@@ -556,3 +556,48 @@ fn batches_replace_links_keep_same_content_files_and_leave_no_temporary() {
         "{names:?}"
     );
 }
+
+/// Issue 32: a planned batch writes nothing until it is written (another thread may), checks
+/// every name when planned, and stops before the next name once told to.
+#[test]
+fn a_planned_batch_writes_nothing_before_it_runs_and_stops_when_told() {
+    use std::sync::atomic::AtomicBool;
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path().canonicalize().unwrap().join("spill");
+    let tree = tree::Tree::new("/");
+    let files = |names: &[&str]| -> Vec<(String, Vec<u8>)> {
+        names
+            .iter()
+            .map(|n| (n.to_string(), n.as_bytes().to_vec()))
+            .collect()
+    };
+    let batch = tree.plan_batch(&dir, files(&["a.txt", "b.txt"])).unwrap();
+    let batch = batch.expect("two names to write");
+    assert_eq!(batch.len(), 2);
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "planned, not written"
+    );
+    let (written, sync) = std::thread::spawn(move || batch.write(&AtomicBool::new(false)))
+        .join()
+        .unwrap()
+        .unwrap();
+    assert_eq!(written, 2);
+    sync.expect("a sync").sync().unwrap();
+    assert_eq!(std::fs::read_to_string(dir.join("b.txt")).unwrap(), "b.txt");
+    // Already there with these bytes: nothing to write.
+    let again = tree.plan_batch(&dir, files(&["a.txt"])).unwrap().unwrap();
+    assert!(again.is_empty());
+    let stopped = tree
+        .plan_batch(&dir, files(&["c.txt", "d.txt"]))
+        .unwrap()
+        .unwrap();
+    let (written, _) = stopped.write(&AtomicBool::new(true)).unwrap();
+    assert_eq!(written, 0);
+    assert!(!dir.join("c.txt").exists());
+    std::fs::create_dir(dir.join("e.txt")).unwrap();
+    let err = tree.plan_batch(&dir, files(&["e.txt"]));
+    assert!(matches!(err, Err(FsError::IsDir)), "{err:?}");
+    assert!(tree.plan_batch(&dir, Vec::new()).unwrap().is_none());
+}

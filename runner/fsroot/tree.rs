@@ -160,34 +160,54 @@ impl Tree {
     /// durably before it ran. Returns how many files were written.
     ///
     /// As [`Tree::write`], a symlink, FIFO or socket at a name is replaced, never followed.
+    /// [`Tree::plan_batch`] then [`PendingBatch::write`], for a caller that writes later or
+    /// on another thread.
     pub fn write_batch(
         &self,
         dir: &Path,
         files: &[(&str, &[u8])],
     ) -> Result<(usize, Option<BatchSync>), FsError> {
-        use std::io::Write;
+        let owned = files
+            .iter()
+            .map(|(n, b)| (n.to_string(), b.to_vec()))
+            .collect();
+        match self.plan_batch(dir, owned)? {
+            Some(batch) => batch.write(&std::sync::atomic::AtomicBool::new(false)),
+            None => Ok((0, None)),
+        }
+    }
+
+    /// The first half of [`Tree::write_batch`]: the directory opened (created when missing),
+    /// every name checked (a directory at a name is refused, a name already holding exactly
+    /// its bytes is dropped), nothing written. `None` when `files` is empty. The batch owns
+    /// its directory and bytes, so it can be written on another thread.
+    pub fn plan_batch(
+        &self,
+        dir: &Path,
+        files: Vec<(String, Vec<u8>)>,
+    ) -> Result<Option<PendingBatch>, FsError> {
         let fd = self.dir(dir, true)?;
+        if files.is_empty() {
+            return Ok(None);
+        }
         // Pass 1: what each name needs; nothing is written before every name was looked at.
-        let mut todo: Vec<(&std::ffi::OsStr, &[u8], bool)> = Vec::new();
+        let mut todo: Vec<(OsString, Vec<u8>, bool)> = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for (name, bytes) in files {
-            let name = std::ffi::OsStr::new(*name);
-            sys::check_name(name)?;
-            if !seen.insert(name) {
+            let name = OsString::from(name);
+            sys::check_name(&name)?;
+            if !seen.insert(name.clone()) {
                 continue;
             }
-            match sys::lstat_at(fd.as_fd(), name)? {
+            match sys::lstat_at(fd.as_fd(), &name)? {
                 None => todo.push((name, bytes, false)),
                 Some(st) if sys::kind(&st) == FileType::Directory => return Err(FsError::IsDir),
                 Some(st)
                     if sys::kind(&st) == FileType::RegularFile
                         && st.st_size as u64 == bytes.len() as u64
-                        && same_bytes(fd.as_fd(), name, bytes)? => {}
+                        && same_bytes(fd.as_fd(), &name, &bytes)? => {}
                 Some(_) => todo.push((name, bytes, true)),
             }
-        }
-        if files.is_empty() {
-            return Ok((0, None));
         }
         // The walk's handle is `O_PATH`; syncing needs a real descriptor of the directory.
         let listed = rustix::fs::openat(
@@ -196,26 +216,7 @@ impl Tree {
             sys::listable_flags() | OFlags::CLOEXEC,
             rustix::fs::Mode::empty(),
         )?;
-        // Pass 2: write and rename.
-        let mut written = 0;
-        for (name, bytes, replaces) in todo {
-            let (tmp, file) = sys::create_temp(fd.as_fd(), name)?;
-            let done = (|| -> Result<(), FsError> {
-                let mut file = std::fs::File::from(file);
-                file.write_all(bytes)?;
-                if replaces {
-                    file.sync_data()?;
-                }
-                rustix::fs::renameat(&fd, &tmp, &fd, name)?;
-                Ok(())
-            })();
-            if let Err(e) = done {
-                let _ = rustix::fs::unlinkat(&fd, &tmp, rustix::fs::AtFlags::empty());
-                return Err(e);
-            }
-            written += 1;
-        }
-        Ok((written, Some(BatchSync(listed))))
+        Ok(Some(PendingBatch { fd, listed, todo }))
     }
 
     /// Opens the regular file `path` for appending (created, with its directories, when
@@ -472,6 +473,65 @@ impl BatchSync {
         // Not every file system can fsync a directory; syncfs already wrote the renames.
         let _ = rustix::fs::fsync(&self.0);
         Ok(())
+    }
+}
+
+/// A [`Tree::write_batch`] checked but not written yet ([`Tree::plan_batch`]): owns its
+/// directory and bytes, so it can be written on another thread.
+#[derive(Debug)]
+pub struct PendingBatch {
+    /// The directory (`O_PATH`).
+    fd: OwnedFd,
+    /// The directory, opened for syncing.
+    listed: OwnedFd,
+    /// (name, bytes, whether it replaces something).
+    todo: Vec<(OsString, Vec<u8>, bool)>,
+}
+
+impl PendingBatch {
+    /// How many names will be written.
+    pub fn len(&self) -> usize {
+        self.todo.len()
+    }
+
+    /// True when every name already held its bytes.
+    pub fn is_empty(&self) -> bool {
+        self.todo.is_empty()
+    }
+
+    /// The second half of [`Tree::write_batch`]: writes and renames each name, stopping
+    /// before the next one once `stop` is set. Returns how many were written and what makes
+    /// them durable (as [`Tree::write_batch`]: nothing pointing to them may be stored durably
+    /// before it ran). A name whose write failed leaves no temporary file behind.
+    pub fn write(
+        self,
+        stop: &std::sync::atomic::AtomicBool,
+    ) -> Result<(usize, Option<BatchSync>), FsError> {
+        use std::io::Write;
+        let fd = self.fd;
+        // Pass 2: write and rename.
+        let mut written = 0;
+        for (name, bytes, replaces) in self.todo {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                break;
+            }
+            let (tmp, file) = sys::create_temp(fd.as_fd(), &name)?;
+            let done = (|| -> Result<(), FsError> {
+                let mut file = std::fs::File::from(file);
+                file.write_all(&bytes)?;
+                if replaces {
+                    file.sync_data()?;
+                }
+                rustix::fs::renameat(&fd, &tmp, &fd, &name)?;
+                Ok(())
+            })();
+            if let Err(e) = done {
+                let _ = rustix::fs::unlinkat(&fd, &tmp, rustix::fs::AtFlags::empty());
+                return Err(e);
+            }
+            written += 1;
+        }
+        Ok((written, Some(BatchSync(self.listed))))
     }
 }
 

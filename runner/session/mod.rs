@@ -191,6 +191,22 @@ pub trait SessionStore: Send + Sync {
     /// in the next message.
     fn load(&self, session: &str, policy: &TrimPolicy) -> Result<Vec<Message>, SessionError>;
 
+    /// Waits until every spill file a [`SessionStore::load`] pointed to is written (readable,
+    /// not yet durable): a load may return before its spill files are written, so anything
+    /// that can read a pointer (a tool, a human after the run) waits here first.
+    ///
+    /// # Errors
+    /// [`SessionError::Io`] when a spill file could not be written.
+    fn spill_written(&self) -> Result<(), SessionError> {
+        Ok(())
+    }
+
+    /// Gives up the spill files a load of `session` has not written yet: its history was
+    /// dropped before any request holding it was accepted (the model refused it as too long),
+    /// so nothing can ever read those pointers. Files already written stay (content-addressed,
+    /// the next trim keeps them).
+    fn spill_discard(&self, _session: &str) {}
+
     /// A new session with the same history (messages and notices) and metadata; returns its
     /// id. [`SessionError::NotFound`] for an unknown session.
     fn fork(&self, session: &str) -> Result<String, SessionError>;

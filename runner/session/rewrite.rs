@@ -8,7 +8,7 @@
 //! then trim of large results. Results written by prune are left alone by the other two.
 
 use super::{NoticeKind, TrimPolicy};
-use crate::fsroot::{own, BatchSync};
+use crate::fsroot::{own, PendingBatch};
 use crate::glance::is_ephemeral;
 use crate::model::{ContentBlock, Message, Speaker};
 use sha2::{Digest, Sha256};
@@ -95,8 +95,8 @@ pub(crate) fn spill_path(spill_dir: &Path, text: &str) -> std::path::PathBuf {
     spill_dir.join(spill_name(text))
 }
 
-/// Rewrites stored entries into the history resume feeds the model, the spill files synced
-/// before it returns.
+/// Rewrites stored entries into the history resume feeds the model, the spill files written
+/// and synced before it returns.
 ///
 /// # Errors
 /// I/O errors writing or syncing spill files (trim only).
@@ -104,34 +104,39 @@ pub fn for_resume(
     entries: &[Entry],
     policy: &TrimPolicy,
 ) -> std::io::Result<(Vec<Message>, TrimReport)> {
-    let (msgs, report, sync) = for_resume_deferred(entries.to_vec(), policy)?;
-    if let Some(sync) = sync {
-        sync.sync()?;
+    let (msgs, report, batch) = for_resume_deferred(entries.to_vec(), policy)?;
+    if let Some(batch) = batch {
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        if let (_, Some(sync)) = batch.write(&stop)? {
+            sync.sync()?;
+        }
     }
     Ok((msgs, report))
 }
 
-/// [`for_resume`] without waiting for the disk: the spill files are written and visible, and
-/// the returned [`BatchSync`] makes them durable. It must have run before anything holding a
-/// spill pointer of this history is stored durably (a compaction's or a handoff's new
-/// session); the model may be asked before (a crash before the sync leaves a spill file that
-/// the next trim finds by content and rewrites, and no stored row points to it).
+/// [`for_resume`] without touching the spill files: the spill directory is made and every
+/// name checked, and the returned [`PendingBatch`] holds the trimmed results. It must be
+/// written before anything can read a spill pointer of this history (a tool run, the end of
+/// the run), and its sync must have run before anything holding a pointer is stored durably
+/// (a compaction's or a handoff's new session). The model may be asked before either: a
+/// request it refuses never showed it a pointer, and a crash before the sync leaves a spill
+/// file that the next trim finds by content and rewrites, with no stored row pointing to it.
 ///
 /// # Errors
-/// I/O errors writing spill files (trim only).
+/// I/O errors making the spill directory or looking at its names (trim only).
 pub fn for_resume_deferred(
     entries: Vec<Entry>,
     policy: &TrimPolicy,
-) -> std::io::Result<(Vec<Message>, TrimReport, Option<BatchSync>)> {
+) -> std::io::Result<(Vec<Message>, TrimReport, Option<PendingBatch>)> {
     let mut report = TrimReport::default();
     let (mut msgs, protected) = prune(entries, &mut report);
     expire(&mut msgs, &protected, policy, &mut report);
-    let sync = if policy.trim_large {
+    let batch = if policy.trim_large {
         trim(&mut msgs, &protected, policy, &mut report)?
     } else {
         None
     };
-    Ok((msgs, report, sync))
+    Ok((msgs, report, batch))
 }
 
 /// (message index, block index) of results prune wrote; expiry and trim leave them alone.
@@ -353,58 +358,52 @@ pub fn expire(
 }
 
 /// Trim (`policy.trim_large`): results of at least `min_chars` characters, except the
-/// `keep_recent` most recent, are written to the spill directory and replaced by
-/// [`spill_pointer`]. Returns what makes the spill files durable ([`for_resume_deferred`]).
+/// `keep_recent` most recent, are replaced by [`spill_pointer`] to their file in the spill
+/// directory. Returns the batch that writes those files ([`for_resume_deferred`]); the
+/// results' text moves into it, never copied.
 ///
 /// # Errors
-/// I/O errors creating the spill directory or writing a spill file.
+/// I/O errors creating the spill directory or looking at a spill file's name.
 pub fn trim(
     msgs: &mut [Message],
     protected: &Protected,
     policy: &TrimPolicy,
     report: &mut TrimReport,
-) -> std::io::Result<Option<BatchSync>> {
-    let mut sites: Vec<(usize, usize)> = Vec::new();
+) -> std::io::Result<Option<PendingBatch>> {
+    let mut sites: Vec<(usize, usize, usize)> = Vec::new();
     for (i, m) in msgs.iter().enumerate() {
         for (k, b) in m.content.iter().enumerate() {
             if let ContentBlock::ToolResult { content, .. } = b {
-                if !protected.contains(&(i, k)) && content.chars().count() >= policy.min_chars {
-                    sites.push((i, k));
+                // Fewer bytes than `min_chars` cannot be as many characters.
+                if protected.contains(&(i, k)) || content.len() < policy.min_chars {
+                    continue;
+                }
+                let chars = content.chars().count();
+                if chars >= policy.min_chars {
+                    sites.push((i, k, chars));
                 }
             }
         }
     }
     let n = sites.len().saturating_sub(policy.keep_recent);
     report.kept_large += sites.len() - n;
-    // Every spill file first, in one batch, then the pointers. The rows in sessions.db are
-    // never touched; the caller syncs the batch before any pointer is stored durably.
-    let mut spills: Vec<(String, usize)> = Vec::with_capacity(n);
-    for &(i, k) in &sites[..n] {
-        if let ContentBlock::ToolResult { content, .. } = &msgs[i].content[k] {
-            spills.push((spill_name(content), content.chars().count()));
-        }
+    if n == 0 {
+        return Ok(None);
     }
-    let files: Vec<(&str, &[u8])> = sites[..n]
-        .iter()
-        .zip(&spills)
-        .filter_map(|(&(i, k), (name, _))| match &msgs[i].content[k] {
-            ContentBlock::ToolResult { content, .. } => Some((name.as_str(), content.as_bytes())),
-            _ => None,
-        })
-        .collect();
-    // Content-addressed names: a file there with the same bytes is kept.
-    let sync = match files.is_empty() {
-        true => None,
-        false => own::write_batch(&policy.spill_dir, &files)?.1,
-    };
-    for (&(i, k), (name, chars)) in sites[..n].iter().zip(&spills) {
+    // The pointers replace the results at once; the files are the caller's to write (one
+    // batch) before anything can read a pointer. The rows in sessions.db are never touched.
+    let mut files: Vec<(String, Vec<u8>)> = Vec::with_capacity(n);
+    for &(i, k, chars) in &sites[..n] {
         if let ContentBlock::ToolResult { content, .. } = &mut msgs[i].content[k] {
-            *content = spill_pointer(&policy.spill_dir.join(name), *chars);
+            let name = spill_name(content);
+            let pointer = spill_pointer(&policy.spill_dir.join(&name), chars);
+            files.push((name, std::mem::replace(content, pointer).into_bytes()));
             report.trimmed += 1;
             report.chars_saved += chars;
         }
     }
-    Ok(sync)
+    // Content-addressed names: a file there with the same bytes is kept.
+    own::plan_batch(&policy.spill_dir, files)
 }
 
 /// The spill file name of `text`: the first 16 hex digits of its SHA-256, `.txt`.

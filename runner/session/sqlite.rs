@@ -11,13 +11,15 @@ use super::migrations;
 use super::rewrite::{self, Entry, TrimReport};
 use super::{Damage, NoticeKind, SessionError, SessionMeta, SessionStore, TrimPolicy};
 use crate::fsroot::own;
+use crate::fsroot::PendingBatch;
 use crate::model::Message;
 use crate::role::Role;
 use rusqlite::{
     params, Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior,
 };
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// How long a writer waits for another process's write transaction before failing (30 s: a
@@ -80,12 +82,86 @@ pub struct SqliteSessionStore {
     conn: Mutex<Connection>,
     /// Where the database lives (for messages).
     path: PathBuf,
-    /// Spill syncs a load started and nobody waited for yet ([`SqliteSessionStore::spill_barrier`]).
-    spill_syncs: Mutex<Vec<SpillSync>>,
+    /// Spill batches a load started and nobody waited for yet
+    /// ([`SqliteSessionStore::spill_barrier`]).
+    spills: Mutex<Vec<SpillJob>>,
 }
 
-/// A spill sync under way: waits for it.
-type SpillSync = Box<dyn FnOnce() -> std::io::Result<()> + Send>;
+/// A load's spill files being written, then synced, on their own thread.
+struct SpillJob {
+    /// The session whose load made them.
+    session: String,
+    /// Set to stop writing (the history was dropped before the model saw it).
+    stop: Arc<AtomicBool>,
+    /// Says once whether every file was written (before the sync); `None` once received.
+    written: Option<mpsc::Receiver<std::io::Result<()>>>,
+    /// The write and the sync.
+    done: std::thread::JoinHandle<std::io::Result<()>>,
+}
+
+impl SpillJob {
+    /// Starts writing `batch`, then syncing it, on a new thread.
+    fn start(session: &str, batch: PendingBatch) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, written) = mpsc::channel();
+        let flag = stop.clone();
+        let done = std::thread::spawn(move || {
+            let sync = match batch.write(&flag) {
+                Ok((_, sync)) => {
+                    let _ = tx.send(Ok(()));
+                    sync
+                }
+                Err(e) => {
+                    let e = std::io::Error::from(e);
+                    let again = std::io::Error::new(e.kind(), e.to_string());
+                    let _ = tx.send(Err(e));
+                    return Err(again);
+                }
+            };
+            match sync {
+                // A stopped batch is pointed to by nothing: no sync.
+                Some(sync) if !flag.load(Ordering::Relaxed) => {
+                    sync.sync().map_err(std::io::Error::from)
+                }
+                _ => Ok(()),
+            }
+        });
+        SpillJob {
+            session: session.to_string(),
+            stop,
+            written: Some(written),
+            done,
+        }
+    }
+
+    /// A job that only runs `sync` (its files counted as written), for tests of the barrier.
+    #[cfg(test)]
+    fn sync_only(sync: Box<dyn FnOnce() -> std::io::Result<()> + Send>) -> Self {
+        SpillJob {
+            session: String::new(),
+            stop: Arc::new(AtomicBool::new(false)),
+            written: None,
+            done: std::thread::spawn(sync),
+        }
+    }
+
+    /// Waits until its files are written (not yet synced).
+    fn wait_written(&mut self) -> std::io::Result<()> {
+        match self.written.take() {
+            Some(rx) => rx
+                .recv()
+                .unwrap_or_else(|_| Err(std::io::Error::other("归档文件写入线程崩溃"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits until its files are written and synced.
+    fn join(self) -> std::io::Result<()> {
+        self.done
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("归档文件落盘线程崩溃")))
+    }
+}
 
 impl std::fmt::Debug for SqliteSessionStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -136,7 +212,7 @@ impl SqliteSessionStore {
         Ok(SqliteSessionStore {
             conn: Mutex::new(conn),
             path,
-            spill_syncs: Mutex::new(Vec::new()),
+            spills: Mutex::new(Vec::new()),
         })
     }
 
@@ -240,38 +316,39 @@ impl SqliteSessionStore {
         policy: &TrimPolicy,
     ) -> Result<(Vec<Message>, TrimReport), SessionError> {
         let entries = self.entries(session)?;
-        let (msgs, report, sync) = rewrite::for_resume_deferred(entries, policy)?;
-        if let Some(sync) = sync {
-            // The model can be asked while the disk catches up; a new session (the only rows
-            // that can hold these pointers for good) waits for it in `create`.
-            let job = std::thread::spawn(move || sync.sync().map_err(std::io::Error::from));
-            self.defer_spill_sync(Box::new(move || {
-                job.join()
-                    .unwrap_or_else(|_| Err(std::io::Error::other("归档文件落盘线程崩溃")))
-            }));
+        let (msgs, report, batch) = rewrite::for_resume_deferred(entries, policy)?;
+        if let Some(batch) = batch {
+            // The model can be asked while the files are written and the disk catches up:
+            // tools and the run's end wait for the files ([`SessionStore::spill_written`]), a
+            // new session (the only rows that can hold these pointers for good) for the sync
+            // in `create`.
+            self.jobs().push(SpillJob::start(session, batch));
         }
         Ok((msgs, report))
     }
 
-    fn defer_spill_sync(&self, sync: SpillSync) {
-        self.spill_syncs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(sync);
+    /// Leaves `sync` pending as a load's spill batch would (tests of the barrier).
+    #[cfg(test)]
+    pub(crate) fn defer_spill_sync(&self, sync: Box<dyn FnOnce() -> std::io::Result<()> + Send>) {
+        self.jobs().push(SpillJob::sync_only(sync));
     }
 
-    /// Waits for every spill sync a load started: after it, every spill file a loaded history
-    /// points to is on disk. [`SessionStore::create`] runs it first, so a compaction's or a
-    /// handoff's new session never stores a pointer to a file a crash could lose.
+    fn jobs(&self) -> MutexGuard<'_, Vec<SpillJob>> {
+        self.spills.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits for every spill batch a load started, written and synced: after it, every spill
+    /// file a loaded history points to is on disk. [`SessionStore::create`] runs it first, so
+    /// a compaction's or a handoff's new session never stores a pointer to a file a crash
+    /// could lose.
     ///
     /// # Errors
-    /// [`SessionError::Io`] when a sync failed.
+    /// [`SessionError::Io`] when a write or a sync failed.
     pub fn spill_barrier(&self) -> Result<(), SessionError> {
-        let pending =
-            std::mem::take(&mut *self.spill_syncs.lock().unwrap_or_else(|p| p.into_inner()));
+        let pending = std::mem::take(&mut *self.jobs());
         let mut first = Ok(());
-        for sync in pending {
-            if let Err(e) = sync() {
+        for job in pending {
+            if let Err(e) = job.join() {
                 first = first.and(Err(SessionError::Io(e)));
             }
         }
@@ -419,6 +496,32 @@ impl SessionStore for SqliteSessionStore {
 
     fn load(&self, session: &str, policy: &TrimPolicy) -> Result<Vec<Message>, SessionError> {
         Ok(self.load_with_report(session, policy)?.0)
+    }
+
+    fn spill_written(&self) -> Result<(), SessionError> {
+        let mut jobs = self.jobs();
+        let mut first = Ok(());
+        for job in jobs.iter_mut() {
+            if let Err(e) = job.wait_written() {
+                first = first.and(Err(SessionError::Io(e)));
+            }
+        }
+        first
+    }
+
+    fn spill_discard(&self, session: &str) {
+        let mut jobs = self.jobs();
+        let (mine, rest): (Vec<SpillJob>, Vec<SpillJob>) = std::mem::take(&mut *jobs)
+            .into_iter()
+            .partition(|j| j.session == session);
+        *jobs = rest;
+        drop(jobs);
+        for mut job in mine {
+            job.stop.store(true, Ordering::Relaxed);
+            // The file being written is finished (no temporary left behind); a sync already
+            // under way is not waited for: nothing points to any of these files.
+            let _ = job.wait_written();
+        }
     }
 
     fn fork(&self, session: &str) -> Result<String, SessionError> {

@@ -189,8 +189,9 @@ fn load_never_modifies_rows() {
     assert_eq!(store.load_raw_json(&id).unwrap(), before);
 }
 
-/// Issue 32: a trimming load leaves its spill sync pending (the model can be asked before the
-/// disk caught up); creating a session waits for it first.
+/// Issue 32: a trimming load leaves its spill batch pending (the model can be asked before the
+/// files are written and the disk caught up); the files are there once `spill_written`
+/// returned, and creating a session waits for the whole batch first.
 #[test]
 fn a_trimming_load_defers_its_spill_sync_to_the_next_new_session() {
     let (dir, store) = open();
@@ -199,11 +200,13 @@ fn a_trimming_load_defers_its_spill_sync_to_the_next_new_session() {
         keep_recent: 0,
         ..TrimPolicy::new(dir.path().join("spill"), true)
     };
-    let pending = || store.spill_syncs.lock().unwrap().len();
+    let pending = || store.spills.lock().unwrap().len();
     assert_eq!(pending(), 0);
     let (_, report) = store.load_with_report(&id, &policy).unwrap();
     assert_eq!(report.trimmed, 3);
     assert_eq!(pending(), 1);
+    store.spill_written().unwrap();
+    assert_eq!(pending(), 1, "written, not yet known to be synced");
     assert_eq!(
         std::fs::read_dir(dir.path().join("spill")).unwrap().count(),
         3
@@ -215,6 +218,37 @@ fn a_trimming_load_defers_its_spill_sync_to_the_next_new_session() {
         .load_with_report(&id, &TrimPolicy::new(dir.path().join("spill"), false))
         .unwrap();
     assert_eq!(pending(), 0);
+}
+
+/// Issue 32: a history the model refused before seeing it gives up its spill batch: nothing
+/// stays pending, no temporary file stays behind, and a later load writes every file again.
+#[test]
+fn a_discarded_spill_batch_leaves_whole_files_or_none() {
+    let (dir, store) = open();
+    let id = session_of_calls(&store, (0..40).map(|i| format!("{i:02}").repeat(1500)));
+    let spill = dir.path().join("spill");
+    let policy = TrimPolicy {
+        keep_recent: 0,
+        ..TrimPolicy::new(spill.clone(), true)
+    };
+    let (loaded, report) = store.load_with_report(&id, &policy).unwrap();
+    assert_eq!(report.trimmed, 40);
+    store.spill_discard("another session");
+    assert_eq!(store.spills.lock().unwrap().len(), 1);
+    store.spill_discard(&id);
+    assert_eq!(store.spills.lock().unwrap().len(), 0);
+    store.create(&meta()).unwrap();
+    let names: Vec<String> = std::fs::read_dir(&spill)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().all(|n| !n.starts_with('.')), "{names:?}");
+    assert!(names.len() <= 40);
+    // Written again by the next load, the same pointers.
+    let (again, _) = store.load_with_report(&id, &policy).unwrap();
+    store.spill_barrier().unwrap();
+    assert_eq!(again, loaded);
+    assert_eq!(std::fs::read_dir(&spill).unwrap().count(), 40);
 }
 
 /// Issue 32: the spill barrier runs before the new session's row is written (what a
