@@ -11,6 +11,7 @@
 mod isolate_support;
 
 use flowerbox::role::Role;
+use flowerbox::sandbox::service::channel::SOCKET_PATH;
 use flowerbox::sandbox::service::SERVICE_PATH;
 use flowerbox::sandbox::SandboxFactory;
 use isolate_support::docker_support::{engine_or_skip, SERIAL};
@@ -108,7 +109,8 @@ async fn a_judge_sees_live_artifacts_and_cannot_write() {
     assert!(ok("curl").contains("app"));
 
     // The judge's container: in the pod, read-only mounts of workspace and workbench only (and
-    // the exec service's binary, read-only too, when the run has one).
+    // the exec service's binary and the host's socket for its frames, read-only too, when the
+    // run has them).
     let mounts = run.container_mounts(&engine).await;
     let judge = &mounts.iter().find(|(a, _)| a == "judge-1").unwrap().1;
     let mut paths: Vec<&str> = judge.iter().map(|(p, _)| p.as_str()).collect();
@@ -117,6 +119,9 @@ async fn a_judge_sees_live_artifacts_and_cannot_write() {
     let mut want = vec![ws.as_str(), wb.as_str()];
     if paths.contains(&SERVICE_PATH) {
         want.push(SERVICE_PATH);
+    }
+    if paths.contains(&SOCKET_PATH) {
+        want.push(SOCKET_PATH);
     }
     want.sort();
     assert_eq!(paths, want);
