@@ -148,12 +148,29 @@ async fn a_writers_passwd_is_a_read_only_mount_from_a_private_directory() {
     factory.teardown().await.unwrap();
     assert!(out.success(), "{out:?}");
     let lines: Vec<&str> = out.stdout.lines().collect();
+    let mounts = info.mounts.unwrap();
+    if engine.kind().is_podman() {
+        // Podman's own passwd would hide a mounted one: uploaded there, as before (whether
+        // Podman then mounts a file of its own is its business).
+        assert_eq!(
+            [lines[0], lines[1], lines[2]],
+            ["1", "1", "refused"],
+            "{out:?}"
+        );
+        assert!(lines.contains(&"refused") && !out.stdout.contains("WROTE"), "{out:?}");
+        assert!(
+            mounts
+                .iter()
+                .all(|m| m.destination.as_deref() != Some("/etc/passwd")),
+            "{mounts:?}"
+        );
+        return;
+    }
     assert_eq!(
         lines,
         ["1", "1", "refused", "ro", "refused", "ro"],
         "{out:?}"
     );
-    let mounts = info.mounts.unwrap();
     for target in ["/etc/passwd", "/etc/group"] {
         let m = mounts
             .iter()

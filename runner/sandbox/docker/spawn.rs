@@ -233,9 +233,14 @@ impl Inner {
                 None
             }
         };
+        // Not on Podman: for a uid its image lacks, Podman puts a passwd file of its own over
+        // /etc/passwd, which hides the mounted one (found by the Podman stage of `.ci/run`);
+        // there the files are uploaded as before.
         let etc_mounted = match etc {
-            Some(files) => mount_etc(&mut body, b.clone(), files.clone()).await,
-            None => false,
+            Some(files) if !self.engine.kind().is_podman() => {
+                mount_etc(&mut body, b.clone(), files.clone()).await
+            }
+            _ => false,
         };
         match self.create(name, body, Tier::Agent).await {
             Ok(id) => Ok(Made {
