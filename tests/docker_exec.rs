@@ -157,7 +157,10 @@ async fn a_writers_passwd_is_a_read_only_mount_from_a_private_directory() {
             ["1", "1", "refused"],
             "{out:?}"
         );
-        assert!(lines.contains(&"refused") && !out.stdout.contains("WROTE"), "{out:?}");
+        assert!(
+            lines.contains(&"refused") && !out.stdout.contains("WROTE"),
+            "{out:?}"
+        );
         assert!(
             mounts
                 .iter()
