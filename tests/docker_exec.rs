@@ -10,7 +10,7 @@ mod docker_support;
 use bollard::query_parameters::StopContainerOptions;
 use docker_support::*;
 use flowerbox::role::Role;
-use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory, UserIds};
+use flowerbox::sandbox::docker::{DockerOptions, DockerSandboxFactory, Engine, UserIds};
 use flowerbox::sandbox::{AgentBox, Mount, Sandbox, SandboxError, SandboxFactory};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::sync::Arc;
@@ -101,20 +101,15 @@ async fn command_runs_in_labelled_container_and_files_belong_to_the_host_user() 
         .any(|m| m.destination.as_deref() == Some(&*run.workspace.to_string_lossy())));
 }
 
-/// Issue 32: a writing agent's passwd and group are read-only bind mounts of files beside the
-/// exec service's private copy (no upload into the container before its start): they name the
-/// agent, nothing in the container can change them, and their host files lie in a private
-/// directory outside every mount of the agent.
-#[tokio::test]
-async fn a_writers_passwd_is_a_read_only_mount_from_a_private_directory() {
-    let Some(engine) = engine_or_skip("passwd_mount").await else {
-        return;
-    };
-    let image = agent_image(&engine).await;
-    let (_dir, ws) = odd_workspace();
-    std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let mut opts = DockerOptions::new(run_id("etc"), &ws);
-    opts.image = Some(image);
+/// A factory of run `prefix` whose agents run as 4242:4243 (ids the image has no entry for),
+/// and a writer's box over `ws`.
+async fn writer_as_4242(
+    engine: &Engine,
+    ws: &std::path::Path,
+    prefix: &str,
+) -> (DockerSandboxFactory, AgentBox) {
+    let mut opts = DockerOptions::new(run_id(prefix), ws);
+    opts.image = Some(agent_image(engine).await);
     opts.show_progress = false;
     opts.user = Some(UserIds {
         uid: 4242,
@@ -124,11 +119,26 @@ async fn a_writers_passwd_is_a_read_only_mount_from_a_private_directory() {
     let spec = AgentBox {
         agent: "worker-1".into(),
         role: Role::Worker,
-        mounts: vec![Mount::same(ws.clone(), false)],
+        mounts: vec![Mount::same(ws.to_path_buf(), false)],
         masked: Vec::new(),
-        workdir: ws.clone(),
+        workdir: ws.to_path_buf(),
         policy: flowerbox::sandbox::SandboxPolicy::writer(),
     };
+    (factory, spec)
+}
+
+/// Issue 32: a writing agent's passwd and group are read-only bind mounts of files beside the
+/// exec service's private copy (no upload into the container before its start): they name the
+/// agent, nothing in the container can change them, and their host files lie in a private
+/// directory outside every mount of the agent.
+#[tokio::test]
+async fn a_writers_passwd_is_a_read_only_mount_from_a_private_directory() {
+    let Some(engine) = engine_or_skip("passwd_mount").await else {
+        return;
+    };
+    let (_dir, ws) = odd_workspace();
+    std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (factory, spec) = writer_as_4242(&engine, &ws, "etc").await;
     let sb = factory.docker_sandbox(&spec).await.unwrap();
     let out = exec_ok(
         &*sb,
@@ -193,7 +203,6 @@ async fn another_uid_gets_a_passwd_entry_home_and_git_safe_directory() {
     let Some(engine) = engine_or_skip("another_uid").await else {
         return;
     };
-    let image = agent_image(&engine).await;
     let (_dir, ws) = odd_workspace();
     std::fs::set_permissions(&ws, std::fs::Permissions::from_mode(0o777)).unwrap();
     // A repository owned by someone else: git refuses it unless safe.directory allows it.
@@ -207,22 +216,7 @@ async fn another_uid_gets_a_passwd_entry_home_and_git_safe_directory() {
             .success())
     };
     git(&["init", "-q"]);
-    let mut opts = DockerOptions::new(run_id("uid"), &ws);
-    opts.image = Some(image);
-    opts.show_progress = false;
-    opts.user = Some(UserIds {
-        uid: 4242,
-        gid: 4243,
-    });
-    let factory = DockerSandboxFactory::connect(opts).await.unwrap();
-    let spec = AgentBox {
-        agent: "worker-1".into(),
-        role: Role::Worker,
-        mounts: vec![Mount::same(ws.clone(), false)],
-        masked: Vec::new(),
-        workdir: ws.clone(),
-        policy: flowerbox::sandbox::SandboxPolicy::writer(),
-    };
+    let (factory, spec) = writer_as_4242(&engine, &ws, "uid").await;
     let sb = factory.sandbox(&spec).await.unwrap();
     let out = exec_ok(
         &*sb,

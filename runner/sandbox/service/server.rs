@@ -225,17 +225,23 @@ fn read_socket(
                 }
                 Err(_) => return,
             };
-            let (frames, whole) = decode(&mut reader, &buf[..n]);
-            for frame in frames {
-                if tx.send(frame).await.is_err() {
-                    return;
-                }
-            }
-            if !whole {
+            if !pass_on(&mut reader, &buf[..n], &tx).await {
                 return;
             }
         }
     });
+}
+
+/// Hands the whole frames `bytes` complete to `tx`; `false` when reading should stop (a frame
+/// broke the protocol, or nobody takes the requests any more).
+async fn pass_on(reader: &mut FrameReader, bytes: &[u8], tx: &mpsc::Sender<proto::Frame>) -> bool {
+    let (frames, whole) = decode(reader, bytes);
+    for frame in frames {
+        if tx.send(frame).await.is_err() {
+            return false;
+        }
+    }
+    whole
 }
 
 /// Starts reading the host's requests from stdin into `tx`, frame by frame: a task of the
@@ -259,13 +265,7 @@ fn read_requests(tx: mpsc::Sender<proto::Frame>, ended: CancellationToken) {
                         Ok(0) | Err(_) => return,
                         Ok(n) => n,
                     };
-                    let (frames, whole) = decode(&mut reader, &buf[..n]);
-                    for frame in frames {
-                        if tx.send(frame).await.is_err() {
-                            return;
-                        }
-                    }
-                    if !whole {
+                    if !pass_on(&mut reader, &buf[..n], &tx).await {
                         return;
                     }
                 }
