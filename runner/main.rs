@@ -21,5 +21,13 @@ fn main() {
             std::env::args_os().skip(2).collect(),
         ));
     }
+    // A run's end left the removal of its containers to this process (sandbox::docker::reap).
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(
+            flowerbox::sandbox::docker::reap::SUBCOMMAND,
+        ))
+    {
+        std::process::exit(flowerbox::cli::cleanup::main());
+    }
     std::process::exit(flowerbox::cli::main_entry());
 }

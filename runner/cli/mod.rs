@@ -9,6 +9,7 @@
 pub mod app;
 pub mod args;
 pub mod bounds;
+pub mod cleanup;
 mod egress;
 pub mod entry;
 pub mod error;

@@ -103,6 +103,7 @@ pub fn run_settings(globals: &GlobalOptions, creds: &Credentials) -> Result<RunS
         objects: globals.bounds.objects,
         disk: globals.bounds.disk,
         opened: None,
+        exits_after: true,
     })
 }
 

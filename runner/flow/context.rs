@@ -56,6 +56,10 @@ pub struct RunSettings {
     /// The backend's run, opened by [`RunSettings::open_sandboxes`] before anything of the run
     /// was written; the first [`RunContext::build`] takes it.
     pub opened: Option<Arc<OpenedSandboxes>>,
+    /// The process exits once the run ends (the command line): the run's end
+    /// ([`RunContext::shutdown_at_exit`]) may leave the removal of its containers to a
+    /// detached cleanup. `false` for a caller that lives on.
+    pub exits_after: bool,
 }
 
 /// A backend's run opened ahead of the run's files: its run marker and what the backend has
@@ -149,6 +153,8 @@ pub struct RunContext {
     pub disk: Arc<crate::record::manifest::DiskGauge>,
     /// Where the run's own moments go.
     notices: NoticeSink,
+    /// The run directory when the process exits after the run ([`RunSettings::exits_after`]).
+    exit_dir: Option<PathBuf>,
 }
 
 impl RunContext {
@@ -220,6 +226,7 @@ impl RunContext {
             config_watch,
             disk,
             notices: setup.notices,
+            exit_dir: settings.exits_after.then(|| settings.run_dir.clone()),
         })
     }
 
@@ -238,14 +245,31 @@ impl RunContext {
     /// what agents planted as `.git` in the workspace and the workbench into the run's
     /// quarantine; worktrees are kept.
     pub async fn shutdown(&self) {
+        self.close(false).await;
+    }
+
+    /// [`RunContext::shutdown`] at the run's end when the process exits right after it
+    /// ([`RunSettings::exits_after`]): returns once every process of the run is dead (so the
+    /// sweep of what agents planted still comes after them all), while the removal of its
+    /// containers, networks and volumes may finish in a detached cleanup
+    /// ([`SandboxFactory::teardown_at_exit`]). Otherwise the same as `shutdown`.
+    pub async fn shutdown_at_exit(&self) {
+        self.close(true).await;
+    }
+
+    async fn close(&self, at_exit: bool) {
         if let Some(hub) = self.runtime.mcp() {
             hub.shutdown().await;
         }
-        if let Err(e) = self.sandboxes.teardown().await {
+        let torn_down = match (&self.exit_dir, at_exit) {
+            (Some(run_dir), true) => self.sandboxes.teardown_at_exit(run_dir).await,
+            _ => self.sandboxes.teardown().await,
+        };
+        if let Err(e) = torn_down {
             tracing::error!(error = %e, "sandbox teardown failed");
             (self.notices)(&Notice::TeardownFailed(e.to_string()));
         }
-        // Every container of the run is gone: no agent can plant again behind this sweep.
+        // Every process of the run is dead: no agent can plant again behind this sweep.
         self.runtime.sweep_plants(&[]).await;
     }
 }

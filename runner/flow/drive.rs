@@ -373,10 +373,11 @@ impl Session {
         }
     }
 
-    /// Removes the containers, names the configuration the run changed and shows the closing
-    /// line.
+    /// Ends the run's processes (their containers' removal may finish after the process:
+    /// [`RunContext::shutdown_at_exit`]), names the configuration the run changed and shows
+    /// the closing line.
     async fn finish(&self) {
-        self.run.shutdown().await;
+        self.run.shutdown_at_exit().await;
         self.close_isolation().await;
         self.tell_config_changes();
         let (cost_usd, all_known, any_known) = process_cost(&self.run);

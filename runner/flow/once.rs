@@ -151,7 +151,7 @@ pub async fn once(
     }
     match outcome {
         Ok(result) => {
-            ctx.shutdown().await;
+            ctx.shutdown_at_exit().await;
             if let Some(notice) = ctx.config_notice() {
                 frontend.notice(&notice);
             }
@@ -166,7 +166,13 @@ pub async fn once(
             // Stop the step first, so nothing it does later can overwrite the rescue row.
             run.abort();
             ctx.runtime.rescue(KILLED_BY_SIGNAL);
-            ctx.shutdown().await;
+            // A Ctrl-C is the user's own end of the run; SIGTERM or SIGHUP may be followed by
+            // the kill of everything the caller started: the removal ends before exit.
+            if sig == nix::libc::SIGINT {
+                ctx.shutdown_at_exit().await;
+            } else {
+                ctx.shutdown().await;
+            }
             if let Some(notice) = ctx.config_notice() {
                 frontend.notice(&notice);
             }

@@ -360,6 +360,16 @@ pub trait SandboxFactory: Send + Sync {
     /// Removes every sandbox of the run (and the pod). Idempotent.
     async fn teardown(&self) -> Result<(), SandboxError>;
 
+    /// The run's end when the process exits right after it (the command line's run, never a
+    /// library's caller that lives on): returns once every process of the run is dead, and
+    /// may leave the removal of what is left to a detached process that logs to `run_dir`'s
+    /// log (Docker: [`docker::reap`]). Errors as [`SandboxFactory::teardown`]'s. The default
+    /// is the teardown.
+    async fn teardown_at_exit(&self, run_dir: &std::path::Path) -> Result<(), SandboxError> {
+        let _ = run_dir;
+        self.teardown().await
+    }
+
     /// Where the run's [`SandboxNotice`]s go from now on (a container or the pod that went,
     /// the engine away and back, a slower way of running commands): the run shows them as
     /// warnings. The default has none to give.

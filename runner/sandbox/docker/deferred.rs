@@ -65,6 +65,21 @@ struct State {
 }
 
 impl DeferredDocker {
+    /// Begins the run's teardown: nothing starts from here on, and the background work in
+    /// flight (connect, preflight, the early pod) and every start have ended. The connected
+    /// factory, whose removal is next, if any.
+    async fn quiesce(&self) -> Option<Arc<DockerSandboxFactory>> {
+        let s = &self.state;
+        s.torn_down.cancel();
+        // A connect, preflight or early pod in flight ends first; then what it made goes.
+        let tasks: Vec<_> = std::mem::take(&mut *lock(&s.tasks));
+        for t in tasks {
+            let _ = t.await;
+        }
+        let _no_start = s.starting.write().await;
+        s.factory.get().cloned().flatten()
+    }
+
     /// A run's sandboxes with `opts`. With [`Demand::Soon`] the engine is reached now (its
     /// error returned, as a start it cannot serve) and the preflight begins in the background;
     /// with [`Demand::OnFirstUse`] nothing happens until an agent needs a sandbox.
@@ -386,17 +401,16 @@ impl SandboxFactory for DeferredDocker {
     }
 
     async fn teardown(&self) -> Result<(), SandboxError> {
-        let s = &self.state;
-        s.torn_down.cancel();
-        // A connect, preflight or early pod in flight ends first; then what it made goes.
-        let tasks: Vec<_> = std::mem::take(&mut *lock(&s.tasks));
-        for t in tasks {
-            let _ = t.await;
+        match self.quiesce().await {
+            Some(f) => f.teardown().await,
+            None => Ok(()),
         }
-        let _no_start = s.starting.write().await;
-        match s.factory.get() {
-            Some(Some(f)) => f.teardown().await,
-            _ => Ok(()),
+    }
+
+    async fn teardown_at_exit(&self, run_dir: &std::path::Path) -> Result<(), SandboxError> {
+        match self.quiesce().await {
+            Some(f) => f.teardown_at_exit(run_dir).await,
+            None => Ok(()),
         }
     }
 

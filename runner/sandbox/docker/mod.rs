@@ -9,7 +9,8 @@
 //! `sandbox(&AgentBox)` creates the pod on first use and the agent's container joining it →
 //! `release(agent)` when the step that owns it ends → `teardown()` at run end (or on a signal,
 //! see [`crate::sandbox::teardown_on_signal`]; as a last resort the factory's `Drop` removes
-//! what is left). Meanwhile [`liveness`] watches the run's containers and the engine: a
+//! what is left), or `teardown_at_exit()` when the process exits right after the run: the
+//! run's processes killed, their removal left to a detached cleanup ([`reap`]). Meanwhile [`liveness`] watches the run's containers and the engine: a
 //! container or pod that goes is made again for the next command ([`agent`]), an engine that
 //! stays away loses the run ([`SandboxFactory::lost`]).
 
@@ -32,6 +33,7 @@ pub(crate) mod liveness;
 pub(crate) mod network;
 mod pod;
 pub mod readonly;
+pub mod reap;
 mod remote;
 pub mod remote_files;
 mod remote_route;
@@ -585,6 +587,10 @@ impl SandboxFactory for DockerSandboxFactory {
 
     async fn teardown(&self) -> Result<(), SandboxError> {
         self.inner.teardown().await
+    }
+
+    async fn teardown_at_exit(&self, run_dir: &std::path::Path) -> Result<(), SandboxError> {
+        self.inner.teardown_at_exit(run_dir).await
     }
 
     async fn written(&self) -> Result<Vec<crate::sandbox::Written>, SandboxError> {

@@ -61,6 +61,21 @@ impl Volumes {
         Ok(())
     }
 
+    /// Volumes known by name only (a detached cleanup's plan: [`super::reap`]), to remove.
+    pub(crate) fn holding(volumes: Vec<RunVolume>) -> Volumes {
+        Volumes {
+            placed: Mutex::new(volumes.into_iter().map(|v| (PathBuf::new(), v)).collect()),
+        }
+    }
+
+    /// The names of the volumes held, without forgetting them.
+    pub(crate) fn names(&self) -> Vec<String> {
+        lock(&self.placed)
+            .iter()
+            .map(|(_, v)| v.name.clone())
+            .collect()
+    }
+
     /// Forgets every volume and returns them (teardown removes them).
     pub(crate) fn take_all(&self) -> Vec<RunVolume> {
         std::mem::take(&mut *lock(&self.placed))
@@ -158,17 +173,6 @@ impl Inner {
     fn owner_ids(&self) -> String {
         let ids = self.opts.user.unwrap_or_else(UserIds::current);
         format!("{}:{}", ids.uid, ids.gid)
-    }
-
-    /// Removes the run's volumes (its containers are gone); the first error.
-    pub(crate) async fn remove_volumes(&self) -> Option<SandboxError> {
-        let mut first = None;
-        for v in self.volumes.take_all() {
-            if let Err(e) = v.remove(&self.engine).await {
-                first = first.or(Some(e));
-            }
-        }
-        first
     }
 }
 

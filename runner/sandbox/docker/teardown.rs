@@ -4,21 +4,31 @@
 //! the starts in flight; the factory's `Drop` is the last resort. On the way out it sweeps the
 //! workspace's orphans once more (containers a killed run's engine finished creating after the
 //! startup sweep).
+//!
+//! The removal itself is a [`Removal`]: the factory's own lists during a teardown, or the plan
+//! a run's end hands to its detached cleanup process ([`super::reap`]), which runs this very
+//! code.
 
 use bollard::models::NetworkDisconnectRequest;
 use bollard::query_parameters::RemoveContainerOptions;
+use bollard::Docker;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::engine::{status_code, Engine};
+use super::liveness::Watch;
+use super::remote::Volumes;
 use super::{docker_err, lock, Inner};
 use crate::sandbox::SandboxError;
 
 /// What a created container is to the run's pod, which orders removal: the engine refuses to
 /// remove a container whose namespaces another one still joins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub(crate) enum Tier {
     /// An agent's container (joins the pod's namespaces): removed first.
     Agent,
@@ -31,7 +41,67 @@ pub(crate) enum Tier {
 /// Every container a run created and not yet removed, with its [`Tier`].
 pub(crate) type Created = Arc<Mutex<Vec<(String, Tier)>>>;
 
+/// What a run's removal works on, and what it waits for: the factory's own lists during a
+/// teardown ([`Inner::removal`]), or a detached cleanup's plan ([`super::reap`]). Each list
+/// keeps what could not be removed (the factory's `Drop` tries those once more).
+pub(super) struct Removal<'a> {
+    pub(super) engine: &'a Engine,
+    /// The workspace whose orphans are swept on the way.
+    pub(super) workspace: &'a Path,
+    pub(super) created: &'a Mutex<Vec<(String, Tier)>>,
+    pub(super) networks: &'a Mutex<Vec<String>>,
+    /// The run's proxy container, on the run's networks beside its pods.
+    pub(super) proxy: Option<String>,
+    pub(super) volumes: &'a Volumes,
+    /// The private directory of the exec service's binary, discarded once no container is
+    /// left.
+    pub(super) service_dir: Option<PathBuf>,
+    /// The run's liveness watch (a removal of ours is no death to notice); none in a cleanup.
+    pub(super) watch: Option<&'a Watch>,
+    /// Held (read) by the starts in flight; none in a cleanup (its run's starts all ended).
+    pub(super) starting: Option<&'a tokio::sync::RwLock<()>>,
+}
+
 impl Inner {
+    /// The removal of what this run made, over its own lists.
+    pub(super) fn removal(&self) -> Removal<'_> {
+        Removal {
+            engine: &self.engine,
+            workspace: &self.opts.workspace,
+            created: &self.created,
+            networks: &self.networks,
+            proxy: self.proxy.get().cloned().flatten().map(|(id, _)| id),
+            volumes: &self.volumes,
+            service_dir: self
+                .service_binary
+                .get()
+                .cloned()
+                .flatten()
+                .map(|b| b.dir().to_path_buf()),
+            watch: Some(&self.watch),
+            starting: Some(&self.starting),
+        }
+    }
+
+    /// Force-removes a container (kills it first; 404 is fine) and forgets it.
+    pub(super) async fn remove(&self, id: &str) -> Option<SandboxError> {
+        self.removal().remove(id).await
+    }
+
+    pub(super) async fn teardown(&self) -> Result<(), SandboxError> {
+        self.torn_down.store(true, Ordering::SeqCst);
+        // From here on every container goes by our hand: nothing to notice, nothing to wait.
+        self.watch.stop();
+        lock(&self.agents).clear();
+        self.removal().run().await
+    }
+}
+
+impl Removal<'_> {
+    fn docker(&self) -> &Docker {
+        self.engine.docker()
+    }
+
     /// Removes every container created so far, tier by tier ([`Tier`]: agents, the pod's
     /// helpers, the pod), each tier concurrently. The first error, if any.
     async fn remove_created(&self) -> Option<SandboxError> {
@@ -82,7 +152,7 @@ impl Inner {
             .filter(|(_, tier)| *tier == Tier::Pod)
             .map(|(id, _)| id.clone())
             .collect();
-        if let Some(Some((proxy, _))) = self.proxy.get() {
+        if let Some(proxy) = &self.proxy {
             attached.push(proxy.clone());
         }
         attached
@@ -128,8 +198,8 @@ impl Inner {
     /// any more, off the exit's path (the copy of a debug build is ~75 MB; its removal took
     /// ~20 ms of the run's end when the factory was dropped).
     async fn discard_service_binary(&self) {
-        if let Some(Some(binary)) = self.service_binary.get().cloned() {
-            let _ = tokio::task::spawn_blocking(move || binary.discard()).await;
+        if let Some(dir) = self.service_dir.clone() {
+            let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(dir)).await;
         }
     }
 
@@ -141,7 +211,9 @@ impl Inner {
             ..Default::default()
         };
         // Ours: no death to notice.
-        self.watch.forget(id);
+        if let Some(watch) = self.watch {
+            watch.forget(id);
+        }
         // Forgotten only once gone: a removal the engine refused (a pod whose dependent
         // container a start in flight just made) is tried again by the next pass.
         match self.docker().remove_container(id, Some(opts)).await {
@@ -153,17 +225,15 @@ impl Inner {
         }
     }
 
-    pub(super) async fn teardown(&self) -> Result<(), SandboxError> {
-        self.torn_down.store(true, Ordering::SeqCst);
-        // From here on every container goes by our hand: nothing to notice, nothing to wait.
-        self.watch.stop();
-        lock(&self.agents).clear();
+    /// Removes what the run made (see [`Removal::remove_own`]) and its remote volumes once no
+    /// container uses them, sweeping the workspace's orphans on the way.
+    pub(super) async fn run(&self) -> Result<(), SandboxError> {
         // A run killed while the engine was creating one of its containers leaves that
         // container to appear after this run's startup sweep: sweep once more on the way out
         // (only provably dead owners' containers go, never this run's: so beside its own
         // removal, not after it; a failure is not this run's).
         let sweep = async {
-            match super::gc::sweep_orphans(&self.engine, &self.opts.workspace).await {
+            match super::gc::sweep_orphans(self.engine, self.workspace).await {
                 Ok(lines) => lines.iter().for_each(|l| tracing::info!("{l}")),
                 Err(e) => tracing::warn!(error = %e, "orphan sweep at teardown failed"),
             }
@@ -174,6 +244,17 @@ impl Inner {
             Some(e) => removed.and(Err(e)),
             None => removed,
         }
+    }
+
+    /// Removes the run's volumes (an engine without this machine's disk); the first error.
+    async fn remove_volumes(&self) -> Option<SandboxError> {
+        let mut first = None;
+        for v in self.volumes.take_all() {
+            if let Err(e) = v.remove(self.engine).await {
+                first = first.or(Some(e));
+            }
+        }
+        first
     }
 
     /// Removes what the run made: its containers (twice, around the starts in flight), the
@@ -190,7 +271,10 @@ impl Inner {
         let (left, networks_free) = oneshot::channel();
         let containers = async {
             self.remove_created_at_once(&created, &attached, left).await;
-            let _no_start = self.starting.write().await;
+            let _no_start = match self.starting {
+                Some(starting) => Some(starting.write().await),
+                None => None,
+            };
             let first_err = self.remove_created().await;
             if first_err.is_none() {
                 self.discard_service_binary().await;

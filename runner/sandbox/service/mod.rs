@@ -87,7 +87,10 @@ const UNLOCKED_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 36
 /// run's [`sweep_stale`] when this run dies without dropping it.
 #[derive(Debug)]
 pub struct ServiceBinary {
-    dir: tempfile::TempDir,
+    /// Removes the directory when dropped, until handed over ([`ServiceBinary::hand_over`]).
+    dir: std::sync::Mutex<Option<tempfile::TempDir>>,
+    /// The directory's path.
+    root: PathBuf,
     path: PathBuf,
     /// Held `flock`ed for the life of the copy: tells sweepers the run still lives.
     _lock: std::fs::File,
@@ -104,7 +107,17 @@ impl ServiceBinary {
     /// Removes the copy and its directory now (no container mounts it any more), so that
     /// dropping it later removes nothing. Blocking I/O.
     pub fn discard(&self) {
-        let _ = std::fs::remove_dir_all(self.dir.path());
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+
+    /// Leaves the directory to another process to remove (a run's detached cleanup): dropping
+    /// this no longer removes it. Its lock goes with this process, so should that process not
+    /// remove it, the next run's [`sweep_stale`] does.
+    pub fn hand_over(&self) {
+        let taken = self.dir.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(dir) = taken {
+            let _ = dir.keep();
+        }
     }
 
     /// [`ServiceBinary::prepare`] in `parent`.
@@ -142,7 +155,8 @@ impl ServiceBinary {
             copy(&from, &path)?;
         }
         Ok(ServiceBinary {
-            dir,
+            root: dir.path().to_path_buf(),
+            dir: std::sync::Mutex::new(Some(dir)),
             path,
             _lock: lock,
         })
@@ -156,12 +170,12 @@ impl ServiceBinary {
     /// The run's private directory (mode 0700), where the hosts' sockets for the containers
     /// live too ([`channel`]): removed with the copy, swept with it after a killed run.
     pub fn dir(&self) -> &Path {
-        self.dir.path()
+        &self.root
     }
 
     /// Whether the copy lies inside `mount` (then it is not mounted: an agent could change it).
     pub fn inside(&self, mount: &Path) -> bool {
-        self.dir.path().starts_with(mount)
+        self.root.starts_with(mount)
     }
 
     /// A small file holding `text` in the copy's private directory, for a read-only bind mount
@@ -173,14 +187,14 @@ impl ServiceBinary {
         use sha2::Digest;
         use std::io::Write as _;
         let digest = hex::encode(&sha2::Sha256::digest(text.as_bytes())[..8]);
-        let path = self.dir.path().join(format!("{stem}-{digest}"));
+        let path = self.root.join(format!("{stem}-{digest}"));
         // Not followed: only a regular file this run wrote is reused.
         if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file()) {
             return Ok(path);
         }
         let mut tmp = tempfile::Builder::new()
             .prefix(".beside-")
-            .tempfile_in(self.dir.path())?;
+            .tempfile_in(&self.root)?;
         // No sync: only this run's containers read it, through the same page cache, and the
         // directory goes with the run.
         tmp.write_all(text.as_bytes())?;
@@ -428,6 +442,33 @@ mod tests {
 
     /// Issue 26: a killed run left its 66 MB copy in /tmp for good. Its lock file stays, but
     /// the kernel dropped its `flock`: the next prepare removes it, and keeps a live run's.
+    /// The directory of `binary`, handed over and then dropped (its lock closed with it): what a
+    /// run killed with -9, or a cleanup killed before it removed the directory, leaves.
+    fn handed_over(binary: ServiceBinary) -> PathBuf {
+        binary.hand_over();
+        binary.dir().to_path_buf()
+    }
+
+    #[test]
+    fn a_handed_over_directory_outlives_its_binary() {
+        let tmp = tempfile::tempdir().unwrap();
+        let src = tmp.path().join("flowerbox");
+        std::fs::write(&src, b"\x7fELF binary").unwrap();
+        let source = ServiceSource::Path(src);
+        let dropped = ServiceBinary::prepare_in(&source, tmp.path()).unwrap();
+        let gone = dropped.dir().to_path_buf();
+        drop(dropped);
+        assert!(
+            !gone.exists(),
+            "a binary not handed over goes with its owner"
+        );
+        let kept = handed_over(ServiceBinary::prepare_in(&source, tmp.path()).unwrap());
+        assert!(
+            kept.join("exec-service").is_file(),
+            "the cleanup removes it, not the drop"
+        );
+    }
+
     #[test]
     fn the_next_prepare_removes_the_copies_of_dead_runs_only() {
         let tmp = tempfile::tempdir().unwrap();
@@ -439,9 +480,7 @@ mod tests {
         let minutes = std::time::Duration::from_secs(120);
 
         // A run killed with -9: nothing removed its directory, its lock fd closed with it.
-        let ServiceBinary { dir, _lock, .. } = ServiceBinary::prepare_in(&source, &parent).unwrap();
-        let dead = dir.keep();
-        drop(_lock);
+        let dead = handed_over(ServiceBinary::prepare_in(&source, &parent).unwrap());
         // With a container's socket left in it (issue 32: they live beside the copy).
         let socket = std::os::unix::net::UnixListener::bind(dead.join("s-0123456789abcdef"));
         drop(socket.unwrap());
@@ -451,9 +490,7 @@ mod tests {
         let live_dir = live.path().parent().unwrap().to_path_buf();
         age(&live_dir, minutes);
         // A run killed a moment ago (maybe still between making and locking): left for later.
-        let ServiceBinary { dir, _lock, .. } = ServiceBinary::prepare_in(&source, &parent).unwrap();
-        let young = dir.keep();
-        drop(_lock);
+        let young = handed_over(ServiceBinary::prepare_in(&source, &parent).unwrap());
         // A directory of an older flowerbox (no lock file), younger than a day: left.
         let legacy = parent.join("flowerbox-exec-legacy");
         std::fs::create_dir(&legacy).unwrap();
