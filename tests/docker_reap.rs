@@ -1,0 +1,242 @@
+//! The run's end on the real engine (issue 32, figure 9): the binary's `once` returns once
+//! every process of the run is dead — a background process its Bash call left included — and
+//! the removal of its containers, network and private exec-service binary finishes in a
+//! detached cleanup process, which outlives a kill of the binary's process group; a cleanup
+//! killed itself leaves only what `flowerbox gc` removes (the owner is dead). Fails when
+//! `CI=true` and the engine is missing.
+// A test crate: its helpers unwrap and print as its tests may (clippy.toml `allow-*-in-tests`
+// covers only #[test] fns).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+#[path = "model_support/mod.rs"]
+mod model_support;
+
+mod cleanup_support;
+mod docker_support;
+
+use cleanup_support::once_cleaned_async;
+use docker_support::{agent_image, containers_where, engine_or_skip, run_networks_where};
+use flowerbox::sandbox::docker::Engine;
+use model_support::ScriptedModel;
+use serde_json::json;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// The Bash call: one process that sleeps, one that keeps writing `ticker` in the workspace,
+/// both left running in the background.
+const LEAVES_PROCESSES: &str = "sleep 1000 >/dev/null 2>&1 &\n\
+     (while :; do date +%s%N > ticker; sleep 0.05; done) >/dev/null 2>&1 &\n\
+     sleep 0.3; echo started";
+
+/// One `once` of the binary in a fresh workspace, with a temporary directory of its own (where
+/// its private exec-service binary goes).
+struct Run {
+    _model: ScriptedModel,
+    _dirs: [tempfile::TempDir; 3],
+    ws: PathBuf,
+    tmp: PathBuf,
+    /// `flowerbox.workspace=<ws>`: every container and network of the run.
+    label: String,
+    cmd: Command,
+}
+
+impl Run {
+    async fn new(engine: &Engine) -> Run {
+        let image = agent_image(engine).await;
+        let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
+            {"content": [{"type": "tool_use", "name": "Bash",
+                          "input": {"command": LEAVES_PROCESSES}}]},
+            {"content": [{"type": "text", "text": "好了"}]}]}]}));
+        let dirs = [(); 3].map(|()| tempfile::tempdir().unwrap());
+        let ws = dirs[0].path().canonicalize().unwrap();
+        let tmp = dirs[2].path().canonicalize().unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_flowerbox"));
+        cmd.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap())
+            .env("HOME", dirs[1].path())
+            .env("TMPDIR", &tmp)
+            .env("FLOWER_NO_PROBE", "1")
+            .env("FLOWERBOX_IMAGE", &image)
+            .env("ANTHROPIC_BASE_URL", &model.url)
+            .env("ANTHROPIC_API_KEY", "sk-ant-test-secret")
+            .env("ANTHROPIC_MODEL", "claude-sonnet-4-5")
+            .current_dir(&ws)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Ok(host) = std::env::var("DOCKER_HOST") {
+            cmd.env("DOCKER_HOST", host);
+        }
+        Run {
+            _model: model,
+            _dirs: dirs,
+            label: format!("flowerbox.workspace={}", ws.display()),
+            ws,
+            tmp,
+            cmd,
+        }
+    }
+
+    fn once(&mut self) -> &mut Command {
+        self.cmd.args(["once", "-t", "Bash", "留两个后台进程"])
+    }
+
+    /// Containers of the run that are running.
+    async fn running(&self, engine: &Engine) -> Vec<String> {
+        use bollard::query_parameters::ListContainersOptions;
+        let filters =
+            std::collections::HashMap::from([("label".to_string(), vec![self.label.clone()])]);
+        let opts = ListContainersOptions {
+            all: false,
+            filters: Some(filters),
+            ..Default::default()
+        };
+        let listed = engine.docker().list_containers(Some(opts)).await.unwrap();
+        listed.into_iter().filter_map(|c| c.id).collect()
+    }
+
+    /// Everything of the run on the engine or in its temporary directory.
+    async fn left(&self, engine: &Engine) -> Vec<String> {
+        let mut left = containers_where(engine, "label", self.label.clone()).await;
+        left.extend(run_networks_where(engine, self.label.clone()).await);
+        left.extend(exec_dirs(&self.tmp));
+        left
+    }
+
+    /// The run's background writer wrote `ticker` and has stopped writing it.
+    fn ticker_stopped(&self) {
+        let ticker = self.ws.join("ticker");
+        let before = std::fs::read(&ticker).expect("the background writer wrote");
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(
+            std::fs::read(&ticker).unwrap(),
+            before,
+            "a process of the run outlived the command"
+        );
+    }
+}
+
+/// The private exec-service directories in `tmp`.
+fn exec_dirs(tmp: &Path) -> Vec<String> {
+    std::fs::read_dir(tmp)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("flowerbox-exec-"))
+        .collect()
+}
+
+fn succeeded(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Right when the binary has exited, no container of the run runs and the file its background
+/// process kept writing stays as it is; within the deadline every container, the network and
+/// the private binary's directory of the run are gone.
+#[tokio::test]
+async fn the_runs_end_kills_every_process_and_the_cleanup_removes_the_rest() {
+    let Some(engine) = engine_or_skip("reap_end").await else {
+        return;
+    };
+    let mut run = Run::new(&engine).await;
+    let out = run.once().output().unwrap();
+    succeeded(&out);
+    let running = run.running(&engine).await;
+    assert!(running.is_empty(), "running after the exit: {running:?}");
+    run.ticker_stopped();
+    let left = once_cleaned_async(|| run.left(&engine)).await;
+    assert!(left.is_empty(), "left by the cleanup: {left:?}");
+    // It was the detached cleanup's doing: its lines are in the run's log.
+    let log = std::fs::read_to_string(run.ws.join("runs/flowerbox.log")).unwrap();
+    assert!(log.contains("cleanup of the run's end"), "{log}");
+}
+
+/// The cleanup lives in a session of its own: killing the binary's process group (a terminal's
+/// Ctrl-C, a CI job's kill) at its exit does not stop it.
+#[tokio::test]
+async fn the_cleanup_outlives_a_kill_of_the_process_group() {
+    let Some(engine) = engine_or_skip("reap_group_killed").await else {
+        return;
+    };
+    let mut run = Run::new(&engine).await;
+    let child = run.once().process_group(0).spawn().unwrap();
+    let group = nix::unistd::Pid::from_raw(child.id() as i32);
+    let out = child.wait_with_output().unwrap();
+    // Whatever is left in the group dies with it (none of the run's: the cleanup is not in it).
+    let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+    succeeded(&out);
+    let running = run.running(&engine).await;
+    assert!(running.is_empty(), "running after the exit: {running:?}");
+    let left = once_cleaned_async(|| run.left(&engine)).await;
+    assert!(left.is_empty(), "left after the group's kill: {left:?}");
+}
+
+/// The cleanup process of the run in `ws` (its working directory is the run's), if one lives.
+fn cleanup_of(ws: &Path) -> Option<nix::unistd::Pid> {
+    let subcommand = flowerbox::sandbox::docker::reap::SUBCOMMAND.as_bytes();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        let ours = cmdline.split(|b| *b == 0).any(|a| a == subcommand)
+            && std::fs::read_link(e.path().join("cwd")).ok()? == ws;
+        ours.then(|| nix::unistd::Pid::from_raw(pid))
+    })
+}
+
+/// A cleanup killed as soon as it exists leaves the run's containers and network to a dead
+/// owner: `flowerbox gc` removes them all.
+#[tokio::test]
+async fn what_a_killed_cleanup_leaves_goes_with_gc() {
+    let Some(engine) = engine_or_skip("reap_cleanup_killed").await else {
+        return;
+    };
+    let mut run = Run::new(&engine).await;
+    let mut child = run.once().stdout(Stdio::null()).spawn().unwrap();
+    let mut killed = false;
+    let status = loop {
+        if let Some(pid) = cleanup_of(&run.ws) {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            killed = true;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            if killed {
+                break status;
+            }
+            // Exited: its cleanup started before the exit, or never (a synchronous end).
+            if cleanup_of(&run.ws).is_none() {
+                break status;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    assert!(status.success(), "{status:?}");
+    let left = containers_where(&engine, "label", run.label.clone()).await;
+    eprintln!("killed the cleanup: {killed}; containers left by it: {left:?}");
+    let mut gc = Command::new(env!("CARGO_BIN_EXE_flowerbox"));
+    gc.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap())
+        .env("HOME", run._dirs[1].path())
+        .current_dir(&run.ws)
+        .stdin(Stdio::null())
+        .arg("gc");
+    if let Ok(host) = std::env::var("DOCKER_HOST") {
+        gc.env("DOCKER_HOST", host);
+    }
+    let out = gc.output().unwrap();
+    succeeded(&out);
+    let mut left = containers_where(&engine, "label", run.label.clone()).await;
+    left.extend(run_networks_where(&engine, run.label.clone()).await);
+    assert!(
+        left.is_empty(),
+        "left after gc: {left:?}\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
