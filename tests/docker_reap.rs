@@ -12,10 +12,9 @@
 #[path = "model_support/mod.rs"]
 mod model_support;
 
-mod cleanup_support;
 mod docker_support;
 
-use cleanup_support::once_cleaned_async;
+use docker_support::cleanup::once_cleaned_async;
 use docker_support::{agent_image, containers_where, engine_or_skip, run_networks_where};
 use flowerbox::sandbox::docker::Engine;
 use model_support::ScriptedModel;

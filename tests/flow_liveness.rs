@@ -128,14 +128,17 @@ impl Drop for Leftovers<'_> {
     }
 }
 
+/// Nothing of the workspace's runs is left (once the last run's cleanup is done).
 fn no_containers_left(p: &Project) {
     let ws = std::fs::canonicalize(&p.ws).unwrap();
-    let left = docker(&[
-        "ps",
-        "-aq",
-        "--filter",
-        &format!("label=flowerbox.workspace={}", ws.display()),
-    ]);
+    let left = docker_support::cleanup::once_cleaned(|| {
+        docker(&[
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=flowerbox.workspace={}", ws.display()),
+        ])
+    });
     assert!(left.trim().is_empty(), "left behind: {left}");
 }
 

@@ -92,15 +92,14 @@ async fn a_killed_workers_files_come_back_on_its_branch_and_the_coordinator_is_t
         "said once: {r:?}"
     );
 
-    // Nothing of either run is left on the engine.
-    let left = Command::new("docker")
-        .args(["ps", "-aq", "--filter"])
-        .arg(format!("label=flowerbox.workspace={}", p.ws.display()))
-        .output()
-        .unwrap();
-    assert!(
-        left.stdout.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&left.stdout)
-    );
+    // Nothing of either run is left on the engine (once the last one's cleanup is done).
+    let left = docker_support::cleanup::once_cleaned(|| {
+        let out = Command::new("docker")
+            .args(["ps", "-aq", "--filter"])
+            .arg(format!("label=flowerbox.workspace={}", p.ws.display()))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    });
+    assert!(left.trim().is_empty(), "{left}");
 }

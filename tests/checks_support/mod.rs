@@ -94,14 +94,18 @@ pub fn judge_prompt(model: &ScriptedModel) -> String {
 }
 
 /// No container of this test's runs is left (every run's teardown and every gate's release).
+/// The last run's containers go in its detached cleanup: waited for.
 pub fn no_containers_left(p: &Project) {
-    let out = std::process::Command::new("docker")
-        .args(["ps", "-aq", "--filter", "label=flowerbox.run"])
-        .args([
-            "--filter",
-            &format!("label=flowerbox.workspace={}", p.ws.display()),
-        ])
-        .output()
-        .unwrap();
-    assert!(out.stdout.is_empty(), "containers left: {out:?}");
+    let left = crate::docker_support::cleanup::once_cleaned(|| {
+        let out = std::process::Command::new("docker")
+            .args(["ps", "-aq", "--filter", "label=flowerbox.run"])
+            .args([
+                "--filter",
+                &format!("label=flowerbox.workspace={}", p.ws.display()),
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    });
+    assert!(left.trim().is_empty(), "containers left: {left}");
 }

@@ -3,6 +3,7 @@
 //! tests, run fixtures that clean up in `Drop`, and the runner image the wrapper tests build.
 #![allow(dead_code)]
 
+pub mod cleanup;
 pub mod proxy;
 
 use flowerbox::role::Role;

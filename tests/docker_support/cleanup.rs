@@ -3,7 +3,6 @@
 //! of its own (`sandbox::docker::reap`). A test that checks "nothing of the run is left" after
 //! the binary exited polls until it is so, within a deadline: a wait, never a fixed sleep and
 //! no timing assertion.
-#![allow(dead_code)]
 
 use std::time::{Duration, Instant};
 
