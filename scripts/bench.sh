@@ -13,7 +13,10 @@
 #   6  spill (6) and manifest write (6b) per call     vs plain writes; sessions.db append (6c)
 #   7  Read (7) / Write (7b) file tool per call        vs fs::read / fs::write; Grep (7c)
 #   8  MCP stdio server start in the agent's container vs a Bash round trip; MCP call (8b)
-#   9  once, one Bash call, model thinking 1.5 s a turn: --sandbox docker vs --sandbox host
+#   9  once, one Bash call, model thinking 1.5 s a turn: --sandbox docker vs --sandbox host;
+#      9c: the same docker run until its last container and network are gone (the run's end
+#      leaves their removal to a detached cleanup: 9 is what the user waits for). Every run of
+#      9-13 starts once the previous run's containers and networks are gone (untimed)
 #  10  whole go run, 8 workers `sleep 2` at once     vs 1 worker (ratio; ideal 1.0; --max-workers 8);
 #      10s: the coordinator's dispatching message streamed at 60 ms an event, on both sides;
 #      10d: as 10 under the machine's default limit (2 × cores: waves on a small machine)

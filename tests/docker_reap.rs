@@ -152,7 +152,8 @@ async fn the_runs_end_kills_every_process_and_the_cleanup_removes_the_rest() {
     assert!(running.is_empty(), "running after the exit: {running:?}");
     run.ticker_stopped();
     let left = once_cleaned_async(|| run.left(&engine)).await;
-    assert!(left.is_empty(), "left by the cleanup: {left:?}");
+    let log = std::fs::read_to_string(run.ws.join("runs/flowerbox.log")).unwrap();
+    assert!(left.is_empty(), "left by the cleanup: {left:?}\n{log}");
     // It was the detached cleanup's doing: its lines are in the run's log.
     let log = std::fs::read_to_string(run.ws.join("runs/flowerbox.log")).unwrap();
     assert!(log.contains("cleanup of the run's end"), "{log}");

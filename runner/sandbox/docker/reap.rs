@@ -16,8 +16,9 @@
 //!
 //! The synchronous teardown stays where a detached process cannot be had or would not live:
 //! the cleanup cannot be spawned or told its plan, no flowerbox binary is known to run it, or
-//! this process is PID 1 (a container's first process: its exit kills the whole container,
-//! the cleanup with it) — [`cleanup_program`].
+//! this process is a container's main process, whose exit kills every process of the container,
+//! the cleanup with it: PID 1, or (in the host's PID namespace, as `docker/flowerbox` runs it)
+//! a child of the container runtime's shim — [`cleanup_program`].
 //!
 //! [`SandboxFactory::teardown_at_exit`]: crate::sandbox::SandboxFactory::teardown_at_exit
 
@@ -109,6 +110,7 @@ impl Plan {
             service_dir: self.service_dir,
             watch: None,
             starting: None,
+            owner_lives: false,
         };
         let removed = removal.run().await;
         match &removed {
@@ -121,12 +123,33 @@ impl Plan {
     }
 }
 
+/// The programs that start a container's main process (`containerd-shim-runc-v2`, Podman's
+/// `conmon`): a process whose parent is one of them ends its container when it exits.
+const SHIMS: [&str; 2] = ["containerd-shim", "conmon"];
+
+/// Whether a process with `pid` whose parent's name (`/proc/<ppid>/comm`) is `parent` is a
+/// container's main process: its exit kills every process of the container.
+fn ends_its_container(pid: u32, parent: &str) -> bool {
+    pid == 1 || SHIMS.iter().any(|shim| parent.trim_end().starts_with(shim))
+}
+
+/// This process's parent's name, empty when unknown.
+fn parent_name() -> String {
+    let ppid = std::os::unix::process::parent_id();
+    std::fs::read_to_string(format!("/proc/{ppid}/comm")).unwrap_or_default()
+}
+
 /// The program that runs the detached cleanup, or `None` when the run's end must remove
-/// everything itself: as PID 1 (a container's first process, whose exit kills every other
-/// process of the container), or with no flowerbox binary known (`exec_service` is the one
-/// the containers' exec service runs: this binary, or one a test names).
-pub(crate) fn cleanup_program(pid: u32, exec_service: Option<&ServiceSource>) -> Option<PathBuf> {
-    if pid == 1 {
+/// everything itself: as a container's main process ([`ends_its_container`]: PID 1, or a
+/// child of a runtime's shim with `parent` its name), or with no flowerbox binary known
+/// (`exec_service` is the one the containers' exec service runs: this binary, or one a test
+/// names).
+pub(crate) fn cleanup_program(
+    pid: u32,
+    parent: &str,
+    exec_service: Option<&ServiceSource>,
+) -> Option<PathBuf> {
+    if ends_its_container(pid, parent) {
         return None;
     }
     match exec_service? {
@@ -140,7 +163,8 @@ impl Inner {
     /// (confirmed), the removal handed to a detached cleanup; the synchronous teardown when
     /// that cannot be had, or when a kill failed (its error is the teardown's).
     pub(super) async fn teardown_at_exit(&self, run_dir: &Path) -> Result<(), SandboxError> {
-        let Some(program) = cleanup_program(std::process::id(), self.opts.exec_service.as_ref())
+        let exec_service = self.opts.exec_service.as_ref();
+        let Some(program) = cleanup_program(std::process::id(), &parent_name(), exec_service)
         else {
             return self.teardown().await;
         };
@@ -282,27 +306,41 @@ mod tests {
     #[test]
     fn pid_1_removes_everything_itself() {
         // A container's first process: its exit kills the container, a cleanup with it.
-        assert_eq!(cleanup_program(1, Some(&ServiceSource::CurrentExe)), None);
+        let me = Some(&ServiceSource::CurrentExe);
+        assert_eq!(cleanup_program(1, "", me), None);
+        assert_eq!(cleanup_program(1, "bash\n", me), None);
         let named = ServiceSource::Path("/opt/flowerbox".into());
-        assert_eq!(cleanup_program(1, Some(&named)), None);
+        assert_eq!(cleanup_program(1, "", Some(&named)), None);
+    }
+
+    #[test]
+    fn a_containers_main_process_in_the_hosts_pid_namespace_removes_everything_itself() {
+        // `docker/flowerbox` runs flowerbox with `--pid host`: not PID 1, a child of the shim.
+        let me = Some(&ServiceSource::CurrentExe);
+        assert_eq!(cleanup_program(4242, "containerd-shim\n", me), None);
+        assert_eq!(cleanup_program(4242, "containerd-shim-runc-v2", me), None);
+        assert_eq!(cleanup_program(4242, "conmon\n", me), None);
     }
 
     #[test]
     fn any_other_process_hands_the_removal_to_a_flowerbox_binary() {
-        assert_eq!(
-            cleanup_program(4242, Some(&ServiceSource::CurrentExe)),
-            Some(PathBuf::from("/proc/self/exe"))
-        );
+        for parent in ["bash\n", "sh", "", "tmux: server\n", "cargo"] {
+            assert_eq!(
+                cleanup_program(4242, parent, Some(&ServiceSource::CurrentExe)),
+                Some(PathBuf::from("/proc/self/exe")),
+                "{parent:?}"
+            );
+        }
         let named = ServiceSource::Path("/opt/flowerbox".into());
         assert_eq!(
-            cleanup_program(4242, Some(&named)),
+            cleanup_program(4242, "bash", Some(&named)),
             Some(PathBuf::from("/opt/flowerbox"))
         );
     }
 
     #[test]
     fn without_a_flowerbox_binary_the_removal_stays_synchronous() {
-        assert_eq!(cleanup_program(4242, None), None);
+        assert_eq!(cleanup_program(4242, "bash", None), None);
     }
 
     #[test]

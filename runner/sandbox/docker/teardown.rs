@@ -60,6 +60,9 @@ pub(super) struct Removal<'a> {
     pub(super) watch: Option<&'a Watch>,
     /// Held (read) by the starts in flight; none in a cleanup (its run's starts all ended).
     pub(super) starting: Option<&'a tokio::sync::RwLock<()>>,
+    /// The run's own process lives (a teardown), so the orphan sweep never takes its
+    /// containers; `false` in a cleanup, whose run is dead.
+    pub(super) owner_lives: bool,
 }
 
 impl Inner {
@@ -80,6 +83,7 @@ impl Inner {
                 .map(|b| b.dir().to_path_buf()),
             watch: Some(&self.watch),
             starting: Some(&self.starting),
+            owner_lives: true,
         }
     }
 
@@ -230,15 +234,24 @@ impl Removal<'_> {
     pub(super) async fn run(&self) -> Result<(), SandboxError> {
         // A run killed while the engine was creating one of its containers leaves that
         // container to appear after this run's startup sweep: sweep once more on the way out
-        // (only provably dead owners' containers go, never this run's: so beside its own
-        // removal, not after it; a failure is not this run's).
+        // (only provably dead owners' containers go; a failure is not this run's). While the
+        // run's process lives its own containers are never the sweep's: beside their removal,
+        // not after it. A cleanup's run is dead, so its containers are orphans too: the sweep
+        // comes after their removal, lest both remove one (the engine refuses the second).
         let sweep = async {
             match super::gc::sweep_orphans(self.engine, self.workspace).await {
                 Ok(lines) => lines.iter().for_each(|l| tracing::info!("{l}")),
                 Err(e) => tracing::warn!(error = %e, "orphan sweep at teardown failed"),
             }
         };
-        let (removed, ()) = tokio::join!(self.remove_own(), sweep);
+        let removed = match self.owner_lives {
+            true => tokio::join!(self.remove_own(), sweep).0,
+            false => {
+                let removed = self.remove_own().await;
+                sweep.await;
+                removed
+            }
+        };
         // A remote run's volumes, once no container uses them.
         match self.remove_volumes().await {
             Some(e) => removed.and(Err(e)),
