@@ -109,7 +109,7 @@ impl Removal<'_> {
     /// Removes every container created so far, tier by tier ([`Tier`]: agents, the pod's
     /// helpers, the pod), each tier concurrently. The first error, if any.
     async fn remove_created(&self) -> Option<SandboxError> {
-        let created: Vec<(String, Tier)> = lock(&self.created).clone();
+        let created: Vec<(String, Tier)> = lock(self.created).clone();
         let mut first_err = None;
         for tier in [Tier::Agent, Tier::Member, Tier::Pod] {
             let group = created.iter().filter(|(_, t)| *t == tier);
@@ -148,7 +148,7 @@ impl Removal<'_> {
     /// proxy) where the engine lets the networks go beside the containers
     /// ([`super::EngineKind::removes_networks_early`]); none otherwise.
     fn on_networks(&self, created: &[(String, Tier)]) -> Vec<String> {
-        if !self.engine.kind().removes_networks_early() || lock(&self.networks).is_empty() {
+        if !self.engine.kind().removes_networks_early() || lock(self.networks).is_empty() {
             return Vec::new();
         }
         let mut attached: Vec<String> = created
@@ -165,7 +165,7 @@ impl Removal<'_> {
     /// Disconnects `attached` from the run's networks (errors are for the network's removal
     /// to find).
     async fn leave_networks(&self, attached: &[String]) {
-        let networks: Vec<String> = lock(&self.networks).clone();
+        let networks: Vec<String> = lock(self.networks).clone();
         let leave = networks.iter().flat_map(|net| {
             attached.iter().map(move |container| {
                 let request = NetworkDisconnectRequest {
@@ -186,13 +186,13 @@ impl Removal<'_> {
         if left.await.is_err() {
             return;
         }
-        let networks: Vec<String> = lock(&self.networks).clone();
+        let networks: Vec<String> = lock(self.networks).clone();
         let remove = |net: String| async move {
             match self.docker().remove_network(&net).await {
                 Err(e) if status_code(&e) != Some(404) => {
                     tracing::debug!(network = %net, error = %e, "network left for the last pass");
                 }
-                _ => lock(&self.networks).retain(|n| *n != net),
+                _ => lock(self.networks).retain(|n| *n != net),
             }
         };
         futures::future::join_all(networks.into_iter().map(remove)).await;
@@ -223,7 +223,7 @@ impl Removal<'_> {
         match self.docker().remove_container(id, Some(opts)).await {
             Err(e) if status_code(&e) != Some(404) => Some(docker_err(e)),
             _ => {
-                lock(&self.created).retain(|(c, _)| c != id);
+                lock(self.created).retain(|(c, _)| c != id);
                 None
             }
         }
@@ -279,7 +279,7 @@ impl Removal<'_> {
         // first pass could not remove (the engine refuses a pod while a container that joined
         // it a moment ago still exists, or Podman while any does), tier by tier. Only the
         // second pass's errors count.
-        let created: Vec<(String, Tier)> = lock(&self.created).clone();
+        let created: Vec<(String, Tier)> = lock(self.created).clone();
         let attached = self.on_networks(&created);
         let (left, networks_free) = oneshot::channel();
         let containers = async {
@@ -297,12 +297,12 @@ impl Removal<'_> {
         let (mut first_err, ()) =
             tokio::join!(containers, self.remove_networks_early(networks_free));
         // Networks left last: the engine refuses to remove one that a container still uses.
-        let networks: Vec<String> = std::mem::take(&mut *lock(&self.networks));
+        let networks: Vec<String> = std::mem::take(&mut *lock(self.networks));
         for id in networks {
             if let Err(e) = self.docker().remove_network(&id).await {
                 if status_code(&e) != Some(404) {
                     first_err = first_err.or(Some(docker_err(e)));
-                    lock(&self.networks).push(id);
+                    lock(self.networks).push(id);
                 }
             }
         }
