@@ -179,20 +179,37 @@ async fn the_cleanup_outlives_a_kill_of_the_process_group() {
     assert!(left.is_empty(), "left after the group's kill: {left:?}");
 }
 
-/// The cleanup process of the run in `ws` (its working directory is the run's), if one lives.
-fn cleanup_of(ws: &Path) -> Option<nix::unistd::Pid> {
+/// Whether process `pid` runs the cleanup.
+fn is_cleanup(pid: &str) -> bool {
     let subcommand = flowerbox::sandbox::docker::reap::SUBCOMMAND.as_bytes();
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-        let ours = cmdline.split(|b| *b == 0).any(|a| a == subcommand)
-            && std::fs::read_link(e.path().join("cwd")).ok()? == ws;
-        ours.then(|| nix::unistd::Pid::from_raw(pid))
-    })
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == subcommand))
 }
 
-/// A cleanup killed as soon as it exists leaves the run's containers and network to a dead
-/// owner: `flowerbox gc` removes them all.
+/// The cleanup process of the run of process `parent` in `ws`, if one lives: among the
+/// children of `parent`'s threads while it lives (found as soon as it runs), else by its
+/// working directory (the run's).
+fn cleanup_of(parent: u32, ws: &Path) -> Option<nix::unistd::Pid> {
+    let child = std::fs::read_dir(format!("/proc/{parent}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| c.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .find(|pid| is_cleanup(pid));
+    let pid = child.or_else(|| {
+        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+            let pid = e.file_name().to_str()?.to_string();
+            let here = std::fs::read_link(e.path().join("cwd")).ok()? == ws;
+            (here && is_cleanup(&pid)).then_some(pid)
+        })
+    })?;
+    Some(nix::unistd::Pid::from_raw(pid.parse().ok()?))
+}
+
+/// A cleanup killed before it removed anything leaves the run's dead containers and its
+/// network to a dead owner: `flowerbox gc` removes them all. (Stopped at once, so the binary
+/// still hands it its plan whole and exits; killed once the binary is gone.)
 #[tokio::test]
 async fn what_a_killed_cleanup_leaves_goes_with_gc() {
     let Some(engine) = engine_or_skip("reap_cleanup_killed").await else {
@@ -200,26 +217,32 @@ async fn what_a_killed_cleanup_leaves_goes_with_gc() {
     };
     let mut run = Run::new(&engine).await;
     let mut child = run.once().stdout(Stdio::null()).spawn().unwrap();
-    let mut killed = false;
+    let parent = child.id();
+    let mut stopped = None;
     let status = loop {
-        if let Some(pid) = cleanup_of(&run.ws) {
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-            killed = true;
+        if stopped.is_none() {
+            stopped = cleanup_of(parent, &run.ws);
+            if let Some(pid) = stopped {
+                nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+            }
         }
         if let Some(status) = child.try_wait().unwrap() {
-            if killed {
-                break status;
-            }
-            // Exited: its cleanup started before the exit, or never (a synchronous end).
-            if cleanup_of(&run.ws).is_none() {
-                break status;
-            }
+            break status;
         }
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::sleep(Duration::from_micros(200));
     };
     assert!(status.success(), "{status:?}");
+    let pid = stopped.expect("the run's end started a cleanup");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let running = run.running(&engine).await;
+    assert!(running.is_empty(), "running after the exit: {running:?}");
     let left = containers_where(&engine, "label", run.label.clone()).await;
-    eprintln!("killed the cleanup: {killed}; containers left by it: {left:?}");
+    let nets = run_networks_where(&engine, run.label.clone()).await;
+    assert!(
+        !left.is_empty(),
+        "the cleanup removed them before it stopped"
+    );
+    eprintln!("left by the killed cleanup: {left:?}, networks {nets:?}");
     let mut gc = Command::new(env!("CARGO_BIN_EXE_flowerbox"));
     gc.env_clear()
         .env("PATH", std::env::var("PATH").unwrap())
