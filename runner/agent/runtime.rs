@@ -103,6 +103,11 @@ pub struct RuntimeConfig {
     /// How many workers run at once (`--max-workers`; the default from the machine, see
     /// [`super::fanout`]); the rest wait for a slot.
     pub max_workers: usize,
+    /// The process exits once the run ends (the command line): the containers of the step
+    /// that ends the run are left to the run's end (killed at once, removed by a detached
+    /// cleanup: [`crate::sandbox::SandboxFactory::teardown_at_exit`]) rather than removed
+    /// before it. `false` for a caller that lives on.
+    pub exits_after: bool,
 }
 
 impl RuntimeConfig {
@@ -131,6 +136,7 @@ impl RuntimeConfig {
                 super::fanout::Capacity::of_this_machine(),
                 crate::sandbox::Limits::default().memory_bytes as u64,
             ),
+            exits_after: false,
         }
     }
 }

@@ -361,6 +361,7 @@ fn runtime_config(settings: &RunSettings, model: &str, run_id: &str) -> RuntimeC
     config.quarantine = Some(settings.run_dir.join("quarantine").join(run_id));
     config.base_system =
         crate::agent::roles::base_system(&settings.workspace, settings.sandbox.commands_run());
+    config.exits_after = settings.exits_after;
     config
 }
 

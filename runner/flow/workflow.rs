@@ -113,7 +113,8 @@ impl Workflow {
             ch.connect_events(forward_to(rt));
         }
         self.wake(rt, ctx);
-        for step in &self.steps {
+        for (n, step) in self.steps.iter().enumerate() {
+            let last = n + 1 == self.steps.len();
             if let Some(when) = &step.when {
                 if !when(ctx) {
                     tracing::info!(step = %step.name, "skipped by when");
@@ -123,7 +124,7 @@ impl Workflow {
             if let Some(text) = ctx.run_reason.take() {
                 emit(rt, EventKind::Warning { text });
             }
-            let outcome = self.run_step(rt, ctx, step).await?;
+            let outcome = self.run_step(rt, ctx, step, last).await?;
             if let Some(wb) = rt.workbench() {
                 // The brief or goal may have just been frozen: the next agent's index shows it.
                 if let Err(e) = wb.refresh() {
@@ -168,11 +169,13 @@ impl Workflow {
     /// results, sessions and lineage. A step that fails because its gate rejected the last
     /// attempt (the model itself finished) says so on screen at once and its manifest row
     /// becomes `ok: false` with that reason: the books never call a rejected step done.
+    /// `last`: no step comes after this one.
     async fn run_step(
         &self,
         rt: &Arc<Runtime>,
         ctx: &mut Ctx,
         step: &Step,
+        last: bool,
     ) -> Result<Result<(), StepFailure>, FlowError> {
         let (first_resume, continuing) = self.first_session(ctx, step)?;
         let first_fork = step.fork && step.resume_from.is_some();
@@ -200,8 +203,14 @@ impl Workflow {
                 self.remember(rt, &step.name, sid);
             }
             let (passed, aborted) = judge(rt, ctx, step, &result, attempt).await;
-            // The attempt and its judge are done: their containers can go.
-            rt.release_agents().await;
+            // The attempt and its judge are done: their containers can go. When that ends the
+            // run and the process exits next, they go with the run's own at its end (killed
+            // at once there, removed by its detached cleanup), not one by one before it.
+            let step_ends = passed || aborted || attempt >= step.retries;
+            let run_ends = step_ends && (last || (!passed && step.on_fail == OnFail::Stop));
+            if !(run_ends && rt.config().exits_after) {
+                rt.release_agents().await;
+            }
             if passed {
                 let out = match &step.reduce {
                     Some(f) => f(&result, ctx),
