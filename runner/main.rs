@@ -24,7 +24,7 @@ fn main() {
     // A run's end left the removal of its containers to this process (sandbox::docker::reap).
     if std::env::args_os().nth(1).as_deref()
         == Some(std::ffi::OsStr::new(
-            flowerbox::sandbox::docker::reap::SUBCOMMAND,
+            flowerbox::cli::services::CLEANUP_SUBCOMMAND,
         ))
     {
         std::process::exit(flowerbox::cli::cleanup::main());

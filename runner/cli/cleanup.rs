@@ -5,7 +5,7 @@
 
 use std::io::Read;
 
-use crate::sandbox::docker::reap::Plan;
+use super::services::CleanupPlan as Plan;
 
 /// Runs the cleanup; the process's exit code.
 pub fn main() -> i32 {

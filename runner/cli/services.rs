@@ -14,7 +14,14 @@ use crate::creds::Credentials;
 use crate::flow::frontend::Frontend;
 use crate::flow::watch::Watched;
 use crate::flow::RunSettings;
+
+/// The hidden first argument that runs the Docker backend's detached cleanup of a run's end
+/// (`flowerbox __flowerbox-cleanup`, its plan on stdin; [`super::cleanup`]).
+pub const CLEANUP_SUBCOMMAND: &str = crate::sandbox::docker::reap::SUBCOMMAND;
+
 use crate::mcp::{names, ServerConfig};
+/// What the Docker backend's detached cleanup removes ([`super::cleanup`] reads it).
+pub(crate) use crate::sandbox::docker::reap::Plan as CleanupPlan;
 use crate::sandbox::docker::DockerBackend;
 use crate::sandbox::host::HostBackend;
 use crate::sandbox::SandboxBackend;
