@@ -451,12 +451,12 @@ async fn a_container_released_while_its_service_starts_is_no_fallback() {
     assert_eq!(notices.all(), Vec::new());
 }
 
-/// A hostile worker ends the run's pod from inside (it shares the pod's PID namespace and
-/// uid: it kills the pod's `sleep` under its init) again and again. Each time its command is
-/// an error saying the pod went and the pod is made again, three times; the fourth time the
-/// run's sandboxes are lost (the run stops with exit 1), not made again for ever.
+/// The run's pod ends again and again (from outside: `docker kill`; no agent can end it from
+/// inside, its processes run under a uid no agent has, `redteam_pod`). Each time the worker's
+/// command is an error saying the pod went and the pod is made again, three times; the fourth
+/// time the run's sandboxes are lost (the run stops with exit 1), not made again for ever.
 #[tokio::test]
-async fn a_worker_that_ends_the_pod_again_and_again_loses_the_run_after_three_new_pods() {
+async fn a_pod_that_ends_again_and_again_loses_the_run_after_three_new_pods() {
     let Some(engine) = engine_or_skip("liveness_pod_killer").await else {
         return;
     };
@@ -464,17 +464,38 @@ async fn a_worker_that_ends_the_pod_again_and_again_loses_the_run_after_three_ne
     let run = TestRun::new(&engine, "live-podkill").await;
     let notices = Notices::listen(&run);
     let sb = worker(&run, "worker-1").await;
-    // The pod's own `sleep` is the one child of the namespace's init (PID 1).
-    let attack =
-        "kill $(ps -eo pid=,ppid=,args= | awk '$2 == 1 && $3 == \"sleep\" {print $1}'); sleep 30";
+    // The worker's own try: refused, and the pod lives on (its command ends normally).
+    let tried = exec_ok(
+        &*sb,
+        "kill $(ps -eo pid=,ppid=,args= | awk '$2 == 1 && $3 == \"sleep\" {print $1}') 2>&1 \
+         || echo refused",
+        &run.workspace,
+    )
+    .await;
+    assert!(tried.stdout.contains("refused"), "{tried:?}");
+    let attack = "sleep 30";
     let (mut attempts, mut ended) = (0, 0);
+    let mut container = String::new();
     let lost = loop {
         attempts += 1;
         assert!(attempts <= 5, "the pod was made again too often");
-        match sb
-            .exec(req(attack, &run.workspace, Duration::from_secs(120)))
-            .await
-        {
+        let (s, ws) = (sb.clone(), run.workspace.clone());
+        let cmd =
+            tokio::spawn(async move { s.exec(req(attack, &ws, Duration::from_secs(120))).await });
+        if attempts <= 4 {
+            // The command runs in a new container (in a new pod) after the first time.
+            for _ in 0..600 {
+                if sb.container_id() != container {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            container = sb.container_id();
+            shows(&engine, &container, "sleep 30").await;
+            let (pod, _) = pod_of(&engine, &run.run_id).await;
+            docker(&["kill", &pod]);
+        }
+        match cmd.await.unwrap() {
             Err(SandboxError::ContainerGone(text)) => {
                 assert!(text.contains("stopped with the run's pod"), "{text}");
                 ended += 1;

@@ -24,11 +24,23 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// The Bash call: one process that sleeps, one that keeps writing `ticker` in the workspace,
-/// both left running in the background.
+/// The Bash call: processes that sleep and ones that keep writing a ticker file in the
+/// workspace, left running in the background as a job, in a session of their own (`setsid`)
+/// and immune to hangups (`nohup`).
 const LEAVES_PROCESSES: &str = "sleep 1000 >/dev/null 2>&1 &\n\
+     setsid sleep 1000 >/dev/null 2>&1 &\n\
+     nohup sleep 1000 >/dev/null 2>&1 &\n\
      (while :; do date +%s%N > ticker; sleep 0.05; done) >/dev/null 2>&1 &\n\
+     setsid sh -c 'while :; do date +%s%N > ticker-setsid; sleep 0.05; done' >/dev/null 2>&1 &\n\
+     nohup sh -c 'while :; do date +%s%N > ticker-nohup; sleep 0.05; done' >/dev/null 2>&1 &\n\
      sleep 0.3; echo started";
+
+/// The tickers [`LEAVES_PROCESSES`] keeps writing.
+const TICKERS: [&str; 3] = ["ticker", "ticker-setsid", "ticker-nohup"];
+
+/// The roles of the run's containers that run only flowerbox's own processes (the pod's
+/// under a uid no agent has): the run's end leaves them to the cleanup.
+const INFRA_ROLES: [&str; 3] = ["pod", "proxy", "fence"];
 
 /// One `once` of the binary in a fresh workspace, with a temporary directory of its own (where
 /// its private exec-service binary goes).
@@ -83,8 +95,19 @@ impl Run {
         self.cmd.args(["once", "-t", "Bash", "留两个后台进程"])
     }
 
-    /// Containers of the run that are running.
+    /// Containers of the run that are running and can run an agent's code (all but
+    /// [`INFRA_ROLES`]).
     async fn running(&self, engine: &Engine) -> Vec<String> {
+        self.running_roles(engine)
+            .await
+            .into_iter()
+            .filter(|(_, role)| !INFRA_ROLES.contains(&role.as_str()))
+            .map(|(id, role)| format!("{id} ({role})"))
+            .collect()
+    }
+
+    /// Containers of the run that are running, with their role.
+    async fn running_roles(&self, engine: &Engine) -> Vec<(String, String)> {
         use bollard::query_parameters::ListContainersOptions;
         let filters =
             std::collections::HashMap::from([("label".to_string(), vec![self.label.clone()])]);
@@ -94,7 +117,13 @@ impl Run {
             ..Default::default()
         };
         let listed = engine.docker().list_containers(Some(opts)).await.unwrap();
-        listed.into_iter().filter_map(|c| c.id).collect()
+        listed
+            .into_iter()
+            .filter_map(|c| {
+                let role = c.labels?.get("flowerbox.role")?.clone();
+                Some((c.id?, role))
+            })
+            .collect()
     }
 
     /// Everything of the run on the engine or in its temporary directory.
@@ -105,16 +134,18 @@ impl Run {
         left
     }
 
-    /// The run's background writer wrote `ticker` and has stopped writing it.
+    /// The run's background writers wrote their tickers and have stopped writing them.
     fn ticker_stopped(&self) {
-        let ticker = self.ws.join("ticker");
-        let before = std::fs::read(&ticker).expect("the background writer wrote");
+        let read = |t: &str| std::fs::read(self.ws.join(t)).expect("the background writer wrote");
+        let before = TICKERS.map(read);
         std::thread::sleep(Duration::from_millis(500));
-        assert_eq!(
-            std::fs::read(&ticker).unwrap(),
-            before,
-            "a process of the run outlived the command"
-        );
+        for (ticker, before) in TICKERS.iter().zip(before) {
+            assert_eq!(
+                read(ticker),
+                before,
+                "{ticker}: a process of the run outlived the command"
+            );
+        }
     }
 }
 
@@ -137,9 +168,10 @@ fn succeeded(out: &std::process::Output) {
     );
 }
 
-/// Right when the binary has exited, no container of the run runs and the file its background
-/// process kept writing stays as it is; within the deadline every container, the network and
-/// the private binary's directory of the run are gone.
+/// Right when the binary has exited, no container of the run that can run an agent's code
+/// runs and the files its background processes (a job, `setsid`, `nohup`) kept writing stay as
+/// they are, although the pod may still live (the cleanup removes it); within the deadline
+/// every container, the network and the private binary's directory of the run are gone.
 #[tokio::test]
 async fn the_runs_end_kills_every_process_and_the_cleanup_removes_the_rest() {
     let Some(engine) = engine_or_skip("reap_end").await else {
@@ -151,6 +183,10 @@ async fn the_runs_end_kills_every_process_and_the_cleanup_removes_the_rest() {
     let running = run.running(&engine).await;
     assert!(running.is_empty(), "running after the exit: {running:?}");
     run.ticker_stopped();
+    eprintln!(
+        "still running once the tickers stopped: {:?}",
+        run.running_roles(&engine).await
+    );
     let left = once_cleaned_async(|| run.left(&engine)).await;
     let log = std::fs::read_to_string(run.ws.join("runs/flowerbox.log")).unwrap();
     assert!(left.is_empty(), "left by the cleanup: {left:?}\n{log}");
@@ -207,9 +243,10 @@ fn cleanup_of(parent: u32, ws: &Path) -> Option<nix::unistd::Pid> {
     Some(nix::unistd::Pid::from_raw(pid.parse().ok()?))
 }
 
-/// A cleanup killed before it removed anything leaves the run's dead containers and its
-/// network to a dead owner: `flowerbox gc` removes them all. (Stopped at once, so the binary
-/// still hands it its plan whole and exits; killed once the binary is gone.)
+/// A cleanup killed before it removed anything leaves the run's containers (the agents' dead,
+/// every process they started with them, the pod alive) and its network to a dead owner:
+/// `flowerbox gc` removes them all. (Stopped at once, so the binary still hands it its plan
+/// whole and exits; killed once the binary is gone.)
 #[tokio::test]
 async fn what_a_killed_cleanup_leaves_goes_with_gc() {
     let Some(engine) = engine_or_skip("reap_cleanup_killed").await else {
@@ -236,6 +273,13 @@ async fn what_a_killed_cleanup_leaves_goes_with_gc() {
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
     let running = run.running(&engine).await;
     assert!(running.is_empty(), "running after the exit: {running:?}");
+    // Every process an agent started is dead while the pod still lives (the stopped cleanup
+    // would have killed it): the agents' containers took them with them.
+    run.ticker_stopped();
+    let alive = run.running_roles(&engine).await;
+    if !engine.kind().is_podman() {
+        assert!(alive.iter().any(|(_, role)| role == "pod"), "{alive:?}");
+    }
     let left = containers_where(&engine, "label", run.label.clone()).await;
     let nets = run_networks_where(&engine, run.label.clone()).await;
     assert!(

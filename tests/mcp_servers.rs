@@ -416,7 +416,9 @@ fn plan_mode_offers_only_read_only_tools_and_minus_t_picks_tools() {
     let offered = tool_names(&model.recorded()[0]);
     assert_eq!(offered, ["Read", "mcp__fx__touch"]);
 
-    // A server no configuration names is an argument error, before any model call.
+    // A server no configuration names is an argument error, before any model call (and
+    // before any container: the runs above are cleaned up first, by their detached cleanup).
+    nothing_left(&p);
     let model = ScriptedModel::start(&turns);
     let (code, out) = run(&p, &model, &["once", "-t", "mcp__nope", "写"], &[]);
     assert_eq!(code, Some(2), "{out}");

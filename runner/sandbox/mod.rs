@@ -361,8 +361,9 @@ pub trait SandboxFactory: Send + Sync {
     async fn teardown(&self) -> Result<(), SandboxError>;
 
     /// The run's end when the process exits right after it (the command line's run, never a
-    /// library's caller that lives on): returns once every process of the run is dead, and
-    /// may leave the removal of what is left to a detached process that logs to `run_dir`'s
+    /// library's caller that lives on): returns once every process an agent could have started
+    /// is dead, and may leave the removal of what is left (flowerbox's own processes, such as
+    /// the pod's) to a detached process that logs to `run_dir`'s
     /// log (Docker: [`docker::reap`]). Errors as [`SandboxFactory::teardown`]'s. The default
     /// is the teardown.
     async fn teardown_at_exit(&self, run_dir: &std::path::Path) -> Result<(), SandboxError> {

@@ -1,8 +1,9 @@
 //! What a container looks like: the pod's infrastructure container and the agent containers
 //! that join its PID and network namespaces (DESIGN.md "Pod", issue "Pod and containers").
 //!
-//! Every container runs as the invoking user's uid:gid (the read-only roles' as their own, see
-//! [`super::readonly`]) with a tmpfs HOME, a passwd entry
+//! Every agent container runs as the invoking user's uid:gid (the read-only roles' as their
+//! own, see [`super::readonly`]; the pod's processes as one no agent has, [`pod_ids`]) with a
+//! tmpfs HOME, a passwd entry
 //! (patched into the created container before it starts), git's `safe.directory` and no pruning
 //! (`GIT_CONFIG_*`), all capabilities dropped, `no-new-privileges`, pids and memory limits, a
 //! one-second stop, and labels for cleanup. Nothing from the host environment is copied in, so
@@ -55,6 +56,31 @@ impl UserIds {
             gid: nix::unistd::getgid().as_raw(),
         }
     }
+}
+
+/// The uid (and gid) of the pod's own processes (its init, `docker-init`, and `sleep`): one
+/// no agent, no infrastructure process and no image's user has. Agents share the pod's PID
+/// namespace; under their uid, a writing agent without a Landlock domain could `ptrace` the
+/// pod's `sleep`, run code in it and so outlive its container (into later rounds, past the
+/// run's end). Under another uid, and with no agent holding `CAP_SYS_PTRACE` or `CAP_KILL`,
+/// the kernel refuses every agent (a root one too) `ptrace`, `/proc/<pid>/mem`, `root`, `cwd`,
+/// `fd` and every signal to it. 65530: just below the read-only roles' 65531–65533 and the
+/// proxy's `nobody` (65534), inside a rootless engine's default subordinate range (65536 ids).
+pub(crate) const POD_UID: u32 = 65_530;
+
+/// [`POD_UID`] when the workers' uid or gid lies in 65500..=65535 (where the read-only roles
+/// then take 65501–65503): below that range, never the workers'.
+pub(crate) const POD_UID_LOW: u32 = 65_499;
+
+/// The pod's uid:gid for a run whose workers run as `workers`: [`POD_UID`], or
+/// [`POD_UID_LOW`] when the workers' ids lie near it. Never the workers', never root, never a
+/// read-only role's, the inspector's or the proxy's.
+pub(crate) fn pod_ids(workers: UserIds) -> UserIds {
+    let id = match super::readonly::near_the_top(workers) {
+        true => POD_UID_LOW,
+        false => POD_UID,
+    };
+    UserIds { uid: id, gid: id }
 }
 
 /// Who runs inside the containers and where its HOME is.
@@ -292,13 +318,15 @@ impl RunSpec {
 
     /// The pod: an init (the engine's `docker-init`) as PID 1 that reaps every zombie of the
     /// run, owning the PID and network namespaces; on the run's own network, or on none
-    /// (`network` is a network name or `none`; see [`super::network`]).
+    /// (`network` is a network name or `none`; see [`super::network`]). Its processes run
+    /// under [`pod_ids`], a uid no agent has: no agent can trace, enter or signal them.
     pub(crate) fn pod_body(&self, network: &str) -> ContainerCreateBody {
+        let pod = pod_ids(self.identity.ids);
         ContainerCreateBody {
             image: Some(self.image.clone()),
             entrypoint: Some(vec!["sleep".into(), "infinity".into()]),
             cmd: Some(vec![]),
-            user: Some(self.identity.user()),
+            user: Some(format!("{}:{}", pod.uid, pod.gid)),
             env: Some(self.env()),
             labels: Some(self.labels("pod", "pod")),
             stop_timeout: Some(1),
@@ -545,6 +573,53 @@ mod tests {
         };
         let hc = spec.agent_body(&worker, "p", "n").host_config.unwrap();
         assert_eq!(hc.nano_cpus, Some(1_500_000_000));
+    }
+
+    #[test]
+    fn the_pod_runs_under_a_uid_of_its_own() {
+        use crate::sandbox::Seat;
+        let spec = |uid: u32, gid: u32| RunSpec {
+            run_id: "r".into(),
+            workspace: "/w".into(),
+            image: "img".into(),
+            identity: Identity {
+                ids: UserIds { uid, gid },
+                ..ident(uid)
+            },
+            owner: Owner::current().unwrap(),
+            limits: Limits::default(),
+            extra_env: Vec::new(),
+            engine: EngineKind::Docker,
+        };
+        for (uid, gid) in [
+            (0, 0),
+            (1000, 1000),
+            (4242, 4242),
+            (65_530, 1000),
+            (1000, 65_530),
+            (65_500, 65_500),
+            (65_534, 65_534),
+            (65_499, 65_499),
+        ] {
+            let workers = UserIds { uid, gid };
+            let pod = pod_ids(workers);
+            let body = spec(uid, gid).pod_body("none");
+            assert_eq!(body.user, Some(format!("{}:{}", pod.uid, pod.gid)));
+            let mut taken = vec![uid, gid, 0, 65_534];
+            for seat in [Seat::Judge, Seat::Coordinator] {
+                let ro = super::super::readonly::ReadOnlyIds::of(seat, workers);
+                taken.extend([
+                    ro.shell.uid,
+                    ro.shell.gid,
+                    ro.inspector.uid,
+                    ro.inspector.gid,
+                ]);
+            }
+            assert!(!taken.contains(&pod.uid), "{workers:?}: {pod:?}");
+            assert!(!taken.contains(&pod.gid), "{workers:?}: {pod:?}");
+            // Inside a rootless engine's default subordinate range.
+            assert!(pod.uid <= 65_535);
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The run's pod (DESIGN.md "Pod"): made on first use (early, while the run clarifies), on
 //! the run's own network with its rules loaded by a fence before any agent joins, and made
-//! again when it went (issue 26 §2: `docker stop` of the pod, a worker ending its init), with
-//! its rules loaded again first. The network and the proxy are the run's, made once.
+//! again when it went (issue 26 §2: `docker stop` or `docker kill` of the pod; no agent can end
+//! it, its processes run under [`super::container::pod_ids`]), with its rules loaded again
+//! first. The network and the proxy are the run's, made once.
 
 use bollard::query_parameters::{ContainerArchiveInfoOptions, DownloadFromContainerOptions};
 use futures::StreamExt;

@@ -75,8 +75,7 @@ impl ReadOnlyIds {
     /// the inspector 65533 — or 65501..65503 when the workers' uid or gid is in 65500..=65535.
     /// Never the workers' ids, never root.
     pub fn of(seat: Seat, workers: UserIds) -> ReadOnlyIds {
-        let near = |id: u32| (65_500..=65_535).contains(&id);
-        let base = if near(workers.uid) || near(workers.gid) {
+        let base = if near_the_top(workers) {
             65_500
         } else {
             65_530
@@ -93,6 +92,13 @@ impl ReadOnlyIds {
             inspector: ids(3),
         }
     }
+}
+
+/// Whether the workers' uid or gid lies in 65500..=65535, where flowerbox's fixed ids live
+/// (then they move below: [`ReadOnlyIds::of`], [`super::container::pod_ids`]).
+pub(crate) fn near_the_top(workers: UserIds) -> bool {
+    let near = |id: u32| (65_500..=65_535).contains(&id);
+    near(workers.uid) || near(workers.gid)
 }
 
 /// One line for `flowerbox doctor` (Chinese, identifiers verbatim): who the judge and the

@@ -1,13 +1,21 @@
 //! The run's end when the process exits right after it (the command line's `once`, `go`, `run`,
 //! `resume`; issue 32, figure 9): [`SandboxFactory::teardown_at_exit`].
 //!
-//! On the exit's path, every process of the run dies, confirmed: each container the run
-//! created is killed at once (`SIGKILL` through the engine; the pod's death kills every process
-//! in its PID namespace), twice around the starts in flight like the teardown, and the engine
-//! is asked to wait until none runs (moby's kill waits for the exit, Podman's need not). What
-//! the user would then wait for although nothing of the run needs it — the pod leaving the
-//! run's network, the engine removing containers and the bridge, the remote volumes, the exec
-//! service's private binary, the orphan sweep — goes to a detached cleanup process: this
+//! On the exit's path, every process an agent could have started dies, confirmed: each
+//! container that can run an agent's code ([`Tier::Agent`]: agents of every role, which also
+//! run their MCP servers and hooks; a remote run's files keepers) is killed at once (`SIGKILL`
+//! through the engine), twice around the starts in flight like the teardown, and the engine is
+//! asked to wait until none runs (moby's kill waits for the exit, Podman's need not). Such a
+//! container shares the pod's PID namespace, so the runtime kills every process of its cgroup
+//! when its main process dies (containerd's shim, `shouldKillAllOnExit`): a background
+//! process, `setsid` or `nohup` included, dies with it. The pod and its members (the proxy;
+//! the fence is gone by then) run only flowerbox's own processes, under uids no agent has
+//! ([`super::container::pod_ids`]): they go to the cleanup alive and die in its removal. On
+//! Podman, where that kill of the cgroup was not verified, the pod is killed here too (its
+//! death kills every process in its PID namespace). What the user would then wait for
+//! although nothing of the run needs it — the pod's death, the pod leaving the run's network,
+//! the engine removing containers and the bridge, the remote volumes, the exec service's
+//! private binary, the orphan sweep — goes to a detached cleanup process: this
 //! binary under the hidden [`SUBCOMMAND`], in a session of its own (a terminal's Ctrl-C or a
 //! kill of the process group never reaches it), handed a [`Plan`] as JSON on its stdin. It runs
 //! the very removal the teardown runs ([`super::teardown::Removal::run`]) and logs to the run's
@@ -31,6 +39,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
 use super::engine::{status_code, Endpoint, Engine, HostSource};
+use super::kind::EngineKind;
 use super::remote::Volumes;
 use super::teardown::{Removal, Tier};
 use super::volumes::RunVolume;
@@ -58,7 +67,8 @@ pub struct Plan {
     engine: String,
     /// The workspace, whose orphans are swept on the way.
     workspace: PathBuf,
-    /// The run's containers, every one dead, with their [`Tier`].
+    /// The run's containers with their [`Tier`]: those that ran agents' code dead, the pod
+    /// and its members possibly alive (the removal kills them).
     created: Vec<(String, Tier)>,
     /// The run's networks.
     networks: Vec<String>,
@@ -159,8 +169,8 @@ pub(crate) fn cleanup_program(
 }
 
 impl Inner {
-    /// [`crate::sandbox::SandboxFactory::teardown_at_exit`]: every process of the run dead
-    /// (confirmed), the removal handed to a detached cleanup; the synchronous teardown when
+    /// [`crate::sandbox::SandboxFactory::teardown_at_exit`]: every process an agent could have
+    /// started dead (confirmed), the removal handed to a detached cleanup; the synchronous teardown when
     /// that cannot be had, or when a kill failed (its error is the teardown's).
     pub(super) async fn teardown_at_exit(&self, run_dir: &Path) -> Result<(), SandboxError> {
         let exec_service = self.opts.exec_service.as_ref();
@@ -189,13 +199,15 @@ impl Inner {
         }
     }
 
-    /// Kills every container the run created, at once: what exists now, then, once every
-    /// start in flight ended, what those made; then waits until the engine reports none
-    /// running. The first error.
+    /// Kills every container of the run that can run an agent's code ([`killed_at_exit`]), at
+    /// once: what exists now, then, once every start in flight ended, what those made; then
+    /// waits until the engine reports none running. The first error.
     async fn kill_all(&self) -> Result<(), SandboxError> {
+        let tiers = killed_at_exit(self.engine.kind());
         let ids = || -> Vec<String> {
             lock(&self.created)
                 .iter()
+                .filter(|(_, tier)| tiers.contains(tier))
                 .map(|(id, _)| id.clone())
                 .collect()
         };
@@ -242,7 +254,7 @@ impl Inner {
         }
     }
 
-    /// What is left to remove once every container of the run is dead.
+    /// What is left to remove once every container that ran agents' code is dead.
     fn plan(&self, run_dir: &Path) -> Plan {
         let removal = self.removal();
         Plan {
@@ -266,6 +278,15 @@ impl Inner {
         if let Some(Some(binary)) = self.service_binary.get() {
             binary.hand_over();
         }
+    }
+}
+
+/// The tiers of the containers the run's end kills itself on `kind`: those that can run an
+/// agent's code ([`Tier::Agent`]); on Podman every one (module doc).
+fn killed_at_exit(kind: &EngineKind) -> &'static [Tier] {
+    match kind.is_podman() {
+        true => &[Tier::Agent, Tier::Member, Tier::Pod],
+        false => &[Tier::Agent],
     }
 }
 
@@ -341,6 +362,20 @@ mod tests {
     #[test]
     fn without_a_flowerbox_binary_the_removal_stays_synchronous() {
         assert_eq!(cleanup_program(4242, "bash", None), None);
+    }
+
+    #[test]
+    fn only_what_runs_agent_code_is_killed_on_docker() {
+        assert_eq!(killed_at_exit(&EngineKind::Docker), [Tier::Agent]);
+        let podman = EngineKind::Podman {
+            version: "4.3.1".into(),
+            rootless: true,
+            cgroup_v1: false,
+        };
+        assert_eq!(
+            killed_at_exit(&podman),
+            [Tier::Agent, Tier::Member, Tier::Pod]
+        );
     }
 
     #[test]
