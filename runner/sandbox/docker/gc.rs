@@ -148,7 +148,16 @@ pub async fn list_volumes(
         .collect())
 }
 
-/// The containers whose labels match `filters`.
+/// Whether a container with `labels` was made from an image that keeps what a run's container
+/// wrote (`flowerbox-kept:…`, [`super::usage::LABEL_KEPT`]): such an image carries the run's
+/// labels (a commit keeps the container's), so a container the user makes from it to take the
+/// files out would look like the run's. It is the user's: no run's container carries the label,
+/// and neither the sweep nor `gc` lists it.
+fn made_from_kept(labels: &HashMap<String, String>) -> bool {
+    labels.contains_key(super::usage::LABEL_KEPT)
+}
+
+/// The containers whose labels match `filters` (never one made from a kept image).
 async fn list_where(
     engine: &Engine,
     filters: HashMap<String, Vec<String>>,
@@ -165,6 +174,7 @@ async fn list_where(
         .map_err(SandboxError::from)?;
     Ok(found
         .into_iter()
+        .filter(|c| c.labels.as_ref().is_none_or(|l| !made_from_kept(l)))
         .map(|c| {
             labelled(
                 c.id,
@@ -358,6 +368,18 @@ mod tests {
             one["label"],
             vec![LABEL_RUN.to_string(), format!("{LABEL_WORKSPACE}=/w/a b")]
         );
+    }
+
+    #[test]
+    fn a_container_made_from_a_kept_image_is_never_a_runs() {
+        let run = HashMap::from([
+            (LABEL_RUN.to_string(), "r".to_string()),
+            (LABEL_WORKSPACE.to_string(), "/w".to_string()),
+        ]);
+        assert!(!made_from_kept(&run));
+        let mut from_kept = run.clone();
+        from_kept.insert(super::super::usage::LABEL_KEPT.to_string(), "r".into());
+        assert!(made_from_kept(&from_kept));
     }
 
     #[test]
