@@ -12,6 +12,10 @@
 mod flow_support;
 mod isogo_support;
 mod remote_support;
+// Only the engine-API wait of it is used here.
+#[allow(dead_code)]
+#[path = "docker_support/cleanup.rs"]
+mod cleanup;
 
 use flow_support::ScriptedModel;
 use futures::StreamExt;
@@ -527,25 +531,33 @@ async fn go_isolate_reaches_achieved_on_the_second_engine() {
             "{name}: {types:?}"
         );
     }
-    let left = engine
-        .docker()
-        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
-            all: true,
-            filters: Some([("label".to_string(), vec![ours.clone()])].into()),
-            ..Default::default()
-        }))
-        .await
-        .unwrap();
+    // The binary's run returned once its processes were dead; its detached cleanup removes
+    // the containers and volumes.
+    let left = cleanup::once_cleaned_async(|| async {
+        engine
+            .docker()
+            .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+                all: true,
+                filters: Some([("label".to_string(), vec![ours.clone()])].into()),
+                ..Default::default()
+            }))
+            .await
+            .unwrap()
+    })
+    .await;
     assert!(left.is_empty(), "{left:?}");
-    let volumes = engine
-        .docker()
-        .list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
-            filters: Some([("label".to_string(), vec![ours.clone()])].into()),
-        }))
-        .await
-        .unwrap()
-        .volumes
-        .unwrap_or_default();
+    let volumes = cleanup::once_cleaned_async(|| async {
+        engine
+            .docker()
+            .list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
+                filters: Some([("label".to_string(), vec![ours.clone()])].into()),
+            }))
+            .await
+            .unwrap()
+            .volumes
+            .unwrap_or_default()
+    })
+    .await;
     assert!(volumes.is_empty(), "{volumes:?}");
 
     let refused = p
@@ -607,15 +619,19 @@ async fn the_default_sandbox_chooses_the_remote_mode_on_the_second_engine() {
         "flowerbox.workspace={}",
         p.ws.canonicalize().unwrap().display()
     );
-    let left = engine
-        .docker()
-        .list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
-            filters: Some([("label".to_string(), vec![ours])].into()),
-        }))
-        .await
-        .unwrap()
-        .volumes
-        .unwrap_or_default();
+    // The run's detached cleanup removes its volumes after the binary returned.
+    let left = cleanup::once_cleaned_async(|| async {
+        engine
+            .docker()
+            .list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
+                filters: Some([("label".to_string(), vec![ours.clone()])].into()),
+            }))
+            .await
+            .unwrap()
+            .volumes
+            .unwrap_or_default()
+    })
+    .await;
     assert!(left.is_empty(), "{left:?}");
 }
 
