@@ -546,18 +546,7 @@ async fn go_isolate_reaches_achieved_on_the_second_engine() {
     })
     .await;
     assert!(left.is_empty(), "{left:?}");
-    let volumes = cleanup::once_cleaned_async(|| async {
-        engine
-            .docker()
-            .list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
-                filters: Some([("label".to_string(), vec![ours.clone()])].into()),
-            }))
-            .await
-            .unwrap()
-            .volumes
-            .unwrap_or_default()
-    })
-    .await;
+    let volumes = cleanup::once_cleaned_async(|| volumes_labelled(&engine, &ours)).await;
     assert!(volumes.is_empty(), "{volumes:?}");
 
     let refused = p
@@ -620,18 +609,7 @@ async fn the_default_sandbox_chooses_the_remote_mode_on_the_second_engine() {
         p.ws.canonicalize().unwrap().display()
     );
     // The run's detached cleanup removes its volumes after the binary returned.
-    let left = cleanup::once_cleaned_async(|| async {
-        engine
-            .docker()
-            .list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
-                filters: Some([("label".to_string(), vec![ours.clone()])].into()),
-            }))
-            .await
-            .unwrap()
-            .volumes
-            .unwrap_or_default()
-    })
-    .await;
+    let left = cleanup::once_cleaned_async(|| volumes_labelled(&engine, &ours)).await;
     assert!(left.is_empty(), "{left:?}");
 }
 
@@ -896,4 +874,20 @@ async fn a_remote_runs_agents_cannot_reach_the_engine_hosts_own_address() {
         "the agent reached the engine host: {out:?}"
     );
     factory.teardown().await.unwrap();
+}
+
+/// The engine's volumes carrying `label` (`key=value`).
+async fn volumes_labelled(
+    engine: &flowerbox::sandbox::docker::Engine,
+    label: &str,
+) -> Vec<bollard::models::Volume> {
+    engine
+        .docker()
+        .list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
+            filters: Some([("label".to_string(), vec![label.to_string()])].into()),
+        }))
+        .await
+        .unwrap()
+        .volumes
+        .unwrap_or_default()
 }
