@@ -8,7 +8,8 @@
 //!    does);
 //! 10. a whole unattended `go` run, 8 workers each running `sleep 2` all at once
 //!     (`--max-workers 8`), vs the same run with 1 worker (ratio; target ≤ 1.25, issue 32: the
-//!     cost of 8 containers at once, not of the limit); 10s the same with the coordinator's
+//!     cost of 8 containers at once, not of the limit); 10e the engine alone for the same
+//!     containers, 8 vs 1, interleaved with 10 (the floor under 10's ratio); 10s the same with the coordinator's
 //!     dispatching message streamed at 60 ms an event (a model writing its `Agent` calls: a
 //!     worker's container can start as its call ends, issue 32 §4); 10d as 10 without
 //!     `--max-workers`, under the machine's default limit (`fanout::default_max_workers`: on
@@ -46,6 +47,8 @@
 
 #[path = "bench_common/mod.rs"]
 mod bench_common;
+#[path = "bench_common/engine_floor.rs"]
+mod engine_floor;
 
 use bench_common::{ms, print_table, slope, wait_with_peak_rss, write_part, Figure, Stats};
 use flowerbox::model::{ContentBlock, Message, Speaker};
@@ -343,7 +346,21 @@ async fn go_workers(bins: &Bins, repeat: usize, how: GoRun) -> Vec<Figure> {
     let one = serve(&go_scenario(1, stream_ms)).await;
     let eight = serve(&go_scenario(8, stream_ms)).await;
     let mut samples = vec![(Vec::new(), Vec::new()); bins.len()];
+    // Figure 10e (with 10 only): the engine's own cost of the same containers, interleaved.
+    let floor_engine = match how {
+        GoRun::AllAtOnce => floor_engine().await,
+        _ => None,
+    };
+    let mut floor = (Vec::new(), Vec::new());
     for _ in 0..repeat {
+        if let Some((engine, image)) = &floor_engine {
+            floor
+                .0
+                .push(engine_floor::sample(engine.docker(), image, 1).await);
+            floor
+                .1
+                .push(engine_floor::sample(engine.docker(), image, 8).await);
+        }
         for (b, (_, bin)) in bins.iter().enumerate() {
             for (n, url) in [(1, &one), (8, &eight)] {
                 let (_dir, ws) = workspace();
@@ -360,7 +377,9 @@ async fn go_workers(bins: &Bins, repeat: usize, how: GoRun) -> Vec<Figure> {
             }
         }
     }
-    bins.iter()
+    let first_one = samples.first().map(|(one, _)| Stats::of(one).median);
+    let mut figures: Vec<Figure> = bins
+        .iter()
         .zip(samples)
         .map(|((label, _), (one, eight))| {
             let (id, what, note) = match how {
@@ -391,7 +410,34 @@ async fn go_workers(bins: &Bins, repeat: usize, how: GoRun) -> Vec<Figure> {
                 .vs("1 worker", Stats::of(&one))
                 .note(note)
         })
-        .collect()
+        .collect();
+    if let (false, Some(one)) = (floor.0.is_empty(), first_one) {
+        let (e1, e8) = (Stats::of(&floor.0), Stats::of(&floor.1));
+        let bound = (one + e8.median - e1.median) / one;
+        figures.push(
+            Figure::new(
+                "10e",
+                "the engine alone: 8 agent-shaped containers vs 1",
+                "ms",
+                e8,
+            )
+            .vs("1 container", e1)
+            .note(format!(
+                "no flowerbox: in a started pod, each container created, started, one exec, \
+                 SIGKILLed, all at once (examples/bench_common/engine_floor.rs); figure 10's \
+                 1-worker run plus this difference: {bound:.2}x, the ratio figure 10 would \
+                 have if flowerbox added nothing per worker but its containers"
+            )),
+        );
+    }
+    figures
+}
+
+/// The engine and the agent image for figure 10e, when there is an engine.
+async fn floor_engine() -> Option<(Engine, String)> {
+    let engine = Engine::connect(None, Duration::from_secs(5)).await.ok()?;
+    let image = ensure_image(&engine, None, false).await.ok()?.image;
+    Some((engine, image))
 }
 
 /// One binary's samples of figure 12: per N, the walls (ms) and peak RSS (MiB); per repeat,
