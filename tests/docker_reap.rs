@@ -57,10 +57,15 @@ struct Run {
 
 impl Run {
     async fn new(engine: &Engine) -> Run {
+        Run::running_command(engine, LEAVES_PROCESSES).await
+    }
+
+    /// A run whose agent's one Bash call runs `command`.
+    async fn running_command(engine: &Engine, command: &str) -> Run {
         let image = agent_image(engine).await;
         let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
             {"content": [{"type": "tool_use", "name": "Bash",
-                          "input": {"command": LEAVES_PROCESSES}}]},
+                          "input": {"command": command}}]},
             {"content": [{"type": "text", "text": "好了"}]}]}]}));
         let dirs = [(); 3].map(|()| tempfile::tempdir().unwrap());
         let ws = dirs[0].path().canonicalize().unwrap();
@@ -308,4 +313,35 @@ async fn what_a_killed_cleanup_leaves_goes_with_gc() {
         "left after gc: {left:?}\n{}",
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+/// An agent whose container died before the run's end (here it killed its container's main
+/// process, which runs under its uid, after starting a background writer) leaves no process
+/// alive once the binary exits. On Podman that container's cleanup is refused while the Bash
+/// call's exec session still runs, so it stays `stopped` with the writer alive, and the end's
+/// kill is refused (500): the synchronous removal that follows kills the writer.
+#[tokio::test]
+async fn an_agent_container_dead_before_the_end_leaves_no_process() {
+    let Some(engine) = engine_or_skip("reap_dead_agent").await else {
+        return;
+    };
+    let mut run = Run::running_command(
+        &engine,
+        "(while :; do date +%s%N > ticker-late; sleep 0.05; done) >/dev/null 2>&1 &\n\
+         sleep 0.3; pkill -KILL -x -u \"$(id -u)\" sleep; sleep 1; echo done",
+    )
+    .await;
+    let out = run.once().output().unwrap();
+    let log = std::fs::read_to_string(run.ws.join("runs/flowerbox.log")).unwrap_or_default();
+    let read = || std::fs::read(run.ws.join("ticker-late")).expect("the writer wrote");
+    let before = read();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        read(),
+        before,
+        "a process of the dead agent's container outlived the command\n{}\n{log}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let left = once_cleaned_async(|| run.left(&engine)).await;
+    assert!(left.is_empty(), "left after the run: {left:?}");
 }

@@ -16,10 +16,13 @@
 //! Docker-compatible kill and `not-running` wait return only after it (Podman 4.3 waits for the
 //! state `exited`, which the cleanup sets; Podman 5.3 on for conmon's exit, and conmon waits for
 //! its exit command). Measured on Podman 4.3.1 with runc 1.1.5: the background processes die
-//! 0.1–0.25 s after the kill, before the engine reports the container exited. The pod and its
-//! members (the proxy; the fence is gone by then) run only flowerbox's own processes, under
-//! uids no agent has ([`super::container::pod_ids`]): on either engine they go to the cleanup
-//! alive and die in its removal. What the user would then wait for
+//! 0.1–0.25 s after the kill, before the engine reports the container exited. (Podman refuses
+//! that cleanup while an exec session of the container runs; the exec service's ends with the
+//! main process, within milliseconds, and a refused cleanup shows as a refused kill or a wait
+//! past [`DEAD_WITHIN`]: both end in the synchronous removal, which kills the cgroup.) The pod
+//! and its members (the proxy; the fence is gone by then) run only flowerbox's own processes,
+//! under uids no agent has ([`super::container::pod_ids`]): on either engine they go to the
+//! cleanup alive and die in its removal. What the user would then wait for
 //! although nothing of the run needs it — the pod's death, the pod leaving the run's network,
 //! the engine removing containers and the bridge, the remote volumes, the exec service's
 //! private binary, the orphan sweep — goes to a detached cleanup process: this
@@ -230,22 +233,17 @@ impl Inner {
         dead.into_iter().flatten().next().map_or(Ok(()), Err)
     }
 
-    /// Sends `SIGKILL` to container `id` (gone or not running: fine). Podman refuses the kill
-    /// of a container whose main process died on its own moments before (its state `stopped`
-    /// until its cleanup) with a 500: a refused kill of a container the engine then reports
-    /// not running is no error either ([`Inner::kill_all`] still waits for it).
+    /// Sends `SIGKILL` to container `id` (gone or not running: fine). Podman 4.3 answers a
+    /// kill of a container that no longer runs with a 500, not Docker's 409: that error stands
+    /// (the synchronous removal follows), since such a container may be one whose cleanup
+    /// Podman refused (an exec session was still running when its main process died), whose
+    /// other processes then still live.
     async fn kill(&self, id: &str) -> Option<SandboxError> {
         let opts = KillContainerOptions {
             signal: "SIGKILL".into(),
         };
         match self.docker().kill_container(id, Some(opts)).await {
-            Err(e) if !matches!(status_code(&e), Some(404 | 409)) => {
-                match self.docker().inspect_container(id, None).await {
-                    Ok(c) if c.state.as_ref().and_then(|s| s.running) == Some(false) => None,
-                    Err(i) if status_code(&i) == Some(404) => None,
-                    _ => Some(docker_err(e)),
-                }
-            }
+            Err(e) if !matches!(status_code(&e), Some(404 | 409)) => Some(docker_err(e)),
             _ => None,
         }
     }
