@@ -111,12 +111,11 @@ async fn runs_where(engine: &Engine, label: &str) -> Vec<(String, String)> {
     use std::collections::HashMap;
     let filters = HashMap::from([("label".to_string(), vec![label.to_string()])]);
     let containers = engine
-        .docker()
-        .list_containers(Some(ListContainersOptions {
+        .list_containers(ListContainersOptions {
             all: true,
             filters: Some(filters.clone()),
             ..Default::default()
-        }))
+        })
         .await
         .unwrap()
         .into_iter()

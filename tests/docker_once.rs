@@ -420,7 +420,7 @@ async fn labelled(engine: &flowerbox::sandbox::docker::Engine, labels: Vec<Strin
         filters: Some(filters),
         ..Default::default()
     };
-    let listed = engine.docker().list_containers(Some(opts)).await.unwrap();
+    let listed = engine.list_containers(opts).await.unwrap();
     listed.into_iter().filter_map(|c| c.id).collect()
 }
 

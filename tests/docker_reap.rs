@@ -17,6 +17,7 @@ use reap_support::docker_support::{
 };
 use reap_support::{succeeded, Run};
 use std::os::unix::process::CommandExt;
+use std::time::Duration;
 
 /// Right when the binary has exited, no container of the run that can run an agent's code
 /// runs and the files its background processes (a job, `setsid`, `nohup`) kept writing stay as
@@ -28,10 +29,13 @@ async fn the_runs_end_kills_every_process_and_the_cleanup_removes_the_rest() {
         return;
     };
     let mut run = Run::new(&engine).await;
+    let started = std::time::Instant::now();
     let out = run.once().output().unwrap();
+    let took = started.elapsed();
     succeeded(&out);
     let running = run.running(&engine).await;
     assert!(running.is_empty(), "running after the exit: {running:?}");
+    eprintln!("once took {} ms", took.as_millis());
     run.ticker_stopped();
     eprintln!(
         "still running once the tickers stopped: {:?}",
@@ -79,9 +83,7 @@ async fn what_a_killed_cleanup_leaves_goes_with_gc() {
     // would have killed it): the agents' containers took them with them.
     run.ticker_stopped();
     let alive = run.running_roles(&engine).await;
-    if !engine.kind().is_podman() {
-        assert!(alive.iter().any(|(_, role)| role == "pod"), "{alive:?}");
-    }
+    assert!(alive.iter().any(|(_, role)| role == "pod"), "{alive:?}");
     let left = containers_where(&engine, "label", run.label.clone()).await;
     let nets = run_networks_where(&engine, run.label.clone()).await;
     assert!(
@@ -100,4 +102,35 @@ async fn what_a_killed_cleanup_leaves_goes_with_gc() {
         "left after gc: {left:?}\n{}",
         String::from_utf8_lossy(&out.stdout)
     );
+}
+
+/// An agent whose container died before the run's end (here it killed its container's main
+/// process, which runs under its uid, after starting a background writer) leaves no process
+/// alive once the binary exits. On Podman that container's cleanup is refused while the Bash
+/// call's exec session still runs, so it stays `stopped` with the writer alive, and the end's
+/// kill is refused (500): the synchronous removal that follows kills the writer.
+#[tokio::test]
+async fn an_agent_container_dead_before_the_end_leaves_no_process() {
+    let Some(engine) = engine_or_skip("reap_dead_agent").await else {
+        return;
+    };
+    let mut run = Run::running_command(
+        &engine,
+        "(while :; do date +%s%N > ticker-late; sleep 0.05; done) >/dev/null 2>&1 &\n\
+         sleep 0.3; pkill -KILL -x -u \"$(id -u)\" sleep; sleep 1; echo done",
+    )
+    .await;
+    let out = run.once().output().unwrap();
+    let log = std::fs::read_to_string(run.ws.join("runs/flowerbox.log")).unwrap_or_default();
+    let read = || std::fs::read(run.ws.join("ticker-late")).expect("the writer wrote");
+    let before = read();
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        read(),
+        before,
+        "a process of the dead agent's container outlived the command\n{}\n{log}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let left = once_cleaned_async(|| run.left(&engine)).await;
+    assert!(left.is_empty(), "left after the run: {left:?}");
 }

@@ -225,8 +225,7 @@ pub async fn containers_where(engine: &Engine, filter: &str, value: String) -> V
         ..Default::default()
     };
     engine
-        .docker()
-        .list_containers(Some(opts))
+        .list_containers(opts)
         .await
         .expect("list containers")
         .into_iter()

@@ -18,18 +18,19 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// The Bash call: processes that sleep and ones that keep writing a ticker file in the
-/// workspace, left running in the background as a job, in a session of their own (`setsid`)
-/// and immune to hangups (`nohup`).
+/// workspace, left running in the background as a job, in a session of their own (`setsid`),
+/// immune to hangups (`nohup`) and double-forked (orphaned at once: the pod's init adopts it).
 pub const LEAVES_PROCESSES: &str = "sleep 1000 >/dev/null 2>&1 &\n\
      setsid sleep 1000 >/dev/null 2>&1 &\n\
      nohup sleep 1000 >/dev/null 2>&1 &\n\
      (while :; do date +%s%N > ticker; sleep 0.05; done) >/dev/null 2>&1 &\n\
      setsid sh -c 'while :; do date +%s%N > ticker-setsid; sleep 0.05; done' >/dev/null 2>&1 &\n\
      nohup sh -c 'while :; do date +%s%N > ticker-nohup; sleep 0.05; done' >/dev/null 2>&1 &\n\
+     (sh -c 'while :; do date +%s%N > ticker-orphan; sleep 0.05; done' >/dev/null 2>&1 &)\n\
      sleep 0.3; echo started";
 
 /// The tickers [`LEAVES_PROCESSES`] keeps writing.
-pub const TICKERS: [&str; 3] = ["ticker", "ticker-setsid", "ticker-nohup"];
+pub const TICKERS: [&str; 4] = ["ticker", "ticker-setsid", "ticker-nohup", "ticker-orphan"];
 
 /// The roles of the run's containers that run only flowerbox's own processes (the pod's
 /// under a uid no agent has): the run's end leaves them to the cleanup.
@@ -51,10 +52,15 @@ pub struct Run {
 
 impl Run {
     pub async fn new(engine: &Engine) -> Run {
+        Run::running_command(engine, LEAVES_PROCESSES).await
+    }
+
+    /// A run whose agent's one Bash call runs `command`.
+    pub async fn running_command(engine: &Engine, command: &str) -> Run {
         let image = agent_image(engine).await;
         let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
             {"content": [{"type": "tool_use", "name": "Bash",
-                          "input": {"command": LEAVES_PROCESSES}}]},
+                          "input": {"command": command}}]},
             {"content": [{"type": "text", "text": "好了"}]}]}]}));
         let dirs = [(); 3].map(|()| tempfile::tempdir().unwrap());
         let ws = dirs[0].path().canonicalize().unwrap();
@@ -106,7 +112,7 @@ impl Run {
             filters: Some(filters),
             ..Default::default()
         };
-        let listed = engine.docker().list_containers(Some(opts)).await.unwrap();
+        let listed = engine.list_containers(opts).await.unwrap();
         listed
             .into_iter()
             .filter_map(|c| {

@@ -6,6 +6,8 @@
 //! chain, the timeout firing), never by message text. Every message names `DOCKER_HOST` and
 //! `--sandbox host`, and nothing falls back to unsandboxed execution silently.
 
+use bollard::models::ContainerSummary;
+use bollard::query_parameters::ListContainersOptions;
 use bollard::{Docker, API_DEFAULT_VERSION};
 use sha2::{Digest, Sha256};
 use std::io;
@@ -339,7 +341,38 @@ impl Engine {
     pub fn kind(&self) -> &EngineKind {
         &self.kind
     }
+
+    /// The containers `options` select. Podman's Docker-compatible list reports a container
+    /// whose main process died but whose cleanup has not run yet in its own state `stopped`
+    /// (Podman 4.3; `rm -f` of a running container, a kill, an exit of its own), which the
+    /// Docker API does not know and the client refuses for the whole list
+    /// ([`bollard::errors::Error::JsonDataError`]); the state lasts until the cleanup, a
+    /// fraction of a second, so such a list is asked again, every [`RELIST_EVERY`] up to
+    /// [`RELIST_TRIES`] times. Errors: the engine's, or the last refused answer.
+    pub async fn list_containers(
+        &self,
+        options: ListContainersOptions,
+    ) -> Result<Vec<ContainerSummary>, bollard::errors::Error> {
+        let mut tries = 1;
+        loop {
+            match self.docker.list_containers(Some(options.clone())).await {
+                Err(bollard::errors::Error::JsonDataError { .. }) if tries < RELIST_TRIES => {
+                    tries += 1;
+                    tokio::time::sleep(RELIST_EVERY).await;
+                }
+                listed => return listed,
+            }
+        }
+    }
 }
+
+/// How often [`Engine::list_containers`] asks at most when the answer names a state the client
+/// does not know.
+const RELIST_TRIES: u32 = 40;
+
+/// The pause between two such asks: 40 of them cover 2 s, several times the cleanup that ends
+/// Podman's `stopped` state.
+const RELIST_EVERY: Duration = Duration::from_millis(50);
 
 /// Asks `/version` which engine this is; `/info` too when it is Podman (rootless or not, the
 /// cgroup version), with `socket_owner` the uid owning the endpoint's socket.

@@ -168,8 +168,7 @@ async fn list_where(
         ..Default::default()
     };
     let found = engine
-        .docker()
-        .list_containers(Some(options))
+        .list_containers(options)
         .await
         .map_err(SandboxError::from)?;
     Ok(found

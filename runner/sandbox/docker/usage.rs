@@ -31,8 +31,8 @@ impl Inner {
             ..Default::default()
         };
         let found = self
-            .docker()
-            .list_containers(Some(options))
+            .engine
+            .list_containers(options)
             .await
             .map_err(docker_err)?;
         Ok(found
