@@ -18,6 +18,8 @@
 #      leaves their removal to a detached cleanup: 9 is what the user waits for). Every run of
 #      9-13 starts once the previous run's containers and networks are gone (untimed)
 #  10  whole go run, 8 workers `sleep 2` at once     vs 1 worker (ratio; ideal 1.0; --max-workers 8);
+#      10e: the engine alone, 8 agent-shaped containers vs 1 (create, start, one exec, kill),
+#      interleaved with 10: the floor under 10's ratio;
 #      10s: the coordinator's dispatching message streamed at 60 ms an event, on both sides;
 #      10d: as 10 under the machine's default limit (2 × cores: waves on a small machine)
 #  11  first once --resume of 10,000 messages, -T     vs a fresh once; 11: refused as too long
@@ -55,7 +57,7 @@ while [ $# -gt 0 ]; do
     --repeat) repeat=$2; shift 2 ;;
     --roundtrips) roundtrips=$2; shift 2 ;;
     --quick) repeat=2 roundtrips=20 calls=100; shift ;;
-    -h|--help) sed -n '2,36p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
