@@ -101,14 +101,19 @@ async fn run_gone(flowerbox: &Path, url: &str, ws: &Path, args: &[&str]) -> (f64
 /// The engine the figures' runs use, when there is one.
 static ENGINE: tokio::sync::OnceCell<Option<Engine>> = tokio::sync::OnceCell::const_new();
 
+/// [`ENGINE`], connected on first use.
+async fn engine() -> Option<&'static Engine> {
+    ENGINE
+        .get_or_init(|| async { Engine::connect(None, Duration::from_secs(5)).await.ok() })
+        .await
+        .as_ref()
+}
+
 /// Waits until no container or network of workspace `ws` is left on the engine (a run's
 /// detached cleanup done; at most two minutes); the ms from `started` until then.
 async fn gone_since(ws: &Path, started: Instant) -> f64 {
     use bollard::query_parameters::{ListContainersOptions, ListNetworksOptions};
-    let engine = ENGINE
-        .get_or_init(|| async { Engine::connect(None, Duration::from_secs(5)).await.ok() })
-        .await;
-    let Some(engine) = engine else {
+    let Some(engine) = engine().await else {
         return ms(started.elapsed());
     };
     let label = format!("flowerbox.workspace={}", ws.display());
@@ -433,10 +438,11 @@ async fn go_workers(bins: &Bins, repeat: usize, how: GoRun) -> Vec<Figure> {
     figures
 }
 
-/// The engine and the agent image for figure 10e, when there is an engine.
-async fn floor_engine() -> Option<(Engine, String)> {
-    let engine = Engine::connect(None, Duration::from_secs(5)).await.ok()?;
-    let image = ensure_image(&engine, None, false).await.ok()?.image;
+/// The engine (the figures' own, [`engine`]) and the agent image for figure 10e, when there
+/// is an engine.
+async fn floor_engine() -> Option<(&'static Engine, String)> {
+    let engine = engine().await?;
+    let image = ensure_image(engine, None, false).await.ok()?.image;
     Some((engine, image))
 }
 

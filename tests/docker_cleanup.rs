@@ -13,6 +13,7 @@
 mod reap_support;
 
 use flowerbox::role::Role;
+use flowerbox::sandbox::docker::labels::LABEL_RUN;
 use flowerbox::sandbox::docker::{DeferredDocker, DockerOptions, Engine};
 use flowerbox::sandbox::service::{ServiceSource, SERVICE_PATH};
 use flowerbox::sandbox::{AgentBox, Demand, Mount, SandboxFactory, SandboxNotice};
@@ -27,9 +28,6 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
-
-/// The run's container and network labels.
-const LABEL_RUN: &str = "flowerbox.run";
 
 /// The host directory bind-mounted at [`SERVICE_PATH`] in container `id`: the exec service's
 /// private copy's directory.

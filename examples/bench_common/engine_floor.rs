@@ -20,38 +20,45 @@ use std::time::Instant;
 /// The label every container of this figure carries (removed by it, whatever happened).
 const LABEL: &str = "flowerbox.bench-floor";
 
-/// One container's whole life as figure 10 gives it: create, start, one exec, kill.
-async fn member(docker: &Docker, image: &str, pod: &str, name: &str) {
-    let joined = format!("container:{pod}");
+/// Creates a container of this figure named `name`: `sleep infinity` from `image` as `user`,
+/// with `host` (not started). Its id.
+async fn create(docker: &Docker, image: &str, name: &str, user: &str, host: HostConfig) -> String {
     let body = ContainerCreateBody {
         image: Some(image.into()),
         entrypoint: Some(vec!["sleep".into(), "infinity".into()]),
         cmd: Some(vec![]),
-        user: Some("4242:4242".into()),
+        user: Some(user.into()),
         labels: Some(HashMap::from([(LABEL.to_string(), "1".to_string())])),
-        host_config: Some(HostConfig {
-            network_mode: Some(joined.clone()),
-            pid_mode: Some(joined.clone()),
-            ipc_mode: Some(joined),
-            tmpfs: Some(HashMap::from([(
-                "/home/agent".to_string(),
-                "rw,nosuid,nodev,size=64m,uid=4242,gid=4242".to_string(),
-            )])),
-            cap_drop: Some(vec!["ALL".into()]),
-            security_opt: Some(vec!["no-new-privileges".into()]),
-            ..Default::default()
-        }),
+        host_config: Some(host),
         ..Default::default()
     };
     let opts = CreateContainerOptions {
         name: Some(name.into()),
         ..Default::default()
     };
-    let id = docker
+    docker
         .create_container(Some(opts), body)
         .await
         .expect("create")
-        .id;
+        .id
+}
+
+/// One container's whole life as figure 10 gives it: create, start, one exec, kill.
+async fn member(docker: &Docker, image: &str, pod: &str, name: &str) {
+    let joined = format!("container:{pod}");
+    let host = HostConfig {
+        network_mode: Some(joined.clone()),
+        pid_mode: Some(joined.clone()),
+        ipc_mode: Some(joined),
+        tmpfs: Some(HashMap::from([(
+            "/home/agent".to_string(),
+            "rw,nosuid,nodev,size=64m,uid=4242,gid=4242".to_string(),
+        )])),
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec!["no-new-privileges".into()]),
+        ..Default::default()
+    };
+    let id = create(docker, image, name, "4242:4242", host).await;
     docker.start_container(&id, None).await.expect("start");
     let exec = docker
         .create_exec(
@@ -106,29 +113,13 @@ async fn remove_all(docker: &Docker, pod: &str) {
 /// One sample: the ms `n` agent-shaped containers take at once in a fresh pod (module doc).
 pub async fn sample(docker: &Docker, image: &str, n: usize) -> f64 {
     let tag = format!("fbx-floor-{}-{n}", std::process::id());
-    let pod_body = ContainerCreateBody {
-        image: Some(image.into()),
-        entrypoint: Some(vec!["sleep".into(), "infinity".into()]),
-        cmd: Some(vec![]),
-        user: Some("65530:65530".into()),
-        labels: Some(HashMap::from([(LABEL.to_string(), "1".to_string())])),
-        host_config: Some(HostConfig {
-            init: Some(true),
-            ipc_mode: Some("shareable".into()),
-            network_mode: Some("none".into()),
-            ..Default::default()
-        }),
+    let host = HostConfig {
+        init: Some(true),
+        ipc_mode: Some("shareable".into()),
+        network_mode: Some("none".into()),
         ..Default::default()
     };
-    let opts = CreateContainerOptions {
-        name: Some(format!("{tag}-pod")),
-        ..Default::default()
-    };
-    let pod = docker
-        .create_container(Some(opts), pod_body)
-        .await
-        .expect("pod")
-        .id;
+    let pod = create(docker, image, &format!("{tag}-pod"), "65530:65530", host).await;
     docker.start_container(&pod, None).await.expect("pod start");
     let started = Instant::now();
     let names: Vec<String> = (1..=n).map(|k| format!("{tag}-m{k}")).collect();
