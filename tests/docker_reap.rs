@@ -19,10 +19,12 @@ use reap_support::{succeeded, Run};
 use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
-/// Right when the binary has exited, no container of the run that can run an agent's code
-/// runs and the files its background processes (a job, `setsid`, `nohup`) kept writing stay as
-/// they are, although the pod may still live (the cleanup removes it); within the deadline
-/// every container, the network and the private binary's directory of the run are gone.
+/// Nothing the agent's background processes (a job, `setsid`, `nohup`, double-forked) kept
+/// writing was written after the binary exited, although the pod may still live (the cleanup
+/// removes it); they were ended in the pod by the agent's exec service, not by the engine (no
+/// `kill` event before the exit), and the engine soon reports every agent container dead;
+/// within the deadline every container, the network and the private binary's directory of the
+/// run are gone.
 #[tokio::test]
 async fn the_runs_end_kills_every_process_and_the_cleanup_removes_the_rest() {
     let Some(engine) = engine_or_skip("reap_end").await else {
@@ -31,9 +33,14 @@ async fn the_runs_end_kills_every_process_and_the_cleanup_removes_the_rest() {
     let mut run = Run::new(&engine).await;
     let started = std::time::Instant::now();
     let out = run.once().output().unwrap();
+    let exited = std::time::SystemTime::now();
     let took = started.elapsed();
     succeeded(&out);
-    let running = run.running(&engine).await;
+    run.tickers_quiet_since(exited);
+    // Ended in the pod by the agent's exec service: the engine killed none of them.
+    let kills = run.engine_kills_before(&engine, exited).await;
+    assert!(kills.is_empty(), "killed through the engine: {kills:?}");
+    let running = run.running_after_a_moment(&engine).await;
     assert!(running.is_empty(), "running after the exit: {running:?}");
     eprintln!("once took {} ms", took.as_millis());
     run.ticker_stopped();
@@ -63,7 +70,7 @@ async fn the_cleanup_outlives_a_kill_of_the_process_group() {
     // Whatever is left in the group dies with it (none of the run's: the cleanup is not in it).
     let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
     succeeded(&out);
-    let running = run.running(&engine).await;
+    let running = run.running_after_a_moment(&engine).await;
     assert!(running.is_empty(), "running after the exit: {running:?}");
     let left = once_cleaned_async(|| run.left(&engine)).await;
     assert!(left.is_empty(), "left after the group's kill: {left:?}");
@@ -130,6 +137,34 @@ async fn an_agent_container_dead_before_the_end_leaves_no_process() {
         before,
         "a process of the dead agent's container outlived the command\n{}\n{log}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    let left = once_cleaned_async(|| run.left(&engine)).await;
+    assert!(left.is_empty(), "left after the run: {left:?}");
+}
+
+/// An agent's process that stops its exec service (same uid) before the run's end cannot keep
+/// anything alive: the service does not answer the end in the pod, and the engine kills the
+/// container (a `kill` event before the exit), which takes every process of the uid in it.
+#[tokio::test]
+async fn a_stopped_exec_service_leaves_the_end_to_the_engine() {
+    let Some(engine) = engine_or_skip("reap_stopped_service").await else {
+        return;
+    };
+    // The command's shell is the service's child: `$PPID` is the service. It is stopped once
+    // the command has returned, and the answer after it comes 1.5 s later.
+    let command = format!(
+        "{}\n(sleep 0.5; kill -STOP $PPID) >/dev/null 2>&1 &",
+        reap_support::LEAVES_PROCESSES
+    );
+    let mut run = Run::running_command_slow_end(&engine, &command, 1500).await;
+    let out = run.once().output().unwrap();
+    let exited = std::time::SystemTime::now();
+    succeeded(&out);
+    run.tickers_quiet_since(exited);
+    let kills = run.engine_kills_before(&engine, exited).await;
+    assert!(
+        !kills.is_empty(),
+        "the engine killed nothing before the exit"
     );
     let left = once_cleaned_async(|| run.left(&engine)).await;
     assert!(left.is_empty(), "left after the run: {left:?}");

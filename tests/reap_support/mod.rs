@@ -57,11 +57,34 @@ impl Run {
 
     /// A run whose agent's one Bash call runs `command`.
     pub async fn running_command(engine: &Engine, command: &str) -> Run {
+        Run::with_turns(
+            engine,
+            json!([
+                {"content": [{"type": "tool_use", "name": "Bash",
+                              "input": {"command": command}}]},
+                {"content": [{"type": "text", "text": "好了"}]}]),
+        )
+        .await
+    }
+
+    /// As [`Run::running_command`], the agent's last answer coming `pause_ms` after the
+    /// command returned.
+    pub async fn running_command_slow_end(engine: &Engine, command: &str, pause_ms: u64) -> Run {
+        Run::with_turns(
+            engine,
+            json!([
+                {"content": [{"type": "tool_use", "name": "Bash",
+                              "input": {"command": command}}]},
+                {"content": [{"type": "text", "text": "好了"}],
+                 "fault": {"delay_ms": pause_ms}}]),
+        )
+        .await
+    }
+
+    /// A run whose agent answers `turns`.
+    async fn with_turns(engine: &Engine, turns: serde_json::Value) -> Run {
         let image = agent_image(engine).await;
-        let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": [
-            {"content": [{"type": "tool_use", "name": "Bash",
-                          "input": {"command": command}}]},
-            {"content": [{"type": "text", "text": "好了"}]}]}]}));
+        let model = ScriptedModel::start(&json!({"agents": [{"role": "once", "turns": turns}]}));
         let dirs = [(); 3].map(|()| tempfile::tempdir().unwrap());
         let ws = dirs[0].path().canonicalize().unwrap();
         let home = dirs[1].path().canonicalize().unwrap();
@@ -137,6 +160,87 @@ impl Run {
     }
 
     /// The run's background writers wrote their tickers and have stopped writing them.
+    /// No ticker was written after `exited` (the binary's exit), looked at 500 ms later, so a
+    /// writer that outlived the exit would have written by then.
+    pub fn tickers_quiet_since(&self, exited: std::time::SystemTime) {
+        std::thread::sleep(Duration::from_millis(500));
+        for ticker in TICKERS {
+            let written = std::fs::metadata(self.ws.join(ticker))
+                .and_then(|m| m.modified())
+                .expect("the background writer wrote");
+            assert!(
+                written <= exited,
+                "{ticker}: written {:?} after the binary exited",
+                written.duration_since(exited).unwrap_or_default()
+            );
+        }
+    }
+
+    /// What still runs of the run's containers that can run an agent's code once the engine
+    /// had a moment (at most 5 s) to see them dead: the run's end kills their processes in
+    /// the pod without the engine, which reports each container dead shortly after.
+    pub async fn running_after_a_moment(&self, engine: &Engine) -> Vec<String> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let running = self.running(engine).await;
+            if running.is_empty() || std::time::Instant::now() >= deadline {
+                return running;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The engine's `kill` events for the run's agent containers (all but [`INFRA_ROLES`])
+    /// before `until`: the run's end asks the engine to kill only what it could not end in
+    /// the pod.
+    pub async fn engine_kills_before(
+        &self,
+        engine: &Engine,
+        until: std::time::SystemTime,
+    ) -> Vec<String> {
+        use bollard::query_parameters::EventsOptions;
+        use futures::StreamExt;
+        let secs = |t: std::time::SystemTime| {
+            t.duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs()
+                .to_string()
+        };
+        let filters = std::collections::HashMap::from([
+            ("type".to_string(), vec!["container".to_string()]),
+            ("event".to_string(), vec!["kill".to_string()]),
+            ("label".to_string(), vec![self.label.clone()]),
+        ]);
+        let until_ns = until
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i64;
+        let events: Vec<_> = engine
+            .docker()
+            .events(Some(EventsOptions {
+                since: Some(secs(until - Duration::from_secs(600))),
+                until: Some(secs(until + Duration::from_secs(1))),
+                filters: Some(filters),
+            }))
+            .collect()
+            .await;
+        events
+            .into_iter()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.time_nano.unwrap_or(i64::MAX) < until_ns)
+            .filter_map(|e| {
+                let attrs = e.actor?.attributes?;
+                let role = attrs.get("flowerbox.role")?.clone();
+                (!INFRA_ROLES.contains(&role.as_str())).then(|| {
+                    format!(
+                        "{} ({role})",
+                        attrs.get("name").cloned().unwrap_or_default()
+                    )
+                })
+            })
+            .collect()
+    }
+
     pub fn ticker_stopped(&self) {
         let read = |t: &str| std::fs::read(self.ws.join(t)).expect("the background writer wrote");
         let before = TICKERS.map(read);
@@ -152,8 +256,8 @@ impl Run {
 
     /// Runs [`Run::once`] and kills its detached cleanup before that removed anything:
     /// stopped as soon as it runs (so the binary still hands it its plan whole and exits),
-    /// killed once the binary is gone. Returns once the binary exited successfully and every
-    /// container that ran an agent's code is dead; the rest of the run is left on the engine
+    /// killed once the binary is gone. Returns once the binary exited successfully and the
+    /// engine reports every container that ran an agent's code dead; the rest of the run is left on the engine
     /// and its private exec-service directory in [`Run::tmp`], owned by a dead process.
     pub async fn once_with_a_killed_cleanup(&mut self, engine: &Engine) {
         let ws = self.ws.clone();
@@ -175,7 +279,7 @@ impl Run {
         assert!(status.success(), "{status:?}");
         let pid = stopped.expect("the run's end started a cleanup");
         nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
-        let running = self.running(engine).await;
+        let running = self.running_after_a_moment(engine).await;
         assert!(running.is_empty(), "running after the exit: {running:?}");
     }
 }

@@ -57,7 +57,7 @@ impl DockerSandbox {
         }
     }
 
-    fn current(&self) -> Arc<Container> {
+    pub(super) fn current(&self) -> Arc<Container> {
         lock(&self.current).clone()
     }
 

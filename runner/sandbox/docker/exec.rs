@@ -371,6 +371,11 @@ impl Container {
         self.prefix.iter().cloned().chain(argv).collect()
     }
 
+    /// Who its commands run as in the end (the uid every process an agent starts in it has).
+    pub(crate) fn owner(&self) -> super::UserIds {
+        self.owner
+    }
+
     /// The container id.
     pub(crate) fn container_id(&self) -> &str {
         &self.id

@@ -283,6 +283,13 @@ impl Watch {
     }
 
     /// The run is over: nothing is watched any more; waits end.
+    /// Stops watching without letting any container's life go (their exec services stay
+    /// connected until [`Watch::stop`]): no death is looked into or said from now on (the
+    /// run's end, which ends the agents' processes itself).
+    pub(crate) fn silence(&self) {
+        self.stopped.cancel();
+    }
+
     pub(crate) fn stop(&self) {
         self.stopped.cancel();
         for (_, life) in lock(&self.lives).drain() {
@@ -335,7 +342,8 @@ impl Watch {
     /// Marks `life` gone and says so once: a member whose pod stopped goes with the pod (one
     /// notice for all); the pod takes every member with it.
     async fn bury(&self, life: &Life, why: Gone) {
-        if life.retired() || life.0.quiet.load(Ordering::SeqCst) > 0 {
+        if life.retired() || life.0.quiet.load(Ordering::SeqCst) > 0 || self.stopped.is_cancelled()
+        {
             return;
         }
         match &life.0.place {

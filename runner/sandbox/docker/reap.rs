@@ -42,13 +42,15 @@
 
 use bollard::query_parameters::{KillContainerOptions, WaitContainerOptions};
 use futures::StreamExt;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 
 use super::engine::{status_code, Endpoint, Engine, HostSource};
+use super::exec::Container;
 use super::remote::Volumes;
 use super::teardown::{Removal, Tier};
 use super::volumes::RunVolume;
@@ -188,10 +190,16 @@ impl Inner {
             return self.teardown().await;
         };
         self.torn_down.store(true, Ordering::SeqCst);
-        // Our own kills are no container "dying" to report.
+        // Our own kills are no container "dying" to report; the agents' exec services stay
+        // connected for the end in the pod.
+        self.watch.silence();
+        let agents: Vec<Arc<Container>> = lock(&self.agents)
+            .drain()
+            .filter_map(|(_, slot)| slot.cell.get().map(|sandbox| sandbox.current()))
+            .collect();
+        let ended = end_in_pod(&agents).await;
         self.watch.stop();
-        lock(&self.agents).clear();
-        if let Err(e) = self.kill_all().await {
+        if let Err(e) = self.kill_all(&ended).await {
             tracing::warn!(error = %e, "killing the run's containers failed: removing them here");
             return self.removal().run().await;
         }
@@ -209,14 +217,14 @@ impl Inner {
     }
 
     /// Kills every container of the run that can run an agent's code ([`Tier::Agent`]; the
-    /// pod and its members are left to the cleanup), at once: what exists now, then, once every
+    /// pod and its members are left to the cleanup) but those `ended` in the pod, at once: what exists now, then, once every
     /// start in flight ended, what those made; then waits until the engine reports none
     /// running. The first error.
-    async fn kill_all(&self) -> Result<(), SandboxError> {
+    async fn kill_all(&self, ended: &HashSet<String>) -> Result<(), SandboxError> {
         let ids = || -> Vec<String> {
             lock(&self.created)
                 .iter()
-                .filter(|(_, tier)| *tier == Tier::Agent)
+                .filter(|(id, tier)| *tier == Tier::Agent && !ended.contains(id))
                 .map(|(id, _)| id.clone())
                 .collect()
         };
@@ -293,6 +301,39 @@ impl Inner {
         }
     }
 }
+
+/// The run's end in the pod through the agents' exec services: for each uid of `agents`'
+/// containers, one live service of that uid kills every other process of the uid in the pod's
+/// PID namespace and answers once each is dead or dying ([`crate::sandbox::service::end`]); when it does
+/// not answer within [`END_WAIT`] (an agent's process stopped or killed it), the next live
+/// one of the uid is asked. The ids of the containers whose uid was ended so: what runs in
+/// them can only be of that uid. The others are left to the engine's kill.
+async fn end_in_pod(agents: &[Arc<Container>]) -> HashSet<String> {
+    let mut by_uid: BTreeMap<u32, Vec<&Arc<Container>>> = BTreeMap::new();
+    for container in agents {
+        by_uid
+            .entry(container.owner().uid)
+            .or_default()
+            .push(container);
+    }
+    let ends = by_uid.into_values().map(|group| async move {
+        for container in &group {
+            if container.end_uid(END_WAIT).await {
+                return group.iter().map(|c| c.container_id().to_string()).collect();
+            }
+        }
+        Vec::new()
+    });
+    futures::future::join_all(ends)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// How long one exec service may take to end its uid's processes in the pod ([`end_in_pod`];
+/// it answers within milliseconds).
+const END_WAIT: Duration = Duration::from_secs(1);
 
 /// Starts `program` as the detached cleanup of `plan` and returns once it has the plan whole,
 /// without waiting for it (Tokio reaps it should this process live on). Errors: it could not

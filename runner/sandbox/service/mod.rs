@@ -7,6 +7,7 @@
 //!
 //! - [`server`]: the service, inside the sandbox.
 //! - [`proto`]: the frames between it and the host.
+//! - [`end`]: the run's end inside the pod (every process of the service's uid killed).
 //!
 //! How the binary gets in: [`ServiceBinary::prepare`] puts a flowerbox binary into a private
 //! directory of the host (mode 0700, never inside a mount): the running one as a hard link to
@@ -24,6 +25,7 @@
 
 pub mod channel;
 pub mod domain;
+pub mod end;
 pub mod proto;
 pub mod server;
 

@@ -24,8 +24,8 @@ use thiserror::Error;
 /// not misunderstood. 2: the preamble. 3: file operations ([`Kind::Files`]). The frames over a
 /// Unix socket ([`Kind::Channel`], [`Kind::Switched`]) need no new version: the host offers
 /// them only to a service whose hello says it can ([`Hello::socket`]), so either side of 3
-/// without them works with the other as before.
-pub const VERSION: u32 = 3;
+/// without them works with the other as before. 4: the run's end ([`Kind::End`]).
+pub const VERSION: u32 = 4;
 
 /// What the service writes before anything else: [`MAGIC`] and [`VERSION`] (u32 BE).
 pub const PREAMBLE: [u8; 12] = preamble(VERSION);
@@ -75,6 +75,10 @@ pub enum Kind {
     /// payload (the run's one-use token, [`super::channel::TOKEN_LEN`] raw bytes). Answered
     /// on stdout by [`Kind::Switched`].
     Channel = 5,
+    /// Host → service, at the run's end, no payload: kill every other process of the
+    /// service's uid in the pod's PID namespace and wait until none runs
+    /// ([`super::end`]); answered by one [`Kind::Ended`], after which the service exits.
+    End = 6,
     /// Service → host, once, id 0: the service is up ([`Hello`]).
     Hello = 10,
     /// The command's process exists ([`Started`]).
@@ -96,6 +100,8 @@ pub enum Kind {
     Done = 18,
     /// Service → host, once, id 0, on stdout: the answer to [`Kind::Channel`] ([`Switched`]).
     Switched = 19,
+    /// The answer to [`Kind::End`] ([`Ended`]); the last frame the service sends.
+    Ended = 20,
 }
 
 impl Kind {
@@ -106,6 +112,7 @@ impl Kind {
             3 => Kind::Files,
             4 => Kind::Input,
             5 => Kind::Channel,
+            6 => Kind::End,
             10 => Kind::Hello,
             11 => Kind::Started,
             12 => Kind::Stdout,
@@ -116,6 +123,7 @@ impl Kind {
             17 => Kind::Data,
             18 => Kind::Done,
             19 => Kind::Switched,
+            20 => Kind::Ended,
             _ => return None,
         })
     }
@@ -191,6 +199,14 @@ pub struct Exit {
 pub struct Killed {
     /// No marked process was left.
     pub ok: bool,
+}
+
+/// The run's end's outcome ([`Kind::End`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ended {
+    /// `pid state command` of the service's uid's processes still running after the wait
+    /// (a few at most); empty: none is left.
+    pub left: Vec<String>,
 }
 
 /// The command did not start.

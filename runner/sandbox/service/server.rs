@@ -33,10 +33,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::proto::{
-    self, Exit, Failed, FrameReader, Hello, Kill, Killed, Kind, Run, Started, Switched,
+    self, Ended, Exit, Failed, FrameReader, Hello, Kill, Killed, Kind, Run, Started, Switched,
 };
 use super::MARKER_VAR;
-use super::{channel, domain};
+use super::{channel, domain, end};
 use crate::sandbox::files::wire;
 
 /// A line on the service's stderr (the exec's stderr stream, read by the host), through the
@@ -184,11 +184,22 @@ async fn run() -> i32 {
                     .send(proto::encode_json(Kind::Killed, frame.id, &Killed { ok }))
                     .await;
             }
+            Kind::End => {
+                // On this thread too (a fork bomb), and the last request: the service exits
+                // once the host has the answer.
+                let ended = Ended {
+                    left: end::end_uid(),
+                };
+                let _ = out_tx
+                    .send(proto::encode_json(Kind::Ended, frame.id, &ended))
+                    .await;
+                break;
+            }
             _ => {}
         }
     }
     // The host closed the connection (or the container is going away): commands left
-    // running belong to the pod now, as with a Docker exec.
+    // running belong to the pod now, as with a Docker exec. Or the run ended ([`Kind::End`]).
     0
 }
 

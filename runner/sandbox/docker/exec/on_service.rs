@@ -70,7 +70,7 @@ impl Container {
                     Some(Event::Out(stream, bytes)) => collector.push(stream, &bytes),
                     Some(Event::Exit(exit)) => break Ok(exit),
                     // Only a file operation's request gets these.
-                    Some(Event::Killed(_) | Event::Data(_) | Event::Done(_)) => {}
+                    Some(Event::Killed(_) | Event::Data(_) | Event::Done(_) | Event::Ended(_)) => {}
                     Some(Event::Failed(message)) => {
                         return Some(Err(SandboxError::Backend(format!(
                             "the exec service in {} could not start the command: {message}",
@@ -192,6 +192,54 @@ impl Container {
         if service.pid() > 1 {
             let pid = service.pid().to_string();
             let _ = self.helper(r#"kill -KILL "$1""#, &pid).await;
+        }
+    }
+}
+
+impl Container {
+    /// The run's end through this container's live exec service (none is started for it):
+    /// every other process of the container's uid in the pod killed, and none left running
+    /// ([`crate::sandbox::service::end`]). `true` once the service said so within `wait`;
+    /// `false` without a live service, when it did not answer in time (stopped or killed by
+    /// an agent's process, say), or when it named processes left: then the engine's kill
+    /// must do it.
+    pub(crate) async fn end_uid(&self, wait: Duration) -> bool {
+        let Some(slot) = &self.service else {
+            return false;
+        };
+        let Some(service) = slot.live().await else {
+            return false;
+        };
+        let Some(mut request) = service.request() else {
+            return false;
+        };
+        let ended = tokio::time::timeout(wait, async {
+            if !request.end().await {
+                return None;
+            }
+            loop {
+                match request.next().await {
+                    Some(Event::Ended(left)) => return Some(left),
+                    Some(_) => {}
+                    None => return None,
+                }
+            }
+        })
+        .await;
+        match ended {
+            Ok(Some(left)) if left.is_empty() => true,
+            Ok(Some(left)) => {
+                tracing::warn!(container = %self.name, ?left, "processes outlived the run's end in the pod");
+                false
+            }
+            Ok(None) => {
+                tracing::info!(container = %self.name, why = %service.why(), "the exec service ended without the run's end: the engine kills");
+                false
+            }
+            Err(_) => {
+                tracing::info!(container = %self.name, "no run's end from the exec service in time: the engine kills");
+                false
+            }
         }
     }
 }

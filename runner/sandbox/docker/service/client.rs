@@ -59,6 +59,8 @@ pub(crate) enum Event {
     Data(Vec<u8>),
     /// A file operation's reply, as sent (last event).
     Done(Vec<u8>),
+    /// The run's end is done: the processes of the service's uid still running (empty: none).
+    Ended(Vec<String>),
 }
 
 /// The service's stdin, written by the requests themselves (one frame at a time).
@@ -537,6 +539,7 @@ async fn dispatch(shared: &Shared, frame: Frame) -> Result<(), DispatchError> {
         Kind::Failed => Event::Failed(frame.json::<Failed>()?.message),
         Kind::Data => Event::Data(frame.payload),
         Kind::Done => Event::Done(frame.payload),
+        Kind::Ended => Event::Ended(frame.json::<proto::Ended>()?.left),
         other => return Err(DispatchError::Unexpected(other)),
     };
     let tx = lock(&shared.pending).get(&frame.id).cloned();
@@ -603,6 +606,12 @@ impl Request {
         };
         self.send(Kind::Kill, serde_json::to_vec(&kill).unwrap_or_default())
             .await
+    }
+
+    /// Asks the service to end every process of its uid in the pod ([`Kind::End`]): its
+    /// answer is an [`Event::Ended`], after which it exits.
+    pub(crate) async fn end(&self) -> bool {
+        self.send(Kind::End, Vec::new()).await
     }
 
     /// Sends one file operation: `input` as [`Kind::Input`] frames, then `call`. `false` when

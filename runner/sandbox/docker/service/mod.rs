@@ -127,6 +127,16 @@ impl ServiceSlot {
         }
     }
 
+    /// The service if one runs now (none is started).
+    pub(crate) async fn live(&self) -> Option<client::Service> {
+        self.current
+            .lock()
+            .await
+            .as_ref()
+            .filter(|s| s.alive())
+            .cloned()
+    }
+
     /// Lets the service go (its container goes): the connection is closed.
     pub(crate) async fn close(&self) {
         self.starts.store(MAX_STARTS, Ordering::SeqCst);
