@@ -1,7 +1,15 @@
 //! The run's end when the process exits right after it (the command line's `once`, `go`, `run`,
 //! `resume`; issue 32, figure 9): [`SandboxFactory::teardown_at_exit`].
 //!
-//! On the exit's path, every process an agent could have started dies, confirmed: each
+//! On the exit's path, every process an agent could have started dies, confirmed. First in the
+//! pod, without the engine ([`end_in_pod`]): for each uid of the agents' containers one live
+//! exec service of that uid kills every other process of the uid in the pod's PID namespace
+//! with one `kill(-1, SIGKILL)` (race-free against `fork`; no agent process can leave its uid
+//! or the namespace) and answers once each is dead or dying
+//! ([`crate::sandbox::service::end`]): a few milliseconds for the whole pod, where the engine
+//! takes tens of milliseconds a container (issue 32, figure 10). What no service ended (no
+//! live service, no answer within [`END_WAIT`]: an agent's process may stop or kill its
+//! service; survivors named) is left to the engine: each
 //! container that can run an agent's code ([`Tier::Agent`]: agents of every role, which also
 //! run their MCP servers and hooks; a remote run's files keepers) is killed at once (`SIGKILL`
 //! through the engine), twice around the starts in flight like the teardown, and the engine is
