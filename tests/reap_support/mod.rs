@@ -67,8 +67,7 @@ impl Run {
         .await
     }
 
-    /// As [`Run::running_command`], the agent's last answer coming `pause_ms` after the
-    /// command returned.
+    /// As [`Run::running_command`], each event of the agent's last answer coming `pause_ms` late.
     pub async fn running_command_slow_end(engine: &Engine, command: &str, pause_ms: u64) -> Run {
         Run::with_turns(
             engine,
