@@ -201,3 +201,48 @@ impl ServiceSlot {
         self.why_off.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The main process runs the service's argv after the script, on an open stdin closed with
+    /// the host's attach, no terminal, and no log kept.
+    #[test]
+    fn a_service_beside_the_main_process_gets_its_streams_and_no_log() {
+        let mut body = bollard::models::ContainerCreateBody::default();
+        start_with_main(&mut body, vec![SERVICE_PATH.into(), SUBCOMMAND.into()]);
+        let entry = body.entrypoint.unwrap();
+        assert_eq!(entry[..2], ["sh", "-c"]);
+        assert_eq!(entry[3], "fbx-main");
+        assert_eq!(entry[4..], [SERVICE_PATH, SUBCOMMAND]);
+        assert_eq!(body.cmd, Some(Vec::new()));
+        assert_eq!(
+            (body.open_stdin, body.stdin_once, body.tty),
+            (Some(true), Some(true), Some(false))
+        );
+        let log = body.host_config.unwrap().log_config.unwrap();
+        assert_eq!(log.typ.as_deref(), Some("none"));
+    }
+
+    /// `sh` gives the service the attached stdin (not `/dev/null`, an asynchronous list's
+    /// default) and keeps none of its streams in `sleep`.
+    #[test]
+    fn the_main_script_hands_stdin_to_the_service_only() {
+        let script = client::MAIN_SCRIPT.replace("exec sleep infinity", "exec true");
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script, "fbx-main", "sh", "-c", "read x; echo got $x"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                if let Some(mut stdin) = child.stdin.take() {
+                    stdin.write_all(b"hello\n")?;
+                }
+                child.wait_with_output()
+            })
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "got hello\n");
+    }
+}
