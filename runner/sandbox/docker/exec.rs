@@ -177,6 +177,20 @@ pub(crate) struct Container {
     watch: Arc<Watch>,
 }
 
+/// The exec service's command line (behind no prefix): in the agent's Landlock domain as
+/// `domain` says, when it has one.
+pub(crate) fn service_argv(domain: Option<crate::sandbox::service::domain::Need>) -> Vec<String> {
+    let mut argv = vec![
+        super::service::SERVICE_PATH.to_string(),
+        super::service::SUBCOMMAND.into(),
+    ];
+    if let Some(need) = domain {
+        argv.push(crate::sandbox::service::domain::SERVICE_FLAG.into());
+        argv.extend(need.args().iter().map(|a| a.to_string()));
+    }
+    argv
+}
+
 /// Why a command was stopped before its shell ended.
 enum Stop {
     TimedOut,
@@ -235,8 +249,13 @@ impl Container {
 
     /// Commands go through the exec service mounted at [`super::service::SERVICE_PATH`], its
     /// frames over `socket` when there is one (a local engine's) and it works.
-    pub(crate) fn with_service(mut self, socket: Option<super::service::HostSocket>) -> Self {
-        let slot = Arc::new(ServiceSlot::with_socket(socket));
+    /// `first`: the service that started with the container, attached, for the first start.
+    pub(crate) fn with_service(
+        mut self,
+        socket: Option<super::service::HostSocket>,
+        first: Option<super::service::client::Attached>,
+    ) -> Self {
+        let slot = Arc::new(ServiceSlot::with_socket(socket, first));
         // A service of a container that goes is let go: its stream would never end.
         let (closing, life) = (slot.clone(), self.life.clone());
         tokio::spawn(async move {
@@ -327,14 +346,7 @@ impl Container {
     /// on screen once per run.
     async fn service(&self) -> Option<Service> {
         let slot = self.service.as_ref()?;
-        let mut argv = self.argv(vec![
-            super::service::SERVICE_PATH.into(),
-            super::service::SUBCOMMAND.into(),
-        ]);
-        if let Some(need) = self.domain {
-            argv.push(crate::sandbox::service::domain::SERVICE_FLAG.into());
-            argv.extend(need.args().iter().map(|a| a.to_string()));
-        }
+        let argv = self.argv(service_argv(self.domain));
         match slot.get(&self.docker, &self.id, &self.user, argv).await {
             Ok(service) => Some(service),
             Err(NoService::Off) => None,

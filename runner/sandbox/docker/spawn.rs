@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::container::{canonical_box, container_name, etc_archive, patch_passwd, Identity};
-use super::exec::{Birth, Container};
+use super::exec::{service_argv, Birth, Container};
 use super::pod::Pod;
 use super::readonly::ReadOnly;
 use super::{error, kind, lock, seccomp, service, Inner, Tier};
@@ -37,6 +37,8 @@ struct Made {
     no_service: Option<String>,
     /// The host's socket mounted for the service's frames (a local engine's).
     socket: Option<service::HostSocket>,
+    /// The container's main process starts the service beside it (attached before the start).
+    main: bool,
     etc_mounted: bool,
 }
 
@@ -74,15 +76,24 @@ impl Inner {
         let etc = read_only
             .is_none()
             .then(|| patch_passwd(&pod.facts, &identity));
+        let domain = own_domain.then_some(match scoped {
+            true => Need::Required,
+            false => Need::BestEffort,
+        });
+        // The first service starts with the container, unless it runs behind an exec prefix
+        // (a read-only policy's) or on Podman.
+        let main =
+            (read_only.is_none() && !self.engine.kind().is_podman()).then(|| service_argv(domain));
         let made = self
-            .create_agent_container(&spec, &name, body, own_domain && scoped, etc.as_ref())
+            .create_agent_container(&spec, &name, body, own_domain && scoped, etc.as_ref(), main)
             .await?;
         let upload = match (&read_only, &etc) {
             (Some(r), _) => Some(r.archive(&pod.facts, &identity)?),
             (None, Some((passwd, group))) if !made.etc_mounted => Some(etc_archive(passwd, group)?),
             (None, _) => None,
         };
-        self.start_agent(&made.id, &name, &spec, &pod, upload)
+        let first = self
+            .start_agent(&made.id, &name, &spec, &pod, upload, made.main)
             .await?;
         // Watched from its start; one that went at once (its pod went meanwhile) is gone for
         // its first command, which makes it again.
@@ -108,13 +119,12 @@ impl Inner {
             Some(r) => container.entered_as(r.exec_user(), r.exec_prefix(), r.shell.ids),
             None => container,
         };
-        let container = match (own_domain && made.binary.is_some(), scoped) {
-            (false, _) => container,
-            (true, true) => container.in_domain(Need::Required),
-            (true, false) => container.in_domain(Need::BestEffort),
+        let container = match domain.filter(|_| made.binary.is_some()) {
+            None => container,
+            Some(need) => container.in_domain(need),
         };
         let container = Arc::new(match made.binary {
-            Some(_) => container.with_service(made.socket),
+            Some(_) => container.with_service(made.socket, first),
             None => {
                 // A service was wanted and cannot be had: said once per run.
                 if let Some(why) = &made.no_service {
@@ -169,7 +179,9 @@ impl Inner {
     /// entered through that binary; a scoped worker's scope depends on it (DESIGN.md threat
     /// model 3), so with `needs_domain` and no binary it is refused, never run unchecked.
     /// With the binary, `etc` (passwd and group) is mounted read-only from files beside its
-    /// copy, as private as it ([`mount_etc`]); without, the caller uploads it.
+    /// copy, as private as it ([`mount_etc`]); without, the caller uploads it. With the
+    /// binary and the host's socket for its frames, the container's main process starts the
+    /// service `main` (its argv) beside `sleep` ([`service::start_with_main`]): no exec.
     async fn create_agent_container(
         &self,
         spec: &AgentBox,
@@ -177,6 +189,7 @@ impl Inner {
         mut body: ContainerCreateBody,
         needs_domain: bool,
         etc: Option<&EtcFiles>,
+        main: Option<Vec<String>>,
     ) -> Result<Made, SandboxError> {
         let mut binary = match self.service_refused.load(Ordering::SeqCst) {
             true => None,
@@ -211,6 +224,7 @@ impl Inner {
                 binary,
                 no_service,
                 socket: None,
+                main: false,
                 etc_mounted: false,
             });
         };
@@ -242,12 +256,20 @@ impl Inner {
             }
             _ => false,
         };
+        // Without the socket the service's frames, and so its death, would be told only by
+        // the attach, whose stream ends only with the container: an exec starts it then.
+        let main = main.filter(|_| socket.is_some());
+        let beside_main = main.is_some();
+        if let Some(argv) = main {
+            service::start_with_main(&mut body, argv);
+        }
         match self.create(name, body, Tier::Agent).await {
             Ok(id) => Ok(Made {
                 id,
                 binary,
                 no_service,
                 socket,
+                main: beside_main,
                 etc_mounted,
             }),
             // The engine cannot see the copy (flowerbox itself in a container, a remote
@@ -270,6 +292,7 @@ impl Inner {
                     binary: None,
                     no_service: Some(why),
                     socket: None,
+                    main: false,
                     etc_mounted: false,
                 })
             }
@@ -293,6 +316,7 @@ impl Inner {
                 binary: None,
                 no_service,
                 socket: None,
+                main: false,
                 etc_mounted: false,
             });
         };
@@ -306,6 +330,7 @@ impl Inner {
             binary: Some(b),
             no_service: None,
             socket: None,
+            main: false,
             etc_mounted: false,
         })
     }
@@ -313,7 +338,12 @@ impl Inner {
     /// Uploads `upload` (passwd and group where they are not mounted, a read-only policy's
     /// files), starts the container once the pod's fence is in, and checks that what the
     /// engine mounted for a pinned source (a write scope) is what the host opened, before
-    /// anything runs in it; a container that fails the check goes.
+    /// anything runs in it; a container that fails the check goes. With `main` (its main
+    /// process starts the exec service), the host attaches to it first: the service's
+    /// streams, not yet greeted (`None` when the engine refused the attach: the service then
+    /// sits idle, unread, and the first start is an exec's). The service runs no command
+    /// before it is asked, which is after the check; a container that fails it goes with its
+    /// attach.
     async fn start_agent(
         &self,
         id: &str,
@@ -321,7 +351,8 @@ impl Inner {
         spec: &AgentBox,
         pod: &Pod,
         upload: Option<Vec<u8>>,
-    ) -> Result<(), SandboxError> {
+        main: bool,
+    ) -> Result<Option<service::client::Attached>, SandboxError> {
         if let Some(archive) = upload {
             self.docker()
                 .upload_to_container(
@@ -337,17 +368,28 @@ impl Inner {
         }
         // Never a process in the pod's namespace before its rules are in.
         pod.fenced.wait().await?;
+        let first = match main {
+            true => match service::client::attach_main(self.docker(), id).await {
+                Ok(attached) => Some(attached),
+                Err(e) => {
+                    tracing::warn!(%name, error = %e, "exec service: no attach to the container's own");
+                    None
+                }
+            },
+            false => None,
+        };
         self.docker()
             .start_container(id, None)
             .await
             .map_err(error::container(format!("starting {name}")))?;
         if spec.mounts.iter().any(|m| m.pin.is_some()) {
             if let Err(e) = self.verify_mounts(id, spec).await {
+                drop(first);
                 self.remove(id).await;
                 return Err(e);
             }
         }
-        Ok(())
+        Ok(first)
     }
 }
 

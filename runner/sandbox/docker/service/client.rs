@@ -1,5 +1,7 @@
 //! The host's end of one container's exec service: one Docker exec with stdin, stdout and
-//! stderr attached (bollard's hijacked connection), requests multiplexed over it by id; on a
+//! stderr attached (bollard's hijacked connection), or for a container's first service on a
+//! local Docker engine the container's own attach (the service starts beside its main process,
+//! [`MAIN_SCRIPT`], no exec needed), requests multiplexed over it by id; on a
 //! local engine the frames then move to the host's socket ([`super::socket`]), past the
 //! engine's relay, while the attached exec stays for what only it can do: carrying the
 //! socket's one-use token (which no agent process can read), telling the service's death (its
@@ -139,6 +141,10 @@ pub(crate) enum StartError {
     /// The attached stream failed.
     #[error("its stream failed: {0}")]
     Stream(#[source] bollard::errors::Error),
+    /// A service beside the container's main process did not take the socket (its death
+    /// would go unseen on the attach, which ends only with the container).
+    #[error("it keeps to the engine's attach")]
+    Attach,
     /// It said it opened the socket, and no connection with the token came.
     #[error("it took the socket, which never answered: {0}")]
     Socket(String),
@@ -157,6 +163,51 @@ type Output = std::pin::Pin<
     Box<dyn futures::Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>,
 >;
 
+/// A service's attached streams before its handshake, and where it runs.
+pub(crate) struct Attached {
+    output: Output,
+    input: Input,
+    /// It runs beside the container's main process ([`attach_main`]): its stream ends only
+    /// with the container, so an end before the preamble is told by a pause instead, and its
+    /// death afterwards only by the socket's end (it must take the socket).
+    main: bool,
+}
+
+/// How long a service beside the container's main process may stay quiet after something
+/// other than its preamble came (a loader's complaint, the shell's `not found`) before that
+/// counts as its end: its stream does not end with it.
+const SETTLE: Duration = Duration::from_millis(500);
+
+/// Attaches to the not yet started `container`, whose main process starts the service (see
+/// [`MAIN_SCRIPT`]): stdin, stdout and stderr, from the start on.
+pub(crate) async fn attach_main(docker: &Docker, container: &str) -> Result<Attached, StartError> {
+    let options = bollard::query_parameters::AttachContainerOptions {
+        stdin: true,
+        stdout: true,
+        stderr: true,
+        stream: true,
+        logs: false,
+        ..Default::default()
+    };
+    let attached = docker
+        .attach_container(container, Some(options))
+        .await
+        .map_err(StartError::Engine)?;
+    Ok(Attached {
+        output: attached.output,
+        input: attached.input,
+        main: true,
+    })
+}
+
+/// The container's main process when the service starts with it (`sh -c MAIN_SCRIPT fbx-main
+/// <service argv>`): the service in the background with the attached stdin (as fd 3: an
+/// asynchronous list's stdin is otherwise `/dev/null`), stdout and stderr, and `sleep`, which
+/// holds none of them, keeping the container alive whatever becomes of the service (a later
+/// start is a Docker exec).
+pub(crate) const MAIN_SCRIPT: &str =
+    "cd /; exec 3<&0; (\"$@\" <&3 3<&- &); exec sleep infinity </dev/null >/dev/null 2>&1 3<&-";
+
 impl Service {
     /// Starts `argv` (the service, behind the container's exec prefix) as `user` in
     /// `container` and waits for its preamble and hello.
@@ -169,9 +220,27 @@ impl Service {
         argv: Vec<String>,
         socket: Option<&HostSocket>,
     ) -> Result<Service, StartError> {
-        let (mut output, mut input) = attach(docker, container, user, argv).await?;
+        let attached = attach(docker, container, user, argv).await?;
+        Service::handshake(container, attached, socket).await
+    }
+
+    /// Waits for the attached service's preamble and hello, and offers it `socket`. A
+    /// service beside the container's main process that keeps to the attach is refused
+    /// ([`StartError::Attach`]): nothing would tell its death.
+    pub(crate) async fn handshake(
+        container: &str,
+        attached: Attached,
+        socket: Option<&HostSocket>,
+    ) -> Result<Service, StartError> {
+        let Attached {
+            mut output,
+            mut input,
+            main,
+        } = attached;
         let stderr = StderrTail::default();
-        let rest = match tokio::time::timeout(HELLO_WAIT, preamble(&mut output, &stderr)).await {
+        let settle = main.then_some(SETTLE);
+        let greeting = preamble(&mut output, &stderr, settle);
+        let rest = match tokio::time::timeout(HELLO_WAIT, greeting).await {
             Ok(Greeting::Service(rest)) => rest,
             Ok(Greeting::Failed(e)) => return Err(e),
             Err(_) => return Err(StartError::Silent),
@@ -198,6 +267,7 @@ impl Service {
                 reader = FrameReader::default();
                 (wr, Some(input), Some(rd), Channel::Socket)
             }
+            None if main => return Err(StartError::Attach),
             None => (input, None, None, Channel::Attach),
         };
         tracing::debug!(%container, ?channel, "exec service up");
@@ -282,7 +352,7 @@ async fn attach(
     container: &str,
     user: &str,
     argv: Vec<String>,
-) -> Result<(Output, Input), StartError> {
+) -> Result<Attached, StartError> {
     let config = ExecConfig {
         attach_stdin: Some(true),
         attach_stdout: Some(true),
@@ -303,18 +373,30 @@ async fn attach(
         .await
         .map_err(StartError::Engine)?
     {
-        StartExecResults::Attached { output, input } => Ok((output, input)),
+        StartExecResults::Attached { output, input } => Ok(Attached {
+            output,
+            input,
+            main: false,
+        }),
         StartExecResults::Detached => Err(StartError::Hello("the exec started detached".into())),
     }
 }
 
 /// Reads the stream up to the service's preamble (its stderr into `stderr`); anything else
-/// first is the reason it did not start, read to the end of the stream.
-async fn preamble(output: &mut Output, stderr: &StderrTail) -> Greeting {
+/// first is the reason it did not start, read to the end of the stream, or with `settle`
+/// (a stream that outlives the service) until nothing more came for that long.
+async fn preamble(output: &mut Output, stderr: &StderrTail, settle: Option<Duration>) -> Greeting {
     let mut opening = OpeningReader::default();
     let mut foreign = false;
     loop {
-        match output.next().await {
+        let other = foreign || !stderr.text().is_empty();
+        let next = match settle.filter(|_| other) {
+            Some(pause) => tokio::time::timeout(pause, output.next())
+                .await
+                .unwrap_or(None),
+            None => output.next().await,
+        };
+        match next {
             Some(Ok(LogOutput::StdOut { message })) => match opening.push(&message) {
                 Opening::Pending => {}
                 Opening::Service { version, rest } => {

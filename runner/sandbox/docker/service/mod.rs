@@ -1,5 +1,6 @@
 //! The Docker end of the exec service ([`crate::sandbox::service`]): one attached Docker exec
-//! per agent container ([`client`]), the read-only bind mount of the binary's private copy,
+//! per agent container, or on a local Docker engine the container's own attach, the service
+//! starting beside its main process ([`start_with_main`]) ([`client`]), the read-only bind mount of the binary's private copy,
 //! on a local engine the host's socket the frames then take ([`socket`], mounted read-only
 //! too), and each container's [`ServiceSlot`].
 //!
@@ -53,6 +54,34 @@ pub(crate) fn mount_socket(body: &mut bollard::models::ContainerCreateBody, sock
         });
 }
 
+/// Makes the container's main process start the service `argv` beside `sleep`
+/// ([`client::MAIN_SCRIPT`]), on the container's stdin, stdout and stderr (attached by the host
+/// before the start, [`client::attach_main`]). Stdin closes when the host's attach does
+/// (which ends the service, as an exec's does); no log driver keeps what the service writes
+/// (its frames before the socket, its stderr).
+pub(crate) fn start_with_main(body: &mut bollard::models::ContainerCreateBody, argv: Vec<String>) {
+    let mut entrypoint = vec![
+        "sh".to_string(),
+        "-c".into(),
+        client::MAIN_SCRIPT.into(),
+        "fbx-main".into(),
+    ];
+    entrypoint.extend(argv);
+    body.entrypoint = Some(entrypoint);
+    body.cmd = Some(Vec::new());
+    body.open_stdin = Some(true);
+    body.stdin_once = Some(true);
+    body.attach_stdin = Some(true);
+    body.attach_stdout = Some(true);
+    body.attach_stderr = Some(true);
+    body.tty = Some(false);
+    let hc = body.host_config.get_or_insert_with(Default::default);
+    hc.log_config = Some(bollard::models::HostConfigLogConfig {
+        typ: Some("none".into()),
+        config: None,
+    });
+}
+
 /// Why a container has no service to give a command: then it is a Docker exec.
 #[derive(Debug)]
 pub(crate) enum NoService {
@@ -75,13 +104,21 @@ pub(crate) struct ServiceSlot {
     socket: std::sync::Mutex<Option<Arc<HostSocket>>>,
     /// Why the last start failed, or why it broke: what `doctor` and the notices say.
     why_off: std::sync::Mutex<Option<String>>,
+    /// The service that started with the container, attached and not yet greeted: the
+    /// first start's, instead of an exec.
+    first: std::sync::Mutex<Option<client::Attached>>,
 }
 
 impl ServiceSlot {
-    /// A slot whose starts offer `socket`.
-    pub(crate) fn with_socket(socket: Option<HostSocket>) -> ServiceSlot {
+    /// A slot whose starts offer `socket`; its first start greets `first`, the service that
+    /// started with the container, when there is one.
+    pub(crate) fn with_socket(
+        socket: Option<HostSocket>,
+        first: Option<client::Attached>,
+    ) -> ServiceSlot {
         ServiceSlot {
             socket: std::sync::Mutex::new(socket.map(Arc::new)),
+            first: std::sync::Mutex::new(first),
             ..Default::default()
         }
     }
@@ -114,7 +151,23 @@ impl ServiceSlot {
             return Err(NoService::Off);
         }
         let socket = lock(&self.socket).clone();
-        match client::Service::start(docker, container, user, argv, socket.as_deref()).await {
+        let first = lock(&self.first).take();
+        let started = match first {
+            Some(attached) => {
+                match client::Service::handshake(container, attached, socket.as_deref()).await {
+                    // It keeps to the attach, where its death would go unseen (dropped, its
+                    // stdin closes and it ends): this start is an exec's after all.
+                    Err(client::StartError::Attach) => {
+                        tracing::info!(%container, "exec service: the container's own keeps to the attach; an exec's instead");
+                        client::Service::start(docker, container, user, argv, socket.as_deref())
+                            .await
+                    }
+                    other => other,
+                }
+            }
+            None => client::Service::start(docker, container, user, argv, socket.as_deref()).await,
+        };
+        match started {
             Ok(s) => {
                 *current = Some(s.clone());
                 Ok(s)
@@ -143,6 +196,7 @@ impl ServiceSlot {
         if let Some(s) = self.current.lock().await.take() {
             s.close();
         }
+        lock(&self.first).take();
         lock(&self.socket).take();
     }
 
@@ -155,5 +209,50 @@ impl ServiceSlot {
 
     fn why_note(&self) -> std::sync::MutexGuard<'_, Option<String>> {
         self.why_off.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The main process runs the service's argv after the script, on an open stdin closed with
+    /// the host's attach, no terminal, and no log kept.
+    #[test]
+    fn a_service_beside_the_main_process_gets_its_streams_and_no_log() {
+        let mut body = bollard::models::ContainerCreateBody::default();
+        start_with_main(&mut body, vec![SERVICE_PATH.into(), SUBCOMMAND.into()]);
+        let entry = body.entrypoint.unwrap();
+        assert_eq!(entry[..2], ["sh", "-c"]);
+        assert_eq!(entry[3], "fbx-main");
+        assert_eq!(entry[4..], [SERVICE_PATH, SUBCOMMAND]);
+        assert_eq!(body.cmd, Some(Vec::new()));
+        assert_eq!(
+            (body.open_stdin, body.stdin_once, body.tty),
+            (Some(true), Some(true), Some(false))
+        );
+        let log = body.host_config.unwrap().log_config.unwrap();
+        assert_eq!(log.typ.as_deref(), Some("none"));
+    }
+
+    /// `sh` gives the service the attached stdin (not `/dev/null`, an asynchronous list's
+    /// default) and keeps none of its streams in `sleep`.
+    #[test]
+    fn the_main_script_hands_stdin_to_the_service_only() {
+        let script = client::MAIN_SCRIPT.replace("exec sleep infinity", "exec true");
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script, "fbx-main", "sh", "-c", "read x; echo got $x"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                if let Some(mut stdin) = child.stdin.take() {
+                    stdin.write_all(b"hello\n")?;
+                }
+                child.wait_with_output()
+            })
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "got hello\n");
     }
 }
