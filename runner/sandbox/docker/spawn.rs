@@ -82,8 +82,13 @@ impl Inner {
         });
         // The first service starts with the container, unless it runs behind an exec prefix
         // (a read-only policy's) or on Podman.
-        let main =
-            (read_only.is_none() && !self.engine.kind().is_podman()).then(|| service_argv(domain));
+        // Only where every writing agent's processes have a Landlock domain: until `sh`
+        // `exec`s `sleep` (a millisecond) it holds the container's stdin, where the socket's
+        // token comes, and a process of the uid in no domain could open it through `/proc`.
+        let main = (read_only.is_none()
+            && !self.engine.kind().is_podman()
+            && crate::sandbox::service::domain::available())
+        .then(|| service_argv(domain));
         let made = self
             .create_agent_container(&spec, &name, body, own_domain && scoped, etc.as_ref(), main)
             .await?;

@@ -72,6 +72,19 @@ pub fn enter() -> Result<(), DomainError> {
     }
 }
 
+/// Whether this kernel gives processes Landlock domains (asked once: a ruleset is made, and
+/// nothing is restricted). On a local engine the containers run on this kernel.
+pub fn available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        Ruleset::default()
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(AccessFs::MakeBlock)
+            .and_then(|r| r.create())
+            .is_ok()
+    })
+}
+
 /// Enters a domain as `need` says; `Err` with what to say when the process must not go on.
 pub fn enter_as(need: Need) -> Result<(), String> {
     match (enter(), need) {
