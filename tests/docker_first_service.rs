@@ -11,21 +11,12 @@
 mod docker_support;
 
 use docker_support::*;
-use flowerbox::role::Role;
 use flowerbox::sandbox::docker::{DockerSandbox, Engine};
 use flowerbox::sandbox::service::ServiceSource;
 use flowerbox::sandbox::{Sandbox, SandboxError, SandboxFactory};
 use futures::StreamExt;
 use std::os::unix::fs::PermissionsExt;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-async fn worker(run: &TestRun) -> Arc<DockerSandbox> {
-    run.factory
-        .docker_sandbox(&run.agent("worker-1", Role::Worker, false))
-        .await
-        .expect("sandbox")
-}
 
 /// The container's exec instances the engine knows, whether it runs, and its log driver.
 async fn inspect(engine: &Engine, sb: &DockerSandbox) -> (Vec<String>, bool, String) {

@@ -12,26 +12,12 @@ mod docker_support;
 
 use docker_support::*;
 use flowerbox::role::Role;
-use flowerbox::sandbox::docker::DockerSandbox;
 use flowerbox::sandbox::service::proto::{self, Hello, Kind};
 use flowerbox::sandbox::service::{ServiceSource, SERVICE_PATH};
 use flowerbox::sandbox::{Sandbox, SandboxError, SandboxFactory};
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::time::Duration;
-
-async fn service_pid(sb: &DockerSandbox) -> u32 {
-    sb.exec_service_pid()
-        .await
-        .expect("the exec service runs (build the flowerbox binary: cargo test builds it)")
-}
-
-async fn worker(run: &TestRun) -> Arc<DockerSandbox> {
-    run.factory
-        .docker_sandbox(&run.agent("worker-1", Role::Worker, false))
-        .await
-        .expect("sandbox")
-}
 
 #[tokio::test]
 async fn concurrent_commands_share_one_service_each_in_its_own_process_group() {

@@ -19,21 +19,7 @@ use flowerbox::sandbox::service::proto::{self, Kind};
 use flowerbox::sandbox::{Sandbox, SandboxFactory};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
-
-async fn worker(run: &TestRun) -> Arc<DockerSandbox> {
-    run.factory
-        .docker_sandbox(&run.agent("worker-1", Role::Worker, false))
-        .await
-        .expect("sandbox")
-}
-
-async fn service_pid(sb: &DockerSandbox) -> u32 {
-    sb.exec_service_pid()
-        .await
-        .expect("the exec service runs (build the flowerbox binary: cargo test builds it)")
-}
 
 /// The host end of the socket mounted into `sb`'s container: its mount's source, after
 /// checking the mount is read-only.

@@ -180,6 +180,21 @@ pub fn req(cmd: &str, cwd: &Path, timeout: Duration) -> ExecRequest {
 }
 
 /// Runs `cmd` and returns the output (panics on sandbox errors).
+/// The sandbox of a writing worker (`worker-1`) of `run`.
+pub async fn worker(run: &TestRun) -> Arc<flowerbox::sandbox::docker::DockerSandbox> {
+    run.factory
+        .docker_sandbox(&run.agent("worker-1", Role::Worker, false))
+        .await
+        .expect("sandbox")
+}
+
+/// The pid (in the pod) of `sb`'s live exec service, started when needed.
+pub async fn service_pid(sb: &flowerbox::sandbox::docker::DockerSandbox) -> u32 {
+    sb.exec_service_pid()
+        .await
+        .expect("the exec service runs (build the flowerbox binary: cargo test builds it)")
+}
+
 pub async fn exec_ok(sb: &dyn Sandbox, cmd: &str, cwd: &Path) -> ExecOutput {
     sb.exec(req(cmd, cwd, Duration::from_secs(60)))
         .await

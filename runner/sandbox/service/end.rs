@@ -74,15 +74,8 @@ fn living(uid: u32, me: u32) -> Vec<String> {
             let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
             let p = Proc::parse(&status, &stat)?;
-            (p.uids.contains(&uid) && !p.doomed()).then(|| {
-                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                let text: String = String::from_utf8_lossy(&cmdline)
-                    .replace('\0', " ")
-                    .chars()
-                    .take(60)
-                    .collect();
-                format!("{pid} {} {}", p.state, text.trim_end())
-            })
+            (p.uids.contains(&uid) && !p.doomed())
+                .then(|| format!("{pid} {} {}", p.state, super::command_line(pid, 60)))
         })
         .collect()
 }

@@ -40,6 +40,18 @@ pub const MARKER_VAR: &str = "FLOWERBOX_EXEC";
 
 use crate::sandbox::SandboxError;
 
+/// Process `pid`'s command line as `/proc` shows it, arguments joined by spaces, cut at `max`
+/// characters (empty when it is gone or unreadable): what the service names processes by.
+fn command_line(pid: impl std::fmt::Display, max: usize) -> String {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let text: String = String::from_utf8_lossy(&cmdline)
+        .replace('\0', " ")
+        .chars()
+        .take(max)
+        .collect();
+    text.trim_end().to_string()
+}
+
 /// The hidden subcommand that runs the service (`flowerbox __exec-service`).
 pub const SUBCOMMAND: &str = "__exec-service";
 

@@ -552,15 +552,7 @@ fn kill_marked(marker: &str) -> bool {
 fn list_marked(marker: &str) -> Vec<String> {
     marked(marker)
         .into_iter()
-        .map(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let text: String = String::from_utf8_lossy(&cmdline)
-                .replace('\0', " ")
-                .chars()
-                .take(80)
-                .collect();
-            format!("{pid} {}", text.trim_end())
-        })
+        .map(|pid| format!("{pid} {}", super::command_line(pid, 80)))
         .collect()
 }
 
